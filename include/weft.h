@@ -1,0 +1,11 @@
+// weft.h — umbrella header: everything a user of weft needs.
+#ifndef WEFT_H
+#define WEFT_H
+
+#include "weft/core.h"
+#include "weft/device.h"
+#include "weft/tensor.h"
+#include "weft/ops.h"
+#include "weft/autograd.h"
+
+#endif

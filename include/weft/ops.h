@@ -1,0 +1,137 @@
+// weft/ops.h — the ops. Each is one entry of the op table (src/ops/), runs
+// eagerly on the inputs' device, and is recorded for autograd when an input
+// requires grad. Returns a new reference, or NULL with weft_last_error() set.
+//
+// Binary elementwise ops broadcast like NumPy/PyTorch and need equal dtypes.
+// Axes may be negative (counted from the end).
+#ifndef WEFT_OPS_H
+#define WEFT_OPS_H
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---- views (no copy; differentiable) ----
+weft_tensor *weft_reshape(weft_tensor *t, int ndim, const int64_t *sizes); // one size may be -1; copies only when it must
+weft_tensor *weft_view(weft_tensor *t, int ndim, const int64_t *sizes);    // like reshape but never copies (error instead)
+weft_tensor *weft_flatten(weft_tensor *t, int start_dim, int end_dim);
+weft_tensor *weft_permute(weft_tensor *t, const int *dims); // dims has ndim(t) entries
+weft_tensor *weft_transpose(weft_tensor *t, int d0, int d1);
+weft_tensor *weft_slice(weft_tensor *t, int dim, int64_t start, int64_t end, int64_t step); // python-style start:end:step, step > 0
+weft_tensor *weft_narrow(weft_tensor *t, int dim, int64_t start, int64_t length);
+weft_tensor *weft_select(weft_tensor *t, int dim, int64_t index); // removes dim
+weft_tensor *weft_expand(weft_tensor *t, int ndim, const int64_t *sizes); // -1 keeps a size; new dims get stride 0
+weft_tensor *weft_squeeze(weft_tensor *t, int dim);
+weft_tensor *weft_unsqueeze(weft_tensor *t, int dim);
+
+// ---- dtype ----
+weft_tensor *weft_cast(weft_tensor *t, weft_dtype dt);
+
+// ---- unary ----
+weft_tensor *weft_neg(weft_tensor *t);
+weft_tensor *weft_abs(weft_tensor *t);
+weft_tensor *weft_exp(weft_tensor *t);
+weft_tensor *weft_log(weft_tensor *t);
+weft_tensor *weft_sqrt(weft_tensor *t);
+weft_tensor *weft_rsqrt(weft_tensor *t);
+weft_tensor *weft_sin(weft_tensor *t);
+weft_tensor *weft_cos(weft_tensor *t);
+weft_tensor *weft_tanh(weft_tensor *t);
+weft_tensor *weft_sigmoid(weft_tensor *t);
+weft_tensor *weft_relu(weft_tensor *t);
+weft_tensor *weft_gelu(weft_tensor *t); // exact (erf) form
+weft_tensor *weft_silu(weft_tensor *t);
+weft_tensor *weft_pow_scalar(weft_tensor *t, double p);
+weft_tensor *weft_add_scalar(weft_tensor *t, double s);
+weft_tensor *weft_mul_scalar(weft_tensor *t, double s);
+
+// ---- binary (broadcasting) ----
+weft_tensor *weft_add(weft_tensor *a, weft_tensor *b);
+weft_tensor *weft_sub(weft_tensor *a, weft_tensor *b);
+weft_tensor *weft_mul(weft_tensor *a, weft_tensor *b);
+weft_tensor *weft_div(weft_tensor *a, weft_tensor *b);
+weft_tensor *weft_pow(weft_tensor *a, weft_tensor *b);
+weft_tensor *weft_maximum(weft_tensor *a, weft_tensor *b);
+weft_tensor *weft_minimum(weft_tensor *a, weft_tensor *b);
+// comparisons give WEFT_BOOL masks (not differentiable)
+weft_tensor *weft_eq(weft_tensor *a, weft_tensor *b);
+weft_tensor *weft_ne(weft_tensor *a, weft_tensor *b);
+weft_tensor *weft_lt(weft_tensor *a, weft_tensor *b);
+weft_tensor *weft_le(weft_tensor *a, weft_tensor *b);
+weft_tensor *weft_gt(weft_tensor *a, weft_tensor *b);
+weft_tensor *weft_ge(weft_tensor *a, weft_tensor *b);
+// cond ? a : b, cond is WEFT_BOOL; all three broadcast
+weft_tensor *weft_where(weft_tensor *cond, weft_tensor *a, weft_tensor *b);
+
+// ---- reductions over axes (n_axes == 0 or axes == NULL: all axes) ----
+weft_tensor *weft_sum(weft_tensor *t, int n_axes, const int *axes, bool keepdim);
+weft_tensor *weft_mean(weft_tensor *t, int n_axes, const int *axes, bool keepdim);
+weft_tensor *weft_max(weft_tensor *t, int n_axes, const int *axes, bool keepdim);
+weft_tensor *weft_min(weft_tensor *t, int n_axes, const int *axes, bool keepdim);
+weft_tensor *weft_var(weft_tensor *t, int n_axes, const int *axes, int64_t correction, bool keepdim);
+weft_tensor *weft_logsumexp(weft_tensor *t, int n_axes, const int *axes, bool keepdim);
+weft_tensor *weft_argmax(weft_tensor *t, int axis, bool keepdim); // WEFT_I64
+// Sum a broadcast result back to `sizes` (the inverse of expand).
+weft_tensor *weft_sum_to(weft_tensor *t, int ndim, const int64_t *sizes);
+
+// ---- linear algebra ----
+// torch.matmul semantics: 1-D operands are promoted, batch dims broadcast.
+// Transposed operands (e.g. weft_transpose(w,0,1)) are passed to BLAS without copying.
+weft_tensor *weft_matmul(weft_tensor *a, weft_tensor *b);
+
+// ---- neural-network ops ----
+weft_tensor *weft_softmax(weft_tensor *t, int dim);
+weft_tensor *weft_log_softmax(weft_tensor *t, int dim);
+// Mean cross-entropy of logits (N,C) against integer targets (N); fused and stable.
+weft_tensor *weft_cross_entropy(weft_tensor *logits, weft_tensor *targets);
+// weight (V,D), indices of any shape (int32/int64) -> (..., D)
+weft_tensor *weft_embedding(weft_tensor *weight, weft_tensor *indices);
+weft_tensor *weft_index_select(weft_tensor *t, int dim, weft_tensor *index);
+weft_tensor *weft_gather(weft_tensor *t, int dim, weft_tensor *index);
+// t + (zeros scattered-added with src at index along dim); out-of-place
+weft_tensor *weft_scatter_add(weft_tensor *t, int dim, weft_tensor *index, weft_tensor *src);
+weft_tensor *weft_concat(int n, weft_tensor *const *ts, int dim);
+weft_tensor *weft_stack(int n, weft_tensor *const *ts, int dim);
+// Splits t along dim into pieces of the given sizes (views); fills out[n].
+weft_status weft_split(weft_tensor *t, int dim, int n, const int64_t *sizes, weft_tensor **out);
+
+typedef struct weft_conv2d_params {
+    int stride[2];   // (h, w), 0 means 1
+    int padding[2];  // (h, w)
+    int dilation[2]; // (h, w), 0 means 1
+    int groups;      // 0 means 1
+} weft_conv2d_params;
+// x (N,C,H,W), w (O,C/groups,KH,KW), bias (O) or NULL -> (N,O,OH,OW)
+weft_tensor *weft_conv2d(weft_tensor *x, weft_tensor *w, weft_tensor *bias, const weft_conv2d_params *p);
+
+typedef struct weft_pool2d_params {
+    int kernel[2];  // (kh, kw)
+    int stride[2];  // 0 means kernel size
+    int padding[2];
+    bool count_include_pad; // avg_pool2d only (PyTorch's default is true)
+} weft_pool2d_params;
+weft_tensor *weft_max_pool2d(weft_tensor *x, const weft_pool2d_params *p);
+weft_tensor *weft_avg_pool2d(weft_tensor *x, const weft_pool2d_params *p);
+
+// Normalises over the last `n_norm_dims` dims; weight/bias (shape of those dims) may be NULL.
+weft_tensor *weft_layer_norm(weft_tensor *x, int n_norm_dims, weft_tensor *weight, weft_tensor *bias, double eps);
+// x (N,C,...). In training uses batch statistics and updates running_mean/var
+// in place (momentum as in PyTorch); in eval uses the running statistics.
+// running_mean/var/weight/bias (C) may each be NULL.
+weft_tensor *weft_batch_norm(weft_tensor *x, weft_tensor *running_mean, weft_tensor *running_var, weft_tensor *weight,
+                             weft_tensor *bias, bool training, double momentum, double eps);
+// Zeroes each element with probability p and scales the rest by 1/(1-p);
+// identity when !training. Seeded through g (NULL: default generator).
+struct weft_generator;
+weft_tensor *weft_dropout(weft_tensor *x, double p, bool training, struct weft_generator *g);
+
+// ---- the op table (for tools, graph mode and tests) ----
+int weft_op_count(void);
+const char *weft_op_name(int i);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,30 @@
+// Internal helpers shared by every module: error reporting, threads, misc.
+#ifndef WEFT_CORE_IMPL_H
+#define WEFT_CORE_IMPL_H
+
+#include <weft/core.h>
+
+#if defined(__GNUC__)
+#define WEFT_LIKELY(x) __builtin_expect(!!(x), 1)
+#define WEFT_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define WEFT_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define WEFT_LIKELY(x) (x)
+#define WEFT_UNLIKELY(x) (x)
+#define WEFT_PRINTF(a, b)
+#endif
+
+// Record an error for weft_last_error(); returns s so callers can `return weft_error(...)`.
+weft_status weft_error(weft_status s, const char *fmt, ...) WEFT_PRINTF(2, 3);
+// Like weft_error but returns NULL (for constructors).
+void *weft_error_null(weft_status s, const char *fmt, ...) WEFT_PRINTF(2, 3);
+// Keeps the first error when a NULL input propagates through a chain of calls.
+void *weft_error_null_input(const char *op);
+
+// Lazy one-time runtime setup (threads from WEFT_NUM_THREADS, BLAS threads).
+void weft_runtime_init(void);
+
+// Elements per thread below which kernels stay single-threaded.
+#define WEFT_PAR_GRAIN 32768
+
+#endif

@@ -1,0 +1,214 @@
+// Device registry and the device-generic API of weft/device.h.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/core_impl.h"
+#include "device_impl.h"
+
+static const weft_device_impl *g_impl[WEFT_NUM_DEVICE_TYPES] = {&weft_cpu_device_impl};
+static weft_device g_default = {WEFT_CPU, 0};
+
+struct weft_stream {
+    weft_device dev;
+    void *h;
+};
+struct weft_event {
+    weft_device dev;
+    void *h;
+};
+
+weft_status weft_device_register(weft_device_type t, const weft_device_impl *impl) {
+    if ((unsigned)t >= WEFT_NUM_DEVICE_TYPES) return weft_error(WEFT_ERR_ARG, "device_register: bad type %d", t);
+    g_impl[t] = impl;
+    return WEFT_OK;
+}
+
+static const char *type_name(int t) { return t == WEFT_CPU ? "cpu" : t == WEFT_CUDA ? "cuda" : "?"; }
+
+const weft_device_impl *weft_device_impl_get(weft_device d) {
+    if ((unsigned)d.type >= WEFT_NUM_DEVICE_TYPES || !g_impl[d.type])
+        return weft_error_null(WEFT_ERR_DEVICE, "device %s:%d is not available (weft built without it?)",
+                               type_name(d.type), d.index);
+    const weft_device_impl *im = g_impl[d.type];
+    if (d.index < 0 || d.index >= im->count())
+        return weft_error_null(WEFT_ERR_DEVICE, "device %s:%d does not exist (%d present)", im->name, d.index,
+                               im->count());
+    return im;
+}
+
+weft_status weft_device_parse(const char *s, weft_device *out) {
+    if (!s || !out) return weft_error(WEFT_ERR_ARG, "device_parse: NULL argument");
+    int type;
+    const char *rest;
+    if (!strncmp(s, "cpu", 3)) {
+        type = WEFT_CPU;
+        rest = s + 3;
+    } else if (!strncmp(s, "cuda", 4)) {
+        type = WEFT_CUDA;
+        rest = s + 4;
+    } else {
+        return weft_error(WEFT_ERR_ARG, "device_parse: unknown device '%s' (expected cpu, cuda or cuda:N)", s);
+    }
+    int index = 0;
+    if (*rest == ':') {
+        char *end;
+        long v = strtol(rest + 1, &end, 10);
+        if (end == rest + 1 || *end || v < 0 || v > 1024)
+            return weft_error(WEFT_ERR_ARG, "device_parse: bad device index in '%s'", s);
+        index = (int)v;
+    } else if (*rest) {
+        return weft_error(WEFT_ERR_ARG, "device_parse: unknown device '%s'", s);
+    }
+    out->type = (int16_t)type;
+    out->index = (int16_t)index;
+    return WEFT_OK;
+}
+
+const char *weft_device_str(weft_device d, char *buf, size_t n) {
+    if (d.type == WEFT_CPU) snprintf(buf, n, "cpu");
+    else snprintf(buf, n, "%s:%d", type_name(d.type), d.index);
+    return buf;
+}
+
+bool weft_device_equal(weft_device a, weft_device b) { return a.type == b.type && a.index == b.index; }
+
+int weft_device_count(weft_device_type t) {
+    if ((unsigned)t >= WEFT_NUM_DEVICE_TYPES || !g_impl[t]) return 0;
+    return g_impl[t]->count();
+}
+
+bool weft_device_available(weft_device d) {
+    return (unsigned)d.type < WEFT_NUM_DEVICE_TYPES && g_impl[d.type] && d.index >= 0 &&
+           d.index < g_impl[d.type]->count();
+}
+
+weft_device weft_device_get_default(void) { return g_default; }
+
+weft_status weft_device_set_default(weft_device d) {
+    if (!weft_device_impl_get(d)) return weft_last_status();
+    g_default = d;
+    return WEFT_OK;
+}
+
+weft_status weft_device_synchronize(weft_device d) {
+    const weft_device_impl *im = weft_device_impl_get(d);
+    return im ? im->synchronize(d.index) : weft_last_status();
+}
+
+void *weft_device_alloc(weft_device d, size_t nbytes) {
+    const weft_device_impl *im = weft_device_impl_get(d);
+    if (!im) return NULL;
+    void *p = im->alloc(d.index, nbytes);
+    if (!p) {
+        char b[32];
+        weft_memory_stats st = {0};
+        im->memory_stats(d.index, &st);
+        return weft_error_null(WEFT_ERR_OOM, "%s: out of memory allocating %zu bytes (in use %zu, cached %zu)",
+                               weft_device_str(d, b, sizeof b), nbytes, st.bytes_in_use, st.bytes_cached);
+    }
+    return p;
+}
+
+void weft_device_free(weft_device d, void *p, size_t nbytes) {
+    if (!p || (unsigned)d.type >= WEFT_NUM_DEVICE_TYPES || !g_impl[d.type]) return;
+    g_impl[d.type]->free(d.index, p, nbytes);
+}
+
+weft_status weft_device_copy(weft_device dd, void *dst, weft_device sd, const void *src, size_t n) {
+    const weft_device_impl *di = weft_device_impl_get(dd), *si = weft_device_impl_get(sd);
+    if (!di || !si) return weft_last_status();
+    if (dd.type == WEFT_CPU && sd.type == WEFT_CPU) return di->copy(0, dst, src, n, WEFT_COPY_D2D);
+    if (sd.type == WEFT_CPU) return di->copy(dd.index, dst, src, n, WEFT_COPY_H2D);
+    if (dd.type == WEFT_CPU) return si->copy(sd.index, dst, src, n, WEFT_COPY_D2H);
+    if (weft_device_equal(dd, sd)) return di->copy(dd.index, dst, src, n, WEFT_COPY_D2D);
+    // Between two accelerators without a peer path: stage through the host.
+    void *tmp = malloc(n ? n : 1);
+    if (!tmp) return weft_error(WEFT_ERR_OOM, "device_copy: out of host memory staging %zu bytes", n);
+    weft_status s = si->copy(sd.index, tmp, src, n, WEFT_COPY_D2H);
+    if (s == WEFT_OK) s = di->copy(dd.index, dst, tmp, n, WEFT_COPY_H2D);
+    free(tmp);
+    return s;
+}
+
+weft_status weft_device_memset(weft_device d, void *p, int v, size_t n) {
+    const weft_device_impl *im = weft_device_impl_get(d);
+    return im ? im->memset(d.index, p, v, n) : weft_last_status();
+}
+
+weft_stream *weft_stream_create(weft_device d) {
+    const weft_device_impl *im = weft_device_impl_get(d);
+    if (!im) return NULL;
+    weft_stream *s = malloc(sizeof *s);
+    if (!s) return weft_error_null(WEFT_ERR_OOM, "stream_create: out of memory");
+    s->dev = d;
+    s->h = im->stream_create(d.index);
+    if (!s->h) {
+        free(s);
+        return weft_error_null(WEFT_ERR_DEVICE, "stream_create: backend failed");
+    }
+    return s;
+}
+void weft_stream_destroy(weft_stream *s) {
+    if (!s) return;
+    g_impl[s->dev.type]->stream_destroy(s->h);
+    free(s);
+}
+weft_status weft_stream_synchronize(weft_stream *s) {
+    if (!s) return weft_error(WEFT_ERR_ARG, "stream_synchronize: NULL stream");
+    return g_impl[s->dev.type]->stream_synchronize(s->h);
+}
+bool weft_stream_query(weft_stream *s) { return s && g_impl[s->dev.type]->stream_query(s->h); }
+
+weft_event *weft_event_create(weft_device d) {
+    const weft_device_impl *im = weft_device_impl_get(d);
+    if (!im) return NULL;
+    weft_event *e = malloc(sizeof *e);
+    if (!e) return weft_error_null(WEFT_ERR_OOM, "event_create: out of memory");
+    e->dev = d;
+    e->h = im->event_create(d.index);
+    if (!e->h) {
+        free(e);
+        return weft_error_null(WEFT_ERR_DEVICE, "event_create: backend failed");
+    }
+    return e;
+}
+void weft_event_destroy(weft_event *e) {
+    if (!e) return;
+    g_impl[e->dev.type]->event_destroy(e->h);
+    free(e);
+}
+weft_status weft_event_record(weft_event *e, weft_stream *s) {
+    if (!e || !s) return weft_error(WEFT_ERR_ARG, "event_record: NULL argument");
+    if (!weft_device_equal(e->dev, s->dev)) return weft_error(WEFT_ERR_DEVICE, "event_record: event and stream on different devices");
+    return g_impl[e->dev.type]->event_record(e->h, s->h);
+}
+weft_status weft_event_block(weft_event *e, weft_stream *s) {
+    if (!e || !s) return weft_error(WEFT_ERR_ARG, "event_block: NULL argument");
+    if (e->dev.type != s->dev.type) {
+        // A stream of another device type waits by having the host wait.
+        return g_impl[e->dev.type]->event_synchronize(e->h);
+    }
+    return g_impl[e->dev.type]->event_block(e->h, s->h);
+}
+bool weft_event_query(weft_event *e) { return e && g_impl[e->dev.type]->event_query(e->h); }
+weft_status weft_event_synchronize(weft_event *e) {
+    if (!e) return weft_error(WEFT_ERR_ARG, "event_synchronize: NULL event");
+    return g_impl[e->dev.type]->event_synchronize(e->h);
+}
+
+weft_status weft_memory_stats_get(weft_device d, weft_memory_stats *out) {
+    const weft_device_impl *im = weft_device_impl_get(d);
+    if (!im) return weft_last_status();
+    if (!out) return weft_error(WEFT_ERR_ARG, "memory_stats: NULL output");
+    im->memory_stats(d.index, out);
+    return WEFT_OK;
+}
+void weft_memory_reset_peak(weft_device d) {
+    const weft_device_impl *im = weft_device_impl_get(d);
+    if (im) im->memory_reset_peak(d.index);
+}
+void weft_memory_empty_cache(weft_device d) {
+    const weft_device_impl *im = weft_device_impl_get(d);
+    if (im) im->memory_empty_cache(d.index);
+}

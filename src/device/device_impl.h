@@ -1,0 +1,50 @@
+// What a device type implements. Callers use weft/device.h; the CPU backend
+// lives in cpu.c, and a CUDA backend registers its own table the same way.
+#ifndef WEFT_DEVICE_IMPL_H
+#define WEFT_DEVICE_IMPL_H
+
+#include <weft/device.h>
+
+typedef enum { WEFT_COPY_H2D, WEFT_COPY_D2H, WEFT_COPY_D2D } weft_copy_kind;
+
+typedef struct weft_device_impl {
+    const char *name; // "cpu", "cuda"
+    int (*count)(void);
+    // Memory through the device's (caching) allocator; NULL on exhaustion.
+    void *(*alloc)(int index, size_t nbytes);
+    void (*free)(int index, void *p, size_t nbytes);
+    // Copy between host memory and this device's memory (or within the device).
+    weft_status (*copy)(int index, void *dst, const void *src, size_t nbytes, weft_copy_kind kind);
+    weft_status (*memset)(int index, void *p, int value, size_t nbytes);
+    weft_status (*synchronize)(int index);
+    // Streams and events as opaque handles.
+    void *(*stream_create)(int index);
+    void (*stream_destroy)(void *s);
+    weft_status (*stream_synchronize)(void *s);
+    bool (*stream_query)(void *s);
+    void *(*event_create)(int index);
+    void (*event_destroy)(void *e);
+    weft_status (*event_record)(void *e, void *s);
+    weft_status (*event_block)(void *e, void *s);
+    bool (*event_query)(void *e);
+    weft_status (*event_synchronize)(void *e);
+    // Allocator statistics.
+    void (*memory_stats)(int index, weft_memory_stats *out);
+    void (*memory_reset_peak)(int index);
+    void (*memory_empty_cache)(int index);
+} weft_device_impl;
+
+// A backend installs itself here (the CPU one is built in).
+weft_status weft_device_register(weft_device_type t, const weft_device_impl *impl);
+const weft_device_impl *weft_device_impl_get(weft_device d); // NULL + error when unavailable
+
+extern const weft_device_impl weft_cpu_device_impl;
+
+// CPU caching allocator (cpu_alloc.c).
+void *weft_cpu_alloc(size_t nbytes);
+void weft_cpu_free(void *p);
+void weft_cpu_memory_stats(weft_memory_stats *out);
+void weft_cpu_memory_reset_peak(void);
+void weft_cpu_memory_empty_cache(void);
+
+#endif

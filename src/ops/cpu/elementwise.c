@@ -1,0 +1,194 @@
+// CPU kernels of the elementwise family (unary, scalar, binary, compare, where).
+// Each op is a table of inner loops by dtype; the strided iterator (iter.c)
+// handles broadcasting, strides and threads.
+#include <math.h>
+
+#include "../elementwise.h"
+#include "iter.h"
+
+// Inner loops. `sc` is the op's scalar attribute (pow/add/mul by scalar).
+#define UNARY_LOOP(NAME, T, EXPR)                                                     \
+    static void NAME(char **p, const int64_t *s, int64_t n, const void *ctx) {        \
+        const double sc = *(const double *)ctx;                                       \
+        (void)sc;                                                                     \
+        if (s[0] == sizeof(T) && s[1] == sizeof(T)) {                                 \
+            T *restrict o = (T *)p[0];                                                \
+            const T *restrict x = (const T *)p[1];                                    \
+            for (int64_t i = 0; i < n; i++) {                                         \
+                T v = x[i];                                                           \
+                o[i] = (T)(EXPR);                                                     \
+            }                                                                         \
+        } else {                                                                      \
+            for (int64_t i = 0; i < n; i++) {                                         \
+                T v = *(const T *)(p[1] + i * s[1]);                                  \
+                *(T *)(p[0] + i * s[0]) = (T)(EXPR);                                  \
+            }                                                                         \
+        }                                                                             \
+    }
+
+#define BINARY_LOOP(NAME, T, TO, EXPR)                                                \
+    static void NAME(char **p, const int64_t *s, int64_t n, const void *ctx) {        \
+        (void)ctx;                                                                    \
+        if (s[0] == sizeof(TO) && s[1] == sizeof(T) && s[2] == sizeof(T)) {           \
+            TO *restrict o = (TO *)p[0];                                              \
+            const T *restrict x = (const T *)p[1], *restrict y = (const T *)p[2];     \
+            for (int64_t i = 0; i < n; i++) {                                         \
+                T a = x[i], b = y[i];                                                 \
+                o[i] = (TO)(EXPR);                                                    \
+            }                                                                         \
+        } else if (s[0] == sizeof(TO) && s[1] == sizeof(T) && s[2] == 0) {           \
+            TO *restrict o = (TO *)p[0];                                              \
+            const T *restrict x = (const T *)p[1];                                    \
+            const T b = *(const T *)p[2];                                             \
+            for (int64_t i = 0; i < n; i++) {                                         \
+                T a = x[i];                                                           \
+                o[i] = (TO)(EXPR);                                                    \
+            }                                                                         \
+        } else {                                                                      \
+            for (int64_t i = 0; i < n; i++) {                                         \
+                T a = *(const T *)(p[1] + i * s[1]), b = *(const T *)(p[2] + i * s[2]); \
+                *(TO *)(p[0] + i * s[0]) = (TO)(EXPR);                                \
+            }                                                                         \
+        }                                                                             \
+    }
+
+static inline double gelu_d(double x) { return 0.5 * x * (1.0 + erf(x * M_SQRT1_2)); }
+static inline float gelu_f(float x) { return 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)); }
+// d/dx gelu = Phi(x) + x phi(x)
+static inline double gelu_grad_d(double x) {
+    return 0.5 * (1.0 + erf(x * M_SQRT1_2)) + x * exp(-0.5 * x * x) * 0.3989422804014327;
+}
+static inline float gelu_grad_f(float x) {
+    return 0.5f * (1.0f + erff(x * (float)M_SQRT1_2)) + x * expf(-0.5f * x * x) * 0.3989422804014327f;
+}
+
+// ---- unary ----
+#define UNARY_FLOAT(op, EF, ED) UNARY_LOOP(op##_f32, float, EF) UNARY_LOOP(op##_f64, double, ED)
+#define UNARY_NUM(op, EF, ED, EI)                                                     \
+    UNARY_FLOAT(op, EF, ED) UNARY_LOOP(op##_i32, int32_t, EI) UNARY_LOOP(op##_i64, int64_t, EI)
+
+UNARY_NUM(neg, -v, -v, -v)
+UNARY_NUM(abs, fabsf(v), fabs(v), v < 0 ? -v : v)
+UNARY_NUM(sign, (v > 0) - (v < 0), (v > 0) - (v < 0), (v > 0) - (v < 0))
+UNARY_FLOAT(exp, expf(v), exp(v))
+UNARY_FLOAT(log, logf(v), log(v))
+UNARY_FLOAT(sqrt, sqrtf(v), sqrt(v))
+UNARY_FLOAT(rsqrt, 1.0f / sqrtf(v), 1.0 / sqrt(v))
+UNARY_FLOAT(sin, sinf(v), sin(v))
+UNARY_FLOAT(cos, cosf(v), cos(v))
+UNARY_FLOAT(tanh, tanhf(v), tanh(v))
+UNARY_FLOAT(sigmoid, 1.0f / (1.0f + expf(-v)), 1.0 / (1.0 + exp(-v)))
+UNARY_NUM(relu, v > 0 ? v : 0, v > 0 ? v : 0, v > 0 ? v : 0)
+UNARY_FLOAT(gelu, gelu_f(v), gelu_d(v))
+UNARY_FLOAT(gelu_grad, gelu_grad_f(v), gelu_grad_d(v))
+UNARY_FLOAT(silu, v / (1.0f + expf(-v)), v / (1.0 + exp(-v)))
+UNARY_FLOAT(pow_scalar, powf(v, (float)sc), pow(v, sc))
+UNARY_NUM(add_scalar, v + (float)sc, v + sc, v + (int64_t)sc)
+UNARY_NUM(mul_scalar, v * (float)sc, v * sc, v * (int64_t)sc)
+
+// ---- binary ----
+#define BINARY_NUM(op, E)                                                             \
+    BINARY_LOOP(op##_f32, float, float, E) BINARY_LOOP(op##_f64, double, double, E)   \
+    BINARY_LOOP(op##_i32, int32_t, int32_t, E) BINARY_LOOP(op##_i64, int64_t, int64_t, E)
+#define BINARY_CMP(op, E)                                                             \
+    BINARY_LOOP(op##_f32, float, uint8_t, E) BINARY_LOOP(op##_f64, double, uint8_t, E) \
+    BINARY_LOOP(op##_i32, int32_t, uint8_t, E) BINARY_LOOP(op##_i64, int64_t, uint8_t, E) \
+    BINARY_LOOP(op##_u8, uint8_t, uint8_t, E)
+
+BINARY_NUM(add, a + b)
+BINARY_NUM(sub, a - b)
+BINARY_NUM(mul, a * b)
+BINARY_LOOP(div_f32, float, float, a / b)
+BINARY_LOOP(div_f64, double, double, a / b)
+BINARY_LOOP(div_i32, int32_t, int32_t, b ? a / b : 0)
+BINARY_LOOP(div_i64, int64_t, int64_t, b ? a / b : 0)
+BINARY_LOOP(pow_f32, float, float, powf(a, b))
+BINARY_LOOP(pow_f64, double, double, pow(a, b))
+BINARY_NUM(maximum, (a > b || a != a) ? a : b)
+BINARY_NUM(minimum, (a < b || a != a) ? a : b)
+BINARY_CMP(eq, a == b)
+BINARY_CMP(ne, a != b)
+BINARY_CMP(lt, a < b)
+BINARY_CMP(le, a <= b)
+BINARY_CMP(gt, a > b)
+BINARY_CMP(ge, a >= b)
+
+// where(cond, a, b): operands out, cond(u8), a, b
+#define WHERE_LOOP(NAME, T)                                                           \
+    static void NAME(char **p, const int64_t *s, int64_t n, const void *ctx) {        \
+        (void)ctx;                                                                    \
+        for (int64_t i = 0; i < n; i++) {                                             \
+            uint8_t c = *(const uint8_t *)(p[1] + i * s[1]);                          \
+            *(T *)(p[0] + i * s[0]) = c ? *(const T *)(p[2] + i * s[2]) : *(const T *)(p[3] + i * s[3]); \
+        }                                                                             \
+    }
+WHERE_LOOP(where_1, uint8_t)
+WHERE_LOOP(where_2, uint16_t)
+WHERE_LOOP(where_4, uint32_t)
+WHERE_LOOP(where_8, uint64_t)
+
+// Loop tables indexed by dtype (NULL: unsupported; the dtype masks in the op
+// entries keep the dispatcher from getting here).
+#define T_FLOAT(op) [WEFT_F32] = op##_f32, [WEFT_F64] = op##_f64
+#define T_NUM(op) T_FLOAT(op), [WEFT_I32] = op##_i32, [WEFT_I64] = op##_i64
+#define T_CMP(op) T_NUM(op), [WEFT_U8] = op##_u8, [WEFT_BOOL] = op##_u8
+
+static const weft_loop_fn k_loops[WEFT_EW_COUNT][WEFT_NUM_DTYPES] = {
+    [WEFT_EW_NEG] = {T_NUM(neg)},
+    [WEFT_EW_ABS] = {T_NUM(abs)},
+    [WEFT_EW_SIGN] = {T_NUM(sign)},
+    [WEFT_EW_EXP] = {T_FLOAT(exp)},
+    [WEFT_EW_LOG] = {T_FLOAT(log)},
+    [WEFT_EW_SQRT] = {T_FLOAT(sqrt)},
+    [WEFT_EW_RSQRT] = {T_FLOAT(rsqrt)},
+    [WEFT_EW_SIN] = {T_FLOAT(sin)},
+    [WEFT_EW_COS] = {T_FLOAT(cos)},
+    [WEFT_EW_TANH] = {T_FLOAT(tanh)},
+    [WEFT_EW_SIGMOID] = {T_FLOAT(sigmoid)},
+    [WEFT_EW_RELU] = {T_NUM(relu)},
+    [WEFT_EW_GELU] = {T_FLOAT(gelu)},
+    [WEFT_EW_GELU_GRAD] = {T_FLOAT(gelu_grad)},
+    [WEFT_EW_SILU] = {T_FLOAT(silu)},
+    [WEFT_EW_POW_SCALAR] = {T_FLOAT(pow_scalar)},
+    [WEFT_EW_ADD_SCALAR] = {T_NUM(add_scalar)},
+    [WEFT_EW_MUL_SCALAR] = {T_NUM(mul_scalar)},
+    [WEFT_EW_ADD] = {T_NUM(add)},
+    [WEFT_EW_SUB] = {T_NUM(sub)},
+    [WEFT_EW_MUL] = {T_NUM(mul)},
+    [WEFT_EW_DIV] = {T_NUM(div)},
+    [WEFT_EW_POW] = {T_FLOAT(pow)},
+    [WEFT_EW_MAXIMUM] = {T_NUM(maximum)},
+    [WEFT_EW_MINIMUM] = {T_NUM(minimum)},
+    [WEFT_EW_EQ] = {T_CMP(eq)},
+    [WEFT_EW_NE] = {T_CMP(ne)},
+    [WEFT_EW_LT] = {T_CMP(lt)},
+    [WEFT_EW_LE] = {T_CMP(le)},
+    [WEFT_EW_GT] = {T_CMP(gt)},
+    [WEFT_EW_GE] = {T_CMP(ge)},
+};
+
+// One kernel for the whole family; the entry's variant says which op (WEFT_EW_*).
+weft_status weft_cpu_elementwise(const weft_op_args *a) {
+    int which = a->op->variant;
+    weft_dtype dt = (weft_dtype)a->in[0]->dtype;
+    weft_loop_fn fn = k_loops[which][dt];
+    if (!fn)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "%s: no cpu kernel for dtype %s", a->op->name, weft_dtype_name(dt));
+    weft_iter it;
+    weft_iter_init(&it, a->out[0], a->n_in, a->in);
+    double sc = a->attrs->f[0];
+    // Tiny tensors: skip the thread machinery entirely.
+    if (it.numel <= 4096) weft_iter_run_range(&it, 0, it.numel, fn, &sc);
+    else weft_iter_run(&it, fn, &sc);
+    return WEFT_OK;
+}
+
+weft_status weft_cpu_where(const weft_op_args *a) {
+    static const weft_loop_fn by_size[9] = {[1] = where_1, [2] = where_2, [4] = where_4, [8] = where_8};
+    weft_iter it;
+    weft_iter_init(&it, a->out[0], 3, a->in);
+    weft_iter_run(&it, by_size[weft_dtype_size((weft_dtype)a->out[0]->dtype)], NULL);
+    return WEFT_OK;
+}
+
+weft_status weft_cpu_cast(const weft_op_args *a) { return weft_cpu_copy(a->out[0], a->in[0]); }

@@ -1,0 +1,168 @@
+// CPU reduction kernels. One output element per (parallel) task; the reduced
+// elements are visited with a small odometer over the reduced dims, whose
+// innermost run is a plain strided loop.
+#include <math.h>
+#include <string.h>
+
+#include "../reduce.h"
+
+void weft_reduce_plan_init(weft_reduce_plan *p, const weft_tensor *x, uint32_t mask) {
+    p->nk = p->nr = 0;
+    p->n_out = p->n_red = 1;
+    for (int d = 0; d < x->ndim; d++) {
+        if (mask & (1u << d)) {
+            if (x->sizes[d] == 1) continue;
+            p->rsize[p->nr] = x->sizes[d];
+            p->rstride[p->nr++] = x->strides[d];
+            p->n_red *= x->sizes[d];
+        } else {
+            p->ksize[p->nk] = x->sizes[d];
+            p->kstride[p->nk++] = x->strides[d];
+            p->n_out *= x->sizes[d];
+        }
+    }
+    if (p->nr == 0) { // nothing to reduce: one element per output
+        p->rsize[0] = 1;
+        p->rstride[0] = 0;
+        p->nr = 1;
+    }
+    for (int d = 0; d < x->ndim; d++)
+        if ((mask & (1u << d)) && x->sizes[d] == 0) p->n_red = 0;
+}
+
+int64_t weft_reduce_base(const weft_reduce_plan *p, int64_t o) {
+    int64_t off = 0;
+    for (int d = p->nk - 1; d >= 0; d--) {
+        off += (o % p->ksize[d]) * p->kstride[d];
+        o /= p->ksize[d];
+    }
+    return off;
+}
+
+void weft_reduce_out_shape(const weft_tensor *x, uint32_t mask, bool keepdim, int *ndim, int64_t *sizes) {
+    int n = 0;
+    for (int d = 0; d < x->ndim; d++) {
+        if (mask & (1u << d)) {
+            if (keepdim) sizes[n++] = 1;
+        } else {
+            sizes[n++] = x->sizes[d];
+        }
+    }
+    *ndim = n;
+}
+
+// Visit every reduced element of one output: BODY sees `v` (double).
+#define FOR_REDUCED(T, p, base, BODY)                                                 \
+    do {                                                                              \
+        int64_t idx_[WEFT_MAX_DIMS] = {0};                                            \
+        int nr_ = (p)->nr;                                                            \
+        int64_t inner_ = (p)->rsize[nr_ - 1], is_ = (p)->rstride[nr_ - 1];            \
+        const T *q_ = (base);                                                         \
+        for (int64_t done_ = 0; done_ < (p)->n_red; done_ += inner_) {                \
+            if (is_ == 1) {                                                           \
+                for (int64_t j_ = 0; j_ < inner_; j_++) {                             \
+                    double v = (double)q_[j_];                                        \
+                    BODY;                                                             \
+                }                                                                     \
+            } else {                                                                  \
+                for (int64_t j_ = 0; j_ < inner_; j_++) {                             \
+                    double v = (double)q_[j_ * is_];                                  \
+                    BODY;                                                             \
+                }                                                                     \
+            }                                                                         \
+            for (int d_ = nr_ - 2; d_ >= 0; d_--) {                                   \
+                q_ += (p)->rstride[d_];                                               \
+                if (++idx_[d_] < (p)->rsize[d_]) break;                               \
+                q_ -= (p)->rstride[d_] * (p)->rsize[d_];                              \
+                idx_[d_] = 0;                                                         \
+            }                                                                         \
+        }                                                                             \
+    } while (0)
+
+// Reduce one output element; returns the value (argmax: the index as double).
+#define REDUCE_ONE(T)                                                                 \
+    static double reduce_one_##T(const weft_reduce_plan *p, const T *base, int kind, int64_t corr) { \
+        switch (kind) {                                                               \
+        case WEFT_RED_SUM:                                                            \
+        case WEFT_RED_MEAN: {                                                         \
+            double s = 0;                                                             \
+            FOR_REDUCED(T, p, base, s += v);                                          \
+            return kind == WEFT_RED_MEAN ? s / (double)p->n_red : s;                 \
+        }                                                                             \
+        case WEFT_RED_MAX:                                                            \
+        case WEFT_RED_MIN: {                                                          \
+            double m = kind == WEFT_RED_MAX ? -INFINITY : INFINITY;                   \
+            bool nan_ = false;                                                        \
+            FOR_REDUCED(T, p, base, {                                                 \
+                if (v != v) nan_ = true;                                              \
+                else if (kind == WEFT_RED_MAX ? v > m : v < m) m = v;                 \
+            });                                                                       \
+            return nan_ ? NAN : m;                                                    \
+        }                                                                             \
+        case WEFT_RED_VAR: { /* two passes: mean, then squared deviations */          \
+            double s = 0, ss = 0;                                                     \
+            FOR_REDUCED(T, p, base, s += v);                                          \
+            double mu = s / (double)p->n_red;                                         \
+            FOR_REDUCED(T, p, base, ss += (v - mu) * (v - mu));                       \
+            double den = (double)(p->n_red - corr);                                   \
+            return den > 0 ? ss / den : NAN;                                          \
+        }                                                                             \
+        case WEFT_RED_LOGSUMEXP: {                                                    \
+            double m = -INFINITY, s = 0;                                              \
+            FOR_REDUCED(T, p, base, if (v > m) m = v);                                \
+            if (m == -INFINITY || m != m) return m;                                   \
+            FOR_REDUCED(T, p, base, s += exp(v - m));                                 \
+            return m + log(s);                                                        \
+        }                                                                             \
+        case WEFT_RED_ARGMAX: {                                                       \
+            double m = -INFINITY;                                                     \
+            int64_t k = 0, best = 0;                                                  \
+            FOR_REDUCED(T, p, base, {                                                 \
+                if (v > m || (v != v && m == m)) {                                    \
+                    m = v;                                                            \
+                    best = k;                                                         \
+                }                                                                     \
+                k++;                                                                  \
+            });                                                                       \
+            return (double)best;                                                      \
+        }                                                                             \
+        }                                                                             \
+        return 0;                                                                     \
+    }
+REDUCE_ONE(float)
+REDUCE_ONE(double)
+REDUCE_ONE(int32_t)
+REDUCE_ONE(int64_t)
+
+weft_status weft_cpu_reduce(const weft_op_args *a) {
+    const weft_tensor *x = a->in[0];
+    weft_tensor *out = a->out[0];
+    int kind = a->op->variant;
+    uint32_t mask = (uint32_t)a->attrs->i[0];
+    int64_t corr = a->attrs->i[2];
+    weft_reduce_plan p;
+    weft_reduce_plan_init(&p, x, mask);
+    if (p.n_red == 0 && (kind == WEFT_RED_MAX || kind == WEFT_RED_MIN || kind == WEFT_RED_ARGMAX))
+        return weft_error(WEFT_ERR_SHAPE, "%s: reducing over an empty dimension", a->op->name);
+    weft_dtype dt = (weft_dtype)x->dtype, odt = (weft_dtype)out->dtype;
+    const char *xb = weft_tensor_ptr(x);
+    char *ob = weft_tensor_ptr(out);
+    size_t esz = weft_dtype_size(dt);
+    int64_t n_out = p.n_out;
+    int nt = weft_num_threads();
+    bool par = nt > 1 && n_out * (p.n_red + 1) >= 2 * WEFT_PAR_GRAIN && n_out >= nt;
+#pragma omp parallel for num_threads(nt) if (par) schedule(static)
+    for (int64_t o = 0; o < n_out; o++) {
+        const char *base = xb + weft_reduce_base(&p, o) * (int64_t)esz;
+        double r = 0;
+        switch (dt) {
+        case WEFT_F32: r = reduce_one_float(&p, (const float *)base, kind, corr); break;
+        case WEFT_F64: r = reduce_one_double(&p, (const double *)base, kind, corr); break;
+        case WEFT_I32: r = reduce_one_int32_t(&p, (const int32_t *)base, kind, corr); break;
+        case WEFT_I64: r = reduce_one_int64_t(&p, (const int64_t *)base, kind, corr); break;
+        default: break;
+        }
+        weft_store_f64(ob, odt, o, r);
+    }
+    return WEFT_OK;
+}

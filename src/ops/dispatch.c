@@ -1,0 +1,69 @@
+// The dispatcher: infer -> allocate -> kernel for (device, dtype) -> record.
+#include <string.h>
+
+#include "../autograd/autograd_impl.h"
+#include "op.h"
+
+static const weft_attrs k_zero_attrs;
+
+weft_status weft_op_apply(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
+                          weft_tensor **out) {
+    if (!attrs) attrs = &k_zero_attrs;
+    for (int j = 0; j < op->n_out; j++) out[j] = NULL;
+    if ((op->n_in >= 0 && n_in != op->n_in) || (op->n_in < 0 && n_in < 1))
+        return weft_error(WEFT_ERR_ARG, "%s: expected %d inputs, got %d", op->name, op->n_in, n_in);
+    for (int i = 0; i < n_in; i++)
+        if (!in[i]) {
+            weft_error_null_input(op->name);
+            return weft_last_status();
+        }
+    weft_device dev = in[0]->device;
+    for (int i = 1; i < n_in; i++)
+        if (!weft_device_equal(in[i]->device, dev)) {
+            char a[32], b[32];
+            return weft_error(WEFT_ERR_DEVICE, "%s: inputs on different devices (%s and %s)", op->name,
+                              weft_device_str(dev, a, sizeof a), weft_device_str(in[i]->device, b, sizeof b));
+        }
+    weft_op_args args = {.op = op, .n_in = n_in, .in = in, .attrs = attrs, .n_out = op->n_out, .out = out};
+    weft_out_meta meta[WEFT_MAX_OP_OUT];
+    weft_status st = op->infer(&args, meta);
+    if (st != WEFT_OK) return st;
+
+    if (op->flags & WEFT_OPF_VIEW) {
+        out[0] = weft_tensor_alias(in[0], meta[0].ndim, meta[0].sizes, meta[0].strides, meta[0].offset);
+        if (!out[0]) return weft_last_status();
+    } else {
+        const weft_kernel *k = &op->kernel[dev.type];
+        weft_dtype kdt = (weft_dtype)in[op->dispatch_in]->dtype;
+        if (!k->fn || !(k->dtypes & WEFT_DT(kdt))) {
+            char d[32];
+            return weft_error(WEFT_ERR_UNSUPPORTED, "%s: no kernel for device %s and dtype %s", op->name,
+                              weft_device_str(dev, d, sizeof d), weft_dtype_name(kdt));
+        }
+        for (int j = 0; j < op->n_out; j++) {
+            out[j] = weft_tensor_new(meta[j].ndim, meta[j].sizes, meta[j].dtype, dev);
+            if (!out[j]) goto fail;
+        }
+        st = k->fn(&args);
+        if (st != WEFT_OK) goto fail;
+    }
+    if (!(op->flags & WEFT_OPF_NONDIFF)) {
+        st = weft_autograd_record(op, n_in, in, attrs, op->n_out, out);
+        if (st != WEFT_OK) goto fail;
+    }
+    return WEFT_OK;
+fail:
+    st = weft_last_status() != WEFT_OK ? weft_last_status() : WEFT_ERR_STATE;
+    for (int j = 0; j < op->n_out; j++) {
+        weft_tensor_free(out[j]);
+        out[j] = NULL;
+    }
+    return st;
+}
+
+weft_tensor *weft_op_apply1(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs) {
+    weft_tensor *out[WEFT_MAX_OP_OUT];
+    if (weft_op_apply(op, n_in, in, attrs, out) != WEFT_OK) return NULL;
+    for (int j = 1; j < op->n_out; j++) weft_tensor_free(out[j]);
+    return out[0];
+}

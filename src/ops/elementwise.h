@@ -1,0 +1,24 @@
+// Shared between the elementwise op entries and their kernels.
+#ifndef WEFT_ELEMENTWISE_H
+#define WEFT_ELEMENTWISE_H
+
+#include "op.h"
+
+enum {
+    WEFT_EW_NEG, WEFT_EW_ABS, WEFT_EW_SIGN, WEFT_EW_EXP, WEFT_EW_LOG, WEFT_EW_SQRT, WEFT_EW_RSQRT,
+    WEFT_EW_SIN, WEFT_EW_COS, WEFT_EW_TANH, WEFT_EW_SIGMOID, WEFT_EW_RELU, WEFT_EW_GELU,
+    WEFT_EW_GELU_GRAD, WEFT_EW_SILU, WEFT_EW_POW_SCALAR, WEFT_EW_ADD_SCALAR, WEFT_EW_MUL_SCALAR,
+    WEFT_EW_ADD, WEFT_EW_SUB, WEFT_EW_MUL, WEFT_EW_DIV, WEFT_EW_POW, WEFT_EW_MAXIMUM, WEFT_EW_MINIMUM,
+    WEFT_EW_EQ, WEFT_EW_NE, WEFT_EW_LT, WEFT_EW_LE, WEFT_EW_GT, WEFT_EW_GE,
+    WEFT_EW_COUNT
+};
+
+weft_status weft_cpu_elementwise(const weft_op_args *a);
+weft_status weft_cpu_where(const weft_op_args *a);
+weft_status weft_cpu_cast(const weft_op_args *a);
+
+// Internal ops used by backward rules.
+weft_tensor *weft_sign(weft_tensor *t);
+weft_tensor *weft_gelu_grad(weft_tensor *t);
+
+#endif

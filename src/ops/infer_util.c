@@ -1,0 +1,66 @@
+// Helpers shared by the ops' shape/dtype inference.
+#include <string.h>
+
+#include "op.h"
+
+void weft_meta_set(weft_out_meta *m, int ndim, const int64_t *sizes, weft_dtype dt) {
+    m->ndim = ndim;
+    m->dtype = dt;
+    if (ndim) memcpy(m->sizes, sizes, sizeof(int64_t) * (size_t)ndim);
+    m->offset = 0;
+}
+
+weft_status weft_broadcast_shapes(const char *op, int n, weft_tensor *const *ts, int *ndim, int64_t *sizes) {
+    int nd = 0;
+    for (int k = 0; k < n; k++)
+        if (ts[k]->ndim > nd) nd = ts[k]->ndim;
+    for (int d = 0; d < nd; d++) sizes[d] = 1;
+    for (int k = 0; k < n; k++) {
+        const weft_tensor *t = ts[k];
+        int lead = nd - t->ndim;
+        for (int d = 0; d < t->ndim; d++) {
+            int64_t s = t->sizes[d], *o = &sizes[lead + d];
+            if (s == *o || s == 1) continue;
+            if (*o == 1) {
+                *o = s;
+                continue;
+            }
+            char a[96], b[96];
+            return weft_error(WEFT_ERR_SHAPE, "%s: shapes %s and %s do not broadcast", op,
+                              weft_tensor_shape_str(ts[0], a, sizeof a), weft_tensor_shape_str(t, b, sizeof b));
+        }
+    }
+    *ndim = nd;
+    return WEFT_OK;
+}
+
+weft_status weft_check_same_dtype(const char *op, int n, weft_tensor *const *ts) {
+    for (int k = 1; k < n; k++)
+        if (ts[k]->dtype != ts[0]->dtype)
+            return weft_error(WEFT_ERR_DTYPE, "%s: dtypes differ (%s and %s); convert one with weft_cast", op,
+                              weft_dtype_name((weft_dtype)ts[0]->dtype), weft_dtype_name((weft_dtype)ts[k]->dtype));
+    return WEFT_OK;
+}
+
+weft_status weft_check_dtype(const char *op, const weft_tensor *t, uint32_t mask, const char *what) {
+    if (mask & WEFT_DT(t->dtype)) return WEFT_OK;
+    return weft_error(WEFT_ERR_DTYPE, "%s: %s has dtype %s, which is not accepted here", op, what,
+                      weft_dtype_name((weft_dtype)t->dtype));
+}
+
+weft_status weft_axes_mask(const char *op, int ndim, int n, const int *axes, uint32_t *mask) {
+    uint32_t m = 0;
+    if (n == 0 || !axes) {
+        *mask = ndim ? (1u << ndim) - 1 : 0;
+        return WEFT_OK;
+    }
+    for (int k = 0; k < n; k++) {
+        int a = weft_axis(op, axes[k], ndim);
+        if (a < 0) return WEFT_ERR_ARG;
+        if (ndim == 0) continue;
+        if (m & (1u << a)) return weft_error(WEFT_ERR_ARG, "%s: axis %d given twice", op, axes[k]);
+        m |= 1u << a;
+    }
+    *mask = m;
+    return WEFT_OK;
+}

@@ -1,0 +1,74 @@
+// The tensor and storage structs, shared by the modules inside weft.
+#ifndef WEFT_TENSOR_IMPL_H
+#define WEFT_TENSOR_IMPL_H
+
+#include <weft/autograd.h>
+#include <weft/device.h>
+#include <weft/tensor.h>
+
+#include "../core/core_impl.h"
+
+typedef struct weft_storage {
+    int32_t refcount; // atomic
+    weft_device device;
+    void *data; // NULL for a symbolic tensor (graph mode) or zero bytes
+    size_t nbytes;
+    bool owned; // false: data belongs to someone else (never freed)
+} weft_storage;
+
+struct weft_node;
+typedef struct weft_hook {
+    weft_grad_hook_fn fn;
+    void *user;
+    int id;
+} weft_hook;
+
+struct weft_tensor {
+    int32_t refcount; // atomic
+    int8_t ndim;
+    uint8_t dtype;
+    bool requires_grad; // for leaves: set by the user; for others: has a grad_fn
+    weft_device device;
+    int64_t numel;
+    int64_t offset; // elements
+    int64_t sizes[WEFT_MAX_DIMS];
+    int64_t strides[WEFT_MAX_DIMS]; // elements
+    weft_storage *storage;
+    // autograd
+    weft_tensor *grad;         // accumulated gradient (leaves)
+    struct weft_node *grad_fn; // producer, NULL for leaves
+    int32_t output_nr;         // which output of grad_fn this is
+    int32_t bw_pending;        // engine scratch: gradient contributions still to arrive
+    weft_hook *hooks;
+    int n_hooks, next_hook_id;
+};
+
+// Element pointer of the first element (CPU meaning: host address).
+static inline char *weft_tensor_ptr(const weft_tensor *t) {
+    return (char *)t->storage->data + t->offset * (int64_t)weft_dtype_size((weft_dtype)t->dtype);
+}
+#define WEFT_PTR(T, t) ((T *)weft_tensor_ptr(t))
+
+// Allocate a new contiguous tensor (storage from the device allocator).
+weft_tensor *weft_tensor_new(int ndim, const int64_t *sizes, weft_dtype dt, weft_device dev);
+// A new tensor struct viewing `base`'s storage with the given layout.
+weft_tensor *weft_tensor_alias(const weft_tensor *base, int ndim, const int64_t *sizes, const int64_t *strides,
+                               int64_t offset);
+void weft_contiguous_strides(int ndim, const int64_t *sizes, int64_t *strides);
+int64_t weft_shape_numel(int ndim, const int64_t *sizes);
+bool weft_shape_equal(int na, const int64_t *a, int nb, const int64_t *b);
+// Format "(2,3)" into buf.
+const char *weft_shape_fmt(int ndim, const int64_t *sizes, char *buf, size_t n);
+// Normalise a possibly negative axis for a tensor of ndim dims; -1 + error when out of range.
+int weft_axis(const char *op, int axis, int ndim);
+
+// Read/write element i (in logical order of a contiguous layout) of a host buffer as double.
+double weft_load_f64(const void *p, weft_dtype dt, int64_t i);
+void weft_store_f64(void *p, weft_dtype dt, int64_t i, double v);
+
+// Philox4x32-10: 4 random 32-bit words for (key, counter).
+void weft_philox(uint64_t key, uint64_t counter_hi, uint64_t counter_lo, uint32_t out[4]);
+// Reserve n counter values from a generator (NULL: default); returns (seed, start offset).
+void weft_generator_reserve(weft_generator *g, uint64_t n, uint64_t *seed, uint64_t *offset);
+
+#endif

@@ -1,0 +1,50 @@
+#include "weft_test.h"
+
+#include <stdlib.h>
+
+int wt_pass, wt_fail;
+
+int wt_summary(void) {
+    printf("%d passed, %d failed\n", wt_pass, wt_fail);
+    return wt_fail ? 1 : 0;
+}
+
+void wt_check_values(const char *what, const weft_tensor *t, const double *ref, int64_t n, double tol) {
+    if (!t) {
+        wt_fail++;
+        fprintf(stderr, "%s: tensor is NULL (%s)\n", what, weft_last_error());
+        return;
+    }
+    if (weft_tensor_numel(t) != n) {
+        wt_fail++;
+        fprintf(stderr, "%s: %lld elements, expected %lld\n", what, (long long)weft_tensor_numel(t), (long long)n);
+        return;
+    }
+    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    weft_tensor_to_f64(t, v, n);
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        bool ok = fabs(v[i] - ref[i]) <= tol * (1 + fabs(ref[i])) || (isnan(v[i]) && isnan(ref[i])) ||
+                  (isinf(v[i]) && v[i] == ref[i]);
+        if (!ok && bad++ < 5)
+            fprintf(stderr, "%s[%lld] = %.10g, expected %.10g\n", what, (long long)i, v[i], ref[i]);
+    }
+    if (bad) wt_fail++;
+    else wt_pass++;
+    free(v);
+}
+
+weft_tensor *wt_f64(const double *v, int ndim, const int64_t *sizes, bool rg) {
+    weft_tensor *t = weft_tensor_from_data(v, ndim, sizes, WEFT_F64);
+    if (t && rg) weft_tensor_set_requires_grad(t, true);
+    return t;
+}
+
+weft_tensor *wt_rand64(int ndim, const int64_t *sizes, double lo, double hi, uint64_t seed, bool rg) {
+    weft_generator *g = weft_generator_create(seed);
+    weft_tensor *t = weft_tensor_empty(ndim, sizes, WEFT_F64);
+    weft_tensor_uniform_(t, lo, hi, g);
+    weft_generator_free(g);
+    if (t && rg) weft_tensor_set_requires_grad(t, true);
+    return t;
+}

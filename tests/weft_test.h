@@ -1,0 +1,59 @@
+// A tiny test harness: CHECK macros that count, and helpers shared by tests.
+// Each test binary ends with "N passed, N failed" and exits non-zero on failure.
+#ifndef WEFT_TEST_H
+#define WEFT_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <weft.h>
+
+extern int wt_pass, wt_fail;
+
+#define CHECK(cond)                                                                                  \
+    do {                                                                                             \
+        if (cond) wt_pass++;                                                                         \
+        else {                                                                                       \
+            wt_fail++;                                                                               \
+            fprintf(stderr, "%s:%d: CHECK failed: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
+                    weft_last_error());                                                              \
+        }                                                                                            \
+    } while (0)
+
+#define CHECK_NEAR(a, b, tol)                                                                          \
+    do {                                                                                               \
+        double _a = (a), _b = (b);                                                                     \
+        if (fabs(_a - _b) <= (tol) * (1 + fabs(_b))) wt_pass++;                                        \
+        else {                                                                                         \
+            wt_fail++;                                                                                 \
+            fprintf(stderr, "%s:%d: %s = %.10g, expected %.10g\n", __FILE__, __LINE__, #a, _a, _b);    \
+        }                                                                                              \
+    } while (0)
+
+// Runs one named test function.
+#define RUN(fn)                                      \
+    do {                                             \
+        int _f = wt_fail;                            \
+        fn();                                        \
+        printf("%s %s\n", wt_fail == _f ? "ok  " : "FAIL", #fn); \
+    } while (0)
+
+int wt_summary(void); // prints "N passed, N failed"; returns exit code
+
+// Compare every element of t with ref (row-major) within tol (relative + absolute).
+void wt_check_values(const char *what, const weft_tensor *t, const double *ref, int64_t n, double tol);
+// An f64 tensor (leaf) from values; requires_grad as given.
+weft_tensor *wt_f64(const double *v, int ndim, const int64_t *sizes, bool requires_grad);
+// Random f64 leaf in [lo, hi) with a seed.
+weft_tensor *wt_rand64(int ndim, const int64_t *sizes, double lo, double hi, uint64_t seed, bool requires_grad);
+// Gradient check: CHECK that weft_gradcheck passes.
+#define CHECK_GRAD(fn, n, inputs, user) \
+    do { \
+        weft_status _s = weft_gradcheck(fn, n, inputs, user, NULL); \
+        if (_s == WEFT_OK) wt_pass++; \
+        else { \
+            wt_fail++; \
+            fprintf(stderr, "%s:%d: gradcheck %s failed: %s\n", __FILE__, __LINE__, #fn, weft_last_error()); \
+        } \
+    } while (0)
+
+#endif
