@@ -9,6 +9,7 @@
 #include "oplist_index.h"
 #include "oplist_linalg.h"
 #include "oplist_nn.h"
+#include "oplist_norm.h"
 #include "oplist_reduce.h"
 #include "oplist_view.h"
 #undef WEFT_OP
@@ -20,6 +21,7 @@ static weft_op_def *const g_ops[] = {
 #include "oplist_reduce.h"
 #include "oplist_linalg.h"
 #include "oplist_nn.h"
+#include "oplist_norm.h"
 #include "oplist_index.h"
 #include "oplist_conv.h"
 };
