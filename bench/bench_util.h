@@ -40,4 +40,11 @@ static inline void bench_report(const char *name, double value, const char *unit
     fflush(stdout);
 }
 
+// Same, with a peer measured in this binary (e.g. OpenBLAS called directly).
+static inline void bench_report_peer(const char *name, double value, const char *unit, int higher_is_better,
+                                     double peer) {
+    printf("%s %.4g %s %d %.4g\n", name, value, unit, higher_is_better, peer);
+    fflush(stdout);
+}
+
 #endif

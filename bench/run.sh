@@ -5,9 +5,10 @@
 # (ratio > 1 means weft is better). BENCH=<pattern> keeps names matching it.
 #
 # Protocol: a bench binary and its twin each print lines
-#   <name> <value> <unit> <hib>
+#   <name> <value> <unit> <hib> [<peer value>]
 # where hib is 1 when higher is better (GB/s, GFLOP/s) and 0 when lower is
-# better (us/op, ms). Both get WEFT_NUM_THREADS / the thread count as env, and
+# better (us/op, ms). A fifth field is a peer measured in the same binary
+# (e.g. OpenBLAS called directly); it wins over the Python twin. Both get WEFT_NUM_THREADS / the thread count as env, and
 # BENCH as their first argument so they can skip what is filtered out.
 set -u
 BUILD=${BUILD:-build}
@@ -27,10 +28,11 @@ for bin in "$BUILD"/bench_*; do
   if [ $have_torch = 1 ] && [ -f "bench/peers/$name.py" ]; then
     peer_out=$("$PY" "bench/peers/$name.py" "$PATTERN" 2>/dev/null) || peer_out=""
   fi
-  while read -r bname val unit hib; do
+  while read -r bname val unit hib inpeer; do
     [ -n "$bname" ] || continue
     if [ -n "$PATTERN" ] && [[ "$bname" != *$PATTERN* ]]; then continue; fi
-    pv=$(printf '%s\n' "$peer_out" | awk -v n="$bname" '$1==n {print $2; exit}')
+    pv=${inpeer:-}
+    [ -n "$pv" ] || pv=$(printf '%s\n' "$peer_out" | awk -v n="$bname" '$1==n {print $2; exit}')
     if [ -z "$pv" ]; then
       echo "bench $bname weft=$val peer=none unit=$unit ratio=none"
     else
