@@ -13,16 +13,29 @@
 
 #include "autograd_impl.h"
 
+// A growable array that starts in inline storage: small graphs (the common
+// eager case) run backward without touching malloc.
+#define VEC_INLINE 32
 typedef struct {
     void **v;
     int n, cap;
+    void *inl[VEC_INLINE];
 } vec;
 
+static void vec_init(vec *a) {
+    a->v = a->inl;
+    a->n = 0;
+    a->cap = VEC_INLINE;
+}
+static void vec_free(vec *a) {
+    if (a->v != a->inl) free(a->v);
+}
 static bool vec_push(vec *a, void *x) {
     if (a->n == a->cap) {
-        int cap = a->cap ? a->cap * 2 : 64;
-        void **v = realloc(a->v, sizeof(void *) * (size_t)cap);
+        int cap = a->cap * 2;
+        void **v = a->v == a->inl ? malloc(sizeof(void *) * (size_t)cap) : realloc(a->v, sizeof(void *) * (size_t)cap);
         if (!v) return false;
+        if (a->v == a->inl) memcpy(v, a->inl, sizeof a->inl);
         a->v = v;
         a->cap = cap;
     }
@@ -165,15 +178,20 @@ weft_status weft_backward_multi(int nr, weft_tensor *const *roots, weft_tensor *
                                 const weft_backward_opts *opts) {
     weft_backward_opts o = opts ? *opts : (weft_backward_opts){0};
     if (o.create_graph) o.retain_graph = true; // as PyTorch: the new graph still needs the saved tensors
-    vec visited = {0}, stack = {0}, heap = {0}, leaves = {0};
-    weft_tensor **gin = NULL;
+    vec visited, stack, heap, leaves;
+    vec_init(&visited);
+    vec_init(&stack);
+    vec_init(&heap);
+    vec_init(&leaves);
+    weft_tensor *gin_inl[8], *rg_inl[8], **gin = NULL;
     weft_status st = WEFT_OK;
     uint64_t epoch = __atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELAXED);
     bool prev_mode = weft_grad_set_enabled(o.create_graph);
     int max_in = 1;
 
     // Root gradients.
-    weft_tensor **rg = calloc((size_t)(nr ? nr : 1), sizeof *rg);
+    weft_tensor **rg = nr <= 8 ? rg_inl : calloc((size_t)nr, sizeof *rg);
+    if (rg == rg_inl) memset(rg_inl, 0, sizeof rg_inl);
     if (!rg) {
         st = weft_error(WEFT_ERR_OOM, "backward: out of memory");
         goto done;
@@ -263,7 +281,8 @@ weft_status weft_backward_multi(int nr, weft_tensor *const *roots, weft_tensor *
         }
     }
 
-    gin = calloc((size_t)max_in, sizeof *gin);
+    gin = max_in <= 8 ? gin_inl : calloc((size_t)max_in, sizeof *gin);
+    if (gin == gin_inl) memset(gin_inl, 0, sizeof gin_inl);
     if (!gin) goto oom;
     // 2-3. run ready nodes, newest first
     while (heap.n) {
@@ -312,12 +331,12 @@ done:
         for (int r = 0; r < nr; r++) weft_tensor_free(rg[r]);
     if (gin)
         for (int i = 0; i < max_in; i++) weft_tensor_free(gin[i]);
-    free(rg);
-    free(gin);
-    free(visited.v);
-    free(stack.v);
-    free(heap.v);
-    free(leaves.v);
+    if (rg != rg_inl) free(rg);
+    if (gin != gin_inl) free(gin);
+    vec_free(&visited);
+    vec_free(&stack);
+    vec_free(&heap);
+    vec_free(&leaves);
     weft_grad_set_enabled(prev_mode);
     return st;
 }
