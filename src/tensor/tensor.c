@@ -90,7 +90,7 @@ weft_tensor *weft_tensor_new(int ndim, const int64_t *sizes, weft_dtype dt, weft
     t->dtype = (uint8_t)dt;
     t->device = dev;
     t->numel = numel;
-    memcpy(t->sizes, sizes, sizeof(int64_t) * (size_t)ndim);
+    if (ndim) memcpy(t->sizes, sizes, sizeof(int64_t) * (size_t)ndim);
     weft_contiguous_strides(ndim, sizes, t->strides);
     return t;
 }
@@ -105,8 +105,10 @@ weft_tensor *weft_tensor_alias(const weft_tensor *base, int ndim, const int64_t 
     t->dtype = base->dtype;
     t->device = base->device;
     t->offset = offset;
-    memcpy(t->sizes, sizes, sizeof(int64_t) * (size_t)ndim);
-    memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
+    if (ndim) {
+        memcpy(t->sizes, sizes, sizeof(int64_t) * (size_t)ndim);
+        memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
+    }
     t->numel = weft_shape_numel(ndim, sizes);
     return t;
 }
