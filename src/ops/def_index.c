@@ -10,6 +10,12 @@
 static weft_status check_index(const char *op, const weft_tensor *ix) {
     return weft_check_dtype(op, ix, WEFT_DT_INT, "the index");
 }
+// attrs come normalised from the constructors; an op applied directly (graph
+// files) is still checked.
+static weft_status check_dim(const char *op, const weft_tensor *t, int64_t dim) {
+    if (dim >= 0 && dim < t->ndim) return WEFT_OK;
+    return weft_error(WEFT_ERR_ARG, "%s: dim %lld is out of range for %d dims", op, (long long)dim, t->ndim);
+}
 
 // ---- inference ----
 static weft_status infer_embedding(const weft_op_args *a, weft_out_meta *o) {
@@ -43,7 +49,7 @@ static weft_status infer_index_select(const weft_op_args *a, weft_out_meta *o) {
     const weft_tensor *t = a->in[0], *ix = a->in[1];
     int dim = (int)a->attrs->i[0];
     weft_status st = check_index("index_select", ix);
-    if (st) return st;
+    if (st || (st = check_dim("index_select", t, dim))) return st;
     if (ix->ndim > 1) return weft_error(WEFT_ERR_SHAPE, "index_select: index must be 1-D, got %d dims", ix->ndim);
     weft_meta_set(o, t->ndim, t->sizes, (weft_dtype)t->dtype);
     o->sizes[dim] = ix->numel;
@@ -80,14 +86,14 @@ static weft_status check_gather_shapes(const char *op, const weft_tensor *t, con
 static weft_status infer_gather(const weft_op_args *a, weft_out_meta *o) {
     const weft_tensor *t = a->in[0], *ix = a->in[1];
     weft_status st = check_index("gather", ix);
-    if (st || (st = check_gather_shapes("gather", t, ix, NULL, (int)a->attrs->i[0]))) return st;
+    if (st || (st = check_dim("gather", t, a->attrs->i[0])) || (st = check_gather_shapes("gather", t, ix, NULL, (int)a->attrs->i[0]))) return st;
     weft_meta_set(o, ix->ndim, ix->sizes, (weft_dtype)t->dtype);
     return WEFT_OK;
 }
 static weft_status infer_scatter_add(const weft_op_args *a, weft_out_meta *o) {
     const weft_tensor *t = a->in[0], *ix = a->in[1], *src = a->in[2];
     weft_status st = check_index("scatter_add", ix);
-    if (st) return st;
+    if (st || (st = check_dim("scatter_add", t, a->attrs->i[0]))) return st;
     weft_tensor *ts[2] = {a->in[0], a->in[2]};
     if ((st = weft_check_same_dtype("scatter_add", 2, ts))) return st;
     if ((st = check_gather_shapes("scatter_add", t, ix, src, (int)a->attrs->i[0]))) return st;
@@ -98,7 +104,7 @@ static weft_status infer_concat(const weft_op_args *a, weft_out_meta *o) {
     const weft_tensor *t0 = a->in[0];
     int dim = (int)a->attrs->i[0];
     weft_status st = weft_check_same_dtype("concat", a->n_in, a->in);
-    if (st) return st;
+    if (st || (st = check_dim("concat", t0, dim))) return st;
     weft_meta_set(o, t0->ndim, t0->sizes, (weft_dtype)t0->dtype);
     o->sizes[dim] = 0;
     for (int i = 0; i < a->n_in; i++) {
@@ -155,7 +161,8 @@ static weft_status bw_index_select_bw(const weft_bw_args *b) {
 static weft_status bw_gather(const weft_bw_args *b) { // scatter_add of g into zeros of t's shape
     if (b->needs[0]) {
         const weft_in_meta *m = &b->in_meta[0];
-        weft_tensor *z0 = weft_tensor_scalar(0, m->dtype), *z = weft_expand(z0, m->ndim, m->sizes);
+        // a broadcast zero, not a full tensor: scatter_add copies it into its output anyway
+        weft_tensor *z0 = weft_tensor_zeros(1, (const int64_t[]){1}, m->dtype), *z = weft_expand(z0, m->ndim, m->sizes);
         b->gin[0] = weft_scatter_add(z, (int)b->attrs->i[0], b->in[1], b->gout[0]);
         weft_tensor_free(z0);
         weft_tensor_free(z);

@@ -517,6 +517,14 @@ static void test_large(void) {
     weft_tensor *ig = rand_index(2, (int64_t[]){500, 400}, 300, 87, WEFT_I64);
     check_gather(t, 0, ig, "gather large");
     check_scatter(t, 0, ig, src, "scatter_add large");
+    // along the last dim with one outer row: the element path splits the row over threads
+    weft_tensor *r1 = wt_rand64(WEFT_DIMS(1, 50000), -1, 1, 88, false), *v1 = weft_reshape(r1, WEFT_DIMS(50000));
+    weft_tensor *i1 = rand_index(2, (int64_t[]){1, 60000}, 50000, 89, WEFT_I64), *i1f = weft_reshape(i1, WEFT_DIMS(60000));
+    check_gather(r1, 1, i1, "gather large last dim");
+    check_index_select(v1, 0, i1f, "index_select large 1-d");
+    weft_tensor *s1 = wt_rand64(WEFT_DIMS(1, 60000), -1, 1, 90, false);
+    check_scatter(r1, 1, i1, s1, "scatter_add large last dim");
+    FREE(r1, v1, i1, i1f, s1);
     // concat of large pieces
     weft_tensor *ca[] = {t, src, t};
     check_concat(3, ca, 0, "concat large dim0");

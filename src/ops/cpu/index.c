@@ -149,11 +149,44 @@ static void row_add(char *dst, const char *src, const lin *il, weft_dtype dt) {
 }
 
 // ---- cores ----
+#define TAKE_ELEMS(T)                                                                       \
+    do {                                                                                    \
+        T *d_ = (T *)out + o * n;                                                           \
+        const T *b_ = (const T *)(src + lin_at(ol, o) * esz);                               \
+        for (int64_t j = j0; j < j1; j++) d_[j] = b_[ix[j] * sd];                           \
+    } while (0)
+
+// out (outer, n) contiguous: out[o, j] = src[ol(o) + ix[j] * sd], where ix is
+// idx (index_select) or idx + o * n (gather, per_row). Tasks split (o, blocks
+// of j) so a single long row still uses every thread.
+static void take_elems(char *out, const char *src, int64_t esz, const lin *ol, int64_t n, int64_t sd,
+                       const int64_t *idx, bool per_row) {
+    int64_t outer = ol->n;
+    int nt = weft_num_threads();
+    bool par = nt > 1 && outer * n > WEFT_PAR_GRAIN;
+    int64_t nb = (!par || outer >= nt) ? 1 : nt;
+#pragma omp parallel for num_threads(nt) if (par) schedule(static)
+    for (int64_t task = 0; task < outer * nb; task++) {
+        int64_t o = task / nb, b = task - o * nb, j0 = n * b / nb, j1 = n * (b + 1) / nb;
+        const int64_t *ix = per_row ? idx + o * n : idx;
+        switch (esz) {
+        case 1: TAKE_ELEMS(uint8_t); break;
+        case 2: TAKE_ELEMS(uint16_t); break;
+        case 4: TAKE_ELEMS(uint32_t); break;
+        default: TAKE_ELEMS(uint64_t); break;
+        }
+    }
+}
+
 // out (outer, n, inner) contiguous: out[o, j, :] = src[ol(o) + idx[j] * sd + il(:)]
 // (index_select; embedding is the case outer = 1).
 static void take_rows(char *out, const char *src, int64_t esz, const lin *ol, int64_t sd, const int64_t *idx,
                       int64_t n, const lin *il) {
     int64_t rows = ol->n * n, inner = il->n;
+    if (inner == 1) { // selecting along the last dim: one element per row, no per-row call
+        take_elems(out, src, esz, ol, n, sd, idx, false);
+        return;
+    }
 #pragma omp parallel for num_threads(weft_num_threads()) if (rows * inner > WEFT_PAR_GRAIN) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         int64_t o = r / n, j = r - o * n;
@@ -202,6 +235,10 @@ static void add_rows(char *out, int64_t N, const char *src, weft_dtype dt, const
 static void gather_core(char *out, const char *src, int64_t esz, const lin *ol, int64_t n, int64_t sd,
                         const int64_t *idx, const lin *il) {
     int64_t rows = ol->n * n, inner = il->n;
+    if (inner == 1) { // gathering along the last dim
+        take_elems(out, src, esz, ol, n, sd, idx, true);
+        return;
+    }
 #pragma omp parallel for num_threads(weft_num_threads()) if (rows * inner > WEFT_PAR_GRAIN) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const char *base = src + lin_at(ol, r / n) * esz;
@@ -223,6 +260,13 @@ static void gather_core(char *out, const char *src, int64_t esz, const lin *ol, 
         for (int64_t k = k0; k < k1; k++) D_[ix[k] * dsd + lin_at(dil, k)] += S_[lin_at(sil, k)]; \
     } while (0)
 
+#define SCATTER_ROW(T)                                                                      \
+    do {                                                                                    \
+        T *D_ = (T *)d;                                                                     \
+        const T *S_ = (const T *)s;                                                         \
+        for (int64_t j = 0; j < n; j++) D_[ix[j] * dsd] += S_[j * ssd];                     \
+    } while (0)
+
 // out (already holding t) over the index's (outer, n, inner) positions:
 //   out[dol(o) + idx[o, j, k] * dsd + dil(k)] += src[sol(o) + j * ssd + sil(k)]
 // Positions with different (o, k) never hit the same element, so tasks split
@@ -234,6 +278,21 @@ static void scatter_core(char *out, const char *src, weft_dtype dt, const lin *d
     bool par = nt > 1 && outer * n * inner > WEFT_PAR_GRAIN;
     int64_t nb = (!par || outer >= nt) ? 1 : (inner < nt ? inner : nt);
     if (nb < 1) nb = 1;
+    if (inner == 1) { // scattering along the last dim: a task per outer row, j in order
+#pragma omp parallel for num_threads(nt) if (par) schedule(static)
+        for (int64_t o = 0; o < outer; o++) {
+            char *d = out + lin_at(dol, o) * esz;
+            const char *s = src + lin_at(sol, o) * esz;
+            const int64_t *ix = idx + o * n;
+            switch (dt) {
+            case WEFT_F32: SCATTER_ROW(float); break;
+            case WEFT_F64: SCATTER_ROW(double); break;
+            case WEFT_I32: SCATTER_ROW(int32_t); break;
+            default: SCATTER_ROW(int64_t); break;
+            }
+        }
+        return;
+    }
 #pragma omp parallel for num_threads(nt) if (par) schedule(static)
     for (int64_t task = 0; task < outer * nb; task++) {
         int64_t o = task / nb, b = task - o * nb, k0 = inner * b / nb, k1 = inner * (b + 1) / nb;
