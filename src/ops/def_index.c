@@ -86,7 +86,9 @@ static weft_status check_gather_shapes(const char *op, const weft_tensor *t, con
 static weft_status infer_gather(const weft_op_args *a, weft_out_meta *o) {
     const weft_tensor *t = a->in[0], *ix = a->in[1];
     weft_status st = check_index("gather", ix);
-    if (st || (st = check_dim("gather", t, a->attrs->i[0])) || (st = check_gather_shapes("gather", t, ix, NULL, (int)a->attrs->i[0]))) return st;
+    if (st || (st = check_dim("gather", t, a->attrs->i[0])) ||
+        (st = check_gather_shapes("gather", t, ix, NULL, (int)a->attrs->i[0])))
+        return st;
     weft_meta_set(o, ix->ndim, ix->sizes, (weft_dtype)t->dtype);
     return WEFT_OK;
 }
