@@ -185,6 +185,8 @@ static weft_status infer_expand(const weft_op_args *a, weft_out_meta *o) {
         if (want == -1) {
             if (td < 0) return weft_error(WEFT_ERR_ARG, "expand: -1 is not allowed for a new leading dim");
             want = have;
+        } else if (want < 0) {
+            return weft_error(WEFT_ERR_ARG, "expand: bad size %lld for dim %d", (long long)want, d);
         }
         if (have != want && have != 1) {
             char s[96];
