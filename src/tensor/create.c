@@ -8,6 +8,10 @@
 
 weft_tensor *weft_tensor_empty_on(int ndim, const int64_t *sizes, weft_dtype dt, weft_device dev) {
     if (ndim > 0 && !sizes) return weft_error_null(WEFT_ERR_ARG, "tensor: NULL sizes");
+    // 0-d tensors may pass sizes = NULL; weft_tensor_new memcpy()s from it
+    // (zero bytes, but memcpy's arguments must still be valid pointers).
+    static const int64_t k_no_sizes[1] = {1};
+    if (!sizes) sizes = k_no_sizes;
     return weft_tensor_new(ndim, sizes, dt, dev);
 }
 
