@@ -52,6 +52,8 @@ weft_tensor *weft_tensor_arange(double start, double end, double step, weft_dtyp
     if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
         return weft_error_null(WEFT_ERR_ARG, "arange: bad range (%g, %g, step %g)", start, end, step);
     double nf = ceil((end - start) / step);
+    if (nf > (double)(INT64_MAX / 16)) // converting it to int64 would be undefined
+        return weft_error_null(WEFT_ERR_ARG, "arange: %g elements is too many", nf);
     int64_t n = nf > 0 ? (int64_t)nf : 0;
     weft_tensor *t = weft_tensor_empty_on(1, &n, dt, WEFT_DEVICE_CPU);
     if (!t) return NULL;

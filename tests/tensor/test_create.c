@@ -89,6 +89,8 @@ static void test_arange(void) {
     CHECK(weft_tensor_arange(0, 1, 0, WEFT_F32) == NULL && strstr(weft_last_error(), "arange"));
     weft_clear_error();
     CHECK(weft_tensor_arange(0, INFINITY, 1, WEFT_F32) == NULL && strstr(weft_last_error(), "arange"));
+    weft_clear_error();
+    CHECK(weft_tensor_arange(0, 1e300, 1e-10, WEFT_F32) == NULL && strstr(weft_last_error(), "arange"));
     drop_all();
 }
 
