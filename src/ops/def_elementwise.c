@@ -316,9 +316,13 @@ weft_tensor *weft_cast(weft_tensor *t, weft_dtype dt) {
     return weft_op_apply1(&weft_op_cast, 1, &t, &at);
 }
 
-weft_tensor *weft_tensor_clone(weft_tensor *t) { return weft_op_apply1(&weft_op_copy, 1, &t, NULL); }
+weft_tensor *weft_tensor_clone(weft_tensor *t) {
+    if (!t) return weft_error_null_input("clone");
+    return weft_op_apply1(&weft_op_copy, 1, &t, NULL);
+}
 
 weft_tensor *weft_tensor_contiguous(weft_tensor *t) {
-    if (t && weft_tensor_is_contiguous(t)) return weft_tensor_ref(t);
+    if (!t) return weft_error_null_input("contiguous");
+    if (weft_tensor_is_contiguous(t)) return weft_tensor_ref(t);
     return weft_op_apply1(&weft_op_copy, 1, &t, NULL);
 }

@@ -133,6 +133,7 @@ weft_tensor *weft_argmax(weft_tensor *t, int axis, bool keepdim) {
 
 weft_tensor *weft_sum_to(weft_tensor *t, int ndim, const int64_t *sizes) {
     if (!t) return weft_error_null_input("sum_to");
+    if (ndim > 0 && !sizes) return weft_error_null(WEFT_ERR_ARG, "sum_to: NULL sizes");
     int lead = t->ndim - ndim;
     if (lead < 0) return weft_error_null(WEFT_ERR_SHAPE, "sum_to: target has more dims than the tensor");
     uint32_t mask = 0;

@@ -185,6 +185,8 @@ static weft_status infer_expand(const weft_op_args *a, weft_out_meta *o) {
         if (want == -1) {
             if (td < 0) return weft_error(WEFT_ERR_ARG, "expand: -1 is not allowed for a new leading dim");
             want = have;
+        } else if (want < 0) {
+            return weft_error(WEFT_ERR_ARG, "expand: bad size %lld for dim %d", (long long)want, d);
         }
         if (have != want && have != 1) {
             char s[96];
@@ -210,6 +212,7 @@ weft_op_def weft_op_expand = {.name = "expand", .n_in = 1, .n_out = 1, .flags = 
 // ---- public constructors ----
 static weft_tensor *view_op(weft_tensor *t, int ndim, const int64_t *sizes) {
     if (ndim < 0 || ndim > WEFT_MAX_DIMS) return weft_error_null(WEFT_ERR_ARG, "view: %d dims", ndim);
+    if (ndim > 0 && !sizes) return weft_error_null(WEFT_ERR_ARG, "view: NULL sizes");
     weft_attrs at = {.i = {ndim}};
     if (ndim) memcpy(&at.i[1], sizes, sizeof(int64_t) * (size_t)ndim);
     return weft_op_apply1(&weft_op_view, 1, &t, &at);
@@ -222,6 +225,7 @@ weft_tensor *weft_view(weft_tensor *t, int ndim, const int64_t *sizes) {
 
 weft_tensor *weft_reshape(weft_tensor *t, int ndim, const int64_t *sizes) {
     if (!t) return weft_error_null_input("reshape");
+    if (ndim > 0 && !sizes) return weft_error_null(WEFT_ERR_ARG, "reshape: NULL sizes");
     int64_t res[WEFT_MAX_DIMS], st[WEFT_MAX_DIMS];
     if (resolve_shape("reshape", t, ndim, sizes, res)) return NULL;
     if (view_strides(t->ndim, t->sizes, t->strides, ndim, res, st)) return view_op(t, ndim, res);
@@ -341,8 +345,9 @@ weft_tensor *weft_select(weft_tensor *t, int dim, int64_t index) {
 weft_tensor *weft_expand(weft_tensor *t, int ndim, const int64_t *sizes) {
     if (!t) return weft_error_null_input("expand");
     if (ndim < 0 || ndim > WEFT_MAX_DIMS) return weft_error_null(WEFT_ERR_ARG, "expand: %d dims", ndim);
+    if (ndim > 0 && !sizes) return weft_error_null(WEFT_ERR_ARG, "expand: NULL sizes");
     weft_attrs at = {.i = {ndim}};
-    memcpy(&at.i[1], sizes, sizeof(int64_t) * (size_t)ndim);
+    if (ndim) memcpy(&at.i[1], sizes, sizeof(int64_t) * (size_t)ndim);
     return weft_op_apply1(&weft_op_expand, 1, &t, &at);
 }
 
@@ -351,10 +356,15 @@ weft_status weft_split(weft_tensor *t, int dim, int n, const int64_t *sizes, wef
         weft_error_null_input("split");
         return weft_last_status();
     }
+    if (n < 0 || (n > 0 && (!sizes || !out))) return weft_error(WEFT_ERR_ARG, "split: NULL sizes or outputs");
     int d = weft_axis("split", dim, t->ndim);
     if (d < 0) return WEFT_ERR_ARG;
+    if (t->ndim == 0) return weft_error(WEFT_ERR_ARG, "split: cannot split a 0-d tensor");
     int64_t total = 0;
-    for (int k = 0; k < n; k++) total += sizes[k];
+    for (int k = 0; k < n; k++) {
+        if (sizes[k] < 0) return weft_error(WEFT_ERR_ARG, "split: negative size %lld", (long long)sizes[k]);
+        total += sizes[k];
+    }
     if (total != t->sizes[d])
         return weft_error(WEFT_ERR_SHAPE, "split: sizes add up to %lld but dim %d has %lld", (long long)total, d,
                           (long long)t->sizes[d]);

@@ -6,12 +6,12 @@
 #include "../device/device_impl.h"
 #include "tensor_impl.h"
 
-static weft_status elem_offset(const weft_tensor *t, const int64_t *index, int64_t *off) {
+static weft_status elem_offset(const char *op, const weft_tensor *t, const int64_t *index, int64_t *off) {
     int64_t o = t->offset;
     for (int d = 0; d < t->ndim; d++) {
         if (index[d] < 0 || index[d] >= t->sizes[d])
-            return weft_error(WEFT_ERR_ARG, "index %lld out of range for dim %d of size %lld", (long long)index[d], d,
-                              (long long)t->sizes[d]);
+            return weft_error(WEFT_ERR_ARG, "%s: index %lld out of range for dim %d of size %lld", op,
+                              (long long)index[d], d, (long long)t->sizes[d]);
         o += index[d] * t->strides[d];
     }
     *off = o;
@@ -21,7 +21,7 @@ static weft_status elem_offset(const weft_tensor *t, const int64_t *index, int64
 weft_status weft_tensor_get(const weft_tensor *t, const int64_t *index, double *out) {
     if (!t || (!index && t->ndim) || !out) return weft_error(WEFT_ERR_ARG, "get: NULL argument");
     int64_t off = 0;
-    weft_status st = elem_offset(t, index, &off);
+    weft_status st = elem_offset("get", t, index, &off);
     if (st) return st;
     size_t esz = weft_dtype_size((weft_dtype)t->dtype);
     const char *p = (const char *)t->storage->data + off * (int64_t)esz;
@@ -38,7 +38,7 @@ weft_status weft_tensor_get(const weft_tensor *t, const int64_t *index, double *
 weft_status weft_tensor_set(weft_tensor *t, const int64_t *index, double v) {
     if (!t || (!index && t->ndim)) return weft_error(WEFT_ERR_ARG, "set: NULL argument");
     int64_t off = 0;
-    weft_status st = elem_offset(t, index, &off);
+    weft_status st = elem_offset("set", t, index, &off);
     if (st) return st;
     size_t esz = weft_dtype_size((weft_dtype)t->dtype);
     char *p = (char *)t->storage->data + off * (int64_t)esz;

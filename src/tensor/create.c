@@ -8,6 +8,10 @@
 
 weft_tensor *weft_tensor_empty_on(int ndim, const int64_t *sizes, weft_dtype dt, weft_device dev) {
     if (ndim > 0 && !sizes) return weft_error_null(WEFT_ERR_ARG, "tensor: NULL sizes");
+    // 0-d tensors may pass sizes = NULL; weft_tensor_new memcpy()s from it
+    // (zero bytes, but memcpy's arguments must still be valid pointers).
+    static const int64_t k_no_sizes[1] = {1};
+    if (!sizes) sizes = k_no_sizes;
     return weft_tensor_new(ndim, sizes, dt, dev);
 }
 
@@ -48,6 +52,8 @@ weft_tensor *weft_tensor_arange(double start, double end, double step, weft_dtyp
     if (step == 0 || !isfinite(start) || !isfinite(end) || !isfinite(step))
         return weft_error_null(WEFT_ERR_ARG, "arange: bad range (%g, %g, step %g)", start, end, step);
     double nf = ceil((end - start) / step);
+    if (nf > (double)(INT64_MAX / 16)) // converting it to int64 would be undefined
+        return weft_error_null(WEFT_ERR_ARG, "arange: %g elements is too many", nf);
     int64_t n = nf > 0 ? (int64_t)nf : 0;
     weft_tensor *t = weft_tensor_empty_on(1, &n, dt, WEFT_DEVICE_CPU);
     if (!t) return NULL;

@@ -90,6 +90,11 @@ static weft_status fill_random(weft_tensor *t, int kind, double p0, double p1, w
     char *p = weft_tensor_ptr(h);
     weft_dtype dt = (weft_dtype)h->dtype;
     bool integer = !weft_dtype_is_float(dt);
+    // Uniform floats are drawn on the dtype's significand grid (k * 2^-bits):
+    // a 53-bit u just below 1 would otherwise round up to 1.0 when stored as
+    // f32 (u > 1 - 2^-25), f16 or bf16, outside [0, 1).
+    int bits = dt == WEFT_F32 ? 24 : dt == WEFT_F16 ? 11 : dt == WEFT_BF16 ? 8 : 53;
+    const double grid = ldexp(1.0, bits);
     int64_t n = h->numel;
 #pragma omp parallel for if (n > 65536) num_threads(weft_num_threads())
     for (int64_t i = 0; i < n; i++) {
@@ -98,13 +103,19 @@ static weft_status fill_random(weft_tensor *t, int kind, double p0, double p1, w
         double v;
         if (kind == R_UNIFORM) {
             double u = u01(w[0], w[1]);
-            v = integer ? floor(p0 + u * (p1 - p0)) : p0 + u * (p1 - p0);
-            if (!integer && v >= p1) v = p0; // guard rounding at the top end
+            if (integer) {
+                v = floor(p0 + u * (p1 - p0));
+                if (v >= p1) v = p1 - 1; // wide ranges: p0 + u (p1 - p0) can round up to p1
+            } else {
+                v = p0 + floor(u * grid) / grid * (p1 - p0);
+            }
         } else { // Box-Muller
             double u1 = u01(w[0], w[1]), u2 = u01(w[2], w[3]);
             v = p0 + p1 * sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2);
         }
         weft_store_f64(p, dt, i, v);
+        // [lo, hi) with general bounds: the value rounded to the dtype may still reach hi
+        if (kind == R_UNIFORM && !integer && weft_load_f64(p, dt, i) >= p1) weft_store_f64(p, dt, i, p0);
     }
     weft_status st = WEFT_OK;
     if (h != t) {

@@ -1,4 +1,5 @@
 // Strided copy with broadcasting and dtype conversion (CPU).
+#include <math.h>
 #include <string.h>
 
 #include "iter.h"
@@ -53,12 +54,44 @@ static void copy_bf16_f32(char **p, const int64_t *s, int64_t n, const void *ctx
     for (int64_t i = 0; i < n; i++)
         *(uint16_t *)(p[0] + i * s[0]) = weft_f32_to_bf16(*(const float *)(p[1] + i * s[1]));
 }
+// double -> float rounded to odd: inexact results get their last mantissa bit
+// set. Rounding that float once more to f16/bf16 (nearest even) then equals
+// rounding the double directly, because float keeps >= 2 extra bits; plain
+// (float)d followed by a second rounding can round twice (1 + 2^-11 + 2^-40
+// would land on the f16 tie and go down to 1.0).
+static float f64_to_f32_odd(double d) {
+    float f = (float)d;
+    if ((double)f == d || d != d) return f;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    // the truncated (toward zero) value is f, or f's neighbour toward zero
+    if (fabs((double)f) > fabs(d)) u -= 1;
+    u |= 1;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static void copy_f16_f64(char **p, const int64_t *s, int64_t n, const void *ctx) {
+    (void)ctx;
+    for (int64_t i = 0; i < n; i++)
+        *(uint16_t *)(p[0] + i * s[0]) = weft_f32_to_f16(f64_to_f32_odd(*(const double *)(p[1] + i * s[1])));
+}
+static void copy_bf16_f64(char **p, const int64_t *s, int64_t n, const void *ctx) {
+    (void)ctx;
+    for (int64_t i = 0; i < n; i++)
+        *(uint16_t *)(p[0] + i * s[0]) = weft_f32_to_bf16(f64_to_f32_odd(*(const double *)(p[1] + i * s[1])));
+}
+
 // Any other pair goes through double (exact for every value of these dtypes
 // except i64 beyond 2^53).
 static void copy_generic(char **p, const int64_t *s, int64_t n, const void *vctx) {
     const copy_ctx *c = vctx;
     for (int64_t i = 0; i < n; i++) {
         double v = weft_load_f64(p[1] + i * s[1], c->st, 0);
+        if (c->dt == WEFT_F16 || c->dt == WEFT_BF16) { // integers into a half format: round once
+            float f = f64_to_f32_odd(v);
+            *(uint16_t *)(p[0] + i * s[0]) = c->dt == WEFT_F16 ? weft_f32_to_f16(f) : weft_f32_to_bf16(f);
+            continue;
+        }
         if (c->st == WEFT_I64 && c->dt == WEFT_I32) { // keep integers exact
             *(int32_t *)(p[0] + i * s[0]) = (int32_t) * (const int64_t *)(p[1] + i * s[1]);
             continue;
@@ -84,6 +117,8 @@ weft_status weft_cpu_copy(weft_tensor *dst, const weft_tensor *src) {
     else if (c.dt == WEFT_F16 && c.st == WEFT_F32) fn = copy_f16_f32;
     else if (c.dt == WEFT_F32 && c.st == WEFT_BF16) fn = copy_f32_bf16;
     else if (c.dt == WEFT_BF16 && c.st == WEFT_F32) fn = copy_bf16_f32;
+    else if (c.dt == WEFT_F16 && c.st == WEFT_F64) fn = copy_f16_f64;
+    else if (c.dt == WEFT_BF16 && c.st == WEFT_F64) fn = copy_bf16_f64;
     weft_iter_run(&it, fn, &c);
     return WEFT_OK;
 }

@@ -55,6 +55,9 @@ void weft_iter_init(weft_iter *it, weft_tensor *out, int n_in, weft_tensor *cons
 }
 
 void weft_iter_run_range(const weft_iter *it, int64_t start, int64_t end, weft_loop_fn fn, const void *ctx) {
+    // Empty ranges (and empty tensors, whose sizes contain a 0) do nothing:
+    // the index decomposition below would divide by that 0.
+    if (start >= end || it->numel <= 0) return;
     int nd = it->ndim, nops = it->nops;
     int64_t inner = it->sizes[nd - 1];
     int64_t idx[WEFT_MAX_DIMS];

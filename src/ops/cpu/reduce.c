@@ -109,8 +109,11 @@ void weft_reduce_out_shape(const weft_tensor *x, uint32_t mask, bool keepdim, in
         }                                                                             \
         case WEFT_RED_LOGSUMEXP: {                                                    \
             double m = -INFINITY, s = 0;                                              \
-            FOR_REDUCED(T, p, base, if (v > m) m = v);                                \
-            if (m == -INFINITY || m != m) return m;                                   \
+            bool nan_ = false;                                                        \
+            FOR_REDUCED(T, p, base, { if (v > m) m = v; else if (v != v) nan_ = true; }); \
+            /* +-inf or NaN: exp(v - m) would be inf - inf; the answer is m itself */ \
+            if (nan_) return NAN;                                                     \
+            if (isinf(m)) return m;                                                   \
             FOR_REDUCED(T, p, base, s += exp(v - m));                                 \
             return m + log(s);                                                        \
         }                                                                             \
@@ -131,8 +134,40 @@ void weft_reduce_out_shape(const weft_tensor *x, uint32_t mask, bool keepdim, in
     }
 REDUCE_ONE(float)
 REDUCE_ONE(double)
-REDUCE_ONE(int32_t)
-REDUCE_ONE(int64_t)
+
+// Integer sum/max/min/argmax accumulate in int64 (exact beyond 2^53, and a
+// sum that overflows the dtype wraps like the dtype instead of an undefined
+// double -> int conversion). Mean/var/logsumexp need floats (checked at infer).
+#define REDUCE_ONE_INT(T)                                                             \
+    static int64_t reduce_int_##T(const weft_reduce_plan *p, const T *base, int kind) { \
+        int64_t acc = 0, best = 0, k = 0;                                             \
+        bool first = true;                                                            \
+        int64_t idx[WEFT_MAX_DIMS] = {0};                                             \
+        int nr = p->nr;                                                               \
+        int64_t inner = p->rsize[nr - 1], is = p->rstride[nr - 1];                    \
+        const T *q = base;                                                            \
+        for (int64_t done = 0; done < p->n_red; done += inner) {                      \
+            for (int64_t j = 0; j < inner; j++, k++) {                                \
+                int64_t v = (int64_t)q[j * is];                                       \
+                switch (kind) {                                                       \
+                case WEFT_RED_SUM: acc = (int64_t)((uint64_t)acc + (uint64_t)v); break; \
+                case WEFT_RED_MAX: if (first || v > acc) acc = v; break;              \
+                case WEFT_RED_MIN: if (first || v < acc) acc = v; break;              \
+                default: if (first || v > acc) acc = v, best = k; break;              \
+                }                                                                     \
+                first = false;                                                        \
+            }                                                                         \
+            for (int d = nr - 2; d >= 0; d--) {                                       \
+                q += p->rstride[d];                                                   \
+                if (++idx[d] < p->rsize[d]) break;                                    \
+                q -= p->rstride[d] * p->rsize[d];                                     \
+                idx[d] = 0;                                                           \
+            }                                                                         \
+        }                                                                             \
+        return kind == WEFT_RED_ARGMAX ? best : acc;                                  \
+    }
+REDUCE_ONE_INT(int32_t)
+REDUCE_ONE_INT(int64_t)
 
 weft_status weft_cpu_reduce(const weft_op_args *a) {
     const weft_tensor *x = a->in[0];
@@ -154,12 +189,17 @@ weft_status weft_cpu_reduce(const weft_op_args *a) {
 #pragma omp parallel for num_threads(nt) if (par) schedule(static)
     for (int64_t o = 0; o < n_out; o++) {
         const char *base = xb + weft_reduce_base(&p, o) * (int64_t)esz;
+        if (dt == WEFT_I32 || dt == WEFT_I64) {
+            int64_t r = dt == WEFT_I32 ? reduce_int_int32_t(&p, (const int32_t *)base, kind)
+                                       : reduce_int_int64_t(&p, (const int64_t *)base, kind);
+            if (odt == WEFT_I32) ((int32_t *)ob)[o] = (int32_t)(uint32_t)(uint64_t)r; // wraps like the dtype
+            else ((int64_t *)ob)[o] = r;
+            continue;
+        }
         double r = 0;
         switch (dt) {
         case WEFT_F32: r = reduce_one_float(&p, (const float *)base, kind, corr); break;
         case WEFT_F64: r = reduce_one_double(&p, (const double *)base, kind, corr); break;
-        case WEFT_I32: r = reduce_one_int32_t(&p, (const int32_t *)base, kind, corr); break;
-        case WEFT_I64: r = reduce_one_int64_t(&p, (const int64_t *)base, kind, corr); break;
         default: break;
         }
         weft_store_f64(ob, odt, o, r);
