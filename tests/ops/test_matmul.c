@@ -217,6 +217,30 @@ static void test_errors(void) {
     for (int k = 0; k < 7; k++) weft_tensor_free(ts[k]);
 }
 
+static uint64_t n_allocs(void) {
+    weft_memory_stats st;
+    weft_memory_stats_get(WEFT_DEVICE_CPU, &st);
+    return st.n_allocs;
+}
+
+// Transposed operands reach BLAS without a copy: the output is the only allocation.
+static void test_no_copy(void) {
+    weft_tensor *w = randt(WEFT_DIMS(6, 5), WEFT_F32, 50), *x = randt(WEFT_DIMS(4, 6, 3), WEFT_F32, 51);
+    weft_tensor *wt = weft_transpose(w, 0, 1), *xt = weft_transpose(x, 1, 2); // (5,6), (4,3,6)
+    uint64_t before = n_allocs();
+    weft_tensor *c = weft_matmul(xt, w); // (4,3,6) @ (6,5)
+    CHECK(c && n_allocs() - before == 1);
+    before = n_allocs();
+    weft_tensor *d = weft_matmul(wt, w); // (5,6) @ (6,5)
+    CHECK(d && n_allocs() - before == 1);
+    before = n_allocs();
+    weft_tensor *sl = weft_slice(x, 2, 0, 3, 2); // (4,6,2), last-dim step 2: copied
+    weft_tensor *e = weft_matmul(wt, sl);
+    CHECK(e && n_allocs() - before == 2);
+    weft_tensor *ts[] = {w, x, wt, xt, c, d, sl, e};
+    for (int k = 0; k < 8; k++) weft_tensor_free(ts[k]);
+}
+
 // A larger product through the threaded BLAS path, against the naive loop.
 static void test_large(void) {
     weft_tensor *a = randt(WEFT_DIMS(67, 129), WEFT_F32, 40), *b = randt(WEFT_DIMS(129, 33), WEFT_F32, 41);
@@ -233,5 +257,6 @@ int main(void) {
     RUN(test_backward);
     RUN(test_errors);
     RUN(test_large);
+    RUN(test_no_copy);
     return wt_summary();
 }
