@@ -166,8 +166,8 @@ static void run_softmax(weft_dtype dt, bool bw, bool lg, const char *p0, const c
     bool par = nt > 1 && outer * D * inner >= WEFT_PAR_GRAIN;
     if (inner == 1) {
         // chunks of rows: a few per thread keeps the split even without per-row overhead
-        int64_t nchunk = par ? (outer < 4 * nt ? outer : 4 * nt) : 1;
-#pragma omp parallel for num_threads(nt) if (par) schedule(static)
+        int64_t nchunk = par ? (outer < 16 * nt ? outer : 16 * nt) : 1;
+#pragma omp parallel for num_threads(nt) if (par) schedule(dynamic, 1)
         for (int64_t c = 0; c < nchunk; c++) {
             int64_t r0 = outer * c / nchunk, r1 = outer * (c + 1) / nchunk;
             if (dt == WEFT_F32) {
