@@ -131,6 +131,18 @@ static void test_backward(void) {
     }
 }
 
+// The gradient reaching softmax from sum() is an expanded (stride-0) tensor;
+// softmax rows sum to 1, so the gradient of sum(softmax(x)) is zero.
+static void test_backward_expanded_grad(void) {
+    weft_tensor *x = wt_rand64(WEFT_DIMS(4, 6), -3, 3, 14, true);
+    weft_tensor *y = weft_softmax(x, 1), *s = weft_sum(y, 0, NULL, false);
+    CHECK(weft_backward(s, NULL, NULL) == WEFT_OK);
+    double z[24] = {0};
+    wt_check_values("d sum(softmax)", weft_tensor_grad(x), z, 24, 1e-12);
+    weft_tensor *ts[] = {x, y, s};
+    for (int i = 0; i < 3; i++) weft_tensor_free(ts[i]);
+}
+
 // f32 backward against the closed forms, on a size that uses several threads.
 static void test_backward_f32(void) {
     const int64_t R = 200, D = 333;
@@ -274,6 +286,7 @@ int main(void) {
     RUN(test_forward);
     RUN(test_stability);
     RUN(test_backward);
+    RUN(test_backward_expanded_grad);
     RUN(test_backward_f32);
     RUN(test_ce_forward);
     RUN(test_ce_backward);
