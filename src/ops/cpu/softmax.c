@@ -275,51 +275,63 @@ static weft_status check_targets(const char *op, const weft_tensor *t, int64_t N
 CE_KERNELS(float, exp_f32, logf)
 CE_KERNELS(double, exp_f64, log)
 
-weft_status weft_cpu_cross_entropy(const weft_op_args *a) {
-    const weft_tensor *tg = a->in[1];
-    int64_t N = a->in[0]->sizes[0], C = a->in[0]->sizes[1];
-    weft_status st = check_targets(a->op->name, tg, N, C);
+// Shared start of both cross-entropy kernels: validate targets, a contiguous
+// copy of the logits if needed, and the split of the N rows into chunks.
+typedef struct ce_plan {
+    weft_tensor *x; // (N,C) contiguous
+    int64_t N, C, nchunk;
+    int nt;
+    bool par;
+} ce_plan;
+static weft_status ce_prepare(const weft_op_args *a, ce_plan *p) {
+    p->N = a->in[0]->sizes[0];
+    p->C = a->in[0]->sizes[1];
+    weft_status st = check_targets(a->op->name, a->in[1], p->N, p->C);
     if (st) return st;
-    weft_tensor *x = contig(a->in[0]);
-    if (!x) return weft_last_status();
-    int nt = weft_num_threads();
-    bool par = nt > 1 && N * C >= WEFT_PAR_GRAIN;
-    int64_t nchunk = par ? (N < 4 * nt ? N : 4 * nt) : 1;
+    if (!(p->x = contig(a->in[0]))) return weft_last_status();
+    p->nt = weft_num_threads();
+    p->par = p->nt > 1 && p->N * p->C >= WEFT_PAR_GRAIN;
+    p->nchunk = p->par ? (p->N < 4 * p->nt ? p->N : 4 * p->nt) : 1;
+    return WEFT_OK;
+}
+
+weft_status weft_cpu_cross_entropy(const weft_op_args *a) {
+    ce_plan p;
+    weft_status st = ce_prepare(a, &p);
+    if (st) return st;
+    const weft_tensor *tg = a->in[1];
+    int64_t N = p.N, C = p.C, nchunk = p.nchunk;
     double total = 0;
-    weft_dtype dt = (weft_dtype)x->dtype;
-    const char *px = weft_tensor_ptr(x);
-#pragma omp parallel for num_threads(nt) if (par) schedule(static) reduction(+ : total)
+    weft_dtype dt = (weft_dtype)p.x->dtype;
+    const char *px = weft_tensor_ptr(p.x);
+#pragma omp parallel for num_threads(p.nt) if (p.par) schedule(static) reduction(+ : total)
     for (int64_t c = 0; c < nchunk; c++) {
         int64_t r0 = N * c / nchunk, r1 = N * (c + 1) / nchunk;
         total += dt == WEFT_F32 ? ce_rows_float((const float *)px, tg, r0, r1, C)
                                 : ce_rows_double((const double *)px, tg, r0, r1, C);
     }
     weft_store_f64(weft_tensor_ptr(a->out[0]), dt, 0, N ? total / (double)N : NAN);
-    weft_tensor_free(x);
+    weft_tensor_free(p.x);
     return WEFT_OK;
 }
 
 // cross_entropy_backward: in (logits, targets, g 0-d) -> dlogits (N,C).
 weft_status weft_cpu_cross_entropy_backward(const weft_op_args *a) {
-    const weft_tensor *tg = a->in[1];
-    int64_t N = a->in[0]->sizes[0], C = a->in[0]->sizes[1];
-    weft_status st = check_targets(a->op->name, tg, N, C);
+    ce_plan p;
+    weft_status st = ce_prepare(a, &p);
     if (st) return st;
-    weft_tensor *x = contig(a->in[0]);
-    if (!x) return weft_last_status();
-    weft_dtype dt = (weft_dtype)x->dtype;
+    const weft_tensor *tg = a->in[1];
+    int64_t N = p.N, C = p.C, nchunk = p.nchunk;
+    weft_dtype dt = (weft_dtype)p.x->dtype;
     double scale = N ? weft_load_f64(weft_tensor_ptr(a->in[2]), dt, 0) / (double)N : 0;
-    int nt = weft_num_threads();
-    bool par = nt > 1 && N * C >= WEFT_PAR_GRAIN;
-    int64_t nchunk = par ? (N < 4 * nt ? N : 4 * nt) : 1;
-    const char *px = weft_tensor_ptr(x);
+    const char *px = weft_tensor_ptr(p.x);
     char *pd = weft_tensor_ptr(a->out[0]);
-#pragma omp parallel for num_threads(nt) if (par) schedule(static)
+#pragma omp parallel for num_threads(p.nt) if (p.par) schedule(static)
     for (int64_t c = 0; c < nchunk; c++) {
         int64_t r0 = N * c / nchunk, r1 = N * (c + 1) / nchunk;
         if (dt == WEFT_F32) ce_bw_rows_float((const float *)px, tg, (float *)pd, r0, r1, C, (float)scale);
         else ce_bw_rows_double((const double *)px, tg, (double *)pd, r0, r1, C, scale);
     }
-    weft_tensor_free(x);
+    weft_tensor_free(p.x);
     return WEFT_OK;
 }
