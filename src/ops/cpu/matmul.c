@@ -1,0 +1,123 @@
+// CPU matmul: (...,M,K) @ (...,K,N) -> (...,M,N) through OpenBLAS gemm.
+//
+// Each operand's matrix dims are handed to BLAS as they lie in memory: a
+// row-major matrix (strides (ld,1)) goes as NoTrans, a transposed view
+// (strides (1,ld)) as Trans, so weft_transpose(w,0,1) costs no copy. Any other
+// layout (e.g. a slice with a step along the last dim) is first copied to a
+// contiguous temporary. Batch dims are walked with strides (0 where an operand
+// is broadcast); a shared right operand is folded into one tall product.
+#include <cblas.h>
+#include <limits.h>
+#include <string.h>
+
+#include "iter.h"
+
+typedef struct mat_view {
+    CBLAS_TRANSPOSE tr;
+    int64_t ld;
+} mat_view;
+
+// How BLAS can read a (rows, cols) matrix with row stride rs and col stride cs.
+// Size-1 dims carry meaningless strides, so they accept any.
+static bool blas_view(int64_t rows, int64_t cols, int64_t rs, int64_t cs, mat_view *v) {
+    int64_t need_rows = cols > 1 ? cols : 1, need_cols = rows > 1 ? rows : 1;
+    if ((cols <= 1 || cs == 1) && (rows <= 1 || rs >= need_rows)) {
+        v->tr = CblasNoTrans;
+        v->ld = rows <= 1 ? need_rows : rs;
+        return v->ld <= INT_MAX;
+    }
+    if ((rows <= 1 || rs == 1) && (cols <= 1 || cs >= need_cols)) {
+        v->tr = CblasTrans;
+        v->ld = cols <= 1 ? need_cols : cs;
+        return v->ld <= INT_MAX;
+    }
+    return false;
+}
+
+// A contiguous copy of t (no autograd) when its matrix dims are not BLAS-readable.
+static weft_tensor *blas_operand(weft_tensor *t, mat_view *v) {
+    int nd = t->ndim;
+    if (blas_view(t->sizes[nd - 2], t->sizes[nd - 1], t->strides[nd - 2], t->strides[nd - 1], v))
+        return weft_tensor_ref(t);
+    weft_tensor *c = weft_tensor_new(nd, t->sizes, (weft_dtype)t->dtype, t->device);
+    if (!c) return NULL;
+    if (weft_cpu_copy(c, t) != WEFT_OK) {
+        weft_tensor_free(c);
+        return NULL;
+    }
+    blas_view(c->sizes[nd - 2], c->sizes[nd - 1], c->strides[nd - 2], c->strides[nd - 1], v);
+    return c;
+}
+
+static void gemm(weft_dtype dt, const mat_view *va, const mat_view *vb, int64_t M, int64_t N, int64_t K,
+                 const char *pa, const char *pb, char *pc) {
+    if (dt == WEFT_F32)
+        cblas_sgemm(CblasRowMajor, va->tr, vb->tr, (int)M, (int)N, (int)K, 1.0f, (const float *)pa, (int)va->ld,
+                    (const float *)pb, (int)vb->ld, 0.0f, (float *)pc, (int)(N > 1 ? N : 1));
+    else
+        cblas_dgemm(CblasRowMajor, va->tr, vb->tr, (int)M, (int)N, (int)K, 1.0, (const double *)pa, (int)va->ld,
+                    (const double *)pb, (int)vb->ld, 0.0, (double *)pc, (int)(N > 1 ? N : 1));
+}
+
+weft_status weft_cpu_matmul(const weft_op_args *args) {
+    weft_tensor *out = args->out[0];
+    int nd = out->ndim, nb = nd - 2;
+    int64_t M = out->sizes[nb], N = out->sizes[nb + 1];
+    int64_t K = args->in[0]->sizes[args->in[0]->ndim - 1];
+    weft_dtype dt = (weft_dtype)out->dtype;
+    size_t esz = weft_dtype_size(dt);
+    if (out->numel == 0) return WEFT_OK;
+    if (K == 0) { // empty sum: zeros (BLAS would want ld >= 1 of an empty matrix)
+        memset(weft_tensor_ptr(out), 0, (size_t)out->numel * esz);
+        return WEFT_OK;
+    }
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX)
+        return weft_error(WEFT_ERR_SHAPE, "matmul: matrix dims (%lld,%lld,%lld) exceed BLAS's int range", (long long)M,
+                          (long long)N, (long long)K);
+    mat_view va, vb;
+    weft_tensor *a = blas_operand(args->in[0], &va), *b = a ? blas_operand(args->in[1], &vb) : NULL;
+    if (!a || !b) {
+        weft_tensor_free(a);
+        return weft_last_status() ? weft_last_status() : WEFT_ERR_OOM;
+    }
+    // Batch strides (elements) of a and b, aligned to out's batch dims; 0 = broadcast.
+    int64_t bsz[WEFT_MAX_DIMS], sa[WEFT_MAX_DIMS], sb[WEFT_MAX_DIMS], nbatch = 1;
+    for (int d = 0; d < nb; d++) {
+        int da = d - (nb - (a->ndim - 2)), db = d - (nb - (b->ndim - 2));
+        bsz[d] = out->sizes[d];
+        sa[d] = (da >= 0 && a->sizes[da] != 1) ? a->strides[da] : 0;
+        sb[d] = (db >= 0 && b->sizes[db] != 1) ? b->strides[db] : 0;
+        nbatch *= bsz[d];
+    }
+    const char *pa = weft_tensor_ptr(a), *pb = weft_tensor_ptr(b);
+    char *pc = weft_tensor_ptr(out);
+
+    // b shared by every batch and a's batches stacked row-major like out's:
+    // one (nbatch*M, K) @ (K, N) product (the common x @ W of a linear layer).
+    bool b_shared = true, a_stacked = va.tr == CblasNoTrans;
+    int64_t expect = M * va.ld;
+    for (int d = nb - 1; d >= 0; d--) {
+        if (sb[d] != 0) b_shared = false;
+        if (bsz[d] != 1 && sa[d] != expect) a_stacked = false;
+        expect *= bsz[d];
+    }
+    if (nbatch > 1 && b_shared && a_stacked && nbatch * M <= INT_MAX) {
+        gemm(dt, &va, &vb, nbatch * M, N, K, pa, pb, pc);
+    } else {
+        int64_t idx[WEFT_MAX_DIMS] = {0}, oa = 0, ob = 0;
+        for (int64_t i = 0; i < nbatch; i++) {
+            gemm(dt, &va, &vb, M, N, K, pa + oa * (int64_t)esz, pb + ob * (int64_t)esz, pc + i * M * N * (int64_t)esz);
+            for (int d = nb - 1; d >= 0; d--) { // odometer over the batch dims
+                oa += sa[d];
+                ob += sb[d];
+                if (++idx[d] < bsz[d]) break;
+                oa -= sa[d] * bsz[d];
+                ob -= sb[d] * bsz[d];
+                idx[d] = 0;
+            }
+        }
+    }
+    weft_tensor_free(a);
+    weft_tensor_free(b);
+    return WEFT_OK;
+}

@@ -1,0 +1,110 @@
+// Op entries of the linear-algebra family. Kernel: cpu/matmul.c.
+//
+// matmul (op entry): a (...,M,K) @ b (...,K,N) -> (...,M,N), both at least
+// 2-D, batch dims broadcast. The public weft_matmul adds torch.matmul's 1-D
+// promotion on top with unsqueeze/squeeze views, so the op (and its backward)
+// only ever sees matrices.
+#include "op.h"
+
+weft_status weft_cpu_matmul(const weft_op_args *a);
+
+static weft_status infer_matmul(const weft_op_args *a, weft_out_meta *o) {
+    const weft_tensor *x = a->in[0], *y = a->in[1];
+    weft_status st = weft_check_same_dtype("matmul", 2, a->in);
+    if (st) return st;
+    if ((st = weft_check_dtype("matmul", x, WEFT_DT_FLOAT, "the first operand"))) return st;
+    char sa[96], sb[96];
+    if (x->ndim < 2 || y->ndim < 2)
+        return weft_error(WEFT_ERR_SHAPE, "matmul: the op entry needs operands of at least 2 dims, got %s and %s",
+                          weft_tensor_shape_str(x, sa, sizeof sa), weft_tensor_shape_str(y, sb, sizeof sb));
+    if (x->sizes[x->ndim - 1] != y->sizes[y->ndim - 2])
+        return weft_error(WEFT_ERR_SHAPE, "matmul: shapes %s and %s do not match (%lld != %lld)",
+                          weft_tensor_shape_str(x, sa, sizeof sa), weft_tensor_shape_str(y, sb, sizeof sb),
+                          (long long)x->sizes[x->ndim - 1], (long long)y->sizes[y->ndim - 2]);
+    // batch dims: NumPy broadcasting of everything but the last two dims
+    int nbx = x->ndim - 2, nby = y->ndim - 2, nb = nbx > nby ? nbx : nby;
+    for (int d = 0; d < nb; d++) {
+        int dx = d - (nb - nbx), dy = d - (nb - nby);
+        int64_t sx = dx >= 0 ? x->sizes[dx] : 1, sy = dy >= 0 ? y->sizes[dy] : 1;
+        if (sx != sy && sx != 1 && sy != 1)
+            return weft_error(WEFT_ERR_SHAPE, "matmul: batch dims of %s and %s do not broadcast",
+                              weft_tensor_shape_str(x, sa, sizeof sa), weft_tensor_shape_str(y, sb, sizeof sb));
+        o->sizes[d] = sx == 1 ? sy : sx;
+    }
+    o->sizes[nb] = x->sizes[x->ndim - 2];
+    o->sizes[nb + 1] = y->sizes[y->ndim - 1];
+    o->ndim = nb + 2;
+    o->dtype = (weft_dtype)x->dtype;
+    o->offset = 0;
+    return WEFT_OK;
+}
+
+// Sum a (possibly batch-broadcast) gradient back to input i's shape; takes g.
+static weft_tensor *to_input_shape(const weft_bw_args *b, int i, weft_tensor *g) {
+    if (!g) return NULL;
+    const weft_in_meta *m = &b->in_meta[i];
+    if (weft_shape_equal(g->ndim, g->sizes, m->ndim, m->sizes)) return g;
+    weft_tensor *r = weft_sum_to(g, m->ndim, m->sizes);
+    weft_tensor_free(g);
+    return r;
+}
+
+// grad_a = g @ b^T, grad_b = a^T @ g (transposes are views: BLAS gets the flag).
+static weft_status bw_matmul(const weft_bw_args *b) {
+    weft_tensor *A = b->in[0], *B = b->in[1], *G = b->gout[0];
+    if (b->needs[0]) {
+        weft_tensor *bt = weft_transpose(B, -1, -2);
+        b->gin[0] = to_input_shape(b, 0, weft_matmul(G, bt));
+        weft_tensor_free(bt);
+    }
+    if (b->needs[1]) {
+        if (b->in_meta[1].ndim == 2 && A->ndim > 2) {
+            // b (K,N) shared by every batch: fold the batch into the rows, one
+            // (K, B*M) @ (B*M, N) product instead of B products summed afterwards.
+            int64_t K = A->sizes[A->ndim - 1], N = G->sizes[G->ndim - 1];
+            weft_tensor *af = weft_reshape(A, WEFT_DIMS(-1, K)), *gf = weft_reshape(G, WEFT_DIMS(-1, N));
+            weft_tensor *at = weft_transpose(af, 0, 1);
+            b->gin[1] = weft_matmul(at, gf);
+            weft_tensor_free(af);
+            weft_tensor_free(gf);
+            weft_tensor_free(at);
+        } else {
+            weft_tensor *at = weft_transpose(A, -1, -2);
+            b->gin[1] = to_input_shape(b, 1, weft_matmul(at, G));
+            weft_tensor_free(at);
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (b->needs[i] && !b->gin[i]) return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
+    return WEFT_OK;
+}
+
+weft_op_def weft_op_matmul = {.name = "matmul", .n_in = 2, .n_out = 1, .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1),
+                              .infer = infer_matmul, .backward = bw_matmul,
+                              .kernel = {[WEFT_CPU] = {weft_cpu_matmul, WEFT_DT_FLOAT}}};
+
+weft_tensor *weft_matmul(weft_tensor *a, weft_tensor *b) {
+    if (!a || !b) return weft_error_null_input("matmul");
+    if (a->ndim == 0 || b->ndim == 0)
+        return weft_error_null(WEFT_ERR_SHAPE, "matmul: both operands need at least 1 dim (got %d-d and %d-d)",
+                               a->ndim, b->ndim);
+    bool a1 = a->ndim == 1, b1 = b->ndim == 1;
+    // 1-D operands: a (K) -> (1,K), b (K) -> (K,1); the added dim is removed afterwards.
+    weft_tensor *a2 = a1 ? weft_unsqueeze(a, 0) : weft_tensor_ref(a);
+    weft_tensor *b2 = b1 ? weft_unsqueeze(b, 1) : weft_tensor_ref(b);
+    weft_tensor *in[2] = {a2, b2};
+    weft_tensor *r = (a2 && b2) ? weft_op_apply1(&weft_op_matmul, 2, in, NULL) : NULL;
+    weft_tensor_free(a2);
+    weft_tensor_free(b2);
+    if (r && b1) {
+        weft_tensor *s = weft_squeeze(r, -1);
+        weft_tensor_free(r);
+        r = s;
+    }
+    if (r && a1) {
+        weft_tensor *s = weft_squeeze(r, b1 ? -1 : -2);
+        weft_tensor_free(r);
+        r = s;
+    }
+    return r;
+}

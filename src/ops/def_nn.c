@@ -1,0 +1,203 @@
+// Op entries of the nn family: softmax, log_softmax (+ their fused backward
+// ops), cross_entropy (+ backward) and dropout. Kernels: cpu/softmax.c,
+// cpu/dropout.c.
+//
+// attrs: softmax family i[0] = dim (normalised; 0 for a 0-d tensor).
+//        dropout i[0] = seed, i[1] = counter offset, f[0] = p.
+#include "op.h"
+
+weft_status weft_cpu_softmax(const weft_op_args *a);
+weft_status weft_cpu_softmax_backward(const weft_op_args *a);
+weft_status weft_cpu_cross_entropy(const weft_op_args *a);
+weft_status weft_cpu_cross_entropy_backward(const weft_op_args *a);
+weft_status weft_cpu_dropout(const weft_op_args *a);
+
+extern weft_op_def weft_op_softmax_backward, weft_op_log_softmax_backward, weft_op_cross_entropy_backward,
+    weft_op_dropout;
+
+static weft_status ok_if(const weft_bw_args *b) {
+    for (int i = 0; i < b->n_in; i++)
+        if (b->needs[i] && !b->gin[i]) return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
+    return WEFT_OK;
+}
+
+// ---- softmax / log_softmax ----
+static weft_status infer_softmax(const weft_op_args *a, weft_out_meta *o) {
+    const weft_tensor *x = a->in[0];
+    weft_status st = weft_check_dtype(a->op->name, x, WEFT_DT_FLOAT, "the input");
+    if (st) return st;
+    if (weft_axis(a->op->name, (int)a->attrs->i[0], x->ndim) < 0) return weft_last_status();
+    weft_meta_set(o, x->ndim, x->sizes, (weft_dtype)x->dtype);
+    return WEFT_OK;
+}
+// (g, y): equal shapes and dtypes.
+static weft_status infer_softmax_bw(const weft_op_args *a, weft_out_meta *o) {
+    weft_status st = weft_check_same_dtype(a->op->name, 2, a->in);
+    if (st) return st;
+    if ((st = weft_check_dtype(a->op->name, a->in[0], WEFT_DT_FLOAT, "the gradient"))) return st;
+    const weft_tensor *g = a->in[0], *y = a->in[1];
+    if (!weft_shape_equal(g->ndim, g->sizes, y->ndim, y->sizes)) {
+        char s1[96], s2[96];
+        return weft_error(WEFT_ERR_SHAPE, "%s: gradient %s and output %s differ in shape", a->op->name,
+                          weft_tensor_shape_str(g, s1, sizeof s1), weft_tensor_shape_str(y, s2, sizeof s2));
+    }
+    if (weft_axis(a->op->name, (int)a->attrs->i[0], y->ndim) < 0) return weft_last_status();
+    weft_meta_set(o, y->ndim, y->sizes, (weft_dtype)y->dtype);
+    return WEFT_OK;
+}
+
+static weft_status bw_softmax(const weft_bw_args *b) {
+    weft_tensor *in[2] = {b->gout[0], b->out[0]};
+    b->gin[0] = weft_op_apply1(&weft_op_softmax_backward, 2, in, b->attrs);
+    return ok_if(b);
+}
+static weft_status bw_log_softmax(const weft_bw_args *b) {
+    weft_tensor *in[2] = {b->gout[0], b->out[0]};
+    b->gin[0] = weft_op_apply1(&weft_op_log_softmax_backward, 2, in, b->attrs);
+    return ok_if(b);
+}
+
+// sum over the softmax dim, kept (so it broadcasts back).
+static weft_tensor *sum_dim(weft_tensor *t, const weft_attrs *at) {
+    int d = (int)at->i[0];
+    return weft_sum(t, t->ndim ? 1 : 0, &d, true);
+}
+// Second order. dx = y (g - s), s = sum(g y). With upstream h:
+//   d/dg = y (h - sum(h y)) (the same fused op), d/dy = h (g - s) - g sum(h y).
+static weft_status bw_softmax_backward(const weft_bw_args *b) {
+    weft_tensor *g = b->in[0], *y = b->in[1], *h = b->gout[0];
+    if (b->needs[0]) {
+        weft_tensor *in[2] = {h, y};
+        b->gin[0] = weft_op_apply1(&weft_op_softmax_backward, 2, in, b->attrs);
+    }
+    if (b->needs[1]) {
+        weft_tensor *gy = weft_mul(g, y), *s = gy ? sum_dim(gy, b->attrs) : NULL, *hy = weft_mul(h, y);
+        weft_tensor *t = hy ? sum_dim(hy, b->attrs) : NULL, *gs = weft_sub(g, s), *a1 = weft_mul(h, gs);
+        weft_tensor *a2 = weft_mul(g, t);
+        b->gin[1] = weft_sub(a1, a2);
+        weft_tensor *ts[] = {gy, s, hy, t, gs, a1, a2};
+        for (int k = 0; k < 7; k++) weft_tensor_free(ts[k]);
+    }
+    return ok_if(b);
+}
+// dx = g - exp(y) S, S = sum(g). With upstream h:
+//   d/dg = h - sum(h exp(y)), d/dy = -h exp(y) S.
+static weft_status bw_log_softmax_backward(const weft_bw_args *b) {
+    weft_tensor *g = b->in[0], *y = b->in[1], *h = b->gout[0];
+    weft_tensor *e = weft_exp(y);
+    if (b->needs[0]) {
+        weft_tensor *he = weft_mul(h, e), *s = he ? sum_dim(he, b->attrs) : NULL;
+        b->gin[0] = weft_sub(h, s);
+        weft_tensor_free(he);
+        weft_tensor_free(s);
+    }
+    if (b->needs[1]) {
+        weft_tensor *S = sum_dim(g, b->attrs), *he = weft_mul(h, e), *t = weft_mul(he, S);
+        b->gin[1] = weft_neg(t);
+        weft_tensor_free(S);
+        weft_tensor_free(he);
+        weft_tensor_free(t);
+    }
+    weft_tensor_free(e);
+    return ok_if(b);
+}
+
+#define K_SM .kernel = {[WEFT_CPU] = {weft_cpu_softmax, WEFT_DT_FLOAT}}
+#define K_SMB .kernel = {[WEFT_CPU] = {weft_cpu_softmax_backward, WEFT_DT_FLOAT}}
+weft_op_def weft_op_softmax = {.name = "softmax", .n_in = 1, .n_out = 1, .save = WEFT_SAVE_OUT(0), .variant = 0,
+                               .infer = infer_softmax, .backward = bw_softmax, K_SM};
+weft_op_def weft_op_log_softmax = {.name = "log_softmax", .n_in = 1, .n_out = 1, .save = WEFT_SAVE_OUT(0),
+                                   .variant = 1, .infer = infer_softmax, .backward = bw_log_softmax, K_SM};
+// (g, y) -> dx
+weft_op_def weft_op_softmax_backward = {.name = "softmax_backward", .n_in = 2, .n_out = 1, .save = WEFT_SAVE_ALL_IN,
+                                        .variant = 0, .infer = infer_softmax_bw, .backward = bw_softmax_backward,
+                                        K_SMB};
+weft_op_def weft_op_log_softmax_backward = {.name = "log_softmax_backward", .n_in = 2, .n_out = 1,
+                                            .save = WEFT_SAVE_ALL_IN, .variant = 1, .infer = infer_softmax_bw,
+                                            .backward = bw_log_softmax_backward, K_SMB};
+
+static weft_tensor *softmax_like(weft_op_def *op, weft_tensor *t, int dim) {
+    if (!t) return weft_error_null_input(op->name);
+    int d = weft_axis(op->name, dim, t->ndim);
+    if (d < 0) return NULL;
+    weft_attrs at = {.i = {d}};
+    return weft_op_apply1(op, 1, &t, &at);
+}
+weft_tensor *weft_softmax(weft_tensor *t, int dim) { return softmax_like(&weft_op_softmax, t, dim); }
+weft_tensor *weft_log_softmax(weft_tensor *t, int dim) { return softmax_like(&weft_op_log_softmax, t, dim); }
+
+// ---- cross_entropy: logits (N,C) float, targets (N) int32/int64 -> mean loss () ----
+static weft_status check_ce(const char *op, weft_tensor *x, weft_tensor *t) {
+    weft_status st = weft_check_dtype(op, x, WEFT_DT_FLOAT, "the logits");
+    if (st) return st;
+    if ((st = weft_check_dtype(op, t, WEFT_DT_INT, "the targets"))) return st;
+    char s1[96], s2[96];
+    if (x->ndim != 2 || t->ndim != 1 || t->sizes[0] != x->sizes[0])
+        return weft_error(WEFT_ERR_SHAPE, "%s: expected logits (N,C) and targets (N), got %s and %s", op,
+                          weft_tensor_shape_str(x, s1, sizeof s1), weft_tensor_shape_str(t, s2, sizeof s2));
+    return WEFT_OK;
+}
+static weft_status infer_ce(const weft_op_args *a, weft_out_meta *o) {
+    weft_status st = check_ce(a->op->name, a->in[0], a->in[1]);
+    if (st) return st;
+    weft_meta_set(o, 0, NULL, (weft_dtype)a->in[0]->dtype);
+    return WEFT_OK;
+}
+// (logits, targets, g) -> dlogits
+static weft_status infer_ce_bw(const weft_op_args *a, weft_out_meta *o) {
+    weft_status st = check_ce(a->op->name, a->in[0], a->in[1]);
+    if (st) return st;
+    if (a->in[2]->numel != 1 || a->in[2]->dtype != a->in[0]->dtype)
+        return weft_error(WEFT_ERR_SHAPE, "%s: the gradient must be one element of the logits' dtype", a->op->name);
+    weft_meta_set(o, 2, a->in[0]->sizes, (weft_dtype)a->in[0]->dtype);
+    return WEFT_OK;
+}
+static weft_status bw_ce(const weft_bw_args *b) {
+    if (b->needs[0]) {
+        weft_tensor *in[3] = {b->in[0], b->in[1], b->gout[0]};
+        b->gin[0] = weft_op_apply1(&weft_op_cross_entropy_backward, 3, in, NULL);
+        if (!b->gin[0]) return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
+    }
+    return WEFT_OK; // targets are integers: no gradient
+}
+weft_op_def weft_op_cross_entropy = {.name = "cross_entropy", .n_in = 2, .n_out = 1,
+                                     .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1), .infer = infer_ce, .backward = bw_ce,
+                                     .kernel = {[WEFT_CPU] = {weft_cpu_cross_entropy, WEFT_DT_FLOAT}}};
+// Its own backward is not implemented: double backward through it reports an error.
+weft_op_def weft_op_cross_entropy_backward = {
+    .name = "cross_entropy_backward", .n_in = 3, .n_out = 1, .infer = infer_ce_bw,
+    .kernel = {[WEFT_CPU] = {weft_cpu_cross_entropy_backward, WEFT_DT_FLOAT}}};
+
+weft_tensor *weft_cross_entropy(weft_tensor *logits, weft_tensor *targets) {
+    weft_tensor *in[2] = {logits, targets};
+    return weft_op_apply1(&weft_op_cross_entropy, 2, in, NULL);
+}
+
+// ---- dropout ----
+static weft_status infer_dropout(const weft_op_args *a, weft_out_meta *o) {
+    const weft_tensor *x = a->in[0];
+    weft_status st = weft_check_dtype("dropout", x, WEFT_DT_FLOAT, "the input");
+    if (st) return st;
+    double p = a->attrs->f[0];
+    if (!(p >= 0 && p < 1)) return weft_error(WEFT_ERR_ARG, "dropout: p must be in [0, 1), got %g", p);
+    weft_meta_set(o, x->ndim, x->sizes, (weft_dtype)x->dtype);
+    return WEFT_OK;
+}
+// g * mask / (1 - p): the same op on g with the same attrs recomputes the same mask.
+static weft_status bw_dropout(const weft_bw_args *b) {
+    b->gin[0] = weft_op_apply1(&weft_op_dropout, 1, &b->gout[0], b->attrs);
+    return ok_if(b);
+}
+weft_op_def weft_op_dropout = {.name = "dropout", .n_in = 1, .n_out = 1, .infer = infer_dropout,
+                               .backward = bw_dropout, .kernel = {[WEFT_CPU] = {weft_cpu_dropout, WEFT_DT_FLOAT}}};
+
+weft_tensor *weft_dropout(weft_tensor *x, double p, bool training, struct weft_generator *g) {
+    if (!x) return weft_error_null_input("dropout");
+    if (!(p >= 0 && p < 1)) return weft_error_null(WEFT_ERR_ARG, "dropout: p must be in [0, 1), got %g", p);
+    if (weft_check_dtype("dropout", x, WEFT_DT_FLOAT, "the input")) return NULL;
+    if (!training || p == 0) return weft_tensor_ref(x);
+    uint64_t seed, off;
+    weft_generator_reserve(g, (uint64_t)x->numel, &seed, &off); // numel counters: one per element
+    weft_attrs at = {.i = {(int64_t)seed, (int64_t)off}, .f = {p}};
+    return weft_op_apply1(&weft_op_dropout, 1, &x, &at);
+}
