@@ -21,6 +21,10 @@ void *weft_error_null(weft_status s, const char *fmt, ...) WEFT_PRINTF(2, 3);
 // Keeps the first error when a NULL input propagates through a chain of calls.
 void *weft_error_null_input(const char *op);
 
+// double -> float rounded to odd, so a second rounding to f16/bf16 equals one
+// direct rounding from double (no double rounding).
+float weft_f64_to_f32_odd(double d);
+
 // Lazy one-time runtime setup (threads from WEFT_NUM_THREADS, BLAS threads).
 void weft_runtime_init(void);
 

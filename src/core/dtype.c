@@ -1,4 +1,5 @@
 // dtype sizes and names; f16/bf16 conversions (storage formats on the CPU).
+#include <math.h>
 #include <string.h>
 
 #include "core_impl.h"
@@ -62,4 +63,21 @@ float weft_f16_to_f32(uint16_t h) {
     }
     if (e == 31) return u2f(sign | 0x7f800000u | (m << 13));
     return u2f(sign | ((e + 112) << 23) | (m << 13));
+}
+
+// double -> float rounded to odd: inexact results get their last mantissa bit
+// set. Rounding that float once more to f16/bf16 (nearest even) then equals
+// rounding the double directly, because float keeps >= 2 extra bits; plain
+// (float)d followed by a second rounding can round twice (1 + 2^-11 + 2^-40
+// would land on the f16 tie and go down to 1.0).
+float weft_f64_to_f32_odd(double d) {
+    float f = (float)d;
+    if ((double)f == d || d != d) return f;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    // the truncated (toward zero) value is f, or f's neighbour toward zero
+    if (fabs((double)f) > fabs(d)) u -= 1;
+    u |= 1;
+    memcpy(&f, &u, 4);
+    return f;
 }

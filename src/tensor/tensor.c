@@ -198,8 +198,8 @@ void weft_store_f64(void *p, weft_dtype dt, int64_t i, double v) {
     case WEFT_I64: ((int64_t *)p)[i] = (int64_t)v; break;
     case WEFT_BOOL: ((uint8_t *)p)[i] = v != 0; break;
     case WEFT_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
-    case WEFT_F16: ((uint16_t *)p)[i] = weft_f32_to_f16((float)v); break;
-    case WEFT_BF16: ((uint16_t *)p)[i] = weft_f32_to_bf16((float)v); break;
+    case WEFT_F16: ((uint16_t *)p)[i] = weft_f32_to_f16(weft_f64_to_f32_odd(v)); break;
+    case WEFT_BF16: ((uint16_t *)p)[i] = weft_f32_to_bf16(weft_f64_to_f32_odd(v)); break;
     default: break;
     }
 }

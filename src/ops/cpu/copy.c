@@ -54,31 +54,15 @@ static void copy_bf16_f32(char **p, const int64_t *s, int64_t n, const void *ctx
     for (int64_t i = 0; i < n; i++)
         *(uint16_t *)(p[0] + i * s[0]) = weft_f32_to_bf16(*(const float *)(p[1] + i * s[1]));
 }
-// double -> float rounded to odd: inexact results get their last mantissa bit
-// set. Rounding that float once more to f16/bf16 (nearest even) then equals
-// rounding the double directly, because float keeps >= 2 extra bits; plain
-// (float)d followed by a second rounding can round twice (1 + 2^-11 + 2^-40
-// would land on the f16 tie and go down to 1.0).
-static float f64_to_f32_odd(double d) {
-    float f = (float)d;
-    if ((double)f == d || d != d) return f;
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    // the truncated (toward zero) value is f, or f's neighbour toward zero
-    if (fabs((double)f) > fabs(d)) u -= 1;
-    u |= 1;
-    memcpy(&f, &u, 4);
-    return f;
-}
 static void copy_f16_f64(char **p, const int64_t *s, int64_t n, const void *ctx) {
     (void)ctx;
     for (int64_t i = 0; i < n; i++)
-        *(uint16_t *)(p[0] + i * s[0]) = weft_f32_to_f16(f64_to_f32_odd(*(const double *)(p[1] + i * s[1])));
+        *(uint16_t *)(p[0] + i * s[0]) = weft_f32_to_f16(weft_f64_to_f32_odd(*(const double *)(p[1] + i * s[1])));
 }
 static void copy_bf16_f64(char **p, const int64_t *s, int64_t n, const void *ctx) {
     (void)ctx;
     for (int64_t i = 0; i < n; i++)
-        *(uint16_t *)(p[0] + i * s[0]) = weft_f32_to_bf16(f64_to_f32_odd(*(const double *)(p[1] + i * s[1])));
+        *(uint16_t *)(p[0] + i * s[0]) = weft_f32_to_bf16(weft_f64_to_f32_odd(*(const double *)(p[1] + i * s[1])));
 }
 
 // Any other pair goes through double (exact for every value of these dtypes
@@ -88,7 +72,7 @@ static void copy_generic(char **p, const int64_t *s, int64_t n, const void *vctx
     for (int64_t i = 0; i < n; i++) {
         double v = weft_load_f64(p[1] + i * s[1], c->st, 0);
         if (c->dt == WEFT_F16 || c->dt == WEFT_BF16) { // integers into a half format: round once
-            float f = f64_to_f32_odd(v);
+            float f = weft_f64_to_f32_odd(v);
             *(uint16_t *)(p[0] + i * s[0]) = c->dt == WEFT_F16 ? weft_f32_to_f16(f) : weft_f32_to_bf16(f);
             continue;
         }
