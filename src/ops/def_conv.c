@@ -13,12 +13,14 @@
 weft_status weft_cpu_conv2d(const weft_op_args *a);
 weft_status weft_cpu_conv2d_backward_input(const weft_op_args *a);
 weft_status weft_cpu_conv2d_backward_weight(const weft_op_args *a);
+weft_status weft_cpu_conv2d_backward_bias(const weft_op_args *a);
 weft_status weft_cpu_max_pool2d(const weft_op_args *a);
 weft_status weft_cpu_max_pool2d_backward(const weft_op_args *a);
 weft_status weft_cpu_avg_pool2d(const weft_op_args *a);
 weft_status weft_cpu_avg_pool2d_backward(const weft_op_args *a);
 
-extern weft_op_def weft_op_conv2d, weft_op_conv2d_backward_input, weft_op_conv2d_backward_weight;
+extern weft_op_def weft_op_conv2d, weft_op_conv2d_backward_input, weft_op_conv2d_backward_weight,
+    weft_op_conv2d_backward_bias;
 extern weft_op_def weft_op_max_pool2d, weft_op_max_pool2d_backward, weft_op_avg_pool2d, weft_op_avg_pool2d_backward;
 
 // Output length of a sliding window: (in + 2 pad - dil (k - 1) - 1) / stride + 1,
@@ -115,6 +117,14 @@ static weft_status infer_conv2d_bw_weight(const weft_op_args *a, weft_out_meta *
     return WEFT_OK;
 }
 
+// gy (N,O,OH,OW) -> db (O)
+static weft_status infer_conv2d_bw_bias(const weft_op_args *a, weft_out_meta *o) {
+    weft_status st = check_4d(a->op->name, a->in[0], "the output gradient");
+    if (st) return st;
+    weft_meta_set(o, 1, &a->in[0]->sizes[1], (weft_dtype)a->in[0]->dtype);
+    return WEFT_OK;
+}
+
 static weft_tensor *conv_bw_input(weft_tensor *gy, weft_tensor *w, const weft_attrs *fwd, int64_t H, int64_t W) {
     weft_attrs at = *fwd;
     at.i[8] = H;
@@ -149,7 +159,7 @@ static weft_status bw_conv2d(const weft_bw_args *b) {
         b->gin[0] = conv_bw_input(g, b->in[1], b->attrs, b->in_meta[0].sizes[2], b->in_meta[0].sizes[3]);
     if (b->needs[1])
         b->gin[1] = conv_bw_weight(g, b->in[0], b->attrs, b->in_meta[1].sizes[2], b->in_meta[1].sizes[3]);
-    if (b->n_in == 3 && b->needs[2]) b->gin[2] = weft_sum(g, 3, (const int[]){0, 2, 3}, false);
+    if (b->n_in == 3 && b->needs[2]) b->gin[2] = weft_op_apply1(&weft_op_conv2d_backward_bias, 1, &g, NULL);
     return done(b);
 }
 // dx = bw_input(gy, w) is linear in each of gy and w (the input x is the
@@ -168,6 +178,17 @@ static weft_status bw_conv2d_bw_weight(const weft_bw_args *b) {
     return done(b);
 }
 
+// db = sum of gy over (N,OH,OW): d/dgy broadcasts G (O) back to gy's shape.
+static weft_status bw_conv2d_bw_bias(const weft_bw_args *b) {
+    const weft_in_meta *m = &b->in_meta[0];
+    weft_tensor *r = weft_reshape(b->gout[0], 4, (const int64_t[]){1, m->sizes[1], 1, 1});
+    weft_tensor *e = weft_expand(r, 4, m->sizes);
+    b->gin[0] = weft_tensor_contiguous(e);
+    weft_tensor_free(r);
+    weft_tensor_free(e);
+    return done(b);
+}
+
 #define K_CPU(fn) .kernel = {[WEFT_CPU] = {fn, WEFT_DT_FLOAT}}
 weft_op_def weft_op_conv2d = {.name = "conv2d", .n_in = -1, .n_out = 1, .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1),
                               .infer = infer_conv2d, .backward = bw_conv2d, K_CPU(weft_cpu_conv2d)};
@@ -179,6 +200,9 @@ weft_op_def weft_op_conv2d_backward_weight = {.name = "conv2d_backward_weight", 
                                               .save = WEFT_SAVE_ALL_IN, .infer = infer_conv2d_bw_weight,
                                               .backward = bw_conv2d_bw_weight,
                                               K_CPU(weft_cpu_conv2d_backward_weight)};
+weft_op_def weft_op_conv2d_backward_bias = {.name = "conv2d_backward_bias", .n_in = 1, .n_out = 1,
+                                            .infer = infer_conv2d_bw_bias, .backward = bw_conv2d_bw_bias,
+                                            K_CPU(weft_cpu_conv2d_backward_bias)};
 
 weft_tensor *weft_conv2d(weft_tensor *x, weft_tensor *w, weft_tensor *bias, const weft_conv2d_params *p) {
     if (!x || !w) return weft_error_null_input("conv2d");

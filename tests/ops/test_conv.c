@@ -163,6 +163,43 @@ static void test_conv_grad(void) {
     for (int i = 0; i < 10; i++) weft_tensor_free(ts[i]);
 }
 
+// f32 gradients (all three backward kernels) against the f64 ones, which
+// gradcheck validated; the output gradient is random and the input transposed.
+static void test_conv_grad_f32(void) {
+    cfg c = {4, 4, 9, 8, 6, 3, 3, {{2, 1}, {1, 1}, {1, 2}, 2}, true};
+    weft_tensor *x = wt_rand64(WEFT_DIMS(4, 4, 9, 8), -1, 1, 41, false);
+    weft_tensor *w = wt_rand64(WEFT_DIMS(6, 2, 3, 3), -1, 1, 42, false);
+    weft_tensor *b = wt_rand64(WEFT_DIMS(6), -1, 1, 43, false);
+    double *grads[2][3];
+    for (int dt = 0; dt < 2; dt++) {
+        weft_dtype d = dt ? WEFT_F32 : WEFT_F64;
+        // fresh leaves (weft_cast to the same dtype would return w itself)
+        weft_tensor *xd = transposed_copy(x, d), *wc = weft_cast(w, d), *bc = weft_cast(b, d);
+        weft_tensor *xl = weft_tensor_detach(xd), *wd = weft_tensor_clone(wc), *bd = weft_tensor_clone(bc);
+        weft_tensor *in[] = {xl, wd, bd};
+        for (int i = 0; i < 3; i++) weft_tensor_set_requires_grad(in[i], true);
+        weft_tensor *y = weft_conv2d(xl, wd, bd, &c.p);
+        weft_tensor *gy = wt_rand64(4, weft_tensor_sizes(y), -1, 1, 44, false), *gyd = weft_cast(gy, d);
+        CHECK(weft_backward(y, gyd, NULL) == WEFT_OK);
+        for (int i = 0; i < 3; i++) grads[dt][i] = values(weft_tensor_grad(in[i]));
+        weft_tensor *ts[] = {xd, wd, bd, wc, bc, xl, y, gy, gyd};
+        for (int i = 0; i < 9; i++) weft_tensor_free(ts[i]);
+    }
+    int64_t n[3] = {4 * 4 * 9 * 8, 6 * 2 * 9, 6};
+    const char *what[3] = {"f32 dx", "f32 dw", "f32 db"};
+    for (int i = 0; i < 3; i++) {
+        int bad = 0;
+        for (int64_t k = 0; k < n[i]; k++) bad += fabs(grads[1][i][k] - grads[0][i][k]) > 1e-4 * (1 + fabs(grads[0][i][k]));
+        if (bad) fprintf(stderr, "%s: %d mismatches\n", what[i], bad);
+        CHECK(bad == 0);
+        free(grads[0][i]);
+        free(grads[1][i]);
+    }
+    weft_tensor_free(x);
+    weft_tensor_free(w);
+    weft_tensor_free(b);
+}
+
 // The fused backward ops have backward rules of their own (second order).
 typedef struct bw_user {
     const char *op;
@@ -172,7 +209,15 @@ static weft_tensor *bw_op_fn(weft_tensor *const *in, void *user) {
     bw_user *u = user;
     return weft_op_apply1(weft_op_find(u->op), 2, in, &u->at);
 }
+static weft_tensor *bw_op1_fn(weft_tensor *const *in, void *user) {
+    bw_user *u = user;
+    return weft_op_apply1(weft_op_find(u->op), 1, in, &u->at);
+}
 static void test_conv_double_backward(void) {
+    bw_user bb = {"conv2d_backward_bias", {{0}}};
+    weft_tensor *gb = wt_rand64(WEFT_DIMS(2, 3, 4, 5), -1, 1, 10, true);
+    CHECK_GRAD(bw_op1_fn, 1, &gb, &bb);
+    weft_tensor_free(gb);
     // conv: x (2,4,6,5), w (6,2,3,3), stride (2,1), pad (1,1), dilation (1,2), groups 2 -> y (2,6,3,3)
     bw_user bi = {"conv2d_backward_input", {.i = {2, 1, 1, 1, 1, 2, 2, 0, 6, 5}}};
     weft_tensor *in[2] = {wt_rand64(WEFT_DIMS(2, 6, 3, 3), -1, 1, 11, true),
@@ -369,6 +414,7 @@ static void test_errors(void) {
 int main(void) {
     RUN(test_conv_forward);
     RUN(test_conv_grad);
+    RUN(test_conv_grad_f32);
     RUN(test_conv_double_backward);
     RUN(test_pool);
     RUN(test_avg_pool_double_backward);

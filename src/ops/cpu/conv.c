@@ -333,3 +333,42 @@ weft_status weft_cpu_conv2d_backward_weight(const weft_op_args *a) {
     free(gtmp);
     return oom ? weft_error(WEFT_ERR_OOM, "conv2d_backward_weight: out of memory") : WEFT_OK;
 }
+
+// gy (N,O,OH,OW) -> db (O): each channel sums N rows of L contiguous values.
+// 16 independent lanes let the compiler vectorise the row sum without
+// reassociating; rows are then added in double.
+#define DEFINE_ROWSUM(T)                                                      \
+    static double rowsum_##T(const T *p, int64_t L) {                        \
+        T acc[16] = {0};                                                      \
+        int64_t l = 0;                                                        \
+        for (; l + 16 <= L; l += 16)                                          \
+            for (int j = 0; j < 16; j++) acc[j] += p[l + j];                  \
+        double s = 0;                                                         \
+        for (int j = 0; j < 16; j++) s += acc[j];                             \
+        for (; l < L; l++) s += p[l];                                         \
+        return s;                                                             \
+    }
+DEFINE_ROWSUM(float)
+DEFINE_ROWSUM(double)
+
+weft_status weft_cpu_conv2d_backward_bias(const weft_op_args *a) {
+    const weft_tensor *gy = a->in[0];
+    weft_tensor *db = a->out[0];
+    void *gtmp;
+    const char *gp = contig_data(gy, &gtmp);
+    if (!gp) return weft_error(WEFT_ERR_OOM, "conv2d_backward_bias: out of memory");
+    int64_t N = gy->sizes[0], O = gy->sizes[1], L = gy->sizes[2] * gy->sizes[3];
+    bool dbl = gy->dtype == WEFT_F64;
+#pragma omp parallel for num_threads(weft_num_threads()) if (N * O * L > 4 * WEFT_PAR_GRAIN) schedule(static)
+    for (int64_t o = 0; o < O; o++) {
+        double s = 0;
+        for (int64_t n = 0; n < N; n++) {
+            int64_t row = (n * O + o) * L;
+            s += dbl ? rowsum_double((const double *)gp + row, L) : rowsum_float((const float *)gp + row, L);
+        }
+        if (dbl) WEFT_PTR(double, db)[o] = s;
+        else WEFT_PTR(float, db)[o] = (float)s;
+    }
+    free(gtmp);
+    return WEFT_OK;
+}
