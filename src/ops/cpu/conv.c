@@ -13,7 +13,13 @@
 #include <omp.h>
 #endif
 
+#include "../../device/device_impl.h"
 #include "../op.h"
+
+// Scratch buffers come from the caching allocator: a fresh malloc of a
+// column buffer every call would fault its pages in again each time.
+#define scratch_alloc(n) weft_cpu_alloc(n)
+#define scratch_free(p) weft_cpu_free(p)
 
 typedef struct conv_geom {
     int64_t N, C, H, W, O, KH, KW, OH, OW;
@@ -124,7 +130,7 @@ static const char *contig_data(const weft_tensor *t, void **tmp) {
     *tmp = NULL;
     if (weft_tensor_is_contiguous(t)) return weft_tensor_ptr(t);
     size_t esz = weft_dtype_size((weft_dtype)t->dtype);
-    char *dst = malloc(esz * (size_t)(t->numel ? t->numel : 1));
+    char *dst = scratch_alloc(esz * (size_t)(t->numel ? t->numel : 1));
     if (!dst) return NULL;
     const char *src = weft_tensor_ptr(t);
     int64_t idx[WEFT_MAX_DIMS] = {0};
@@ -191,7 +197,7 @@ weft_status weft_cpu_conv2d(const weft_op_args *a) {
     blas_threads_begin(nth);
 #pragma omp parallel num_threads(nth) if (nth > 1)
     {
-        void *col = direct || oom ? NULL : malloc(esz * (size_t)(g.Kg * g.L));
+        void *col = direct || oom ? NULL : scratch_alloc(esz * (size_t)(g.Kg * g.L));
         if (!direct && !col) oom = true;
 #pragma omp for schedule(static)
         for (int64_t n = 0; n < g.N; n++) {
@@ -222,11 +228,11 @@ weft_status weft_cpu_conv2d(const weft_op_args *a) {
                      yg, g.L);
             }
         }
-        free(col);
+        scratch_free(col);
     }
     blas_threads_end(nth);
-    free(wtmp);
-    free(btmp);
+    scratch_free(wtmp);
+    scratch_free(btmp);
     return oom ? weft_error(WEFT_ERR_OOM, "conv2d: out of memory for the column buffer") : WEFT_OK;
 }
 
@@ -248,7 +254,7 @@ weft_status weft_cpu_conv2d_backward_input(const weft_op_args *a) {
     blas_threads_begin(nth);
 #pragma omp parallel num_threads(nth) if (nth > 1)
     {
-        void *col = g.direct || oom ? NULL : malloc(esz * (size_t)(g.Kg * g.L));
+        void *col = g.direct || oom ? NULL : scratch_alloc(esz * (size_t)(g.Kg * g.L));
         if (!g.direct && !col) oom = true;
 #pragma omp for schedule(static)
         for (int64_t n = 0; n < g.N; n++) {
@@ -266,11 +272,11 @@ weft_status weft_cpu_conv2d_backward_input(const weft_op_args *a) {
                 }
             }
         }
-        free(col);
+        scratch_free(col);
     }
     blas_threads_end(nth);
-    free(wtmp);
-    free(gtmp);
+    scratch_free(wtmp);
+    scratch_free(gtmp);
     return oom ? weft_error(WEFT_ERR_OOM, "conv2d_backward_input: out of memory") : WEFT_OK;
 }
 
@@ -292,7 +298,9 @@ weft_status weft_cpu_conv2d_backward_weight(const weft_op_args *a) {
     int nth = image_threads(&g);
     int64_t wn = g.O * g.Kg;
     // Thread 0 accumulates straight into dw; the others into part[t-1].
-    char *part = nth > 1 ? calloc((size_t)(nth - 1) * (size_t)wn, esz) : NULL;
+    size_t part_bytes = (size_t)(nth - 1) * (size_t)wn * esz;
+    char *part = nth > 1 ? scratch_alloc(part_bytes) : NULL;
+    if (part) memset(part, 0, part_bytes);
     bool oom = !gp || (nth > 1 && !part);
     memset(wp, 0, esz * (size_t)wn);
     blas_threads_begin(nth);
@@ -300,7 +308,7 @@ weft_status weft_cpu_conv2d_backward_weight(const weft_op_args *a) {
     {
         int t = thread_id();
         char *acc = t == 0 ? wp : part ? part + (size_t)(t - 1) * (size_t)wn * esz : NULL;
-        void *col = direct || oom ? NULL : malloc(esz * (size_t)(g.Kg * g.L));
+        void *col = direct || oom ? NULL : scratch_alloc(esz * (size_t)(g.Kg * g.L));
         if (!direct && !col) oom = true;
         // Static contiguous ranges of images per thread.
         // (the team may be smaller than asked for, e.g. when nested).
@@ -319,7 +327,7 @@ weft_status weft_cpu_conv2d_backward_weight(const weft_op_args *a) {
                      g.Kg);
             }
         }
-        free(col);
+        scratch_free(col);
     }
     blas_threads_end(nth);
     for (int t = 1; t < nth && part; t++) {
@@ -329,8 +337,8 @@ weft_status weft_cpu_conv2d_backward_weight(const weft_op_args *a) {
         else
             for (int64_t i = 0; i < wn; i++) ((float *)wp)[i] += ((const float *)p)[i];
     }
-    free(part);
-    free(gtmp);
+    scratch_free(part);
+    scratch_free(gtmp);
     return oom ? weft_error(WEFT_ERR_OOM, "conv2d_backward_weight: out of memory") : WEFT_OK;
 }
 
@@ -369,6 +377,6 @@ weft_status weft_cpu_conv2d_backward_bias(const weft_op_args *a) {
         if (dbl) WEFT_PTR(double, db)[o] = s;
         else WEFT_PTR(float, db)[o] = (float)s;
     }
-    free(gtmp);
+    scratch_free(gtmp);
     return WEFT_OK;
 }
