@@ -113,6 +113,30 @@ static void test_conv_forward(void) {
         {1, 1, 3, 3, 2, 3, 3, {{0, 0}, {0, 0}, {0, 0}, 0}, false},       // output 1x1
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) check_conv_cfg(&cs[i], 100 + 10 * i);
+    // no input channels: the output is the bias; the gradients are empty or zero
+    weft_tensor *x = weft_tensor_zeros(WEFT_DIMS(2, 0, 5, 5), WEFT_F64);
+    weft_tensor *w = weft_tensor_zeros(WEFT_DIMS(3, 0, 3, 3), WEFT_F64);
+    weft_tensor *b = wt_rand64(WEFT_DIMS(3), -1, 1, 5, true);
+    weft_tensor_set_requires_grad(w, true);
+    weft_tensor *y = weft_conv2d(x, w, b, &(weft_conv2d_params){.padding = {1, 1}});
+    CHECK(y && weft_tensor_numel(y) == 2 * 3 * 25);
+    double bv[3], *yv = y ? values(y) : NULL;
+    weft_tensor_to_f64(b, bv, 3);
+    bool ok = yv != NULL;
+    for (int i = 0; yv && i < 150; i++) ok &= yv[i] == bv[(i / 25) % 3];
+    CHECK(ok);
+    weft_tensor *ones = weft_tensor_ones_like(y);
+    CHECK(weft_backward(y, ones, NULL) == WEFT_OK);
+    double gb[3] = {0};
+    weft_tensor_to_f64(weft_tensor_grad(b), gb, 3);
+    CHECK(gb[0] == 50 && gb[1] == 50 && gb[2] == 50);
+    CHECK(weft_tensor_grad(w) == NULL || weft_tensor_numel(weft_tensor_grad(w)) == 0);
+    weft_tensor_free(ones);
+    free(yv);
+    weft_tensor_free(x);
+    weft_tensor_free(w);
+    weft_tensor_free(b);
+    weft_tensor_free(y);
 }
 
 // ---- gradients ----

@@ -194,14 +194,15 @@ weft_status weft_cpu_conv2d(const weft_op_args *a) {
     bool direct = g.direct && weft_tensor_is_contiguous(x);
     int nth = image_threads(&g);
     bool oom = !wp || (b && !bp);
+    bool empty = g.Kg == 0; // no input channels: y is the bias (BLAS rejects K = 0 leading dims)
     blas_threads_begin(nth);
 #pragma omp parallel num_threads(nth) if (nth > 1)
     {
-        void *col = direct || oom ? NULL : scratch_alloc(esz * (size_t)(g.Kg * g.L));
-        if (!direct && !col) oom = true;
+        void *col = direct || oom || empty ? NULL : scratch_alloc(esz * (size_t)(g.Kg * g.L));
+        if (!direct && !empty && !col) oom = true;
 #pragma omp for schedule(static)
         for (int64_t n = 0; n < g.N; n++) {
-            if (!direct && !col) continue;
+            if (!direct && !empty && !col) continue;
             for (int64_t gi = 0; gi < g.G; gi++) {
                 char *yg = yp + (size_t)((n * g.O + gi * g.Og) * g.L) * esz; // (Og, L)
                 double beta = 0;
@@ -217,6 +218,10 @@ weft_status weft_cpu_conv2d(const weft_op_args *a) {
                             for (int64_t l = 0; l < g.L; l++) r[l] = v;
                         }
                     }
+                }
+                if (empty) {
+                    if (!bp) memset(yg, 0, esz * (size_t)(g.Og * g.L));
+                    continue;
                 }
                 const char *xg = xp + (size_t)(n * x->strides[0] + gi * g.Cg * x->strides[1]) * esz;
                 const void *B = xg;
@@ -303,6 +308,11 @@ weft_status weft_cpu_conv2d_backward_weight(const weft_op_args *a) {
     if (part) memset(part, 0, part_bytes);
     bool oom = !gp || (nth > 1 && !part);
     memset(wp, 0, esz * (size_t)wn);
+    if (wn == 0 || g.N == 0) { // nothing to accumulate (BLAS rejects zero leading dims)
+        scratch_free(part);
+        scratch_free(gtmp);
+        return gp ? WEFT_OK : weft_error(WEFT_ERR_OOM, "conv2d_backward_weight: out of memory");
+    }
     blas_threads_begin(nth);
 #pragma omp parallel num_threads(nth) if (nth > 1)
     {
