@@ -1,0 +1,163 @@
+// CPU kernels of 2-D max and average pooling and their backward ops.
+// One (n,c) plane per parallel task: planes never share output or gradient
+// elements, so the backward scatters need no atomics. Inputs may have any
+// strides; outputs are contiguous.
+#include <math.h>
+#include <string.h>
+
+#include "../op.h"
+
+typedef struct pool_geom {
+    int64_t N, C, H, W, OH, OW;
+    int64_t kh, kw, sh, sw, ph, pw;
+    bool include_pad;
+} pool_geom;
+
+static void geom_init(pool_geom *g, const weft_attrs *at, const int64_t *xs, const int64_t *ys) {
+    g->N = xs[0], g->C = xs[1], g->H = xs[2], g->W = xs[3];
+    g->OH = ys[2], g->OW = ys[3];
+    g->kh = at->i[0], g->kw = at->i[1], g->sh = at->i[2], g->sw = at->i[3], g->ph = at->i[4], g->pw = at->i[5];
+    g->include_pad = at->i[6] != 0;
+}
+
+// The window of output (oh,ow), clipped to the input: rows [h0,h1), cols [w0,w1).
+// *div: the average's divisor (PyTorch: with count_include_pad the window
+// clipped to the padded input, else the real elements only).
+static inline void window(const pool_geom *g, int64_t oh, int64_t ow, int64_t *h0, int64_t *h1, int64_t *w0,
+                          int64_t *w1, double *div) {
+    int64_t hs = oh * g->sh - g->ph, ws = ow * g->sw - g->pw;
+    int64_t he = hs + g->kh, we = ws + g->kw;
+    int64_t pad_area = ((he < g->H + g->ph ? he : g->H + g->ph) - hs) * ((we < g->W + g->pw ? we : g->W + g->pw) - ws);
+    *h0 = hs < 0 ? 0 : hs, *w0 = ws < 0 ? 0 : ws;
+    *h1 = he > g->H ? g->H : he, *w1 = we > g->W ? g->W : we;
+    *div = g->include_pad ? (double)pad_area : (double)((*h1 - *h0) * (*w1 - *w0));
+}
+
+static bool big(const pool_geom *g) { return g->N * g->C * g->OH * g->OW * g->kh * g->kw > WEFT_PAR_GRAIN; }
+
+// Index (h*W + w) of the window's maximum; NaN wins (as in PyTorch), the first maximum among ties.
+#define ARGMAX_WINDOW(T, xp, xs, h0, h1, w0, w1, W, best)         \
+    do {                                                          \
+        T m_ = -INFINITY;                                         \
+        best = h0 * W + w0;                                       \
+        for (int64_t h_ = h0; h_ < h1; h_++)                      \
+            for (int64_t w_ = w0; w_ < w1; w_++) {                \
+                T v_ = xp[h_ * xs[2] + w_ * xs[3]];               \
+                if (v_ > m_ || isnan(v_)) {                       \
+                    m_ = v_;                                      \
+                    best = h_ * W + w_;                           \
+                    if (isnan(v_)) goto found_##T;                \
+                }                                                 \
+            }                                                     \
+    found_##T:;                                                   \
+    } while (0)
+
+#define DEFINE_POOL(T)                                                                                        \
+    static void max_pool_##T(const pool_geom *g, const T *x, const int64_t *xs, T *y) {                       \
+        _Pragma("omp parallel for num_threads(weft_num_threads()) if (big(g)) schedule(static)")              \
+        for (int64_t p = 0; p < g->N * g->C; p++) {                                                            \
+            const T *xp = x + (p / g->C) * xs[0] + (p % g->C) * xs[1];                                        \
+            T *yp = y + p * g->OH * g->OW;                                                                    \
+            for (int64_t oh = 0; oh < g->OH; oh++)                                                            \
+                for (int64_t ow = 0; ow < g->OW; ow++) {                                                      \
+                    int64_t h0, h1, w0, w1, best;                                                             \
+                    double div;                                                                               \
+                    window(g, oh, ow, &h0, &h1, &w0, &w1, &div);                                              \
+                    ARGMAX_WINDOW(T, xp, xs, h0, h1, w0, w1, g->W, best);                                     \
+                    yp[oh * g->OW + ow] = xp[(best / g->W) * xs[2] + (best % g->W) * xs[3]];                 \
+                }                                                                                             \
+        }                                                                                                     \
+    }                                                                                                         \
+    /* gy (N,C,OH,OW) strided, x strided -> dx (N,C,H,W): gy goes to each window's argmax. */                 \
+    static void max_pool_bw_##T(const pool_geom *g, const T *gy, const int64_t *gs, const T *x,               \
+                                const int64_t *xs, T *dx) {                                                   \
+        _Pragma("omp parallel for num_threads(weft_num_threads()) if (big(g)) schedule(static)")              \
+        for (int64_t p = 0; p < g->N * g->C; p++) {                                                            \
+            int64_t n = p / g->C, c = p % g->C;                                                               \
+            const T *xp = x + n * xs[0] + c * xs[1], *gp = gy + n * gs[0] + c * gs[1];                        \
+            T *dp = dx + p * g->H * g->W;                                                                     \
+            memset(dp, 0, sizeof(T) * (size_t)(g->H * g->W));                                                 \
+            for (int64_t oh = 0; oh < g->OH; oh++)                                                            \
+                for (int64_t ow = 0; ow < g->OW; ow++) {                                                      \
+                    int64_t h0, h1, w0, w1, best;                                                             \
+                    double div;                                                                               \
+                    window(g, oh, ow, &h0, &h1, &w0, &w1, &div);                                              \
+                    ARGMAX_WINDOW(T, xp, xs, h0, h1, w0, w1, g->W, best);                                     \
+                    dp[best] += gp[oh * gs[2] + ow * gs[3]];                                                  \
+                }                                                                                             \
+        }                                                                                                     \
+    }                                                                                                         \
+    static void avg_pool_##T(const pool_geom *g, const T *x, const int64_t *xs, T *y) {                       \
+        _Pragma("omp parallel for num_threads(weft_num_threads()) if (big(g)) schedule(static)")              \
+        for (int64_t p = 0; p < g->N * g->C; p++) {                                                            \
+            const T *xp = x + (p / g->C) * xs[0] + (p % g->C) * xs[1];                                        \
+            T *yp = y + p * g->OH * g->OW;                                                                    \
+            for (int64_t oh = 0; oh < g->OH; oh++)                                                            \
+                for (int64_t ow = 0; ow < g->OW; ow++) {                                                      \
+                    int64_t h0, h1, w0, w1;                                                                   \
+                    double div, s = 0;                                                                        \
+                    window(g, oh, ow, &h0, &h1, &w0, &w1, &div);                                              \
+                    for (int64_t h = h0; h < h1; h++)                                                         \
+                        for (int64_t w = w0; w < w1; w++) s += xp[h * xs[2] + w * xs[3]];                     \
+                    yp[oh * g->OW + ow] = (T)(s / div);                                                       \
+                }                                                                                             \
+        }                                                                                                     \
+    }                                                                                                         \
+    /* gy (N,C,OH,OW) strided -> dx (N,C,H,W): each window gets gy / divisor. */                              \
+    static void avg_pool_bw_##T(const pool_geom *g, const T *gy, const int64_t *gs, T *dx) {                  \
+        _Pragma("omp parallel for num_threads(weft_num_threads()) if (big(g)) schedule(static)")              \
+        for (int64_t p = 0; p < g->N * g->C; p++) {                                                            \
+            const T *gp = gy + (p / g->C) * gs[0] + (p % g->C) * gs[1];                                       \
+            T *dp = dx + p * g->H * g->W;                                                                     \
+            memset(dp, 0, sizeof(T) * (size_t)(g->H * g->W));                                                 \
+            for (int64_t oh = 0; oh < g->OH; oh++)                                                            \
+                for (int64_t ow = 0; ow < g->OW; ow++) {                                                      \
+                    int64_t h0, h1, w0, w1;                                                                   \
+                    double div;                                                                               \
+                    window(g, oh, ow, &h0, &h1, &w0, &w1, &div);                                              \
+                    T v = (T)(gp[oh * gs[2] + ow * gs[3]] / div);                                             \
+                    for (int64_t h = h0; h < h1; h++)                                                         \
+                        for (int64_t w = w0; w < w1; w++) dp[h * g->W + w] += v;                              \
+                }                                                                                             \
+        }                                                                                                     \
+    }
+DEFINE_POOL(float)
+DEFINE_POOL(double)
+
+weft_status weft_cpu_max_pool2d(const weft_op_args *a) {
+    const weft_tensor *x = a->in[0];
+    pool_geom g;
+    geom_init(&g, a->attrs, x->sizes, a->out[0]->sizes);
+    if (x->dtype == WEFT_F64) max_pool_double(&g, WEFT_PTR(double, x), x->strides, WEFT_PTR(double, a->out[0]));
+    else max_pool_float(&g, WEFT_PTR(float, x), x->strides, WEFT_PTR(float, a->out[0]));
+    return WEFT_OK;
+}
+weft_status weft_cpu_max_pool2d_backward(const weft_op_args *a) {
+    const weft_tensor *gy = a->in[0], *x = a->in[1];
+    pool_geom g;
+    geom_init(&g, a->attrs, x->sizes, gy->sizes);
+    if (x->dtype == WEFT_F64)
+        max_pool_bw_double(&g, WEFT_PTR(double, gy), gy->strides, WEFT_PTR(double, x), x->strides,
+                           WEFT_PTR(double, a->out[0]));
+    else
+        max_pool_bw_float(&g, WEFT_PTR(float, gy), gy->strides, WEFT_PTR(float, x), x->strides,
+                          WEFT_PTR(float, a->out[0]));
+    return WEFT_OK;
+}
+weft_status weft_cpu_avg_pool2d(const weft_op_args *a) {
+    const weft_tensor *x = a->in[0];
+    pool_geom g;
+    geom_init(&g, a->attrs, x->sizes, a->out[0]->sizes);
+    if (x->dtype == WEFT_F64) avg_pool_double(&g, WEFT_PTR(double, x), x->strides, WEFT_PTR(double, a->out[0]));
+    else avg_pool_float(&g, WEFT_PTR(float, x), x->strides, WEFT_PTR(float, a->out[0]));
+    return WEFT_OK;
+}
+weft_status weft_cpu_avg_pool2d_backward(const weft_op_args *a) {
+    const weft_tensor *gy = a->in[0];
+    weft_tensor *dx = a->out[0];
+    pool_geom g;
+    geom_init(&g, a->attrs, dx->sizes, gy->sizes);
+    if (gy->dtype == WEFT_F64) avg_pool_bw_double(&g, WEFT_PTR(double, gy), gy->strides, WEFT_PTR(double, dx));
+    else avg_pool_bw_float(&g, WEFT_PTR(float, gy), gy->strides, WEFT_PTR(float, dx));
+    return WEFT_OK;
+}

@@ -1,0 +1,309 @@
+// Op entries of the conv family: conv2d (im2col + GEMM) with its fused
+// backward ops, and 2-D max / average pooling with theirs.
+// Kernels: cpu/conv.c, cpu/pool.c.
+//
+// conv attrs: i[0..1] stride (h,w), i[2..3] padding, i[4..5] dilation, i[6] groups;
+//   conv2d_backward_input:  i[8..9] = (H,W) of the forward input,
+//   conv2d_backward_weight: i[8..9] = (KH,KW) of the weight.
+// pool attrs: i[0..1] kernel, i[2..3] stride, i[4..5] padding, i[6] count_include_pad;
+//   avg_pool2d_backward: i[8..9] = (H,W) of the forward input.
+#include "op.h"
+
+// Kernels (cpu/conv.c, cpu/pool.c).
+weft_status weft_cpu_conv2d(const weft_op_args *a);
+weft_status weft_cpu_conv2d_backward_input(const weft_op_args *a);
+weft_status weft_cpu_conv2d_backward_weight(const weft_op_args *a);
+weft_status weft_cpu_conv2d_backward_bias(const weft_op_args *a);
+weft_status weft_cpu_max_pool2d(const weft_op_args *a);
+weft_status weft_cpu_max_pool2d_backward(const weft_op_args *a);
+weft_status weft_cpu_avg_pool2d(const weft_op_args *a);
+weft_status weft_cpu_avg_pool2d_backward(const weft_op_args *a);
+
+extern weft_op_def weft_op_conv2d, weft_op_conv2d_backward_input, weft_op_conv2d_backward_weight,
+    weft_op_conv2d_backward_bias;
+extern weft_op_def weft_op_max_pool2d, weft_op_max_pool2d_backward, weft_op_avg_pool2d, weft_op_avg_pool2d_backward;
+
+// Output length of a sliding window: (in + 2 pad - dil (k - 1) - 1) / stride + 1,
+// or -1 when the (dilated) kernel does not fit the padded input.
+static int64_t out_len(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil) {
+    int64_t span = dil * (k - 1) + 1;
+    if (in + 2 * pad < span) return -1;
+    return (in + 2 * pad - span) / stride + 1;
+}
+
+static weft_status check_4d(const char *op, const weft_tensor *t, const char *what) {
+    if (t->ndim != 4) {
+        char b[96];
+        return weft_error(WEFT_ERR_SHAPE, "%s: %s must be 4-D (N,C,H,W), got %s", op, what,
+                          weft_tensor_shape_str(t, b, sizeof b));
+    }
+    return weft_check_dtype(op, t, WEFT_DT_FLOAT, what);
+}
+
+// ---- conv2d ----
+static weft_status check_conv_attrs(const char *op, const weft_attrs *at) {
+    if (at->i[0] < 1 || at->i[1] < 1 || at->i[4] < 1 || at->i[5] < 1 || at->i[6] < 1)
+        return weft_error(WEFT_ERR_ARG, "%s: stride, dilation and groups must be positive", op);
+    if (at->i[2] < 0 || at->i[3] < 0) return weft_error(WEFT_ERR_ARG, "%s: padding must be non-negative", op);
+    return WEFT_OK;
+}
+
+static weft_status infer_conv2d(const weft_op_args *a, weft_out_meta *o) {
+    const char *op = a->op->name;
+    const weft_attrs *at = a->attrs;
+    if (a->n_in < 2 || a->n_in > 3) return weft_error(WEFT_ERR_ARG, "%s: expected x, w and an optional bias", op);
+    weft_status st;
+    if ((st = check_conv_attrs(op, at))) return st;
+    const weft_tensor *x = a->in[0], *w = a->in[1];
+    if ((st = check_4d(op, x, "the input"))) return st;
+    if ((st = check_4d(op, w, "the weight"))) return st;
+    if ((st = weft_check_same_dtype(op, a->n_in, a->in))) return st;
+    int64_t C = x->sizes[1], O = w->sizes[0], G = at->i[6];
+    char b1[96], b2[96];
+    if (C % G || O % G)
+        return weft_error(WEFT_ERR_SHAPE, "%s: input channels %lld and output channels %lld must be divisible by groups %lld",
+                          op, (long long)C, (long long)O, (long long)G);
+    if (w->sizes[1] != C / G)
+        return weft_error(WEFT_ERR_SHAPE, "%s: weight %s expects %lld input channels per group, input %s has %lld / %lld",
+                          op, weft_tensor_shape_str(w, b1, sizeof b1), (long long)w->sizes[1],
+                          weft_tensor_shape_str(x, b2, sizeof b2), (long long)C, (long long)G);
+    if (a->n_in == 3) {
+        const weft_tensor *b = a->in[2];
+        if (b->ndim != 1 || b->sizes[0] != O)
+            return weft_error(WEFT_ERR_SHAPE, "%s: bias must have shape (%lld), got %s", op, (long long)O,
+                              weft_tensor_shape_str(b, b1, sizeof b1));
+    }
+    int64_t OH = out_len(x->sizes[2], w->sizes[2], at->i[0], at->i[2], at->i[4]);
+    int64_t OW = out_len(x->sizes[3], w->sizes[3], at->i[1], at->i[3], at->i[5]);
+    if (OH < 1 || OW < 1)
+        return weft_error(WEFT_ERR_SHAPE, "%s: kernel %s (dilated) is larger than the padded input %s", op,
+                          weft_tensor_shape_str(w, b1, sizeof b1), weft_tensor_shape_str(x, b2, sizeof b2));
+    weft_meta_set(o, 4, (int64_t[]){x->sizes[0], O, OH, OW}, (weft_dtype)x->dtype);
+    return WEFT_OK;
+}
+
+// gy (N,O,OH,OW), w (O,C/G,KH,KW) -> dx (N,C,H,W)
+static weft_status infer_conv2d_bw_input(const weft_op_args *a, weft_out_meta *o) {
+    const char *op = a->op->name;
+    const weft_tensor *gy = a->in[0], *w = a->in[1];
+    weft_status st;
+    if ((st = check_conv_attrs(op, a->attrs)) || (st = check_4d(op, gy, "the output gradient")) ||
+        (st = check_4d(op, w, "the weight")) || (st = weft_check_same_dtype(op, 2, a->in)))
+        return st;
+    const weft_attrs *at = a->attrs;
+    int64_t H = at->i[8], W = at->i[9];
+    if (gy->sizes[1] != w->sizes[0] || out_len(H, w->sizes[2], at->i[0], at->i[2], at->i[4]) != gy->sizes[2] ||
+        out_len(W, w->sizes[3], at->i[1], at->i[3], at->i[5]) != gy->sizes[3])
+        return weft_error(WEFT_ERR_SHAPE, "%s: gradient, weight and input size do not agree", op);
+    weft_meta_set(o, 4, (int64_t[]){gy->sizes[0], w->sizes[1] * at->i[6], H, W}, (weft_dtype)gy->dtype);
+    return WEFT_OK;
+}
+
+// gy (N,O,OH,OW), x (N,C,H,W) -> dw (O,C/G,KH,KW)
+static weft_status infer_conv2d_bw_weight(const weft_op_args *a, weft_out_meta *o) {
+    const char *op = a->op->name;
+    const weft_tensor *gy = a->in[0], *x = a->in[1];
+    weft_status st;
+    if ((st = check_conv_attrs(op, a->attrs)) || (st = check_4d(op, gy, "the output gradient")) ||
+        (st = check_4d(op, x, "the input")) || (st = weft_check_same_dtype(op, 2, a->in)))
+        return st;
+    const weft_attrs *at = a->attrs;
+    int64_t KH = at->i[8], KW = at->i[9], G = at->i[6];
+    if (gy->sizes[0] != x->sizes[0] || x->sizes[1] % G || gy->sizes[1] % G ||
+        out_len(x->sizes[2], KH, at->i[0], at->i[2], at->i[4]) != gy->sizes[2] ||
+        out_len(x->sizes[3], KW, at->i[1], at->i[3], at->i[5]) != gy->sizes[3])
+        return weft_error(WEFT_ERR_SHAPE, "%s: gradient, input and kernel size do not agree", op);
+    weft_meta_set(o, 4, (int64_t[]){gy->sizes[1], x->sizes[1] / G, KH, KW}, (weft_dtype)gy->dtype);
+    return WEFT_OK;
+}
+
+// gy (N,O,OH,OW) -> db (O)
+static weft_status infer_conv2d_bw_bias(const weft_op_args *a, weft_out_meta *o) {
+    weft_status st = check_4d(a->op->name, a->in[0], "the output gradient");
+    if (st) return st;
+    weft_meta_set(o, 1, &a->in[0]->sizes[1], (weft_dtype)a->in[0]->dtype);
+    return WEFT_OK;
+}
+
+static weft_tensor *conv_bw_input(weft_tensor *gy, weft_tensor *w, const weft_attrs *fwd, int64_t H, int64_t W) {
+    weft_attrs at = *fwd;
+    at.i[8] = H;
+    at.i[9] = W;
+    weft_tensor *in[] = {gy, w};
+    return weft_op_apply1(&weft_op_conv2d_backward_input, 2, in, &at);
+}
+static weft_tensor *conv_bw_weight(weft_tensor *gy, weft_tensor *x, const weft_attrs *fwd, int64_t KH, int64_t KW) {
+    weft_attrs at = *fwd;
+    at.i[8] = KH;
+    at.i[9] = KW;
+    weft_tensor *in[] = {gy, x};
+    return weft_op_apply1(&weft_op_conv2d_backward_weight, 2, in, &at);
+}
+static weft_tensor *conv_fwd(weft_tensor *x, weft_tensor *w, const weft_attrs *at) {
+    weft_attrs a2 = *at;
+    a2.i[8] = a2.i[9] = 0;
+    weft_tensor *in[] = {x, w};
+    return weft_op_apply1(&weft_op_conv2d, 2, in, &a2);
+}
+
+static weft_status done(const weft_bw_args *b) {
+    for (int i = 0; i < b->n_in; i++)
+        if (b->needs[i] && !b->gin[i]) return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
+    return WEFT_OK;
+}
+
+// y = conv(x, w) + b:  dx = conv_bw_input(g, w), dw = conv_bw_weight(g, x), db = sum of g over (N,H,W).
+static weft_status bw_conv2d(const weft_bw_args *b) {
+    weft_tensor *g = b->gout[0];
+    if (b->needs[0])
+        b->gin[0] = conv_bw_input(g, b->in[1], b->attrs, b->in_meta[0].sizes[2], b->in_meta[0].sizes[3]);
+    if (b->needs[1])
+        b->gin[1] = conv_bw_weight(g, b->in[0], b->attrs, b->in_meta[1].sizes[2], b->in_meta[1].sizes[3]);
+    if (b->n_in == 3 && b->needs[2]) b->gin[2] = weft_op_apply1(&weft_op_conv2d_backward_bias, 1, &g, NULL);
+    return done(b);
+}
+// dx = bw_input(gy, w) is linear in each of gy and w (the input x is the
+// variable in both): d/dgy = conv(G, w), d/dw = bw_weight(gy, G).
+static weft_status bw_conv2d_bw_input(const weft_bw_args *b) {
+    weft_tensor *g = b->gout[0];
+    if (b->needs[0]) b->gin[0] = conv_fwd(g, b->in[1], b->attrs);
+    if (b->needs[1]) b->gin[1] = conv_bw_weight(b->in[0], g, b->attrs, b->in_meta[1].sizes[2], b->in_meta[1].sizes[3]);
+    return done(b);
+}
+// dw = bw_weight(gy, x): d/dgy = conv(x, G), d/dx = bw_input(gy, G).
+static weft_status bw_conv2d_bw_weight(const weft_bw_args *b) {
+    weft_tensor *g = b->gout[0];
+    if (b->needs[0]) b->gin[0] = conv_fwd(b->in[1], g, b->attrs);
+    if (b->needs[1]) b->gin[1] = conv_bw_input(b->in[0], g, b->attrs, b->in_meta[1].sizes[2], b->in_meta[1].sizes[3]);
+    return done(b);
+}
+
+// db = sum of gy over (N,OH,OW): d/dgy broadcasts G (O) back to gy's shape.
+static weft_status bw_conv2d_bw_bias(const weft_bw_args *b) {
+    const weft_in_meta *m = &b->in_meta[0];
+    weft_tensor *r = weft_reshape(b->gout[0], 4, (const int64_t[]){1, m->sizes[1], 1, 1});
+    weft_tensor *e = weft_expand(r, 4, m->sizes);
+    b->gin[0] = weft_tensor_contiguous(e);
+    weft_tensor_free(r);
+    weft_tensor_free(e);
+    return done(b);
+}
+
+#define K_CPU(fn) .kernel = {[WEFT_CPU] = {fn, WEFT_DT_FLOAT}}
+weft_op_def weft_op_conv2d = {.name = "conv2d", .n_in = -1, .n_out = 1, .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1),
+                              .infer = infer_conv2d, .backward = bw_conv2d, K_CPU(weft_cpu_conv2d)};
+weft_op_def weft_op_conv2d_backward_input = {.name = "conv2d_backward_input", .n_in = 2, .n_out = 1,
+                                             .save = WEFT_SAVE_ALL_IN, .infer = infer_conv2d_bw_input,
+                                             .backward = bw_conv2d_bw_input,
+                                             K_CPU(weft_cpu_conv2d_backward_input)};
+weft_op_def weft_op_conv2d_backward_weight = {.name = "conv2d_backward_weight", .n_in = 2, .n_out = 1,
+                                              .save = WEFT_SAVE_ALL_IN, .infer = infer_conv2d_bw_weight,
+                                              .backward = bw_conv2d_bw_weight,
+                                              K_CPU(weft_cpu_conv2d_backward_weight)};
+weft_op_def weft_op_conv2d_backward_bias = {.name = "conv2d_backward_bias", .n_in = 1, .n_out = 1,
+                                            .infer = infer_conv2d_bw_bias, .backward = bw_conv2d_bw_bias,
+                                            K_CPU(weft_cpu_conv2d_backward_bias)};
+
+weft_tensor *weft_conv2d(weft_tensor *x, weft_tensor *w, weft_tensor *bias, const weft_conv2d_params *p) {
+    if (!x || !w) return weft_error_null_input("conv2d");
+    weft_conv2d_params d = {{1, 1}, {0, 0}, {1, 1}, 1};
+    if (p) d = *p;
+    weft_attrs at = {.i = {d.stride[0] ? d.stride[0] : 1, d.stride[1] ? d.stride[1] : 1, d.padding[0], d.padding[1],
+                           d.dilation[0] ? d.dilation[0] : 1, d.dilation[1] ? d.dilation[1] : 1,
+                           d.groups ? d.groups : 1}};
+    weft_tensor *in[] = {x, w, bias};
+    return weft_op_apply1(&weft_op_conv2d, bias ? 3 : 2, in, &at);
+}
+
+// ---- pooling ----
+static weft_status infer_pool(const weft_op_args *a, weft_out_meta *o) {
+    const char *op = a->op->name;
+    const weft_attrs *at = a->attrs;
+    const weft_tensor *x = a->in[0];
+    weft_status st;
+    if ((st = check_4d(op, x, "the input"))) return st;
+    if (at->i[0] < 1 || at->i[1] < 1 || at->i[2] < 1 || at->i[3] < 1)
+        return weft_error(WEFT_ERR_ARG, "%s: kernel and stride must be positive", op);
+    // As in PyTorch: a window must always overlap the real input.
+    if (at->i[4] < 0 || at->i[5] < 0 || 2 * at->i[4] > at->i[0] || 2 * at->i[5] > at->i[1])
+        return weft_error(WEFT_ERR_ARG, "%s: padding must be between 0 and half the kernel size", op);
+    int64_t OH = out_len(x->sizes[2], at->i[0], at->i[2], at->i[4], 1);
+    int64_t OW = out_len(x->sizes[3], at->i[1], at->i[3], at->i[5], 1);
+    if (OH < 1 || OW < 1) {
+        char b[96];
+        return weft_error(WEFT_ERR_SHAPE, "%s: kernel (%lld,%lld) is larger than the padded input %s", op,
+                          (long long)at->i[0], (long long)at->i[1], weft_tensor_shape_str(x, b, sizeof b));
+    }
+    weft_meta_set(o, 4, (int64_t[]){x->sizes[0], x->sizes[1], OH, OW}, (weft_dtype)x->dtype);
+    return WEFT_OK;
+}
+// gy (N,C,OH,OW), x (N,C,H,W) -> dx (N,C,H,W)
+static weft_status infer_max_pool_bw(const weft_op_args *a, weft_out_meta *o) {
+    weft_out_meta m;
+    weft_op_args fa = *a;
+    fa.in = a->in + 1;
+    weft_status st = infer_pool(&fa, &m);
+    if (st) return st;
+    const weft_tensor *gy = a->in[0], *x = a->in[1];
+    if ((st = weft_check_same_dtype(a->op->name, 2, a->in))) return st;
+    if (!weft_shape_equal(gy->ndim, gy->sizes, m.ndim, m.sizes))
+        return weft_error(WEFT_ERR_SHAPE, "%s: gradient does not match the pooled shape", a->op->name);
+    weft_meta_set(o, 4, x->sizes, (weft_dtype)x->dtype);
+    return WEFT_OK;
+}
+// gy (N,C,OH,OW) -> dx (N,C,H,W) with (H,W) from attrs
+static weft_status infer_avg_pool_bw(const weft_op_args *a, weft_out_meta *o) {
+    const weft_tensor *gy = a->in[0];
+    weft_status st;
+    if ((st = check_4d(a->op->name, gy, "the output gradient"))) return st;
+    const weft_attrs *at = a->attrs;
+    if (out_len(at->i[8], at->i[0], at->i[2], at->i[4], 1) != gy->sizes[2] ||
+        out_len(at->i[9], at->i[1], at->i[3], at->i[5], 1) != gy->sizes[3])
+        return weft_error(WEFT_ERR_SHAPE, "%s: gradient does not match the pooled shape", a->op->name);
+    weft_meta_set(o, 4, (int64_t[]){gy->sizes[0], gy->sizes[1], at->i[8], at->i[9]}, (weft_dtype)gy->dtype);
+    return WEFT_OK;
+}
+
+static weft_status bw_max_pool(const weft_bw_args *b) {
+    weft_tensor *in[] = {b->gout[0], b->in[0]};
+    b->gin[0] = weft_op_apply1(&weft_op_max_pool2d_backward, 2, in, b->attrs);
+    return done(b);
+}
+static weft_tensor *avg_bw(weft_tensor *g, const weft_attrs *fwd, int64_t H, int64_t W) {
+    weft_attrs at = *fwd;
+    at.i[8] = H;
+    at.i[9] = W;
+    return weft_op_apply1(&weft_op_avg_pool2d_backward, 1, &g, &at);
+}
+static weft_status bw_avg_pool(const weft_bw_args *b) {
+    b->gin[0] = avg_bw(b->gout[0], b->attrs, b->in_meta[0].sizes[2], b->in_meta[0].sizes[3]);
+    return done(b);
+}
+// avg_pool2d_backward is linear with the adjoint avg_pool2d.
+static weft_status bw_avg_pool_bw(const weft_bw_args *b) {
+    weft_tensor *g = b->gout[0];
+    b->gin[0] = weft_op_apply1(&weft_op_avg_pool2d, 1, &g, b->attrs);
+    return done(b);
+}
+
+weft_op_def weft_op_max_pool2d = {.name = "max_pool2d", .n_in = 1, .n_out = 1, .save = WEFT_SAVE_IN(0),
+                                  .infer = infer_pool, .backward = bw_max_pool, K_CPU(weft_cpu_max_pool2d)};
+// Its own backward (a gather of the gradient at each argmax) is not provided.
+weft_op_def weft_op_max_pool2d_backward = {.name = "max_pool2d_backward", .n_in = 2, .n_out = 1,
+                                           .infer = infer_max_pool_bw, K_CPU(weft_cpu_max_pool2d_backward)};
+weft_op_def weft_op_avg_pool2d = {.name = "avg_pool2d", .n_in = 1, .n_out = 1, .infer = infer_pool,
+                                  .backward = bw_avg_pool, K_CPU(weft_cpu_avg_pool2d)};
+weft_op_def weft_op_avg_pool2d_backward = {.name = "avg_pool2d_backward", .n_in = 1, .n_out = 1,
+                                           .infer = infer_avg_pool_bw, .backward = bw_avg_pool_bw,
+                                           K_CPU(weft_cpu_avg_pool2d_backward)};
+
+static weft_tensor *pool(weft_op_def *op, weft_tensor *x, const weft_pool2d_params *p) {
+    if (!x) return weft_error_null_input(op->name);
+    if (!p) return weft_error_null(WEFT_ERR_ARG, "%s: NULL params", op->name);
+    weft_attrs at = {.i = {p->kernel[0], p->kernel[1], p->stride[0] ? p->stride[0] : p->kernel[0],
+                           p->stride[1] ? p->stride[1] : p->kernel[1], p->padding[0], p->padding[1],
+                           p->count_include_pad}};
+    return weft_op_apply1(op, 1, &x, &at);
+}
+weft_tensor *weft_max_pool2d(weft_tensor *x, const weft_pool2d_params *p) { return pool(&weft_op_max_pool2d, x, p); }
+weft_tensor *weft_avg_pool2d(weft_tensor *x, const weft_pool2d_params *p) { return pool(&weft_op_avg_pool2d, x, p); }

@@ -1,0 +1,447 @@
+// conv2d, max_pool2d, avg_pool2d: forward against naive loops written here,
+// gradients by finite differences (f64), f32 and non-contiguous inputs, and
+// the error cases.
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/op.h"
+#include "weft_test.h"
+
+// ---- reference convolution: the plain 7-loop definition ----
+typedef struct cfg {
+    int64_t N, C, H, W, O, KH, KW;
+    weft_conv2d_params p; // filled with explicit values (no zeros for defaults) in the reference
+    bool bias;
+} cfg;
+
+static int64_t olen(int64_t in, int64_t k, int s, int p, int d) { return (in + 2 * p - d * (k - 1) - 1) / s + 1; }
+
+static double *ref_conv(const cfg *c, const double *x, const double *w, const double *b, int64_t *OH, int64_t *OW) {
+    int sh = c->p.stride[0] ? c->p.stride[0] : 1, sw = c->p.stride[1] ? c->p.stride[1] : 1;
+    int dh = c->p.dilation[0] ? c->p.dilation[0] : 1, dw = c->p.dilation[1] ? c->p.dilation[1] : 1;
+    int G = c->p.groups ? c->p.groups : 1, ph = c->p.padding[0], pw = c->p.padding[1];
+    *OH = olen(c->H, c->KH, sh, ph, dh);
+    *OW = olen(c->W, c->KW, sw, pw, dw);
+    int64_t Cg = c->C / G, Og = c->O / G;
+    double *y = calloc((size_t)(c->N * c->O * *OH * *OW), sizeof(double));
+    for (int64_t n = 0; n < c->N; n++)
+        for (int64_t o = 0; o < c->O; o++)
+            for (int64_t oh = 0; oh < *OH; oh++)
+                for (int64_t ow = 0; ow < *OW; ow++) {
+                    double s = b ? b[o] : 0;
+                    int64_t g = o / Og;
+                    for (int64_t ci = 0; ci < Cg; ci++)
+                        for (int64_t kh = 0; kh < c->KH; kh++)
+                            for (int64_t kw = 0; kw < c->KW; kw++) {
+                                int64_t ih = oh * sh - ph + kh * dh, iw = ow * sw - pw + kw * dw;
+                                if (ih < 0 || ih >= c->H || iw < 0 || iw >= c->W) continue;
+                                int64_t cc = g * Cg + ci;
+                                s += x[((n * c->C + cc) * c->H + ih) * c->W + iw] *
+                                     w[((o * Cg + ci) * c->KH + kh) * c->KW + kw];
+                            }
+                    y[((n * c->O + o) * *OH + oh) * *OW + ow] = s;
+                }
+    return y;
+}
+
+// A non-contiguous tensor with x's values: stored (N,C,W,H), viewed through a transpose.
+static weft_tensor *transposed_copy(const weft_tensor *x, weft_dtype d) {
+    const int64_t *s = weft_tensor_sizes(x);
+    weft_tensor *base = weft_tensor_empty(WEFT_DIMS(s[0], s[1], s[3], s[2]), d);
+    weft_tensor *v = weft_transpose(base, 2, 3);
+    weft_tensor_copy_(v, x);
+    weft_tensor_free(base);
+    return v;
+}
+
+static double *values(const weft_tensor *t) {
+    int64_t n = weft_tensor_numel(t);
+    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    weft_tensor_to_f64(t, v, n);
+    return v;
+}
+
+// Forward of one config in f64 and f32, with a contiguous and a transposed
+// (non-contiguous) input, against the reference.
+static void check_conv_cfg(const cfg *c, uint64_t seed) {
+    int64_t G = c->p.groups ? c->p.groups : 1;
+    weft_tensor *x = wt_rand64(WEFT_DIMS(c->N, c->C, c->H, c->W), -1, 1, seed, false);
+    weft_tensor *w = wt_rand64(WEFT_DIMS(c->O, c->C / G, c->KH, c->KW), -1, 1, seed + 1, false);
+    weft_tensor *b = c->bias ? wt_rand64(WEFT_DIMS(c->O), -1, 1, seed + 2, false) : NULL;
+    double *xv = values(x), *wv = values(w), *bv = b ? values(b) : NULL;
+    int64_t OH, OW;
+    double *ref = ref_conv(c, xv, wv, bv, &OH, &OW);
+    int64_t n = c->N * c->O * OH * OW;
+    for (int dt = 0; dt < 2; dt++) {
+        weft_dtype d = dt ? WEFT_F32 : WEFT_F64;
+        double tol = dt ? 1e-4 : 1e-11;
+        weft_tensor *xc = weft_cast(x, d), *wc = weft_cast(w, d), *bc = b ? weft_cast(b, d) : NULL;
+        weft_tensor *xtc = transposed_copy(x, d);
+        CHECK(!weft_tensor_is_contiguous(xtc));
+        weft_tensor *y = weft_conv2d(xc, wc, bc, &c->p);
+        CHECK(y && weft_tensor_ndim(y) == 4 && weft_tensor_size(y, 2) == OH && weft_tensor_size(y, 3) == OW);
+        CHECK(y && weft_tensor_dtype(y) == d);
+        wt_check_values(dt ? "conv2d f32" : "conv2d f64", y, ref, n, tol);
+        weft_tensor *y2 = weft_conv2d(xtc, wc, bc, &c->p);
+        wt_check_values(dt ? "conv2d f32 (transposed input)" : "conv2d f64 (transposed input)", y2, ref, n, tol);
+        weft_tensor_free(y);
+        weft_tensor_free(y2);
+        weft_tensor_free(xc);
+        weft_tensor_free(wc);
+        weft_tensor_free(bc);
+        weft_tensor_free(xtc);
+    }
+    free(xv);
+    free(wv);
+    free(bv);
+    free(ref);
+    weft_tensor_free(x);
+    weft_tensor_free(w);
+    weft_tensor_free(b);
+}
+
+static void test_conv_forward(void) {
+    cfg cs[] = {
+        {2, 3, 7, 6, 4, 3, 3, {{0, 0}, {1, 1}, {0, 0}, 0}, true},        // 3x3, padding 1, bias
+        {2, 3, 9, 8, 5, 3, 2, {{2, 2}, {1, 0}, {1, 1}, 1}, false},       // stride 2, asymmetric kernel
+        {1, 2, 9, 10, 3, 3, 3, {{1, 1}, {2, 2}, {2, 2}, 1}, true},       // dilation 2
+        {2, 4, 6, 6, 6, 3, 3, {{1, 2}, {1, 1}, {1, 1}, 2}, true},        // groups 2, mixed stride
+        {3, 6, 5, 5, 6, 1, 1, {{0, 0}, {0, 0}, {0, 0}, 3}, false},       // 1x1 (direct path), groups 3
+        {2, 4, 5, 7, 3, 1, 1, {{0, 0}, {0, 0}, {0, 0}, 0}, true},        // 1x1 with bias
+        {4, 8, 12, 12, 8, 3, 3, {{1, 1}, {1, 1}, {1, 1}, 1}, true},      // big enough for threads
+        {5, 4, 11, 13, 6, 5, 3, {{2, 3}, {2, 1}, {1, 2}, 2}, true},      // everything at once
+        {1, 1, 3, 3, 2, 3, 3, {{0, 0}, {0, 0}, {0, 0}, 0}, false},       // output 1x1
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) check_conv_cfg(&cs[i], 100 + 10 * i);
+    // no input channels: the output is the bias; the gradients are empty or zero
+    weft_tensor *x = weft_tensor_zeros(WEFT_DIMS(2, 0, 5, 5), WEFT_F64);
+    weft_tensor *w = weft_tensor_zeros(WEFT_DIMS(3, 0, 3, 3), WEFT_F64);
+    weft_tensor *b = wt_rand64(WEFT_DIMS(3), -1, 1, 5, true);
+    weft_tensor_set_requires_grad(w, true);
+    weft_tensor *y = weft_conv2d(x, w, b, &(weft_conv2d_params){.padding = {1, 1}});
+    CHECK(y && weft_tensor_numel(y) == 2 * 3 * 25);
+    double bv[3], *yv = y ? values(y) : NULL;
+    weft_tensor_to_f64(b, bv, 3);
+    bool ok = yv != NULL;
+    for (int i = 0; yv && i < 150; i++) ok &= yv[i] == bv[(i / 25) % 3];
+    CHECK(ok);
+    weft_tensor *ones = weft_tensor_ones_like(y);
+    CHECK(weft_backward(y, ones, NULL) == WEFT_OK);
+    double gb[3] = {0};
+    weft_tensor_to_f64(weft_tensor_grad(b), gb, 3);
+    CHECK(gb[0] == 50 && gb[1] == 50 && gb[2] == 50);
+    CHECK(weft_tensor_grad(w) == NULL || weft_tensor_numel(weft_tensor_grad(w)) == 0);
+    weft_tensor_free(ones);
+    free(yv);
+    weft_tensor_free(x);
+    weft_tensor_free(w);
+    weft_tensor_free(b);
+    weft_tensor_free(y);
+}
+
+// ---- gradients ----
+static weft_tensor *conv_fn(weft_tensor *const *in, void *user) {
+    const cfg *c = user;
+    return weft_conv2d(in[0], in[1], c->bias ? in[2] : NULL, &c->p);
+}
+
+static void gradcheck_cfg(const cfg *c, uint64_t seed) {
+    int64_t G = c->p.groups ? c->p.groups : 1;
+    weft_tensor *in[3] = {wt_rand64(WEFT_DIMS(c->N, c->C, c->H, c->W), -1, 1, seed, true),
+                          wt_rand64(WEFT_DIMS(c->O, c->C / G, c->KH, c->KW), -1, 1, seed + 1, true),
+                          c->bias ? wt_rand64(WEFT_DIMS(c->O), -1, 1, seed + 2, true) : NULL};
+    CHECK_GRAD(conv_fn, c->bias ? 3 : 2, in, (void *)c);
+    for (int i = 0; i < 3; i++) weft_tensor_free(in[i]);
+}
+
+static void test_conv_grad(void) {
+    cfg cs[] = {
+        {2, 2, 5, 5, 3, 3, 3, {{0, 0}, {1, 1}, {0, 0}, 0}, true},
+        {2, 2, 7, 6, 2, 3, 2, {{2, 2}, {1, 0}, {1, 1}, 1}, false},
+        {1, 2, 7, 7, 2, 3, 3, {{1, 1}, {2, 1}, {2, 2}, 1}, true},
+        {2, 4, 5, 5, 4, 3, 3, {{2, 1}, {1, 1}, {1, 1}, 2}, true},
+        {2, 4, 3, 4, 2, 1, 1, {{0, 0}, {0, 0}, {0, 0}, 2}, true},
+        {3, 4, 8, 8, 6, 3, 3, {{1, 1}, {1, 1}, {1, 1}, 1}, true}, // threaded kernels
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) gradcheck_cfg(&cs[i], 300 + 10 * i);
+
+    // The gradient through a non-contiguous (transposed) input.
+    weft_tensor *xb = wt_rand64(WEFT_DIMS(2, 2, 6, 5), -1, 1, 7, true);
+    weft_tensor *w = wt_rand64(WEFT_DIMS(3, 2, 3, 3), -1, 1, 8, false);
+    weft_tensor *xt = weft_transpose(xb, 2, 3);
+    weft_conv2d_params p = {{1, 2}, {1, 1}, {1, 1}, 1};
+    weft_tensor *y = weft_conv2d(xt, w, NULL, &p), *s = weft_sum(y, 0, NULL, false);
+    CHECK(weft_backward(s, NULL, NULL) == WEFT_OK);
+    // reference: the same conv of a contiguous copy
+    weft_tensor *xc_base = weft_tensor_detach(xt);
+    weft_tensor *xc = weft_tensor_contiguous(xc_base);
+    CHECK(weft_tensor_is_contiguous(xc) && !weft_tensor_shares_storage(xc, xb));
+    weft_tensor_set_requires_grad(xc, true);
+    weft_tensor *y2 = weft_conv2d(xc, w, NULL, &p), *s2 = weft_sum(y2, 0, NULL, false);
+    CHECK(weft_backward(s2, NULL, NULL) == WEFT_OK);
+    weft_tensor *gt = weft_transpose(weft_tensor_grad(xb), 2, 3);
+    double *ref = values(weft_tensor_grad(xc));
+    wt_check_values("grad of transposed input", gt, ref, 2 * 2 * 5 * 6, 1e-12);
+    free(ref);
+    weft_tensor *ts[] = {xb, w, xt, y, s, xc_base, xc, y2, s2, gt};
+    for (int i = 0; i < 10; i++) weft_tensor_free(ts[i]);
+}
+
+// f32 gradients (all three backward kernels) against the f64 ones, which
+// gradcheck validated; the output gradient is random and the input transposed.
+static void test_conv_grad_f32(void) {
+    cfg c = {4, 4, 9, 8, 6, 3, 3, {{2, 1}, {1, 1}, {1, 2}, 2}, true};
+    weft_tensor *x = wt_rand64(WEFT_DIMS(4, 4, 9, 8), -1, 1, 41, false);
+    weft_tensor *w = wt_rand64(WEFT_DIMS(6, 2, 3, 3), -1, 1, 42, false);
+    weft_tensor *b = wt_rand64(WEFT_DIMS(6), -1, 1, 43, false);
+    double *grads[2][3];
+    for (int dt = 0; dt < 2; dt++) {
+        weft_dtype d = dt ? WEFT_F32 : WEFT_F64;
+        // fresh leaves (weft_cast to the same dtype would return w itself)
+        weft_tensor *xd = transposed_copy(x, d), *wc = weft_cast(w, d), *bc = weft_cast(b, d);
+        weft_tensor *xl = weft_tensor_detach(xd), *wd = weft_tensor_clone(wc), *bd = weft_tensor_clone(bc);
+        weft_tensor *in[] = {xl, wd, bd};
+        for (int i = 0; i < 3; i++) weft_tensor_set_requires_grad(in[i], true);
+        weft_tensor *y = weft_conv2d(xl, wd, bd, &c.p);
+        weft_tensor *gy = wt_rand64(4, weft_tensor_sizes(y), -1, 1, 44, false), *gyd = weft_cast(gy, d);
+        CHECK(weft_backward(y, gyd, NULL) == WEFT_OK);
+        for (int i = 0; i < 3; i++) grads[dt][i] = values(weft_tensor_grad(in[i]));
+        weft_tensor *ts[] = {xd, wd, bd, wc, bc, xl, y, gy, gyd};
+        for (int i = 0; i < 9; i++) weft_tensor_free(ts[i]);
+    }
+    int64_t n[3] = {4 * 4 * 9 * 8, 6 * 2 * 9, 6};
+    const char *what[3] = {"f32 dx", "f32 dw", "f32 db"};
+    for (int i = 0; i < 3; i++) {
+        int bad = 0;
+        for (int64_t k = 0; k < n[i]; k++) bad += fabs(grads[1][i][k] - grads[0][i][k]) > 1e-4 * (1 + fabs(grads[0][i][k]));
+        if (bad) fprintf(stderr, "%s: %d mismatches\n", what[i], bad);
+        CHECK(bad == 0);
+        free(grads[0][i]);
+        free(grads[1][i]);
+    }
+    weft_tensor_free(x);
+    weft_tensor_free(w);
+    weft_tensor_free(b);
+}
+
+// The fused backward ops have backward rules of their own (second order).
+typedef struct bw_user {
+    const char *op;
+    weft_attrs at;
+} bw_user;
+static weft_tensor *bw_op_fn(weft_tensor *const *in, void *user) {
+    bw_user *u = user;
+    return weft_op_apply1(weft_op_find(u->op), 2, in, &u->at);
+}
+static weft_tensor *bw_op1_fn(weft_tensor *const *in, void *user) {
+    bw_user *u = user;
+    return weft_op_apply1(weft_op_find(u->op), 1, in, &u->at);
+}
+static void test_conv_double_backward(void) {
+    bw_user bb = {"conv2d_backward_bias", {{0}}};
+    weft_tensor *gb = wt_rand64(WEFT_DIMS(2, 3, 4, 5), -1, 1, 10, true);
+    CHECK_GRAD(bw_op1_fn, 1, &gb, &bb);
+    weft_tensor_free(gb);
+    // conv: x (2,4,6,5), w (6,2,3,3), stride (2,1), pad (1,1), dilation (1,2), groups 2 -> y (2,6,3,3)
+    bw_user bi = {"conv2d_backward_input", {.i = {2, 1, 1, 1, 1, 2, 2, 0, 6, 5}}};
+    weft_tensor *in[2] = {wt_rand64(WEFT_DIMS(2, 6, 3, 3), -1, 1, 11, true),
+                          wt_rand64(WEFT_DIMS(6, 2, 3, 3), -1, 1, 12, true)};
+    CHECK_GRAD(bw_op_fn, 2, in, &bi);
+    weft_tensor_free(in[1]);
+    bw_user bw = {"conv2d_backward_weight", {.i = {2, 1, 1, 1, 1, 2, 2, 0, 3, 3}}};
+    in[1] = wt_rand64(WEFT_DIMS(2, 4, 6, 5), -1, 1, 13, true);
+    CHECK_GRAD(bw_op_fn, 2, in, &bw);
+    weft_tensor_free(in[0]);
+    weft_tensor_free(in[1]);
+}
+
+// ---- pooling ----
+static double *ref_pool(bool is_max, const weft_pool2d_params *p, const double *x, int64_t N, int64_t C, int64_t H,
+                        int64_t W, int64_t *OH, int64_t *OW) {
+    int kh = p->kernel[0], kw = p->kernel[1], sh = p->stride[0] ? p->stride[0] : kh,
+        sw = p->stride[1] ? p->stride[1] : kw, ph = p->padding[0], pw = p->padding[1];
+    *OH = (H + 2 * ph - kh) / sh + 1;
+    *OW = (W + 2 * pw - kw) / sw + 1;
+    double *y = malloc(sizeof(double) * (size_t)(N * C * *OH * *OW));
+    for (int64_t nc = 0; nc < N * C; nc++)
+        for (int64_t oh = 0; oh < *OH; oh++)
+            for (int64_t ow = 0; ow < *OW; ow++) {
+                double m = -INFINITY, s = 0;
+                int cnt = 0, cnt_pad = 0;
+                for (int i = 0; i < kh; i++)
+                    for (int j = 0; j < kw; j++) {
+                        int64_t ih = oh * sh - ph + i, iw = ow * sw - pw + j;
+                        if (ih < H + ph && iw < W + pw) cnt_pad++; // inside the padded input
+                        if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                        double v = x[(nc * H + ih) * W + iw];
+                        if (v > m) m = v;
+                        s += v;
+                        cnt++;
+                    }
+                y[(nc * *OH + oh) * *OW + ow] = is_max ? m : s / (p->count_include_pad ? cnt_pad : cnt);
+            }
+    return y;
+}
+
+static void check_pool(bool is_max, const weft_pool2d_params *p, int64_t N, int64_t C, int64_t H, int64_t W,
+                       uint64_t seed) {
+    weft_tensor *x = wt_rand64(WEFT_DIMS(N, C, H, W), -2, 2, seed, false);
+    double *xv = values(x);
+    int64_t OH, OW;
+    double *ref = ref_pool(is_max, p, xv, N, C, H, W, &OH, &OW);
+    weft_tensor *(*f)(weft_tensor *, const weft_pool2d_params *) = is_max ? weft_max_pool2d : weft_avg_pool2d;
+    for (int dt = 0; dt < 2; dt++) {
+        weft_dtype d = dt ? WEFT_F32 : WEFT_F64;
+        weft_tensor *xc = weft_cast(x, d), *xtc = transposed_copy(x, d);
+        weft_tensor *y = f(xc, p), *y2 = f(xtc, p);
+        CHECK(y && weft_tensor_size(y, 2) == OH && weft_tensor_size(y, 3) == OW && weft_tensor_dtype(y) == d);
+        wt_check_values(is_max ? "max_pool2d" : "avg_pool2d", y, ref, N * C * OH * OW, dt ? 1e-6 : 1e-13);
+        wt_check_values(is_max ? "max_pool2d (transposed)" : "avg_pool2d (transposed)", y2, ref, N * C * OH * OW,
+                        dt ? 1e-6 : 1e-13);
+        weft_tensor *ts[] = {xc, xtc, y, y2};
+        for (int i = 0; i < 4; i++) weft_tensor_free(ts[i]);
+    }
+    free(xv);
+    free(ref);
+    weft_tensor_free(x);
+}
+
+static weft_tensor *maxpool_fn(weft_tensor *const *in, void *user) { return weft_max_pool2d(in[0], user); }
+static weft_tensor *avgpool_fn(weft_tensor *const *in, void *user) { return weft_avg_pool2d(in[0], user); }
+// Pool of a transposed view of the leaf (backward gets a non-contiguous saved input).
+static weft_tensor *maxpool_t_fn(weft_tensor *const *in, void *user) {
+    weft_tensor *t = weft_transpose(in[0], 2, 3), *y = weft_max_pool2d(t, user);
+    weft_tensor_free(t);
+    return y;
+}
+
+static void test_pool(void) {
+    weft_pool2d_params ps[] = {
+        {{2, 2}, {0, 0}, {0, 0}, true},  // the classic 2x2 / 2
+        {{3, 3}, {2, 2}, {1, 1}, true},  // overlapping, padded, count_include_pad
+        {{3, 3}, {2, 2}, {1, 1}, false}, // ... without the padding in the divisor
+        {{3, 2}, {1, 2}, {1, 1}, true},  // asymmetric
+        {{4, 4}, {3, 3}, {2, 2}, false}, // padding = kernel / 2
+    };
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) {
+        check_pool(true, &ps[i], 2, 3, 9, 8, 500 + i);
+        check_pool(false, &ps[i], 2, 3, 9, 8, 600 + i);
+        check_pool(true, &ps[i], 4, 16, 30, 30, 700 + i); // threaded
+        check_pool(false, &ps[i], 4, 16, 30, 30, 800 + i);
+        weft_tensor *x = wt_rand64(WEFT_DIMS(2, 2, 7, 6), -1, 1, 900 + i, true);
+        CHECK_GRAD(maxpool_fn, 1, &x, &ps[i]);
+        CHECK_GRAD(avgpool_fn, 1, &x, &ps[i]);
+        CHECK_GRAD(maxpool_t_fn, 1, &x, &ps[i]);
+        weft_tensor_free(x);
+        // avg_pool2d_backward is differentiable again (its adjoint is avg_pool2d)
+        weft_attrs at = {.i = {ps[i].kernel[0], ps[i].kernel[1], ps[i].stride[0] ? ps[i].stride[0] : ps[i].kernel[0],
+                               ps[i].stride[1] ? ps[i].stride[1] : ps[i].kernel[1], ps[i].padding[0], ps[i].padding[1],
+                               ps[i].count_include_pad, 0, 7, 6}};
+        weft_tensor *xa = wt_rand64(WEFT_DIMS(2, 2, 7, 6), -1, 1, 950 + i, false);
+        weft_tensor *ya = weft_avg_pool2d(xa, &ps[i]);
+        weft_tensor *gy = wt_rand64(4, weft_tensor_sizes(ya), -1, 1, 960 + i, true);
+        CHECK(gy != NULL);
+        weft_tensor *dx = weft_op_apply1(weft_op_find("avg_pool2d_backward"), 1, &gy, &at);
+        // <avg_pool(xa), gy> == <xa, avg_pool_backward(gy)>: the two are adjoint
+        double *a1 = values(ya), *a2 = values(gy), *b1 = values(xa), *b2 = values(dx);
+        double l = 0, r = 0;
+        for (int64_t k = 0; k < weft_tensor_numel(ya); k++) l += a1[k] * a2[k];
+        for (int64_t k = 0; k < weft_tensor_numel(xa); k++) r += b1[k] * b2[k];
+        CHECK_NEAR(l, r, 1e-12);
+        free(a1), free(a2), free(b1), free(b2);
+        weft_tensor *ts[] = {xa, ya, gy, dx};
+        for (int k = 0; k < 4; k++) weft_tensor_free(ts[k]);
+    }
+    // max pool sends the gradient to the first maximum of a window with ties
+    weft_tensor *x = weft_tensor_full(WEFT_DIMS(1, 1, 2, 2), WEFT_F64, 3.0);
+    weft_tensor_set_requires_grad(x, true);
+    weft_pool2d_params p = {{2, 2}, {0, 0}, {0, 0}, true};
+    weft_tensor *y = weft_max_pool2d(x, &p);
+    CHECK(weft_backward(y, NULL, NULL) == WEFT_OK);
+    double g[4];
+    weft_tensor_to_f64(weft_tensor_grad(x), g, 4);
+    CHECK(g[0] == 1 && g[1] == 0 && g[2] == 0 && g[3] == 0);
+    weft_tensor_free(x);
+    weft_tensor_free(y);
+}
+
+static void test_avg_pool_double_backward(void) {
+    bw_user u = {"avg_pool2d_backward", {.i = {3, 3, 2, 2, 1, 1, 0, 0, 7, 6}}};
+    weft_tensor *gy = wt_rand64(WEFT_DIMS(2, 2, 4, 3), -1, 1, 21, true);
+    weft_tensor *dx = weft_op_apply1(weft_op_find(u.op), 1, &gy, &u.at);
+    CHECK(dx && weft_tensor_size(dx, 2) == 7 && weft_tensor_size(dx, 3) == 6);
+    weft_tensor *s = weft_sum(dx, 0, NULL, false);
+    CHECK(weft_backward(s, NULL, NULL) == WEFT_OK); // through avg_pool2d_backward's own rule
+    // d sum(dx) / d gy = per-window (number of real elements / divisor) = 1 without padding in the divisor
+    double gv[48];
+    weft_tensor_to_f64(weft_tensor_grad(gy), gv, 48);
+    bool ones = true;
+    for (int i = 0; i < 48; i++) ones &= fabs(gv[i] - 1) < 1e-12;
+    CHECK(ones);
+    weft_tensor_free(gy);
+    weft_tensor_free(dx);
+    weft_tensor_free(s);
+}
+
+// ---- errors ----
+static bool fails_naming(weft_tensor *t, const char *op) {
+    bool ok = t == NULL && strstr(weft_last_error(), op) != NULL;
+    if (!ok) fprintf(stderr, "expected an error naming %s, got '%s'\n", op, weft_last_error());
+    weft_tensor_free(t);
+    weft_clear_error();
+    return ok;
+}
+
+static void test_errors(void) {
+    weft_tensor *x = wt_rand64(WEFT_DIMS(2, 4, 5, 5), -1, 1, 1, false);
+    weft_tensor *w = wt_rand64(WEFT_DIMS(6, 2, 3, 3), -1, 1, 2, false);
+    weft_tensor *w3 = wt_rand64(WEFT_DIMS(6, 3, 3, 3), -1, 1, 3, false);
+    weft_tensor *wbig = wt_rand64(WEFT_DIMS(6, 4, 7, 3), -1, 1, 4, false);
+    weft_tensor *x3 = wt_rand64(WEFT_DIMS(4, 5, 5), -1, 1, 5, false);
+    weft_tensor *b5 = wt_rand64(WEFT_DIMS(5), -1, 1, 6, false);
+    weft_tensor *xf = weft_cast(x, WEFT_F32), *xi = weft_cast(x, WEFT_I32);
+    weft_conv2d_params g2 = {.groups = 2}, g3 = {.groups = 3}, g1 = {0};
+    weft_tensor *ok = weft_conv2d(x, w, NULL, &g2);
+    CHECK(ok != NULL);
+    weft_tensor_free(ok);
+    CHECK(fails_naming(weft_conv2d(x, w, NULL, &g3), "conv2d"));    // 4 channels not divisible by 3
+    CHECK(fails_naming(weft_conv2d(x, w3, NULL, &g1), "conv2d"));   // weight has 3 channels, input 4
+    CHECK(fails_naming(weft_conv2d(x, wbig, NULL, &g1), "conv2d")); // 7 > 5 (no padding)
+    weft_conv2d_params pad1 = {.padding = {1, 1}};
+    ok = weft_conv2d(x, wbig, NULL, &pad1); // 7 <= 5 + 2: fits
+    CHECK(ok != NULL);
+    weft_tensor_free(ok);
+    weft_conv2d_params dil = {.padding = {1, 1}, .dilation = {2, 1}};
+    CHECK(fails_naming(weft_conv2d(x, wbig, NULL, &dil), "conv2d")); // dilated 13 > 7
+    CHECK(fails_naming(weft_conv2d(x3, w, NULL, &g2), "conv2d"));    // 3-D input
+    CHECK(fails_naming(weft_conv2d(x, w, b5, &g2), "conv2d"));       // bias of 5 for 6 outputs
+    CHECK(fails_naming(weft_conv2d(xf, w, NULL, &g2), "conv2d"));    // f32 input, f64 weight
+    CHECK(fails_naming(weft_conv2d(xi, w, NULL, &g2), "conv2d"));    // integer input
+    weft_conv2d_params neg = {.padding = {-1, 0}};
+    CHECK(fails_naming(weft_conv2d(x, w, NULL, &neg), "conv2d"));
+    CHECK(fails_naming(weft_conv2d(NULL, w, NULL, &g1), "conv2d"));
+
+    weft_pool2d_params p6 = {{6, 2}, {0, 0}, {0, 0}, true}, p2 = {{2, 2}, {0, 0}, {2, 0}, true};
+    weft_pool2d_params p0 = {{0, 2}, {0, 0}, {0, 0}, true}, pok = {{2, 2}, {0, 0}, {0, 0}, true};
+    CHECK(fails_naming(weft_max_pool2d(x, &p6), "max_pool2d")); // kernel 6 > 5
+    CHECK(fails_naming(weft_avg_pool2d(x, &p6), "avg_pool2d"));
+    CHECK(fails_naming(weft_max_pool2d(x, &p2), "max_pool2d")); // padding > kernel / 2
+    CHECK(fails_naming(weft_avg_pool2d(x, &p0), "avg_pool2d")); // zero kernel
+    CHECK(fails_naming(weft_max_pool2d(x3, &pok), "max_pool2d"));
+    CHECK(fails_naming(weft_avg_pool2d(x3, &pok), "avg_pool2d"));
+    CHECK(fails_naming(weft_max_pool2d(xi, &pok), "max_pool2d"));
+    CHECK(fails_naming(weft_max_pool2d(x, NULL), "max_pool2d"));
+    weft_tensor *ts[] = {x, w, w3, wbig, x3, b5, xf, xi};
+    for (int i = 0; i < 8; i++) weft_tensor_free(ts[i]);
+}
+
+int main(void) {
+    RUN(test_conv_forward);
+    RUN(test_conv_grad);
+    RUN(test_conv_grad_f32);
+    RUN(test_conv_double_backward);
+    RUN(test_pool);
+    RUN(test_avg_pool_double_backward);
+    RUN(test_errors);
+    return wt_summary();
+}
