@@ -347,6 +347,28 @@ static void test_binary_noncontig(void) {
 }
 
 // Big enough for the threaded path: (C,R) transposed view + (R) broadcast, f32.
+// Outputs over WEFT_NT_MIN_BYTES per thread take the streaming-store path
+// (blocks + an odd tail); check it against plain loops with 1 and 2 threads.
+static void test_streaming_store_path(void) {
+    const int64_t n = 1500001; // 6 MB of f32, not a multiple of the block
+    double *a = malloc(sizeof(double) * (size_t)n), *b = malloc(sizeof(double) * (size_t)n);
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    vals(a, n, -2, 2, 11);
+    vals(b, n, -2, 2, 12);
+    weft_tensor *ta = tens(a, WEFT_F32, WEFT_DIMS(n)), *tb = tens(b, WEFT_F32, WEFT_DIMS(n));
+    for (int64_t i = 0; i < n; i++) ref[i] = (double)((float)a[i] + (float)b[i]);
+    for (int nt = 1; nt <= 2; nt++) {
+        weft_set_num_threads(nt);
+        wt_check_values("add streaming", K(weft_add(ta, tb)), ref, n, 1e-7);
+    }
+    for (int64_t i = 0; i < n; i++) ref[i] = exp((double)(float)a[i]);
+    wt_check_values("exp streaming", K(weft_exp(ta)), ref, n, 1e-6);
+    free(a);
+    free(b);
+    free(ref);
+    drop_all();
+}
+
 static void test_binary_large_threaded(void) {
     const int64_t R = 263, C = 311;
     double *a = malloc(sizeof(double) * (size_t)(R * C)), *b = malloc(sizeof(double) * (size_t)R);
@@ -846,6 +868,7 @@ int main(void) {
     RUN(test_binary_forward);
     RUN(test_binary_noncontig);
     RUN(test_binary_large_threaded);
+    RUN(test_streaming_store_path);
     RUN(test_binary_grad);
     RUN(test_minmax_ties_nan);
     RUN(test_compare);

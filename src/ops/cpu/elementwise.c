@@ -14,6 +14,10 @@
         if (s[0] == sizeof(T) && s[1] == sizeof(T)) {                                 \
             T *restrict o = (T *)p[0];                                                \
             const T *restrict x = (const T *)p[1];                                    \
+            if (n * (int64_t)sizeof(T) >= WEFT_NT_MIN_BYTES) {                        \
+                WEFT_NT_LOOP(T, o, n, { T v = x[i]; out_ = (T)(EXPR); });             \
+                return;                                                               \
+            }                                                                         \
             for (int64_t i = 0; i < n; i++) {                                         \
                 T v = x[i];                                                           \
                 o[i] = (T)(EXPR);                                                     \
@@ -32,6 +36,10 @@
         if (s[0] == sizeof(TO) && s[1] == sizeof(T) && s[2] == sizeof(T)) {           \
             TO *restrict o = (TO *)p[0];                                              \
             const T *restrict x = (const T *)p[1], *restrict y = (const T *)p[2];     \
+            if (n * (int64_t)sizeof(TO) >= WEFT_NT_MIN_BYTES) {                       \
+                WEFT_NT_LOOP(TO, o, n, { T a = x[i], b = y[i]; out_ = (TO)(EXPR); }); \
+                return;                                                               \
+            }                                                                         \
             for (int64_t i = 0; i < n; i++) {                                         \
                 T a = x[i], b = y[i];                                                 \
                 o[i] = (TO)(EXPR);                                                    \
