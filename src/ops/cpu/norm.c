@@ -46,43 +46,145 @@ static int team_size(void) {
 }
 
 // ---------------------------------------------------------------- layer_norm
-// One row at a time: mean, then the variance from the deviations (two passes
-// over a row that stays in L1/L2, more accurate than E[x^2]-E[x]^2 in f32),
-// then the affine output. Row statistics are accumulated in T: with the simd
-// reduction each lane sums C/8 values, ample for f32 rows of a few thousand.
-#define LN_FWD(T, SQRT)                                                                          \
-    static void ln_fwd_##T(const T *restrict x, const T *restrict w, const T *restrict b,         \
-                           T *restrict y, T *restrict mean, T *restrict rstd, int64_t R, int64_t C, \
-                           double eps, bool par) {                                               \
-        /* x, y (R,C); w, b (C) or NULL; mean, rstd (R) */                                       \
-        _Pragma("omp parallel for num_threads(weft_num_threads()) schedule(static) if(par)")     \
-        for (int64_t r = 0; r < R; r++) {                                                        \
-            const T *restrict xr = x + r * C;                                                    \
-            T *restrict yr = y + r * C;                                                          \
-            T s = 0;                                                                             \
-            _Pragma("omp simd reduction(+:s)") for (int64_t i = 0; i < C; i++) s += xr[i];      \
-            const T mu = s / (T)C;                                                               \
-            T v = 0;                                                                             \
-            _Pragma("omp simd reduction(+:v)") for (int64_t i = 0; i < C; i++) {                \
-                T d = xr[i] - mu;                                                                \
-                v += d * d;                                                                      \
-            }                                                                                    \
-            const T rs = (T)1 / SQRT(v / (T)C + (T)eps);                                         \
-            mean[r] = mu;                                                                        \
-            rstd[r] = rs;                                                                        \
-            if (w && b) {                                                                        \
-                for (int64_t i = 0; i < C; i++) yr[i] = (xr[i] - mu) * rs * w[i] + b[i];         \
-            } else if (w) {                                                                      \
-                for (int64_t i = 0; i < C; i++) yr[i] = (xr[i] - mu) * rs * w[i];                \
-            } else if (b) {                                                                      \
-                for (int64_t i = 0; i < C; i++) yr[i] = (xr[i] - mu) * rs + b[i];                \
-            } else {                                                                             \
-                for (int64_t i = 0; i < C; i++) yr[i] = (xr[i] - mu) * rs;                       \
-            }                                                                                    \
-        }                                                                                        \
+// Each row is handled by a small row function, compiled twice: for the build's
+// baseline ISA and for AVX2+FMA (picked at run time when the CPU has them, as
+// PyTorch does), because the build flags stay portable (-O3, no -march).
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define LN_HAVE_AVX2 1
+#define LN_AVX2 __attribute__((target("avx2,fma")))
+static bool cpu_has_avx2(void) {
+    static int v = -1; // benign race: every thread computes the same value
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     }
-LN_FWD(float, sqrtf)
-LN_FWD(double, sqrt)
+    return v;
+}
+#else
+#define LN_HAVE_AVX2 0
+static bool cpu_has_avx2(void) { return false; }
+#endif
+
+// Sum of C terms into OUT. One accumulator would make the loop wait on the
+// add latency (4 cycles per vector); 32 lanes (the inner loop vectorises into
+// 4 independent AVX2 registers) keep the adders busy. BODY adds term i_ to s_.
+#define LN_LANES 32
+#define LN_SUM(T, C, OUT, BODY)                                                                    \
+    do {                                                                                           \
+        T acc_[LN_LANES] = {0};                                                                    \
+        int64_t i0_ = 0;                                                                           \
+        for (; i0_ + LN_LANES <= (C); i0_ += LN_LANES)                                             \
+            for (int l_ = 0; l_ < LN_LANES; l_++) {                                                \
+                int64_t i_ = i0_ + l_;                                                             \
+                T s_ = acc_[l_];                                                                   \
+                BODY;                                                                              \
+                acc_[l_] = s_;                                                                     \
+            }                                                                                      \
+        for (int64_t i_ = i0_; i_ < (C); i_++) {                                                   \
+            T s_ = acc_[0];                                                                        \
+            BODY;                                                                                  \
+            acc_[0] = s_;                                                                          \
+        }                                                                                          \
+        T t_ = 0;                                                                                  \
+        for (int l_ = 0; l_ < LN_LANES; l_++) t_ += acc_[l_];                                      \
+        (OUT) = t_;                                                                                \
+    } while (0)
+
+// Forward of one row of C: mean, then the variance from the deviations (two
+// passes over a row that stays in L1, more accurate than E[x^2]-E[x]^2 in
+// f32), then the affine output. The sums are in T: the simd reduction splits
+// them over 8-16 lanes, ample for f32 rows of a few thousand.
+#define LN_ROW_FWD(T, SQRT, SFX, ATTR)                                                             \
+    ATTR static void ln_row_fwd_##T##SFX(const T *restrict xr, const T *restrict w, const T *restrict b, \
+                                         T *restrict yr, int64_t C, T eps, T *mean, T *rstd) {      \
+        T s = 0, v = 0;                                                                            \
+        LN_SUM(T, C, s, s_ += xr[i_]);                                                             \
+        const T mu = s / (T)C;                                                                     \
+        LN_SUM(T, C, v, s_ += (xr[i_] - mu) * (xr[i_] - mu));                                      \
+        const T rs = (T)1 / SQRT(v / (T)C + eps);                                                  \
+        *mean = mu;                                                                                \
+        *rstd = rs;                                                                                \
+        if (w && b) {                                                                              \
+            for (int64_t i = 0; i < C; i++) yr[i] = (xr[i] - mu) * rs * w[i] + b[i];               \
+        } else if (w) {                                                                            \
+            for (int64_t i = 0; i < C; i++) yr[i] = (xr[i] - mu) * rs * w[i];                      \
+        } else if (b) {                                                                            \
+            for (int64_t i = 0; i < C; i++) yr[i] = (xr[i] - mu) * rs + b[i];                      \
+        } else {                                                                                   \
+            for (int64_t i = 0; i < C; i++) yr[i] = (xr[i] - mu) * rs;                             \
+        }                                                                                          \
+    }
+
+// Backward of one row (llm.c's layernorm_backward):
+//   n = (x - mean) rstd,  dn = gy * w   (w == NULL reads as w = 1)
+//   dx = rstd (dn - mean(dn) - n mean(dn n)),  pw += gy n,  pb += gy
+// One reduction pass, then one pass for dx and the dw/db partials.
+#define LN_ROW_BWD(T, SFX, ATTR)                                                                   \
+    ATTR static void ln_row_bwd_##T##SFX(const T *restrict g, const T *restrict xr, const T *restrict w, \
+                                         T *restrict d, T *restrict pw, T *restrict pb, int64_t C, T mu, \
+                                         T rs) {                                                   \
+        T sdn = 0, sdnn = 0;                                                                       \
+        if (w) {                                                                                   \
+            LN_SUM(T, C, sdn, s_ += g[i_] * w[i_]);                                                \
+            LN_SUM(T, C, sdnn, s_ += g[i_] * w[i_] * (xr[i_] - mu));                               \
+        } else {                                                                                   \
+            LN_SUM(T, C, sdn, s_ += g[i_]);                                                        \
+            LN_SUM(T, C, sdnn, s_ += g[i_] * (xr[i_] - mu));                                       \
+        }                                                                                          \
+        /* mean(dn) and mean(dn n) (its rstd folded in) */                                         \
+        const T mdn = sdn / (T)C, mdnn = sdnn * rs / (T)C;                                         \
+        if (w && pw) {                                                                             \
+            for (int64_t i = 0; i < C; i++) {                                                      \
+                T n = (xr[i] - mu) * rs;                                                           \
+                d[i] = (g[i] * w[i] - mdn - n * mdnn) * rs;                                        \
+                pw[i] += g[i] * n;                                                                 \
+                pb[i] += g[i];                                                                     \
+            }                                                                                      \
+        } else if (w) {                                                                            \
+            for (int64_t i = 0; i < C; i++) {                                                      \
+                T n = (xr[i] - mu) * rs;                                                           \
+                d[i] = (g[i] * w[i] - mdn - n * mdnn) * rs;                                        \
+            }                                                                                      \
+        } else if (pw) {                                                                           \
+            for (int64_t i = 0; i < C; i++) {                                                      \
+                T n = (xr[i] - mu) * rs;                                                           \
+                d[i] = (g[i] - mdn - n * mdnn) * rs;                                               \
+                pw[i] += g[i] * n;                                                                 \
+                pb[i] += g[i];                                                                     \
+            }                                                                                      \
+        } else {                                                                                   \
+            for (int64_t i = 0; i < C; i++) {                                                      \
+                T n = (xr[i] - mu) * rs;                                                           \
+                d[i] = (g[i] - mdn - n * mdnn) * rs;                                               \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+LN_ROW_FWD(float, sqrtf, _base, )
+LN_ROW_FWD(double, sqrt, _base, )
+LN_ROW_BWD(float, _base, )
+LN_ROW_BWD(double, _base, )
+#if LN_HAVE_AVX2
+LN_ROW_FWD(float, sqrtf, _avx2, LN_AVX2)
+LN_ROW_FWD(double, sqrt, _avx2, LN_AVX2)
+LN_ROW_BWD(float, _avx2, LN_AVX2)
+LN_ROW_BWD(double, _avx2, LN_AVX2)
+#define LN_PICK(name, T) (cpu_has_avx2() ? name##_##T##_avx2 : name##_##T##_base)
+#else
+#define LN_PICK(name, T) (name##_##T##_base)
+#endif
+
+// Rows in parallel. x, y (R,C); w, b (C) or NULL; mean, rstd (R)
+#define LN_FWD(T)                                                                                  \
+    static void ln_fwd_##T(const T *x, const T *w, const T *b, T *y, T *mean, T *rstd, int64_t R,  \
+                           int64_t C, double eps, bool par) {                                      \
+        void (*row)(const T *restrict, const T *restrict, const T *restrict, T *restrict, int64_t, T, T *, T *) = \
+            LN_PICK(ln_row_fwd, T);                                                                \
+        _Pragma("omp parallel for num_threads(weft_num_threads()) schedule(static) if(par)")       \
+        for (int64_t r = 0; r < R; r++) row(x + r * C, w, b, y + r * C, C, (T)eps, mean + r, rstd + r); \
+    }
+LN_FWD(float)
+LN_FWD(double)
 
 weft_status weft_cpu_layer_norm(const weft_op_args *a) {
     const weft_tensor *x = a->in[0];
@@ -101,64 +203,27 @@ weft_status weft_cpu_layer_norm(const weft_op_args *a) {
     return WEFT_OK;
 }
 
-// Fused backward, one pass per row (llm.c's layernorm_backward):
-//   n = (x - mean) rstd,  dn = gy * w
-//   dx = rstd (dn - mean(dn) - n mean(dn n))
-//   dw += gy n,  db += gy                        (summed over rows)
-// Rows are split into one contiguous block per thread; each thread sums its
-// dw/db into its own partial row (no atomics, no false sharing on a C-long
-// row), and the partials are added up afterwards, parallel over C.
+// Fused backward. Rows are split into one contiguous block per thread; each
+// thread sums dw/db into its own partial row (no atomics, no false sharing on
+// a C-long row), and the partials are added up afterwards, parallel over C.
+// gy, x, dx (R,C); mean, rstd (R); w, dw, db (C) (dw == NULL: not wanted); part (nt,2,C)
 #define LN_BWD(T)                                                                                  \
-    static void ln_bwd_##T(const T *restrict gy, const T *restrict x, const T *restrict mean,       \
-                           const T *restrict rstd, const T *restrict w, T *restrict dx, T *restrict dw, \
-                           T *restrict db, T *restrict part, int nt, int64_t R, int64_t C) {       \
-        /* gy, x, dx (R,C); mean, rstd (R); w, dw, db (C); part (nt,2,C) or NULL */               \
+    static void ln_bwd_##T(const T *gy, const T *x, const T *mean, const T *rstd, const T *w, T *dx, T *dw, \
+                           T *db, T *part, int nt, int64_t R, int64_t C) {                         \
+        void (*row)(const T *restrict, const T *restrict, const T *restrict, T *restrict, T *restrict, \
+                    T *restrict, int64_t, T, T) = LN_PICK(ln_row_bwd, T);                          \
         _Pragma("omp parallel num_threads(nt) if(nt > 1)") {                                       \
             int tid = thread_id(), n_team = team_size();                                           \
             int64_t r0 = R * tid / n_team, r1 = R * (tid + 1) / n_team;                            \
-            T *restrict pw = NULL, *restrict pb = NULL;                                            \
+            T *pw = NULL, *pb = NULL;                                                              \
             if (dw) {                                                                              \
                 pw = n_team > 1 ? part + (int64_t)tid * 2 * C : dw;                                \
                 pb = n_team > 1 ? pw + C : db;                                                     \
                 memset(pw, 0, sizeof(T) * (size_t)C);                                              \
                 memset(pb, 0, sizeof(T) * (size_t)C);                                              \
             }                                                                                      \
-            for (int64_t r = r0; r < r1; r++) {                                                    \
-                const T *restrict g = gy + r * C, *restrict xr = x + r * C;                        \
-                T *restrict d = dx + r * C;                                                        \
-                const T mu = mean[r], rs = rstd[r];                                                \
-                T sdn = 0, sdnn = 0;                                                               \
-                if (w) {                                                                           \
-                    _Pragma("omp simd reduction(+:sdn,sdnn)") for (int64_t i = 0; i < C; i++) {   \
-                        T dn = g[i] * w[i];                                                        \
-                        sdn += dn;                                                                 \
-                        sdnn += dn * (xr[i] - mu);                                                 \
-                    }                                                                              \
-                } else {                                                                           \
-                    _Pragma("omp simd reduction(+:sdn,sdnn)") for (int64_t i = 0; i < C; i++) {   \
-                        sdn += g[i];                                                               \
-                        sdnn += g[i] * (xr[i] - mu);                                               \
-                    }                                                                              \
-                }                                                                                  \
-                /* mean(dn) and mean(dn n); rstd folded in so the loop below has one mul less */   \
-                const T mdn = sdn / (T)C, mdnn = sdnn * rs / (T)C;                                 \
-                if (w) {                                                                           \
-                    for (int64_t i = 0; i < C; i++) {                                              \
-                        T n = (xr[i] - mu) * rs;                                                   \
-                        d[i] = (g[i] * w[i] - mdn - n * mdnn) * rs;                                \
-                    }                                                                              \
-                } else {                                                                           \
-                    for (int64_t i = 0; i < C; i++) {                                              \
-                        T n = (xr[i] - mu) * rs;                                                   \
-                        d[i] = (g[i] - mdn - n * mdnn) * rs;                                       \
-                    }                                                                              \
-                }                                                                                  \
-                if (pw)                                                                            \
-                    for (int64_t i = 0; i < C; i++) {                                              \
-                        pw[i] += g[i] * (xr[i] - mu) * rs;                                         \
-                        pb[i] += g[i];                                                             \
-                    }                                                                              \
-            }                                                                                      \
+            for (int64_t r = r0; r < r1; r++)                                                      \
+                row(gy + r * C, x + r * C, w, dx + r * C, pw, pb, C, mean[r], rstd[r]);            \
             if (dw && n_team > 1) {                                                                \
                 _Pragma("omp barrier")                                                             \
                 /* each thread adds up a slice of the columns over all partials */                 \
