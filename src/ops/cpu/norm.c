@@ -49,6 +49,10 @@ static int team_size(void) {
 // Each row is handled by a small row function, compiled twice: for the build's
 // baseline ISA and for AVX2+FMA (picked at run time when the CPU has them, as
 // PyTorch does), because the build flags stay portable (-O3, no -march).
+// weft_cpu_norm_set_simd(false) forces the baseline versions (tests run both).
+static int g_simd_allowed = 1;
+void weft_cpu_norm_set_simd(bool on);
+void weft_cpu_norm_set_simd(bool on) { g_simd_allowed = on; }
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define LN_HAVE_AVX2 1
 #define LN_AVX2 __attribute__((target("avx2,fma")))
@@ -58,11 +62,10 @@ static bool cpu_has_avx2(void) {
         __builtin_cpu_init();
         v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     }
-    return v;
+    return v && g_simd_allowed;
 }
 #else
 #define LN_HAVE_AVX2 0
-static bool cpu_has_avx2(void) { return false; }
 #endif
 
 // Sum of C terms into OUT. One accumulator would make the loop wait on the
