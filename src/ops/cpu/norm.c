@@ -93,6 +93,28 @@ static bool cpu_has_avx2(void) {
         (OUT) = t_;                                                                                \
     } while (0)
 
+// Two sums in one pass: BODY adds term i_ to s1_ and s2_.
+#define LN_SUM2(T, C, OUT1, OUT2, BODY)                                                            \
+    do {                                                                                           \
+        T a1_[LN_LANES] = {0}, a2_[LN_LANES] = {0};                                                \
+        int64_t i0_ = 0;                                                                           \
+        for (; i0_ + LN_LANES <= (C); i0_ += LN_LANES)                                             \
+            for (int l_ = 0; l_ < LN_LANES; l_++) {                                                \
+                int64_t i_ = i0_ + l_;                                                             \
+                T s1_ = a1_[l_], s2_ = a2_[l_];                                                    \
+                BODY;                                                                              \
+                a1_[l_] = s1_, a2_[l_] = s2_;                                                      \
+            }                                                                                      \
+        for (int64_t i_ = i0_; i_ < (C); i_++) {                                                   \
+            T s1_ = a1_[0], s2_ = a2_[0];                                                          \
+            BODY;                                                                                  \
+            a1_[0] = s1_, a2_[0] = s2_;                                                            \
+        }                                                                                          \
+        T t1_ = 0, t2_ = 0;                                                                        \
+        for (int l_ = 0; l_ < LN_LANES; l_++) t1_ += a1_[l_], t2_ += a2_[l_];                      \
+        (OUT1) = t1_, (OUT2) = t2_;                                                                \
+    } while (0)
+
 // Forward of one row of C: mean, then the variance from the deviations (two
 // passes over a row that stays in L1, more accurate than E[x^2]-E[x]^2 in
 // f32), then the affine output. The sums are in T: the simd reduction splits
@@ -128,11 +150,16 @@ static bool cpu_has_avx2(void) {
                                          T rs) {                                                   \
         T sdn = 0, sdnn = 0;                                                                       \
         if (w) {                                                                                   \
-            LN_SUM(T, C, sdn, s_ += g[i_] * w[i_]);                                                \
-            LN_SUM(T, C, sdnn, s_ += g[i_] * w[i_] * (xr[i_] - mu));                               \
+            LN_SUM2(T, C, sdn, sdnn, {                                                             \
+                T dn_ = g[i_] * w[i_];                                                             \
+                s1_ += dn_;                                                                        \
+                s2_ += dn_ * (xr[i_] - mu);                                                        \
+            });                                                                                    \
         } else {                                                                                   \
-            LN_SUM(T, C, sdn, s_ += g[i_]);                                                        \
-            LN_SUM(T, C, sdnn, s_ += g[i_] * (xr[i_] - mu));                                       \
+            LN_SUM2(T, C, sdn, sdnn, {                                                             \
+                s1_ += g[i_];                                                                      \
+                s2_ += g[i_] * (xr[i_] - mu);                                                      \
+            });                                                                                    \
         }                                                                                          \
         /* mean(dn) and mean(dn n) (its rstd folded in) */                                         \
         const T mdn = sdn / (T)C, mdnn = sdnn * rs / (T)C;                                         \
