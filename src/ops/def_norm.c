@@ -1,0 +1,258 @@
+// Op entries of the normalisation family. Kernels: cpu/norm.c.
+//
+// layer_norm (inputs x, [weight], [bias]; variadic, presence in attrs)
+//   attrs: i[0] = n_norm_dims, i[1] = has weight, i[2] = has bias; f[0] = eps
+//   outputs: y (shape of x), mean and rstd (the leading dims of x)
+// layer_norm_backward (inputs gy, x, mean, rstd, [weight])
+//   attrs: i[0] = n_norm_dims, i[1] = has weight, i[2] = compute dweight/dbias
+//   outputs: dx, dweight, dbias (dweight/dbias: the normalised dims)
+// batch_norm (inputs x, [weight], [bias], [running_mean], [running_var])
+//   attrs: i[0] = has weight, i[1] = has bias, i[2] = has running_mean, i[3] = has running_var,
+//          i[4] = training; f[0] = momentum, f[1] = eps
+//   outputs: y, mean (C), invstd (C): the batch statistics in training, the running ones in eval.
+//   In training the kernel updates running_mean/var in place (as PyTorch's native_batch_norm).
+// batch_norm_backward (inputs gy, x, mean, invstd, [weight])
+//   attrs: i[0] = has weight, i[1] = training, i[2] = compute dweight/dbias
+//   outputs: dx, dweight (C), dbias (C)
+// The kernels expect a contiguous x (and gy, layer_norm's weight/bias); the
+// public constructors and backward rules make them so.
+#include "op.h"
+
+weft_status weft_cpu_layer_norm(const weft_op_args *a);
+weft_status weft_cpu_layer_norm_backward(const weft_op_args *a);
+weft_status weft_cpu_batch_norm(const weft_op_args *a);
+weft_status weft_cpu_batch_norm_backward(const weft_op_args *a);
+
+static weft_status need_contiguous(const char *op, const weft_tensor *t, const char *what) {
+    if (t->ndim > 1 && !weft_tensor_is_contiguous(t))
+        return weft_error(WEFT_ERR_ARG, "%s: %s must be contiguous", op, what);
+    return WEFT_OK;
+}
+static weft_status check_like(const char *op, const weft_tensor *x, const weft_tensor *t, const char *what) {
+    if (t->dtype != x->dtype)
+        return weft_error(WEFT_ERR_DTYPE, "%s: %s has dtype %s, expected %s", op, what,
+                          weft_dtype_name((weft_dtype)t->dtype), weft_dtype_name((weft_dtype)x->dtype));
+    return WEFT_OK;
+}
+static weft_status bad_count(const weft_op_args *a, int want) {
+    return weft_error(WEFT_ERR_ARG, "%s: expected %d inputs for these attrs, got %d", a->op->name, want, a->n_in);
+}
+
+// ---------------------------------------------------------------- layer_norm
+static weft_status infer_layer_norm(const weft_op_args *a, weft_out_meta *o) {
+    const char *op = a->op->name;
+    const weft_tensor *x = a->in[0];
+    int n = (int)a->attrs->i[0], hw = a->attrs->i[1] != 0, hb = a->attrs->i[2] != 0;
+    if (a->n_in != 1 + hw + hb) return bad_count(a, 1 + hw + hb);
+    weft_status st = weft_check_dtype(op, x, WEFT_DT_FLOAT, "the input");
+    if (st) return st;
+    if (n < 1 || n > x->ndim)
+        return weft_error(WEFT_ERR_ARG, "%s: n_norm_dims %d out of range for a %d-d input", op, n, x->ndim);
+    if ((st = need_contiguous(op, x, "the input"))) return st;
+    const int lead = x->ndim - n;
+    for (int k = 1; k < a->n_in; k++) {
+        const weft_tensor *p = a->in[k];
+        const char *what = (k == 1 && hw) ? "weight" : "bias";
+        if ((st = check_like(op, x, p, what)) || (st = need_contiguous(op, p, what))) return st;
+        if (!weft_shape_equal(p->ndim, p->sizes, n, x->sizes + lead)) {
+            char s1[96], s2[96];
+            return weft_error(WEFT_ERR_SHAPE, "%s: %s has shape %s, expected %s (the last %d dims of the input)", op,
+                              what, weft_tensor_shape_str(p, s1, sizeof s1),
+                              weft_shape_fmt(n, x->sizes + lead, s2, sizeof s2), n);
+        }
+    }
+    weft_meta_set(&o[0], x->ndim, x->sizes, (weft_dtype)x->dtype);
+    weft_meta_set(&o[1], lead, x->sizes, (weft_dtype)x->dtype);
+    weft_meta_set(&o[2], lead, x->sizes, (weft_dtype)x->dtype);
+    return WEFT_OK;
+}
+
+static weft_status infer_ln_bw(const weft_op_args *a, weft_out_meta *o) {
+    const char *op = a->op->name;
+    const weft_tensor *gy = a->in[0], *x = a->in[1];
+    int n = (int)a->attrs->i[0], hw = a->attrs->i[1] != 0;
+    if (a->n_in != 4 + hw) return bad_count(a, 4 + hw);
+    weft_status st = weft_check_dtype(op, x, WEFT_DT_FLOAT, "the input");
+    if (st) return st;
+    for (int k = 0; k < a->n_in; k++)
+        if ((st = check_like(op, x, a->in[k], "an input")) || (st = need_contiguous(op, a->in[k], "every input")))
+            return st;
+    if (n < 1 || n > x->ndim)
+        return weft_error(WEFT_ERR_ARG, "%s: n_norm_dims %d out of range for a %d-d input", op, n, x->ndim);
+    const int lead = x->ndim - n;
+    if (!weft_shape_equal(gy->ndim, gy->sizes, x->ndim, x->sizes) ||
+        !weft_shape_equal(a->in[2]->ndim, a->in[2]->sizes, lead, x->sizes) ||
+        !weft_shape_equal(a->in[3]->ndim, a->in[3]->sizes, lead, x->sizes) ||
+        (hw && !weft_shape_equal(a->in[4]->ndim, a->in[4]->sizes, n, x->sizes + lead)))
+        return weft_error(WEFT_ERR_SHAPE, "%s: inputs do not match the shape of x", op);
+    weft_meta_set(&o[0], x->ndim, x->sizes, (weft_dtype)x->dtype);
+    weft_meta_set(&o[1], n, x->sizes + lead, (weft_dtype)x->dtype);
+    weft_meta_set(&o[2], n, x->sizes + lead, (weft_dtype)x->dtype);
+    return WEFT_OK;
+}
+
+weft_op_def weft_op_layer_norm_backward = {
+    .name = "layer_norm_backward", .n_in = -1, .n_out = 3, .infer = infer_ln_bw, .backward = NULL,
+    .kernel = {[WEFT_CPU] = {weft_cpu_layer_norm_backward, WEFT_DT_FLOAT}}};
+
+// Hand out gin[i] = t if input i wants it, else drop t.
+static void give(const weft_bw_args *b, int i, weft_tensor *t) {
+    if (i >= 0 && b->needs[i] && !b->gin[i]) b->gin[i] = t;
+    else weft_tensor_free(t);
+}
+
+static weft_status bw_layer_norm(const weft_bw_args *b) {
+    if (!b->gout[0]) return WEFT_OK; // the row statistics are internal outputs
+    int hw = b->attrs->i[1] != 0, hb = b->attrs->i[2] != 0;
+    int iw = hw ? 1 : -1, ib = hb ? 1 + hw : -1;
+    bool want_wb = (iw >= 0 && b->needs[iw]) || (ib >= 0 && b->needs[ib]);
+    weft_tensor *gy = weft_tensor_contiguous(b->gout[0]);
+    if (!gy) return weft_last_status();
+    weft_tensor *in[5] = {gy, b->in[0], b->out[1], b->out[2], hw ? b->in[1] : NULL};
+    weft_attrs at = {.i = {b->attrs->i[0], hw, want_wb}};
+    weft_tensor *out[WEFT_MAX_OP_OUT];
+    weft_status st = weft_op_apply(&weft_op_layer_norm_backward, 4 + hw, in, &at, out);
+    weft_tensor_free(gy);
+    if (st != WEFT_OK) return st;
+    give(b, 0, out[0]);
+    give(b, iw, out[1]);
+    give(b, ib, out[2]);
+    return WEFT_OK;
+}
+
+weft_op_def weft_op_layer_norm = {
+    .name = "layer_norm", .n_in = -1, .n_out = 3,
+    .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1) | WEFT_SAVE_OUT(1) | WEFT_SAVE_OUT(2),
+    .infer = infer_layer_norm, .backward = bw_layer_norm,
+    .kernel = {[WEFT_CPU] = {weft_cpu_layer_norm, WEFT_DT_FLOAT}}};
+
+weft_tensor *weft_layer_norm(weft_tensor *x, int n_norm_dims, weft_tensor *weight, weft_tensor *bias, double eps) {
+    if (!x) return weft_error_null_input("layer_norm");
+    if (n_norm_dims < 1 || n_norm_dims > x->ndim)
+        return weft_error_null(WEFT_ERR_ARG, "layer_norm: n_norm_dims %d out of range for a %d-d input", n_norm_dims,
+                               x->ndim);
+    // The kernel reads rows of contiguous memory; copies (differentiable) only when needed.
+    weft_tensor *in[3];
+    int n = 0;
+    in[n++] = weft_tensor_contiguous(x);
+    if (weight) in[n++] = weft_tensor_contiguous(weight);
+    if (bias) in[n++] = weft_tensor_contiguous(bias);
+    weft_tensor *out[WEFT_MAX_OP_OUT] = {0};
+    weft_attrs at = {.i = {n_norm_dims, weight != NULL, bias != NULL}, .f = {eps}};
+    bool ok = true;
+    for (int k = 0; k < n; k++) ok &= in[k] != NULL;
+    if (ok) ok = weft_op_apply(&weft_op_layer_norm, n, in, &at, out) == WEFT_OK;
+    for (int k = 0; k < n; k++) weft_tensor_free(in[k]);
+    if (!ok) return NULL;
+    weft_tensor_free(out[1]);
+    weft_tensor_free(out[2]);
+    return out[0];
+}
+
+// ---------------------------------------------------------------- batch_norm
+static weft_status infer_batch_norm(const weft_op_args *a, weft_out_meta *o) {
+    const char *op = a->op->name;
+    const weft_tensor *x = a->in[0];
+    const int64_t *at = a->attrs->i;
+    int want = 1 + (at[0] != 0) + (at[1] != 0) + (at[2] != 0) + (at[3] != 0);
+    if (a->n_in != want) return bad_count(a, want);
+    weft_status st = weft_check_dtype(op, x, WEFT_DT_FLOAT, "the input");
+    if (st) return st;
+    if (x->ndim < 2) return weft_error(WEFT_ERR_SHAPE, "%s: input must be (N,C,...), got %d dims", op, x->ndim);
+    if ((st = need_contiguous(op, x, "the input"))) return st;
+    int64_t C = x->sizes[1];
+    static const char *names[4] = {"weight", "bias", "running_mean", "running_var"};
+    for (int k = 0, j = 1; k < 4; k++) {
+        if (!at[k]) continue;
+        const weft_tensor *p = a->in[j++];
+        if ((st = check_like(op, x, p, names[k]))) return st;
+        if (p->ndim != 1 || p->sizes[0] != C) {
+            char s1[96];
+            return weft_error(WEFT_ERR_SHAPE, "%s: %s has shape %s, expected (%lld) (the channels of the input)", op,
+                              names[k], weft_tensor_shape_str(p, s1, sizeof s1), (long long)C);
+        }
+    }
+    if (at[4]) {
+        if (x->numel / (C ? C : 1) <= 1 && C > 0)
+            return weft_error(WEFT_ERR_ARG, "%s: expected more than 1 value per channel when training", op);
+    } else if (!at[2] || !at[3]) {
+        return weft_error(WEFT_ERR_ARG, "%s: eval mode needs running_mean and running_var", op);
+    }
+    weft_meta_set(&o[0], x->ndim, x->sizes, (weft_dtype)x->dtype);
+    weft_meta_set(&o[1], 1, &C, (weft_dtype)x->dtype);
+    weft_meta_set(&o[2], 1, &C, (weft_dtype)x->dtype);
+    return WEFT_OK;
+}
+
+static weft_status infer_bn_bw(const weft_op_args *a, weft_out_meta *o) {
+    const char *op = a->op->name;
+    const weft_tensor *gy = a->in[0], *x = a->in[1];
+    int hw = a->attrs->i[0] != 0;
+    if (a->n_in != 4 + hw) return bad_count(a, 4 + hw);
+    weft_status st = weft_check_dtype(op, x, WEFT_DT_FLOAT, "the input");
+    if (st) return st;
+    if (x->ndim < 2) return weft_error(WEFT_ERR_SHAPE, "%s: input must be (N,C,...), got %d dims", op, x->ndim);
+    int64_t C = x->sizes[1];
+    for (int k = 0; k < a->n_in; k++)
+        if ((st = check_like(op, x, a->in[k], "an input"))) return st;
+    if ((st = need_contiguous(op, gy, "the gradient")) || (st = need_contiguous(op, x, "the input"))) return st;
+    if (!weft_shape_equal(gy->ndim, gy->sizes, x->ndim, x->sizes))
+        return weft_error(WEFT_ERR_SHAPE, "%s: gradient and input shapes differ", op);
+    for (int k = 2; k < a->n_in; k++)
+        if (a->in[k]->ndim != 1 || a->in[k]->sizes[0] != C || (k < 4 && a->in[k]->strides[0] != 1))
+            return weft_error(WEFT_ERR_SHAPE, "%s: per-channel inputs must be contiguous (C)", op);
+    weft_meta_set(&o[0], x->ndim, x->sizes, (weft_dtype)x->dtype);
+    weft_meta_set(&o[1], 1, &C, (weft_dtype)x->dtype);
+    weft_meta_set(&o[2], 1, &C, (weft_dtype)x->dtype);
+    return WEFT_OK;
+}
+
+weft_op_def weft_op_batch_norm_backward = {
+    .name = "batch_norm_backward", .n_in = -1, .n_out = 3, .infer = infer_bn_bw, .backward = NULL,
+    .kernel = {[WEFT_CPU] = {weft_cpu_batch_norm_backward, WEFT_DT_FLOAT}}};
+
+static weft_status bw_batch_norm(const weft_bw_args *b) {
+    if (!b->gout[0]) return WEFT_OK;
+    int hw = b->attrs->i[0] != 0, hb = b->attrs->i[1] != 0;
+    int iw = hw ? 1 : -1, ib = hb ? 1 + hw : -1;
+    bool want_wb = (iw >= 0 && b->needs[iw]) || (ib >= 0 && b->needs[ib]);
+    weft_tensor *gy = weft_tensor_contiguous(b->gout[0]);
+    if (!gy) return weft_last_status();
+    weft_tensor *in[5] = {gy, b->in[0], b->out[1], b->out[2], hw ? b->in[1] : NULL};
+    weft_attrs at = {.i = {hw, b->attrs->i[4], want_wb}};
+    weft_tensor *out[WEFT_MAX_OP_OUT];
+    weft_status st = weft_op_apply(&weft_op_batch_norm_backward, 4 + hw, in, &at, out);
+    weft_tensor_free(gy);
+    if (st != WEFT_OK) return st;
+    give(b, 0, out[0]);
+    give(b, iw, out[1]);
+    give(b, ib, out[2]);
+    return WEFT_OK; // running_mean/var get no gradient
+}
+
+weft_op_def weft_op_batch_norm = {
+    .name = "batch_norm", .n_in = -1, .n_out = 3,
+    .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1) | WEFT_SAVE_OUT(1) | WEFT_SAVE_OUT(2),
+    .infer = infer_batch_norm, .backward = bw_batch_norm,
+    .kernel = {[WEFT_CPU] = {weft_cpu_batch_norm, WEFT_DT_FLOAT}}};
+
+weft_tensor *weft_batch_norm(weft_tensor *x, weft_tensor *running_mean, weft_tensor *running_var, weft_tensor *weight,
+                             weft_tensor *bias, bool training, double momentum, double eps) {
+    if (!x) return weft_error_null_input("batch_norm");
+    weft_tensor *in[5];
+    int n = 0;
+    in[n++] = weft_tensor_contiguous(x);
+    if (weight) in[n++] = weft_tensor_ref(weight);
+    if (bias) in[n++] = weft_tensor_ref(bias);
+    if (running_mean) in[n++] = weft_tensor_ref(running_mean);
+    if (running_var) in[n++] = weft_tensor_ref(running_var);
+    weft_attrs at = {.i = {weight != NULL, bias != NULL, running_mean != NULL, running_var != NULL, training},
+                     .f = {momentum, eps}};
+    weft_tensor *out[WEFT_MAX_OP_OUT] = {0};
+    bool ok = in[0] != NULL && weft_op_apply(&weft_op_batch_norm, n, in, &at, out) == WEFT_OK;
+    for (int k = 0; k < n; k++) weft_tensor_free(in[k]);
+    if (!ok) return NULL;
+    weft_tensor_free(out[1]);
+    weft_tensor_free(out[2]);
+    return out[0];
+}

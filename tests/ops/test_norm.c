@@ -1,0 +1,426 @@
+// layer_norm and batch_norm: forward against naive f64 loops, backward by
+// finite differences and against the same formula built from primitive ops,
+// running-stat updates against the closed form, error cases.
+#include <stdlib.h>
+#include <string.h>
+
+#include "weft_test.h"
+
+static void free_all(int n, weft_tensor **ts) {
+    for (int i = 0; i < n; i++) weft_tensor_free(ts[i]);
+}
+static double *values(const weft_tensor *t) {
+    double *v = malloc(sizeof(double) * (size_t)(weft_tensor_numel(t) + 1));
+    weft_tensor_to_f64(t, v, weft_tensor_numel(t));
+    return v;
+}
+static bool err_names(const char *op) { return strstr(weft_last_error(), op) != NULL; }
+
+// ---------------------------------------------------------------- layer_norm
+// y[r, i] = (x - mean_r) / sqrt(var_r + eps) * w[i] + b[i] over rows of C.
+static void ref_layer_norm(const double *x, const double *w, const double *b, int64_t R, int64_t C, double eps,
+                           double *y) {
+    for (int64_t r = 0; r < R; r++) {
+        double m = 0, v = 0;
+        for (int64_t i = 0; i < C; i++) m += x[r * C + i];
+        m /= (double)C;
+        for (int64_t i = 0; i < C; i++) v += (x[r * C + i] - m) * (x[r * C + i] - m);
+        v /= (double)C;
+        for (int64_t i = 0; i < C; i++)
+            y[r * C + i] = (x[r * C + i] - m) / sqrt(v + eps) * (w ? w[i] : 1.0) + (b ? b[i] : 0.0);
+    }
+}
+
+static void test_ln_forward(void) {
+    const int64_t xs[3] = {3, 4, 5};
+    for (int n = 1; n <= 3; n++)
+        for (int flags = 0; flags < 4; flags++)
+            for (int f32 = 0; f32 < 2; f32++) {
+                weft_tensor *x = wt_rand64(3, xs, -2, 3, 11 + n, false);
+                weft_tensor *w = (flags & 1) ? wt_rand64(n, xs + 3 - n, 0.5, 1.5, 21, false) : NULL;
+                weft_tensor *b = (flags & 2) ? wt_rand64(n, xs + 3 - n, -1, 1, 31, false) : NULL;
+                int64_t C = 1;
+                for (int d = 3 - n; d < 3; d++) C *= xs[d];
+                double *xv = values(x), *wv = w ? values(w) : NULL, *bv = b ? values(b) : NULL;
+                double *ref = malloc(sizeof(double) * 60);
+                ref_layer_norm(xv, wv, bv, 60 / C, C, 1e-5, ref);
+                weft_tensor *xc = f32 ? weft_cast(x, WEFT_F32) : weft_tensor_ref(x);
+                weft_tensor *wc = w ? (f32 ? weft_cast(w, WEFT_F32) : weft_tensor_ref(w)) : NULL;
+                weft_tensor *bc = b ? (f32 ? weft_cast(b, WEFT_F32) : weft_tensor_ref(b)) : NULL;
+                weft_tensor *y = weft_layer_norm(xc, n, wc, bc, 1e-5);
+                CHECK(y && weft_tensor_dtype(y) == (f32 ? WEFT_F32 : WEFT_F64));
+                wt_check_values("layer_norm", y, ref, 60, f32 ? 1e-5 : 1e-12);
+                weft_tensor *ts[] = {x, w, b, xc, wc, bc, y};
+                free_all(7, ts);
+                free(xv), free(wv), free(bv), free(ref);
+            }
+}
+
+// A strided input: x^T with x (5,7): rows of the transposed view are columns of x.
+static void test_ln_noncontiguous_forward(void) {
+    const int64_t xs[2] = {5, 7};
+    weft_tensor *x = wt_rand64(2, xs, -1, 1, 5, false);
+    weft_tensor *xt = weft_transpose(x, 0, 1); // (7,5)
+    CHECK(!weft_tensor_is_contiguous(xt));
+    double *xv = values(x), xtv[35], ref[35];
+    for (int i = 0; i < 7; i++)
+        for (int j = 0; j < 5; j++) xtv[i * 5 + j] = xv[j * 7 + i];
+    ref_layer_norm(xtv, NULL, NULL, 7, 5, 1e-5, ref);
+    weft_tensor *y = weft_layer_norm(xt, 1, NULL, NULL, 1e-5);
+    wt_check_values("layer_norm strided", y, ref, 35, 1e-12);
+    weft_tensor *ts[] = {x, xt, y};
+    free_all(3, ts);
+    free(xv);
+}
+
+typedef struct {
+    int n, hw, hb, transpose;
+} ln_case;
+// inputs: x, then weight and bias where the case has them
+static weft_tensor *ln_fn(weft_tensor *const *in, void *user) {
+    const ln_case *c = user;
+    weft_tensor *x = c->transpose ? weft_transpose(in[0], 0, 1) : weft_tensor_ref(in[0]);
+    weft_tensor *w = c->hw ? in[1] : NULL, *b = c->hb ? in[1 + c->hw] : NULL;
+    weft_tensor *y = weft_layer_norm(x, c->n, w, b, 1e-5);
+    weft_tensor_free(x);
+    return y;
+}
+
+static void test_ln_gradcheck(void) {
+    const int64_t xs[3] = {3, 4, 5};
+    for (int n = 1; n <= 2; n++)
+        for (int flags = 0; flags < 4; flags++) {
+            ln_case c = {n, flags & 1, (flags >> 1) & 1, 0};
+            weft_tensor *in[3];
+            int k = 0;
+            in[k++] = wt_rand64(3, xs, -2, 2, 100 + flags, true);
+            if (c.hw) in[k++] = wt_rand64(n, xs + 3 - n, 0.5, 1.5, 200 + flags, true);
+            if (c.hb) in[k++] = wt_rand64(n, xs + 3 - n, -1, 1, 300 + flags, true);
+            CHECK_GRAD(ln_fn, k, in, &c);
+            free_all(k, in);
+        }
+    // non-contiguous: the leaf is (6,4), layer_norm sees its (4,6) transpose
+    ln_case c = {1, 1, 1, 1};
+    const int64_t s[2] = {6, 4}, ws[1] = {6};
+    weft_tensor *in[3] = {wt_rand64(2, s, -2, 2, 7, true), wt_rand64(1, ws, 0.5, 1.5, 8, true),
+                          wt_rand64(1, ws, -1, 1, 9, true)};
+    CHECK_GRAD(ln_fn, 3, in, &c);
+    free_all(3, in);
+}
+
+// The same formula from primitive ops (differentiated by their own rules).
+static weft_tensor *ln_composite(weft_tensor *x, weft_tensor *w, weft_tensor *b, double eps) {
+    int ax = -1;
+    weft_tensor *m = weft_mean(x, 1, &ax, true), *v = weft_var(x, 1, &ax, 0, true);
+    weft_tensor *d = weft_sub(x, m), *ve = weft_add_scalar(v, eps), *rs = weft_rsqrt(ve), *n = weft_mul(d, rs);
+    weft_tensor *nw = weft_mul(n, w), *y = weft_add(nw, b);
+    weft_tensor *ts[] = {m, v, d, ve, rs, n, nw};
+    free_all(7, ts);
+    return y;
+}
+
+// Big enough for the threaded paths (per-thread dweight/dbias partials);
+// checked against the composite in f64 and the f32 kernel against f64.
+static void test_ln_backward_large(void) {
+    const int64_t xs[2] = {96, 1000}, ws[1] = {1000};
+    weft_tensor *x = wt_rand64(2, xs, -3, 3, 41, true), *w = wt_rand64(1, ws, 0.5, 1.5, 42, true),
+                *b = wt_rand64(1, ws, -1, 1, 43, true), *gy = wt_rand64(2, xs, -1, 1, 44, false);
+    weft_tensor *y = weft_layer_norm(x, 1, w, b, 1e-5);
+    CHECK(weft_backward(y, gy, NULL) == WEFT_OK);
+    double *dx = values(weft_tensor_grad(x)), *dw = values(weft_tensor_grad(w)), *db = values(weft_tensor_grad(b));
+    double *yv = values(y);
+    weft_tensor_zero_grad(x), weft_tensor_zero_grad(w), weft_tensor_zero_grad(b);
+    weft_tensor *yc = ln_composite(x, w, b, 1e-5);
+    wt_check_values("ln large forward", yc, yv, xs[0] * xs[1], 1e-10);
+    CHECK(weft_backward(yc, gy, NULL) == WEFT_OK);
+    wt_check_values("ln large dx", weft_tensor_grad(x), dx, xs[0] * xs[1], 1e-9);
+    wt_check_values("ln large dw", weft_tensor_grad(w), dw, ws[0], 1e-9);
+    wt_check_values("ln large db", weft_tensor_grad(b), db, ws[0], 1e-9);
+    // f32 kernels against the f64 results
+    weft_tensor *x32 = weft_cast(x, WEFT_F32), *w32 = weft_cast(w, WEFT_F32), *b32 = weft_cast(b, WEFT_F32),
+                *g32 = weft_cast(gy, WEFT_F32);
+    weft_tensor *xl = weft_tensor_detach(x32), *wl = weft_tensor_detach(w32), *bl = weft_tensor_detach(b32);
+    weft_tensor_set_requires_grad(xl, true), weft_tensor_set_requires_grad(wl, true);
+    weft_tensor_set_requires_grad(bl, true);
+    weft_tensor *y32 = weft_layer_norm(xl, 1, wl, bl, 1e-5);
+    wt_check_values("ln f32 forward", y32, yv, xs[0] * xs[1], 2e-5);
+    CHECK(weft_backward(y32, g32, NULL) == WEFT_OK);
+    wt_check_values("ln f32 dx", weft_tensor_grad(xl), dx, xs[0] * xs[1], 1e-4);
+    wt_check_values("ln f32 dw", weft_tensor_grad(wl), dw, ws[0], 1e-4);
+    wt_check_values("ln f32 db", weft_tensor_grad(bl), db, ws[0], 1e-4);
+    weft_tensor *ts[] = {x, w, b, gy, y, yc, x32, w32, b32, g32, xl, wl, bl, y32};
+    free_all(14, ts);
+    free(dx), free(dw), free(db), free(yv);
+}
+
+// Only x requires grad: dweight/dbias are skipped, dx unchanged; and a second
+// backward through the fused backward op is an error, not a crash.
+static void test_ln_partial_needs(void) {
+    const int64_t xs[2] = {4, 6}, ws[1] = {6};
+    weft_tensor *x = wt_rand64(2, xs, -1, 1, 1, true), *w = wt_rand64(1, ws, 0.5, 1.5, 2, false);
+    weft_tensor *y = weft_layer_norm(x, 1, w, NULL, 1e-5), *s = weft_sum(y, 0, NULL, false);
+    weft_tensor *y2 = weft_mul(y, y), *s2 = weft_sum(y2, 0, NULL, false);
+    weft_backward_opts keep = {.retain_graph = true};
+    CHECK(weft_backward(s, NULL, &keep) == WEFT_OK);
+    CHECK(weft_tensor_grad(x) != NULL);
+    CHECK(weft_tensor_grad(w) == NULL);
+    weft_tensor_zero_grad(x);
+    weft_backward_opts o = {.create_graph = true};
+    CHECK(weft_backward(s2, NULL, &o) == WEFT_OK);
+    weft_tensor *g = weft_tensor_ref(weft_tensor_grad(x));
+    weft_tensor *gs = weft_sum(g, 0, NULL, false);
+    CHECK(gs == NULL || weft_backward(gs, NULL, NULL) != WEFT_OK); // layer_norm_backward has no backward
+    weft_tensor_zero_grad(x); // the create_graph gradient refers back to x: break the cycle
+    weft_tensor *ts[] = {x, w, y, s, y2, s2, g, gs};
+    free_all(8, ts);
+    weft_clear_error();
+}
+
+static void test_ln_errors(void) {
+    const int64_t xs[2] = {3, 4}, bad[1] = {3}, ok[1] = {4};
+    weft_tensor *x = wt_rand64(2, xs, -1, 1, 1, false), *wb = wt_rand64(1, bad, 0, 1, 2, false),
+                *w = wt_rand64(1, ok, 0, 1, 3, false);
+    weft_tensor *w32 = weft_cast(w, WEFT_F32), *xi = weft_cast(x, WEFT_I32);
+    weft_tensor *y;
+    CHECK((y = weft_layer_norm(x, 1, wb, NULL, 1e-5)) == NULL && err_names("layer_norm"));
+    weft_tensor_free(y);
+    CHECK((y = weft_layer_norm(x, 1, NULL, wb, 1e-5)) == NULL && err_names("layer_norm"));
+    weft_tensor_free(y);
+    CHECK((y = weft_layer_norm(x, 2, w, NULL, 1e-5)) == NULL && err_names("layer_norm"));
+    weft_tensor_free(y);
+    CHECK((y = weft_layer_norm(x, 0, NULL, NULL, 1e-5)) == NULL && err_names("layer_norm"));
+    weft_tensor_free(y);
+    CHECK((y = weft_layer_norm(x, 3, NULL, NULL, 1e-5)) == NULL && err_names("layer_norm"));
+    weft_tensor_free(y);
+    CHECK((y = weft_layer_norm(x, 1, w32, NULL, 1e-5)) == NULL && err_names("layer_norm"));
+    weft_tensor_free(y);
+    CHECK((y = weft_layer_norm(xi, 1, NULL, NULL, 1e-5)) == NULL && err_names("layer_norm"));
+    weft_tensor_free(y);
+    CHECK(weft_layer_norm(NULL, 1, NULL, NULL, 1e-5) == NULL && err_names("layer_norm"));
+    weft_tensor *ts[] = {x, wb, w, w32, xi};
+    free_all(5, ts);
+}
+
+// ---------------------------------------------------------------- batch_norm
+// x (N,C,S): per-channel batch mean and biased/unbiased variance.
+static void ref_bn_stats(const double *x, int64_t N, int64_t C, int64_t S, double *mean, double *var_b,
+                         double *var_u) {
+    for (int64_t c = 0; c < C; c++) {
+        double m = 0, v = 0;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t s = 0; s < S; s++) m += x[(n * C + c) * S + s];
+        m /= (double)(N * S);
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t s = 0; s < S; s++) v += pow(x[(n * C + c) * S + s] - m, 2);
+        mean[c] = m;
+        var_b[c] = v / (double)(N * S);
+        var_u[c] = v / (double)(N * S - 1);
+    }
+}
+static void ref_bn_apply(const double *x, int64_t N, int64_t C, int64_t S, const double *mean, const double *var,
+                         const double *w, const double *b, double eps, double *y) {
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t s = 0; s < S; s++) {
+                int64_t i = (n * C + c) * S + s;
+                y[i] = (x[i] - mean[c]) / sqrt(var[c] + eps) * (w ? w[c] : 1) + (b ? b[c] : 0);
+            }
+}
+
+static void bn_forward_case(int ndim, const int64_t *xs, bool f32) {
+    int64_t N = xs[0], C = xs[1], S = 1;
+    for (int d = 2; d < ndim; d++) S *= xs[d];
+    int64_t T = N * C * S;
+    const double mom = 0.1, eps = 1e-5;
+    weft_tensor *x = wt_rand64(ndim, xs, -2, 3, 51, false), *w = wt_rand64(1, &C, 0.5, 1.5, 52, false),
+                *b = wt_rand64(1, &C, -1, 1, 53, false), *rm = wt_rand64(1, &C, -0.5, 0.5, 54, false),
+                *rv = wt_rand64(1, &C, 0.5, 2, 55, false);
+    weft_dtype dt = f32 ? WEFT_F32 : WEFT_F64;
+    weft_tensor *xc = weft_cast(x, dt), *wc = weft_cast(w, dt), *bc = weft_cast(b, dt), *rmc = weft_cast(rm, dt),
+                *rvc = weft_cast(rv, dt);
+    double *xv = values(xc), *wv = values(wc), *bv = values(bc), *rmv = values(rmc), *rvv = values(rvc);
+    double *mean = malloc(sizeof(double) * (size_t)C), *vb = malloc(sizeof(double) * (size_t)C),
+           *vu = malloc(sizeof(double) * (size_t)C), *ref = malloc(sizeof(double) * (size_t)T);
+    double tol = f32 ? 2e-5 : 1e-11;
+    ref_bn_stats(xv, N, C, S, mean, vb, vu);
+    // training: batch statistics, running stats updated in place
+    weft_tensor *y = weft_batch_norm(xc, rmc, rvc, wc, bc, true, mom, eps);
+    ref_bn_apply(xv, N, C, S, mean, vb, wv, bv, eps, ref);
+    wt_check_values("batch_norm train", y, ref, T, tol);
+    double *nrm = malloc(sizeof(double) * (size_t)C), *nrv = malloc(sizeof(double) * (size_t)C);
+    for (int64_t c = 0; c < C; c++) {
+        nrm[c] = (1 - mom) * rmv[c] + mom * mean[c];
+        nrv[c] = (1 - mom) * rvv[c] + mom * vu[c]; // unbiased
+    }
+    wt_check_values("running_mean", rmc, nrm, C, tol);
+    wt_check_values("running_var", rvc, nrv, C, tol);
+    // without weight/bias and running stats
+    weft_tensor *y2 = weft_batch_norm(xc, NULL, NULL, NULL, NULL, true, mom, eps);
+    ref_bn_apply(xv, N, C, S, mean, vb, NULL, NULL, eps, ref);
+    wt_check_values("batch_norm train plain", y2, ref, T, tol);
+    // eval: the (updated) running stats, which stay unchanged
+    weft_tensor *y3 = weft_batch_norm(xc, rmc, rvc, wc, bc, false, mom, eps);
+    ref_bn_apply(xv, N, C, S, nrm, nrv, wv, bv, eps, ref);
+    wt_check_values("batch_norm eval", y3, ref, T, tol);
+    wt_check_values("running_mean eval", rmc, nrm, C, tol);
+    weft_tensor *ts[] = {x, w, b, rm, rv, xc, wc, bc, rmc, rvc, y, y2, y3};
+    free_all(13, ts);
+    free(xv), free(wv), free(bv), free(rmv), free(rvv), free(mean), free(vb), free(vu), free(ref), free(nrm),
+        free(nrv);
+}
+
+static void test_bn_forward(void) {
+    const int64_t s2[2] = {7, 3}, s4[4] = {2, 3, 4, 5}, s3[3] = {4, 2, 6};
+    const int64_t big[4] = {8, 4, 48, 48}; // threaded path
+    for (int f32 = 0; f32 < 2; f32++) {
+        bn_forward_case(2, s2, f32);
+        bn_forward_case(4, s4, f32);
+        bn_forward_case(3, s3, f32);
+        bn_forward_case(4, big, f32);
+    }
+}
+
+// A strided (N,C) input: the transpose of a (C,N) tensor.
+static void test_bn_noncontiguous_forward(void) {
+    const int64_t s[2] = {3, 5};
+    weft_tensor *x = wt_rand64(2, s, -1, 1, 61, false), *xt = weft_transpose(x, 0, 1); // (5,3)
+    double *xv = values(x), xtv[15], mean[3], vb[3], vu[3], ref[15];
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 3; j++) xtv[i * 3 + j] = xv[j * 5 + i];
+    ref_bn_stats(xtv, 5, 3, 1, mean, vb, vu);
+    ref_bn_apply(xtv, 5, 3, 1, mean, vb, NULL, NULL, 1e-5, ref);
+    weft_tensor *y = weft_batch_norm(xt, NULL, NULL, NULL, NULL, true, 0.1, 1e-5);
+    wt_check_values("batch_norm strided", y, ref, 15, 1e-12);
+    weft_tensor *ts[] = {x, xt, y};
+    free_all(3, ts);
+    free(xv);
+}
+
+typedef struct {
+    int hw, hb, training, transpose;
+    weft_tensor *rm, *rv;
+} bn_case;
+static weft_tensor *bn_fn(weft_tensor *const *in, void *user) {
+    const bn_case *c = user;
+    weft_tensor *x = c->transpose ? weft_transpose(in[0], 0, 1) : weft_tensor_ref(in[0]);
+    weft_tensor *w = c->hw ? in[1] : NULL, *b = c->hb ? in[1 + c->hw] : NULL;
+    weft_tensor *y = weft_batch_norm(x, c->rm, c->rv, w, b, c->training, 0.1, 1e-5);
+    weft_tensor_free(x);
+    return y;
+}
+
+static void test_bn_gradcheck(void) {
+    const int64_t s2[2] = {6, 3}, s4[4] = {2, 3, 3, 2};
+    const int64_t C = 3;
+    for (int training = 0; training < 2; training++)
+        for (int nd = 0; nd < 2; nd++)
+            for (int flags = 0; flags < 4; flags++) {
+                bn_case c = {flags & 1, (flags >> 1) & 1, training, 0, NULL, NULL};
+                c.rm = wt_rand64(1, &C, -0.5, 0.5, 70, false);
+                c.rv = wt_rand64(1, &C, 0.5, 2, 71, false);
+                weft_tensor *in[3];
+                int k = 0;
+                in[k++] = nd ? wt_rand64(4, s4, -2, 2, 72 + flags, true) : wt_rand64(2, s2, -2, 2, 72 + flags, true);
+                if (c.hw) in[k++] = wt_rand64(1, &C, 0.5, 1.5, 80, true);
+                if (c.hb) in[k++] = wt_rand64(1, &C, -1, 1, 81, true);
+                CHECK_GRAD(bn_fn, k, in, &c);
+                free_all(k, in);
+                weft_tensor_free(c.rm), weft_tensor_free(c.rv);
+            }
+    // training without running stats, through a transposed (strided) input
+    bn_case c = {1, 1, 1, 1, NULL, NULL};
+    const int64_t s[2] = {3, 5};
+    weft_tensor *in[3] = {wt_rand64(2, s, -2, 2, 90, true), wt_rand64(1, &C, 0.5, 1.5, 91, true),
+                          wt_rand64(1, &C, -1, 1, 92, true)};
+    CHECK_GRAD(bn_fn, 3, in, &c);
+    free_all(3, in);
+}
+
+// Threaded backward (4-D, f32 and f64) against the formula from primitive ops.
+static void test_bn_backward_large(void) {
+    const int64_t xs[4] = {4, 6, 40, 40}, C = 6, ks[4] = {1, 6, 1, 1};
+    weft_tensor *x = wt_rand64(4, xs, -2, 3, 95, true), *w = wt_rand64(1, &C, 0.5, 1.5, 96, true),
+                *b = wt_rand64(1, &C, -1, 1, 97, true), *gy = wt_rand64(4, xs, -1, 1, 98, false);
+    int64_t T = 4 * 6 * 40 * 40;
+    weft_tensor *y = weft_batch_norm(x, NULL, NULL, w, b, true, 0.1, 1e-5);
+    CHECK(weft_backward(y, gy, NULL) == WEFT_OK);
+    double *dx = values(weft_tensor_grad(x)), *dw = values(weft_tensor_grad(w)), *db = values(weft_tensor_grad(b));
+    weft_tensor_zero_grad(x), weft_tensor_zero_grad(w), weft_tensor_zero_grad(b);
+    int axes[3] = {0, 2, 3};
+    weft_tensor *m = weft_mean(x, 3, axes, true), *v = weft_var(x, 3, axes, 0, true);
+    weft_tensor *d = weft_sub(x, m), *ve = weft_add_scalar(v, 1e-5), *rs = weft_rsqrt(ve), *n = weft_mul(d, rs);
+    weft_tensor *wr = weft_reshape(w, 4, ks), *br = weft_reshape(b, 4, ks);
+    weft_tensor *nw = weft_mul(n, wr), *yc = weft_add(nw, br);
+    CHECK(weft_backward(yc, gy, NULL) == WEFT_OK);
+    wt_check_values("bn large dx", weft_tensor_grad(x), dx, T, 1e-9);
+    wt_check_values("bn large dw", weft_tensor_grad(w), dw, C, 1e-9);
+    wt_check_values("bn large db", weft_tensor_grad(b), db, C, 1e-9);
+    // f32
+    weft_tensor *x32 = weft_cast(x, WEFT_F32), *g32 = weft_cast(gy, WEFT_F32), *xl = weft_tensor_detach(x32);
+    weft_tensor_set_requires_grad(xl, true);
+    weft_tensor *w32 = weft_cast(w, WEFT_F32), *b32 = weft_cast(b, WEFT_F32);
+    weft_tensor *wl = weft_tensor_detach(w32), *bl = weft_tensor_detach(b32);
+    weft_tensor_set_requires_grad(wl, true), weft_tensor_set_requires_grad(bl, true);
+    weft_tensor *y32 = weft_batch_norm(xl, NULL, NULL, wl, bl, true, 0.1, 1e-5);
+    CHECK(weft_backward(y32, g32, NULL) == WEFT_OK);
+    wt_check_values("bn f32 dx", weft_tensor_grad(xl), dx, T, 1e-4);
+    wt_check_values("bn f32 dw", weft_tensor_grad(wl), dw, C, 1e-4);
+    wt_check_values("bn f32 db", weft_tensor_grad(bl), db, C, 1e-4);
+    weft_tensor *ts[] = {x, w, b, gy, y, m, v, d, ve, rs, n, wr, br, nw, yc, x32, g32, xl, w32, b32, wl, bl, y32};
+    free_all(23, ts);
+    free(dx), free(dw), free(db);
+}
+
+static void test_bn_errors(void) {
+    const int64_t xs[2] = {4, 3}, c3 = 3, c2 = 2, one[2] = {1, 3}, v1[1] = {5};
+    weft_tensor *x = wt_rand64(2, xs, -1, 1, 1, false), *w = wt_rand64(1, &c3, 0, 1, 2, false),
+                *wb = wt_rand64(1, &c2, 0, 1, 3, false), *x1 = wt_rand64(2, one, 0, 1, 4, false),
+                *v = wt_rand64(1, v1, 0, 1, 5, false);
+    weft_tensor *w32 = weft_cast(w, WEFT_F32), *xi = weft_cast(x, WEFT_I64);
+    weft_tensor *y;
+#define BN_FAILS(expr)                                      \
+    do {                                                    \
+        y = (expr);                                         \
+        CHECK(y == NULL && err_names("batch_norm"));        \
+        weft_tensor_free(y);                                \
+    } while (0)
+    BN_FAILS(weft_batch_norm(x, NULL, NULL, w, NULL, false, 0.1, 1e-5)); // eval without running stats
+    BN_FAILS(weft_batch_norm(x, w, NULL, NULL, NULL, false, 0.1, 1e-5)); // eval with only the mean
+    BN_FAILS(weft_batch_norm(x, NULL, NULL, wb, NULL, true, 0.1, 1e-5)); // weight of the wrong size
+    BN_FAILS(weft_batch_norm(x, NULL, NULL, NULL, wb, true, 0.1, 1e-5)); // bias of the wrong size
+    BN_FAILS(weft_batch_norm(x, wb, w, NULL, NULL, true, 0.1, 1e-5));    // running_mean of the wrong size
+    BN_FAILS(weft_batch_norm(x, NULL, NULL, w32, NULL, true, 0.1, 1e-5)); // dtype mismatch
+    BN_FAILS(weft_batch_norm(xi, NULL, NULL, NULL, NULL, true, 0.1, 1e-5)); // integer input
+    BN_FAILS(weft_batch_norm(v, NULL, NULL, NULL, NULL, true, 0.1, 1e-5));  // 1-d input
+    BN_FAILS(weft_batch_norm(x1, NULL, NULL, NULL, NULL, true, 0.1, 1e-5)); // one value per channel
+    BN_FAILS(weft_batch_norm(NULL, NULL, NULL, NULL, NULL, true, 0.1, 1e-5));
+    // eval with a single value per channel is fine
+    weft_tensor *rm = weft_tensor_zeros(1, &c3, WEFT_F64), *rv = weft_tensor_ones(1, &c3, WEFT_F64);
+    y = weft_batch_norm(x1, rm, rv, NULL, NULL, false, 0.1, 0.0);
+    double *xv = values(x1);
+    wt_check_values("bn eval identity", y, xv, 3, 1e-12);
+    free(xv);
+    weft_tensor *ts[] = {x, w, wb, x1, v, w32, xi, rm, rv, y};
+    free_all(10, ts);
+}
+
+// Internal (cpu/norm.c): false forces the baseline-ISA row kernels.
+void weft_cpu_norm_set_simd(bool on);
+
+int main(void) {
+    for (int simd = 1; simd >= 0; simd--) { // the AVX2 row kernels (where the CPU has them), then the baseline
+        weft_cpu_norm_set_simd(simd);
+        RUN(test_ln_forward);
+        RUN(test_ln_noncontiguous_forward);
+        RUN(test_ln_gradcheck);
+        RUN(test_ln_backward_large);
+        RUN(test_ln_partial_needs);
+    }
+    RUN(test_ln_errors);
+    RUN(test_bn_forward);
+    RUN(test_bn_noncontiguous_forward);
+    RUN(test_bn_gradcheck);
+    RUN(test_bn_backward_large);
+    RUN(test_bn_errors);
+    return wt_summary();
+}
