@@ -26,7 +26,7 @@ for bin in "$BUILD"/bench_*; do
   weft_out=$("$bin" "$PATTERN") || { echo "bench $name: failed" >&2; continue; }
   peer_out=""
   if [ $have_torch = 1 ] && [ -f "bench/peers/$name.py" ]; then
-    peer_out=$("$PY" "bench/peers/$name.py" "$PATTERN" 2>/dev/null) || peer_out=""
+    peer_out=$(cd bench/peers && "$PY" "$name.py" "$PATTERN" 2>/dev/null) || peer_out=""
   fi
   while read -r bname val unit hib inpeer; do
     [ -n "$bname" ] || continue

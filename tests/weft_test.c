@@ -48,3 +48,34 @@ weft_tensor *wt_rand64(int ndim, const int64_t *sizes, double lo, double hi, uin
     if (t && rg) weft_tensor_set_requires_grad(t, true);
     return t;
 }
+
+static weft_tensor **g_keep;
+static int g_nkeep, g_capkeep;
+
+weft_tensor *wt_keep(weft_tensor *t) {
+    if (!t) return t;
+    if (g_nkeep == g_capkeep) {
+        int cap = g_capkeep ? 2 * g_capkeep : 256;
+        weft_tensor **k = realloc(g_keep, sizeof *k * (size_t)cap);
+        if (!k) return t; // leaks t in a test under memory pressure; never frees twice
+        g_keep = k;
+        g_capkeep = cap;
+    }
+    g_keep[g_nkeep++] = t;
+    return t;
+}
+
+void wt_drop_all(void) {
+    while (g_nkeep) weft_tensor_free(g_keep[--g_nkeep]);
+    free(g_keep);
+    g_keep = NULL;
+    g_capkeep = 0;
+}
+
+void wt_vals(double *v, int64_t n, double lo, double hi, uint64_t seed) {
+    uint64_t s = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    for (int64_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        v[i] = lo + (hi - lo) * (double)(s >> 11) / 9007199254740992.0;
+    }
+}

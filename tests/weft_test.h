@@ -45,6 +45,11 @@ void wt_check_values(const char *what, const weft_tensor *t, const double *ref, 
 weft_tensor *wt_f64(const double *v, int ndim, const int64_t *sizes, bool requires_grad);
 // Random f64 leaf in [lo, hi) with a seed.
 weft_tensor *wt_rand64(int ndim, const int64_t *sizes, double lo, double hi, uint64_t seed, bool requires_grad);
+// A per-test arena: wt_keep(t) returns t and frees it at wt_drop_all().
+weft_tensor *wt_keep(weft_tensor *t);
+void wt_drop_all(void);
+// Deterministic values in [lo, hi) from an LCG (independent of weft's RNG).
+void wt_vals(double *v, int64_t n, double lo, double hi, uint64_t seed);
 // Gradient check: CHECK that weft_gradcheck passes.
 #define CHECK_GRAD(fn, n, inputs, user) \
     do { \

@@ -35,6 +35,8 @@ weft_status weft_autograd_record(const weft_op_def *op, int n_in, weft_tensor *c
                                  int n_out, weft_tensor **out);
 void weft_node_ref(weft_node *n);
 void weft_node_release(weft_node *n);
+// Free the saved tensors (after a backward without retain_graph, or at death).
+void weft_node_free_saved(weft_node *n);
 // Drop all hooks of a tensor (called when it is freed).
 void weft_tensor_free_hooks(weft_tensor *t);
 

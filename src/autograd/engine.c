@@ -162,18 +162,6 @@ static weft_status run_node(weft_node *n, bool create_graph, weft_tensor **gin) 
     return WEFT_OK;
 }
 
-static void node_drop_saved(weft_node *n) {
-    for (int i = 0; i < n->n_in; i++) {
-        weft_tensor_free(n->saved_in[i]);
-        n->saved_in[i] = NULL;
-    }
-    for (int j = 0; j < n->n_out; j++) {
-        weft_tensor_free(n->saved_out[j]);
-        n->saved_out[j] = NULL;
-    }
-    n->released = true;
-}
-
 weft_status weft_backward_multi(int nr, weft_tensor *const *roots, weft_tensor *const *grads,
                                 const weft_backward_opts *opts) {
     weft_backward_opts o = opts ? *opts : (weft_backward_opts){0};
@@ -311,7 +299,7 @@ weft_status weft_backward_multi(int nr, weft_tensor *const *roots, weft_tensor *
                 weft_tensor_free(g);
             }
         }
-        if (!o.retain_graph) node_drop_saved(n);
+        if (!o.retain_graph) weft_node_free_saved(n);
     }
     goto done;
 oom:

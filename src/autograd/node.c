@@ -16,7 +16,7 @@ bool weft_grad_is_enabled(void) { return g_grad_enabled; }
 
 void weft_node_ref(weft_node *n) { __atomic_fetch_add(&n->refcount, 1, __ATOMIC_RELAXED); }
 
-static void node_free_saved(weft_node *n) {
+void weft_node_free_saved(weft_node *n) {
     for (int i = 0; i < n->n_in; i++) {
         weft_tensor_free(n->saved_in[i]);
         n->saved_in[i] = NULL;
@@ -25,6 +25,7 @@ static void node_free_saved(weft_node *n) {
         weft_tensor_free(n->saved_out[j]);
         n->saved_out[j] = NULL;
     }
+    n->released = true;
 }
 
 // Releasing the last tensor of a long chain frees thousands of nodes; a
@@ -41,7 +42,7 @@ void weft_node_release(weft_node *n) {
     while (g_dead) {
         weft_node *d = g_dead;
         g_dead = (weft_node *)d->gbuf;
-        node_free_saved(d);
+        weft_node_free_saved(d);
         for (int i = 0; i < d->n_in; i++) {
             if (d->next[i].fn) weft_node_release(d->next[i].fn);
             weft_tensor_free(d->next[i].leaf);

@@ -42,15 +42,6 @@ static weft_status infer_cast(const weft_op_args *a, weft_out_meta *o) {
 #define Y (b->out[0])
 #define NEED(i) (b->needs[i])
 
-// Sum a broadcast gradient back to input i's shape; takes ownership of g.
-static weft_tensor *unbroadcast(const weft_bw_args *b, int i, weft_tensor *g) {
-    if (!g) return NULL;
-    const weft_in_meta *m = &b->in_meta[i];
-    if (weft_shape_equal(g->ndim, g->sizes, m->ndim, m->sizes)) return g;
-    weft_tensor *r = weft_sum_to(g, m->ndim, m->sizes);
-    weft_tensor_free(g);
-    return r;
-}
 static weft_tensor *zero_like_dt(weft_dtype dt) { return weft_tensor_scalar(0, dt); }
 // Result check: a rule fails when an op it used failed.
 static weft_status done(const weft_bw_args *b) {
@@ -155,25 +146,25 @@ static weft_status bw_mul_scalar(const weft_bw_args *b) {
     return done(b);
 }
 static weft_status bw_add(const weft_bw_args *b) {
-    if (NEED(0)) b->gin[0] = unbroadcast(b, 0, weft_tensor_ref(G));
-    if (NEED(1)) b->gin[1] = unbroadcast(b, 1, weft_tensor_ref(G));
+    if (NEED(0)) b->gin[0] = weft_bw_unbroadcast(b, 0, weft_tensor_ref(G));
+    if (NEED(1)) b->gin[1] = weft_bw_unbroadcast(b, 1, weft_tensor_ref(G));
     return done(b);
 }
 static weft_status bw_sub(const weft_bw_args *b) {
-    if (NEED(0)) b->gin[0] = unbroadcast(b, 0, weft_tensor_ref(G));
-    if (NEED(1)) b->gin[1] = unbroadcast(b, 1, weft_neg(G));
+    if (NEED(0)) b->gin[0] = weft_bw_unbroadcast(b, 0, weft_tensor_ref(G));
+    if (NEED(1)) b->gin[1] = weft_bw_unbroadcast(b, 1, weft_neg(G));
     return done(b);
 }
 static weft_status bw_mul(const weft_bw_args *b) {
-    if (NEED(0)) b->gin[0] = unbroadcast(b, 0, weft_mul(G, b->in[1]));
-    if (NEED(1)) b->gin[1] = unbroadcast(b, 1, weft_mul(G, b->in[0]));
+    if (NEED(0)) b->gin[0] = weft_bw_unbroadcast(b, 0, weft_mul(G, b->in[1]));
+    if (NEED(1)) b->gin[1] = weft_bw_unbroadcast(b, 1, weft_mul(G, b->in[0]));
     return done(b);
 }
 static weft_status bw_div(const weft_bw_args *b) { // d/da = g/b, d/db = -g a / b^2
-    if (NEED(0)) b->gin[0] = unbroadcast(b, 0, weft_div(G, b->in[1]));
+    if (NEED(0)) b->gin[0] = weft_bw_unbroadcast(b, 0, weft_div(G, b->in[1]));
     if (NEED(1)) {
         weft_tensor *ga = weft_mul(G, b->in[0]), *bb = weft_mul(b->in[1], b->in[1]), *q = weft_div(ga, bb);
-        b->gin[1] = unbroadcast(b, 1, weft_neg(q));
+        b->gin[1] = weft_bw_unbroadcast(b, 1, weft_neg(q));
         weft_tensor_free(ga);
         weft_tensor_free(bb);
         weft_tensor_free(q);
@@ -184,14 +175,14 @@ static weft_status bw_pow(const weft_bw_args *b) { // d/da = g e a^(e-1), d/de =
     weft_tensor *A = b->in[0], *E = b->in[1];
     if (NEED(0)) {
         weft_tensor *em1 = weft_add_scalar(E, -1.0), *ap = weft_pow(A, em1), *t = weft_mul(ap, E);
-        b->gin[0] = unbroadcast(b, 0, weft_mul(G, t));
+        b->gin[0] = weft_bw_unbroadcast(b, 0, weft_mul(G, t));
         weft_tensor_free(em1);
         weft_tensor_free(ap);
         weft_tensor_free(t);
     }
     if (NEED(1)) {
         weft_tensor *y = weft_pow(A, E), *la = weft_log(A), *t = weft_mul(y, la);
-        b->gin[1] = unbroadcast(b, 1, weft_mul(G, t));
+        b->gin[1] = weft_bw_unbroadcast(b, 1, weft_mul(G, t));
         weft_tensor_free(y);
         weft_tensor_free(la);
         weft_tensor_free(t);
@@ -205,10 +196,10 @@ static weft_status bw_minmax(const weft_bw_args *b, bool is_max) {
     weft_tensor *win = is_max ? weft_gt(A, B) : weft_lt(A, B), *tie = weft_eq(A, B);
     weft_tensor *w = weft_cast(win, dt), *t = weft_cast(tie, dt), *th = weft_mul_scalar(t, 0.5);
     weft_tensor *wa = weft_add(w, th); // weight of a
-    if (NEED(0)) b->gin[0] = unbroadcast(b, 0, weft_mul(G, wa));
+    if (NEED(0)) b->gin[0] = weft_bw_unbroadcast(b, 0, weft_mul(G, wa));
     if (NEED(1)) {
         weft_tensor *gwa = weft_mul(G, wa), *r = weft_sub(G, gwa);
-        b->gin[1] = unbroadcast(b, 1, r);
+        b->gin[1] = weft_bw_unbroadcast(b, 1, r);
         weft_tensor_free(gwa);
     }
     weft_tensor *ts[] = {win, tie, w, t, th, wa};
@@ -219,8 +210,8 @@ static weft_status bw_maximum(const weft_bw_args *b) { return bw_minmax(b, true)
 static weft_status bw_minimum(const weft_bw_args *b) { return bw_minmax(b, false); }
 static weft_status bw_where(const weft_bw_args *b) {
     weft_tensor *z = zero_like_dt((weft_dtype)G->dtype);
-    if (NEED(1)) b->gin[1] = unbroadcast(b, 1, weft_where(b->in[0], G, z));
-    if (NEED(2)) b->gin[2] = unbroadcast(b, 2, weft_where(b->in[0], z, G));
+    if (NEED(1)) b->gin[1] = weft_bw_unbroadcast(b, 1, weft_where(b->in[0], G, z));
+    if (NEED(2)) b->gin[2] = weft_bw_unbroadcast(b, 2, weft_where(b->in[0], z, G));
     weft_tensor_free(z);
     return done(b);
 }

@@ -39,22 +39,13 @@ static weft_status infer_matmul(const weft_op_args *a, weft_out_meta *o) {
     return WEFT_OK;
 }
 
-// Sum a (possibly batch-broadcast) gradient back to input i's shape; takes g.
-static weft_tensor *to_input_shape(const weft_bw_args *b, int i, weft_tensor *g) {
-    if (!g) return NULL;
-    const weft_in_meta *m = &b->in_meta[i];
-    if (weft_shape_equal(g->ndim, g->sizes, m->ndim, m->sizes)) return g;
-    weft_tensor *r = weft_sum_to(g, m->ndim, m->sizes);
-    weft_tensor_free(g);
-    return r;
-}
 
 // grad_a = g @ b^T, grad_b = a^T @ g (transposes are views: BLAS gets the flag).
 static weft_status bw_matmul(const weft_bw_args *b) {
     weft_tensor *A = b->in[0], *B = b->in[1], *G = b->gout[0];
     if (b->needs[0]) {
         weft_tensor *bt = weft_transpose(B, -1, -2);
-        b->gin[0] = to_input_shape(b, 0, weft_matmul(G, bt));
+        b->gin[0] = weft_bw_unbroadcast(b, 0, weft_matmul(G, bt));
         weft_tensor_free(bt);
     }
     if (b->needs[1]) {
@@ -70,7 +61,7 @@ static weft_status bw_matmul(const weft_bw_args *b) {
             weft_tensor_free(at);
         } else {
             weft_tensor *at = weft_transpose(A, -1, -2);
-            b->gin[1] = to_input_shape(b, 1, weft_matmul(at, G));
+            b->gin[1] = weft_bw_unbroadcast(b, 1, weft_matmul(at, G));
             weft_tensor_free(at);
         }
     }

@@ -64,3 +64,12 @@ weft_status weft_axes_mask(const char *op, int ndim, int n, const int *axes, uin
     *mask = m;
     return WEFT_OK;
 }
+
+weft_tensor *weft_bw_unbroadcast(const weft_bw_args *b, int i, weft_tensor *g) {
+    if (!g) return NULL;
+    const weft_in_meta *m = &b->in_meta[i];
+    if (weft_shape_equal(g->ndim, g->sizes, m->ndim, m->sizes)) return g;
+    weft_tensor *r = weft_sum_to(g, m->ndim, m->sizes);
+    weft_tensor_free(g);
+    return r;
+}

@@ -118,5 +118,8 @@ weft_status weft_check_dtype(const char *op, const weft_tensor *t, uint32_t mask
 // Parse an axes list into a bit mask (all axes when n == 0); error on duplicates/range.
 weft_status weft_axes_mask(const char *op, int ndim, int n, const int *axes, uint32_t *mask);
 void weft_meta_set(weft_out_meta *m, int ndim, const int64_t *sizes, weft_dtype dt);
+// For backward rules: sum a broadcast gradient back to input i's shape.
+// Takes ownership of g (NULL passes through).
+weft_tensor *weft_bw_unbroadcast(const weft_bw_args *b, int i, weft_tensor *g);
 
 #endif

@@ -6,28 +6,10 @@
 
 #include "weft_test.h"
 
-// ---- a tiny arena: tensors made in a test are freed at its end ----
-static weft_tensor *g_keep[4096];
-static int g_nkeep;
-static weft_tensor *K(weft_tensor *t) {
-    if (t && g_nkeep < 4096) g_keep[g_nkeep++] = t;
-    return t;
-}
-static void drop_all(void) {
-    while (g_nkeep) weft_tensor_free(g_keep[--g_nkeep]);
-}
 
-// Deterministic values in [lo, hi) (an LCG, independent of weft's RNG).
-static void vals(double *v, int64_t n, double lo, double hi, uint64_t seed) {
-    uint64_t s = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-    for (int64_t i = 0; i < n; i++) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        v[i] = lo + (hi - lo) * (double)(s >> 11) / 9007199254740992.0;
-    }
-}
 // Values in +-[lo, hi): away from the kink at 0 (relu, abs).
 static void vals_nz(double *v, int64_t n, double lo, double hi, uint64_t seed) {
-    vals(v, n, lo, hi, seed);
+    wt_vals(v, n, lo, hi, seed);
     for (int64_t i = 0; i < n; i++)
         if (i % 2) v[i] = -v[i];
 }
@@ -35,7 +17,7 @@ static weft_tensor *tens(const double *v, weft_dtype dt, int nd, const int64_t *
     weft_tensor *d = weft_tensor_from_data(v, nd, sz, WEFT_F64);
     weft_tensor *r = weft_cast(d, dt);
     weft_tensor_free(d);
-    return K(r);
+    return wt_keep(r);
 }
 static int64_t numel_of(int nd, const int64_t *s) {
     int64_t n = 1;
@@ -96,7 +78,7 @@ static const unop k_unops[] = {
 
 static void make_vals(const unop *u, double *v, int64_t n, uint64_t seed) {
     if (u->nz) vals_nz(v, n, u->lo, u->hi, seed);
-    else vals(v, n, u->lo, u->hi, seed);
+    else wt_vals(v, n, u->lo, u->hi, seed);
 }
 
 static void test_unary_forward(void) {
@@ -112,30 +94,30 @@ static void test_unary_forward(void) {
             make_vals(u, v, 35, 11 + k);
             weft_tensor *x = tens(v, dt, WEFT_DIMS(5, 7));
             for (int i = 0; i < 35; i++) ref[i] = u->ref(rf(v[i], dt));
-            weft_tensor *y = K(u->fn(x));
+            weft_tensor *y = wt_keep(u->fn(x));
             snprintf(what, sizeof what, "%s %s contiguous", u->name, weft_dtype_name(dt));
             CHECK(y && weft_tensor_dtype(y) == dt && weft_tensor_ndim(y) == 2 && weft_tensor_size(y, 0) == 5);
             wt_check_values(what, y, ref, 35, tol);
             // transposed: y[i][j] = f(x[j][i])
-            weft_tensor *xt = K(weft_transpose(x, 0, 1));
+            weft_tensor *xt = wt_keep(weft_transpose(x, 0, 1));
             CHECK(!weft_tensor_is_contiguous(xt));
             for (int i = 0; i < 7; i++)
                 for (int j = 0; j < 5; j++) ref[i * 5 + j] = u->ref(rf(v[j * 7 + i], dt));
             snprintf(what, sizeof what, "%s %s transposed", u->name, weft_dtype_name(dt));
-            wt_check_values(what, K(u->fn(xt)), ref, 35, tol);
+            wt_check_values(what, wt_keep(u->fn(xt)), ref, 35, tol);
             // sliced with step 3 on dim 1: columns 1, 4
-            weft_tensor *xs = K(weft_slice(x, 1, 1, 7, 3));
+            weft_tensor *xs = wt_keep(weft_slice(x, 1, 1, 7, 3));
             CHECK(weft_tensor_size(xs, 1) == 2);
             for (int i = 0; i < 5; i++)
                 for (int j = 0; j < 2; j++) ref[i * 2 + j] = u->ref(rf(v[i * 7 + 1 + 3 * j], dt));
             snprintf(what, sizeof what, "%s %s sliced", u->name, weft_dtype_name(dt));
-            wt_check_values(what, K(u->fn(xs)), ref, 10, tol);
+            wt_check_values(what, wt_keep(u->fn(xs)), ref, 10, tol);
             // 0-d
             weft_tensor *s = tens(&v[3], dt, 0, NULL);
-            weft_tensor *ys = K(u->fn(s));
+            weft_tensor *ys = wt_keep(u->fn(s));
             CHECK(ys && weft_tensor_ndim(ys) == 0);
             CHECK_NEAR(weft_tensor_item(ys), u->ref(rf(v[3], dt)), tol);
-            drop_all();
+            wt_drop_all();
         }
     }
 }
@@ -144,20 +126,20 @@ static void test_unary_forward(void) {
 static void test_unary_large_threaded(void) {
     const int64_t R = 301, C = 257;
     double *v = malloc(sizeof(double) * (size_t)(R * C)), *ref = malloc(sizeof(double) * (size_t)(R * C));
-    vals(v, R * C, -3, 3, 5);
+    wt_vals(v, R * C, -3, 3, 5);
     weft_tensor *x = tens(v, WEFT_F64, WEFT_DIMS(R, C));
-    weft_tensor *xt = K(weft_transpose(x, 0, 1)); // (C,R)
+    weft_tensor *xt = wt_keep(weft_transpose(x, 0, 1)); // (C,R)
     for (int64_t i = 0; i < C; i++)
         for (int64_t j = 0; j < R; j++) ref[i * R + j] = tanh(v[j * C + i]);
-    wt_check_values("tanh large transposed", K(weft_tanh(xt)), ref, R * C, 1e-14);
+    wt_check_values("tanh large transposed", wt_keep(weft_tanh(xt)), ref, R * C, 1e-14);
     for (int64_t i = 0; i < R * C; i++) ref[i] = exp(v[i]);
-    wt_check_values("exp large contiguous", K(weft_exp(x)), ref, R * C, 1e-14);
+    wt_check_values("exp large contiguous", wt_keep(weft_exp(x)), ref, R * C, 1e-14);
     weft_tensor *x32 = tens(v, WEFT_F32, WEFT_DIMS(R, C));
     for (int64_t i = 0; i < R * C; i++) ref[i] = r_sigmoid((float)v[i]);
-    wt_check_values("sigmoid large f32", K(weft_sigmoid(x32)), ref, R * C, 2e-6);
+    wt_check_values("sigmoid large f32", wt_keep(weft_sigmoid(x32)), ref, R * C, 2e-6);
     free(v);
     free(ref);
-    drop_all();
+    wt_drop_all();
 }
 
 static void test_unary_special_values(void) {
@@ -165,20 +147,20 @@ static void test_unary_special_values(void) {
     weft_tensor *x = tens(v, WEFT_F64, WEFT_DIMS(6));
     double sg[6], si[6];
     for (int i = 0; i < 6; i++) sg[i] = r_sigmoid(v[i]), si[i] = r_silu(v[i]);
-    wt_check_values("sigmoid extremes", K(weft_sigmoid(x)), sg, 6, 1e-15);
-    wt_check_values("silu extremes", K(weft_silu(x)), si, 6, 1e-15);
+    wt_check_values("sigmoid extremes", wt_keep(weft_sigmoid(x)), sg, 6, 1e-15);
+    wt_check_values("silu extremes", wt_keep(weft_silu(x)), si, 6, 1e-15);
     double th[6] = {-1, -1, 0, 1, 1, 1e-300};
-    wt_check_values("tanh extremes", K(weft_tanh(x)), th, 6, 1e-15);
+    wt_check_values("tanh extremes", wt_keep(weft_tanh(x)), th, 6, 1e-15);
     weft_tensor *x32 = tens(v, WEFT_F32, WEFT_DIMS(6));
     double sg32[6] = {0, r_sigmoid(-100), 0.5, 1, 1, 0.5};
-    wt_check_values("sigmoid extremes f32", K(weft_sigmoid(x32)), sg32, 6, 1e-6);
+    wt_check_values("sigmoid extremes f32", wt_keep(weft_sigmoid(x32)), sg32, 6, 1e-6);
     double e[3] = {-1, 0, 1000};
     weft_tensor *xe = tens(e, WEFT_F64, WEFT_DIMS(3));
     double lg[3] = {NAN, -INFINITY, log(1000)}, sq[3] = {NAN, 0, sqrt(1000)}, ex[3] = {exp(-1), 1, INFINITY};
-    wt_check_values("log special", K(weft_log(xe)), lg, 3, 1e-15);
-    wt_check_values("sqrt special", K(weft_sqrt(xe)), sq, 3, 1e-15);
-    wt_check_values("exp special", K(weft_exp(xe)), ex, 3, 1e-15);
-    drop_all();
+    wt_check_values("log special", wt_keep(weft_log(xe)), lg, 3, 1e-15);
+    wt_check_values("sqrt special", wt_keep(weft_sqrt(xe)), sq, 3, 1e-15);
+    wt_check_values("exp special", wt_keep(weft_exp(xe)), ex, 3, 1e-15);
+    wt_drop_all();
 }
 
 // gradient through a non-contiguous view: y = f(slice(transpose(x), 1, 0:5:2)); x (5,4) -> (4,3)
@@ -197,15 +179,15 @@ static void test_unary_grad(void) {
         if (!u->diff) continue;
         double v[20];
         make_vals(u, v, 20, 100 + k);
-        weft_tensor *x = K(wt_f64(v, WEFT_DIMS(5, 4), true));
+        weft_tensor *x = wt_keep(wt_f64(v, WEFT_DIMS(5, 4), true));
         weft_status st = weft_gradcheck(un_grad_fn, 1, &x, (void *)u, NULL);
         if (st != WEFT_OK) fprintf(stderr, "unary grad %s: %s\n", u->name, weft_last_error());
         CHECK(st == WEFT_OK);
-        weft_tensor *s = K(wt_f64(&v[2], 0, NULL, true)); // 0-d
+        weft_tensor *s = wt_keep(wt_f64(&v[2], 0, NULL, true)); // 0-d
         st = weft_gradcheck(un_grad_plain, 1, &s, (void *)u, NULL);
         if (st != WEFT_OK) fprintf(stderr, "unary grad 0-d %s: %s\n", u->name, weft_last_error());
         CHECK(st == WEFT_OK);
-        drop_all();
+        wt_drop_all();
     }
 }
 
@@ -222,16 +204,16 @@ static void test_unary_second_order(void) {
               {weft_sigmoid, 0.7, r_sigmoid(0.7) * (1 - r_sigmoid(0.7)) * (1 - 2 * r_sigmoid(0.7))},
               {pow25, 0.7, 2.5 * 1.5 * pow(0.7, 0.5)}};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
-        weft_tensor *x = K(wt_f64(&cs[i].x, 0, NULL, true));
-        weft_tensor *y = K(cs[i].fn(x));
+        weft_tensor *x = wt_keep(wt_f64(&cs[i].x, 0, NULL, true));
+        weft_tensor *y = wt_keep(cs[i].fn(x));
         weft_backward_opts o = {.create_graph = true};
         CHECK(weft_backward(y, NULL, &o) == WEFT_OK);
-        weft_tensor *g = K(weft_tensor_ref(weft_tensor_grad(x)));
+        weft_tensor *g = wt_keep(weft_tensor_ref(weft_tensor_grad(x)));
         weft_tensor_zero_grad(x);
         CHECK(g && weft_backward(g, NULL, NULL) == WEFT_OK);
         CHECK_NEAR(weft_tensor_item(weft_tensor_grad(x)), cs[i].d2, 1e-10);
         weft_tensor_zero_grad(x);
-        drop_all();
+        wt_drop_all();
     }
 }
 
@@ -299,10 +281,10 @@ static void test_binary_forward(void) {
             for (int di = 0; di < 2; di++) {
                 weft_dtype dt = dts[di];
                 double a[24], b[24], ref[24];
-                vals(a, 24, op->alo, op->ahi, 7 * k + si);
-                vals(b, 24, op->blo, op->bhi, 1000 + 7 * k + si);
+                wt_vals(a, 24, op->alo, op->ahi, 7 * k + si);
+                wt_vals(b, 24, op->blo, op->bhi, 1000 + 7 * k + si);
                 weft_tensor *ta = tens(a, dt, shp[si].and_, shp[si].as), *tb = tens(b, dt, shp[si].bnd, shp[si].bs);
-                weft_tensor *y = K(op->fn(ta, tb));
+                weft_tensor *y = wt_keep(op->fn(ta, tb));
                 bcast_ref(op, shp[si].ond, shp[si].os, a, shp[si].and_, shp[si].as, b, shp[si].bnd, shp[si].bs, ref,
                           dt);
                 char what[96];
@@ -311,7 +293,7 @@ static void test_binary_forward(void) {
                 if (y)
                     for (int d = 0; d < shp[si].ond; d++) CHECK(weft_tensor_size(y, d) == shp[si].os[d]);
                 wt_check_values(what, y, ref, numel_of(shp[si].ond, shp[si].os), dt == WEFT_F64 ? 1e-14 : 3e-6);
-                drop_all();
+                wt_drop_all();
             }
     }
 }
@@ -321,28 +303,28 @@ static void test_binary_noncontig(void) {
     for (int k = 0; k < N_BINOPS; k++) {
         const binop *op = &k_binops[k];
         double a[12], b[27], c[8], ref[12];
-        vals(a, 12, op->alo, op->ahi, 50 + k);
-        vals(b, 27, op->blo, op->bhi, 60 + k);
-        vals(c, 8, op->blo, op->bhi, 70 + k);
+        wt_vals(a, 12, op->alo, op->ahi, 50 + k);
+        wt_vals(b, 27, op->blo, op->bhi, 60 + k);
+        wt_vals(c, 8, op->blo, op->bhi, 70 + k);
         weft_tensor *ta = tens(a, WEFT_F64, WEFT_DIMS(4, 3)), *tb = tens(b, WEFT_F64, WEFT_DIMS(3, 9));
         weft_tensor *tc = tens(c, WEFT_F64, WEFT_DIMS(8));
-        weft_tensor *at = K(weft_transpose(ta, 0, 1));  // (3,4): at[i][j] = a[j*3+i]
-        weft_tensor *bs = K(weft_slice(tb, 1, 1, 9, 2)); // (3,4): bs[i][j] = b[i*9+1+2j]
-        weft_tensor *cs = K(weft_slice(tc, 0, 0, 8, 2)); // (4): c[2j]
+        weft_tensor *at = wt_keep(weft_transpose(ta, 0, 1));  // (3,4): at[i][j] = a[j*3+i]
+        weft_tensor *bs = wt_keep(weft_slice(tb, 1, 1, 9, 2)); // (3,4): bs[i][j] = b[i*9+1+2j]
+        weft_tensor *cs = wt_keep(weft_slice(tc, 0, 0, 8, 2)); // (4): c[2j]
         for (int i = 0; i < 3; i++)
             for (int j = 0; j < 4; j++) ref[i * 4 + j] = op->ref(a[j * 3 + i], b[i * 9 + 1 + 2 * j]);
         char what[64];
         snprintf(what, sizeof what, "%s transposed x sliced", op->name);
-        wt_check_values(what, K(op->fn(at, bs)), ref, 12, 1e-14);
+        wt_check_values(what, wt_keep(op->fn(at, bs)), ref, 12, 1e-14);
         for (int i = 0; i < 3; i++)
             for (int j = 0; j < 4; j++) ref[i * 4 + j] = op->ref(a[j * 3 + i], c[2 * j]);
         snprintf(what, sizeof what, "%s transposed x sliced vector", op->name);
-        wt_check_values(what, K(op->fn(at, cs)), ref, 12, 1e-14);
+        wt_check_values(what, wt_keep(op->fn(at, cs)), ref, 12, 1e-14);
         for (int i = 0; i < 3; i++)
             for (int j = 0; j < 4; j++) ref[i * 4 + j] = op->ref(c[2 * j], a[j * 3 + i]);
         snprintf(what, sizeof what, "%s sliced vector x transposed", op->name);
-        wt_check_values(what, K(op->fn(cs, at)), ref, 12, 1e-14);
-        drop_all();
+        wt_check_values(what, wt_keep(op->fn(cs, at)), ref, 12, 1e-14);
+        wt_drop_all();
     }
 }
 
@@ -353,40 +335,40 @@ static void test_streaming_store_path(void) {
     const int64_t n = 1500001; // 6 MB of f32, not a multiple of the block
     double *a = malloc(sizeof(double) * (size_t)n), *b = malloc(sizeof(double) * (size_t)n);
     double *ref = malloc(sizeof(double) * (size_t)n);
-    vals(a, n, -2, 2, 11);
-    vals(b, n, -2, 2, 12);
+    wt_vals(a, n, -2, 2, 11);
+    wt_vals(b, n, -2, 2, 12);
     weft_tensor *ta = tens(a, WEFT_F32, WEFT_DIMS(n)), *tb = tens(b, WEFT_F32, WEFT_DIMS(n));
     for (int64_t i = 0; i < n; i++) ref[i] = (double)((float)a[i] + (float)b[i]);
     for (int nt = 1; nt <= 2; nt++) {
         weft_set_num_threads(nt);
-        wt_check_values("add streaming", K(weft_add(ta, tb)), ref, n, 1e-7);
+        wt_check_values("add streaming", wt_keep(weft_add(ta, tb)), ref, n, 1e-7);
     }
     for (int64_t i = 0; i < n; i++) ref[i] = exp((double)(float)a[i]);
-    wt_check_values("exp streaming", K(weft_exp(ta)), ref, n, 1e-6);
+    wt_check_values("exp streaming", wt_keep(weft_exp(ta)), ref, n, 1e-6);
     free(a);
     free(b);
     free(ref);
-    drop_all();
+    wt_drop_all();
 }
 
 static void test_binary_large_threaded(void) {
     const int64_t R = 263, C = 311;
     double *a = malloc(sizeof(double) * (size_t)(R * C)), *b = malloc(sizeof(double) * (size_t)R);
     double *ref = malloc(sizeof(double) * (size_t)(R * C));
-    vals(a, R * C, -2, 2, 3);
-    vals(b, R, -2, 2, 4);
+    wt_vals(a, R * C, -2, 2, 3);
+    wt_vals(b, R, -2, 2, 4);
     weft_tensor *ta = tens(a, WEFT_F32, WEFT_DIMS(R, C)), *tb = tens(b, WEFT_F32, WEFT_DIMS(R));
-    weft_tensor *at = K(weft_transpose(ta, 0, 1)); // (C,R)
+    weft_tensor *at = wt_keep(weft_transpose(ta, 0, 1)); // (C,R)
     for (int64_t i = 0; i < C; i++)
         for (int64_t j = 0; j < R; j++) ref[i * R + j] = (double)(float)a[j * C + i] * (double)(float)b[j];
-    wt_check_values("mul large transposed x broadcast", K(weft_mul(at, tb)), ref, R * C, 1e-6);
+    wt_check_values("mul large transposed x broadcast", wt_keep(weft_mul(at, tb)), ref, R * C, 1e-6);
     for (int64_t i = 0; i < C; i++)
         for (int64_t j = 0; j < R; j++) ref[i * R + j] = (float)a[j * C + i] > (float)b[j];
-    wt_check_values("gt large transposed x broadcast", K(weft_gt(at, tb)), ref, R * C, 0);
+    wt_check_values("gt large transposed x broadcast", wt_keep(weft_gt(at, tb)), ref, R * C, 0);
     free(a);
     free(b);
     free(ref);
-    drop_all();
+    wt_drop_all();
 }
 
 // gradients: cases of shapes / layouts for binary ops
@@ -431,22 +413,20 @@ static void test_binary_grad(void) {
         const binop *op = &k_binops[k];
         for (int si = 0; si < (int)(sizeof shp / sizeof shp[0]); si++) {
             double a[24], b[24];
-            vals(a, 24, op->alo, op->ahi, 300 + 10 * k + si);
-            vals(b, 24, op->blo, op->bhi, 600 + 10 * k + si);
+            wt_vals(a, 24, op->alo, op->ahi, 300 + 10 * k + si);
+            wt_vals(b, 24, op->blo, op->bhi, 600 + 10 * k + si);
             if (op->fn == weft_maximum || op->fn == weft_minimum) // no near-ties
                 for (int i = 0; i < 24; i++) b[i] = floor(b[i] * 4) / 4 + 0.125;
-            weft_tensor *in[2] = {K(wt_f64(a, shp[si].and_, shp[si].as, true)),
-                                  K(wt_f64(b, shp[si].bnd, shp[si].bs, true))};
+            weft_tensor *in[2] = {wt_keep(wt_f64(a, shp[si].and_, shp[si].as, true)),
+                                  wt_keep(wt_f64(b, shp[si].bnd, shp[si].bs, true))};
             if (si == 4) { // a swaps role: b (vector) is the first operand
                 bin_grad_ctx c = {op, 4};
                 if (op->fn == weft_pow || op->fn == weft_div) { // first operand needs the a-domain
                     double t[24];
-                    vals(t, 24, op->alo, op->ahi, 900 + k);
-                    weft_tensor_free(in[1]);
-                    g_keep[g_nkeep - 1] = in[1] = wt_f64(t, shp[si].bnd, shp[si].bs, true);
-                    vals(t, 24, op->blo, op->bhi, 901 + k);
-                    weft_tensor_free(in[0]);
-                    g_keep[g_nkeep - 2] = in[0] = wt_f64(t, shp[si].and_, shp[si].as, true);
+                    wt_vals(t, 24, op->alo, op->ahi, 900 + k);
+                    in[1] = wt_keep(wt_f64(t, shp[si].bnd, shp[si].bs, true));
+                    wt_vals(t, 24, op->blo, op->bhi, 901 + k);
+                    in[0] = wt_keep(wt_f64(t, shp[si].and_, shp[si].as, true));
                 }
                 weft_status st = weft_gradcheck(bin_grad_fn, 2, in, &c, NULL);
                 if (st) fprintf(stderr, "binary grad %s case %d: %s\n", op->name, si, weft_last_error());
@@ -457,7 +437,7 @@ static void test_binary_grad(void) {
                 if (st) fprintf(stderr, "binary grad %s case %d: %s\n", op->name, si, weft_last_error());
                 CHECK(st == WEFT_OK);
             }
-            drop_all();
+            wt_drop_all();
         }
     }
 }
@@ -465,8 +445,8 @@ static void test_binary_grad(void) {
 // maximum/minimum ties split the gradient evenly; NaN propagates forward.
 static void test_minmax_ties_nan(void) {
     double a[3] = {1, 2, 3}, b[3] = {1, 5, 0};
-    weft_tensor *ta = K(wt_f64(a, WEFT_DIMS(3), true)), *tb = K(wt_f64(b, WEFT_DIMS(3), true));
-    weft_tensor *y = K(weft_maximum(ta, tb)), *s = K(weft_sum(y, 0, NULL, false));
+    weft_tensor *ta = wt_keep(wt_f64(a, WEFT_DIMS(3), true)), *tb = wt_keep(wt_f64(b, WEFT_DIMS(3), true));
+    weft_tensor *y = wt_keep(weft_maximum(ta, tb)), *s = wt_keep(weft_sum(y, 0, NULL, false));
     CHECK(weft_backward(s, NULL, NULL) == WEFT_OK);
     double ga[3] = {0.5, 0, 1}, gb[3] = {0.5, 1, 0};
     wt_check_values("maximum tie grad a", weft_tensor_grad(ta), ga, 3, 0);
@@ -474,9 +454,9 @@ static void test_minmax_ties_nan(void) {
     double n[3] = {NAN, 1, 2}, m[3] = {0, NAN, 1};
     weft_tensor *tn = tens(n, WEFT_F64, WEFT_DIMS(3)), *tm = tens(m, WEFT_F64, WEFT_DIMS(3));
     double rmax[3] = {NAN, NAN, 2}, rmin[3] = {NAN, NAN, 1};
-    wt_check_values("maximum nan", K(weft_maximum(tn, tm)), rmax, 3, 0);
-    wt_check_values("minimum nan", K(weft_minimum(tn, tm)), rmin, 3, 0);
-    drop_all();
+    wt_check_values("maximum nan", wt_keep(weft_maximum(tn, tm)), rmax, 3, 0);
+    wt_check_values("minimum nan", wt_keep(weft_minimum(tn, tm)), rmin, 3, 0);
+    wt_drop_all();
 }
 
 // ---- comparisons ----
@@ -495,7 +475,7 @@ static void test_compare(void) {
                 double x = a[i], y = b[i];
                 ref[i] = f == 0 ? x == y : f == 1 ? x != y : f == 2 ? x < y : f == 3 ? x <= y : f == 4 ? x > y : x >= y;
             }
-            weft_tensor *m = K(fns[f](ta, tb));
+            weft_tensor *m = wt_keep(fns[f](ta, tb));
             CHECK(m && weft_tensor_dtype(m) == WEFT_BOOL);
             CHECK(m && !weft_tensor_requires_grad(m));
             char what[64];
@@ -508,21 +488,21 @@ static void test_compare(void) {
     weft_tensor *tc = tens(c, WEFT_F32, WEFT_DIMS(3, 1)), *td = tens(d, WEFT_F32, WEFT_DIMS(1, 4));
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 4; j++) ref[i * 4 + j] = c[i] <= d[j];
-    wt_check_values("le broadcast", K(weft_le(tc, td)), ref, 12, 0);
-    weft_tensor *two = K(weft_tensor_scalar(2, WEFT_F32));
+    wt_check_values("le broadcast", wt_keep(weft_le(tc, td)), ref, 12, 0);
+    weft_tensor *two = wt_keep(weft_tensor_scalar(2, WEFT_F32));
     double r2[4] = {0, 0, 0, 1};
-    wt_check_values("gt 0-d", K(weft_gt(td, two)), r2, 4, 0);
-    weft_tensor *ct = K(weft_transpose(td, 0, 1)); // (4,1)
+    wt_check_values("gt 0-d", wt_keep(weft_gt(td, two)), r2, 4, 0);
+    weft_tensor *ct = wt_keep(weft_transpose(td, 0, 1)); // (4,1)
     double r3[12];
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 3; j++) r3[i * 3 + j] = d[i] == c[j];
-    weft_tensor *cr = K(weft_reshape(tc, WEFT_DIMS(3)));
-    wt_check_values("eq transposed broadcast", K(weft_eq(ct, cr)), r3, 12, 0);
+    weft_tensor *cr = wt_keep(weft_reshape(tc, WEFT_DIMS(3)));
+    wt_check_values("eq transposed broadcast", wt_keep(weft_eq(ct, cr)), r3, 12, 0);
     // bool == bool
-    weft_tensor *m1 = K(weft_gt(td, two)), *m2 = K(weft_ge(td, two));
+    weft_tensor *m1 = wt_keep(weft_gt(td, two)), *m2 = wt_keep(weft_ge(td, two));
     double r4[4] = {1, 1, 0, 1};
-    wt_check_values("eq bool", K(weft_eq(m1, m2)), r4, 4, 0);
-    drop_all();
+    wt_check_values("eq bool", wt_keep(weft_eq(m1, m2)), r4, 4, 0);
+    wt_drop_all();
 }
 
 // ---- where ----
@@ -537,52 +517,52 @@ static weft_tensor *where_fn(weft_tensor *const *in, void *user) {
 }
 static void test_where(void) {
     double c[12], a[3] = {10, 20, 30}, b[4] = {-1, -2, -3, -4}, ref[12];
-    vals(c, 12, -1, 1, 9);
+    wt_vals(c, 12, -1, 1, 9);
     const weft_dtype dts[4] = {WEFT_F64, WEFT_F32, WEFT_I32, WEFT_I64};
-    weft_tensor *tcv = tens(c, WEFT_F64, WEFT_DIMS(3, 4)), *z = K(weft_tensor_scalar(0, WEFT_F64));
-    weft_tensor *cond = K(weft_gt(tcv, z));
+    weft_tensor *tcv = tens(c, WEFT_F64, WEFT_DIMS(3, 4)), *z = wt_keep(weft_tensor_scalar(0, WEFT_F64));
+    weft_tensor *cond = wt_keep(weft_gt(tcv, z));
     for (int di = 0; di < 4; di++) {
         weft_tensor *ta = tens(a, dts[di], WEFT_DIMS(3, 1)), *tb = tens(b, dts[di], WEFT_DIMS(4));
         for (int i = 0; i < 3; i++)
             for (int j = 0; j < 4; j++) ref[i * 4 + j] = c[i * 4 + j] > 0 ? a[i] : b[j];
-        weft_tensor *y = K(weft_where(cond, ta, tb));
+        weft_tensor *y = wt_keep(weft_where(cond, ta, tb));
         CHECK(y && weft_tensor_dtype(y) == dts[di]);
         wt_check_values("where broadcast", y, ref, 12, 0);
     }
     // 0-d condition, and a u8 condition
-    weft_tensor *t = K(weft_tensor_scalar(1, WEFT_BOOL));
+    weft_tensor *t = wt_keep(weft_tensor_scalar(1, WEFT_BOOL));
     weft_tensor *ta = tens(a, WEFT_F64, WEFT_DIMS(3, 1)), *tb = tens(b, WEFT_F64, WEFT_DIMS(4));
     for (int i = 0; i < 12; i++) ref[i] = a[i / 4];
-    wt_check_values("where 0-d cond", K(weft_where(t, ta, tb)), ref, 12, 0);
+    wt_check_values("where 0-d cond", wt_keep(weft_where(t, ta, tb)), ref, 12, 0);
     // gradients: a (3,1) and b (1,4) broadcast into (3,4)
     g_cond = cond;
     double av[12], bv[12];
-    vals(av, 12, -1, 1, 21);
-    vals(bv, 12, -1, 1, 22);
-    weft_tensor *in[2] = {K(wt_f64(av, WEFT_DIMS(3, 1), true)), K(wt_f64(bv, WEFT_DIMS(1, 4), true))};
+    wt_vals(av, 12, -1, 1, 21);
+    wt_vals(bv, 12, -1, 1, 22);
+    weft_tensor *in[2] = {wt_keep(wt_f64(av, WEFT_DIMS(3, 1), true)), wt_keep(wt_f64(bv, WEFT_DIMS(1, 4), true))};
     CHECK_GRAD(where_fn, 2, in, NULL);
-    weft_tensor *in2[2] = {K(wt_f64(av, WEFT_DIMS(4, 3), true)), K(wt_f64(bv, WEFT_DIMS(4), true))};
+    weft_tensor *in2[2] = {wt_keep(wt_f64(av, WEFT_DIMS(4, 3), true)), wt_keep(wt_f64(bv, WEFT_DIMS(4), true))};
     CHECK_GRAD(where_fn, 2, in2, (void *)1);
-    drop_all();
+    wt_drop_all();
 }
 
 // ---- integer dtypes ----
 static void test_integer(void) {
     int32_t a[3] = {1, -2, 300}, b[4] = {10, 20, -30, 7};
-    weft_tensor *ta = K(weft_tensor_from_data(a, WEFT_DIMS(3, 1), WEFT_I32));
-    weft_tensor *tb = K(weft_tensor_from_data(b, WEFT_DIMS(1, 4), WEFT_I32));
+    weft_tensor *ta = wt_keep(weft_tensor_from_data(a, WEFT_DIMS(3, 1), WEFT_I32));
+    weft_tensor *tb = wt_keep(weft_tensor_from_data(b, WEFT_DIMS(1, 4), WEFT_I32));
     double ra[12], rm[12];
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 4; j++) ra[i * 4 + j] = a[i] + b[j], rm[i * 4 + j] = (double)a[i] * b[j];
-    weft_tensor *s = K(weft_add(ta, tb)), *m = K(weft_mul(ta, tb));
+    weft_tensor *s = wt_keep(weft_add(ta, tb)), *m = wt_keep(weft_mul(ta, tb));
     CHECK(s && weft_tensor_dtype(s) == WEFT_I32);
     wt_check_values("i32 add broadcast", s, ra, 12, 0);
     wt_check_values("i32 mul broadcast", m, rm, 12, 0);
     // i64 beyond 2^53 stays exact
     int64_t c[2] = {(1LL << 60) + 1, -((1LL << 55) + 3)}, d[1] = {2};
-    weft_tensor *tc = K(weft_tensor_from_data(c, WEFT_DIMS(2), WEFT_I64));
-    weft_tensor *td = K(weft_tensor_from_data(d, WEFT_DIMS(1), WEFT_I64));
-    weft_tensor *sc = K(weft_add(tc, td)), *mc = K(weft_mul(tc, td));
+    weft_tensor *tc = wt_keep(weft_tensor_from_data(c, WEFT_DIMS(2), WEFT_I64));
+    weft_tensor *td = wt_keep(weft_tensor_from_data(d, WEFT_DIMS(1), WEFT_I64));
+    weft_tensor *sc = wt_keep(weft_add(tc, td)), *mc = wt_keep(weft_mul(tc, td));
     CHECK(sc && weft_tensor_dtype(sc) == WEFT_I64);
     if (sc && mc) {
         const int64_t *ps = weft_tensor_data(sc), *pm = weft_tensor_data(mc);
@@ -592,32 +572,32 @@ static void test_integer(void) {
     // (2,3,4) * (4) in i64, transposed left operand
     int64_t e[24], f[4] = {1, -1, 2, 3};
     for (int i = 0; i < 24; i++) e[i] = i - 7;
-    weft_tensor *te = K(weft_tensor_from_data(e, WEFT_DIMS(2, 4, 3), WEFT_I64));
-    weft_tensor *tet = K(weft_transpose(te, 1, 2)); // (2,3,4): [n][i][j] = e[n*12 + j*3 + i]
-    weft_tensor *tf = K(weft_tensor_from_data(f, WEFT_DIMS(4), WEFT_I64));
+    weft_tensor *te = wt_keep(weft_tensor_from_data(e, WEFT_DIMS(2, 4, 3), WEFT_I64));
+    weft_tensor *tet = wt_keep(weft_transpose(te, 1, 2)); // (2,3,4): [n][i][j] = e[n*12 + j*3 + i]
+    weft_tensor *tf = wt_keep(weft_tensor_from_data(f, WEFT_DIMS(4), WEFT_I64));
     double r[24];
     for (int n = 0; n < 2; n++)
         for (int i = 0; i < 3; i++)
             for (int j = 0; j < 4; j++) r[n * 12 + i * 4 + j] = (double)(e[n * 12 + j * 3 + i] * f[j]);
-    wt_check_values("i64 mul transposed broadcast", K(weft_mul(tet, tf)), r, 24, 0);
+    wt_check_values("i64 mul transposed broadcast", wt_keep(weft_mul(tet, tf)), r, 24, 0);
     // unary / scalar / other binary ops on integers
     int32_t g[5] = {-7, -1, 0, 3, 7}, h[5] = {2, 2, 5, -2, 2};
-    weft_tensor *tg = K(weft_tensor_from_data(g, WEFT_DIMS(5), WEFT_I32));
-    weft_tensor *th = K(weft_tensor_from_data(h, WEFT_DIMS(5), WEFT_I32));
+    weft_tensor *tg = wt_keep(weft_tensor_from_data(g, WEFT_DIMS(5), WEFT_I32));
+    weft_tensor *th = wt_keep(weft_tensor_from_data(h, WEFT_DIMS(5), WEFT_I32));
     double neg[5], ab[5], re[5], as[5], ms[5], dv[5], sb[5], mx[5];
     for (int i = 0; i < 5; i++) {
         neg[i] = -g[i], ab[i] = abs(g[i]), re[i] = g[i] > 0 ? g[i] : 0, as[i] = g[i] + 3, ms[i] = g[i] * -2;
         dv[i] = g[i] / h[i], sb[i] = g[i] - h[i], mx[i] = g[i] > h[i] ? g[i] : h[i];
     }
-    wt_check_values("i32 neg", K(weft_neg(tg)), neg, 5, 0);
-    wt_check_values("i32 abs", K(weft_abs(tg)), ab, 5, 0);
-    wt_check_values("i32 relu", K(weft_relu(tg)), re, 5, 0);
-    wt_check_values("i32 add_scalar", K(weft_add_scalar(tg, 3)), as, 5, 0);
-    wt_check_values("i32 mul_scalar", K(weft_mul_scalar(tg, -2)), ms, 5, 0);
-    wt_check_values("i32 div (truncating)", K(weft_div(tg, th)), dv, 5, 0);
-    wt_check_values("i32 sub", K(weft_sub(tg, th)), sb, 5, 0);
-    wt_check_values("i32 maximum", K(weft_maximum(tg, th)), mx, 5, 0);
-    drop_all();
+    wt_check_values("i32 neg", wt_keep(weft_neg(tg)), neg, 5, 0);
+    wt_check_values("i32 abs", wt_keep(weft_abs(tg)), ab, 5, 0);
+    wt_check_values("i32 relu", wt_keep(weft_relu(tg)), re, 5, 0);
+    wt_check_values("i32 add_scalar", wt_keep(weft_add_scalar(tg, 3)), as, 5, 0);
+    wt_check_values("i32 mul_scalar", wt_keep(weft_mul_scalar(tg, -2)), ms, 5, 0);
+    wt_check_values("i32 div (truncating)", wt_keep(weft_div(tg, th)), dv, 5, 0);
+    wt_check_values("i32 sub", wt_keep(weft_sub(tg, th)), sb, 5, 0);
+    wt_check_values("i32 maximum", wt_keep(weft_maximum(tg, th)), mx, 5, 0);
+    wt_drop_all();
 }
 
 // ---- casts ----
@@ -629,10 +609,10 @@ static void test_cast_round_trips(void) {
     weft_dtype chain[] = {WEFT_F32, WEFT_F16, WEFT_F64, WEFT_F32, WEFT_BF16, WEFT_F32, WEFT_F64};
     // each value is exact in f32 and f16; through bf16 only a few are
     weft_tensor *cur = x;
-    for (int k = 0; k < 3; k++) cur = K(weft_cast(cur, chain[k]));
+    for (int k = 0; k < 3; k++) cur = wt_keep(weft_cast(cur, chain[k]));
     CHECK(cur && weft_tensor_dtype(cur) == WEFT_F64);
     wt_check_values("f64->f32->f16->f64 exact", cur, v, 8, 0);
-    weft_tensor *b = K(weft_cast(x, WEFT_BF16)), *bb = K(weft_cast(b, WEFT_F64));
+    weft_tensor *b = wt_keep(weft_cast(x, WEFT_BF16)), *bb = wt_keep(weft_cast(b, WEFT_F64));
     double vb[8];
     for (int i = 0; i < 8; i++) vb[i] = weft_bf16_to_f32(weft_f32_to_bf16((float)v[i]));
     wt_check_values("f64->bf16->f64", bb, vb, 8, 0);
@@ -641,42 +621,42 @@ static void test_cast_round_trips(void) {
     double w[6] = {2.7, -2.7, 0.5, -0.5, 1e9, -1e9};
     double wi[6] = {2, -2, 0, 0, 1e9, -1e9};
     weft_tensor *xw = tens(w, WEFT_F64, WEFT_DIMS(6));
-    weft_tensor *i32 = K(weft_cast(xw, WEFT_I32));
+    weft_tensor *i32 = wt_keep(weft_cast(xw, WEFT_I32));
     CHECK(i32 && weft_tensor_dtype(i32) == WEFT_I32);
     wt_check_values("f64->i32", i32, wi, 6, 0);
     int32_t e[4] = {INT32_MIN, INT32_MAX, 0, -5};
-    weft_tensor *te = K(weft_tensor_from_data(e, WEFT_DIMS(4), WEFT_I32));
-    weft_tensor *t64 = K(weft_cast(te, WEFT_I64)), *t32 = K(weft_cast(t64, WEFT_I32));
+    weft_tensor *te = wt_keep(weft_tensor_from_data(e, WEFT_DIMS(4), WEFT_I32));
+    weft_tensor *t64 = wt_keep(weft_cast(te, WEFT_I64)), *t32 = wt_keep(weft_cast(t64, WEFT_I32));
     CHECK(t64 && ((int64_t *)weft_tensor_data(t64))[0] == INT32_MIN && ((int64_t *)weft_tensor_data(t64))[1] == INT32_MAX);
     CHECK(t32 && memcmp(weft_tensor_data(t32), e, sizeof e) == 0);
     int64_t big[2] = {(1LL << 53), -(1LL << 53)};
-    weft_tensor *tbig = K(weft_tensor_from_data(big, WEFT_DIMS(2), WEFT_I64));
+    weft_tensor *tbig = wt_keep(weft_tensor_from_data(big, WEFT_DIMS(2), WEFT_I64));
     double rbig[2] = {9007199254740992.0, -9007199254740992.0};
-    wt_check_values("i64->f64", K(weft_cast(tbig, WEFT_F64)), rbig, 2, 0);
+    wt_check_values("i64->f64", wt_keep(weft_cast(tbig, WEFT_F64)), rbig, 2, 0);
     // i32 -> f32 -> i32, i64 -> f16 -> i64 (small integers are exact in f16)
     int32_t small[4] = {-2048, 2048, 7, 0};
-    weft_tensor *ts = K(weft_tensor_from_data(small, WEFT_DIMS(4), WEFT_I32));
-    weft_tensor *sf = K(weft_cast(ts, WEFT_F16)), *sb = K(weft_cast(sf, WEFT_I32));
+    weft_tensor *ts = wt_keep(weft_tensor_from_data(small, WEFT_DIMS(4), WEFT_I32));
+    weft_tensor *sf = wt_keep(weft_cast(ts, WEFT_F16)), *sb = wt_keep(weft_cast(sf, WEFT_I32));
     CHECK(sb && memcmp(weft_tensor_data(sb), small, sizeof small) == 0);
     // to bool
     double bz[4] = {0, 2, -0.5, 0}, rz[4] = {0, 1, 1, 0};
-    wt_check_values("f64->bool", K(weft_cast(tens(bz, WEFT_F64, WEFT_DIMS(4)), WEFT_BOOL)), rz, 4, 0);
+    wt_check_values("f64->bool", wt_keep(weft_cast(tens(bz, WEFT_F64, WEFT_DIMS(4)), WEFT_BOOL)), rz, 4, 0);
     // non-contiguous source keeps logical order
-    weft_tensor *xt = K(weft_transpose(x, 0, 1)), *xt32 = K(weft_cast(xt, WEFT_F32));
+    weft_tensor *xt = wt_keep(weft_transpose(x, 0, 1)), *xt32 = wt_keep(weft_cast(xt, WEFT_F32));
     double rt[8];
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 2; j++) rt[i * 2 + j] = v[j * 4 + i];
     CHECK(xt32 && weft_tensor_is_contiguous(xt32));
     wt_check_values("cast transposed", xt32, rt, 8, 0);
     // cast backward gives a gradient of the input's dtype
-    weft_tensor *leaf = K(wt_f64(v, WEFT_DIMS(8), true));
-    weft_tensor *c32 = K(weft_cast(leaf, WEFT_F32)), *s = K(weft_sum(c32, 0, NULL, false));
+    weft_tensor *leaf = wt_keep(wt_f64(v, WEFT_DIMS(8), true));
+    weft_tensor *c32 = wt_keep(weft_cast(leaf, WEFT_F32)), *s = wt_keep(weft_sum(c32, 0, NULL, false));
     CHECK(weft_backward(s, NULL, NULL) == WEFT_OK);
     weft_tensor *g = weft_tensor_grad(leaf);
     CHECK(g && weft_tensor_dtype(g) == WEFT_F64);
     double ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     wt_check_values("cast grad", g, ones, 8, 0);
-    drop_all();
+    wt_drop_all();
 }
 
 static float f_of(uint32_t u) {
@@ -809,53 +789,53 @@ static void test_cast_half_tensors(void) {
     double v[6] = {1.0, 65504, 65520, -INFINITY, 5.9604644775390625e-08, 1.00048828125};
     uint16_t want_h[6] = {0x3c00, 0x7bff, 0x7c00, 0xfc00, 0x0001, 0x3c00};
     weft_tensor *x32 = tens(v, WEFT_F32, WEFT_DIMS(6)), *x64 = tens(v, WEFT_F64, WEFT_DIMS(6));
-    weft_tensor *h32 = K(weft_cast(x32, WEFT_F16)), *h64 = K(weft_cast(x64, WEFT_F16));
+    weft_tensor *h32 = wt_keep(weft_cast(x32, WEFT_F16)), *h64 = wt_keep(weft_cast(x64, WEFT_F16));
     CHECK(h32 && weft_tensor_dtype(h32) == WEFT_F16);
     for (int i = 0; h32 && h64 && i < 6; i++) {
         CHECK(bits16(h32, i) == want_h[i]);
         CHECK(bits16(h64, i) == want_h[i]);
     }
-    weft_tensor *b32 = K(weft_cast(x32, WEFT_BF16));
+    weft_tensor *b32 = wt_keep(weft_cast(x32, WEFT_BF16));
     uint16_t want_b[6] = {0x3f80, 0x4780, 0x4780, 0xff80, 0x3380, 0x3f80};
     for (int i = 0; b32 && i < 6; i++) CHECK(bits16(b32, i) == want_b[i]);
     // back to f32 / f64
     double back[6] = {1.0, 65504, INFINITY, -INFINITY, 5.9604644775390625e-08, 1.0};
-    wt_check_values("f16->f32", K(weft_cast(h32, WEFT_F32)), back, 6, 0);
-    wt_check_values("f16->f64", K(weft_cast(h64, WEFT_F64)), back, 6, 0);
+    wt_check_values("f16->f32", wt_keep(weft_cast(h32, WEFT_F32)), back, 6, 0);
+    wt_check_values("f16->f64", wt_keep(weft_cast(h64, WEFT_F64)), back, 6, 0);
     // NaN through f16 and bf16
     double nn = NAN;
     weft_tensor *xn = tens(&nn, WEFT_F64, WEFT_DIMS(1));
-    weft_tensor *hn = K(weft_cast(xn, WEFT_F16)), *bn = K(weft_cast(xn, WEFT_BF16));
+    weft_tensor *hn = wt_keep(weft_cast(xn, WEFT_F16)), *bn = wt_keep(weft_cast(xn, WEFT_BF16));
     CHECK(hn && isnan(weft_tensor_item(hn)) && bn && isnan(weft_tensor_item(bn)));
     // double rounding: 1 + 2^-11 + 2^-40 is above the tie, so it rounds up to 0x3c01
     double dr[2] = {1.0 + ldexp(1, -11) + ldexp(1, -40), -(1.0 + ldexp(1, -11) + ldexp(1, -40))};
-    weft_tensor *xd = tens(dr, WEFT_F64, WEFT_DIMS(2)), *hd = K(weft_cast(xd, WEFT_F16));
+    weft_tensor *xd = tens(dr, WEFT_F64, WEFT_DIMS(2)), *hd = wt_keep(weft_cast(xd, WEFT_F16));
     CHECK(hd && bits16(hd, 0) == 0x3c01 && bits16(hd, 1) == 0xbc01);
     double drb = 1.0 + ldexp(1, -8) + ldexp(1, -40);
-    weft_tensor *xb = tens(&drb, WEFT_F64, WEFT_DIMS(1)), *hb = K(weft_cast(xb, WEFT_BF16));
+    weft_tensor *xb = tens(&drb, WEFT_F64, WEFT_DIMS(1)), *hb = wt_keep(weft_cast(xb, WEFT_BF16));
     CHECK(hb && bits16(hb, 0) == 0x3f81);
     int32_t iv = (1 << 24) + (1 << 16) + 1; // above the bf16 tie; f32 alone would land on it
-    weft_tensor *ti = K(weft_tensor_from_data(&iv, WEFT_DIMS(1), WEFT_I32)), *tib = K(weft_cast(ti, WEFT_BF16));
+    weft_tensor *ti = wt_keep(weft_tensor_from_data(&iv, WEFT_DIMS(1), WEFT_I32)), *tib = wt_keep(weft_cast(ti, WEFT_BF16));
     CHECK(tib && bits16(tib, 0) == 0x4b81);
     // f16 <-> bf16 directly
-    weft_tensor *hb2 = K(weft_cast(h32, WEFT_BF16));
+    weft_tensor *hb2 = wt_keep(weft_cast(h32, WEFT_BF16));
     uint16_t want_hb[6] = {0x3f80, 0x4780, 0x7f80, 0xff80, 0x3380, 0x3f80};
     for (int i = 0; hb2 && i < 6; i++) CHECK(bits16(hb2, i) == want_hb[i]);
-    drop_all();
+    wt_drop_all();
 }
 
 // Empty tensors (a size-0 dim) go through every path without touching memory.
 static void test_empty(void) {
-    weft_tensor *x = K(weft_tensor_zeros(WEFT_DIMS(0, 3), WEFT_F32)), *b = K(weft_tensor_ones(WEFT_DIMS(3), WEFT_F32));
-    weft_tensor *e = K(weft_exp(x)), *s = K(weft_add(x, b)), *c = K(weft_lt(x, b));
+    weft_tensor *x = wt_keep(weft_tensor_zeros(WEFT_DIMS(0, 3), WEFT_F32)), *b = wt_keep(weft_tensor_ones(WEFT_DIMS(3), WEFT_F32));
+    weft_tensor *e = wt_keep(weft_exp(x)), *s = wt_keep(weft_add(x, b)), *c = wt_keep(weft_lt(x, b));
     CHECK(e && weft_tensor_numel(e) == 0 && weft_tensor_size(e, 1) == 3);
     CHECK(s && weft_tensor_numel(s) == 0 && weft_tensor_ndim(s) == 2);
     CHECK(c && weft_tensor_numel(c) == 0 && weft_tensor_dtype(c) == WEFT_BOOL);
-    weft_tensor *w = K(weft_where(c, x, b)), *h = K(weft_cast(x, WEFT_F16)), *xt = K(weft_transpose(x, 0, 1));
+    weft_tensor *w = wt_keep(weft_where(c, x, b)), *h = wt_keep(weft_cast(x, WEFT_F16)), *xt = wt_keep(weft_transpose(x, 0, 1));
     CHECK(w && weft_tensor_numel(w) == 0);
     CHECK(h && weft_tensor_numel(h) == 0);
-    CHECK(xt && weft_tensor_numel(K(weft_tensor_contiguous(xt))) == 0);
-    drop_all();
+    CHECK(xt && weft_tensor_numel(wt_keep(weft_tensor_contiguous(xt))) == 0);
+    wt_drop_all();
 }
 
 int main(void) {

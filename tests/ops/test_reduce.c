@@ -6,22 +6,6 @@
 
 #include "weft_test.h"
 
-static weft_tensor *g_keep[1024];
-static int g_nkeep;
-static weft_tensor *K(weft_tensor *t) {
-    if (t && g_nkeep < 1024) g_keep[g_nkeep++] = t;
-    return t;
-}
-static void drop_all(void) {
-    while (g_nkeep) weft_tensor_free(g_keep[--g_nkeep]);
-}
-static void vals(double *v, int64_t n, double lo, double hi, uint64_t seed) {
-    uint64_t s = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-    for (int64_t i = 0; i < n; i++) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        v[i] = lo + (hi - lo) * (double)(s >> 11) / 9007199254740992.0;
-    }
-}
 
 enum { SUM, MEAN, MAX, MIN, VAR0, VAR1, LSE, ARGMAX, N_KINDS };
 static const char *k_names[N_KINDS] = {"sum", "mean", "max", "min", "var0", "var1", "logsumexp", "argmax"};
@@ -119,7 +103,7 @@ static bool shape_ok(const weft_tensor *y, int nd, const int64_t *sz, unsigned m
 static void test_forward_all_axes(void) {
     const int64_t sz[3] = {3, 4, 5};
     double x[60], ref[60];
-    vals(x, 60, -2, 2, 1);
+    wt_vals(x, 60, -2, 2, 1);
     // contiguous, and a permuted view with the same logical values
     double base[60]; // (4,5,3): base[j][k][i] = x[i][j][k]
     for (int i = 0; i < 3; i++)
@@ -130,9 +114,9 @@ static void test_forward_all_axes(void) {
     for (int i = 0; i < 60; i++) x32[i] = (float)x[i];
     for (int di = 0; di < 2; di++) {
         weft_dtype dt = dts[di];
-        weft_tensor *c64 = K(weft_tensor_from_data(x, 3, sz, WEFT_F64)), *c = K(weft_cast(c64, dt));
-        weft_tensor *b64 = K(weft_tensor_from_data(base, WEFT_DIMS(4, 5, 3), WEFT_F64)), *b = K(weft_cast(b64, dt));
-        weft_tensor *p = K(weft_permute(b, (int[]){2, 0, 1}));
+        weft_tensor *c64 = wt_keep(weft_tensor_from_data(x, 3, sz, WEFT_F64)), *c = wt_keep(weft_cast(c64, dt));
+        weft_tensor *b64 = wt_keep(weft_tensor_from_data(base, WEFT_DIMS(4, 5, 3), WEFT_F64)), *b = wt_keep(weft_cast(b64, dt));
+        weft_tensor *p = wt_keep(weft_permute(b, (int[]){2, 0, 1}));
         CHECK(p && !weft_tensor_is_contiguous(p) && weft_tensor_size(p, 0) == 3 && weft_tensor_size(p, 2) == 5);
         const double *xr = dt == WEFT_F32 ? x32 : x;
         double tol = dt == WEFT_F64 ? 1e-12 : 2e-5;
@@ -147,7 +131,7 @@ static void test_forward_all_axes(void) {
                         for (int a = 0; a < counts[li]; a++) mask |= 1u << ((lists[li][a] + 3) % 3);
                         if (counts[li] == 0) mask = 7;
                         int64_t nout = naive(kind, 3, sz, xr, mask, ref);
-                        weft_tensor *y = K(apply(kind, src ? p : c, counts[li], lists[li], kd));
+                        weft_tensor *y = wt_keep(apply(kind, src ? p : c, counts[li], lists[li], kd));
                         char what[96];
                         snprintf(what, sizeof what, "%s %s axes#%d keepdim=%d %s", k_names[kind],
                                  weft_dtype_name(dt), li, kd, src ? "permuted" : "contiguous");
@@ -156,30 +140,30 @@ static void test_forward_all_axes(void) {
                         CHECK(y && weft_tensor_dtype(y) == dt);
                         wt_check_values(what, y, ref, nout, tol);
                     }
-        drop_all();
+        wt_drop_all();
     }
 }
 
 static void test_argmax(void) {
     const int64_t sz[3] = {3, 4, 5};
     double x[60], ref[60];
-    vals(x, 60, -2, 2, 2);
+    wt_vals(x, 60, -2, 2, 2);
     // ties: the first index wins
     x[0] = x[5] = x[10] = 9; // along dim 1 at (0,*,0)
     x[20] = x[21] = 9;       // along dim 2 at (1,0,*)
-    weft_tensor *t = K(weft_tensor_from_data(x, 3, sz, WEFT_F64));
+    weft_tensor *t = wt_keep(weft_tensor_from_data(x, 3, sz, WEFT_F64));
     double base[60];
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 4; j++)
             for (int k = 0; k < 5; k++) base[(j * 5 + k) * 3 + i] = x[(i * 4 + j) * 5 + k];
-    weft_tensor *b = K(weft_tensor_from_data(base, WEFT_DIMS(4, 5, 3), WEFT_F64));
-    weft_tensor *p = K(weft_permute(b, (int[]){2, 0, 1}));
+    weft_tensor *b = wt_keep(weft_tensor_from_data(base, WEFT_DIMS(4, 5, 3), WEFT_F64));
+    weft_tensor *p = wt_keep(weft_permute(b, (int[]){2, 0, 1}));
     for (int ax = -3; ax < 3; ax++)
         for (int kd = 0; kd < 2; kd++)
             for (int src = 0; src < 2; src++) {
                 unsigned mask = 1u << ((ax + 3) % 3);
                 int64_t nout = naive(ARGMAX, 3, sz, x, mask, ref);
-                weft_tensor *y = K(weft_argmax(src ? p : t, ax, kd));
+                weft_tensor *y = wt_keep(weft_argmax(src ? p : t, ax, kd));
                 CHECK(y && weft_tensor_dtype(y) == WEFT_I64 && !weft_tensor_requires_grad(y));
                 CHECK(shape_ok(y, 3, sz, mask, kd));
                 char what[64];
@@ -188,99 +172,99 @@ static void test_argmax(void) {
             }
     // integer input
     int32_t iv[6] = {3, 7, 7, -1, 0, 2};
-    weft_tensor *ti = K(weft_tensor_from_data(iv, WEFT_DIMS(2, 3), WEFT_I32));
+    weft_tensor *ti = wt_keep(weft_tensor_from_data(iv, WEFT_DIMS(2, 3), WEFT_I32));
     double r0[3] = {0, 0, 0}, r1[2] = {1, 2};
-    wt_check_values("argmax i32 axis 0", K(weft_argmax(ti, 0, false)), r0, 3, 0);
-    wt_check_values("argmax i32 axis 1", K(weft_argmax(ti, 1, false)), r1, 2, 0);
-    drop_all();
+    wt_check_values("argmax i32 axis 0", wt_keep(weft_argmax(ti, 0, false)), r0, 3, 0);
+    wt_check_values("argmax i32 axis 1", wt_keep(weft_argmax(ti, 1, false)), r1, 2, 0);
+    wt_drop_all();
 }
 
 static void test_integer_and_special(void) {
     int32_t iv[6] = {3, 7, 7, -1, 0, 2};
-    weft_tensor *ti = K(weft_tensor_from_data(iv, WEFT_DIMS(2, 3), WEFT_I32));
-    weft_tensor *s = K(weft_sum(ti, 1, (int[]){1}, false)), *m = K(weft_max(ti, 0, NULL, false));
-    weft_tensor *mn = K(weft_min(ti, 1, (int[]){0}, true));
+    weft_tensor *ti = wt_keep(weft_tensor_from_data(iv, WEFT_DIMS(2, 3), WEFT_I32));
+    weft_tensor *s = wt_keep(weft_sum(ti, 1, (int[]){1}, false)), *m = wt_keep(weft_max(ti, 0, NULL, false));
+    weft_tensor *mn = wt_keep(weft_min(ti, 1, (int[]){0}, true));
     CHECK(s && weft_tensor_dtype(s) == WEFT_I32);
     double rs[2] = {17, 1}, rm[1] = {7}, rmn[3] = {-1, 0, 2};
     wt_check_values("i32 sum", s, rs, 2, 0);
     wt_check_values("i32 max all", m, rm, 1, 0);
     wt_check_values("i32 min keepdim", mn, rmn, 3, 0);
     int64_t lv[2] = {(1LL << 40) + 1, (1LL << 40) + 2};
-    weft_tensor *tl = K(weft_tensor_from_data(lv, WEFT_DIMS(2), WEFT_I64)), *sl = K(weft_sum(tl, 0, NULL, false));
+    weft_tensor *tl = wt_keep(weft_tensor_from_data(lv, WEFT_DIMS(2), WEFT_I64)), *sl = wt_keep(weft_sum(tl, 0, NULL, false));
     CHECK(sl && weft_tensor_dtype(sl) == WEFT_I64 && ((int64_t *)weft_tensor_data(sl))[0] == (1LL << 41) + 3);
     // i64 beyond 2^53 stays exact (no detour through double)
     int64_t hv[4] = {(1LL << 60), 1, (1LL << 60) + 1, -3};
-    weft_tensor *th = K(weft_tensor_from_data(hv, WEFT_DIMS(2, 2), WEFT_I64));
-    weft_tensor *hs = K(weft_sum(th, 1, (int[]){1}, false)), *hm = K(weft_max(th, 1, (int[]){0}, false));
-    weft_tensor *hmn = K(weft_min(th, 0, NULL, false)), *ha = K(weft_argmax(th, 0, false));
+    weft_tensor *th = wt_keep(weft_tensor_from_data(hv, WEFT_DIMS(2, 2), WEFT_I64));
+    weft_tensor *hs = wt_keep(weft_sum(th, 1, (int[]){1}, false)), *hm = wt_keep(weft_max(th, 1, (int[]){0}, false));
+    weft_tensor *hmn = wt_keep(weft_min(th, 0, NULL, false)), *ha = wt_keep(weft_argmax(th, 0, false));
     CHECK(hs && ((int64_t *)weft_tensor_data(hs))[0] == (1LL << 60) + 1 && ((int64_t *)weft_tensor_data(hs))[1] == (1LL << 60) - 2);
     CHECK(hm && ((int64_t *)weft_tensor_data(hm))[0] == (1LL << 60) + 1 && ((int64_t *)weft_tensor_data(hm))[1] == 1);
     CHECK(hmn && ((int64_t *)weft_tensor_data(hmn))[0] == -3);
     CHECK(ha && ((int64_t *)weft_tensor_data(ha))[0] == 1 && ((int64_t *)weft_tensor_data(ha))[1] == 0);
     int32_t wrap[2] = {2000000000, 2000000000}; // i32 sums wrap like the dtype (as PyTorch's int32 sum)
-    weft_tensor *tw = K(weft_tensor_from_data(wrap, WEFT_DIMS(2), WEFT_I32)), *sw = K(weft_sum(tw, 0, NULL, false));
+    weft_tensor *tw = wt_keep(weft_tensor_from_data(wrap, WEFT_DIMS(2), WEFT_I32)), *sw = wt_keep(weft_sum(tw, 0, NULL, false));
     CHECK(sw && ((int32_t *)weft_tensor_data(sw))[0] == (int32_t)(uint32_t)4000000000u);
     // logsumexp is stable and handles infinities
     double big[2] = {1000, 1000}, inf[3] = {INFINITY, 1, 2}, ninf[2] = {-INFINITY, -INFINITY};
-    weft_tensor *tb = K(weft_tensor_from_data(big, WEFT_DIMS(2), WEFT_F64));
-    weft_tensor *tinf = K(weft_tensor_from_data(inf, WEFT_DIMS(3), WEFT_F64));
-    weft_tensor *tninf = K(weft_tensor_from_data(ninf, WEFT_DIMS(2), WEFT_F64));
-    CHECK_NEAR(weft_tensor_item(K(weft_logsumexp(tb, 0, NULL, false))), 1000 + log(2.0), 1e-14);
-    CHECK(weft_tensor_item(K(weft_logsumexp(tinf, 0, NULL, false))) == INFINITY);
-    CHECK(weft_tensor_item(K(weft_logsumexp(tninf, 0, NULL, false))) == -INFINITY);
+    weft_tensor *tb = wt_keep(weft_tensor_from_data(big, WEFT_DIMS(2), WEFT_F64));
+    weft_tensor *tinf = wt_keep(weft_tensor_from_data(inf, WEFT_DIMS(3), WEFT_F64));
+    weft_tensor *tninf = wt_keep(weft_tensor_from_data(ninf, WEFT_DIMS(2), WEFT_F64));
+    CHECK_NEAR(weft_tensor_item(wt_keep(weft_logsumexp(tb, 0, NULL, false))), 1000 + log(2.0), 1e-14);
+    CHECK(weft_tensor_item(wt_keep(weft_logsumexp(tinf, 0, NULL, false))) == INFINITY);
+    CHECK(weft_tensor_item(wt_keep(weft_logsumexp(tninf, 0, NULL, false))) == -INFINITY);
     // NaN propagates through max/min
     double nv[3] = {1, NAN, 3};
-    weft_tensor *tn = K(weft_tensor_from_data(nv, WEFT_DIMS(3), WEFT_F64));
-    CHECK(isnan(weft_tensor_item(K(weft_max(tn, 0, NULL, false)))));
-    CHECK(isnan(weft_tensor_item(K(weft_min(tn, 0, NULL, false)))));
-    CHECK(weft_tensor_item(K(weft_argmax(tn, 0, false))) == 1);
+    weft_tensor *tn = wt_keep(weft_tensor_from_data(nv, WEFT_DIMS(3), WEFT_F64));
+    CHECK(isnan(weft_tensor_item(wt_keep(weft_max(tn, 0, NULL, false)))));
+    CHECK(isnan(weft_tensor_item(wt_keep(weft_min(tn, 0, NULL, false)))));
+    CHECK(weft_tensor_item(wt_keep(weft_argmax(tn, 0, false))) == 1);
     // empty reductions: sum is 0, mean is NaN, max is an error naming the op
-    weft_tensor *e = K(weft_tensor_zeros(WEFT_DIMS(0, 3), WEFT_F32));
+    weft_tensor *e = wt_keep(weft_tensor_zeros(WEFT_DIMS(0, 3), WEFT_F32));
     double z3[3] = {0, 0, 0};
-    wt_check_values("sum over empty dim", K(weft_sum(e, 1, (int[]){0}, false)), z3, 3, 0);
-    weft_tensor *se = K(weft_sum(e, 1, (int[]){1}, false));
+    wt_check_values("sum over empty dim", wt_keep(weft_sum(e, 1, (int[]){0}, false)), z3, 3, 0);
+    weft_tensor *se = wt_keep(weft_sum(e, 1, (int[]){1}, false));
     CHECK(se && weft_tensor_numel(se) == 0 && weft_tensor_size(se, 0) == 0);
     weft_clear_error();
     CHECK(weft_max(e, 1, (int[]){0}, false) == NULL);
     CHECK(strstr(weft_last_error(), "max") != NULL);
     // 0-d input
-    weft_tensor *sc = K(weft_tensor_scalar(2.5, WEFT_F64));
-    CHECK(weft_tensor_item(K(weft_sum(sc, 0, NULL, false))) == 2.5);
-    CHECK(weft_tensor_item(K(weft_max(sc, 1, (int[]){0}, true))) == 2.5);
-    CHECK(weft_tensor_item(K(weft_argmax(sc, 0, false))) == 0);
+    weft_tensor *sc = wt_keep(weft_tensor_scalar(2.5, WEFT_F64));
+    CHECK(weft_tensor_item(wt_keep(weft_sum(sc, 0, NULL, false))) == 2.5);
+    CHECK(weft_tensor_item(wt_keep(weft_max(sc, 1, (int[]){0}, true))) == 2.5);
+    CHECK(weft_tensor_item(wt_keep(weft_argmax(sc, 0, false))) == 0);
     // size-1 reduced dims
     double one[3] = {1, 2, 3};
-    weft_tensor *t1 = K(weft_tensor_from_data(one, WEFT_DIMS(3, 1), WEFT_F64));
-    wt_check_values("sum over size-1 dim", K(weft_sum(t1, 1, (int[]){1}, false)), one, 3, 0);
+    weft_tensor *t1 = wt_keep(weft_tensor_from_data(one, WEFT_DIMS(3, 1), WEFT_F64));
+    wt_check_values("sum over size-1 dim", wt_keep(weft_sum(t1, 1, (int[]){1}, false)), one, 3, 0);
     double v1[3] = {0, 0, 0};
-    wt_check_values("var0 over size-1 dim", K(weft_var(t1, 1, (int[]){1}, 0, false)), v1, 3, 0);
-    drop_all();
+    wt_check_values("var0 over size-1 dim", wt_keep(weft_var(t1, 1, (int[]){1}, 0, false)), v1, 3, 0);
+    wt_drop_all();
 }
 
 // Threaded path: many outputs; and few outputs with long rows; transposed input.
 static void test_large(void) {
     const int64_t R = 700, C = 300;
     double *x = malloc(sizeof(double) * (size_t)(R * C)), *ref = malloc(sizeof(double) * (size_t)(R * C));
-    vals(x, R * C, -1, 1, 77);
-    weft_tensor *t = K(weft_tensor_from_data(x, WEFT_DIMS(R, C), WEFT_F64));
+    wt_vals(x, R * C, -1, 1, 77);
+    weft_tensor *t = wt_keep(weft_tensor_from_data(x, WEFT_DIMS(R, C), WEFT_F64));
     const int64_t sz[2] = {R, C};
     for (int kind = 0; kind < N_KINDS; kind++)
         for (int ax = 0; ax < 3; ax++) {
             unsigned mask = ax == 2 ? 3u : 1u << ax;
             int64_t nout = naive(kind, 2, sz, x, mask, ref);
             if (kind == ARGMAX && ax == 2) continue;
-            weft_tensor *y = K(apply(kind, t, ax == 2 ? 0 : 1, &ax, false));
+            weft_tensor *y = wt_keep(apply(kind, t, ax == 2 ? 0 : 1, &ax, false));
             char what[64];
             snprintf(what, sizeof what, "large %s axis %d", k_names[kind], ax);
             wt_check_values(what, y, ref, nout, 1e-10);
         }
     // transposed (C,R): reduce over its dim 1 (= axis 0 of x)
-    weft_tensor *tt = K(weft_transpose(t, 0, 1));
+    weft_tensor *tt = wt_keep(weft_transpose(t, 0, 1));
     naive(SUM, 2, sz, x, 1u, ref);
-    wt_check_values("large transposed sum", K(weft_sum(tt, 1, (int[]){1}, false)), ref, C, 1e-10);
+    wt_check_values("large transposed sum", wt_keep(weft_sum(tt, 1, (int[]){1}, false)), ref, C, 1e-10);
     free(x);
     free(ref);
-    drop_all();
+    wt_drop_all();
 }
 
 // ---- gradients ----
@@ -306,44 +290,44 @@ static void test_grad(void) {
         for (size_t a = 0; a < sizeof ax / sizeof ax[0]; a++)
             for (int kd = 0; kd < 2; kd++) {
                 double v[60];
-                vals(v, 60, -2, 2, 500 + kind * 10 + a); // distinct values: no max/min ties
-                weft_tensor *x = K(wt_f64(v, WEFT_DIMS(4, 5, 3), true));
+                wt_vals(v, 60, -2, 2, 500 + kind * 10 + a); // distinct values: no max/min ties
+                weft_tensor *x = wt_keep(wt_f64(v, WEFT_DIMS(4, 5, 3), true));
                 red_ctx c = {kind, ax[a].n, ax[a].axes, kd};
                 weft_status st = weft_gradcheck(red_fn, 1, &x, &c, NULL);
                 if (st) fprintf(stderr, "grad %s axes#%d keepdim %d: %s\n", k_names[kind], (int)a, kd, weft_last_error());
                 CHECK(st == WEFT_OK);
-                drop_all();
+                wt_drop_all();
             }
 }
 
 // max/min: ties share the gradient evenly
 static void test_maxmin_tie_grad(void) {
     double v[6] = {1, 3, 3, 5, 2, 5};
-    weft_tensor *x = K(wt_f64(v, WEFT_DIMS(2, 3), true));
-    weft_tensor *m = K(weft_max(x, 1, (int[]){1}, false)), *s = K(weft_sum(m, 0, NULL, false));
+    weft_tensor *x = wt_keep(wt_f64(v, WEFT_DIMS(2, 3), true));
+    weft_tensor *m = wt_keep(weft_max(x, 1, (int[]){1}, false)), *s = wt_keep(weft_sum(m, 0, NULL, false));
     CHECK(weft_backward(s, NULL, NULL) == WEFT_OK);
     double g[6] = {0, 0.5, 0.5, 0.5, 0, 0.5};
     wt_check_values("max tie grad", weft_tensor_grad(x), g, 6, 0);
-    drop_all();
+    wt_drop_all();
 }
 
 // second order through sum/mean/var (their backward rules are ops)
 static void test_second_order(void) {
     double v[4] = {1, 2, 4, 7};
-    weft_tensor *x = K(wt_f64(v, WEFT_DIMS(4), true));
-    weft_tensor *q = K(weft_mul(x, x)), *vr = K(weft_var(q, 0, NULL, 0, false));
+    weft_tensor *x = wt_keep(wt_f64(v, WEFT_DIMS(4), true));
+    weft_tensor *q = wt_keep(weft_mul(x, x)), *vr = wt_keep(weft_var(q, 0, NULL, 0, false));
     weft_backward_opts o = {.create_graph = true};
     CHECK(weft_backward(vr, NULL, &o) == WEFT_OK);
-    weft_tensor *g = K(weft_tensor_ref(weft_tensor_grad(x)));
+    weft_tensor *g = wt_keep(weft_tensor_ref(weft_tensor_grad(x)));
     weft_tensor_zero_grad(x);
-    weft_tensor *gs = K(weft_sum(g, 0, NULL, false));
+    weft_tensor *gs = wt_keep(weft_sum(g, 0, NULL, false));
     CHECK(gs && weft_backward(gs, NULL, NULL) == WEFT_OK);
     // var(x^2) = mean((x^2 - m)^2), m = mean(x^2); dvar/dx_i = (4/N) x_i (x_i^2 - m)
     // d/dx_j sum_i dvar/dx_i = (4/N) [(3 x_j^2 - m) - (2 x_j / N) sum_i x_i]
     double m = (1 + 4 + 16 + 49) / 4.0, sx = 1 + 2 + 4 + 7, ref[4];
     for (int j = 0; j < 4; j++) ref[j] = (4.0 / 4) * ((3 * v[j] * v[j] - m) - (2 * v[j] / 4) * sx);
     wt_check_values("var second order", weft_tensor_grad(x), ref, 4, 1e-12);
-    drop_all();
+    wt_drop_all();
 }
 
 // ---- sum_to ----
@@ -359,8 +343,8 @@ static void test_sum_to(void) {
     (void)g_sumto_target;
     const int64_t sz[3] = {2, 3, 4};
     double x[24], ref[24];
-    vals(x, 24, -1, 1, 9);
-    weft_tensor *t = K(weft_tensor_from_data(x, 3, sz, WEFT_F64));
+    wt_vals(x, 24, -1, 1, 9);
+    weft_tensor *t = wt_keep(weft_tensor_from_data(x, 3, sz, WEFT_F64));
     struct {
         int nd;
         int64_t s[3];
@@ -371,7 +355,7 @@ static void test_sum_to(void) {
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         int64_t nout = naive(SUM, 3, sz, x, cs[i].mask, ref);
-        weft_tensor *y = K(weft_sum_to(t, cs[i].nd, cs[i].s));
+        weft_tensor *y = wt_keep(weft_sum_to(t, cs[i].nd, cs[i].s));
         CHECK(y && weft_tensor_ndim(y) == cs[i].nd);
         for (int d = 0; y && d < cs[i].nd; d++) CHECK(weft_tensor_size(y, d) == cs[i].s[d]);
         char what[48];
@@ -379,8 +363,8 @@ static void test_sum_to(void) {
         wt_check_values(what, y, ref, nout, 1e-14);
         // gradient (through a transposed view)
         double xv[24];
-        vals(xv, 24, -1, 1, 30 + i);
-        weft_tensor *leaf = K(wt_f64(xv, WEFT_DIMS(4, 3, 2), true));
+        wt_vals(xv, 24, -1, 1, 30 + i);
+        weft_tensor *leaf = wt_keep(wt_f64(xv, WEFT_DIMS(4, 3, 2), true));
         int64_t tgt[4] = {cs[i].nd, cs[i].s[0], cs[i].s[1], cs[i].s[2]};
         CHECK_GRAD(sumto_fn, 1, &leaf, tgt);
     }
@@ -389,7 +373,7 @@ static void test_sum_to(void) {
     CHECK(weft_sum_to(t, WEFT_DIMS(3, 3)) == NULL && strstr(weft_last_error(), "sum_to"));
     weft_clear_error();
     CHECK(weft_sum_to(t, WEFT_DIMS(1, 2, 3, 4)) == NULL && strstr(weft_last_error(), "sum_to"));
-    drop_all();
+    wt_drop_all();
 }
 
 int main(void) {
