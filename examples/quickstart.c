@@ -1,4 +1,5 @@
 // The README's example: tensors, autograd, a gradient printed.
+#include <math.h>
 #include <stdio.h>
 #include <weft.h>
 
@@ -15,7 +16,9 @@ int main(void) {
     }
     printf("y = %.4f  dy/dx1 = %.4f  dy/dx2 = %.4f\n", weft_tensor_item(y),
            weft_tensor_item(weft_tensor_grad(x1)), weft_tensor_item(weft_tensor_grad(x2)));
+    // exit status checks the closed form, so this example doubles as a test
+    int ok = fabs(weft_tensor_item(weft_tensor_grad(x1)) - 3 * exp(3.0)) < 1e-9;
     weft_tensor *all[] = {x1, x2, e, a, b, y};
     for (int i = 0; i < 6; i++) weft_tensor_free(all[i]);
-    return 0;
+    return ok ? 0 : 1;
 }
