@@ -8,36 +8,53 @@
 #   <name> <value> <unit> <hib> [<peer value>]
 # where hib is 1 when higher is better (GB/s, GFLOP/s) and 0 when lower is
 # better (us/op, ms). A fifth field is a peer measured in the same binary
-# (e.g. OpenBLAS called directly); it wins over the Python twin. Both get WEFT_NUM_THREADS / the thread count as env, and
-# BENCH as their first argument so they can skip what is filtered out.
+# (e.g. OpenBLAS called directly); it wins over the Python twin. Both get
+# WEFT_NUM_THREADS as env and BENCH as their first argument.
+#
+# This machine is shared and noisy, so weft and its peer run alternately
+# ROUNDS times (default 3) and each side keeps its best value.
 set -u
 BUILD=${BUILD:-build}
 PATTERN=${BENCH:-}
+ROUNDS=${ROUNDS:-3}
 THREADS=${WEFT_NUM_THREADS:-$(nproc)}
 export WEFT_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS
 PY=/usr/bin/python3
 have_torch=0
 if [ -x "$PY" ] && "$PY" -c "import torch" 2>/dev/null; then have_torch=1; else
   echo "note: PyTorch not found for $PY (apt-get install python3-torch); peers skipped" >&2; fi
-echo "# threads=$THREADS $(date -u +%Y-%m-%dT%H:%MZ) $(uname -m)"
+echo "# threads=$THREADS rounds=$ROUNDS $(date -u +%Y-%m-%dT%H:%MZ) $(uname -m) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 for bin in "$BUILD"/bench_*; do
   [ -x "$bin" ] || continue
   name=$(basename "$bin"); name=${name#bench_}
-  weft_out=$("$bin" "$PATTERN") || { echo "bench $name: failed" >&2; continue; }
-  peer_out=""
-  if [ $have_torch = 1 ] && [ -f "bench/peers/$name.py" ]; then
-    peer_out=$(cd bench/peers && "$PY" "$name.py" "$PATTERN" 2>/dev/null) || peer_out=""
-  fi
-  while read -r bname val unit hib inpeer; do
-    [ -n "$bname" ] || continue
-    if [ -n "$PATTERN" ] && [[ "$bname" != *$PATTERN* ]]; then continue; fi
-    pv=${inpeer:-}
-    [ -n "$pv" ] || pv=$(printf '%s\n' "$peer_out" | awk -v n="$bname" '$1==n {print $2; exit}')
-    if [ -z "$pv" ]; then
-      echo "bench $bname weft=$val peer=none unit=$unit ratio=none"
-    else
-      ratio=$(awk -v w="$val" -v p="$pv" -v h="$hib" 'BEGIN { if (h==1) r=w/p; else r=p/w; printf "%.2f", r }')
-      echo "bench $bname weft=$val peer=$pv unit=$unit ratio=$ratio"
+  : > "$tmp/w"; : > "$tmp/p"
+  for ((r = 0; r < ROUNDS; r++)); do
+    "$bin" "$PATTERN" >> "$tmp/w" || { echo "bench $name: failed" >&2; break; }
+    if [ $have_torch = 1 ] && [ -f "bench/peers/$name.py" ]; then
+      (cd bench/peers && "$PY" "$name.py" "$PATTERN" >> "$tmp/p" 2>/dev/null) || true
     fi
-  done <<< "$weft_out"
+  done
+  # Best of the rounds for each side, then one line per benchmark (in first-seen order).
+  awk -v pat="$PATTERN" '
+    function better(a, b, hib) { return hib == 1 ? (a > b) : (a < b) }
+    FILENAME == ARGV[1] {                         # peer file (may be empty)
+      if (!($1 in pv) || better($2, pv[$1], $4)) pv[$1] = $2
+      next
+    }
+    {                                             # weft file
+      if (pat != "" && index($1, pat) == 0) next
+      if (!($1 in wv)) { order[++n] = $1; unit[$1] = $3; hib[$1] = $4 }
+      if (!($1 in wv) || better($2, wv[$1], $4)) wv[$1] = $2
+      if (NF >= 5 && (!($1 in iv) || better($5, iv[$1], $4))) iv[$1] = $5
+    }
+    END {
+      for (i = 1; i <= n; i++) {
+        k = order[i]; p = (k in iv) ? iv[k] : ((k in pv) ? pv[k] : "")
+        if (p == "") { printf "bench %s weft=%s peer=none unit=%s ratio=none\n", k, wv[k], unit[k]; continue }
+        r = hib[k] == 1 ? wv[k] / p : p / wv[k]
+        printf "bench %s weft=%s peer=%s unit=%s ratio=%.2f\n", k, wv[k], p, unit[k], r
+      }
+    }' "$tmp/p" "$tmp/w"
 done
