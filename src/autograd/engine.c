@@ -123,7 +123,7 @@ static weft_status run_node(weft_node *n, bool create_graph, weft_tensor **gin) 
                           "%s backward: saved tensors were already freed by an earlier backward; pass retain_graph "
                           "to backward through the graph a second time",
                           n->op->name);
-    if (!n->op->backward) return weft_error(WEFT_ERR_UNSUPPORTED, "%s: backward is not implemented for this op", n->op->name);
+    if (!n->op->backward) return weft_error(WEFT_ERR_UNSUPPORTED, "%s: this op is not differentiable (no backward rule; e.g. a fused backward op under create_graph)", n->op->name);
     bool needs[64], *need = n->n_in <= 64 ? needs : malloc((size_t)n->n_in);
     weft_tensor *outs_local[WEFT_MAX_OP_OUT] = {0};
     if (!need) return weft_error(WEFT_ERR_OOM, "backward: out of memory");

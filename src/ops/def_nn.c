@@ -163,7 +163,7 @@ static weft_status bw_ce(const weft_bw_args *b) {
 weft_op_def weft_op_cross_entropy = {.name = "cross_entropy", .n_in = 2, .n_out = 1,
                                      .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1), .infer = infer_ce, .backward = bw_ce,
                                      .kernel = {[WEFT_CPU] = {weft_cpu_cross_entropy, WEFT_DT_FLOAT}}};
-// Its own backward is not implemented: double backward through it reports an error.
+// It has no backward rule of its own: double backward through it reports an error.
 weft_op_def weft_op_cross_entropy_backward = {
     .name = "cross_entropy_backward", .n_in = 3, .n_out = 1, .infer = infer_ce_bw,
     .kernel = {[WEFT_CPU] = {weft_cpu_cross_entropy_backward, WEFT_DT_FLOAT}}};
