@@ -7,5 +7,6 @@
 #include "weft/tensor.h"
 #include "weft/ops.h"
 #include "weft/autograd.h"
+#include "weft/nn.h"
 
 #endif

@@ -1,0 +1,76 @@
+// weft/nn.h — layers (modules) with named parameters.
+//
+// A module owns its parameters (leaf tensors that require grad), its buffers
+// (state that is saved but not trained, e.g. batch_norm's running stats) and
+// its children. Names are dotted paths, as in PyTorch's state_dict:
+// "blocks.0.attn.qkv.weight". Initialisation is seeded through a generator,
+// so a run is reproducible.
+#ifndef WEFT_NN_H
+#define WEFT_NN_H
+
+#include "ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct weft_module weft_module;
+
+// ---- using a module ----
+// y = m(x); a new reference, or NULL with weft_last_error() set.
+weft_tensor *weft_module_forward(weft_module *m, weft_tensor *x);
+void weft_module_free(weft_module *m); // frees children, parameters and buffers
+// Training vs evaluation mode (dropout, batch_norm); applies to all children.
+void weft_module_set_training(weft_module *m, bool training);
+bool weft_module_is_training(const weft_module *m);
+const char *weft_module_kind(const weft_module *m); // "linear", "sequential", ...
+
+// Parameters of m and all its children, depth first in insertion order.
+// name receives the dotted path (may be NULL). Returns a borrowed tensor.
+int weft_module_param_count(const weft_module *m);
+weft_tensor *weft_module_param_at(const weft_module *m, int i, char *name, size_t name_len);
+// Buffers, the same way.
+int weft_module_buffer_count(const weft_module *m);
+weft_tensor *weft_module_buffer_at(const weft_module *m, int i, char *name, size_t name_len);
+// A parameter or buffer by dotted name (borrowed), NULL if none.
+weft_tensor *weft_module_find(const weft_module *m, const char *dotted_name);
+// Total number of parameter elements.
+int64_t weft_module_num_elements(const weft_module *m);
+// Drop the gradients of all parameters.
+void weft_module_zero_grad(weft_module *m);
+
+// ---- writing a module ----
+typedef weft_tensor *(*weft_module_forward_fn)(weft_module *m, weft_tensor *x);
+// impl is the layer's private state (freed with impl_free, may be NULL).
+weft_module *weft_module_new(const char *kind, weft_module_forward_fn forward, void *impl, void (*impl_free)(void *));
+// Takes ownership of t; parameters are made leaves that require grad.
+weft_status weft_module_add_param(weft_module *m, const char *name, weft_tensor *t);
+weft_status weft_module_add_buffer(weft_module *m, const char *name, weft_tensor *t);
+// Takes ownership of child.
+weft_status weft_module_add_child(weft_module *m, const char *name, weft_module *child);
+weft_tensor *weft_module_get(const weft_module *m, const char *local_name); // own param/buffer (borrowed)
+int weft_module_child_count(const weft_module *m);
+weft_module *weft_module_child_at(const weft_module *m, int i); // borrowed
+void *weft_module_impl(const weft_module *m);
+
+// ---- initialisation (in place, seeded; g NULL = default generator) ----
+// fan_in/fan_out of a weight: linear (out,in) -> in/out; conv (O,C,KH,KW) -> C*KH*KW / O*KH*KW.
+weft_status weft_init_uniform(weft_tensor *t, double lo, double hi, weft_generator *g);
+weft_status weft_init_normal(weft_tensor *t, double mean, double std, weft_generator *g);
+weft_status weft_init_kaiming_uniform(weft_tensor *t, double gain, weft_generator *g); // bound = gain*sqrt(3/fan_in)
+weft_status weft_init_kaiming_normal(weft_tensor *t, double gain, weft_generator *g);  // std = gain/sqrt(fan_in)
+weft_status weft_init_xavier_uniform(weft_tensor *t, double gain, weft_generator *g);  // bound = gain*sqrt(6/(fan_in+fan_out))
+weft_status weft_init_xavier_normal(weft_tensor *t, double gain, weft_generator *g);   // std = gain*sqrt(2/(fan_in+fan_out))
+
+// ---- containers ----
+weft_module *weft_nn_sequential(void); // children "0", "1", ... applied in order
+weft_status weft_nn_sequential_append(weft_module *seq, weft_module *m); // takes ownership
+
+// ---- layers ----
+// weight (out,in), bias (out); PyTorch's default init: U(-1/sqrt(in), 1/sqrt(in)).
+weft_module *weft_nn_linear(int64_t in, int64_t out, bool bias, weft_generator *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

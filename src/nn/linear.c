@@ -1,0 +1,41 @@
+// Linear layer: y = x W^T + b, x (..., in) -> y (..., out).
+#include <math.h>
+
+#include <weft/nn.h>
+
+#include "../core/core_impl.h"
+
+static weft_tensor *linear_forward(weft_module *m, weft_tensor *x) {
+    weft_tensor *w = weft_module_get(m, "weight"), *b = weft_module_get(m, "bias");
+    weft_tensor *wt = weft_transpose(w, 0, 1); // (in,out) view: BLAS gets a transpose flag, no copy
+    weft_tensor *y = weft_matmul(x, wt);
+    weft_tensor_free(wt);
+    if (y && b) {
+        weft_tensor *yb = weft_add(y, b);
+        weft_tensor_free(y);
+        y = yb;
+    }
+    return y;
+}
+
+weft_module *weft_nn_linear(int64_t in, int64_t out, bool bias, weft_generator *g) {
+    if (in <= 0 || out <= 0)
+        return weft_error_null(WEFT_ERR_ARG, "linear: sizes must be positive (in %lld, out %lld)", (long long)in,
+                               (long long)out);
+    weft_module *m = weft_module_new("linear", linear_forward, NULL, NULL);
+    if (!m) return NULL;
+    double bound = 1.0 / sqrt((double)in); // PyTorch's default: kaiming_uniform(a=sqrt(5)) == U(+-1/sqrt(in))
+    weft_tensor *w = weft_tensor_empty(WEFT_DIMS(out, in), WEFT_F32);
+    if (w && weft_tensor_uniform_(w, -bound, bound, g)) weft_tensor_free(w), w = NULL;
+    weft_status st = weft_module_add_param(m, "weight", w); // takes w (NULL: reports the error)
+    if (!st && bias) {
+        weft_tensor *b = weft_tensor_empty(WEFT_DIMS(out), WEFT_F32);
+        if (b && weft_tensor_uniform_(b, -bound, bound, g)) weft_tensor_free(b), b = NULL;
+        st = weft_module_add_param(m, "bias", b);
+    }
+    if (st) {
+        weft_module_free(m);
+        return NULL;
+    }
+    return m;
+}
