@@ -66,9 +66,44 @@ weft_status weft_init_xavier_normal(weft_tensor *t, double gain, weft_generator 
 weft_module *weft_nn_sequential(void); // children "0", "1", ... applied in order
 weft_status weft_nn_sequential_append(weft_module *seq, weft_module *m); // takes ownership
 
-// ---- layers ----
+// ---- layers (parameter names follow PyTorch) ----
 // weight (out,in), bias (out); PyTorch's default init: U(-1/sqrt(in), 1/sqrt(in)).
 weft_module *weft_nn_linear(int64_t in, int64_t out, bool bias, weft_generator *g);
+// weight (cout,cin/groups,kh,kw), bias (cout); init as PyTorch (U(+-1/sqrt(fan_in))). p may be NULL.
+weft_module *weft_nn_conv2d(int64_t cin, int64_t cout, int kh, int kw, const weft_conv2d_params *p, bool bias,
+                            weft_generator *g);
+weft_module *weft_nn_max_pool2d(const weft_pool2d_params *p);
+weft_module *weft_nn_avg_pool2d(const weft_pool2d_params *p);
+// weight (C) = 1, bias (C) = 0; buffers running_mean (C) = 0, running_var (C) = 1.
+weft_module *weft_nn_batch_norm(int64_t channels, double momentum, double eps);
+// Normalises the last dim: weight (dim) = 1, bias (dim) = 0.
+weft_module *weft_nn_layer_norm(int64_t dim, double eps);
+// Identity in eval mode. g NULL: the default generator.
+weft_module *weft_nn_dropout(double p, weft_generator *g);
+// weight (num,dim) ~ N(0,1); indices (...) int32/int64 -> (..., dim).
+weft_module *weft_nn_embedding(int64_t num, int64_t dim, weft_generator *g);
+// (N, ...) -> (N, prod(...)).
+weft_module *weft_nn_flatten(void);
+typedef enum weft_activation {
+    WEFT_ACT_RELU,
+    WEFT_ACT_GELU,
+    WEFT_ACT_TANH,
+    WEFT_ACT_SIGMOID,
+    WEFT_ACT_SILU
+} weft_activation;
+weft_module *weft_nn_activation(weft_activation a);
+
+// ---- sequence models (batch first) ----
+// One layer, x (B,T,I) -> all hidden states (B,T,H), zero initial state. PyTorch's
+// names and gate order (i,f,g,o): weight_ih (4H,I), weight_hh (4H,H), bias_ih, bias_hh (4H),
+// init U(+-1/sqrt(H)).
+weft_module *weft_nn_lstm(int64_t input, int64_t hidden, weft_generator *g);
+// Multi-head causal self-attention, x (B,T,C) -> (B,T,C): children "qkv" (linear C->3C)
+// and "proj" (linear C->C); position t attends to positions <= t.
+weft_module *weft_nn_causal_self_attention(int64_t d_model, int64_t n_heads, weft_generator *g);
+// Pre-LayerNorm transformer block: x + attn(ln1(x)), then x + mlp(ln2(x)) with
+// mlp = linear C->4C ("mlp.fc"), GELU, linear 4C->C ("mlp.proj"). Children: ln1, attn, ln2, mlp.
+weft_module *weft_nn_transformer_block(int64_t d_model, int64_t n_heads, weft_generator *g);
 
 #ifdef __cplusplus
 }
