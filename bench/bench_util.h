@@ -19,14 +19,14 @@ static inline int bench_selected(int argc, char **argv, const char *name) {
 
 // Median-free but robust enough: run fn until `min_s` seconds elapsed (at
 // least `min_iter` times), repeat `reps` times, return the best seconds per call.
-#define BENCH_BEST(result, reps, min_iter, min_s, BODY)                    \
+#define BENCH_BEST(result, reps, min_iter, min_s, ...)                     \
     do {                                                                   \
         double best_ = 1e30;                                               \
         for (int r_ = 0; r_ < (reps); r_++) {                              \
             long it_ = 0;                                                  \
             double t0_ = bench_now(), el_;                                 \
             do {                                                           \
-                BODY;                                                      \
+                __VA_ARGS__;                                               \
                 it_++;                                                     \
                 el_ = bench_now() - t0_;                                   \
             } while (it_ < (min_iter) || el_ < (min_s));                   \
