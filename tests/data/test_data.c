@@ -514,9 +514,9 @@ static void take(weft_loader *l, int k, int64_t *rec) {
         int r = weft_loader_next(l, &x, &y);
         if (r == 1) {
             const float *xp = weft_tensor_data(x);
-            int64_t h = weft_tensor_size(x, 0);
-            for (int64_t j = 0; j < weft_tensor_size(x, 0); j++) h = h * 131 + (int64_t)xp[2 * j];
-            rec[i] = h;
+            uint64_t h = (uint64_t)weft_tensor_size(x, 0);
+            for (int64_t j = 0; j < weft_tensor_size(x, 0); j++) h = h * 131 + (uint64_t)xp[2 * j];
+            rec[i] = (int64_t)(h >> 2); // >= 0, unlike the end (-1) and error (-2) marks
         } else rec[i] = r == 0 ? -1 : -2;
         weft_tensor_free(x);
         weft_tensor_free(y);
