@@ -119,7 +119,11 @@ weft_status weft_safetensors_save(const char *path, int n, const char *const *na
     int k = 0;
     for (size_t w = 8; w >= 1; w /= 2)
         for (int i = 0; i < n; i++)
-            if (weft_dtype_size((weft_dtype)tensors[i]->dtype) == w) items[k++].name = names[i], items[k - 1].host = tensors[i];
+            if (weft_dtype_size((weft_dtype)tensors[i]->dtype) == w) {
+                items[k].name = names[i];
+                items[k].host = tensors[i]; // replaced by its host copy below
+                k++;
+            }
     uint64_t pos = 0;
     for (int i = 0; i < n; i++) {
         weft_tensor *h = host_contiguous(items[i].host);
@@ -263,13 +267,15 @@ static weft_status parse_entry(const char *path, const cJSON *o, st_entry *e, ui
     if (e->end < e->begin)
         return weft_error(WEFT_ERR_FORMAT, "safetensors %s: tensor '%s': data_offsets [%llu, %llu) end before begin",
                           path, nm, (unsigned long long)e->begin, (unsigned long long)e->end);
+    if (big)
+        return weft_error(WEFT_ERR_FORMAT, "safetensors %s: tensor '%s': shape has too many elements", path, nm);
     uint64_t want = numel * weft_dtype_size((weft_dtype)e->dtype);
-    if (big || want != e->end - e->begin) {
+    if (want != e->end - e->begin) {
         char b[128];
         return weft_error(WEFT_ERR_FORMAT,
                           "safetensors %s: tensor '%s': shape %s of %s needs %llu bytes, data_offsets span %llu", path,
-                          nm, weft_shape_fmt(nd, e->sizes, b, sizeof b), dt->valuestring,
-                          big ? 0ull : (unsigned long long)want, (unsigned long long)(e->end - e->begin));
+                          nm, weft_shape_fmt(nd, e->sizes, b, sizeof b), dt->valuestring, (unsigned long long)want,
+                          (unsigned long long)(e->end - e->begin));
     }
     if (e->end > data_size)
         return weft_error(WEFT_ERR_FORMAT,
