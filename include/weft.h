@@ -9,5 +9,6 @@
 #include "weft/autograd.h"
 #include "weft/nn.h"
 #include "weft/data.h"
+#include "weft/io.h"
 
 #endif
