@@ -1,0 +1,128 @@
+// Multi-head causal self-attention, x (B,T,C) -> (B,T,C), as in GPT-2 / nanoGPT:
+//   q,k,v = split(qkv(x))                      each (B,T,C), views
+//   -> (B,nh,T,hd) views (hd = C/nh)
+//   att = softmax(q k^T / sqrt(hd) + mask)     (B,nh,T,T), mask -inf above the diagonal
+//   y = att v -> (B,T,C) -> proj(y)
+// Children "qkv" (linear C->3C) and "proj" (linear C->C), named as PyTorch's
+// nanoGPT. Built from public ops only.
+//
+// No copies for the head split: q, k and v stay strided views of the qkv
+// output, and matmul hands them to BLAS as (ld = 3C) row-major / transposed
+// matrices. The only copy is the (B,nh,T,hd) -> (B,T,C) merge before proj.
+#include <math.h>
+#include <stdlib.h>
+
+#include <weft/nn.h>
+
+#include "../core/core_impl.h"
+
+typedef struct attn_impl {
+    int64_t d_model, n_heads;
+    weft_tensor *mask; // cached (T,T) causal mask for the last T and dtype
+} attn_impl;
+
+static void attn_impl_free(void *p) {
+    attn_impl *a = p;
+    if (!a) return;
+    weft_tensor_free(a->mask);
+    free(a);
+}
+
+// (T,T) tensor: 0 on and below the diagonal, -inf above (position t sees s <= t).
+// Cached: it depends only on T and the dtype.
+static weft_tensor *causal_mask(attn_impl *a, int64_t T, weft_dtype dt, weft_device dev) {
+    if (a->mask && weft_tensor_size(a->mask, 0) == T && weft_tensor_dtype(a->mask) == dt &&
+        weft_tensor_device(a->mask).type == dev.type && weft_tensor_device(a->mask).index == dev.index)
+        return a->mask;
+    weft_tensor_free(a->mask);
+    a->mask = NULL;
+    if (dt != WEFT_F32 && dt != WEFT_F64)
+        return weft_error_null(WEFT_ERR_DTYPE, "causal_self_attention: input must be f32 or f64");
+    size_t es = dt == WEFT_F32 ? sizeof(float) : sizeof(double);
+    void *host = malloc((size_t)(T * T) * es);
+    if (!host) return weft_error_null(WEFT_ERR_OOM, "causal_self_attention: out of memory");
+    for (int64_t i = 0; i < T; i++) // (T,T)
+        for (int64_t j = 0; j < T; j++) {
+            double v = j > i ? -INFINITY : 0.0;
+            if (dt == WEFT_F32) ((float *)host)[i * T + j] = (float)v;
+            else ((double *)host)[i * T + j] = v;
+        }
+    weft_tensor *m = weft_tensor_from_data(host, WEFT_DIMS(T, T), dt);
+    free(host);
+    if (m && (weft_tensor_device(m).type != dev.type || weft_tensor_device(m).index != dev.index)) {
+        weft_tensor *md = weft_tensor_to(m, dev);
+        weft_tensor_free(m);
+        m = md;
+    }
+    a->mask = m;
+    return m;
+}
+
+static weft_tensor *attn_forward(weft_module *m, weft_tensor *x) {
+    attn_impl *a = weft_module_impl(m);
+    char buf[64];
+    int64_t C = a->d_model, nh = a->n_heads, hd = C / nh;
+    if (weft_tensor_ndim(x) != 3 || weft_tensor_size(x, 2) != C)
+        return weft_error_null(WEFT_ERR_SHAPE, "causal_self_attention: expected input (B,T,%lld), got %s",
+                               (long long)C, weft_tensor_shape_str(x, buf, sizeof buf));
+    int64_t B = weft_tensor_size(x, 0), T = weft_tensor_size(x, 1);
+    weft_tensor *mask = causal_mask(a, T, weft_tensor_dtype(x), weft_tensor_device(x));
+    if (!mask) return NULL;
+
+    weft_tensor *qkv = weft_module_forward(weft_module_child_at(m, 0), x); // (B,T,3C)
+    weft_tensor *parts[3] = {NULL, NULL, NULL};
+    if (!qkv || weft_split(qkv, 2, 3, (const int64_t[]){C, C, C}, parts) != WEFT_OK) {
+        weft_tensor_free(qkv);
+        return NULL;
+    }
+    weft_tensor_free(qkv);
+    // (B,T,C) -> (B,T,nh,hd) views -> q,v (B,nh,T,hd), k^T (B,nh,hd,T)
+    weft_tensor *heads[3];
+    static const int perm_qv[4] = {0, 2, 1, 3}, perm_kt[4] = {0, 2, 3, 1};
+    for (int p = 0; p < 3; p++) {
+        weft_tensor *v4 = weft_view(parts[p], WEFT_DIMS(B, T, nh, hd));
+        heads[p] = weft_permute(v4, p == 1 ? perm_kt : perm_qv);
+        weft_tensor_free(v4);
+        weft_tensor_free(parts[p]);
+    }
+    // Scale q (B*T*C elements) rather than the scores (B*nh*T*T): fewer flops when T > hd.
+    weft_tensor *qs = weft_mul_scalar(heads[0], 1.0 / sqrt((double)hd));
+    weft_tensor_free(heads[0]);
+    weft_tensor *s = weft_matmul(qs, heads[1]); // (B,nh,T,T)
+    weft_tensor_free(qs);
+    weft_tensor_free(heads[1]);
+    weft_tensor *sm = weft_add(s, mask); // mask broadcasts over (B,nh)
+    weft_tensor_free(s);
+    weft_tensor *att = weft_softmax(sm, -1); // masked entries are exact zeros
+    weft_tensor_free(sm);
+    weft_tensor *y = weft_matmul(att, heads[2]); // (B,nh,T,hd)
+    weft_tensor_free(att);
+    weft_tensor_free(heads[2]);
+    weft_tensor *yt = weft_transpose(y, 1, 2); // (B,T,nh,hd) view
+    weft_tensor_free(y);
+    weft_tensor *ym = weft_reshape(yt, WEFT_DIMS(B, T, C)); // the one copy: heads merged
+    weft_tensor_free(yt);
+    weft_tensor *out = ym ? weft_module_forward(weft_module_child_at(m, 1), ym) : NULL;
+    weft_tensor_free(ym);
+    return out;
+}
+
+weft_module *weft_nn_causal_self_attention(int64_t d_model, int64_t n_heads, weft_generator *g) {
+    if (d_model <= 0 || n_heads <= 0 || d_model % n_heads)
+        return weft_error_null(WEFT_ERR_ARG,
+                               "causal_self_attention: d_model %lld must be positive and divisible by n_heads %lld",
+                               (long long)d_model, (long long)n_heads);
+    attn_impl *a = calloc(1, sizeof *a);
+    if (!a) return weft_error_null(WEFT_ERR_OOM, "causal_self_attention: out of memory");
+    a->d_model = d_model;
+    a->n_heads = n_heads;
+    weft_module *m = weft_module_new("causal_self_attention", attn_forward, a, attn_impl_free);
+    if (!m) return NULL;
+    // Child order matters: forward looks them up by index (0 = qkv, 1 = proj).
+    if (weft_module_add_child(m, "qkv", weft_nn_linear(d_model, 3 * d_model, true, g)) ||
+        weft_module_add_child(m, "proj", weft_nn_linear(d_model, d_model, true, g))) {
+        weft_module_free(m);
+        return NULL;
+    }
+    return m;
+}

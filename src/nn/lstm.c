@@ -1,0 +1,169 @@
+// One-layer LSTM, batch first: x (B,T,I) -> all hidden states (B,T,H), zero
+// initial state. Parameters and gate order follow PyTorch's nn.LSTM:
+//   gates = x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh     (B,4H), order (i,f,g,o)
+//   i,f,o = sigmoid(.), g = tanh(.)
+//   c_t = f*c_{t-1} + i*g,  h_t = o*tanh(c_t)
+// Built only from public ops, so autograd (and double backward) come for free.
+// The input projection does not depend on the recurrence, so it runs for all
+// time steps as one (B*T,I) @ (I,4H) product before the loop; inside the loop
+// only the (B,H) @ (H,4H) recurrent product remains.
+#include <math.h>
+#include <stdlib.h>
+
+#include <weft/nn.h>
+
+#include "../core/core_impl.h"
+
+typedef struct lstm_impl {
+    int64_t input, hidden;
+} lstm_impl;
+
+static void lstm_impl_free(void *p) { free(p); }
+
+// One step from the precomputed input part of the gates xg_t (B,4H).
+// h and c are the previous state (NULL at t = 0: zero state, so the recurrent
+// product and f*c vanish). Returns h_t and replaces *c with c_t.
+static weft_tensor *lstm_step(weft_tensor *xg_t, weft_tensor *whh_t, weft_tensor *h, weft_tensor **c, int64_t H) {
+    weft_tensor *gates;
+    if (h) {
+        weft_tensor *hh = weft_matmul(h, whh_t); // (B,H) @ (H,4H) -> (B,4H)
+        gates = weft_add(xg_t, hh);
+        weft_tensor_free(hh);
+    } else {
+        gates = weft_tensor_ref(xg_t);
+    }
+    // gate views (B,H) each; no copies
+    weft_tensor *gi = weft_narrow(gates, 1, 0 * H, H), *gf = weft_narrow(gates, 1, 1 * H, H);
+    weft_tensor *gg = weft_narrow(gates, 1, 2 * H, H), *go = weft_narrow(gates, 1, 3 * H, H);
+    weft_tensor_free(gates);
+    weft_tensor *i = weft_sigmoid(gi), *g = weft_tanh(gg), *o = weft_sigmoid(go);
+    weft_tensor_free(gi);
+    weft_tensor_free(gg);
+    weft_tensor_free(go);
+    weft_tensor *c_new = weft_mul(i, g); // i*g
+    weft_tensor_free(i);
+    weft_tensor_free(g);
+    if (*c) {
+        weft_tensor *f = weft_sigmoid(gf);
+        weft_tensor *fc = weft_mul(f, *c);
+        weft_tensor *sum = weft_add(fc, c_new);
+        weft_tensor_free(f);
+        weft_tensor_free(fc);
+        weft_tensor_free(c_new);
+        c_new = sum;
+    }
+    weft_tensor_free(gf);
+    weft_tensor_free(*c);
+    *c = c_new;
+    weft_tensor *tc = weft_tanh(c_new);
+    weft_tensor *h_new = weft_mul(o, tc);
+    weft_tensor_free(o);
+    weft_tensor_free(tc);
+    return h_new;
+}
+
+// The per-step views xs[t] = xg[:, t] (B,4H) for t in [a,b) of xg (B,b-a,4H),
+// taken through a binary tree of narrows rather than T selects of xg.
+// Why: the backward of a view is "zeros of the parent's shape with the gradient
+// written into the slice", and the engine then adds it into the parent's
+// gradient. T selects of the full (B,T,4H) tensor cost T full-size memsets and
+// adds (O(T^2) memory traffic: it was ~60% of an LSTM backward at T=128); the
+// tree costs one full size per level, log2(T) levels.
+static weft_status split_steps(weft_tensor *xg, int64_t a, int64_t b, weft_tensor **xs) {
+    if (b - a == 1) {
+        xs[a] = weft_select(xg, 1, 0);
+        return xs[a] ? WEFT_OK : weft_last_status();
+    }
+    int64_t mid = a + (b - a) / 2;
+    weft_tensor *lo = weft_narrow(xg, 1, 0, mid - a), *hi = weft_narrow(xg, 1, mid - a, b - mid);
+    weft_status st = lo && hi ? WEFT_OK : weft_last_status();
+    if (!st) st = split_steps(lo, a, mid, xs);
+    if (!st) st = split_steps(hi, mid, b, xs);
+    weft_tensor_free(lo);
+    weft_tensor_free(hi);
+    return st;
+}
+
+static weft_tensor *lstm_forward(weft_module *m, weft_tensor *x) {
+    const lstm_impl *L = weft_module_impl(m);
+    char buf[64];
+    if (weft_tensor_ndim(x) != 3 || weft_tensor_size(x, 2) != L->input)
+        return weft_error_null(WEFT_ERR_SHAPE, "lstm: expected input (B,T,%lld), got %s", (long long)L->input,
+                               weft_tensor_shape_str(x, buf, sizeof buf));
+    int64_t B = weft_tensor_size(x, 0), T = weft_tensor_size(x, 1), H = L->hidden;
+    if (B == 0 || T == 0)
+        return weft_error_null(WEFT_ERR_SHAPE, "lstm: empty input %s", weft_tensor_shape_str(x, buf, sizeof buf));
+    weft_tensor *wih = weft_module_get(m, "weight_ih"), *whh = weft_module_get(m, "weight_hh");
+    weft_tensor *bih = weft_module_get(m, "bias_ih"), *bhh = weft_module_get(m, "bias_hh");
+
+    // Input part of the gates for every step at once: (B*T,I) @ (I,4H) + b_ih + b_hh.
+    weft_tensor *x2 = weft_reshape(x, WEFT_DIMS(B * T, L->input));
+    weft_tensor *wih_t = weft_transpose(wih, 0, 1); // (I,4H) view: BLAS transposes, no copy
+    weft_tensor *xw = weft_matmul(x2, wih_t);       // (B*T,4H)
+    weft_tensor_free(x2);
+    weft_tensor_free(wih_t);
+    weft_tensor *bsum = weft_add(bih, bhh); // (4H): one broadcast add over (B*T,4H) instead of two
+    weft_tensor *xg2 = weft_add(xw, bsum);
+    weft_tensor_free(xw);
+    weft_tensor_free(bsum);
+    weft_tensor *xg = weft_view(xg2, WEFT_DIMS(B, T, 4 * H)); // (B,T,4H)
+    weft_tensor_free(xg2);
+    if (!xg) return NULL;
+
+    weft_tensor *whh_t = weft_transpose(whh, 0, 1); // (H,4H) view
+    weft_tensor **hs = calloc((size_t)T, sizeof *hs);
+    if (!hs) {
+        weft_tensor_free(xg);
+        weft_tensor_free(whh_t);
+        return weft_error_null(WEFT_ERR_OOM, "lstm: out of memory");
+    }
+    weft_tensor *h = NULL, *c = NULL, *out = NULL;
+    bool ok = true;
+    weft_tensor **xs = calloc((size_t)T, sizeof *xs);
+    ok = xs && split_steps(xg, 0, T, xs) == WEFT_OK;
+    if (!xs) weft_error(WEFT_ERR_OOM, "lstm: out of memory");
+    for (int64_t t = 0; t < T && ok; t++) {
+        weft_tensor *h_new = lstm_step(xs[t], whh_t, h, &c, H); // xs[t] (B,4H), row stride T*4H
+        hs[t] = h_new; // the stack below holds its own reference
+        h = h_new;
+        ok = h_new && c;
+    }
+    if (ok) out = weft_stack((int)T, hs, 1); // (B,T,H)
+    for (int64_t t = 0; t < T; t++) {
+        weft_tensor_free(hs[t]);
+        if (xs) weft_tensor_free(xs[t]);
+    }
+    free(hs);
+    free(xs);
+    weft_tensor_free(c);
+    weft_tensor_free(whh_t);
+    weft_tensor_free(xg);
+    return out;
+}
+
+weft_module *weft_nn_lstm(int64_t input, int64_t hidden, weft_generator *g) {
+    if (input <= 0 || hidden <= 0)
+        return weft_error_null(WEFT_ERR_ARG, "lstm: sizes must be positive (input %lld, hidden %lld)",
+                               (long long)input, (long long)hidden);
+    lstm_impl *L = malloc(sizeof *L);
+    if (!L) return weft_error_null(WEFT_ERR_OOM, "lstm: out of memory");
+    *L = (lstm_impl){input, hidden};
+    weft_module *m = weft_module_new("lstm", lstm_forward, L, lstm_impl_free);
+    if (!m) return NULL;
+    // PyTorch: every parameter ~ U(-1/sqrt(H), 1/sqrt(H)), in this order.
+    double k = 1.0 / sqrt((double)hidden);
+    const char *names[4] = {"weight_ih", "weight_hh", "bias_ih", "bias_hh"};
+    int64_t cols[4] = {input, hidden, 0, 0};
+    weft_status st = WEFT_OK;
+    for (int p = 0; p < 4 && !st; p++) {
+        weft_tensor *t = cols[p] ? weft_tensor_empty(WEFT_DIMS(4 * hidden, cols[p]), WEFT_F32)
+                                 : weft_tensor_empty(WEFT_DIMS(4 * hidden), WEFT_F32);
+        if (t && weft_tensor_uniform_(t, -k, k, g)) weft_tensor_free(t), t = NULL;
+        st = weft_module_add_param(m, names[p], t); // takes t (NULL: reports the error)
+    }
+    if (st) {
+        weft_module_free(m);
+        return NULL;
+    }
+    return m;
+}

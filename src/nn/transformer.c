@@ -1,0 +1,105 @@
+// Pre-LayerNorm transformer block (GPT-2 style), x (B,T,C) -> (B,T,C):
+//   x = x + attn(ln1(x))
+//   x = x + mlp(ln2(x)),   mlp = proj(gelu(fc(.))), fc C->4C, proj 4C->C
+// Children ln1, attn, ln2, mlp (mlp.fc, mlp.proj): PyTorch/nanoGPT names, so
+// "attn.qkv.weight", "mlp.fc.bias", "ln1.weight" line up with a state_dict.
+//
+// The layer norms are a small private module (params "weight" = 1,
+// "bias" = 0, eps 1e-5, kind "layer_norm") over weft_layer_norm, so this file
+// does not depend on weft_nn_layer_norm being present.
+#include <stdlib.h>
+
+#include <weft/nn.h>
+
+#include "../core/core_impl.h"
+
+// ---- private layer norm over the last dim ----
+typedef struct ln_impl {
+    double eps;
+} ln_impl;
+
+static weft_tensor *ln_forward(weft_module *m, weft_tensor *x) {
+    const ln_impl *L = weft_module_impl(m);
+    return weft_layer_norm(x, 1, weft_module_get(m, "weight"), weft_module_get(m, "bias"), L->eps);
+}
+
+static weft_module *block_layer_norm(int64_t dim, double eps) {
+    ln_impl *L = malloc(sizeof *L);
+    if (!L) return weft_error_null(WEFT_ERR_OOM, "transformer_block: out of memory");
+    L->eps = eps;
+    weft_module *m = weft_module_new("layer_norm", ln_forward, L, free);
+    if (!m) return NULL;
+    if (weft_module_add_param(m, "weight", weft_tensor_ones(WEFT_DIMS(dim), WEFT_F32)) ||
+        weft_module_add_param(m, "bias", weft_tensor_zeros(WEFT_DIMS(dim), WEFT_F32))) {
+        weft_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+// ---- mlp: fc -> gelu -> proj ----
+static weft_tensor *mlp_forward(weft_module *m, weft_tensor *x) {
+    weft_tensor *h = weft_module_forward(weft_module_child_at(m, 0), x); // (B,T,4C)
+    weft_tensor *a = weft_gelu(h);                                        // exact (erf) GELU
+    weft_tensor_free(h);
+    weft_tensor *y = a ? weft_module_forward(weft_module_child_at(m, 1), a) : NULL; // (B,T,C)
+    weft_tensor_free(a);
+    return y;
+}
+
+static weft_module *block_mlp(int64_t C, weft_generator *g) {
+    weft_module *m = weft_module_new("mlp", mlp_forward, NULL, NULL);
+    if (!m) return NULL;
+    // Order matters: forward takes child 0 = fc, 1 = proj.
+    if (weft_module_add_child(m, "fc", weft_nn_linear(C, 4 * C, true, g)) ||
+        weft_module_add_child(m, "proj", weft_nn_linear(4 * C, C, true, g))) {
+        weft_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+// ---- the block ----
+enum { CH_LN1, CH_ATTN, CH_LN2, CH_MLP }; // child indices, in insertion order
+
+// x + sub(norm(x)); NULL (error set by the failing op) on failure.
+static weft_tensor *residual(weft_module *m, int norm, int sub, weft_tensor *x) {
+    weft_tensor *n = weft_module_forward(weft_module_child_at(m, norm), x);
+    weft_tensor *s = n ? weft_module_forward(weft_module_child_at(m, sub), n) : NULL;
+    weft_tensor_free(n);
+    weft_tensor *y = s ? weft_add(x, s) : NULL;
+    weft_tensor_free(s);
+    return y;
+}
+
+static weft_tensor *block_forward(weft_module *m, weft_tensor *x) {
+    char buf[64];
+    int64_t C = *(const int64_t *)weft_module_impl(m);
+    if (weft_tensor_ndim(x) != 3 || weft_tensor_size(x, 2) != C)
+        return weft_error_null(WEFT_ERR_SHAPE, "transformer_block: expected input (B,T,%lld), got %s", (long long)C,
+                               weft_tensor_shape_str(x, buf, sizeof buf));
+    weft_tensor *x1 = residual(m, CH_LN1, CH_ATTN, x);
+    weft_tensor *x2 = x1 ? residual(m, CH_LN2, CH_MLP, x1) : NULL;
+    weft_tensor_free(x1);
+    return x2;
+}
+
+weft_module *weft_nn_transformer_block(int64_t d_model, int64_t n_heads, weft_generator *g) {
+    if (d_model <= 0 || n_heads <= 0 || d_model % n_heads)
+        return weft_error_null(WEFT_ERR_ARG,
+                               "transformer_block: d_model %lld must be positive and divisible by n_heads %lld",
+                               (long long)d_model, (long long)n_heads);
+    int64_t *C = malloc(sizeof *C);
+    if (!C) return weft_error_null(WEFT_ERR_OOM, "transformer_block: out of memory");
+    *C = d_model;
+    weft_module *m = weft_module_new("transformer_block", block_forward, C, free);
+    if (!m) return NULL;
+    if (weft_module_add_child(m, "ln1", block_layer_norm(d_model, 1e-5)) ||
+        weft_module_add_child(m, "attn", weft_nn_causal_self_attention(d_model, n_heads, g)) ||
+        weft_module_add_child(m, "ln2", block_layer_norm(d_model, 1e-5)) ||
+        weft_module_add_child(m, "mlp", block_mlp(d_model, g))) {
+        weft_module_free(m);
+        return NULL;
+    }
+    return m;
+}
