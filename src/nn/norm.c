@@ -29,7 +29,8 @@ static weft_tensor *layer_norm_forward(weft_module *m, weft_tensor *x) {
 static weft_module *norm_new(const char *kind, weft_module_forward_fn fwd, int64_t n, double momentum, double eps,
                              bool running) {
     if (n <= 0) return weft_error_null(WEFT_ERR_ARG, "%s: size must be positive (got %lld)", kind, (long long)n);
-    if (!(eps > 0) || !isfinite(eps)) return weft_error_null(WEFT_ERR_ARG, "%s: eps must be positive (got %g)", kind, eps);
+    if (!(eps > 0) || !isfinite(eps))
+        return weft_error_null(WEFT_ERR_ARG, "%s: eps must be positive (got %g)", kind, eps);
     if (!(momentum >= 0 && momentum <= 1))
         return weft_error_null(WEFT_ERR_ARG, "%s: momentum must be in [0, 1] (got %g)", kind, momentum);
     norm_cfg *c = malloc(sizeof *c);

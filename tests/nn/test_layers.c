@@ -35,7 +35,8 @@ static bool has_shape(const weft_tensor *t, int nd, const int64_t *s) {
 }
 static bool named(const weft_module *m, bool param, int i, const char *want) {
     char name[64];
-    weft_tensor *t = param ? weft_module_param_at(m, i, name, sizeof name) : weft_module_buffer_at(m, i, name, sizeof name);
+    weft_tensor *t =
+        param ? weft_module_param_at(m, i, name, sizeof name) : weft_module_buffer_at(m, i, name, sizeof name);
     return t && !strcmp(name, want);
 }
 static bool err_has(const char *s) { return strstr(weft_last_error(), s) != NULL; }
@@ -107,7 +108,8 @@ static void test_conv2d(void) {
     for (int n = 0; n < CN; n++)
         for (int c = 0; c < CI; c++)
             for (int h = 0; h < IH; h++)
-                for (int q = 0; q < IW; q++) nhwc[((n * IH + h) * IW + q) * CI + c] = xv[((n * CI + c) * IH + h) * IW + q];
+                for (int q = 0; q < IW; q++)
+                    nhwc[((n * IH + h) * IW + q) * CI + c] = xv[((n * CI + c) * IH + h) * IW + q];
     weft_tensor *xs = f32_from(nhwc, WEFT_DIMS(CN, IH, IW, CI));
     weft_tensor *xp = weft_permute(xs, (const int[]){0, 3, 1, 2});
     CHECK(xp && !weft_tensor_is_contiguous(xp));
@@ -177,7 +179,8 @@ static void test_pools(void) {
     weft_module *mx = weft_nn_max_pool2d(&p), *av = weft_nn_avg_pool2d(&p);
     p.count_include_pad = false;
     weft_module *av2 = weft_nn_avg_pool2d(&p);
-    CHECK(mx && av && av2 && !strcmp(weft_module_kind(mx), "max_pool2d") && !strcmp(weft_module_kind(av), "avg_pool2d"));
+    CHECK(mx && av && av2 && !strcmp(weft_module_kind(mx), "max_pool2d") &&
+          !strcmp(weft_module_kind(av), "avg_pool2d"));
     CHECK(weft_module_param_count(mx) == 0 && weft_module_param_count(av) == 0);
     enum { OH = (PHH + 2 - 2) / 2 + 1, OW = (PWW + 2 - 3) / 2 + 1 };
     static double xv[PN * PC * PHH * PWW], rmax[PN * PC * OH * OW], ravg[PN * PC * OH * OW], ravg2[PN * PC * OH * OW],
@@ -597,8 +600,8 @@ static void test_activations(void) {
 static void test_small_cnn(void) {
     weft_generator *g = weft_generator_create(123);
     weft_module *net = weft_nn_sequential();
-    CHECK(weft_nn_sequential_append(net, weft_nn_conv2d(1, 4, 3, 3, &(weft_conv2d_params){.padding = {1, 1}}, true, g)) ==
-          WEFT_OK);
+    weft_conv2d_params pad1 = {.padding = {1, 1}};
+    CHECK(weft_nn_sequential_append(net, weft_nn_conv2d(1, 4, 3, 3, &pad1, true, g)) == WEFT_OK);
     CHECK(weft_nn_sequential_append(net, weft_nn_batch_norm(4, 0.1, 1e-5)) == WEFT_OK);
     CHECK(weft_nn_sequential_append(net, weft_nn_activation(WEFT_ACT_RELU)) == WEFT_OK);
     CHECK(weft_nn_sequential_append(net, weft_nn_max_pool2d(&(weft_pool2d_params){.kernel = {2, 2}})) == WEFT_OK);
