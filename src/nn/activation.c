@@ -1,0 +1,21 @@
+// Activation layers (no parameters): relu, gelu (exact erf form), tanh, sigmoid, silu.
+#include <weft/nn.h>
+
+#include "../core/core_impl.h"
+
+static weft_tensor *relu_fwd(weft_module *m, weft_tensor *x) { return (void)m, weft_relu(x); }
+static weft_tensor *gelu_fwd(weft_module *m, weft_tensor *x) { return (void)m, weft_gelu(x); }
+static weft_tensor *tanh_fwd(weft_module *m, weft_tensor *x) { return (void)m, weft_tanh(x); }
+static weft_tensor *sigmoid_fwd(weft_module *m, weft_tensor *x) { return (void)m, weft_sigmoid(x); }
+static weft_tensor *silu_fwd(weft_module *m, weft_tensor *x) { return (void)m, weft_silu(x); }
+
+weft_module *weft_nn_activation(weft_activation a) {
+    switch (a) {
+    case WEFT_ACT_RELU: return weft_module_new("relu", relu_fwd, NULL, NULL);
+    case WEFT_ACT_GELU: return weft_module_new("gelu", gelu_fwd, NULL, NULL);
+    case WEFT_ACT_TANH: return weft_module_new("tanh", tanh_fwd, NULL, NULL);
+    case WEFT_ACT_SIGMOID: return weft_module_new("sigmoid", sigmoid_fwd, NULL, NULL);
+    case WEFT_ACT_SILU: return weft_module_new("silu", silu_fwd, NULL, NULL);
+    }
+    return weft_error_null(WEFT_ERR_ARG, "activation: unknown activation %d", (int)a);
+}

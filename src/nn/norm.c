@@ -1,0 +1,58 @@
+// Normalisation layers: batch_norm (per channel of (N,C,...)) and layer_norm (last dim).
+#include <math.h>
+#include <stdlib.h>
+
+#include <weft/nn.h>
+
+#include "../core/core_impl.h"
+
+typedef struct norm_cfg {
+    double momentum, eps;
+} norm_cfg;
+
+// Training: batch statistics, running stats updated in place by the op
+// (running = (1-momentum)*running + momentum*batch, unbiased variance, as PyTorch).
+// Eval: the running statistics, which stay untouched.
+static weft_tensor *batch_norm_forward(weft_module *m, weft_tensor *x) {
+    const norm_cfg *c = weft_module_impl(m);
+    return weft_batch_norm(x, weft_module_get(m, "running_mean"), weft_module_get(m, "running_var"),
+                           weft_module_get(m, "weight"), weft_module_get(m, "bias"), weft_module_is_training(m),
+                           c->momentum, c->eps);
+}
+
+static weft_tensor *layer_norm_forward(weft_module *m, weft_tensor *x) {
+    const norm_cfg *c = weft_module_impl(m);
+    return weft_layer_norm(x, 1, weft_module_get(m, "weight"), weft_module_get(m, "bias"), c->eps);
+}
+
+// weight = 1, bias = 0 (params) and, for batch_norm, running_mean = 0, running_var = 1 (buffers).
+static weft_module *norm_new(const char *kind, weft_module_forward_fn fwd, int64_t n, double momentum, double eps,
+                             bool running) {
+    if (n <= 0) return weft_error_null(WEFT_ERR_ARG, "%s: size must be positive (got %lld)", kind, (long long)n);
+    if (!(eps > 0) || !isfinite(eps))
+        return weft_error_null(WEFT_ERR_ARG, "%s: eps must be positive (got %g)", kind, eps);
+    if (!(momentum >= 0 && momentum <= 1))
+        return weft_error_null(WEFT_ERR_ARG, "%s: momentum must be in [0, 1] (got %g)", kind, momentum);
+    norm_cfg *c = malloc(sizeof *c);
+    if (!c) return weft_error_null(WEFT_ERR_OOM, "%s: out of memory", kind);
+    *c = (norm_cfg){momentum, eps};
+    weft_module *m = weft_module_new(kind, fwd, c, free);
+    if (!m) return NULL;
+    weft_status st = weft_module_add_param(m, "weight", weft_tensor_ones(WEFT_DIMS(n), WEFT_F32));
+    if (!st) st = weft_module_add_param(m, "bias", weft_tensor_zeros(WEFT_DIMS(n), WEFT_F32));
+    if (!st && running) st = weft_module_add_buffer(m, "running_mean", weft_tensor_zeros(WEFT_DIMS(n), WEFT_F32));
+    if (!st && running) st = weft_module_add_buffer(m, "running_var", weft_tensor_ones(WEFT_DIMS(n), WEFT_F32));
+    if (st) {
+        weft_module_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+weft_module *weft_nn_batch_norm(int64_t channels, double momentum, double eps) {
+    return norm_new("batch_norm", batch_norm_forward, channels, momentum, eps, true);
+}
+
+weft_module *weft_nn_layer_norm(int64_t dim, double eps) {
+    return norm_new("layer_norm", layer_norm_forward, dim, 0, eps, false);
+}
