@@ -3,39 +3,12 @@
 //   x = x + mlp(ln2(x)),   mlp = proj(gelu(fc(.))), fc C->4C, proj 4C->C
 // Children ln1, attn, ln2, mlp (mlp.fc, mlp.proj): PyTorch/nanoGPT names, so
 // "attn.qkv.weight", "mlp.fc.bias", "ln1.weight" line up with a state_dict.
-//
-// The layer norms are a small private module (params "weight" = 1,
-// "bias" = 0, eps 1e-5, kind "layer_norm") over weft_layer_norm, so this file
-// does not depend on weft_nn_layer_norm being present.
+
 #include <stdlib.h>
 
 #include <weft/nn.h>
 
 #include "../core/core_impl.h"
-
-// ---- private layer norm over the last dim ----
-typedef struct ln_impl {
-    double eps;
-} ln_impl;
-
-static weft_tensor *ln_forward(weft_module *m, weft_tensor *x) {
-    const ln_impl *L = weft_module_impl(m);
-    return weft_layer_norm(x, 1, weft_module_get(m, "weight"), weft_module_get(m, "bias"), L->eps);
-}
-
-static weft_module *block_layer_norm(int64_t dim, double eps) {
-    ln_impl *L = malloc(sizeof *L);
-    if (!L) return weft_error_null(WEFT_ERR_OOM, "transformer_block: out of memory");
-    L->eps = eps;
-    weft_module *m = weft_module_new("layer_norm", ln_forward, L, free);
-    if (!m) return NULL;
-    if (weft_module_add_param(m, "weight", weft_tensor_ones(WEFT_DIMS(dim), WEFT_F32)) ||
-        weft_module_add_param(m, "bias", weft_tensor_zeros(WEFT_DIMS(dim), WEFT_F32))) {
-        weft_module_free(m);
-        return NULL;
-    }
-    return m;
-}
 
 // ---- mlp: fc -> gelu -> proj ----
 static weft_tensor *mlp_forward(weft_module *m, weft_tensor *x) {
@@ -94,9 +67,9 @@ weft_module *weft_nn_transformer_block(int64_t d_model, int64_t n_heads, weft_ge
     *C = d_model;
     weft_module *m = weft_module_new("transformer_block", block_forward, C, free);
     if (!m) return NULL;
-    if (weft_module_add_child(m, "ln1", block_layer_norm(d_model, 1e-5)) ||
+    if (weft_module_add_child(m, "ln1", weft_nn_layer_norm(d_model, 1e-5)) ||
         weft_module_add_child(m, "attn", weft_nn_causal_self_attention(d_model, n_heads, g)) ||
-        weft_module_add_child(m, "ln2", block_layer_norm(d_model, 1e-5)) ||
+        weft_module_add_child(m, "ln2", weft_nn_layer_norm(d_model, 1e-5)) ||
         weft_module_add_child(m, "mlp", block_mlp(d_model, g))) {
         weft_module_free(m);
         return NULL;
