@@ -1030,7 +1030,9 @@ static void write_value(FILE *f, const keydef *k, const void *base) {
             v = b;
         } else
             memcpy(&v, src, sizeof v);
-        fputs(k->names[v], f);
+        int n = 0;
+        while (k->names[n]) n++;
+        fputs(enum_name(k->names, n, v), f); // "?" for a value set by hand out of range
         break;
     }
     case K_SHAPE: {

@@ -426,6 +426,103 @@ static void test_fuzz(void) {
     printf("fuzz: %d parsed, %d rejected\n", ok, bad);
 }
 
+
+static char *read_path(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *b = malloc(1 << 17);
+    size_t n = fread(b, 1, (1 << 17) - 1, f);
+    b[n] = 0;
+    fclose(f);
+    return b;
+}
+
+// The part of docs/model-files.md about one section: from its "### `[name]`"
+// heading (or the "[relu]"-style list heading) to the next heading.
+static const char *doc_section(const char *doc, const char *sec, size_t *len) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "`[%s]`", sec);
+    const char *h = strstr(doc, pat);
+    while (h) { // must be on a heading line
+        const char *bol = h;
+        while (bol > doc && bol[-1] != '\n') bol--;
+        if (*bol == '#') break;
+        h = strstr(h + 1, pat);
+    }
+    if (!h) return NULL;
+    const char *end = strstr(h, "\n#");
+    *len = end ? (size_t)(end - h) : strlen(h);
+    return h;
+}
+
+// Every section and every key the writer knows is documented in a table row of
+// its own section in docs/model-files.md, and the worked example loads.
+static void test_docs(void) {
+    char path[600];
+    snprintf(path, sizeof path, "%s../docs/model-files.md", g_models);
+    char *doc = read_path(path);
+    CHECK(doc);
+    if (!doc) return;
+    // a cfg with one layer of each type and nets with each optimiser/schedule/dataset
+    weft_model_cfg c = {0};
+    weft_layer_cfg layers[WEFT_CFG_NUM_LAYER_TYPES] = {0};
+    for (int t = 0; t < WEFT_CFG_NUM_LAYER_TYPES; t++) layers[t].type = (weft_cfg_layer_type)t;
+    c.layers = layers;
+    c.n_layers = WEFT_CFG_NUM_LAYER_TYPES;
+    int checked = 0;
+    for (int variant = 0; variant < 5; variant++) {
+        c.net.optimizer = (weft_cfg_optimizer)variant;
+        c.net.schedule = (weft_cfg_schedule)(variant % 3);
+        c.net.dataset = (weft_cfg_dataset)(variant % 2);
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        CHECK(weft_model_cfg_write(&c, f) == WEFT_OK);
+        fclose(f);
+        char sec[64] = "";
+        const char *part = NULL;
+        size_t plen = 0;
+        for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+            if (line[0] == '#') continue;
+            if (line[0] == '[') {
+                snprintf(sec, sizeof sec, "%.*s", (int)(strcspn(line + 1, "]")), line + 1);
+                part = doc_section(doc, sec, &plen);
+                if (!part) {
+                    wt_fail++;
+                    fprintf(stderr, "docs: no heading for [%s]\n", sec);
+                } else
+                    wt_pass++;
+                continue;
+            }
+            char key[64], row[80];
+            snprintf(key, sizeof key, "%.*s", (int)strcspn(line, " ="), line);
+            snprintf(row, sizeof row, "| `%s` |", key);
+            bool found = false;
+            for (const char *q = part; q && (q = strstr(q, row)) && q < part + plen; q++) found = true;
+            if (!found) {
+                wt_fail++;
+                fprintf(stderr, "docs: key '%s' of [%s] has no table row\n", key, sec);
+            } else
+                wt_pass++;
+            checked++;
+        }
+        free(text);
+    }
+    CHECK(checked > 60);
+    // the worked example is a complete model file
+    const char *ex = strstr(doc, "## Worked example");
+    ex = ex ? strstr(ex, "```ini\n") : NULL;
+    CHECK(ex);
+    if (ex) {
+        ex += 7;
+        const char *end = strstr(ex, "```");
+        weft_model_cfg *w = end ? weft_model_cfg_parse(ex, (size_t)(end - ex), "example") : NULL;
+        CHECK(w && w->n_layers == 10 && w->layers[6].out_shape[0] == 3136);
+        weft_model_cfg_free(w);
+    }
+    free(doc);
+}
+
 int main(void) {
     find_models();
     RUN(test_mlp);
@@ -437,5 +534,6 @@ int main(void) {
     RUN(test_syntax);
     RUN(test_override);
     RUN(test_fuzz);
+    RUN(test_docs);
     return wt_summary();
 }
