@@ -976,6 +976,16 @@ weft_status weft_model_cfg_set(weft_model_cfg *cfg, const char *key, const char 
 
 // ---------------------------------------------------------------- writer
 
+// The shortest of %.15g/%.16g/%.17g that reads back as exactly v ("0.1", not "0.10000000000000001").
+static void write_double(FILE *f, double v) {
+    char b[40];
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(b, sizeof b, "%.*g", prec, v);
+        if (strtod(b, NULL) == v) break;
+    }
+    fputs(b, f);
+}
+
 static void write_value(FILE *f, const keydef *k, const void *base) {
     const char *src = (const char *)base + k->off;
     switch (k->kind) {
@@ -1007,13 +1017,15 @@ static void write_value(FILE *f, const keydef *k, const void *base) {
     case K_FLOAT: {
         double v;
         memcpy(&v, src, sizeof v);
-        fprintf(f, "%.17g", v);
+        write_double(f, v);
         break;
     }
     case K_FLOAT2: {
         double v[2];
         memcpy(v, src, sizeof v);
-        fprintf(f, "%.17g,%.17g", v[0], v[1]);
+        write_double(f, v[0]);
+        fputc(',', f);
+        write_double(f, v[1]);
         break;
     }
     case K_BOOL: {
