@@ -10,5 +10,6 @@
 #include "weft/nn.h"
 #include "weft/data.h"
 #include "weft/io.h"
+#include "weft/model.h"
 
 #endif
