@@ -1,7 +1,7 @@
 // Model files: parse + validate the `[net]` + one-section-per-layer text format
 // into a weft_model_cfg (include/weft/model.h, docs/model-files.md).
 //
-// Why not inih (which libweft links): Debian's build passes no line number to
+// Why not inih (the usual INI library): Debian's build passes no line number to
 // the handler, never reports a section without keys ([relu], [flatten] are most
 // of our layers), cannot tell two [linear] sections in a row apart from one,
 // folds indented lines into the previous value and truncates lines at 200
