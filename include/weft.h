@@ -8,5 +8,6 @@
 #include "weft/ops.h"
 #include "weft/autograd.h"
 #include "weft/nn.h"
+#include "weft/optim.h"
 
 #endif
