@@ -11,25 +11,54 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 #include <weft/optim.h>
 
 #include "../tensor/tensor_impl.h"
 
 typedef weft_optim_opts optim_hp;
 
+// The kernels are compiled for several ISAs and picked at run time (the build
+// flags stay portable: -O3, no -march), as the op kernels do; not under the
+// sanitizers. sqrt must not set errno, or the loops do not vectorise.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define OPT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define OPT_CLONES
+#endif
+// Elements per block handed to a thread (fixed, so results do not depend on the thread count).
+#define OPT_BLOCK 16384
+// Elements per sub-block of the loops that take a sqrt (see optim_kernels.h).
+#define OPT_SUB 256
+
+// x[i] = sqrt(x[i]): correctly rounded, as sqrtf/sqrt (negative -> NaN, without errno).
+static void vsqrt_f32(int n, float *x) {
+    int i = 0;
+#ifdef __SSE2__
+    for (; i + 4 <= n; i += 4) _mm_storeu_ps(x + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
+#endif
+    for (; i < n; i++) x[i] = sqrtf(x[i]);
+}
+static void vsqrt_f64(int n, double *x) {
+    int i = 0;
+#ifdef __SSE2__
+    for (; i + 2 <= n; i += 2) _mm_storeu_pd(x + i, _mm_sqrt_pd(_mm_loadu_pd(x + i)));
+#endif
+    for (; i < n; i++) x[i] = sqrt(x[i]);
+}
+
 #define T float
-#define SQRT sqrtf
 #define SFX f32
 #include "optim_kernels.h"
 #undef T
-#undef SQRT
 #undef SFX
 #define T double
-#define SQRT sqrt
 #define SFX f64
 #include "optim_kernels.h"
 #undef T
-#undef SQRT
 #undef SFX
 
 // Per-parameter state: up to three tensors shaped like the parameter, plus a
