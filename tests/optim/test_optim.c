@@ -298,10 +298,13 @@ static void test_big_param_threads(void) {
     double *v = malloc(sizeof(double) * n), *g = malloc(sizeof(double) * n), *r = malloc(sizeof(double) * n);
     wt_vals(v, n, -1, 1, 11);
     wt_vals(g, n, -1, 1, 12);
-    weft_optim_kind kinds[] = {WEFT_OPTIM_SGD, WEFT_OPTIM_ADAGRAD, WEFT_OPTIM_RMSPROP, WEFT_OPTIM_ADAMW};
-    for (int k = 0; k < 4; k++) {
+    weft_optim_kind kinds[] = {WEFT_OPTIM_SGD,     WEFT_OPTIM_ADAGRAD, WEFT_OPTIM_RMSPROP,
+                               WEFT_OPTIM_RMSPROP, WEFT_OPTIM_ADAMW,   WEFT_OPTIM_ADAM};
+    for (int k = 0; k < 6; k++) {
         weft_optim_opts o = weft_optim_defaults(kinds[k]);
-        o.momentum = kinds[k] == WEFT_OPTIM_ADAGRAD || kinds[k] == WEFT_OPTIM_ADAMW ? 0 : 0.9;
+        o.momentum = kinds[k] == WEFT_OPTIM_SGD || k == 2 ? 0.9 : 0;
+        o.centered = k == 3;
+        o.amsgrad = k == 5;
         o.weight_decay = 0.01;
         float *out[2] = {0};
         for (int th = 1; th <= 2; th++) {
@@ -320,8 +323,8 @@ static void test_big_param_threads(void) {
         weft_set_num_threads(2);
         CHECK(memcmp(out[0], out[1], sizeof(float) * n) == 0);
         // reference on a few elements
-        int idx[3] = {0, 77777, (int)n - 1};
-        for (int j = 0; j < 3; j++) {
+        int idx[4] = {0, 77777, 200000 - 17, (int)n - 1};
+        for (int j = 0; j < 4; j++) {
             int i = idx[j];
             double pr = (float)v[i], gr = (float)g[i];
             ref_state st = {0};
