@@ -11,5 +11,7 @@
 #include "weft/data.h"
 #include "weft/io.h"
 #include "weft/model.h"
+#include "weft/optim.h"
+#include "weft/train.h"
 
 #endif

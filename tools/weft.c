@@ -1,37 +1,167 @@
 // The weft command-line tool.
-//   weft version          print the version
-//   weft info             devices, threads, memory
-//   weft ops              list the op table
+//   weft train MODEL.cfg [options]      train a model file (see usage())
+//   weft eval MODEL.cfg --ckpt FILE     evaluate a checkpoint
+//   weft sample MODEL.cfg --ckpt FILE   generate text from a language model
+//   weft info [FILE.safetensors]        build/threads/devices, or a checkpoint's tensors
+//   weft ops                            list the op table
+//   weft version
+// Errors are one line on stderr and a non-zero exit.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <weft.h>
 
 static int usage(void) {
-    fprintf(stderr, "usage: weft <version|info|ops>\n");
+    fprintf(stderr,
+            "usage: weft <command> ...\n"
+            "  train MODEL.cfg [--epochs N] [--steps N] [--batch B] [--lr X] [--threads T] [--seed S]\n"
+            "                  [--ckpt-dir DIR] [--ckpt-every N] [--keep K] [--resume] [--log-dir DIR] [--quiet]\n"
+            "                  [--data-dir DIR] [--text FILE] [--eval-batches N]\n"
+            "  eval MODEL.cfg --ckpt FILE [--threads T] [--data-dir DIR] [--text FILE]\n"
+            "  sample MODEL.cfg --ckpt FILE [--tokens N] [--prompt TEXT] [--temperature T] [--seed S]\n"
+            "  info [FILE.safetensors]\n"
+            "  ops\n"
+            "  version\n");
     return 2;
+}
+
+static char g_err[512]; // a command-line problem (library errors come from weft_last_error)
+
+static int fail(const char *what) {
+    const char *msg = g_err[0] ? g_err : weft_last_error()[0] ? weft_last_error() : "failed";
+    fprintf(stderr, "weft %s: %s\n", what, msg);
+    return 1;
+}
+
+// Options shared by train/eval/sample. Returns argc consumed or -1.
+typedef struct cli {
+    const char *cfg_path, *ckpt, *prompt;
+    int64_t tokens;
+    double temperature;
+    uint64_t sample_seed;
+    weft_train_opts t;
+} cli;
+
+static int parse(int argc, char **argv, weft_model_cfg *cfg, cli *c) {
+    // [net] keys that flags override, with the same validation as the file
+    static const char *const net_flags[][2] = {{"--epochs", "epochs"}, {"--steps", "steps"}, {"--batch", "batch"},
+                                               {"--lr", "lr"},         {"--seed", "seed"},   {"--clip", "clip"}};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool used = false;
+        for (size_t k = 0; k < sizeof net_flags / sizeof net_flags[0]; k++)
+            if (!strcmp(a, net_flags[k][0])) {
+                if (!v) goto missing;
+                if (weft_model_cfg_set(cfg, net_flags[k][1], v)) return -1;
+                if (!strcmp(a, "--seed")) c->sample_seed = strtoull(v, NULL, 10);
+                i++;
+                used = true;
+            }
+        if (used) continue;
+        if (!strcmp(a, "--resume")) c->t.resume = true;
+        else if (!strcmp(a, "--quiet")) c->t.quiet = true;
+        else if (!v) goto missing;
+        else if (!strcmp(a, "--threads")) {
+            int n = atoi(v);
+            if (n <= 0) {
+                snprintf(g_err, sizeof g_err, "--threads: expected a positive number, got '%s'", v);
+                return -1;
+            }
+            weft_set_num_threads(n), i++;
+        } else if (!strcmp(a, "--ckpt-dir")) c->t.ckpt_dir = v, i++;
+        else if (!strcmp(a, "--ckpt-every")) c->t.ckpt_every = atoll(v), i++;
+        else if (!strcmp(a, "--keep")) c->t.keep_last = atoi(v), i++;
+        else if (!strcmp(a, "--log-dir")) c->t.log_dir = v, i++;
+        else if (!strcmp(a, "--data-dir")) c->t.data_dir = v, i++;
+        else if (!strcmp(a, "--text")) c->t.text_path = v, i++;
+        else if (!strcmp(a, "--eval-batches")) c->t.eval_batches = atoll(v), i++;
+        else if (!strcmp(a, "--ckpt")) c->ckpt = v, i++;
+        else if (!strcmp(a, "--prompt")) c->prompt = v, i++;
+        else if (!strcmp(a, "--tokens")) c->tokens = atoll(v), i++;
+        else if (!strcmp(a, "--temperature")) c->temperature = atof(v), i++;
+        else {
+            snprintf(g_err, sizeof g_err, "unknown option '%s' (see weft --help)", a);
+            return -1;
+        }
+        continue;
+    missing:
+        snprintf(g_err, sizeof g_err, "option '%s' needs a value", a);
+        return -1;
+    }
+    return 0;
+}
+
+static int cmd_info_file(const char *path) {
+    weft_safetensors *st = weft_safetensors_load(path);
+    if (!st) return fail("info");
+    int n = weft_safetensors_count(st);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        weft_tensor *t = weft_safetensors_tensor_at(st, i);
+        char shp[128];
+        printf("%-48s %-5s %s\n", weft_safetensors_name_at(st, i), weft_dtype_name(weft_tensor_dtype(t)),
+               weft_tensor_shape_str(t, shp, sizeof shp));
+        total += weft_tensor_numel(t);
+    }
+    for (int i = 0; i < weft_safetensors_meta_count(st); i++)
+        printf("meta %s = %s\n", weft_safetensors_meta_key_at(st, i), weft_safetensors_meta_value_at(st, i));
+    printf("%d tensors, %lld elements\n", n, (long long)total);
+    weft_safetensors_free(st);
+    return 0;
 }
 
 int main(int argc, char **argv) {
     if (argc < 2) return usage();
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "version")) {
-        printf("weft %s\n", weft_version());
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        usage();
         return 0;
     }
-    if (!strcmp(cmd, "info")) {
+    if (!strcmp(cmd, "version")) {
         printf("weft %s\n", weft_version());
-        printf("threads: %d\n", weft_num_threads());
-        printf("devices: cpu x%d, cuda x%d\n", weft_device_count(WEFT_CPU), weft_device_count(WEFT_CUDA));
-        weft_memory_stats st;
-        if (weft_memory_stats_get(WEFT_DEVICE_CPU, &st) == WEFT_OK)
-            printf("cpu memory: %zu bytes in use, %zu cached, peak %zu\n", st.bytes_in_use, st.bytes_cached,
-                   st.peak_bytes_in_use);
         return 0;
     }
     if (!strcmp(cmd, "ops")) {
         for (int i = 0; i < weft_op_count(); i++) printf("%s\n", weft_op_name(i));
         return 0;
     }
-    fprintf(stderr, "weft: unknown command '%s'\n", cmd);
-    return usage();
+    if (!strcmp(cmd, "info")) {
+        if (argc > 2) return cmd_info_file(argv[2]);
+        printf("weft %s\n", weft_version());
+        printf("threads: %d\n", weft_num_threads());
+        printf("devices: cpu x%d, cuda x%d\n", weft_device_count(WEFT_CPU), weft_device_count(WEFT_CUDA));
+        printf("ops: %d\n", weft_op_count());
+        return 0;
+    }
+    if (strcmp(cmd, "train") && strcmp(cmd, "eval") && strcmp(cmd, "sample")) {
+        fprintf(stderr, "weft: unknown command '%s'\n", cmd);
+        return usage();
+    }
+    if (argc < 3 || argv[2][0] == '-') {
+        fprintf(stderr, "weft %s: a model file is needed (e.g. models/fmnist-mlp.cfg)\n", cmd);
+        return 2;
+    }
+    weft_model_cfg *cfg = weft_model_cfg_load(argv[2]);
+    if (!cfg) return fail(cmd);
+    cli c = {.tokens = 200, .temperature = 1.0, .sample_seed = 1};
+    int rc = 0;
+    if (parse(argc - 3, argv + 3, cfg, &c) < 0) {
+        rc = fail(cmd);
+    } else if (!strcmp(cmd, "train")) {
+        weft_train_result r;
+        if (weft_train(cfg, &c.t, &r) != WEFT_OK) rc = fail("train");
+        else weft_train_print_final(stdout, &r);
+    } else if (!c.ckpt) {
+        fprintf(stderr, "weft %s: --ckpt FILE is needed\n", cmd);
+        rc = 2;
+    } else if (!strcmp(cmd, "eval")) {
+        weft_train_result r;
+        if (weft_evaluate(cfg, c.ckpt, &c.t, &r) != WEFT_OK) rc = fail("eval");
+        else weft_train_print_final(stdout, &r);
+    } else {
+        if (weft_sample(cfg, c.ckpt, c.prompt, c.tokens, c.temperature, c.sample_seed, stdout) != WEFT_OK)
+            rc = fail("sample");
+    }
+    weft_model_cfg_free(cfg);
+    return rc;
 }

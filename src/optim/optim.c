@@ -1,0 +1,496 @@
+// Optimisers (SGD, AdaGrad, RMSProp, Adam, AdamW) with PyTorch 1.13's
+// equations, gradient clipping by global norm, learning-rate schedules, and
+// the optimiser state as named tensors for checkpoints.
+//
+// The updates run in place on the parameters' storage through raw pointers
+// (fused loops in optim_kernels.h), so nothing is recorded by autograd and
+// one step makes one pass over each parameter and its state.
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+#include <weft/optim.h>
+
+#include "../tensor/tensor_impl.h"
+
+typedef weft_optim_opts optim_hp;
+
+// The kernels are compiled for several ISAs and picked at run time (the build
+// flags stay portable: -O3, no -march), as the op kernels do; not under the
+// sanitizers. sqrt must not set errno, or the loops do not vectorise.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define OPT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define OPT_CLONES
+#endif
+// Elements per block handed to a thread (fixed, so results do not depend on the thread count).
+#define OPT_BLOCK 16384
+// Elements per sub-block of the loops that take a sqrt (see optim_kernels.h).
+#define OPT_SUB 256
+
+// x[i] = sqrt(x[i]): correctly rounded, as sqrtf/sqrt (negative -> NaN, without errno).
+static void vsqrt_f32(int n, float *x) {
+    int i = 0;
+#ifdef __SSE2__
+    for (; i + 4 <= n; i += 4) _mm_storeu_ps(x + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
+#endif
+    for (; i < n; i++) x[i] = sqrtf(x[i]);
+}
+static void vsqrt_f64(int n, double *x) {
+    int i = 0;
+#ifdef __SSE2__
+    for (; i + 2 <= n; i += 2) _mm_storeu_pd(x + i, _mm_sqrt_pd(_mm_loadu_pd(x + i)));
+#endif
+    for (; i < n; i++) x[i] = sqrt(x[i]);
+}
+
+#define T float
+#define SFX f32
+#include "optim_kernels.h"
+#undef T
+#undef SFX
+#define T double
+#define SFX f64
+#include "optim_kernels.h"
+#undef T
+#undef SFX
+
+// Per-parameter state: up to three tensors shaped like the parameter, plus a
+// 0-d int64 step count (slot 3). Which slots a kind uses is fixed at creation.
+enum { N_SLOTS = 4, SLOT_STEP = 3 };
+
+typedef struct oparam {
+    weft_tensor *param; // a reference
+    char *name;
+    weft_tensor *slot[N_SLOTS]; // NULL when the kind does not use the slot
+} oparam;
+
+struct weft_optim {
+    weft_optim_opts o;
+    const char *kind; // "adam", ... for messages
+    int n;
+    oparam *p;
+    const char *slot_name[N_SLOTS]; // NULL: unused
+    int n_states;
+    int *state_index; // (n_states, 2): param, slot
+    int64_t steps;
+};
+
+static const char *const kind_names[WEFT_OPTIM_NUM_KINDS] = {"sgd", "adagrad", "rmsprop", "adam", "adamw"};
+
+const char *weft_optim_kind_name(weft_optim_kind k) {
+    return (int)k >= 0 && k < WEFT_OPTIM_NUM_KINDS ? kind_names[k] : NULL;
+}
+
+weft_status weft_optim_kind_parse(const char *name, weft_optim_kind *kind) {
+    if (!name || !kind) return weft_error(WEFT_ERR_ARG, "optim: NULL optimiser name");
+    for (int k = 0; k < WEFT_OPTIM_NUM_KINDS; k++) {
+        const char *a = kind_names[k], *b = name;
+        while (*a && tolower((unsigned char)*b) == *a) a++, b++;
+        if (!*a && !*b) {
+            *kind = (weft_optim_kind)k;
+            return WEFT_OK;
+        }
+    }
+    return weft_error(WEFT_ERR_ARG, "optim: unknown optimiser '%s' (sgd, adagrad, rmsprop, adam, adamw)", name);
+}
+
+weft_optim_opts weft_optim_defaults(weft_optim_kind kind) {
+    weft_optim_opts o = {.kind = kind, .beta1 = 0.9, .beta2 = 0.999, .alpha = 0.99};
+    switch (kind) {
+    case WEFT_OPTIM_SGD: o.lr = 1e-3; break; // PyTorch requires an lr; this one is weft's choice
+    case WEFT_OPTIM_ADAGRAD: o.lr = 1e-2, o.eps = 1e-10; break;
+    case WEFT_OPTIM_RMSPROP: o.lr = 1e-2, o.eps = 1e-8; break;
+    case WEFT_OPTIM_ADAM: o.lr = 1e-3, o.eps = 1e-8; break;
+    case WEFT_OPTIM_ADAMW: o.lr = 1e-3, o.eps = 1e-8, o.weight_decay = 1e-2; break;
+    default: break;
+    }
+    return o;
+}
+
+// ---- validation ----
+static bool nonneg(double x) { return x >= 0 && isfinite(x); }
+
+static weft_status check_opts(const weft_optim_opts *o, const char *k) {
+#define BAD(...) return weft_error(WEFT_ERR_ARG, __VA_ARGS__)
+    if (!nonneg(o->lr)) BAD("%s: invalid learning rate %g (need lr >= 0)", k, o->lr);
+    if (!nonneg(o->weight_decay)) BAD("%s: invalid weight_decay %g (need >= 0)", k, o->weight_decay);
+    switch (o->kind) {
+    case WEFT_OPTIM_SGD:
+        if (!nonneg(o->momentum)) BAD("%s: invalid momentum %g (need >= 0)", k, o->momentum);
+        if (!isfinite(o->dampening)) BAD("%s: invalid dampening %g", k, o->dampening);
+        if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
+            BAD("%s: Nesterov momentum requires a momentum and zero dampening", k);
+        break;
+    case WEFT_OPTIM_ADAGRAD:
+        if (!nonneg(o->lr_decay)) BAD("%s: invalid lr_decay %g (need >= 0)", k, o->lr_decay);
+        if (!nonneg(o->initial_accumulator_value))
+            BAD("%s: invalid initial_accumulator_value %g (need >= 0)", k, o->initial_accumulator_value);
+        if (!nonneg(o->eps)) BAD("%s: invalid eps %g (need >= 0)", k, o->eps);
+        break;
+    case WEFT_OPTIM_RMSPROP:
+        if (!nonneg(o->eps)) BAD("%s: invalid eps %g (need >= 0)", k, o->eps);
+        if (!nonneg(o->momentum)) BAD("%s: invalid momentum %g (need >= 0)", k, o->momentum);
+        if (!(o->alpha >= 0 && o->alpha <= 1)) BAD("%s: invalid alpha %g (need 0 <= alpha <= 1)", k, o->alpha);
+        break;
+    case WEFT_OPTIM_ADAM:
+    case WEFT_OPTIM_ADAMW:
+        if (!nonneg(o->eps)) BAD("%s: invalid eps %g (need >= 0)", k, o->eps);
+        if (!(o->beta1 >= 0 && o->beta1 < 1)) BAD("%s: invalid beta1 %g (need 0 <= beta1 < 1)", k, o->beta1);
+        if (!(o->beta2 >= 0 && o->beta2 < 1)) BAD("%s: invalid beta2 %g (need 0 <= beta2 < 1)", k, o->beta2);
+        break;
+    default: BAD("optim: unknown optimiser kind %d", (int)o->kind);
+    }
+#undef BAD
+    return WEFT_OK;
+}
+
+// ---- creation ----
+static void set_slots(weft_optim *opt) {
+    const weft_optim_opts *o = &opt->o;
+    const char **s = opt->slot_name;
+    switch (o->kind) {
+    case WEFT_OPTIM_SGD:
+        if (o->momentum != 0) s[0] = "momentum_buffer";
+        break;
+    case WEFT_OPTIM_ADAGRAD: s[0] = "sum"; break;
+    case WEFT_OPTIM_RMSPROP:
+        s[0] = "square_avg";
+        if (o->momentum > 0) s[1] = "momentum_buffer";
+        if (o->centered) s[2] = "grad_avg";
+        break;
+    default: // adam, adamw
+        s[0] = "exp_avg", s[1] = "exp_avg_sq";
+        if (o->amsgrad) s[2] = "max_exp_avg_sq";
+        break;
+    }
+    s[SLOT_STEP] = "step";
+}
+
+weft_optim *weft_optim_create(const weft_optim_opts *o, int n, weft_tensor *const *params,
+                              const char *const *names) {
+    if (!o) return weft_error_null(WEFT_ERR_ARG, "optim_create: NULL options");
+    const char *k = weft_optim_kind_name(o->kind);
+    if (!k) return weft_error_null(WEFT_ERR_ARG, "optim_create: unknown optimiser kind %d", (int)o->kind);
+    if (n <= 0 || !params) return weft_error_null(WEFT_ERR_ARG, "%s: empty parameter list", k);
+    if (check_opts(o, k) != WEFT_OK) return NULL;
+    for (int i = 0; i < n; i++) {
+        const weft_tensor *t = params[i];
+        if (!t) return weft_error_null(WEFT_ERR_ARG, "%s: parameter %d is NULL", k, i);
+        const char *nm = names ? names[i] : "";
+        if (names && (!names[i] || !names[i][0]))
+            return weft_error_null(WEFT_ERR_ARG, "%s: parameter %d has no name", k, i);
+        if (t->grad_fn)
+            return weft_error_null(WEFT_ERR_ARG, "%s: parameter %d '%s' is not a leaf (output of %s)", k, i, nm,
+                                   weft_tensor_grad_fn_name(t));
+        if (t->dtype != WEFT_F32 && t->dtype != WEFT_F64)
+            return weft_error_null(WEFT_ERR_DTYPE, "%s: parameter %d '%s' is %s (need f32 or f64)", k, i, nm,
+                                   weft_dtype_name((weft_dtype)t->dtype));
+        if (t->device.type != WEFT_CPU)
+            return weft_error_null(WEFT_ERR_DEVICE, "%s: parameter %d '%s' is not on the CPU", k, i, nm);
+        if (!weft_tensor_is_contiguous(t))
+            return weft_error_null(WEFT_ERR_ARG, "%s: parameter %d '%s' is not contiguous", k, i, nm);
+        for (int j = 0; j < i; j++) {
+            if (params[j] == t) return weft_error_null(WEFT_ERR_ARG, "%s: parameter %d '%s' is listed twice", k, i, nm);
+            if (names && strcmp(names[j], names[i]) == 0)
+                return weft_error_null(WEFT_ERR_ARG, "%s: two parameters are named '%s'", k, nm);
+        }
+    }
+    weft_optim *opt = calloc(1, sizeof *opt);
+    if (!opt || !(opt->p = calloc((size_t)n, sizeof(oparam)))) {
+        free(opt);
+        return weft_error_null(WEFT_ERR_OOM, "%s: out of memory", k);
+    }
+    opt->o = *o;
+    opt->kind = k;
+    opt->n = n;
+    set_slots(opt);
+    int used = 0;
+    for (int s = 0; s < N_SLOTS; s++) used += opt->slot_name[s] != NULL;
+    opt->n_states = used * n;
+    opt->state_index = malloc(sizeof(int) * 2 * (size_t)opt->n_states);
+    bool ok = opt->state_index != NULL;
+    int si = 0;
+    for (int i = 0; ok && i < n; i++) {
+        oparam *p = &opt->p[i];
+        p->param = weft_tensor_ref(params[i]);
+        char buf[24];
+        if (!names) snprintf(buf, sizeof buf, "%d", i);
+        p->name = strdup(names ? names[i] : buf);
+        ok = p->name != NULL;
+        for (int s = 0; ok && s < N_SLOTS; s++) {
+            if (!opt->slot_name[s]) continue;
+            if (s == SLOT_STEP) p->slot[s] = weft_tensor_scalar(0, WEFT_I64);
+            else {
+                // AdaGrad's sum starts at initial_accumulator_value (eagerly, as PyTorch); the rest at 0.
+                double init = o->kind == WEFT_OPTIM_ADAGRAD ? o->initial_accumulator_value : 0;
+                p->slot[s] = weft_tensor_full(p->param->ndim, p->param->sizes, (weft_dtype)p->param->dtype, init);
+            }
+            ok = p->slot[s] != NULL;
+            opt->state_index[2 * si] = i, opt->state_index[2 * si + 1] = s;
+            si++;
+        }
+    }
+    if (!ok) {
+        weft_optim_free(opt);
+        return weft_error_null(WEFT_ERR_OOM, "%s: out of memory for the optimiser state", k);
+    }
+    return opt;
+}
+
+void weft_optim_free(weft_optim *opt) {
+    if (!opt) return;
+    for (int i = 0; opt->p && i < opt->n; i++) {
+        weft_tensor_free(opt->p[i].param);
+        free(opt->p[i].name);
+        for (int s = 0; s < N_SLOTS; s++) weft_tensor_free(opt->p[i].slot[s]);
+    }
+    free(opt->p);
+    free(opt->state_index);
+    free(opt);
+}
+
+// ---- the update ----
+#define SLOT_PTR(T, p, s) ((p)->slot[s] ? WEFT_PTR(T, (p)->slot[s]) : NULL)
+
+static void update_one(weft_optim *opt, oparam *p, const weft_tensor *g) {
+    const weft_optim_opts *o = &opt->o;
+    int64_t *stepp = WEFT_PTR(int64_t, p->slot[SLOT_STEP]);
+    int64_t step = ++*stepp; // this parameter's update count, 1 on its first update
+    int64_t n = p->param->numel;
+    bool f32 = p->param->dtype == WEFT_F32;
+    void *pp = weft_tensor_ptr(p->param);
+    const void *gp = weft_tensor_ptr(g);
+    switch (o->kind) {
+    case WEFT_OPTIM_SGD:
+        if (f32) sgd_f32(n, pp, gp, SLOT_PTR(float, p, 0), o, step == 1);
+        else sgd_f64(n, pp, gp, SLOT_PTR(double, p, 0), o, step == 1);
+        break;
+    case WEFT_OPTIM_ADAGRAD: {
+        double clr = o->lr / (1 + (double)(step - 1) * o->lr_decay);
+        if (f32) adagrad_f32(n, pp, gp, SLOT_PTR(float, p, 0), o, clr);
+        else adagrad_f64(n, pp, gp, SLOT_PTR(double, p, 0), o, clr);
+        break;
+    }
+    case WEFT_OPTIM_RMSPROP:
+        if (f32)
+            rmsprop_f32(n, pp, gp, SLOT_PTR(float, p, 0), SLOT_PTR(float, p, 2), SLOT_PTR(float, p, 1), o);
+        else
+            rmsprop_f64(n, pp, gp, SLOT_PTR(double, p, 0), SLOT_PTR(double, p, 2), SLOT_PTR(double, p, 1), o);
+        break;
+    default: { // adam, adamw
+        double bc1 = 1 - pow(o->beta1, (double)step), bc2 = 1 - pow(o->beta2, (double)step);
+        double step_size = o->lr / bc1, bc2_sqrt = sqrt(bc2);
+        bool decoupled = o->kind == WEFT_OPTIM_ADAMW;
+        if (f32)
+            adam_f32(n, pp, gp, SLOT_PTR(float, p, 0), SLOT_PTR(float, p, 1), SLOT_PTR(float, p, 2), o, decoupled,
+                     step_size, bc2_sqrt);
+        else
+            adam_f64(n, pp, gp, SLOT_PTR(double, p, 0), SLOT_PTR(double, p, 1), SLOT_PTR(double, p, 2), o,
+                     decoupled, step_size, bc2_sqrt);
+        break;
+    }
+    }
+}
+
+weft_status weft_optim_step(weft_optim *opt) {
+    if (!opt) return weft_error(WEFT_ERR_ARG, "optim_step: NULL optimiser");
+    // Check every gradient first, so a bad one leaves all parameters untouched.
+    for (int i = 0; i < opt->n; i++) {
+        const weft_tensor *t = opt->p[i].param, *g = t->grad;
+        if (g && (g->dtype != t->dtype || !weft_shape_equal(g->ndim, g->sizes, t->ndim, t->sizes) ||
+                  g->device.type != WEFT_CPU)) {
+            char a[96], b[96];
+            return weft_error(WEFT_ERR_SHAPE, "%s: gradient of '%s' is %s %s, expected %s %s", opt->kind,
+                              opt->p[i].name, weft_dtype_name((weft_dtype)g->dtype), weft_tensor_shape_str(g, a, sizeof a),
+                              weft_dtype_name((weft_dtype)t->dtype), weft_tensor_shape_str(t, b, sizeof b));
+        }
+    }
+    for (int i = 0; i < opt->n; i++) {
+        oparam *p = &opt->p[i];
+        weft_tensor *g = p->param->grad;
+        if (!g) continue; // as PyTorch: no gradient, no update, no step
+        // A stolen gradient may be a strided view: read a contiguous copy.
+        weft_tensor *gc = weft_tensor_is_contiguous(g) ? weft_tensor_ref(g) : weft_tensor_contiguous(g);
+        if (!gc) return weft_error(weft_last_status(), "%s: %s", opt->kind, weft_last_error());
+        update_one(opt, p, gc);
+        weft_tensor_free(gc);
+    }
+    opt->steps++;
+    return WEFT_OK;
+}
+
+void weft_optim_zero_grad(weft_optim *opt) {
+    if (!opt) return;
+    for (int i = 0; i < opt->n; i++) weft_tensor_zero_grad(opt->p[i].param);
+}
+
+double weft_optim_get_lr(const weft_optim *opt) { return opt ? opt->o.lr : NAN; }
+void weft_optim_set_lr(weft_optim *opt, double lr) {
+    if (opt) opt->o.lr = lr;
+}
+weft_optim_kind weft_optim_get_kind(const weft_optim *opt) { return opt ? opt->o.kind : WEFT_OPTIM_NUM_KINDS; }
+const weft_optim_opts *weft_optim_get_opts(const weft_optim *opt) { return opt ? &opt->o : NULL; }
+int weft_optim_param_count(const weft_optim *opt) { return opt ? opt->n : 0; }
+int64_t weft_optim_step_count(const weft_optim *opt) { return opt ? opt->steps : 0; }
+void weft_optim_set_step_count(weft_optim *opt, int64_t steps) {
+    if (opt) opt->steps = steps;
+}
+
+// ---- state for checkpoints ----
+int weft_optim_state_count(const weft_optim *opt) { return opt ? opt->n_states : 0; }
+
+weft_tensor *weft_optim_state_at(const weft_optim *opt, int i, char *name, size_t name_len) {
+    if (!opt || i < 0 || i >= opt->n_states) {
+        if (name && name_len) name[0] = 0;
+        return weft_error_null(WEFT_ERR_ARG, "optim_state_at: index %d out of range", i);
+    }
+    const oparam *p = &opt->p[opt->state_index[2 * i]];
+    int s = opt->state_index[2 * i + 1];
+    if (name && name_len) snprintf(name, name_len, "%s.%s", p->name, opt->slot_name[s]);
+    return p->slot[s];
+}
+
+weft_tensor *weft_optim_state_find(const weft_optim *opt, const char *name) {
+    if (!opt || !name) return NULL;
+    for (int i = 0; i < opt->n_states; i++) {
+        const oparam *p = &opt->p[opt->state_index[2 * i]];
+        int s = opt->state_index[2 * i + 1];
+        size_t l = strlen(p->name);
+        // state names have no dots, so "<param>.<state>" splits one way only
+        if (strncmp(name, p->name, l) == 0 && name[l] == '.' && strcmp(name + l + 1, opt->slot_name[s]) == 0)
+            return p->slot[s];
+    }
+    return NULL;
+}
+
+static weft_status check_fits(const weft_optim *opt, const char *name, const weft_tensor *dst,
+                              const weft_tensor *v) {
+    if (!dst) return weft_error(WEFT_ERR_FORMAT, "%s: no optimiser state named '%s'", opt->kind, name);
+    if (!v) return weft_error(WEFT_ERR_FORMAT, "%s: optimiser state '%s' is missing", opt->kind, name);
+    if (!weft_shape_equal(dst->ndim, dst->sizes, v->ndim, v->sizes)) {
+        char a[96], b[96];
+        return weft_error(WEFT_ERR_SHAPE, "%s: optimiser state '%s' has shape %s, expected %s", opt->kind, name,
+                          weft_tensor_shape_str(v, a, sizeof a), weft_tensor_shape_str(dst, b, sizeof b));
+    }
+    return WEFT_OK;
+}
+
+weft_status weft_optim_state_set(weft_optim *opt, const char *name, const weft_tensor *value) {
+    if (!opt || !name) return weft_error(WEFT_ERR_ARG, "optim_state_set: NULL argument");
+    weft_tensor *dst = weft_optim_state_find(opt, name);
+    weft_status st = check_fits(opt, name, dst, value);
+    return st != WEFT_OK ? st : weft_tensor_copy_(dst, value);
+}
+
+weft_status weft_optim_load_state(weft_optim *opt, weft_optim_lookup_fn lookup, void *user) {
+    if (!opt || !lookup) return weft_error(WEFT_ERR_ARG, "optim_load_state: NULL argument");
+    char name[512];
+    for (int pass = 0; pass < 2; pass++) { // pass 0 checks everything, pass 1 copies
+        for (int i = 0; i < opt->n_states; i++) {
+            weft_tensor *dst = weft_optim_state_at(opt, i, name, sizeof name);
+            const weft_tensor *v = lookup(name, user);
+            weft_status st = pass == 0 ? check_fits(opt, name, dst, v) : weft_tensor_copy_(dst, v);
+            if (st != WEFT_OK) return st;
+        }
+    }
+    return WEFT_OK;
+}
+
+// ---- gradient clipping ----
+double weft_clip_grad_norm(int n, weft_tensor *const *params, double max_norm) {
+    if (n < 0 || (n > 0 && !params)) {
+        weft_error(WEFT_ERR_ARG, "clip_grad_norm: bad parameter list");
+        return -1;
+    }
+    if (!(max_norm >= 0)) {
+        weft_error(WEFT_ERR_ARG, "clip_grad_norm: invalid max_norm %g (need >= 0)", max_norm);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        weft_tensor *t = params[i], *g = t ? t->grad : NULL;
+        if (!t) {
+            weft_error(WEFT_ERR_ARG, "clip_grad_norm: parameter %d is NULL", i);
+            return -1;
+        }
+        if (!g) continue;
+        if ((g->dtype != WEFT_F32 && g->dtype != WEFT_F64) || g->device.type != WEFT_CPU) {
+            weft_error(WEFT_ERR_DTYPE, "clip_grad_norm: gradient of parameter %d is %s (need f32 or f64 on the CPU)",
+                       i, weft_dtype_name((weft_dtype)g->dtype));
+            return -1;
+        }
+        if (!weft_tensor_is_contiguous(g)) { // scaled in place below: make the stored gradient contiguous
+            weft_tensor *c = weft_tensor_contiguous(g);
+            if (!c || weft_tensor_set_grad(t, c) != WEFT_OK) {
+                weft_tensor_free(c);
+                return -1;
+            }
+            weft_tensor_free(c);
+        }
+    }
+    double total = 0; // summed in parameter order: deterministic
+    for (int i = 0; i < n; i++) {
+        const weft_tensor *g = params[i]->grad;
+        if (!g) continue;
+        total += g->dtype == WEFT_F32 ? sumsq_f32(g->numel, WEFT_PTR(float, g))
+                                      : sumsq_f64(g->numel, WEFT_PTR(double, g));
+    }
+    double norm = sqrt(total);
+    double coef = max_norm / (norm + 1e-6);
+    if (coef < 1) { // false for a NaN norm: leave the gradients alone (the trainer checks the loss)
+        for (int i = 0; i < n; i++) {
+            weft_tensor *g = params[i]->grad;
+            if (!g) continue;
+            if (g->dtype == WEFT_F32) scale_f32(g->numel, WEFT_PTR(float, g), (float)coef);
+            else scale_f64(g->numel, WEFT_PTR(double, g), coef);
+        }
+    }
+    return norm;
+}
+
+// ---- learning-rate schedules ----
+double weft_lr_at(const weft_lr_schedule *s, int64_t step) {
+    if (!s) return NAN;
+    if (step < 0) step = 0;
+    switch (s->kind) {
+    case WEFT_LR_STEP:
+        if (s->step_size <= 0) return s->base_lr;
+        return s->base_lr * pow(s->gamma, (double)(step / s->step_size));
+    case WEFT_LR_COSINE:
+        if (step < s->warmup_steps) return s->base_lr * (double)step / (double)s->warmup_steps;
+        if (step >= s->total_steps) return s->min_lr;
+        {
+            double progress = (double)(step - s->warmup_steps) / (double)(s->total_steps - s->warmup_steps);
+            return s->min_lr + (s->base_lr - s->min_lr) * 0.5 * (1 + cos(M_PI * progress));
+        }
+    default: return s->base_lr;
+    }
+}
+
+weft_status weft_lr_schedule_check(const weft_lr_schedule *s) {
+    if (!s) return weft_error(WEFT_ERR_ARG, "lr schedule: NULL");
+    if (!nonneg(s->base_lr)) return weft_error(WEFT_ERR_ARG, "lr schedule: invalid base lr %g (need >= 0)", s->base_lr);
+    switch (s->kind) {
+    case WEFT_LR_CONSTANT: return WEFT_OK;
+    case WEFT_LR_STEP:
+        if (s->step_size <= 0)
+            return weft_error(WEFT_ERR_ARG, "lr schedule step: step_size %lld (need > 0)", (long long)s->step_size);
+        if (!nonneg(s->gamma)) return weft_error(WEFT_ERR_ARG, "lr schedule step: invalid gamma %g", s->gamma);
+        return WEFT_OK;
+    case WEFT_LR_COSINE:
+        if (s->warmup_steps < 0 || s->total_steps <= 0 || s->total_steps < s->warmup_steps)
+            return weft_error(WEFT_ERR_ARG, "lr schedule cosine: need 0 <= warmup_steps (%lld) <= total_steps (%lld), total > 0",
+                              (long long)s->warmup_steps, (long long)s->total_steps);
+        if (!nonneg(s->min_lr) || s->min_lr > s->base_lr)
+            return weft_error(WEFT_ERR_ARG, "lr schedule cosine: invalid min_lr %g (need 0 <= min_lr <= base lr %g)",
+                              s->min_lr, s->base_lr);
+        return WEFT_OK;
+    default: return weft_error(WEFT_ERR_ARG, "lr schedule: unknown kind %d", (int)s->kind);
+    }
+}

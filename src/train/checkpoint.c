@@ -1,0 +1,160 @@
+// Training checkpoints: everything needed to continue bit-identically.
+//   tensors   model.<name>        parameters and buffers
+//             optim.<param>.<s>   optimiser state (exp_avg, step, ...)
+//   metadata  step, epoch, loader_epoch, loader_index, dropout_seed, dropout_offset, model
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/core_impl.h"
+#include "train_impl.h"
+
+typedef struct {
+    int n, cap;
+    char **names;
+    weft_tensor **ts;
+} list;
+
+static bool list_add(list *l, const char *name, weft_tensor *t) {
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 64;
+        char **nn = realloc(l->names, sizeof(char *) * (size_t)cap);
+        if (nn) l->names = nn;
+        weft_tensor **nt = realloc(l->ts, sizeof(weft_tensor *) * (size_t)cap);
+        if (nt) l->ts = nt;
+        if (!nn || !nt) return false;
+        l->cap = cap;
+    }
+    l->names[l->n] = strdup(name);
+    l->ts[l->n] = t;
+    return l->names[l->n++] != NULL;
+}
+static void list_free(list *l) {
+    for (int i = 0; i < l->n; i++) free(l->names[i]);
+    free(l->names);
+    free(l->ts);
+}
+
+weft_status weft_run_save(weft_run *r) {
+    list l = {0};
+    char name[512];
+    bool ok = true;
+    for (int i = 0; ok && i < r->n_params; i++) ok = list_add(&l, r->names[i], r->params[i]);
+    int nb = weft_module_buffer_count(r->net);
+    for (int i = 0; ok && i < nb; i++) {
+        strcpy(name, "model.");
+        weft_tensor *b = weft_module_buffer_at(r->net, i, name + 6, sizeof name - 6);
+        ok = list_add(&l, name, b);
+    }
+    int ns = weft_optim_state_count(r->optim);
+    for (int i = 0; ok && i < ns; i++) {
+        strcpy(name, "optim.");
+        weft_tensor *s = weft_optim_state_at(r->optim, i, name + 6, sizeof name - 6);
+        ok = list_add(&l, name, s);
+    }
+    if (!ok) {
+        list_free(&l);
+        return weft_error(WEFT_ERR_OOM, "checkpoint: out of memory");
+    }
+    int64_t le = 0, li = 0;
+    if (r->loader) weft_loader_position(r->loader, &le, &li);
+    uint64_t dseed, doff;
+    weft_generator_get_state(r->dropout_gen, &dseed, &doff);
+    char v[7][32];
+    snprintf(v[0], 32, "%" PRId64, r->step);
+    snprintf(v[1], 32, "%" PRId64, r->epoch);
+    snprintf(v[2], 32, "%" PRId64, le);
+    snprintf(v[3], 32, "%" PRId64, li);
+    snprintf(v[4], 32, "%" PRIu64, dseed);
+    snprintf(v[5], 32, "%" PRIu64, doff);
+    snprintf(v[6], 32, "%.31s", r->cfg->net.name);
+    const char *keys[] = {"step", "epoch", "loader_epoch", "loader_index", "dropout_seed", "dropout_offset", "model"};
+    const char *vals[] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+    char path[1024];
+    weft_status st = weft_mkdirs(r->opts.ckpt_dir);
+    if (!st) {
+        weft_ckpt_path(r->opts.ckpt_dir, r->step, path, sizeof path);
+        st = weft_safetensors_save(path, l.n, (const char *const *)l.names, l.ts, 7, keys, vals);
+    }
+    list_free(&l);
+    return st;
+}
+
+static bool meta_u64(const weft_safetensors *st, const char *key, uint64_t *out) {
+    const char *s = weft_safetensors_meta(st, key);
+    if (!s || *s == '-') return false;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10); // generator seeds use all 64 bits
+    if (end == s || *end) return false;
+    *out = v;
+    return true;
+}
+static bool meta_i64(const weft_safetensors *st, const char *key, int64_t *out) {
+    uint64_t v;
+    if (!meta_u64(st, key, &v) || v > (uint64_t)INT64_MAX) return false;
+    *out = (int64_t)v;
+    return true;
+}
+
+// Copy every parameter and buffer of the model from the file.
+static weft_status load_model(weft_run *r, const weft_safetensors *st, const char *path) {
+    char name[512];
+    for (int i = 0; i < r->n_params; i++) {
+        weft_status s = weft_safetensors_copy_to(st, r->names[i], r->params[i]);
+        if (s) return weft_error(s, "%s: %s", path, weft_last_error());
+    }
+    int nb = weft_module_buffer_count(r->net);
+    for (int i = 0; i < nb; i++) {
+        strcpy(name, "model.");
+        weft_tensor *b = weft_module_buffer_at(r->net, i, name + 6, sizeof name - 6);
+        weft_status s = weft_safetensors_copy_to(st, name, b);
+        if (s) return weft_error(s, "%s: %s", path, weft_last_error());
+    }
+    return WEFT_OK;
+}
+
+static const weft_tensor *optim_lookup(const char *name, void *user) {
+    char full[512];
+    snprintf(full, sizeof full, "optim.%s", name);
+    return weft_safetensors_find((const weft_safetensors *)user, full);
+}
+
+weft_status weft_run_load_weights(weft_run *r, const char *path) {
+    weft_safetensors *st = weft_safetensors_load(path);
+    if (!st) return weft_last_status();
+    weft_status s = load_model(r, st, path);
+    weft_safetensors_free(st);
+    return s;
+}
+
+weft_status weft_run_resume(weft_run *r) {
+    int64_t step;
+    char path[1024];
+    weft_status s = weft_ckpt_latest(r->opts.ckpt_dir, &step, path, sizeof path);
+    if (s) return s;
+    if (step < 0) return WEFT_OK; // nothing to resume from: start fresh
+    weft_safetensors *st = weft_safetensors_load(path);
+    if (!st) return weft_last_status();
+    int64_t epoch, le, li;
+    uint64_t dseed, doff;
+    if (!meta_i64(st, "step", &step) || !meta_i64(st, "epoch", &epoch) || !meta_i64(st, "loader_epoch", &le) ||
+        !meta_i64(st, "loader_index", &li) || !meta_u64(st, "dropout_seed", &dseed) ||
+        !meta_u64(st, "dropout_offset", &doff)) {
+        weft_safetensors_free(st);
+        return weft_error(WEFT_ERR_FORMAT, "%s: not a weft training checkpoint (metadata missing)", path);
+    }
+    s = load_model(r, st, path);
+    if (!s) {
+        s = weft_optim_load_state(r->optim, optim_lookup, st);
+        if (s) s = weft_error(s, "%s: %s", path, weft_last_error());
+    }
+    weft_safetensors_free(st);
+    if (s) return s;
+    weft_optim_set_step_count(r->optim, step);
+    weft_generator_set_state(r->dropout_gen, dseed, doff);
+    r->step = step;
+    r->epoch = epoch;
+    if (r->loader) return weft_loader_set_position(r->loader, le, li);
+    return WEFT_OK;
+}

@@ -1,0 +1,250 @@
+// Training from model files: learning on a small synthetic Fashion-MNIST,
+// bit-identical resume (2N steps vs N + resume + N), NaN loss handling,
+// checkpoint errors, eval, a tiny language model, and the hinge loss.
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "weft_test.h"
+
+static char g_dir[256];
+
+static void put_be32(FILE *f, uint32_t v) {
+    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
+    fwrite(b, 1, 4, f);
+}
+
+// n images whose label k shows as a bright horizontal band at rows 2k..2k+2 (plus noise).
+static void write_split(const char *pre, int n, uint32_t seed) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s-images-idx3-ubyte", g_dir, pre);
+    FILE *fi = fopen(p, "wb");
+    snprintf(p, sizeof p, "%s/%s-labels-idx1-ubyte", g_dir, pre);
+    FILE *fl = fopen(p, "wb");
+    put_be32(fi, 0x803);
+    put_be32(fi, (uint32_t)n);
+    put_be32(fi, 28);
+    put_be32(fi, 28);
+    put_be32(fl, 0x801);
+    put_be32(fl, (uint32_t)n);
+    uint32_t s = seed;
+    for (int i = 0; i < n; i++) {
+        int k = (int)(i % 10);
+        for (int r = 0; r < 28; r++)
+            for (int c = 0; c < 28; c++) {
+                s = s * 1664525u + 1013904223u;
+                int v = (int)(s >> 26); // noise 0..63
+                if (r >= 2 * k + 4 && r < 2 * k + 7) v += 150;
+                fputc(v, fi);
+            }
+        fputc(k, fl);
+    }
+    fclose(fi);
+    fclose(fl);
+}
+
+static const char *k_mlp = "[net]\ndataset = fmnist\nbatch = 32\nepochs = 3\noptimizer = adam\nlr = 1e-3\nseed = 5\n"
+                           "[flatten]\n[linear]\nout = 32\n[relu]\n[dropout]\np = 0.2\n[linear]\nout = 10\n";
+
+static weft_model_cfg *cfg_of(const char *text) { return weft_model_cfg_parse(text, strlen(text), "test.cfg"); }
+
+static weft_train_opts opts_in(const char *ckdir) {
+    weft_train_opts o = {.ckpt_dir = ckdir, .quiet = true, .data_dir = g_dir, .keep_last = 10};
+    return o;
+}
+
+// Every tensor of two checkpoint files is bit-identical.
+static bool same_ckpt(const char *a, const char *b) {
+    weft_safetensors *x = weft_safetensors_load(a), *y = weft_safetensors_load(b);
+    bool ok = x && y && weft_safetensors_count(x) == weft_safetensors_count(y);
+    for (int i = 0; ok && i < weft_safetensors_count(x); i++) {
+        weft_tensor *t = weft_safetensors_tensor_at(x, i), *u = weft_safetensors_find(y, weft_safetensors_name_at(x, i));
+        ok = u && weft_tensor_numel(t) == weft_tensor_numel(u) && weft_tensor_dtype(t) == weft_tensor_dtype(u) &&
+             !memcmp(weft_tensor_data(t), weft_tensor_data(u),
+                     (size_t)weft_tensor_numel(t) * weft_dtype_size(weft_tensor_dtype(t)));
+        if (!ok) fprintf(stderr, "checkpoints differ at %s\n", weft_safetensors_name_at(x, i));
+    }
+    weft_safetensors_free(x);
+    weft_safetensors_free(y);
+    return ok;
+}
+
+static void test_learns_and_evaluates(void) {
+    weft_model_cfg *cfg = cfg_of(k_mlp);
+    CHECK(cfg != NULL);
+    char ck[300];
+    snprintf(ck, sizeof ck, "%s/ck_learn", g_dir);
+    weft_train_opts o = opts_in(ck);
+    char logd[300];
+    snprintf(logd, sizeof logd, "%s/logs", g_dir);
+    o.log_dir = logd;
+    weft_train_result r;
+    CHECK(weft_train(cfg, &o, &r) == WEFT_OK);
+    CHECK(!r.language_model && r.epochs == 3 && r.steps == 3 * 16); // 500 samples / 32 -> 16 batches
+    if (r.steps != 48 || r.epochs != 3) fprintf(stderr, "epochs %lld steps %lld\n", (long long)r.epochs, (long long)r.steps);
+    if (r.steps != 48) fprintf(stderr, "epochs %lld steps %lld\n", (long long)r.epochs, (long long)r.steps);
+    CHECK(r.test_acc > 0.9);     // the bands are easy to tell apart
+    CHECK(r.test_loss < 0.5);
+    CHECK(r.samples_per_s > 0);
+    // eval of the last checkpoint reproduces the final test numbers
+    char path[512];
+    int64_t step;
+    CHECK(weft_ckpt_latest(ck, &step, path, sizeof path) == WEFT_OK && step == 48);
+    weft_train_result e;
+    CHECK(weft_evaluate(cfg, path, &o, &e) == WEFT_OK);
+    CHECK_NEAR(e.test_loss, r.test_loss, 1e-9);
+    CHECK_NEAR(e.test_acc, r.test_acc, 1e-12);
+    // metrics were written: a CSV with a header and an event file
+    char csv[512];
+    snprintf(csv, sizeof csv, "%s/metrics.csv", logd);
+    FILE *f = fopen(csv, "r");
+    char line[256] = "";
+    CHECK(f && fgets(line, sizeof line, f) && !strncmp(line, "step,epoch,train_loss,test_loss,test_acc", 40));
+    if (f) fclose(f);
+    weft_model_cfg_free(cfg);
+}
+
+static void test_resume_bit_identical(void) {
+    weft_model_cfg *cfg = cfg_of(k_mlp);
+    char a[300], b[300], pa[512], pb[512];
+    snprintf(a, sizeof a, "%s/ck_a", g_dir);
+    snprintf(b, sizeof b, "%s/ck_b", g_dir);
+    weft_train_result r;
+    // 2N = 24 steps in one go (crosses an epoch end at 16)
+    CHECK(weft_model_cfg_set(cfg, "steps", "24") == WEFT_OK);
+    weft_train_opts oa = opts_in(a);
+    oa.ckpt_every = 12;
+    CHECK(weft_train(cfg, &oa, &r) == WEFT_OK && r.steps == 24);
+    // N = 12, then resume to 24
+    CHECK(weft_model_cfg_set(cfg, "steps", "12") == WEFT_OK);
+    weft_train_opts ob = opts_in(b);
+    CHECK(weft_train(cfg, &ob, &r) == WEFT_OK && r.steps == 12);
+    char a12[512], b12[512];
+    snprintf(a12, sizeof a12, "%s/ckpt-000012.safetensors", a);
+    snprintf(b12, sizeof b12, "%s/ckpt-000012.safetensors", b);
+    CHECK(same_ckpt(a12, b12));
+    CHECK(weft_model_cfg_set(cfg, "steps", "24") == WEFT_OK);
+    ob.resume = true;
+    CHECK(weft_train(cfg, &ob, &r) == WEFT_OK && r.steps == 24);
+    int64_t sa, sb;
+    CHECK(weft_ckpt_latest(a, &sa, pa, sizeof pa) == WEFT_OK && weft_ckpt_latest(b, &sb, pb, sizeof pb) == WEFT_OK);
+    CHECK(sa == 24 && sb == 24);
+    CHECK(same_ckpt(pa, pb));
+    // a corrupt latest checkpoint: resume fails with a message naming the file
+    FILE *f = fopen(pb, "r+b");
+    if (f) {
+        fseek(f, 0, SEEK_SET);
+        fputc(0xff, f);
+        fputc(0xff, f);
+        fclose(f);
+    }
+    CHECK(weft_train(cfg, &ob, &r) != WEFT_OK && strstr(weft_last_error(), "ckpt-000024"));
+    weft_model_cfg_free(cfg);
+}
+
+static void test_nan_loss_stops(void) {
+    // Two stacked linear layers at a huge learning rate: each step multiplies
+    // the weights' scale, so the logits overflow to inf within a few steps.
+    const char *text = "[net]\ndataset = fmnist\nbatch = 32\nepochs = 2\noptimizer = sgd\nlr = 1000\nseed = 1\n"
+                       "[flatten]\n[linear]\nout = 64\n[linear]\nout = 10\n";
+    weft_model_cfg *cfg = cfg_of(text);
+    char ck[300];
+    snprintf(ck, sizeof ck, "%s/ck_nan", g_dir);
+    weft_train_opts o = opts_in(ck);
+    o.ckpt_every = 1;
+    weft_train_result r;
+    weft_status st = weft_train(cfg, &o, &r);
+    CHECK(st != WEFT_OK);
+    CHECK(strstr(weft_last_error(), "step") && (strstr(weft_last_error(), "NaN") || strstr(weft_last_error(), "infinite")));
+    // the checkpoints left are from good steps only: the latest one loads and is finite
+    int64_t step;
+    char path[512];
+    CHECK(weft_ckpt_latest(ck, &step, path, sizeof path) == WEFT_OK);
+    if (step > 0) {
+        weft_safetensors *s = weft_safetensors_load(path);
+        weft_tensor *w = s ? weft_safetensors_find(s, "model.2.weight") : NULL;
+        CHECK(w != NULL);
+        if (w) {
+            float *v = weft_tensor_data(w);
+            bool finite = true;
+            for (int64_t i = 0; i < weft_tensor_numel(w); i++) finite &= isfinite(v[i]);
+            CHECK(finite);
+        }
+        weft_safetensors_free(s);
+    }
+    weft_model_cfg_free(cfg);
+}
+
+static void test_language_model(void) {
+    char txt[300];
+    snprintf(txt, sizeof txt, "%s/text.txt", g_dir);
+    FILE *f = fopen(txt, "w");
+    for (int i = 0; i < 400; i++) fputs("In the beginning God created the heaven and the earth. ", f);
+    fclose(f);
+    const char *text = "[net]\ndataset = kjv\ncontext = 16\nbatch = 8\nsteps = 60\noptimizer = adamw\nlr = 3e-3\n"
+                       "seed = 2\n[embedding]\nvocab = 256\ndim = 32\nposition = learned\n[transformer]\nheads = 2\n"
+                       "blocks = 1\n[layernorm]\n[linear]\nout = vocab\n";
+    weft_model_cfg *cfg = cfg_of(text);
+    CHECK(cfg != NULL);
+    if (!cfg) {
+        fprintf(stderr, "%s\n", weft_last_error());
+        return;
+    }
+    char ck[300];
+    snprintf(ck, sizeof ck, "%s/ck_lm", g_dir);
+    weft_train_opts o = opts_in(ck);
+    o.text_path = txt;
+    o.eval_batches = 4;
+    weft_train_result r;
+    CHECK(weft_train(cfg, &o, &r) == WEFT_OK);
+    CHECK(r.language_model && r.steps == 60 && r.tokens_per_s > 0);
+    CHECK(r.val_loss < 2.0); // log(256) = 5.5 at the start; the text repeats
+    char path[512];
+    int64_t step;
+    CHECK(weft_ckpt_latest(ck, &step, path, sizeof path) == WEFT_OK && step == 60);
+    char out[4096] = "";
+    FILE *mf = fmemopen(out, sizeof out, "w");
+    CHECK(weft_sample(cfg, path, "In the", 20, 0.0, 1, mf) == WEFT_OK);
+    fclose(mf);
+    CHECK(!strncmp(out, "In the", 6) && strlen(out) >= 26);
+    weft_model_cfg_free(cfg);
+}
+
+// multi_margin_loss against the closed form: mean_n sum_{j != y} max(0, 1 - x_y + x_j) / C
+static void test_hinge_loss(void) {
+    const char *text = "[net]\ndataset = fmnist\nloss = hinge\noptimizer = sgd\nlr = 0.1\n[flatten]\n[linear]\nout = 10\n";
+    weft_model_cfg *cfg = cfg_of(text);
+    float xv[20];
+    for (int i = 0; i < 20; i++) xv[i] = (float)((i * 7) % 11) / 5.0f - 1.0f;
+    int64_t yv[2] = {3, 8};
+    weft_tensor *x = weft_tensor_from_data(xv, WEFT_DIMS(2, 10), WEFT_F32);
+    weft_tensor *y = weft_tensor_from_data(yv, WEFT_DIMS(2), WEFT_I64);
+    weft_tensor *l = weft_model_loss(cfg, x, y);
+    double ref = 0;
+    for (int n = 0; n < 2; n++)
+        for (int j = 0; j < 10; j++)
+            if (j != yv[n]) ref += fmax(0.0, 1.0 - xv[n * 10 + yv[n]] + xv[n * 10 + j]) / 10.0;
+    ref /= 2;
+    CHECK_NEAR(weft_tensor_item(l), ref, 1e-6);
+    weft_tensor_free(x);
+    weft_tensor_free(y);
+    weft_tensor_free(l);
+    weft_model_cfg_free(cfg);
+}
+
+int main(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/weft_test_train_XXXXXX");
+    if (!mkdtemp(g_dir)) return 1;
+    write_split("train", 500, 1);
+    write_split("t10k", 200, 2);
+    RUN(test_learns_and_evaluates);
+    RUN(test_resume_bit_identical);
+    RUN(test_nan_loss_stops);
+    RUN(test_language_model);
+    RUN(test_hinge_loss);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);
+    return wt_summary();
+}
