@@ -10,7 +10,7 @@ BUILD ?= build
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 BENCH ?=
-DEPS = build-essential cmake pkg-config libopenblas-dev zlib1g-dev libcjson-dev
+DEPS = build-essential cmake pkg-config libopenblas-dev libopenblas0-openmp zlib1g-dev libcjson-dev
 BENCH_DEPS = python3-torch python3-numpy
 
 .PHONY: all build deps bench-deps test test-asan bench run install clean
