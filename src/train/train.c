@@ -304,7 +304,7 @@ weft_status weft_train(const weft_model_cfg *cfg, const weft_train_opts *opts, w
     }
     int64_t ckpt_every = r->opts.ckpt_every > 0 ? r->opts.ckpt_every : n->ckpt_every;
     int64_t eval_every = n->eval_every, log_every = n->log_every > 0 ? n->log_every : 50;
-    double t0 = now_s(), window_loss = 0, window_n = 0, train_loss = NAN;
+    double t0 = now_s(), aside = 0, window_loss = 0, window_n = 0, train_loss = NAN;
     int64_t step0 = r->step;
     r->last_print = 0;
     weft_module_set_training(r->net, true);
@@ -329,7 +329,7 @@ weft_status weft_train(const weft_model_cfg *cfg, const weft_train_opts *opts, w
         window_n += 1;
         train_loss = window_loss / window_n;
         double el = now_s() - t0;
-        progress(r, l, el > 0 ? (double)(r->step - step0) / el : 0, false);
+        progress(r, l, el - aside > 0 ? (double)(r->step - step0) / (el - aside) : 0, false);
         if (r->step % log_every == 0) {
             st = log_metrics(r, train_loss, NAN, NAN);
             window_loss = window_n = 0;
@@ -338,16 +338,18 @@ weft_status weft_train(const weft_model_cfg *cfg, const weft_train_opts *opts, w
         if (epoch_end) r->epoch++;
         // Evaluate at epoch ends (or every eval_every steps) and after the last step.
         bool eval_now = last || (eval_every > 0 ? r->step % eval_every == 0 : epoch_end);
+        double t_aside = now_s(); // evaluation and checkpoints do not count as training time
         if (!st && eval_now) st = evaluate_and_log(r, train_loss, out);
         bool ckpt_now = last || (ckpt_every > 0 ? r->step % ckpt_every == 0 : epoch_end);
         if (!st && ckpt_now) st = checkpoint(r);
+        aside += now_s() - t_aside;
     }
     double el = now_s() - t0;
     out->steps = r->step;
     out->epochs = r->epoch;
     out->seconds = el;
     out->train_loss = train_loss;
-    double rate = el > 0 ? (double)(r->step - step0) * r->items_per_step / el : 0;
+    double rate = el - aside > 0 ? (double)(r->step - step0) * r->items_per_step / (el - aside) : 0;
     if (out->language_model) out->tokens_per_s = rate;
     else out->samples_per_s = rate;
     if (!r->opts.quiet) {

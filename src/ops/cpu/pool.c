@@ -35,20 +35,24 @@ static inline void window(const pool_geom *g, int64_t oh, int64_t ow, int64_t *h
 
 static bool big(const pool_geom *g) { return g->N * g->C * g->OH * g->OW * g->kh * g->kw > WEFT_PAR_GRAIN; }
 
-// Index (h*W + w) of the window's maximum; NaN wins (as in PyTorch), the first maximum among ties.
-#define ARGMAX_WINDOW(T, xp, xs, h0, h1, w0, w1, W, best)         \
+// Row and column (bh, bw) of the window's maximum; NaN wins (as in PyTorch),
+// the first maximum among ties. Kept as two numbers: recovering them from a
+// flat h*W + w index cost two 64-bit divisions per output, most of the time.
+#define ARGMAX_WINDOW(T, xp, xs, h0, h1, w0, w1, bh, bw)          \
     do {                                                          \
         T m_ = -INFINITY;                                         \
-        best = h0 * W + w0;                                       \
-        for (int64_t h_ = h0; h_ < h1; h_++)                      \
+        bh = h0, bw = w0;                                         \
+        for (int64_t h_ = h0; h_ < h1; h_++) {                    \
+            const T *row_ = xp + h_ * xs[2];                      \
             for (int64_t w_ = w0; w_ < w1; w_++) {                \
-                T v_ = xp[h_ * xs[2] + w_ * xs[3]];               \
-                if (v_ > m_ || isnan(v_)) {                       \
+                T v_ = row_[w_ * xs[3]];                          \
+                if (v_ > m_ || v_ != v_) {                        \
                     m_ = v_;                                      \
-                    best = h_ * W + w_;                           \
-                    if (isnan(v_)) goto found_##T;                \
+                    bh = h_, bw = w_;                             \
+                    if (v_ != v_) goto found_##T;                 \
                 }                                                 \
             }                                                     \
+        }                                                         \
     found_##T:;                                                   \
     } while (0)
 
@@ -60,11 +64,11 @@ static bool big(const pool_geom *g) { return g->N * g->C * g->OH * g->OW * g->kh
             T *yp = y + p * g->OH * g->OW;                                                                    \
             for (int64_t oh = 0; oh < g->OH; oh++)                                                            \
                 for (int64_t ow = 0; ow < g->OW; ow++) {                                                      \
-                    int64_t h0, h1, w0, w1, best;                                                             \
+                    int64_t h0, h1, w0, w1, bh, bw;                                                           \
                     double div;                                                                               \
                     window(g, oh, ow, &h0, &h1, &w0, &w1, &div);                                              \
-                    ARGMAX_WINDOW(T, xp, xs, h0, h1, w0, w1, g->W, best);                                     \
-                    yp[oh * g->OW + ow] = xp[(best / g->W) * xs[2] + (best % g->W) * xs[3]];                 \
+                    ARGMAX_WINDOW(T, xp, xs, h0, h1, w0, w1, bh, bw);                                         \
+                    yp[oh * g->OW + ow] = xp[bh * xs[2] + bw * xs[3]];                                        \
                 }                                                                                             \
         }                                                                                                     \
     }                                                                                                         \
@@ -79,11 +83,11 @@ static bool big(const pool_geom *g) { return g->N * g->C * g->OH * g->OW * g->kh
             memset(dp, 0, sizeof(T) * (size_t)(g->H * g->W));                                                 \
             for (int64_t oh = 0; oh < g->OH; oh++)                                                            \
                 for (int64_t ow = 0; ow < g->OW; ow++) {                                                      \
-                    int64_t h0, h1, w0, w1, best;                                                             \
+                    int64_t h0, h1, w0, w1, bh, bw;                                                           \
                     double div;                                                                               \
                     window(g, oh, ow, &h0, &h1, &w0, &w1, &div);                                              \
-                    ARGMAX_WINDOW(T, xp, xs, h0, h1, w0, w1, g->W, best);                                     \
-                    dp[best] += gp[oh * gs[2] + ow * gs[3]];                                                  \
+                    ARGMAX_WINDOW(T, xp, xs, h0, h1, w0, w1, bh, bw);                                         \
+                    dp[bh * g->W + bw] += gp[oh * gs[2] + ow * gs[3]];                                        \
                 }                                                                                             \
         }                                                                                                     \
     }                                                                                                         \

@@ -1,0 +1,85 @@
+# PyTorch twins of the four standard workloads (models/*.cfg), same shapes,
+# optimisers and synthetic batches as bench/train.c.
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from common import best_of, report, selected
+
+torch.manual_seed(1)
+
+
+class Block(nn.Module):  # pre-LayerNorm transformer block, GELU MLP 4x
+    def __init__(self, c, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(c), nn.LayerNorm(c)
+        self.qkv, self.proj = nn.Linear(c, 3 * c), nn.Linear(c, c)
+        self.fc, self.fc_proj = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+
+    def attn(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.heads)
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+        att = F.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
+        return self.proj((att @ v).transpose(1, 2).reshape(B, T, C))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.fc_proj(F.gelu(self.fc(self.ln2(x))))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab=256, c=128, ctx=128, heads=4, blocks=4):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, c), nn.Embedding(ctx, c)
+        self.blocks = nn.Sequential(*[Block(c, heads) for _ in range(blocks)])
+        self.ln, self.head = nn.LayerNorm(c), nn.Linear(c, vocab)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        return self.head(self.ln(self.blocks(x)))
+
+
+class LSTMLM(nn.Module):
+    def __init__(self, vocab=256, h=256):
+        super().__init__()
+        self.emb, self.lstm, self.head = nn.Embedding(vocab, h), nn.LSTM(h, h, batch_first=True), nn.Linear(h, vocab)
+
+    def forward(self, idx):
+        return self.head(self.lstm(self.emb(idx))[0])
+
+
+def workload(name, model, opt, x, y, per_step, unit, warmup, min_steps, min_s):
+    if not selected(name):
+        return
+
+    def step():
+        out = model(x)
+        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    for _ in range(warmup):
+        step()
+    report(name, per_step / best_of(step, 1, min_steps, min_s), unit, True)
+
+
+mlp = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+workload("train_fmnist_mlp", mlp, torch.optim.Adam(mlp.parameters(), 1e-3), torch.randn(128, 1, 28, 28),
+         torch.randint(0, 10, (128,)), 128, "samples/s", 20, 200, 2.0)
+cnn = nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 5, padding=2),
+                    nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(3136, 512), nn.ReLU(), nn.Linear(512, 10))
+workload("train_fmnist_cnn", cnn, torch.optim.Adam(cnn.parameters(), 1e-3), torch.randn(64, 1, 28, 28),
+         torch.randint(0, 10, (64,)), 64, "samples/s", 3, 20, 3.0)
+gpt = GPT()
+workload("train_kjv_gpt", gpt, torch.optim.AdamW(gpt.parameters(), 1e-3, weight_decay=0.01),
+         torch.randint(0, 256, (32, 128)), torch.randint(0, 256, (32, 128)), 32 * 128, "tokens/s", 2, 10, 3.0)
+lstm = LSTMLM()
+workload("train_kjv_lstm", lstm, torch.optim.AdamW(lstm.parameters(), 1e-3), torch.randint(0, 256, (32, 128)),
+         torch.randint(0, 256, (32, 128)), 32 * 128, "tokens/s", 2, 10, 3.0)
