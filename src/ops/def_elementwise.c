@@ -113,10 +113,13 @@ static weft_status bw_sigmoid(const weft_bw_args *b) { // g y (1 - y)
     return done(b);
 }
 static weft_status bw_relu(const weft_bw_args *b) {
-    weft_tensor *z = zero_like_dt((weft_dtype)X->dtype), *m = weft_gt(X, z);
-    b->gin[0] = weft_where(m, G, z);
-    weft_tensor_free(z);
-    weft_tensor_free(m);
+    b->gin[0] = weft_relu_backward(G, X);
+    return done(b);
+}
+// relu_backward(g, x) is linear in g and piecewise constant in x.
+static weft_status bw_relu_backward(const weft_bw_args *b) {
+    if (NEED(0)) b->gin[0] = weft_bw_unbroadcast(b, 0, weft_relu_backward(G, b->in[1]));
+    if (NEED(1)) b->gin[1] = weft_tensor_zeros(b->in_meta[1].ndim, b->in_meta[1].sizes, b->in_meta[1].dtype);
     return done(b);
 }
 static weft_status bw_gelu(const weft_bw_args *b) {
@@ -255,6 +258,7 @@ BINARY(div, WEFT_EW_DIV, WEFT_DT_NUM, bw_div, WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1))
 BINARY(pow, WEFT_EW_POW, WEFT_DT_FLOAT, bw_pow, WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1))
 BINARY(maximum, WEFT_EW_MAXIMUM, WEFT_DT_NUM, bw_maximum, WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1))
 BINARY(minimum, WEFT_EW_MINIMUM, WEFT_DT_NUM, bw_minimum, WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1))
+BINARY(relu_backward, WEFT_EW_RELU_BW, WEFT_DT_NUM, bw_relu_backward, WEFT_SAVE_IN(1))
 COMPARE(eq, WEFT_EW_EQ)
 COMPARE(ne, WEFT_EW_NE)
 COMPARE(lt, WEFT_EW_LT)
@@ -294,7 +298,7 @@ S(pow_scalar) S(add_scalar) S(mul_scalar)
         weft_tensor *in[2] = {a, b}; \
         return weft_op_apply1(&weft_op_##nm, 2, in, NULL); \
     }
-B(add) B(sub) B(mul) B(div) B(pow) B(maximum) B(minimum) B(eq) B(ne) B(lt) B(le) B(gt) B(ge)
+B(add) B(sub) B(mul) B(div) B(pow) B(maximum) B(minimum) B(eq) B(ne) B(lt) B(le) B(gt) B(ge) B(relu_backward)
 
 weft_tensor *weft_where(weft_tensor *c, weft_tensor *a, weft_tensor *b) {
     weft_tensor *in[3] = {c, a, b};

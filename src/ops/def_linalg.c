@@ -49,16 +49,26 @@ static weft_status bw_matmul(const weft_bw_args *b) {
         weft_tensor_free(bt);
     }
     if (b->needs[1]) {
-        if (b->in_meta[1].ndim == 2 && A->ndim > 2) {
+        if (b->in_meta[1].ndim == 2 && A->ndim >= 2) {
             // b (K,N) shared by every batch: fold the batch into the rows, one
             // (K, B*M) @ (B*M, N) product instead of B products summed afterwards.
             int64_t K = A->sizes[A->ndim - 1], N = G->sizes[G->ndim - 1];
             weft_tensor *af = weft_reshape(A, WEFT_DIMS(-1, K)), *gf = weft_reshape(G, WEFT_DIMS(-1, N));
-            weft_tensor *at = weft_transpose(af, 0, 1);
-            b->gin[1] = weft_matmul(at, gf);
+            if (B->strides[0] == 1 && B->strides[1] == K && K > 1 && N > 1) {
+                // b is a transposed view (a linear layer's W^T): give its gradient
+                // the same layout, (g^T a)^T, so W's gradient comes out contiguous
+                // and is not copied again on its way to W.grad (as PyTorch's mm backward).
+                weft_tensor *gt = weft_transpose(gf, 0, 1), *t = weft_matmul(gt, af); // (N,K)
+                b->gin[1] = t ? weft_transpose(t, 0, 1) : NULL;
+                weft_tensor_free(gt);
+                weft_tensor_free(t);
+            } else {
+                weft_tensor *at = weft_transpose(af, 0, 1);
+                b->gin[1] = weft_matmul(at, gf);
+                weft_tensor_free(at);
+            }
             weft_tensor_free(af);
             weft_tensor_free(gf);
-            weft_tensor_free(at);
         } else {
             weft_tensor *at = weft_transpose(A, -1, -2);
             b->gin[1] = weft_bw_unbroadcast(b, 1, weft_matmul(at, G));

@@ -363,6 +363,21 @@ static void test_pool(void) {
     CHECK(g[0] == 1 && g[1] == 0 && g[2] == 0 && g[3] == 0);
     weft_tensor_free(x);
     weft_tensor_free(y);
+    // a NaN wins the window (as in PyTorch) and takes the gradient; f32 and f64
+    for (int dt = 0; dt < 2; dt++) {
+        double v[4] = {1, NAN, 5, 2};
+        weft_tensor *x64 = weft_tensor_from_data(v, WEFT_DIMS(1, 1, 2, 2), WEFT_F64);
+        weft_tensor *xn = dt ? weft_cast(x64, WEFT_F32) : weft_tensor_ref(x64);
+        weft_tensor_set_requires_grad(xn, true);
+        weft_tensor *yn = weft_max_pool2d(xn, &p);
+        CHECK(isnan(weft_tensor_item(yn)));
+        CHECK(weft_backward(yn, NULL, NULL) == WEFT_OK);
+        weft_tensor_to_f64(weft_tensor_grad(xn), g, 4);
+        CHECK(g[0] == 0 && g[1] == 1 && g[2] == 0 && g[3] == 0);
+        weft_tensor_free(x64);
+        weft_tensor_free(xn);
+        weft_tensor_free(yn);
+    }
 }
 
 static void test_avg_pool_double_backward(void) {

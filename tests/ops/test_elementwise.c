@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/elementwise.h" // weft_relu_backward (internal op)
 #include "weft_test.h"
 
 
@@ -348,6 +349,36 @@ static void test_streaming_store_path(void) {
     free(a);
     free(b);
     free(ref);
+    wt_drop_all();
+}
+
+// relu_backward(g, x) = g where x > 0: forward, broadcast of g, gradient in g,
+// and relu's double backward through it.
+static weft_tensor *relu_bw_fn(weft_tensor *const *in, void *user) {
+    (void)user;
+    return weft_relu_backward(in[0], in[1]);
+}
+static weft_tensor *relu_twice_fn(weft_tensor *const *in, void *user) { // d/dx sum(relu(x)^2 * w) -> grad path
+    (void)user;
+    weft_tensor *r = weft_relu(in[0]), *y = weft_mul(r, r);
+    weft_tensor_free(r);
+    return y;
+}
+static void test_relu_backward(void) {
+    double gv[6] = {1, -2, 3, -4, 5, -6}, xv[6] = {0.5, -0.5, 2, -1e-3, 0, 3};
+    weft_tensor *g = wt_keep(wt_f64(gv, WEFT_DIMS(2, 3), true)), *x = wt_keep(wt_f64(xv, WEFT_DIMS(2, 3), false));
+    double ref[6];
+    for (int i = 0; i < 6; i++) ref[i] = xv[i] > 0 ? gv[i] : 0;
+    wt_check_values("relu_backward", wt_keep(weft_relu_backward(g, x)), ref, 6, 0);
+    weft_tensor *g1 = wt_keep(wt_f64(gv, WEFT_DIMS(3), true)); // broadcast over rows
+    double ref2[6];
+    for (int i = 0; i < 6; i++) ref2[i] = xv[i] > 0 ? gv[i % 3] : 0;
+    wt_check_values("relu_backward broadcast", wt_keep(weft_relu_backward(g1, x)), ref2, 6, 0);
+    weft_tensor *in[2] = {g, x};
+    CHECK_GRAD(relu_bw_fn, 1, in, NULL);
+    double xv2[6] = {0.5, -0.5, 2, -1.5, 1, 3};
+    weft_tensor *x2 = wt_keep(wt_f64(xv2, WEFT_DIMS(2, 3), true));
+    CHECK_GRAD(relu_twice_fn, 1, &x2, NULL);
     wt_drop_all();
 }
 
@@ -848,6 +879,7 @@ int main(void) {
     RUN(test_binary_forward);
     RUN(test_binary_noncontig);
     RUN(test_binary_large_threaded);
+    RUN(test_relu_backward);
     RUN(test_streaming_store_path);
     RUN(test_binary_grad);
     RUN(test_minmax_ties_nan);

@@ -120,6 +120,7 @@ BINARY_CMP(lt, a < b)
 BINARY_CMP(le, a <= b)
 BINARY_CMP(gt, a > b)
 BINARY_CMP(ge, a >= b)
+BINARY_NUM(relu_bw, b > 0 ? a : 0) // a = gradient, b = relu's input
 
 // where(cond, a, b): operands out, cond(u8), a, b
 #define WHERE_LOOP(NAME, T)                                                           \
@@ -173,6 +174,7 @@ static const weft_loop_fn k_loops[WEFT_EW_COUNT][WEFT_NUM_DTYPES] = {
     [WEFT_EW_LE] = {T_CMP(le)},
     [WEFT_EW_GT] = {T_CMP(gt)},
     [WEFT_EW_GE] = {T_CMP(ge)},
+    [WEFT_EW_RELU_BW] = {T_NUM(relu_bw)},
 };
 
 // One kernel for the whole family; the entry's variant says which op (WEFT_EW_*).

@@ -33,6 +33,14 @@ static inline void window(const pool_geom *g, int64_t oh, int64_t ow, int64_t *h
     *div = g->include_pad ? (double)pad_area : (double)((*h1 - *h0) * (*w1 - *w0));
 }
 
+// The common 2x2 / stride 2 / no padding window over rows with unit stride:
+// handled without the generic window arithmetic (most CNNs use only this).
+static bool is_2x2(const pool_geom *g, const int64_t *xs) {
+    return g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0 && xs[3] == 1;
+}
+// Larger of p and q; a NaN in p wins, then a NaN in q (the generic rule: the first NaN).
+#define MAX_NAN(p, q) (((p) > (q) || (p) != (p)) ? (p) : (q))
+
 static bool big(const pool_geom *g) { return g->N * g->C * g->OH * g->OW * g->kh * g->kw > WEFT_PAR_GRAIN; }
 
 // Row and column (bh, bw) of the window's maximum; NaN wins (as in PyTorch),
@@ -58,6 +66,21 @@ static bool big(const pool_geom *g) { return g->N * g->C * g->OH * g->OW * g->kh
 
 #define DEFINE_POOL(T)                                                                                        \
     static void max_pool_##T(const pool_geom *g, const T *x, const int64_t *xs, T *y) {                       \
+        if (is_2x2(g, xs)) {                                                                                  \
+            _Pragma("omp parallel for num_threads(weft_num_threads()) if (big(g)) schedule(static)")          \
+            for (int64_t p = 0; p < g->N * g->C; p++) {                                                        \
+                const T *xp = x + (p / g->C) * xs[0] + (p % g->C) * xs[1];                                    \
+                T *yp = y + p * g->OH * g->OW;                                                                \
+                for (int64_t oh = 0; oh < g->OH; oh++) {                                                      \
+                    const T *r0 = xp + 2 * oh * xs[2], *r1 = r0 + xs[2];                                      \
+                    for (int64_t ow = 0; ow < g->OW; ow++) {                                                  \
+                        T a = MAX_NAN(r0[2 * ow], r0[2 * ow + 1]), b = MAX_NAN(r1[2 * ow], r1[2 * ow + 1]);   \
+                        yp[oh * g->OW + ow] = MAX_NAN(a, b);                                                  \
+                    }                                                                                         \
+                }                                                                                             \
+            }                                                                                                 \
+            return;                                                                                           \
+        }                                                                                                     \
         _Pragma("omp parallel for num_threads(weft_num_threads()) if (big(g)) schedule(static)")              \
         for (int64_t p = 0; p < g->N * g->C; p++) {                                                            \
             const T *xp = x + (p / g->C) * xs[0] + (p % g->C) * xs[1];                                        \
@@ -75,6 +98,27 @@ static bool big(const pool_geom *g) { return g->N * g->C * g->OH * g->OW * g->kh
     /* gy (N,C,OH,OW) strided, x strided -> dx (N,C,H,W): gy goes to each window's argmax. */                 \
     static void max_pool_bw_##T(const pool_geom *g, const T *gy, const int64_t *gs, const T *x,               \
                                 const int64_t *xs, T *dx) {                                                   \
+        if (is_2x2(g, xs)) {                                                                                  \
+            _Pragma("omp parallel for num_threads(weft_num_threads()) if (big(g)) schedule(static)")          \
+            for (int64_t p = 0; p < g->N * g->C; p++) {                                                        \
+                int64_t n = p / g->C, c = p % g->C;                                                           \
+                const T *xp = x + n * xs[0] + c * xs[1], *gp = gy + n * gs[0] + c * gs[1];                    \
+                T *dp = dx + p * g->H * g->W;                                                                 \
+                memset(dp, 0, sizeof(T) * (size_t)(g->H * g->W));                                            \
+                for (int64_t oh = 0; oh < g->OH; oh++) {                                                      \
+                    const T *r0 = xp + 2 * oh * xs[2], *r1 = r0 + xs[2];                                      \
+                    for (int64_t ow = 0; ow < g->OW; ow++) {                                                  \
+                        /* window order a b / c d; the first maximum (or first NaN) wins */                  \
+                        const T v[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};              \
+                        int k = 0;                                                                            \
+                        for (int j = 1; j < 4 && v[k] == v[k]; j++)                                           \
+                            if (v[j] > v[k] || v[j] != v[j]) k = j;                                           \
+                        dp[(2 * oh + (k >> 1)) * g->W + 2 * ow + (k & 1)] += gp[oh * gs[2] + ow * gs[3]];     \
+                    }                                                                                         \
+                }                                                                                             \
+            }                                                                                                 \
+            return;                                                                                           \
+        }                                                                                                     \
         _Pragma("omp parallel for num_threads(weft_num_threads()) if (big(g)) schedule(static)")              \
         for (int64_t p = 0; p < g->N * g->C; p++) {                                                            \
             int64_t n = p / g->C, c = p % g->C;                                                               \
