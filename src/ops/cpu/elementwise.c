@@ -5,6 +5,7 @@
 
 #include "../elementwise.h"
 #include "iter.h"
+#include "vmath.h"
 
 // Inner loops. `sc` is the op's scalar attribute (pow/add/mul by scalar).
 #define UNARY_LOOP(NAME, T, EXPR)                                                     \
@@ -29,6 +30,9 @@
             }                                                                         \
         }                                                                             \
     }
+
+// The same loop built for several ISAs (for loops worth vectorising wider).
+#define UNARY_LOOP_CLONED(NAME, T, EXPR) WEFT_CLONES UNARY_LOOP(NAME, T, EXPR)
 
 #define BINARY_LOOP(NAME, T, TO, EXPR)                                                \
     static void NAME(char **p, const int64_t *s, int64_t n, const void *ctx) {        \
@@ -61,13 +65,15 @@
     }
 
 static inline double gelu_d(double x) { return 0.5 * x * (1.0 + erf(x * M_SQRT1_2)); }
-static inline float gelu_f(float x) { return 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2)); }
+// f32 GELU uses the vectorisable weft_verf_f32/weft_vexp_f32 (libm's erff kept it scalar: a
+// fifth of a transformer step); f64 keeps libm for gradient checks.
+static inline float gelu_f(float x) { return 0.5f * x * (1.0f + weft_verf_f32(x * (float)M_SQRT1_2)); }
 // d/dx gelu = Phi(x) + x phi(x)
 static inline double gelu_grad_d(double x) {
     return 0.5 * (1.0 + erf(x * M_SQRT1_2)) + x * exp(-0.5 * x * x) * 0.3989422804014327;
 }
 static inline float gelu_grad_f(float x) {
-    return 0.5f * (1.0f + erff(x * (float)M_SQRT1_2)) + x * expf(-0.5f * x * x) * 0.3989422804014327f;
+    return 0.5f * (1.0f + weft_verf_f32(x * (float)M_SQRT1_2)) + x * weft_vexp_f32(-0.5f * x * x) * 0.3989422804014327f;
 }
 
 // ---- unary ----
@@ -87,8 +93,10 @@ UNARY_FLOAT(cos, cosf(v), cos(v))
 UNARY_FLOAT(tanh, tanhf(v), tanh(v))
 UNARY_FLOAT(sigmoid, 1.0f / (1.0f + expf(-v)), 1.0 / (1.0 + exp(-v)))
 UNARY_NUM(relu, v > 0 ? v : 0, v > 0 ? v : 0, v > 0 ? v : 0)
-UNARY_FLOAT(gelu, gelu_f(v), gelu_d(v))
-UNARY_FLOAT(gelu_grad, gelu_grad_f(v), gelu_grad_d(v))
+UNARY_LOOP_CLONED(gelu_f32, float, gelu_f(v))
+UNARY_LOOP(gelu_f64, double, gelu_d(v))
+UNARY_LOOP_CLONED(gelu_grad_f32, float, gelu_grad_f(v))
+UNARY_LOOP(gelu_grad_f64, double, gelu_grad_d(v))
 UNARY_FLOAT(silu, v / (1.0f + expf(-v)), v / (1.0 + exp(-v)))
 UNARY_FLOAT(pow_scalar, powf(v, (float)sc), pow(v, sc))
 UNARY_NUM(add_scalar, v + (float)sc, v + sc, v + (int64_t)sc)

@@ -7,7 +7,7 @@
 // passes, so memory is read once. Rows are split across threads. Other dims
 // run a strided version over blocks of `inner` columns.
 //
-// f32 uses exp_f32 below (a polynomial the compiler vectorises, ~1 ulp) and
+// f32 uses weft_vexp_f32 (vmath.h) (a polynomial the compiler vectorises, ~1 ulp) and
 // the row kernels are compiled for AVX-512, AVX2 and baseline x86-64, picked
 // at load time; f64 uses libm's exp.
 #include <math.h>
@@ -16,38 +16,8 @@
 
 #include "iter.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define WEFT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define WEFT_CLONES
-#endif
+#include "vmath.h"
 
-// exp(x) = 2^n exp(r), n = round(x log2 e), |r| <= ln2/2, Cephes' polynomial for
-// exp(r). Inputs below -87.3 give exactly 0 (so -inf masks stay exact zeros);
-// inputs above 88 are clamped (callers pass x - max <= 0). NaN stays NaN.
-static inline float exp_f32(float x) {
-    const float lo = -87.33654f, hi = 88.0f;
-    float xc = x < lo ? lo : x;
-    xc = xc > hi ? hi : xc;
-    float j = xc * 1.44269504088896341f + 12582912.0f; // 1.5*2^23 rounds to an integer in j's low bits
-    float n = j - 12582912.0f;
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500E-4f;
-    p = p * r + 1.3981999507E-3f;
-    p = p * r + 8.3334519073E-3f;
-    p = p * r + 4.1665795894E-2f;
-    p = p * r + 1.6666665459E-1f;
-    p = p * r + 5.0000001201E-1f;
-    p = p * r * r + r + 1.0f;
-    union {
-        float f;
-        uint32_t i;
-    } u = {j}, s;
-    s.i = (u.i - 0x4B400000u + 127u) << 23; // 2^n from the integer held in j
-    float e = p * s.f;
-    return x < lo ? 0.0f : e;
-}
 static inline double exp_f64(double x) { return exp(x); }
 
 // A contiguous version of t (t itself, with a new reference, when it is already).
@@ -107,7 +77,7 @@ static void split3(const weft_tensor *t, int dim, int64_t *outer, int64_t *D, in
             }                                                                                             \
         }                                                                                                 \
     }
-ROW_KERNELS(float, exp_f32, logf)
+ROW_KERNELS(float, weft_vexp_f32, logf)
 ROW_KERNELS(double, exp_f64, log)
 
 // ---- strided kernels (inner > 1): one (D, inner) block, columns [j0, j1) ----
@@ -155,7 +125,7 @@ ROW_KERNELS(double, exp_f64, log)
             for (int64_t j = 0; j < w; j++) dr[j] = lg ? gr[j] - EXP(yr[j]) * s[j] : yr[j] * (gr[j] - s[j]); \
         }                                                                                               \
     }
-COL_KERNELS(float, exp_f32, logf)
+COL_KERNELS(float, weft_vexp_f32, logf)
 COL_KERNELS(double, exp_f64, log)
 
 // Run a row or column kernel over (outer, D, inner), threads over rows / blocks.
@@ -272,7 +242,7 @@ static weft_status check_targets(const char *op, const weft_tensor *t, int64_t N
             dr[target_at(tg, r)] -= scale;                                                               \
         }                                                                                                \
     }
-CE_KERNELS(float, exp_f32, logf)
+CE_KERNELS(float, weft_vexp_f32, logf)
 CE_KERNELS(double, exp_f64, log)
 
 // Shared start of both cross-entropy kernels: validate targets, a contiguous
