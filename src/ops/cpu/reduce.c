@@ -169,6 +169,29 @@ REDUCE_ONE(double)
 REDUCE_ONE_INT(int32_t)
 REDUCE_ONE_INT(int64_t)
 
+// Sum over leading dims of a contiguous tensor, (R,K) -> (K): the bias
+// gradient of every linear layer. The per-output loop above would walk each
+// column with stride K; here each thread owns a block of columns and runs down
+// the rows, accumulating in double (vectorised, and each column still sums in
+// row order, so the result does not depend on the thread count).
+#define COLSUM(T)                                                                                         \
+    static void colsum_##T(const T *x, int64_t R, int64_t K, T *out, double scale) {                    \
+        enum { BLK = 256 };                                                                               \
+        int64_t nb = (K + BLK - 1) / BLK;                                                                 \
+        _Pragma("omp parallel for num_threads(weft_num_threads()) if (R * K > 2 * WEFT_PAR_GRAIN && nb > 1)") \
+        for (int64_t b = 0; b < nb; b++) {                                                                \
+            int64_t j0 = b * BLK, n = K - j0 < BLK ? K - j0 : BLK;                                        \
+            double acc[BLK] = {0};                                                                        \
+            for (int64_t i = 0; i < R; i++) {                                                             \
+                const T *row = x + i * K + j0;                                                            \
+                for (int64_t j = 0; j < n; j++) acc[j] += (double)row[j];                                 \
+            }                                                                                             \
+            for (int64_t j = 0; j < n; j++) out[j0 + j] = (T)(acc[j] * scale);                            \
+        }                                                                                                 \
+    }
+COLSUM(float)
+COLSUM(double)
+
 weft_status weft_cpu_reduce(const weft_op_args *a) {
     const weft_tensor *x = a->in[0];
     weft_tensor *out = a->out[0];
@@ -180,6 +203,17 @@ weft_status weft_cpu_reduce(const weft_op_args *a) {
     if (p.n_red == 0 && (kind == WEFT_RED_MAX || kind == WEFT_RED_MIN || kind == WEFT_RED_ARGMAX))
         return weft_error(WEFT_ERR_SHAPE, "%s: reducing over an empty dimension", a->op->name);
     weft_dtype dt = (weft_dtype)x->dtype, odt = (weft_dtype)out->dtype;
+    // leading-dims sum/mean of a contiguous float tensor: the column fast path
+    int k = 0;
+    while (k < x->ndim && (mask & (1u << k))) k++;
+    if ((kind == WEFT_RED_SUM || kind == WEFT_RED_MEAN) && (dt == WEFT_F32 || dt == WEFT_F64) && k > 0 &&
+        k < x->ndim && mask == (1u << k) - 1 && weft_tensor_is_contiguous(x) && p.n_red > 1 && p.n_out > 1) {
+        int64_t R = p.n_red, K = p.n_out;
+        double scale = kind == WEFT_RED_MEAN ? 1.0 / (double)R : 1.0;
+        if (dt == WEFT_F32) colsum_float(WEFT_PTR(const float, x), R, K, WEFT_PTR(float, out), scale);
+        else colsum_double(WEFT_PTR(const double, x), R, K, WEFT_PTR(double, out), scale);
+        return WEFT_OK;
+    }
     const char *xb = weft_tensor_ptr(x);
     char *ob = weft_tensor_ptr(out);
     size_t esz = weft_dtype_size(dt);
