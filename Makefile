@@ -3,7 +3,8 @@
 #   make test       install missing Debian packages (as root), build, run ctest
 #   make test-asan  the suite under AddressSanitizer + UBSan (build-asan/)
 #   make bench      benchmarks vs the PyTorch twins (BENCH=<pattern> to filter)
-#   make run        the main job: build and run the examples
+#   make run        the main job: install what is missing (data sets too), build,
+#                   train the Fashion-MNIST MLP (models/fmnist-mlp.cfg) and print its final line
 #   make install    install to PREFIX (default /usr/local)
 
 BUILD ?= build
@@ -12,8 +13,10 @@ JOBS ?= $(shell nproc)
 BENCH ?=
 DEPS = build-essential cmake pkg-config libopenblas-dev libopenblas0-openmp zlib1g-dev libcjson-dev
 BENCH_DEPS = python3-torch python3-numpy
+RUN_DEPS = dataset-fashion-mnist bible-kjv
+MODEL ?= models/fmnist-mlp.cfg
 
-.PHONY: all build deps bench-deps test test-asan bench run install clean
+.PHONY: all build deps bench-deps run-deps test test-asan bench run install clean
 
 all: build
 
@@ -25,8 +28,10 @@ deps:
 	fi
 
 bench-deps:
-	@missing=""; for p in $(BENCH_DEPS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing || true; fi
+	@$(MAKE) --no-print-directory deps DEPS="$(BENCH_DEPS) $(RUN_DEPS)"
+
+run-deps:
+	@$(MAKE) --no-print-directory deps DEPS="$(RUN_DEPS)"
 
 $(BUILD)/Makefile:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=$(PREFIX)
@@ -47,9 +52,9 @@ bench: deps bench-deps
 	$(MAKE) build
 	@BUILD=$(BUILD) BENCH='$(BENCH)' bash bench/run.sh
 
-run: deps
+run: deps run-deps
 	$(MAKE) build
-	@for e in $(BUILD)/example_*; do echo "== $$e"; $$e || exit 1; done
+	$(BUILD)/weft train $(MODEL) --log-dir runs/$(notdir $(basename $(MODEL))) --ckpt-dir runs/$(notdir $(basename $(MODEL)))/ckpt
 
 install: build
 	cmake --install $(BUILD)
