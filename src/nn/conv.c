@@ -5,6 +5,7 @@
 #include <weft/nn.h>
 
 #include "../core/core_impl.h"
+#include "nn_impl.h"
 
 static weft_tensor *conv2d_forward(weft_module *m, weft_tensor *x) {
     const weft_conv2d_params *p = weft_module_impl(m);
@@ -42,14 +43,8 @@ weft_module *weft_nn_conv2d(int64_t cin, int64_t cout, int kh, int kw, const wef
     // the bias uses the same bound. Weight first, then bias, from the same generator.
     int64_t cg = cin / d.groups;
     double bound = 1.0 / sqrt((double)(cg * kh * kw));
-    weft_tensor *w = weft_tensor_empty(WEFT_DIMS(cout, cg, kh, kw), WEFT_F32);
-    if (w && weft_tensor_uniform_(w, -bound, bound, g)) weft_tensor_free(w), w = NULL;
-    weft_status st = weft_module_add_param(m, "weight", w); // takes w (NULL: reports the error)
-    if (!st && bias) {
-        weft_tensor *b = weft_tensor_empty(WEFT_DIMS(cout), WEFT_F32);
-        if (b && weft_tensor_uniform_(b, -bound, bound, g)) weft_tensor_free(b), b = NULL;
-        st = weft_module_add_param(m, "bias", b);
-    }
+    weft_status st = weft_nn_add_uniform_param(m, "weight", WEFT_DIMS(cout, cg, kh, kw), bound, g);
+    if (!st && bias) st = weft_nn_add_uniform_param(m, "bias", WEFT_DIMS(cout), bound, g);
     if (st) {
         weft_module_free(m);
         return NULL;

@@ -4,6 +4,7 @@
 #include <weft/nn.h>
 
 #include "../core/core_impl.h"
+#include "nn_impl.h"
 
 // fan_in/fan_out as PyTorch computes them: dims 0 and 1, times the receptive field.
 static weft_status fans(const char *op, const weft_tensor *t, double *fan_in, double *fan_out) {
@@ -47,4 +48,11 @@ weft_status weft_init_xavier_normal(weft_tensor *t, double gain, weft_generator 
     weft_status st = fans("xavier_normal", t, &fi, &fo);
     if (st) return st;
     return weft_tensor_normal_(t, 0, gain * sqrt(2.0 / (fi + fo)), g);
+}
+
+weft_status weft_nn_add_uniform_param(weft_module *m, const char *name, int ndim, const int64_t *sizes, double bound,
+                                      weft_generator *g) {
+    weft_tensor *t = weft_tensor_empty(ndim, sizes, WEFT_F32);
+    if (t && weft_tensor_uniform_(t, -bound, bound, g)) weft_tensor_free(t), t = NULL;
+    return weft_module_add_param(m, name, t); // takes t (NULL: reports the error)
 }

@@ -4,6 +4,7 @@
 #include <weft/nn.h>
 
 #include "../core/core_impl.h"
+#include "nn_impl.h"
 
 static weft_tensor *linear_forward(weft_module *m, weft_tensor *x) {
     weft_tensor *w = weft_module_get(m, "weight"), *b = weft_module_get(m, "bias");
@@ -25,14 +26,8 @@ weft_module *weft_nn_linear(int64_t in, int64_t out, bool bias, weft_generator *
     weft_module *m = weft_module_new("linear", linear_forward, NULL, NULL);
     if (!m) return NULL;
     double bound = 1.0 / sqrt((double)in); // PyTorch's default: kaiming_uniform(a=sqrt(5)) == U(+-1/sqrt(in))
-    weft_tensor *w = weft_tensor_empty(WEFT_DIMS(out, in), WEFT_F32);
-    if (w && weft_tensor_uniform_(w, -bound, bound, g)) weft_tensor_free(w), w = NULL;
-    weft_status st = weft_module_add_param(m, "weight", w); // takes w (NULL: reports the error)
-    if (!st && bias) {
-        weft_tensor *b = weft_tensor_empty(WEFT_DIMS(out), WEFT_F32);
-        if (b && weft_tensor_uniform_(b, -bound, bound, g)) weft_tensor_free(b), b = NULL;
-        st = weft_module_add_param(m, "bias", b);
-    }
+    weft_status st = weft_nn_add_uniform_param(m, "weight", WEFT_DIMS(out, in), bound, g);
+    if (!st && bias) st = weft_nn_add_uniform_param(m, "bias", WEFT_DIMS(out), bound, g);
     if (st) {
         weft_module_free(m);
         return NULL;

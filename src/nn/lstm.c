@@ -13,6 +13,7 @@
 #include <weft/nn.h>
 
 #include "../core/core_impl.h"
+#include "nn_impl.h"
 
 typedef struct lstm_impl {
     int64_t input, hidden;
@@ -156,10 +157,8 @@ weft_module *weft_nn_lstm(int64_t input, int64_t hidden, weft_generator *g) {
     int64_t cols[4] = {input, hidden, 0, 0};
     weft_status st = WEFT_OK;
     for (int p = 0; p < 4 && !st; p++) {
-        weft_tensor *t = cols[p] ? weft_tensor_empty(WEFT_DIMS(4 * hidden, cols[p]), WEFT_F32)
-                                 : weft_tensor_empty(WEFT_DIMS(4 * hidden), WEFT_F32);
-        if (t && weft_tensor_uniform_(t, -k, k, g)) weft_tensor_free(t), t = NULL;
-        st = weft_module_add_param(m, names[p], t); // takes t (NULL: reports the error)
+        int64_t sizes[2] = {4 * hidden, cols[p]};
+        st = weft_nn_add_uniform_param(m, names[p], cols[p] ? 2 : 1, sizes, k, g);
     }
     if (st) {
         weft_module_free(m);
