@@ -8,7 +8,6 @@ import torch.nn.functional as F
 
 from common import best_of, report, selected
 
-torch.manual_seed(1)
 
 
 class Block(nn.Module):  # pre-LayerNorm transformer block, GELU MLP 4x
@@ -70,16 +69,18 @@ def workload(name, model, opt, x, y, per_step, unit, warmup, min_steps, min_s):
     report(name, per_step / best_of(step, 1, min_steps, min_s), unit, True)
 
 
-mlp = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
-workload("train_fmnist_mlp", mlp, torch.optim.Adam(mlp.parameters(), 1e-3), torch.randn(128, 1, 28, 28),
-         torch.randint(0, 10, (128,)), 128, "samples/s", 20, 200, 2.0)
-cnn = nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 5, padding=2),
-                    nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(3136, 512), nn.ReLU(), nn.Linear(512, 10))
-workload("train_fmnist_cnn", cnn, torch.optim.Adam(cnn.parameters(), 1e-3), torch.randn(64, 1, 28, 28),
-         torch.randint(0, 10, (64,)), 64, "samples/s", 3, 20, 3.0)
-gpt = GPT()
-workload("train_kjv_gpt", gpt, torch.optim.AdamW(gpt.parameters(), 1e-3, weight_decay=0.01),
-         torch.randint(0, 256, (32, 128)), torch.randint(0, 256, (32, 128)), 32 * 128, "tokens/s", 2, 10, 3.0)
-lstm = LSTMLM()
-workload("train_kjv_lstm", lstm, torch.optim.AdamW(lstm.parameters(), 1e-3), torch.randint(0, 256, (32, 128)),
-         torch.randint(0, 256, (32, 128)), 32 * 128, "tokens/s", 2, 10, 3.0)
+if __name__ == "__main__":
+    torch.manual_seed(1)
+    mlp = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+    workload("train_fmnist_mlp", mlp, torch.optim.Adam(mlp.parameters(), 1e-3), torch.randn(128, 1, 28, 28),
+             torch.randint(0, 10, (128,)), 128, "samples/s", 20, 200, 2.0)
+    cnn = nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 5, padding=2),
+                        nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(3136, 512), nn.ReLU(), nn.Linear(512, 10))
+    workload("train_fmnist_cnn", cnn, torch.optim.Adam(cnn.parameters(), 1e-3), torch.randn(64, 1, 28, 28),
+             torch.randint(0, 10, (64,)), 64, "samples/s", 3, 20, 3.0)
+    gpt = GPT()
+    workload("train_kjv_gpt", gpt, torch.optim.AdamW(gpt.parameters(), 1e-3, weight_decay=0.01),
+             torch.randint(0, 256, (32, 128)), torch.randint(0, 256, (32, 128)), 32 * 128, "tokens/s", 2, 10, 3.0)
+    lstm = LSTMLM()
+    workload("train_kjv_lstm", lstm, torch.optim.AdamW(lstm.parameters(), 1e-3), torch.randint(0, 256, (32, 128)),
+             torch.randint(0, 256, (32, 128)), 32 * 128, "tokens/s", 2, 10, 3.0)
