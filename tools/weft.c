@@ -33,6 +33,18 @@ static int fail(const char *what) {
     return 1;
 }
 
+// A non-negative integer option value, else a one-line error.
+static bool int_opt(const char *opt, const char *v, int64_t *out) {
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end || x < 0) {
+        snprintf(g_err, sizeof g_err, "%s: expected a non-negative integer, got '%s'", opt, v);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
 // Options shared by train/eval/sample. Returns argc consumed or -1.
 typedef struct cli {
     const char *cfg_path, *ckpt, *prompt;
@@ -58,6 +70,15 @@ static int parse(int argc, char **argv, weft_model_cfg *cfg, cli *c) {
                 used = true;
             }
         if (used) continue;
+        static const char *const valued[] = {"--threads", "--ckpt-dir", "--ckpt-every", "--keep", "--log-dir",
+                                             "--data-dir", "--text",    "--eval-batches", "--ckpt", "--prompt",
+                                             "--tokens",  "--temperature"};
+        bool known = !strcmp(a, "--resume") || !strcmp(a, "--quiet");
+        for (size_t k = 0; !known && k < sizeof valued / sizeof valued[0]; k++) known = !strcmp(a, valued[k]);
+        if (!known) {
+            snprintf(g_err, sizeof g_err, "unknown option '%s' (see weft --help)", a);
+            return -1;
+        }
         if (!strcmp(a, "--resume")) c->t.resume = true;
         else if (!strcmp(a, "--quiet")) c->t.quiet = true;
         else if (!v) goto missing;
@@ -69,20 +90,28 @@ static int parse(int argc, char **argv, weft_model_cfg *cfg, cli *c) {
             }
             weft_set_num_threads(n), i++;
         } else if (!strcmp(a, "--ckpt-dir")) c->t.ckpt_dir = v, i++;
-        else if (!strcmp(a, "--ckpt-every")) c->t.ckpt_every = atoll(v), i++;
-        else if (!strcmp(a, "--keep")) c->t.keep_last = atoi(v), i++;
+        else if (!strcmp(a, "--ckpt-every")) {
+            if (!int_opt(a, v, &c->t.ckpt_every)) return -1;
+            i++;
+        } else if (!strcmp(a, "--keep")) {
+            int64_t k;
+            if (!int_opt(a, v, &k)) return -1;
+            c->t.keep_last = (int)(k > 1000000 ? 1000000 : k), i++;
+        }
         else if (!strcmp(a, "--log-dir")) c->t.log_dir = v, i++;
         else if (!strcmp(a, "--data-dir")) c->t.data_dir = v, i++;
         else if (!strcmp(a, "--text")) c->t.text_path = v, i++;
-        else if (!strcmp(a, "--eval-batches")) c->t.eval_batches = atoll(v), i++;
+        else if (!strcmp(a, "--eval-batches")) {
+            if (!int_opt(a, v, &c->t.eval_batches)) return -1;
+            i++;
+        }
         else if (!strcmp(a, "--ckpt")) c->ckpt = v, i++;
         else if (!strcmp(a, "--prompt")) c->prompt = v, i++;
-        else if (!strcmp(a, "--tokens")) c->tokens = atoll(v), i++;
-        else if (!strcmp(a, "--temperature")) c->temperature = atof(v), i++;
-        else {
-            snprintf(g_err, sizeof g_err, "unknown option '%s' (see weft --help)", a);
-            return -1;
+        else if (!strcmp(a, "--tokens")) {
+            if (!int_opt(a, v, &c->tokens)) return -1;
+            i++;
         }
+        else if (!strcmp(a, "--temperature")) c->temperature = atof(v), i++;
         continue;
     missing:
         snprintf(g_err, sizeof g_err, "option '%s' needs a value", a);
@@ -134,8 +163,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(cmd, "train") && strcmp(cmd, "eval") && strcmp(cmd, "sample")) {
-        fprintf(stderr, "weft: unknown command '%s'\n", cmd);
-        return usage();
+        fprintf(stderr, "weft: unknown command '%s' (see weft --help)\n", cmd);
+        return 2;
     }
     if (argc < 3 || argv[2][0] == '-') {
         fprintf(stderr, "weft %s: a model file is needed (e.g. models/fmnist-mlp.cfg)\n", cmd);
