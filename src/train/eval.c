@@ -19,7 +19,9 @@ weft_status weft_evaluate(const weft_model_cfg *cfg, const char *ckpt, const wef
     weft_status st = weft_run_load_data(&run);
     if (!st) st = weft_run_build(&run, false);
     if (!st) st = weft_run_load_weights(&run, ckpt);
-    double t0 = (double)clock() / CLOCKS_PER_SEC, loss = NAN, acc = NAN;
+    struct timespec ts0, ts1;
+    clock_gettime(CLOCK_MONOTONIC, &ts0);
+    double loss = NAN, acc = NAN;
     if (!st) st = weft_run_evaluate(&run, &loss, &acc);
     if (!st) {
         if (out->language_model) out->val_loss = loss;
@@ -27,7 +29,8 @@ weft_status weft_evaluate(const weft_model_cfg *cfg, const char *ckpt, const wef
             out->test_loss = loss;
             out->test_acc = acc;
         }
-        out->seconds = (double)clock() / CLOCKS_PER_SEC - t0;
+        clock_gettime(CLOCK_MONOTONIC, &ts1);
+        out->seconds = (double)(ts1.tv_sec - ts0.tv_sec) + 1e-9 * (double)(ts1.tv_nsec - ts0.tv_nsec);
     }
     weft_run_free(&run);
     return st;
