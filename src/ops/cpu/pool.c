@@ -99,23 +99,36 @@ static bool big(const pool_geom *g) { return g->N * g->C * g->OH * g->OW * g->kh
     static void max_pool_bw_##T(const pool_geom *g, const T *gy, const int64_t *gs, const T *x,               \
                                 const int64_t *xs, T *dx) {                                                   \
         if (is_2x2(g, xs)) {                                                                                  \
+            /* The windows tile the plane: every dx element is written once (the gradient at the  \
+               window's argmax, 0 elsewhere), so no memset and no read-modify-write; rows and      \
+               columns past the last whole window (odd H or W) get zeros. */                       \
             _Pragma("omp parallel for num_threads(weft_num_threads()) if (big(g)) schedule(static)")          \
             for (int64_t p = 0; p < g->N * g->C; p++) {                                                        \
-                int64_t n = p / g->C, c = p % g->C;                                                           \
+                int64_t n = p / g->C, c = p % g->C, W = g->W;                                                 \
                 const T *xp = x + n * xs[0] + c * xs[1], *gp = gy + n * gs[0] + c * gs[1];                    \
-                T *dp = dx + p * g->H * g->W;                                                                 \
-                memset(dp, 0, sizeof(T) * (size_t)(g->H * g->W));                                            \
+                T *dp = dx + p * g->H * W;                                                                    \
                 for (int64_t oh = 0; oh < g->OH; oh++) {                                                      \
                     const T *r0 = xp + 2 * oh * xs[2], *r1 = r0 + xs[2];                                      \
+                    T *d0 = dp + 2 * oh * W, *d1 = d0 + W;                                                    \
                     for (int64_t ow = 0; ow < g->OW; ow++) {                                                  \
                         /* window order a b / c d; the first maximum (or first NaN) wins */                  \
                         const T v[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};              \
                         int k = 0;                                                                            \
-                        for (int j = 1; j < 4 && v[k] == v[k]; j++)                                           \
-                            if (v[j] > v[k] || v[j] != v[j]) k = j;                                           \
-                        dp[(2 * oh + (k >> 1)) * g->W + 2 * ow + (k & 1)] += gp[oh * gs[2] + ow * gs[3]];     \
+                        T m = v[0];                                                                           \
+                        for (int j = 1; j < 4; j++) {                                                         \
+                            int beats = (v[j] > m) | ((v[j] != v[j]) & (m == m));                             \
+                            k = beats ? j : k;                                                                \
+                            m = beats ? v[j] : m;                                                             \
+                        }                                                                                     \
+                        T gv = gp[oh * gs[2] + ow * gs[3]];                                                   \
+                        d0[2 * ow] = k == 0 ? gv : 0;                                                         \
+                        d0[2 * ow + 1] = k == 1 ? gv : 0;                                                     \
+                        d1[2 * ow] = k == 2 ? gv : 0;                                                         \
+                        d1[2 * ow + 1] = k == 3 ? gv : 0;                                                     \
                     }                                                                                         \
+                    for (int64_t w = 2 * g->OW; w < W; w++) d0[w] = d1[w] = 0;                                \
                 }                                                                                             \
+                if (2 * g->OH < g->H) memset(dp + 2 * g->OH * W, 0, sizeof(T) * (size_t)((g->H - 2 * g->OH) * W)); \
             }                                                                                                 \
             return;                                                                                           \
         }                                                                                                     \
