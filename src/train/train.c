@@ -244,9 +244,12 @@ static weft_status evaluate_and_log(weft_run *r, double train_loss, weft_train_r
         if (isatty(fileno(f))) fputc('\n', f);
         if (r->cfg->net.dataset == WEFT_CFG_KJV)
             fprintf(f, "step %lld: train loss %.4f, val loss %.4f\n", (long long)r->step, train_loss, l);
+        else if (r->steps_per_epoch > 0 && r->step % r->steps_per_epoch == 0)
+            fprintf(f, "epoch %lld: train loss %.4f, test loss %.4f, test accuracy %.2f%%\n", (long long)r->epoch,
+                    train_loss, l, 100 * a);
         else
-            fprintf(f, "epoch %lld step %lld: train loss %.4f, test loss %.4f, test accuracy %.2f%%\n",
-                    (long long)r->epoch, (long long)r->step, train_loss, l, 100 * a);
+            fprintf(f, "step %lld (epoch %lld): train loss %.4f, test loss %.4f, test accuracy %.2f%%\n",
+                    (long long)r->step, (long long)r->epoch + 1, train_loss, l, 100 * a);
         fflush(f);
     }
     return log_metrics(r, train_loss, l, r->cfg->net.dataset == WEFT_CFG_KJV ? NAN : a);
@@ -286,6 +289,7 @@ weft_status weft_train(const weft_model_cfg *cfg, const weft_train_opts *opts, w
             if (steps_per_epoch < 1) steps_per_epoch = 1;
             r->items_per_step = (double)(n->batch * n->context);
         }
+        r->steps_per_epoch = steps_per_epoch;
         r->total_steps = n->epochs * steps_per_epoch;
         if (n->steps > 0 && n->steps < r->total_steps) r->total_steps = n->steps;
     }

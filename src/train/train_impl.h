@@ -18,7 +18,7 @@ typedef struct weft_run {
     weft_dataset *train, *test;
     weft_loader *loader;
     weft_tensor *train_tokens, *val_tokens;
-    int64_t step, epoch, total_steps;
+    int64_t step, epoch, total_steps, steps_per_epoch;
     double items_per_step; // samples or tokens
     weft_csv_writer *csv;
     weft_tb_writer *tb;
