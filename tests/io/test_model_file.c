@@ -64,7 +64,8 @@ static void test_mlp(void) {
     CHECK(!strcmp(n->name, "fmnist-mlp"));
     CHECK(n->dataset == WEFT_CFG_FMNIST && n->batch == 128 && n->optimizer == WEFT_CFG_ADAM);
     CHECK(n->lr == 1e-3 && n->betas[0] == 0.9 && n->betas[1] == 0.999 && n->eps == 1e-8 && n->weight_decay == 0);
-    CHECK(n->loss == WEFT_CFG_CROSS_ENTROPY && n->classes == 10 && n->schedule == WEFT_CFG_CONSTANT);
+    CHECK(n->loss == WEFT_CFG_CROSS_ENTROPY && n->classes == 10 && n->schedule == WEFT_CFG_COSINE &&
+          n->warmup == 0 && n->min_lr == 0);
     CHECK(shape_is(n->input, n->input_ndim, 3, 1, 28, 28));
     static const weft_cfg_layer_type want[] = {WEFT_CFG_FLATTEN, WEFT_CFG_LINEAR, WEFT_CFG_RELU,
                                                WEFT_CFG_LINEAR,  WEFT_CFG_RELU,   WEFT_CFG_LINEAR};
@@ -77,7 +78,7 @@ static void test_mlp(void) {
         CHECK(L[3].linear.in == 256 && L[3].linear.out == 256);
         CHECK(L[5].linear.in == 256 && L[5].linear.out == 10);
         CHECK(shape_is(L[5].out_shape, L[5].out_ndim, 1, 10, 0, 0));
-        CHECK(L[1].line == 15); // the header line of the first [linear]
+        CHECK(L[1].line == 16); // the header line of the first [linear]
     }
     weft_model_cfg_free(c);
 }
