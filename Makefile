@@ -11,7 +11,8 @@ BUILD ?= build
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 BENCH ?=
-DEPS = build-essential cmake pkg-config libopenblas-dev libopenblas0-openmp zlib1g-dev libcjson-dev
+DEPS = build-essential cmake pkg-config libopenblas-dev libopenblas0-openmp zlib1g-dev libcjson-dev \
+       openmpi-bin libopenmpi-dev
 BENCH_DEPS = python3-torch python3-numpy
 RUN_DEPS = dataset-fashion-mnist bible-kjv
 MODEL ?= models/fmnist-mlp.cfg

@@ -13,5 +13,6 @@
 #include "weft/model.h"
 #include "weft/optim.h"
 #include "weft/train.h"
+#include "weft/dist.h"
 
 #endif
