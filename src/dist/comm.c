@@ -179,12 +179,15 @@ weft_status weft_dist_run(weft_work *w) {
         w = weft_dist_submit(w);
         return w ? weft_work_wait(w) : weft_last_status();
     }
+    // Poll without yielding for the first milliseconds: giving the core
+    // away on a loaded machine costs a whole time slice, longer than a
+    // collective of a few MB.
     bool progressed;
-    for (int idle = 0;;) {
+    double t0 = weft_dist_now();
+    for (int i = 0;; i++) {
         progressed = false;
         if (step(w, &progressed)) break;
-        if (progressed) idle = 0;
-        else if (++idle > 64) sched_yield();
+        if (!progressed && (i & 255) == 255 && weft_dist_now() - t0 > 2e-3) sched_yield();
     }
     pthread_mutex_lock(&g.mu);
     c->busy = false;
@@ -838,12 +841,15 @@ weft_status weft_dist_run(weft_work *w) {
         w = weft_dist_submit(w);
         return w ? weft_work_wait(w) : weft_last_status();
     }
+    // Poll without yielding for the first milliseconds: giving the core
+    // away on a loaded machine costs a whole time slice, longer than a
+    // collective of a few MB.
     bool progressed;
-    for (int idle = 0;;) {
+    double t0 = weft_dist_now();
+    for (int i = 0;; i++) {
         progressed = false;
         if (step(w, &progressed)) break;
-        if (progressed) idle = 0;
-        else if (++idle > 64) sched_yield();
+        if (!progressed && (i & 255) == 255 && weft_dist_now() - t0 > 2e-3) sched_yield();
     }
     pthread_mutex_lock(&g.mu);
     c->busy = false;
