@@ -150,7 +150,7 @@ int main(int argc, char **argv) {
     g_rank = weft_comm_rank(g_c);
     int f = 0;
     f |= run(argc, argv, "ddp_overlap_mlp", "models/fmnist-mlp.cfg", 20, 15);
-    f |= run(argc, argv, "ddp_overlap_gpt", "models/kjv-gpt.cfg", 2, 3);
+    f |= run(argc, argv, "ddp_overlap_gpt", "models/kjv-gpt.cfg", 2, 4);
     weft_dist_finalize();
     return f;
 }
