@@ -597,7 +597,11 @@ static weft_status ps_rows(weft_ps *ps, int i, const weft_tensor *rows, const we
             MPI_Irecv(ps->rbuf[s], (int)rb, MPI_BYTE, W + s, PS_TAG_REP, ps->comm, &req[S + s]);
             ps->st.bytes_in += (double)rb;
         }
-        MPI_Isend(b, (int)sb, MPI_BYTE, W + s, PS_TAG_REQ, ps->comm, &req[s]);
+        // A synchronous send for pushes: it completes once the server has taken
+        // the push, which it applies before reading any later request, so
+        // whatever anyone asks after this call returns sees the update.
+        if (push) MPI_Issend(b, (int)sb, MPI_BYTE, W + s, PS_TAG_REQ, ps->comm, &req[s]);
+        else MPI_Isend(b, (int)sb, MPI_BYTE, W + s, PS_TAG_REQ, ps->comm, &req[s]);
         ps->st.bytes_out += (double)sb;
     }
     if ((st = ps_waitall(ps, 2 * S, req, fn))) goto done;
