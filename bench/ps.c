@@ -123,6 +123,8 @@ static void sparse(weft_comm *c, MPI_Comm mc, int servers, const char *name) {
 }
 
 int main(int argc, char **argv) {
+    const char *pat0 = argc > 1 ? argv[1] : "";
+    if (pat0[0] && !strstr("ps_dense_1srv ps_dense_2srv ps_sparse_1srv ps_sparse_2srv", pat0)) return 0; // not selected
     if (!weft_dist_launched()) {
         // Start ourselves as 4 ranks (bench/run.sh runs binaries directly).
         char *args[] = {"sh", "tests/dist/mpirun.sh", "4", argv[0], argc > 1 ? argv[1] : "", NULL};
