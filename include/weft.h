@@ -14,5 +14,6 @@
 #include "weft/optim.h"
 #include "weft/train.h"
 #include "weft/dist.h"
+#include "weft/ddp.h"
 
 #endif

@@ -78,6 +78,12 @@ typedef struct weft_loader_opts {
     uint64_t seed;
     bool drop_last;     // drop the last incomplete batch of each epoch
     int prefetch;       // queue capacity in batches for the background thread; 0: no thread
+    // Distributed sampling (PyTorch's DistributedSampler with drop_last): every
+    // epoch the N samples are put in the epoch's order (the same on every
+    // rank), the tail N % num_replicas is dropped, and rank r takes positions
+    // r, r + R, r + 2R, ...: every rank gets N / R distinct samples.
+    int num_replicas;   // > 1: distributed sampling (0 or 1: all samples)
+    int rank;           // 0 <= rank < num_replicas
 } weft_loader_opts;
 // batch_size 64, shuffle, seed 0, keep the last batch, prefetch 4.
 weft_loader_opts weft_loader_default_opts(void);
@@ -101,6 +107,7 @@ int64_t weft_loader_num_samples(const weft_loader *l);
 // return exactly the batches that would have followed.
 void weft_loader_position(const weft_loader *l, int64_t *epoch, int64_t *index);
 weft_status weft_loader_set_position(weft_loader *l, int64_t epoch, int64_t index);
+// With num_replicas > 1, batches_per_epoch and num_samples count this rank's share.
 // The sample indices of epoch `epoch` in order (n = weft_loader_num_samples).
 weft_status weft_loader_epoch_order(const weft_loader *l, int64_t epoch, int64_t *out);
 
@@ -112,6 +119,17 @@ typedef struct weft_loader_stats {
     bool producer_blocked; // the producer is waiting for room in the queue
 } weft_loader_stats;
 void weft_loader_get_stats(weft_loader *l, weft_loader_stats *s);
+
+// ---- distributed sampling (the loader's order, split across replicas) ----
+// Samples per rank and epoch: n / num_replicas (n when num_replicas <= 1).
+int64_t weft_dist_sampler_len(int64_t n, int num_replicas);
+// The indices (into 0..n-1) that rank `rank` of `num_replicas` gets in epoch
+// `epoch`, in order: the epoch's order of all n samples (a permutation
+// from (seed, epoch) when shuffle, else 0..n-1: the loader's order), cut to a
+// multiple of num_replicas, every num_replicas-th entry from position rank.
+// out holds weft_dist_sampler_len(n, num_replicas) entries.
+weft_status weft_dist_sampler_indices(int64_t n, int num_replicas, int rank, uint64_t seed, int64_t epoch,
+                                      bool shuffle, int64_t *out);
 
 // ---- language-model batches ----
 // B random windows of T+1 tokens from a 1-D corpus (u8 or i64, length > T):

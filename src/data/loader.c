@@ -7,6 +7,9 @@
 // returned) is the checkpointed state; the order of epoch e is a pure function
 // of (seed, e), so setting a position (which restarts the producer there)
 // reproduces exactly the batches that would have followed.
+//
+// With num_replicas > 1 the order is this rank's share of the epoch
+// (weft_dist_sampler_indices): positions and counts are in the share.
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +27,9 @@ typedef struct item {
 
 struct weft_loader {
     weft_tensor *inputs, *labels; // contiguous (N, ...)
-    int64_t n, bs, nb;            // samples, batch size, batches per epoch
+    int64_t n, bs, nb;            // samples (this rank's share), batch size, batches per epoch
+    int64_t n_all;                // samples in the data set
+    int replicas, rank;           // distributed sampling (replicas 1: all samples)
     size_t xrow, yrow;            // bytes per sample
     bool shuffle, drop_last;
     uint64_t seed;
@@ -51,17 +56,9 @@ weft_loader_opts weft_loader_default_opts(void) {
     return (weft_loader_opts){.batch_size = 64, .shuffle = true, .seed = 0, .drop_last = false, .prefetch = 4};
 }
 
-// Fisher-Yates over 0..n-1 from a stream keyed by (seed, epoch).
-static void make_order(const weft_loader *l, int64_t epoch, int64_t *out) {
-    for (int64_t i = 0; i < l->n; i++) out[i] = i;
-    if (!l->shuffle) return;
-    uint64_t st = weft_data_key(l->seed, (uint64_t)epoch);
-    for (int64_t i = l->n - 1; i > 0; i--) {
-        int64_t j = (int64_t)weft_data_bounded(weft_data_next(&st), (uint64_t)(i + 1));
-        int64_t t = out[i];
-        out[i] = out[j];
-        out[j] = t;
-    }
+// The epoch's order: a permutation keyed by (seed, epoch), this rank's share of it.
+static weft_status make_order(const weft_loader *l, int64_t epoch, int64_t *out) {
+    return weft_dist_sampler_indices(l->n_all, l->replicas, l->rank, l->seed, epoch, l->shuffle, out);
 }
 
 static weft_tensor *gather_rows(const weft_tensor *src, size_t row, const int64_t *idx, int64_t b) {
@@ -87,7 +84,9 @@ static int make_batch(const weft_loader *l, int64_t epoch, int64_t index, int64_
         *perm_epoch = -1;
     }
     if (*perm_epoch != epoch) {
-        make_order(l, epoch, *perm);
+        *perm_epoch = -1;
+        weft_status s = make_order(l, epoch, *perm);
+        if (s != WEFT_OK) return s;
         *perm_epoch = epoch;
     }
     int64_t start = index * l->bs, b = l->bs;
@@ -194,6 +193,17 @@ weft_loader *weft_loader_create(weft_tensor *inputs, weft_tensor *labels, const 
         return weft_error_null(WEFT_ERR_SHAPE, "loader_create: %lld inputs but %lld labels", (long long)n,
                                (long long)weft_tensor_size(labels, 0));
     if (n == 0) return weft_error_null(WEFT_ERR_SHAPE, "loader_create: the data set is empty");
+    if (o.num_replicas < 0)
+        return weft_error_null(WEFT_ERR_ARG, "loader_create: num_replicas must be >= 0, got %d", o.num_replicas);
+    int replicas = o.num_replicas > 1 ? o.num_replicas : 1;
+    if (o.rank < 0 || o.rank >= replicas)
+        return weft_error_null(WEFT_ERR_ARG, "loader_create: rank %d is not in 0..%d (num_replicas %d)", o.rank,
+                               replicas - 1, o.num_replicas);
+    int64_t n_all = n;
+    n = weft_dist_sampler_len(n_all, replicas);
+    if (n == 0)
+        return weft_error_null(WEFT_ERR_SHAPE, "loader_create: %lld samples cannot give each of %d replicas one",
+                               (long long)n_all, replicas);
     int64_t nb = o.drop_last ? n / o.batch_size : (n + o.batch_size - 1) / o.batch_size;
     if (nb == 0)
         return weft_error_null(WEFT_ERR_SHAPE, "loader_create: %lld samples make no full batch of %lld (drop_last)",
@@ -211,8 +221,11 @@ weft_loader *weft_loader_create(weft_tensor *inputs, weft_tensor *labels, const 
     l->n = n;
     l->bs = o.batch_size;
     l->nb = nb;
-    l->xrow = (size_t)(weft_tensor_numel(inputs) / n) * weft_dtype_size(weft_tensor_dtype(inputs));
-    l->yrow = labels ? (size_t)(weft_tensor_numel(labels) / n) * weft_dtype_size(weft_tensor_dtype(labels)) : 0;
+    l->n_all = n_all;
+    l->replicas = replicas;
+    l->rank = o.rank;
+    l->xrow = (size_t)(weft_tensor_numel(inputs) / n_all) * weft_dtype_size(weft_tensor_dtype(inputs));
+    l->yrow = labels ? (size_t)(weft_tensor_numel(labels) / n_all) * weft_dtype_size(weft_tensor_dtype(labels)) : 0;
     l->shuffle = o.shuffle;
     l->drop_last = o.drop_last;
     l->seed = o.seed;
@@ -313,8 +326,8 @@ weft_status weft_loader_set_position(weft_loader *l, int64_t epoch, int64_t inde
 
 weft_status weft_loader_epoch_order(const weft_loader *l, int64_t epoch, int64_t *out) {
     if (!l || !out) return weft_error(WEFT_ERR_ARG, "loader_epoch_order: NULL argument");
-    make_order(l, epoch, out);
-    return WEFT_OK;
+    if (epoch < 0) return weft_error(WEFT_ERR_ARG, "loader_epoch_order: epoch %lld is negative", (long long)epoch);
+    return make_order(l, epoch, out);
 }
 
 void weft_loader_get_stats(weft_loader *l, weft_loader_stats *s) {

@@ -1,0 +1,329 @@
+// Distributed data parallel: gradient buckets all-reduced from the autograd
+// leaf hooks, so that communication overlaps the rest of backward.
+//
+// Life of a step (sync on):
+//   backward   each parameter's hook marks it final; the last one of a bucket
+//              flattens the bucket's gradients into its buffer (the bucket is
+//              "ready"); ready buckets are issued strictly in bucket order
+//              (k only after 0..k-1) as asynchronous averaging all-reduces,
+//              because every rank must issue collectives in the same order
+//              even when its buckets become ready in a different order.
+//   wait       buckets not ready (parameters unused by this backward) are
+//              filled now (a missing .grad counts as zero) and issued in
+//              order; then every all-reduce is waited for and the averages
+//              are copied back into .grad.
+// Only the thread that runs backward touches this state (hooks fire there),
+// so there is no locking; the communication thread only sees the buffers,
+// which we leave alone from issue to wait.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <weft/autograd.h>
+#include <weft/ddp.h>
+
+#include "../core/core_impl.h"
+
+#define DDP_DEFAULT_BUCKET_MB 25.0
+#define DDP_NAME_LEN 160
+
+typedef struct weft_ddp weft_ddp;
+
+typedef struct slot {
+    weft_ddp *d;
+    weft_tensor *p; // borrowed from the module
+    char name[DDP_NAME_LEN];
+    int bucket;
+    int64_t off, numel; // elements in the bucket buffer
+    int hook;           // handle, 0: none
+    bool seen;          // hook fired in this step
+} slot;
+
+typedef struct bucket {
+    int first, n; // slots [first, first + n)
+    weft_tensor *buf;
+    int pending; // slots whose hook has not fired this step
+    bool ready;  // buf holds this step's local gradients
+    weft_work *work;
+} bucket;
+
+struct weft_ddp {
+    weft_comm *c;
+    weft_module *m;
+    weft_ddp_opts o;
+    int ns, nb;
+    slot *s;   // reverse parameter order, grouped by bucket
+    bucket *b;
+    int next;  // buckets 0..next-1 are issued this step
+    bool sync;
+    weft_status err; // first error of the step (hooks cannot return one)
+    char errmsg[512];
+};
+
+static void record_error(weft_ddp *d, weft_status st, const char *msg) {
+    if (d->err != WEFT_OK) return;
+    d->err = st != WEFT_OK ? st : WEFT_ERR_STATE;
+    snprintf(d->errmsg, sizeof d->errmsg, "%s", msg);
+}
+
+// Flattens the bucket's current local gradients into its buffer (zeros for
+// a parameter without a .grad).
+static weft_status fill_bucket(weft_ddp *d, bucket *b) {
+    char *base = weft_tensor_data(b->buf);
+    size_t es = weft_dtype_size(weft_tensor_dtype(b->buf));
+    for (int k = b->first; k < b->first + b->n; k++) {
+        slot *s = &d->s[k];
+        char *dst = base + (size_t)s->off * es;
+        weft_tensor *g = weft_tensor_grad(s->p);
+        if (!g) {
+            memset(dst, 0, (size_t)s->numel * es);
+            continue;
+        }
+        if (weft_tensor_numel(g) != s->numel || weft_tensor_dtype(g) != weft_tensor_dtype(b->buf) ||
+            weft_tensor_device(g).type != WEFT_CPU)
+            return weft_error(WEFT_ERR_SHAPE, "ddp: gradient of %s has %lld %s elements, the parameter %lld %s",
+                              s->name, (long long)weft_tensor_numel(g), weft_dtype_name(weft_tensor_dtype(g)),
+                              (long long)s->numel, weft_dtype_name(weft_tensor_dtype(b->buf)));
+        weft_tensor *gc = weft_tensor_contiguous(g); // g itself (new ref) in the usual case
+        if (!gc) return weft_last_status();
+        memcpy(dst, weft_tensor_data(gc), (size_t)s->numel * es);
+        weft_tensor_free(gc);
+    }
+    b->ready = true;
+    return WEFT_OK;
+}
+
+// Issues ready buckets in order, stopping at the first one that is not ready.
+static void issue_ready(weft_ddp *d) {
+    while (d->next < d->nb && d->b[d->next].ready) {
+        bucket *b = &d->b[d->next++];
+        b->work = weft_dist_all_reduce_async(d->c, b->buf, WEFT_REDUCE_AVG);
+        if (!b->work) {
+            char msg[480];
+            snprintf(msg, sizeof msg, "ddp: all-reduce of bucket %d: %s", (int)(b - d->b), weft_last_error());
+            record_error(d, weft_last_status(), msg);
+        }
+    }
+}
+
+static void on_grad_final(weft_tensor *leaf, void *user) {
+    slot *s = user;
+    weft_ddp *d = s->d;
+    (void)leaf;
+    if (!d->sync || d->o.no_comm) return;
+    if (s->seen) {
+        char msg[400];
+        snprintf(msg, sizeof msg,
+                 "ddp: the gradient of %s became final twice before weft_ddp_wait (call weft_ddp_wait after each "
+                 "backward, or turn sync off with weft_ddp_set_sync for accumulation)",
+                 s->name);
+        record_error(d, WEFT_ERR_STATE, msg);
+        return;
+    }
+    s->seen = true;
+    bucket *b = &d->b[s->bucket];
+    if (--b->pending > 0) return;
+    if (fill_bucket(d, b) != WEFT_OK) {
+        // Still issue it (with whatever it holds) so the other ranks are not left waiting.
+        record_error(d, weft_last_status(), weft_last_error());
+        b->ready = true;
+    }
+    issue_ready(d);
+}
+
+static void reset_step(weft_ddp *d) {
+    for (int k = 0; k < d->ns; k++) d->s[k].seen = false;
+    for (int k = 0; k < d->nb; k++) {
+        d->b[k].pending = d->b[k].n;
+        d->b[k].ready = false;
+    }
+    d->next = 0;
+}
+
+// Copies a bucket's averages back into its parameters' .grad (making a .grad
+// where there was none, so every rank's optimiser sees every parameter).
+static weft_status unpack_bucket(weft_ddp *d, bucket *b) {
+    const char *base = weft_tensor_data(b->buf);
+    weft_dtype dt = weft_tensor_dtype(b->buf);
+    size_t es = weft_dtype_size(dt);
+    for (int k = b->first; k < b->first + b->n; k++) {
+        slot *s = &d->s[k];
+        const char *src = base + (size_t)s->off * es;
+        size_t bytes = (size_t)s->numel * es;
+        weft_tensor *g = weft_tensor_grad(s->p);
+        if (g && weft_tensor_is_contiguous(g) && weft_tensor_numel(g) == s->numel && weft_tensor_dtype(g) == dt) {
+            memcpy(weft_tensor_data(g), src, bytes);
+            continue;
+        }
+        weft_tensor *ng = weft_tensor_empty(weft_tensor_ndim(s->p), weft_tensor_sizes(s->p), dt);
+        if (!ng) return weft_last_status();
+        memcpy(weft_tensor_data(ng), src, bytes);
+        weft_status st = weft_tensor_set_grad(s->p, ng);
+        weft_tensor_free(ng);
+        if (st != WEFT_OK) return st;
+    }
+    return WEFT_OK;
+}
+
+// Waits for every issued bucket; returns the first failure.
+static weft_status wait_issued(weft_ddp *d) {
+    weft_status first = WEFT_OK;
+    for (int k = 0; k < d->nb; k++) {
+        bucket *b = &d->b[k];
+        if (!b->work) continue;
+        weft_status st = weft_work_wait(b->work);
+        b->work = NULL;
+        if (st != WEFT_OK && first == WEFT_OK) {
+            char msg[480];
+            snprintf(msg, sizeof msg, "ddp: all-reduce of bucket %d: %s", k, weft_last_error());
+            record_error(d, st, msg);
+            first = st;
+        }
+    }
+    return first;
+}
+
+weft_status weft_ddp_wait(weft_ddp *d) {
+    if (!d) return weft_error(WEFT_ERR_ARG, "ddp_wait: handle is NULL");
+    if (!d->sync || d->o.no_comm) return WEFT_OK;
+    // Parameters that got no gradient in this backward: their buckets are
+    // complete now. Issue them in order, as every rank does.
+    for (int k = d->next; k < d->nb; k++) {
+        bucket *b = &d->b[k];
+        if (!b->ready && fill_bucket(d, b) != WEFT_OK) {
+            record_error(d, weft_last_status(), weft_last_error());
+            b->ready = true;
+        }
+    }
+    issue_ready(d);
+    wait_issued(d);
+    weft_status st = d->err;
+    if (st == WEFT_OK)
+        for (int k = 0; k < d->nb && st == WEFT_OK; k++) st = unpack_bucket(d, &d->b[k]);
+    else
+        st = weft_error(st, "ddp_wait: %s", d->errmsg);
+    d->err = WEFT_OK;
+    d->errmsg[0] = 0;
+    reset_step(d);
+    return st;
+}
+
+void weft_ddp_set_sync(weft_ddp *d, bool on) {
+    if (d) d->sync = on;
+}
+
+int weft_ddp_num_buckets(const weft_ddp *d) { return d ? d->nb : 0; }
+
+void weft_ddp_free(weft_ddp *d) {
+    if (!d) return;
+    wait_issued(d); // the buffers must outlive their collectives
+    for (int k = 0; k < d->ns; k++)
+        if (d->s[k].hook > 0) weft_tensor_remove_grad_hook(d->s[k].p, d->s[k].hook);
+    for (int k = 0; k < d->nb; k++) weft_tensor_free(d->b[k].buf);
+    free(d->s);
+    free(d->b);
+    free(d);
+}
+
+// Every parameter and buffer takes rank 0's values.
+static weft_status broadcast_state(weft_comm *c, weft_module *m) {
+    char name[DDP_NAME_LEN];
+    int np = weft_module_param_count(m), nbuf = weft_module_buffer_count(m);
+    for (int i = 0; i < np + nbuf; i++) {
+        weft_tensor *t = i < np ? weft_module_param_at(m, i, name, sizeof name)
+                                : weft_module_buffer_at(m, i - np, name, sizeof name);
+        if (!t) return weft_error(WEFT_ERR_STATE, "ddp_create: cannot read %s %d", i < np ? "parameter" : "buffer",
+                                  i < np ? i : i - np);
+        if (weft_dist_broadcast(c, t, 0) != WEFT_OK)
+            return weft_error(weft_last_status(), "ddp_create: broadcast of %s: %s", name, weft_last_error());
+    }
+    return WEFT_OK;
+}
+
+weft_ddp *weft_ddp_create(weft_comm *c, weft_module *m, const weft_ddp_opts *opts) {
+    if (!c || !m) return weft_error_null(WEFT_ERR_ARG, "ddp_create: %s is NULL", !c ? "communicator" : "module");
+    weft_ddp_opts o = opts ? *opts : (weft_ddp_opts){0};
+    if (!(o.bucket_mb >= 0) || o.bucket_mb > 1e6)
+        return weft_error_null(WEFT_ERR_ARG, "ddp_create: bucket_mb must be in [0, 1e6], got %g", o.bucket_mb);
+    if (o.bucket_mb == 0) o.bucket_mb = DDP_DEFAULT_BUCKET_MB;
+    double cap = o.bucket_mb * 1024.0 * 1024.0;
+
+    // Check every parameter before the first collective: a rank that fails
+    // here must fail on all ranks alike (same model), not leave the others
+    // waiting in a broadcast.
+    int np = weft_module_param_count(m);
+    char name[DDP_NAME_LEN];
+    for (int i = 0; i < np; i++) {
+        weft_tensor *p = weft_module_param_at(m, i, name, sizeof name);
+        if (!p) return weft_error_null(WEFT_ERR_STATE, "ddp_create: cannot read parameter %d", i);
+        weft_dtype dt = weft_tensor_dtype(p);
+        if (dt != WEFT_F32 && dt != WEFT_F64)
+            return weft_error_null(WEFT_ERR_DTYPE, "ddp_create: parameter %s is %s (f32 or f64 only)", name,
+                                   weft_dtype_name(dt));
+        if (weft_tensor_device(p).type != WEFT_CPU || !weft_tensor_is_contiguous(p))
+            return weft_error_null(WEFT_ERR_ARG, "ddp_create: parameter %s must be a contiguous CPU tensor", name);
+    }
+    if (broadcast_state(c, m) != WEFT_OK) return NULL;
+
+    weft_ddp *d = calloc(1, sizeof *d);
+    if (!d) return weft_error_null(WEFT_ERR_OOM, "ddp_create: out of memory");
+    d->c = c;
+    d->m = m;
+    d->o = o;
+    d->sync = true;
+    d->s = calloc((size_t)(np > 0 ? np : 1), sizeof(slot));
+    d->b = calloc((size_t)(np > 0 ? np : 1), sizeof(bucket));
+    if (!d->s || !d->b) {
+        weft_ddp_free(d);
+        return weft_error_null(WEFT_ERR_OOM, "ddp_create: out of memory");
+    }
+    // Reverse parameter order: backward makes the last layers' gradients
+    // first, so the first bucket completes (and starts communicating) early.
+    // A bucket holds one dtype; a parameter larger than the capacity gets a
+    // bucket of its own. Frozen parameters take no part.
+    double bytes = 0;
+    for (int i = np - 1; i >= 0; i--) {
+        weft_tensor *p = weft_module_param_at(m, i, name, sizeof name);
+        if (!weft_tensor_requires_grad(p)) continue;
+        weft_dtype dt = weft_tensor_dtype(p);
+        double pb = (double)weft_tensor_numel(p) * (double)weft_dtype_size(dt);
+        bucket *cur = d->nb > 0 ? &d->b[d->nb - 1] : NULL;
+        if (!cur || bytes + pb > cap || weft_tensor_dtype(d->s[cur->first].p) != dt) {
+            cur = &d->b[d->nb++];
+            cur->first = d->ns;
+            bytes = 0;
+        }
+        slot *s = &d->s[d->ns++];
+        s->d = d;
+        s->p = p;
+        snprintf(s->name, sizeof s->name, "%s", name);
+        s->bucket = (int)(cur - d->b);
+        s->numel = weft_tensor_numel(p);
+        s->off = 0;
+        for (int k = cur->first; k < cur->first + cur->n; k++) s->off += d->s[k].numel;
+        cur->n++;
+        bytes += pb;
+    }
+    for (int k = 0; k < d->nb; k++) {
+        bucket *b = &d->b[k];
+        slot *last = &d->s[b->first + b->n - 1];
+        int64_t n = last->off + last->numel;
+        b->buf = weft_tensor_empty(1, &n, weft_tensor_dtype(last->p));
+        if (!b->buf) {
+            weft_ddp_free(d);
+            return NULL;
+        }
+    }
+    for (int k = 0; k < d->ns; k++) {
+        d->s[k].hook = weft_tensor_add_grad_hook(d->s[k].p, on_grad_final, &d->s[k]);
+        if (d->s[k].hook <= 0) {
+            weft_status st = weft_last_status();
+            char msg[256];
+            snprintf(msg, sizeof msg, "%s: %s", d->s[k].name, weft_last_error());
+            weft_ddp_free(d);
+            return weft_error_null(st, "ddp_create: cannot add the grad hook of %s", msg);
+        }
+    }
+    reset_step(d);
+    return d;
+}
