@@ -63,10 +63,12 @@ static void parse_line(const char *line, failure *f) {
         int code;
         if (sscanf(p, "Exit code: %d", &code) == 1 && f->signal == 0) f->exit_code = code;
     } else if ((p = strstr(line, "MPI_ABORT was invoked on rank "))) {
-        int rank, code;
-        if (sscanf(p, "MPI_ABORT was invoked on rank %d in communicator %*s with errorcode %d", &rank, &code) == 2 &&
-            f->signal == 0)
-            f->rank = rank, f->exit_code = code;
+        int rank, code; // the error code may be on the next line
+        int n = sscanf(p, "MPI_ABORT was invoked on rank %d in communicator %*s with errorcode %d", &rank, &code);
+        if (n >= 1 && f->signal == 0) f->rank = rank, f->exit_code = n == 2 ? code : f->exit_code;
+    } else if ((p = strstr(line, "with errorcode "))) {
+        int code;
+        if (sscanf(p, "with errorcode %d", &code) == 1 && f->signal == 0 && f->rank >= 0) f->exit_code = code;
     } else if (strstr(line, "lost communication with a remote daemon") || strstr(line, "An ORTE daemon has unexpectedly failed")) {
         f->lost_node = true;
     }
