@@ -1,0 +1,89 @@
+// Internal to the communication layer (comm.c, collectives.c): the
+// communicator, the work item and the queue to the communication thread.
+#ifndef WEFT_DIST_COMM_IMPL_H
+#define WEFT_DIST_COMM_IMPL_H
+
+#include "dist_impl.h"
+
+#ifdef WEFT_HAVE_MPI
+#include <stdatomic.h>
+
+typedef enum {
+    WK_BROADCAST,
+    WK_ALL_REDUCE,
+    WK_REDUCE,
+    WK_ALL_GATHER,
+    WK_GATHER,
+    WK_SCATTER,
+    WK_REDUCE_SCATTER,
+    WK_ALL_TO_ALL,
+    WK_BARRIER,
+    WK_FREE, // tear down a communicator's control traffic (not a collective)
+    WK_NUM_KINDS
+} wk_kind;
+
+const char *weft_dist_kind_name(int kind);
+
+#define ANN_SLOTS 64
+
+struct weft_comm {
+    MPI_Comm coll; // weft's collectives
+    MPI_Comm ctl;  // arrival announcements and the debug exchange
+    MPI_Comm user; // the caller's point-to-point traffic (weft_comm_mpi)
+    int rank, size;
+    int *world_ranks;
+    bool is_world;
+    _Atomic double timeout;
+    atomic_bool debug;
+    // Issue side (under the queue lock).
+    uint64_t seq;
+    struct weft_work *qhead, *qtail;
+    // Communication thread only.
+    bool busy;
+    atomic_bool broken;
+    char broken_msg[1024];
+    uint64_t *arr_seq; // last collective each rank announced
+    int *arr_kind;
+    MPI_Request arr_req;
+    int64_t arr_buf[2];
+    bool arr_posted;
+    struct {
+        MPI_Request req;
+        int64_t buf[2];
+    } ann[ANN_SLOTS];
+    int ann_next;
+};
+
+struct weft_work {
+    weft_comm *c;
+    const char *fn; // public function name, for messages
+    int kind;
+    weft_reduce_op rop;
+    weft_dtype dt;
+    int root;
+    weft_tensor *a, *b; // referenced while in flight (a: in / in-place, b: out)
+    void *sbuf, *rbuf;  // MPI buffers (MPI_IN_PLACE where applicable)
+    int scount, rcount;
+    int *counts, *displs, *rcounts, *rdispls; // v-variants (size entries each)
+    int64_t n_total, n_local;                 // what the debug mode compares
+    uint64_t seq;
+    int state;
+    MPI_Request req;
+    int64_t dbg_mine[8], *dbg_all;
+    double t_start;
+    weft_status status;
+    char msg[1024];
+    atomic_int done;
+    atomic_int refs; // the caller's handle + the communication thread
+    struct weft_work *next;
+};
+
+// Queue w on its communicator (numbering it if it is a collective); NULL and
+// an error when the communicator is broken. Takes ownership of w.
+weft_work *weft_dist_submit(weft_work *w);
+weft_work *weft_dist_work_new(weft_comm *c, const char *fn, int kind);
+void weft_dist_work_release(weft_work *w);
+double weft_dist_now(void);
+#endif
+
+#endif
