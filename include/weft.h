@@ -15,5 +15,6 @@
 #include "weft/train.h"
 #include "weft/dist.h"
 #include "weft/ddp.h"
+#include "weft/ps.h"
 
 #endif
