@@ -89,18 +89,27 @@ static bool manifest_complete(const char *dir, int64_t step) {
     return ok;
 }
 
-// Step of a file named "ckpt-<digits>.<anything>", else -1.
-static int64_t file_step(const char *name, bool *is_manifest) {
-    if (strncmp(name, "ckpt-", 5) != 0) return -1;
-    const char *p = name + 5;
-    int64_t v = 0;
+static const char *digits(const char *p, int64_t *v) {
     int nd = 0;
+    *v = 0;
     for (; *p >= '0' && *p <= '9'; p++, nd++) {
-        if (nd >= 18) return -1;
-        v = v * 10 + (*p - '0');
+        if (nd >= 18) return NULL;
+        *v = *v * 10 + (*p - '0');
     }
-    if (nd == 0 || *p != '.') return -1;
-    *is_manifest = !strcmp(p, ".manifest.json");
+    return nd ? p : NULL;
+}
+
+// Step of a checkpoint file: "ckpt-<step>.<anything>" (rank 0's part, the
+// manifest, their temporary files) or a server's shard
+// "ps-shard-<server>-<step>.<anything>" (weft_ps_shard_path); else -1.
+static int64_t file_step(const char *name, bool *is_manifest) {
+    int64_t v, server;
+    const char *p = NULL;
+    if (!strncmp(name, "ckpt-", 5)) p = digits(name + 5, &v);
+    else if (!strncmp(name, "ps-shard-", 9) && (p = digits(name + 9, &server)) && *p == '-') p = digits(p + 1, &v);
+    else return -1;
+    if (!p || *p != '.') return -1;
+    *is_manifest = name[0] == 'c' && !strcmp(p, ".manifest.json");
     return v;
 }
 

@@ -11,6 +11,7 @@
 #include <weft.h>
 #include <weft/ddp.h>
 #include <weft/dist.h>
+#include <weft/ps.h>
 
 #include "../core/core_impl.h"
 #include "train_impl.h"
@@ -20,6 +21,10 @@ struct weft_dist_run {
     weft_comm *world;     // borrowed
     int rank, size;
     weft_ddp *ddp;
+    weft_ps *ps;
+    bool finished;        // ps: this worker told the servers it is done
+    int servers;          // ps: the last `servers` ranks
+    bool server;          // ps: this rank is a server
     int64_t kill_at_step; // test hook: this rank kills itself after this step (-1: never)
 };
 
@@ -71,13 +76,17 @@ weft_status weft_dist_run_init(weft_run *r) {
     d->size = weft_comm_size(d->world);
     d->kill_at_step = test_kill_step(d->rank);
     if (mode == WEFT_TRAIN_DIST_PS) {
-        int servers = r->opts.servers > 0 ? r->opts.servers : 1;
-        if (servers + 1 + r->opts.backup > d->size)
+        d->servers = r->opts.servers > 0 ? r->opts.servers : 1;
+        if (d->servers + 1 + r->opts.backup > d->size)
             return weft_error(WEFT_ERR_ARG, "train --dist ps: %d server(s) and %d backup worker(s) need at least %d ranks, the job has %d",
-                              servers, r->opts.backup, servers + 1 + r->opts.backup, d->size);
-        return weft_error(WEFT_ERR_STATE, "train --dist ps: not available yet");
+                              d->servers, r->opts.backup, d->servers + 1 + r->opts.backup, d->size);
+        if (r->opts.backup > 0 && r->opts.consistency != WEFT_TRAIN_BSP)
+            return weft_error(WEFT_ERR_ARG, "train --backup: backup workers need --consistency bsp");
+        d->server = d->rank >= d->size - d->servers;
+    } else if (r->opts.servers > 0 || r->opts.backup > 0 || r->opts.consistency != WEFT_TRAIN_BSP || r->opts.staleness) {
+        return weft_error(WEFT_ERR_ARG, "train: --servers, --consistency and --backup need --dist ps");
     }
-    // Rank 0 reports; the others train silently and write no metrics.
+    // Rank 0 (worker 0 under ps) reports; the others train silently and write no metrics.
     r->printer = d->rank == 0;
     if (!r->printer) {
         r->opts.quiet = true;
@@ -87,9 +96,10 @@ weft_status weft_dist_run_init(weft_run *r) {
 }
 
 void weft_dist_run_loader(const weft_run *r, weft_loader_opts *lo) {
-    if (!r->dist) return;
-    lo->num_replicas = r->dist->size;
-    lo->rank = r->dist->rank;
+    const struct weft_dist_run *d = r->dist;
+    if (!d || d->server) return; // a server's loader is never read
+    lo->num_replicas = d->size - d->servers; // workers are ranks 0..W-1
+    lo->rank = d->rank;
 }
 
 // The dropout generator's seed on this rank (rank 0 keeps the single-process seed).
@@ -101,18 +111,40 @@ weft_status weft_dist_run_attach(weft_run *r) {
     struct weft_dist_run *d = r->dist;
     // Dropout masks differ between ranks, as they would across the samples of one big batch.
     weft_generator_set_state(r->dropout_gen, dropout_seed(r), 0);
-    weft_ddp_opts o = {.bucket_mb = r->opts.bucket_mb};
-    d->ddp = weft_ddp_create(d->world, r->net, &o); // rank 0's initial parameters everywhere
-    return d->ddp ? WEFT_OK : weft_last_status();
+    if (d->mode == WEFT_TRAIN_DIST_DDP) {
+        weft_ddp_opts o = {.bucket_mb = r->opts.bucket_mb};
+        d->ddp = weft_ddp_create(d->world, r->net, &o); // rank 0's initial parameters everywhere
+        return d->ddp ? WEFT_OK : weft_last_status();
+    }
+    weft_ps_opts o = weft_ps_defaults();
+    o.servers = d->servers;
+    o.mode = r->opts.consistency == WEFT_TRAIN_ASP ? WEFT_PS_ASP : r->opts.consistency == WEFT_TRAIN_SSP ? WEFT_PS_SSP : WEFT_PS_BSP;
+    o.staleness = r->opts.staleness;
+    o.backup = r->opts.backup;
+    o.optim = weft_run_optim_opts(&r->cfg->net); // the servers run the model file's optimiser
+    d->ps = weft_ps_create(d->world, r->n_params, r->params, (const char *const *)r->names, &o);
+    return d->ps ? WEFT_OK : weft_last_status();
 }
 
-bool weft_dist_run_is_server(const weft_run *r) { return false; }
-weft_status weft_dist_run_serve(weft_run *r) { return WEFT_OK; }
+bool weft_dist_run_is_server(const weft_run *r) { return r->dist->server; }
+
+weft_status weft_dist_run_serve(weft_run *r) { return weft_ps_serve(r->dist->ps); }
+
+// A worker is done: the servers stop once every worker has said so. Called
+// on errors too, so that a failing worker does not leave the servers waiting.
+static weft_status ps_worker_done(struct weft_dist_run *d) {
+    if (!d->ps || d->server) return WEFT_OK;
+    weft_ps *ps = d->ps;
+    return weft_ps_finish(ps);
+}
 
 // Every rank learns whether any rank's loss is not finite, so all stop at the
 // same step (a rank that stopped alone would leave the others waiting).
 weft_status weft_dist_run_check_loss(weft_run *r, double loss) {
     struct weft_dist_run *d = r->dist;
+    // ps workers do not move in step (and servers are serving): a worker's
+    // NaN is its own error, and ends the job.
+    if (d->mode == WEFT_TRAIN_DIST_PS) return WEFT_OK;
     // code: 2 * (rank + 1) + (NaN ? 1 : 0); the maximum names the highest failing rank
     double code = isfinite(loss) ? 0 : 2.0 * (d->rank + 1) + (isnan(loss) ? 1 : 0);
     int64_t one = 1;
@@ -142,12 +174,15 @@ weft_status weft_dist_run_after_backward(weft_run *r, double compute_s) {
     return d->ddp ? weft_ddp_wait(d->ddp) : WEFT_OK;
 }
 
-bool weft_dist_run_owns_step(const weft_run *r) { return false; }
-weft_status weft_dist_run_step(weft_run *r, double lr) { return WEFT_OK; }
+bool weft_dist_run_owns_step(const weft_run *r) { return r->dist->ps != NULL; }
+
+// ps: push this worker's gradients, pull the parameters as the consistency model allows.
+weft_status weft_dist_run_step(weft_run *r, double lr) { return weft_ps_step(r->dist->ps, lr); }
 
 bool weft_dist_run_evaluates(const weft_run *r) {
-    // DDP: every rank evaluates its identical replica (keeps them in step); only rank 0 reports.
-    return true;
+    // DDP: every rank evaluates its identical replica (keeps them in step);
+    // only rank 0 reports. ps: worker 0 alone (the others keep training).
+    return r->dist->mode == WEFT_TRAIN_DIST_DDP || r->dist->rank == 0;
 }
 
 void weft_dist_run_after_step(weft_run *r) {
@@ -160,11 +195,45 @@ void weft_dist_run_after_step(weft_run *r) {
 
 static const char *mode_name(const struct weft_dist_run *d) { return d->mode == WEFT_TRAIN_DIST_PS ? "ps" : "ddp"; }
 
+static const char *base_name(const char *p) {
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+// ps: every worker asks the servers to write their shards at this step (they
+// act once all have asked, a consistent cut, and answer when written); then
+// worker 0 writes the manifest. rank0_st: how worker 0's own part went.
+static weft_status ps_save(weft_run *r, weft_status rank0_st) {
+    struct weft_dist_run *d = r->dist;
+    const char *dir = r->opts.ckpt_dir;
+    weft_status st = weft_ps_save(d->ps, dir, r->step);
+    if (st) return st;
+    if (rank0_st) return rank0_st;
+    if (d->rank != 0) return WEFT_OK;
+    int np = 1 + d->servers;
+    char (*names)[256] = calloc((size_t)np, sizeof *names);
+    const char **parts = calloc((size_t)np, sizeof *parts);
+    if (!names || !parts) st = weft_error(WEFT_ERR_OOM, "checkpoint: out of memory");
+    for (int s = 0; !st && s < np; s++) {
+        char path[4096];
+        if (s == 0) snprintf(names[0], sizeof names[0], "ckpt-%06lld.safetensors", (long long)r->step);
+        else if (!weft_ps_shard_path(dir, s - 1, r->step, path, sizeof path)) st = weft_last_status();
+        else snprintf(names[s], sizeof names[s], "%.255s", base_name(path));
+        parts[s] = names[s];
+    }
+    if (!st) st = weft_manifest_write(dir, r->step, d->size, mode_name(d), np, parts);
+    if (!st) st = weft_manifest_keep_last(dir, r->opts.keep_last > 0 ? r->opts.keep_last : 3);
+    free(names);
+    free(parts);
+    return st;
+}
+
 weft_status weft_dist_run_save(weft_run *r) {
     struct weft_dist_run *d = r->dist;
     const char *dir = r->opts.ckpt_dir;
     weft_status st = WEFT_OK;
     if (d->rank == 0) st = weft_run_save(r); // the replicated state, in the single-process format
+    if (d->mode == WEFT_TRAIN_DIST_PS) return ps_save(r, st);
     // Every part is on disk before the manifest says so. An error on any rank
     // is shared, so that no rank writes a manifest for a missing part.
     double bad = st ? 1 : 0;
@@ -215,9 +284,12 @@ weft_status weft_dist_run_resume(weft_run *r) {
                     r->opts.ckpt_dir);
         return WEFT_OK;
     }
+    if (d->server) return WEFT_OK; // it restores its shard when the workers ask (weft_ps_load)
     char path[4096];
     if (!weft_ckpt_path(r->opts.ckpt_dir, (int64_t)step, path, sizeof path)) return weft_last_status();
-    st = weft_run_resume_from(r, path);
+    st = weft_run_resume_from(r, path); // step, data position, RNG (and, under ps, a copy of the parameters)
+    // The servers restore their shards and optimiser state; every worker pulls them.
+    if (!st && d->ps) st = weft_ps_load(d->ps, r->opts.ckpt_dir, (int64_t)step);
     if (st) return st;
     uint64_t seed, off;
     weft_generator_get_state(r->dropout_gen, &seed, &off);
@@ -229,6 +301,9 @@ weft_status weft_dist_run_resume(weft_run *r) {
 
 weft_status weft_dist_run_finish(weft_run *r, double samples, double train_s, weft_train_result *out) {
     struct weft_dist_run *d = r->dist;
+    weft_status fs = ps_worker_done(d);
+    d->finished = true;
+    if (fs) return fs;
     double v[2] = {samples, train_s};
     int64_t one = 1;
     weft_tensor *a = weft_tensor_from_data(&v[0], 1, &one, WEFT_F64), *b = weft_tensor_from_data(&v[1], 1, &one, WEFT_F64);
@@ -254,7 +329,9 @@ weft_status weft_dist_run_finish(weft_run *r, double samples, double train_s, we
 void weft_dist_run_free(weft_run *r) {
     struct weft_dist_run *d = r->dist;
     if (!d) return;
+    if (!d->finished) ps_worker_done(d); // after an error: release the servers (the CLI then ends the job)
     weft_ddp_free(d->ddp);
+    weft_ps_free(d->ps);
     free(d);
     r->dist = NULL;
 }

@@ -58,6 +58,19 @@ static weft_optim_kind optim_kind(weft_cfg_optimizer o) {
     return WEFT_OPTIM_SGD;
 }
 
+weft_optim_opts weft_run_optim_opts(const weft_net_cfg *n) {
+    weft_optim_opts o = weft_optim_defaults(optim_kind(n->optimizer));
+    o.lr = n->lr;
+    o.weight_decay = n->weight_decay;
+    o.eps = n->eps;
+    o.beta1 = n->betas[0];
+    o.beta2 = n->betas[1];
+    if (o.kind == WEFT_OPTIM_SGD || o.kind == WEFT_OPTIM_RMSPROP) o.momentum = n->momentum;
+    if (o.kind == WEFT_OPTIM_SGD) o.nesterov = n->nesterov;
+    if (o.kind == WEFT_OPTIM_RMSPROP) o.alpha = n->alpha;
+    return o;
+}
+
 weft_status weft_run_build(weft_run *r, bool with_optim) {
     const weft_net_cfg *n = &r->cfg->net;
     r->init_gen = weft_generator_create(n->seed);
@@ -76,15 +89,7 @@ weft_status weft_run_build(weft_run *r, bool with_optim) {
         if (!r->names[i]) return weft_error(WEFT_ERR_OOM, "train: out of memory");
     }
     if (!with_optim) return WEFT_OK;
-    weft_optim_opts o = weft_optim_defaults(optim_kind(n->optimizer));
-    o.lr = n->lr;
-    o.weight_decay = n->weight_decay;
-    o.eps = n->eps;
-    o.beta1 = n->betas[0];
-    o.beta2 = n->betas[1];
-    if (o.kind == WEFT_OPTIM_SGD || o.kind == WEFT_OPTIM_RMSPROP) o.momentum = n->momentum;
-    if (o.kind == WEFT_OPTIM_SGD) o.nesterov = n->nesterov;
-    if (o.kind == WEFT_OPTIM_RMSPROP) o.alpha = n->alpha;
+    weft_optim_opts o = weft_run_optim_opts(n);
     r->optim = weft_optim_create(&o, r->n_params, r->params, (const char *const *)r->names);
     if (!r->optim) return weft_last_status();
     r->sched = (weft_lr_schedule){.kind = WEFT_LR_CONSTANT, .base_lr = n->lr};

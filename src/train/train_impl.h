@@ -31,6 +31,7 @@ typedef struct weft_run {
 
 weft_status weft_run_load_data(weft_run *r);
 weft_status weft_run_build(weft_run *r, bool with_optim);
+weft_optim_opts weft_run_optim_opts(const weft_net_cfg *n); // the model file's optimiser
 void weft_run_free(weft_run *r);
 weft_status weft_run_evaluate(weft_run *r, double *loss, double *acc);
 // Checkpoints (checkpoint.c): model parameters and buffers ("model.*"),
