@@ -11,6 +11,10 @@
 # (e.g. OpenBLAS called directly); it wins over the Python twin. Both get
 # WEFT_NUM_THREADS as env and BENCH as their first argument.
 #
+# A benchmark whose source starts with a line `// mpirun: N` (bench/allreduce.c)
+# runs under tests/dist/mpirun.sh with N ranks; its peer is measured in the same
+# binary (MPI called directly) and rank 0 prints the lines.
+#
 # This machine is shared and noisy, so weft and its peer run alternately
 # ROUNDS times (default 3) and each side keeps its best value.
 set -u
@@ -30,8 +34,14 @@ for bin in "$BUILD"/bench_*; do
   [ -x "$bin" ] || continue
   name=$(basename "$bin"); name=${name#bench_}
   : > "$tmp/w"; : > "$tmp/p"
+  launch=()
+  np=$(sed -n 's|^// mpirun: *\([0-9][0-9]*\).*|\1|p' "bench/$name.c" 2>/dev/null | head -1)
+  if [ -n "$np" ]; then
+    command -v mpirun >/dev/null || { echo "bench $name: skipped (no mpirun)" >&2; continue; }
+    launch=(sh tests/dist/mpirun.sh "$np")
+  fi
   for ((r = 0; r < ROUNDS; r++)); do
-    "$bin" "$PATTERN" >> "$tmp/w" || { echo "bench $name: failed" >&2; break; }
+    "${launch[@]}" "$bin" "$PATTERN" >> "$tmp/w" || { echo "bench $name: failed" >&2; break; }
     if [ $have_torch = 1 ] && [ -f "bench/peers/$name.py" ]; then
       (cd bench/peers && "$PY" "$name.py" "$PATTERN" >> "$tmp/p" 2>/dev/null) || true
     fi

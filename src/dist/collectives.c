@@ -1,7 +1,8 @@
 // Collectives on tensors: argument checks (all before any communication, so
 // a call that is wrong everywhere fails everywhere without desynchronising),
-// then a work item for the communication thread (comm.c). Blocking calls are
-// the async ones followed by a wait, so both are ordered on one queue.
+// then a work item for the communication thread (comm.c). Blocking calls go
+// through the same queue and state machine (weft_dist_run), so both kinds are
+// ordered together.
 //
 // Uneven counts follow weft_dist_chunk (the first n % size ranks get one
 // more element) and use MPI's v-variants. AVG is SUM divided by the size
@@ -106,18 +107,18 @@ static weft_work *inplace_op(const char *fn, int kind, weft_comm *c, weft_tensor
     w->rbuf = weft_tensor_data(t);
     w->rcount = (int)weft_tensor_numel(t);
     w->n_total = w->n_local = w->rcount;
-    return weft_dist_submit(w);
+    return w;
 }
 
-weft_work *weft_dist_all_reduce_async(weft_comm *c, weft_tensor *t, weft_reduce_op op) {
+static weft_work *all_reduce_build(weft_comm *c, weft_tensor *t, weft_reduce_op op) {
     return inplace_op("dist_all_reduce", WK_ALL_REDUCE, c, t, op, -1);
 }
 
-weft_work *weft_dist_broadcast_async(weft_comm *c, weft_tensor *t, int root) {
+static weft_work *broadcast_build(weft_comm *c, weft_tensor *t, int root) {
     return inplace_op("dist_broadcast", WK_BROADCAST, c, t, WEFT_REDUCE_SUM, root);
 }
 
-static weft_work *reduce_async(weft_comm *c, weft_tensor *t, weft_reduce_op op, int root) {
+static weft_work *reduce_build(weft_comm *c, weft_tensor *t, weft_reduce_op op, int root) {
     return inplace_op("dist_reduce", WK_REDUCE, c, t, op, root);
 }
 
@@ -138,7 +139,7 @@ static bool in_place_or_apart(const char *fn, const weft_tensor *part, const wef
     return true;
 }
 
-weft_work *weft_dist_all_gather_async(weft_comm *c, const weft_tensor *in, weft_tensor *out) {
+static weft_work *all_gather_build(weft_comm *c, const weft_tensor *in, weft_tensor *out) {
     const char *fn = "dist_all_gather";
     if (check_comm(fn, c) || check_tensor(fn, "in", in) || check_tensor(fn, "out", out) ||
         check_same_dtype(fn, in, out))
@@ -164,10 +165,10 @@ weft_work *weft_dist_all_gather_async(weft_comm *c, const weft_tensor *in, weft_
     w->n_total = n;
     w->n_local = k;
     if (!chunks(n, c->size, &w->rcounts, &w->rdispls)) return oom(w, fn);
-    return weft_dist_submit(w);
+    return w;
 }
 
-static weft_work *gather_async(weft_comm *c, const weft_tensor *in, weft_tensor *out, int root) {
+static weft_work *gather_build(weft_comm *c, const weft_tensor *in, weft_tensor *out, int root) {
     const char *fn = "dist_gather";
     if (check_comm(fn, c) || check_root(fn, c, root) || check_tensor(fn, "in", in)) return NULL;
     bool is_root = c->rank == root;
@@ -198,10 +199,10 @@ static weft_work *gather_async(weft_comm *c, const weft_tensor *in, weft_tensor 
     w->n_total = n;
     w->n_local = w->scount;
     if (is_root && !chunks(n, c->size, &w->rcounts, &w->rdispls)) return oom(w, fn);
-    return weft_dist_submit(w);
+    return w;
 }
 
-static weft_work *scatter_async(weft_comm *c, const weft_tensor *in, weft_tensor *out, int root) {
+static weft_work *scatter_build(weft_comm *c, const weft_tensor *in, weft_tensor *out, int root) {
     const char *fn = "dist_scatter";
     if (check_comm(fn, c) || check_root(fn, c, root) || check_tensor(fn, "out", out)) return NULL;
     bool is_root = c->rank == root;
@@ -232,10 +233,10 @@ static weft_work *scatter_async(weft_comm *c, const weft_tensor *in, weft_tensor
     w->n_total = n;
     w->n_local = w->rcount;
     if (is_root && !chunks(n, c->size, &w->counts, &w->displs)) return oom(w, fn);
-    return weft_dist_submit(w);
+    return w;
 }
 
-weft_work *weft_dist_reduce_scatter_async(weft_comm *c, const weft_tensor *in, weft_tensor *out, weft_reduce_op op) {
+static weft_work *reduce_scatter_build(weft_comm *c, const weft_tensor *in, weft_tensor *out, weft_reduce_op op) {
     const char *fn = "dist_reduce_scatter";
     if (check_comm(fn, c) || check_tensor(fn, "in", in) || check_tensor(fn, "out", out) ||
         check_same_dtype(fn, in, out) || check_reduce(fn, weft_tensor_dtype(in), op))
@@ -260,10 +261,10 @@ weft_work *weft_dist_reduce_scatter_async(weft_comm *c, const weft_tensor *in, w
     w->n_total = n;
     w->n_local = k;
     if (!chunks(n, c->size, &w->rcounts, &w->rdispls)) return oom(w, fn);
-    return weft_dist_submit(w);
+    return w;
 }
 
-static weft_work *all_to_all_async(weft_comm *c, const weft_tensor *in, weft_tensor *out) {
+static weft_work *all_to_all_build(weft_comm *c, const weft_tensor *in, weft_tensor *out) {
     const char *fn = "dist_all_to_all";
     if (check_comm(fn, c) || check_tensor(fn, "in", in) || check_tensor(fn, "out", out) ||
         check_same_dtype(fn, in, out))
@@ -297,44 +298,59 @@ static weft_work *all_to_all_async(weft_comm *c, const weft_tensor *in, weft_ten
         w->rcounts[r] = (int)k;
         w->rdispls[r] = (int)(r * k);
     }
-    return weft_dist_submit(w);
+    return w;
 }
 
-static weft_work *barrier_async(weft_comm *c) {
+static weft_work *barrier_build(weft_comm *c) {
     if (check_comm("dist_barrier", c)) return NULL;
     weft_work *w = weft_dist_work_new(c, "dist_barrier", WK_BARRIER);
-    return w ? weft_dist_submit(w) : NULL;
+    return w;
+}
+
+// ---- async: queued for the communication thread ----
+
+static weft_work *submit(weft_work *w) { return w ? weft_dist_submit(w) : NULL; }
+
+weft_work *weft_dist_all_reduce_async(weft_comm *c, weft_tensor *t, weft_reduce_op op) {
+    return submit(all_reduce_build(c, t, op));
+}
+weft_work *weft_dist_broadcast_async(weft_comm *c, weft_tensor *t, int root) {
+    return submit(broadcast_build(c, t, root));
+}
+weft_work *weft_dist_all_gather_async(weft_comm *c, const weft_tensor *in, weft_tensor *out) {
+    return submit(all_gather_build(c, in, out));
+}
+weft_work *weft_dist_reduce_scatter_async(weft_comm *c, const weft_tensor *in, weft_tensor *out, weft_reduce_op op) {
+    return submit(reduce_scatter_build(c, in, out, op));
 }
 
 // ---- blocking ----
 
-static weft_status wait_or_error(weft_work *w) { return w ? weft_work_wait(w) : weft_last_status(); }
+static weft_status run(weft_work *w) { return w ? weft_dist_run(w) : weft_last_status(); }
 
-weft_status weft_dist_broadcast(weft_comm *c, weft_tensor *t, int root) {
-    return wait_or_error(weft_dist_broadcast_async(c, t, root));
-}
+weft_status weft_dist_broadcast(weft_comm *c, weft_tensor *t, int root) { return run(broadcast_build(c, t, root)); }
 weft_status weft_dist_all_reduce(weft_comm *c, weft_tensor *t, weft_reduce_op op) {
-    return wait_or_error(weft_dist_all_reduce_async(c, t, op));
+    return run(all_reduce_build(c, t, op));
 }
 weft_status weft_dist_reduce(weft_comm *c, weft_tensor *t, weft_reduce_op op, int root) {
-    return wait_or_error(reduce_async(c, t, op, root));
+    return run(reduce_build(c, t, op, root));
 }
 weft_status weft_dist_all_gather(weft_comm *c, const weft_tensor *in, weft_tensor *out) {
-    return wait_or_error(weft_dist_all_gather_async(c, in, out));
+    return run(all_gather_build(c, in, out));
 }
 weft_status weft_dist_gather(weft_comm *c, const weft_tensor *in, weft_tensor *out, int root) {
-    return wait_or_error(gather_async(c, in, out, root));
+    return run(gather_build(c, in, out, root));
 }
 weft_status weft_dist_scatter(weft_comm *c, const weft_tensor *in, weft_tensor *out, int root) {
-    return wait_or_error(scatter_async(c, in, out, root));
+    return run(scatter_build(c, in, out, root));
 }
 weft_status weft_dist_reduce_scatter(weft_comm *c, const weft_tensor *in, weft_tensor *out, weft_reduce_op op) {
-    return wait_or_error(weft_dist_reduce_scatter_async(c, in, out, op));
+    return run(reduce_scatter_build(c, in, out, op));
 }
 weft_status weft_dist_all_to_all(weft_comm *c, const weft_tensor *in, weft_tensor *out) {
-    return wait_or_error(all_to_all_async(c, in, out));
+    return run(all_to_all_build(c, in, out));
 }
-weft_status weft_dist_barrier(weft_comm *c) { return wait_or_error(barrier_async(c)); }
+weft_status weft_dist_barrier(weft_comm *c) { return run(barrier_build(c)); }
 
 #else // !WEFT_HAVE_MPI
 

@@ -123,6 +123,7 @@ weft_work *weft_dist_work_new(weft_comm *c, const char *fn, int kind) {
 }
 
 static void work_free(weft_work *w) {
+    weft_ring_free(w);
     weft_tensor_free(w->a);
     weft_tensor_free(w->b);
     free(w->counts);
@@ -156,6 +157,44 @@ weft_work *weft_dist_submit(weft_work *w) {
     pthread_cond_signal(&g.cv_work);
     pthread_mutex_unlock(&g.mu);
     return w;
+}
+
+static bool step(weft_work *w, bool *progressed);
+
+// Blocking calls: when the communicator has nothing queued or running, the
+// caller runs the collective itself (same state machine, same ordering: the
+// communicator is marked busy, so later work queues behind it). This saves
+// the handoff to the communication thread and back, and keeps two threads
+// from polling at once on a machine with few cores.
+weft_status weft_dist_run(weft_work *w) {
+    weft_comm *c = w->c;
+    pthread_mutex_lock(&g.mu);
+    bool mine = w->kind != WK_FREE && !c->busy && !c->qhead && !atomic_load(&c->broken);
+    if (mine) {
+        c->busy = true;
+        w->seq = ++c->seq;
+    }
+    pthread_mutex_unlock(&g.mu);
+    if (!mine) {
+        w = weft_dist_submit(w);
+        return w ? weft_work_wait(w) : weft_last_status();
+    }
+    bool progressed;
+    for (int idle = 0;;) {
+        progressed = false;
+        if (step(w, &progressed)) break;
+        if (progressed) idle = 0;
+        else if (++idle > 64) sched_yield();
+    }
+    pthread_mutex_lock(&g.mu);
+    c->busy = false;
+    if (c->qhead) pthread_cond_signal(&g.cv_work);
+    pthread_mutex_unlock(&g.mu);
+    weft_status s = w->status;
+    if (s != WEFT_OK) weft_error(s, "%s", w->msg);
+    weft_dist_work_release(w); // the thread's reference (a stuck request holds a third)
+    weft_dist_work_release(w);
+    return s;
 }
 
 int weft_work_test(weft_work *w) { return w && atomic_load_explicit(&w->done, memory_order_acquire) ? 1 : 0; }
@@ -247,6 +286,7 @@ static weft_status comm_release(weft_comm *c) {
     free(c->world_ranks);
     free(c->arr_seq);
     free(c->arr_kind);
+    free(c->tmp);
     free(c);
     return WEFT_OK;
 }
@@ -487,6 +527,7 @@ static int start_op(weft_work *w) {
     weft_comm *c = w->c;
     MPI_Datatype dt = weft_dist_mpi_dtype(w->dt);
     MPI_Op op = w->rop == WEFT_REDUCE_MAX ? MPI_MAX : MPI_SUM;
+    if (weft_ring_wanted(w)) return weft_ring_start(w);
     switch (w->kind) {
     case WK_BROADCAST: return MPI_Ibcast(w->rbuf, w->rcount, dt, w->root, c->coll, &w->req);
     case WK_ALL_REDUCE: return MPI_Iallreduce(MPI_IN_PLACE, w->rbuf, w->rcount, dt, op, c->coll, &w->req);
@@ -633,7 +674,7 @@ static bool step(weft_work *w, bool *progressed) {
             w->state = S_RUN;
         }
     }
-    rc = MPI_Test(&w->req, &flag, MPI_STATUS_IGNORE);
+    rc = w->ring ? weft_ring_test(w, &flag) : MPI_Test(&w->req, &flag, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) {
         fail(w, WEFT_ERR_STATE, "%s", mpi_err(rc, eb));
         return true;
@@ -688,7 +729,8 @@ static void poll_zombies(void) {
     for (int i = 0; i < g.nzombies;) {
         weft_work *z = g.zombies[i];
         int flag = 0;
-        MPI_Test(&z->req, &flag, MPI_STATUS_IGNORE);
+        if (z->ring) weft_ring_test(z, &flag);
+        else MPI_Test(&z->req, &flag, MPI_STATUS_IGNORE);
         if (flag) {
             g.zombies[i] = g.zombies[--g.nzombies];
             atomic_fetch_sub(&g.nzombies_live, 1);
@@ -776,6 +818,44 @@ int weft_comm_world_rank(const weft_comm *c, int r) { return -1; }
 uint64_t weft_comm_seq(const weft_comm *c) { return 0; }
 void weft_comm_set_timeout(weft_comm *c, double seconds) {}
 void weft_comm_set_debug(weft_comm *c, bool on) {}
+static bool step(weft_work *w, bool *progressed);
+
+// Blocking calls: when the communicator has nothing queued or running, the
+// caller runs the collective itself (same state machine, same ordering: the
+// communicator is marked busy, so later work queues behind it). This saves
+// the handoff to the communication thread and back, and keeps two threads
+// from polling at once on a machine with few cores.
+weft_status weft_dist_run(weft_work *w) {
+    weft_comm *c = w->c;
+    pthread_mutex_lock(&g.mu);
+    bool mine = w->kind != WK_FREE && !c->busy && !c->qhead && !atomic_load(&c->broken);
+    if (mine) {
+        c->busy = true;
+        w->seq = ++c->seq;
+    }
+    pthread_mutex_unlock(&g.mu);
+    if (!mine) {
+        w = weft_dist_submit(w);
+        return w ? weft_work_wait(w) : weft_last_status();
+    }
+    bool progressed;
+    for (int idle = 0;;) {
+        progressed = false;
+        if (step(w, &progressed)) break;
+        if (progressed) idle = 0;
+        else if (++idle > 64) sched_yield();
+    }
+    pthread_mutex_lock(&g.mu);
+    c->busy = false;
+    if (c->qhead) pthread_cond_signal(&g.cv_work);
+    pthread_mutex_unlock(&g.mu);
+    weft_status s = w->status;
+    if (s != WEFT_OK) weft_error(s, "%s", w->msg);
+    weft_dist_work_release(w); // the thread's reference (a stuck request holds a third)
+    weft_dist_work_release(w);
+    return s;
+}
+
 int weft_work_test(weft_work *w) { return 0; }
 weft_status weft_work_wait(weft_work *w) { return NOMPI("work_wait"); }
 #endif

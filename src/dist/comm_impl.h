@@ -42,6 +42,8 @@ struct weft_comm {
     bool busy;
     atomic_bool broken;
     char broken_msg[1024];
+    void *tmp; // scratch for the ring's incoming chunks
+    size_t tmp_bytes;
     uint64_t *arr_seq; // last collective each rank announced
     int *arr_kind;
     MPI_Request arr_req;
@@ -69,6 +71,7 @@ struct weft_work {
     uint64_t seq;
     int state;
     MPI_Request req;
+    struct weft_ring *ring; // large all-reduces: a ring over point-to-point (ring.c)
     int64_t dbg_mine[8], *dbg_all;
     double t_start;
     weft_status status;
@@ -81,9 +84,22 @@ struct weft_work {
 // Queue w on its communicator (numbering it if it is a collective); NULL and
 // an error when the communicator is broken. Takes ownership of w.
 weft_work *weft_dist_submit(weft_work *w);
+// Submit + wait, on the caller's thread when the communicator is idle.
+weft_status weft_dist_run(weft_work *w);
 weft_work *weft_dist_work_new(weft_comm *c, const char *fn, int kind);
 void weft_dist_work_release(weft_work *w);
 double weft_dist_now(void);
+
+// All-reduces of at least this many bytes run as a ring (reduce-scatter then
+// all-gather) over MPI_Isend/Irecv: OpenMPI's MPI_Iallreduce (libnbc) moves
+// large buffers at a third of its blocking MPI_Allreduce's bandwidth, and a
+// blocking call cannot be watched. Every rank picks the same path (it
+// depends only on the count and dtype, which all ranks share).
+#define WEFT_RING_MIN_BYTES (64 * 1024)
+bool weft_ring_wanted(const weft_work *w);
+int weft_ring_start(weft_work *w); // MPI_SUCCESS or an MPI error code
+int weft_ring_test(weft_work *w, int *done);
+void weft_ring_free(weft_work *w);
 #endif
 
 #endif

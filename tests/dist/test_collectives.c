@@ -64,6 +64,24 @@ static void test_all_reduce(void) {
             }
 }
 
+// Large all-reduces take the ring path (>= 64 KB): uneven chunks, every op.
+static void test_all_reduce_ring(void) {
+    const int64_t ns[2] = {16384 * 3 + size + 1, 70001};
+    for (int d = 0; d < 3; d++)
+        for (int o = 0; o < 3; o++)
+            for (int k = 0; k < 2; k++) {
+                int64_t n = ns[k];
+                weft_tensor *t = weft_tensor_empty(WEFT_DIMS(n), dts[d]);
+                for (int64_t i = 0; i < n; i++) weft_tensor_set(t, (int64_t[]){i}, fill_val(dts[d], rank, i));
+                CHECK(weft_dist_all_reduce(W, t, ops[o]) == WEFT_OK);
+                int bad = 0;
+                for (int64_t i = 0; i < n; i++) bad += fabs(get(t, i) - reduce_ref(dts[d], ops[o], i)) > 1e-5;
+                if (bad) fprintf(stderr, "ring %s op %d n %lld: %d wrong\n", weft_dtype_name(dts[d]), o, (long long)n, bad);
+                CHECK(bad == 0);
+                weft_tensor_free(t);
+            }
+}
+
 static void test_reduce(void) {
     for (int root = 0; root < size; root++)
         for (int o = 0; o < 3; o++) {
@@ -231,7 +249,7 @@ static void test_async(void) {
     weft_work *w[K + 3];
     uint64_t seq0 = weft_comm_seq(W);
     for (int i = 0; i < K; i++) {
-        t[i] = make(WEFT_F32, n + i, rank, i);
+        t[i] = make(WEFT_F32, n + i + (i == 2 ? 30000 : 0), rank, i);
         w[i] = weft_dist_all_reduce_async(W, t[i], i % 2 ? WEFT_REDUCE_MAX : WEFT_REDUCE_SUM);
         CHECK(w[i] != NULL);
     }
@@ -245,7 +263,7 @@ static void test_async(void) {
     for (int i = K + 2; i >= 0; i--) CHECK(weft_work_wait(w[i]) == WEFT_OK);
     int bad = 0;
     for (int i = 0; i < K; i++)
-        for (int64_t j = 0; j < n + i; j++)
+        for (int64_t j = 0; j < n + i + (i == 2 ? 30000 : 0); j++)
             bad += fabs(get(t[i], j) - reduce_ref(WEFT_F32, i % 2 ? WEFT_REDUCE_MAX : WEFT_REDUCE_SUM, i + j)) > 1e-5;
     for (int64_t j = 0; j < n; j++) bad += get(gout, j) != val(owner(n, j), j);
     for (int64_t j = 0; j < c; j++) bad += fabs(get(rout, j) - reduce_ref(WEFT_F32, WEFT_REDUCE_AVG, off + j)) > 1e-5;
@@ -386,6 +404,7 @@ int main(int argc, char **argv) {
     if (rank != 0 && !freopen("/dev/null", "w", stdout)) return 1; // one report per job
     RUN(test_chunk);
     RUN(test_all_reduce);
+    RUN(test_all_reduce_ring);
     RUN(test_reduce);
     RUN(test_broadcast);
     RUN(test_all_gather_and_gather);
