@@ -11,7 +11,10 @@
 //   wait       buckets not ready (parameters unused by this backward) are
 //              filled now (a missing .grad counts as zero) and issued in
 //              order; then every all-reduce is waited for and the averages
-//              are copied back into .grad.
+//              are copied back into .grad. The buckets are all-reduced as
+//              sums and divided by the size in that copy: one pass over the
+//              gradients instead of two (the collective's AVG divides in
+//              place, then we would copy).
 // Only the thread that runs backward touches this state (hooks fire there),
 // so there is no locking; the communication thread only sees the buffers,
 // which we leave alone from issue to wait.
@@ -97,7 +100,7 @@ static weft_status fill_bucket(weft_ddp *d, bucket *b) {
 static void issue_ready(weft_ddp *d) {
     while (d->next < d->nb && d->b[d->next].ready) {
         bucket *b = &d->b[d->next++];
-        b->work = weft_dist_all_reduce_async(d->c, b->buf, WEFT_REDUCE_AVG);
+        b->work = weft_dist_all_reduce_async(d->c, b->buf, WEFT_REDUCE_SUM);
         if (!b->work) {
             char msg[480];
             snprintf(msg, sizeof msg, "ddp: all-reduce of bucket %d: %s", (int)(b - d->b), weft_last_error());
@@ -140,24 +143,44 @@ static void reset_step(weft_ddp *d) {
     d->next = 0;
 }
 
-// Copies a bucket's averages back into its parameters' .grad (making a .grad
-// where there was none, so every rank's optimiser sees every parameter).
+// dst = src / size (f32 or f64).
+static void copy_scaled(void *dst, const void *src, int64_t n, weft_dtype dt, int size) {
+    if (dt == WEFT_F32) {
+        float *o = dst, inv = 1.0f / (float)size;
+        const float *x = src;
+        if ((size & (size - 1)) == 0) // a power of two: the product is the exact quotient
+            for (int64_t i = 0; i < n; i++) o[i] = x[i] * inv;
+        else
+            for (int64_t i = 0; i < n; i++) o[i] = x[i] / (float)size;
+    } else {
+        double *o = dst, inv = 1.0 / size;
+        const double *x = src;
+        if ((size & (size - 1)) == 0)
+            for (int64_t i = 0; i < n; i++) o[i] = x[i] * inv;
+        else
+            for (int64_t i = 0; i < n; i++) o[i] = x[i] / size;
+    }
+}
+
+// Copies a bucket's averages (sum / size) back into its parameters' .grad
+// (making a .grad where there was none, so every rank's optimiser sees every
+// parameter).
 static weft_status unpack_bucket(weft_ddp *d, bucket *b) {
     const char *base = weft_tensor_data(b->buf);
     weft_dtype dt = weft_tensor_dtype(b->buf);
     size_t es = weft_dtype_size(dt);
+    int size = weft_comm_size(d->c);
     for (int k = b->first; k < b->first + b->n; k++) {
         slot *s = &d->s[k];
         const char *src = base + (size_t)s->off * es;
-        size_t bytes = (size_t)s->numel * es;
         weft_tensor *g = weft_tensor_grad(s->p);
         if (g && weft_tensor_is_contiguous(g) && weft_tensor_numel(g) == s->numel && weft_tensor_dtype(g) == dt) {
-            memcpy(weft_tensor_data(g), src, bytes);
+            copy_scaled(weft_tensor_data(g), src, s->numel, dt, size);
             continue;
         }
         weft_tensor *ng = weft_tensor_empty(weft_tensor_ndim(s->p), weft_tensor_sizes(s->p), dt);
         if (!ng) return weft_last_status();
-        memcpy(weft_tensor_data(ng), src, bytes);
+        copy_scaled(weft_tensor_data(ng), src, s->numel, dt, size);
         weft_status st = weft_tensor_set_grad(s->p, ng);
         weft_tensor_free(ng);
         if (st != WEFT_OK) return st;
