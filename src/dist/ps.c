@@ -299,14 +299,20 @@ weft_ps *weft_ps_create(weft_comm *c, int n, weft_tensor *const *params, const c
     if (!c) return weft_error_null(WEFT_ERR_ARG, "weft_ps_create: NULL communicator");
     MPI_Comm base = weft_comm_mpi(c);
     if (base == MPI_COMM_NULL) return NULL;
+    // Everything, the argument checks included, runs on a dup of our own, so
+    // no other user of c's point-to-point communicator can see our traffic.
+    MPI_Comm comm;
+    if (MPI_Comm_dup(base, &comm) != MPI_SUCCESS)
+        return weft_error_null(WEFT_ERR_STATE, "weft_ps_create: MPI_Comm_dup failed");
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     int rank, size;
-    MPI_Comm_rank(base, &rank);
-    MPI_Comm_size(base, &size);
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
     weft_ps *ps = calloc(1, sizeof *ps);
     bool ok = ps != NULL;
     if (!ok) weft_error(WEFT_ERR_OOM, "weft_ps_create: out of memory");
     if (ok) {
-        ps->comm = MPI_COMM_NULL;
+        ps->comm = comm;
         ps->wcomm = MPI_COMM_NULL;
         ps->rank = rank;
         ps->size = size;
@@ -327,14 +333,13 @@ weft_ps *weft_ps_create(weft_comm *c, int n, weft_tensor *const *params, const c
                                  : !weft_error(WEFT_ERR_OOM, "weft_ps_create: out of memory");
     }
     if (ok) ok = ps_place(ps) == WEFT_OK;
-    if (!all_ok(base, rank, ok, ok ? ps_signature(ps) : 0, "checking the arguments")) {
-        weft_ps_free(ps);
+    if (!all_ok(comm, rank, ok, ok ? ps_signature(ps) : 0, "checking the arguments")) {
+        if (ps) weft_ps_free(ps); // frees comm
+        else MPI_Comm_free(&comm);
         return NULL;
     }
     const char *t = getenv("WEFT_DIST_TIMEOUT");
     ps->timeout = t ? atof(t) : 600.0;
-    MPI_Comm_dup(base, &ps->comm);
-    MPI_Comm_set_errhandler(ps->comm, MPI_ERRORS_RETURN);
     MPI_Comm_split(ps->comm, ps->server >= 0, rank, &ps->wcomm);
     if (ps->server >= 0) MPI_Comm_free(&ps->wcomm); // servers talk point to point only
     for (int i = 0; i < n; i++) ps->params[i] = weft_tensor_ref(params[i]);
@@ -597,7 +602,11 @@ static weft_status ps_rows(weft_ps *ps, int i, const weft_tensor *rows, const we
             MPI_Irecv(ps->rbuf[s], (int)rb, MPI_BYTE, W + s, PS_TAG_REP, ps->comm, &req[S + s]);
             ps->st.bytes_in += (double)rb;
         }
-        MPI_Isend(b, (int)sb, MPI_BYTE, W + s, PS_TAG_REQ, ps->comm, &req[s]);
+        // A synchronous send for pushes: it completes once the server has taken
+        // the push, which it applies before reading any later request, so
+        // whatever anyone asks after this call returns sees the update.
+        if (push) MPI_Issend(b, (int)sb, MPI_BYTE, W + s, PS_TAG_REQ, ps->comm, &req[s]);
+        else MPI_Isend(b, (int)sb, MPI_BYTE, W + s, PS_TAG_REQ, ps->comm, &req[s]);
         ps->st.bytes_out += (double)sb;
     }
     if ((st = ps_waitall(ps, 2 * S, req, fn))) goto done;

@@ -41,7 +41,13 @@ struct ps_server {
     int ns;              // shards here (parameters ps->shards[server][0..ns))
     weft_tensor **shard; // leaves of shape (rows here, sizes[1:]...)
     weft_tensor **acc;   // BSP: gradient sum; ASP/SSP: the scaled gradient
-    int *acc_n;          // BSP: pushes that had a gradient for this shard
+    // BSP: each accepted push's gradients are kept per worker and summed in
+    // worker order when the step completes, so the result does not depend on
+    // the order pushes arrive in (float sums are not associative).
+    char **slot;         // per worker: gradients, shard j at slot_off[j]
+    unsigned char **slot_flags;
+    bool *took;          // per worker: its push counts for the current step
+    size_t *slot_off, slot_bytes;
     weft_optim *opt;     // NULL when this server holds nothing
     int64_t applied;     // BSP: steps applied
     int accepted;        // BSP: pushes taken for step `applied`
@@ -81,7 +87,10 @@ weft_status ps_server_init(weft_ps *ps) {
     v->ns = ps->nshards[s];
     v->shard = calloc((size_t)v->ns + 1, sizeof *v->shard);
     v->acc = calloc((size_t)v->ns + 1, sizeof *v->acc);
-    v->acc_n = calloc((size_t)v->ns + 1, sizeof *v->acc_n);
+    v->slot = calloc((size_t)W, sizeof *v->slot);
+    v->slot_flags = calloc((size_t)W, sizeof *v->slot_flags);
+    v->took = calloc((size_t)W, sizeof *v->took);
+    v->slot_off = calloc((size_t)v->ns + 1, sizeof *v->slot_off);
     v->clock = calloc((size_t)W, sizeof *v->clock);
     v->done = calloc((size_t)W, sizeof *v->done);
     v->ck_in = calloc((size_t)W, sizeof *v->ck_in);
@@ -90,7 +99,7 @@ weft_status ps_server_init(weft_ps *ps) {
     for (int j = 0; j < v->ns; j++) bytes += ps_shard_bytes(&ps->p[ps->shards[s][j]], s);
     char *buf = malloc(bytes + 1);
     weft_status st = WEFT_OK;
-    if (!v->shard || !v->acc || !v->acc_n || !v->clock || !v->done || !v->ck_in || !names || !buf)
+    if (!v->shard || !v->acc || !v->slot || !v->slot_flags || !v->took || !v->slot_off || !v->clock || !v->done || !v->ck_in || !names || !buf)
         st = weft_error(WEFT_ERR_OOM, "weft_ps_create: out of memory");
     // Always receive, so rank 0's send completes even when this server fails.
     MPI_Recv(buf, (int)bytes, MPI_BYTE, 0, PS_TAG_INIT, ps->comm, MPI_STATUS_IGNORE);
@@ -108,9 +117,11 @@ weft_status ps_server_init(weft_ps *ps) {
             break;
         }
         memcpy(weft_tensor_data(v->shard[j]), buf + off, ps_shard_bytes(p, s));
+        v->slot_off[j] = off;
         off += ps_shard_bytes(p, s);
         names[j] = p->name;
     }
+    v->slot_bytes = bytes;
     ps->st.bytes_in += (double)bytes;
     if (!st && v->ns > 0) {
         v->opt = weft_optim_create(&ps->o.optim, v->ns, v->shard, names);
@@ -136,7 +147,14 @@ void ps_server_free(weft_ps *ps) {
     }
     free(v->shard);
     free(v->acc);
-    free(v->acc_n);
+    for (int w = 0; w < ps->workers; w++) {
+        free(v->slot ? v->slot[w] : NULL);
+        free(v->slot_flags ? v->slot_flags[w] : NULL);
+    }
+    free(v->slot);
+    free(v->slot_flags);
+    free(v->took);
+    free(v->slot_off);
     free(v->clock);
     free(v->done);
     free(v->ck_in);
@@ -345,11 +363,16 @@ static void bsp_apply(weft_ps *ps) {
     ps_server *v = ps->srv;
     bool use[v->ns + 1];
     for (int j = 0; j < v->ns; j++) {
-        use[j] = v->acc_n[j] > 0;
+        use[j] = false;
+        for (int w = 0; w < ps->workers; w++)
+            if (v->took[w] && (v->slot_flags[w][j] & PS_F_GRAD)) {
+                axpy_into(v->acc[j], v->slot[w] + v->slot_off[j], 1.0, use[j]);
+                use[j] = true;
+            }
         if (use[j]) scale(v->acc[j], 1.0 / v->accepted); // missing gradients count as zero
     }
     optimise(ps, use, v->step_lr);
-    for (int j = 0; j < v->ns; j++) v->acc_n[j] = 0;
+    for (int w = 0; w < ps->workers; w++) v->took[w] = false;
     v->applied++;
     v->accepted = 0;
 }
@@ -390,11 +413,20 @@ static void handle_step(weft_ps *ps, int w, const ps_hdr *h, const char *msg, si
             v->clock[w] = v->applied;
             queue_pull(ps, w, v->applied, -1, flags);
         } else {
+            if (!v->slot[w]) v->slot[w] = malloc(v->slot_bytes + 1);
+            if (!v->slot_flags[w]) v->slot_flags[w] = malloc((size_t)v->ns + 1);
+            if (!v->slot[w] || !v->slot_flags[w]) {
+                srv_fail(v, weft_error(WEFT_ERR_OOM, "weft_ps_serve: out of memory"));
+                return;
+            }
+            memcpy(v->slot_flags[w], flags, (size_t)v->ns);
             for (int j = 0; j < v->ns; j++) {
                 if (!(flags[j] & PS_F_GRAD)) continue;
-                axpy_into(v->acc[j], g, 1.0, v->acc_n[j]++ > 0);
-                g += ps_shard_bytes(&ps->p[ps->shards[s][j]], s);
+                size_t b = ps_shard_bytes(&ps->p[ps->shards[s][j]], s);
+                memcpy(v->slot[w] + v->slot_off[j], g, b);
+                g += b;
             }
+            v->took[w] = true;
             v->accepted++;
             v->step_lr = h->lr;
             v->clock[w] = c + 1;
@@ -576,8 +608,10 @@ static weft_status srv_load(weft_ps *ps, const char *dir, int64_t step) {
     if (!st) { // clocks restart with the loaded run
         v->applied = 0;
         v->accepted = 0;
-        for (int j = 0; j < v->ns; j++) v->acc_n[j] = 0;
-        for (int w = 0; w < ps->workers; w++) v->clock[w] = 0;
+        for (int w = 0; w < ps->workers; w++) {
+            v->clock[w] = 0;
+            v->took[w] = false;
+        }
     }
     return st;
 }
