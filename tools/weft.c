@@ -1,5 +1,6 @@
 // The weft command-line tool.
 //   weft train MODEL.cfg [options]      train a model file (see usage())
+//   weft launch -n N [...] -- CMD       run CMD on N ranks under mpirun, restarting it when a rank dies
 //   weft eval MODEL.cfg --ckpt FILE     evaluate a checkpoint
 //   weft sample MODEL.cfg --ckpt FILE   generate text from a language model
 //   weft info [FILE.safetensors]        build/threads/devices, or a checkpoint's tensors
@@ -10,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <weft.h>
+#include <weft/dist.h>
+
+int weft_cli_launch(int argc, char **argv); // launch.c
 
 static int usage(void) {
     fprintf(stderr,
@@ -17,6 +21,9 @@ static int usage(void) {
             "  train MODEL.cfg [--epochs N] [--steps N] [--batch B] [--lr X] [--threads T] [--seed S]\n"
             "                  [--ckpt-dir DIR] [--ckpt-every N] [--keep K] [--resume] [--log-dir DIR] [--quiet]\n"
             "                  [--data-dir DIR] [--text FILE] [--eval-batches N]\n"
+            "                  [--dist ddp|ps] [--servers S] [--consistency bsp|asp|ssp:S] [--backup K]\n"
+            "                  [--bucket-mb M] [--straggle RANK:FACTOR]\n"
+            "  launch -n N [--servers S] [--max-restarts R] [--hostfile F] -- weft train MODEL.cfg [...]\n"
             "  eval MODEL.cfg --ckpt FILE [--threads T] [--data-dir DIR] [--text FILE]\n"
             "  sample MODEL.cfg --ckpt FILE [--tokens N] [--prompt TEXT] [--temperature T] [--seed S]\n"
             "  info [FILE.safetensors]\n"
@@ -54,6 +61,48 @@ typedef struct cli {
     weft_train_opts t;
 } cli;
 
+// The distributed-training options of `weft train` (a is one of them).
+static bool parse_dist(const char *a, const char *v, weft_train_opts *t) {
+    int64_t k;
+    if (!strcmp(a, "--dist")) {
+        if (!strcmp(v, "ddp")) t->dist = WEFT_TRAIN_DIST_DDP;
+        else if (!strcmp(v, "ps")) t->dist = WEFT_TRAIN_DIST_PS;
+        else if (!strcmp(v, "none")) t->dist = WEFT_TRAIN_DIST_NONE;
+        else {
+            snprintf(g_err, sizeof g_err, "--dist: expected ddp, ps or none, got '%s'", v);
+            return false;
+        }
+    } else if (!strcmp(a, "--servers") || !strcmp(a, "--backup")) {
+        if (!int_opt(a, v, &k)) return false;
+        if (k > 1000000 || (k == 0 && a[2] == 's')) {
+            snprintf(g_err, sizeof g_err, "%s: expected %s, got '%s'", a, a[2] == 's' ? "1 or more" : "a small count", v);
+            return false;
+        }
+        *(a[2] == 's' ? &t->servers : &t->backup) = (int)k;
+    } else if (!strcmp(a, "--consistency")) {
+        if (weft_train_parse_consistency(v, &t->consistency, &t->staleness)) return false;
+    } else if (!strcmp(a, "--bucket-mb")) {
+        char *end;
+        double m = strtod(v, &end);
+        if (end == v || *end || !(m > 0) || m > 1e6) {
+            snprintf(g_err, sizeof g_err, "--bucket-mb: expected a positive size in MB, got '%s'", v);
+            return false;
+        }
+        t->bucket_mb = m;
+    } else if (!strcmp(a, "--straggle")) {
+        char *end;
+        long r = strtol(v, &end, 10);
+        double f = end != v && *end == ':' ? strtod(end + 1, &end) : -1;
+        if (r < 0 || r > 1000000 || *end || !(f >= 1) || f > 1000) {
+            snprintf(g_err, sizeof g_err, "--straggle: expected RANK:FACTOR with FACTOR >= 1 (e.g. 1:2), got '%s'", v);
+            return false;
+        }
+        t->straggle_rank = (int)r;
+        t->straggle_factor = f;
+    }
+    return true;
+}
+
 static int parse(int argc, char **argv, weft_model_cfg *cfg, cli *c) {
     // [net] keys that flags override, with the same validation as the file
     static const char *const net_flags[][2] = {{"--epochs", "epochs"}, {"--steps", "steps"}, {"--batch", "batch"},
@@ -72,7 +121,8 @@ static int parse(int argc, char **argv, weft_model_cfg *cfg, cli *c) {
         if (used) continue;
         static const char *const valued[] = {"--threads", "--ckpt-dir", "--ckpt-every", "--keep", "--log-dir",
                                              "--data-dir", "--text",    "--eval-batches", "--ckpt", "--prompt",
-                                             "--tokens",  "--temperature"};
+                                             "--tokens",  "--temperature", "--dist",       "--servers",
+                                             "--consistency", "--backup", "--bucket-mb", "--straggle"};
         bool known = !strcmp(a, "--resume") || !strcmp(a, "--quiet");
         for (size_t k = 0; !known && k < sizeof valued / sizeof valued[0]; k++) known = !strcmp(a, valued[k]);
         if (!known) {
@@ -112,6 +162,8 @@ static int parse(int argc, char **argv, weft_model_cfg *cfg, cli *c) {
             i++;
         }
         else if (!strcmp(a, "--temperature")) c->temperature = atof(v), i++;
+        else if (!parse_dist(a, v, &c->t)) return -1;
+        else i++;
         continue;
     missing:
         snprintf(g_err, sizeof g_err, "option '%s' needs a value", a);
@@ -139,6 +191,28 @@ static int cmd_info_file(const char *path) {
     return 0;
 }
 
+// Under mpirun every rank runs this; only rank 0 reports. An error that not
+// every rank shares ends the whole job (the others could wait forever).
+static int cmd_train(const weft_model_cfg *cfg, const weft_train_opts *t) {
+    weft_train_result r;
+    weft_status st = weft_train(cfg, t, &r);
+    int ranks = weft_dist_is_initialized() && weft_comm_world() ? weft_comm_size(weft_comm_world()) : 1;
+    if (st != WEFT_OK) {
+        if (ranks > 1 && !r.collective_error) {
+            fprintf(stderr, "weft train (rank %d): %s\n", weft_comm_rank(weft_comm_world()),
+                    weft_last_error()[0] ? weft_last_error() : "failed");
+            fflush(stderr);
+            weft_dist_abort(1);
+        }
+        int rc = r.printer || ranks == 1 ? fail("train") : 1;
+        if (weft_dist_is_initialized()) weft_dist_finalize();
+        return rc;
+    }
+    if (r.printer) weft_train_print_final(stdout, &r);
+    if (weft_dist_is_initialized() && weft_dist_finalize() != WEFT_OK) return fail("train");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return usage();
     const char *cmd = argv[1];
@@ -162,6 +236,7 @@ int main(int argc, char **argv) {
         printf("ops: %d\n", weft_op_count());
         return 0;
     }
+    if (!strcmp(cmd, "launch")) return weft_cli_launch(argc - 2, argv + 2);
     if (strcmp(cmd, "train") && strcmp(cmd, "eval") && strcmp(cmd, "sample")) {
         fprintf(stderr, "weft: unknown command '%s' (see weft --help)\n", cmd);
         return 2;
@@ -177,9 +252,7 @@ int main(int argc, char **argv) {
     if (parse(argc - 3, argv + 3, cfg, &c) < 0) {
         rc = fail(cmd);
     } else if (!strcmp(cmd, "train")) {
-        weft_train_result r;
-        if (weft_train(cfg, &c.t, &r) != WEFT_OK) rc = fail("train");
-        else weft_train_print_final(stdout, &r);
+        rc = cmd_train(cfg, &c.t);
     } else if (!c.ckpt) {
         fprintf(stderr, "weft %s: --ckpt FILE is needed\n", cmd);
         rc = 2;

@@ -22,6 +22,16 @@ weft_module *weft_model_build(const weft_model_cfg *cfg, weft_generator *init_ge
 // loss (PyTorch's multi_margin_loss, margin 1). logits (N,C) or (B,T,C); labels (N) or (B,T).
 weft_tensor *weft_model_loss(const weft_model_cfg *cfg, weft_tensor *logits, weft_tensor *labels);
 
+// How a run is spread over the ranks of an MPI job (see docs/distributed.md).
+typedef enum {
+    WEFT_TRAIN_DIST_AUTO = 0, // data parallel when started by mpirun with more than one rank, else one process
+    WEFT_TRAIN_DIST_NONE,     // one process (each rank of an MPI job would train alone)
+    WEFT_TRAIN_DIST_DDP,      // data parallel: gradients all-reduced, the model file's batch is per rank
+    WEFT_TRAIN_DIST_PS,       // parameter server: the last `servers` ranks hold the parameters
+} weft_train_dist;
+
+typedef enum { WEFT_TRAIN_BSP = 0, WEFT_TRAIN_ASP, WEFT_TRAIN_SSP } weft_train_consistency;
+
 typedef struct weft_train_opts {
     const char *ckpt_dir;  // NULL: no checkpoints
     int64_t ckpt_every;    // steps; 0: the model file's ckpt_every (0 there: once per epoch)
@@ -33,6 +43,15 @@ typedef struct weft_train_opts {
     const char *text_path; // KJV text cache (NULL: ~/.cache/weft/kjv.txt)
     int64_t eval_batches;  // language models: validation batches per evaluation (0: 50)
     FILE *progress;        // where progress goes (NULL: stderr)
+    // distributed runs (ignored by a single process)
+    weft_train_dist dist;
+    int servers;           // ps: server ranks (0: 1)
+    weft_train_consistency consistency; // ps
+    int staleness;         // ps, SSP: the bound s
+    int backup;            // ps: backup workers (late pushes of each step are dropped)
+    double bucket_mb;      // ddp: gradient bucket size in MB (0: 25)
+    int straggle_rank;     // this rank sleeps (straggle_factor - 1) x its compute time each step...
+    double straggle_factor; // ...when > 1 (experiments)
 } weft_train_opts;
 
 typedef struct weft_train_result {
@@ -45,7 +64,17 @@ typedef struct weft_train_result {
     double train_loss;     // mean loss over the last logging window
     double test_loss, test_acc; // classifiers: on the test split
     double val_loss;       // language models: on the validation split
+    // distributed runs: throughput above counts the samples of every rank
+    int ranks;             // 0: a single process
+    weft_train_dist dist;
+    weft_train_consistency consistency;
+    int staleness, backup;
+    bool printer;          // this rank reports (rank 0, or a single process); others print nothing
+    bool collective_error; // a failure every rank knows of (e.g. a NaN loss on one rank stops them all)
 } weft_train_result;
+
+// Parses "bsp", "asp" or "ssp:S" (S >= 0).
+weft_status weft_train_parse_consistency(const char *s, weft_train_consistency *c, int *staleness);
 
 // Trains cfg as the model file says (overridden by opts). Errors (missing
 // data, NaN/Inf loss, corrupt checkpoint, ...) come back as a status with a

@@ -134,6 +134,12 @@ weft_status weft_run_resume(weft_run *r) {
     weft_status s = weft_ckpt_latest(r->opts.ckpt_dir, &step, path, sizeof path);
     if (s) return s;
     if (step < 0) return WEFT_OK; // nothing to resume from: start fresh
+    return weft_run_resume_from(r, path);
+}
+
+weft_status weft_run_resume_from(weft_run *r, const char *path) {
+    int64_t step;
+    weft_status s;
     weft_safetensors *st = weft_safetensors_load(path);
     if (!st) return weft_last_status();
     int64_t epoch, le, li;

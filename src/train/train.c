@@ -58,6 +58,19 @@ static weft_optim_kind optim_kind(weft_cfg_optimizer o) {
     return WEFT_OPTIM_SGD;
 }
 
+weft_optim_opts weft_run_optim_opts(const weft_net_cfg *n) {
+    weft_optim_opts o = weft_optim_defaults(optim_kind(n->optimizer));
+    o.lr = n->lr;
+    o.weight_decay = n->weight_decay;
+    o.eps = n->eps;
+    o.beta1 = n->betas[0];
+    o.beta2 = n->betas[1];
+    if (o.kind == WEFT_OPTIM_SGD || o.kind == WEFT_OPTIM_RMSPROP) o.momentum = n->momentum;
+    if (o.kind == WEFT_OPTIM_SGD) o.nesterov = n->nesterov;
+    if (o.kind == WEFT_OPTIM_RMSPROP) o.alpha = n->alpha;
+    return o;
+}
+
 weft_status weft_run_build(weft_run *r, bool with_optim) {
     const weft_net_cfg *n = &r->cfg->net;
     r->init_gen = weft_generator_create(n->seed);
@@ -76,15 +89,7 @@ weft_status weft_run_build(weft_run *r, bool with_optim) {
         if (!r->names[i]) return weft_error(WEFT_ERR_OOM, "train: out of memory");
     }
     if (!with_optim) return WEFT_OK;
-    weft_optim_opts o = weft_optim_defaults(optim_kind(n->optimizer));
-    o.lr = n->lr;
-    o.weight_decay = n->weight_decay;
-    o.eps = n->eps;
-    o.beta1 = n->betas[0];
-    o.beta2 = n->betas[1];
-    if (o.kind == WEFT_OPTIM_SGD || o.kind == WEFT_OPTIM_RMSPROP) o.momentum = n->momentum;
-    if (o.kind == WEFT_OPTIM_SGD) o.nesterov = n->nesterov;
-    if (o.kind == WEFT_OPTIM_RMSPROP) o.alpha = n->alpha;
+    weft_optim_opts o = weft_run_optim_opts(n);
     r->optim = weft_optim_create(&o, r->n_params, r->params, (const char *const *)r->names);
     if (!r->optim) return weft_last_status();
     r->sched = (weft_lr_schedule){.kind = WEFT_LR_CONSTANT, .base_lr = n->lr};
@@ -97,6 +102,7 @@ weft_status weft_run_build(weft_run *r, bool with_optim) {
 }
 
 void weft_run_free(weft_run *r) {
+    weft_dist_run_free(r); // before the module: DDP's hooks sit on its parameters
     weft_loader_free(r->loader);
     weft_optim_free(r->optim);
     weft_module_free(r->net);
@@ -167,22 +173,34 @@ weft_status weft_run_evaluate(weft_run *r, double *loss, double *acc) {
 // ---- one optimiser step ----
 static weft_status train_step(weft_run *r, weft_tensor *x, weft_tensor *y, double *loss_out) {
     const weft_net_cfg *n = &r->cfg->net;
+    double t0 = now_s();
     weft_tensor *logits = weft_module_forward(r->net, x);
     weft_tensor *loss = weft_model_loss(r->cfg, logits, y);
     weft_tensor_free(logits);
     if (!loss) return weft_last_status();
     double l = weft_tensor_item(loss);
+    weft_status st = r->dist ? weft_dist_run_check_loss(r, l) : WEFT_OK;
+    if (st) {
+        weft_tensor_free(loss);
+        return st;
+    }
     if (!isfinite(l)) {
         weft_tensor_free(loss);
         return weft_error(WEFT_ERR_STATE, "step %lld: the loss is %s; stopping (the last good checkpoint is kept)",
                           (long long)(r->step + 1), isnan(l) ? "NaN" : "infinite");
     }
-    weft_status st = weft_backward(loss, NULL, NULL);
+    st = weft_backward(loss, NULL, NULL);
     weft_tensor_free(loss);
     if (st) return st;
+    if (r->dist && (st = weft_dist_run_after_backward(r, now_s() - t0))) return st;
     if (n->clip > 0 && weft_clip_grad_norm(r->n_params, r->params, n->clip) < 0) return weft_last_status();
-    weft_optim_set_lr(r->optim, weft_lr_at(&r->sched, r->step + 1)); // step k uses lr(k), k from 1
-    if ((st = weft_optim_step(r->optim))) return st;
+    double lr = weft_lr_at(&r->sched, r->step + 1); // step k uses lr(k), k from 1
+    if (r->dist && weft_dist_run_owns_step(r)) {
+        if ((st = weft_dist_run_step(r, lr))) return st;
+    } else {
+        weft_optim_set_lr(r->optim, lr);
+        if ((st = weft_optim_step(r->optim))) return st;
+    }
     weft_optim_zero_grad(r->optim);
     r->step++;
     *loss_out = l;
@@ -257,6 +275,7 @@ static weft_status evaluate_and_log(weft_run *r, double train_loss, weft_train_r
 
 static weft_status checkpoint(weft_run *r) {
     if (!r->opts.ckpt_dir) return WEFT_OK;
+    if (r->dist) return weft_dist_run_save(r);
     weft_status st = weft_run_save(r);
     if (st) return st;
     return weft_ckpt_keep_last(r->opts.ckpt_dir, r->opts.keep_last > 0 ? r->opts.keep_last : 3);
@@ -271,7 +290,8 @@ weft_status weft_train(const weft_model_cfg *cfg, const weft_train_opts *opts, w
     memset(out, 0, sizeof *out);
     out->language_model = n->dataset == WEFT_CFG_KJV;
     out->test_loss = out->test_acc = out->val_loss = out->train_loss = NAN;
-    weft_status st = weft_run_load_data(r);
+    weft_status st = weft_dist_run_init(r);
+    if (!st) st = weft_run_load_data(r);
     int64_t steps_per_epoch = 0;
     if (!st) {
         if (n->dataset == WEFT_CFG_FMNIST) {
@@ -280,10 +300,11 @@ weft_status weft_train(const weft_model_cfg *cfg, const weft_train_opts *opts, w
             lo.shuffle = n->shuffle;
             lo.seed = n->seed;
             lo.prefetch = 4;
+            weft_dist_run_loader(r, &lo);
             r->loader = weft_loader_create(r->train->inputs, r->train->labels, &lo);
             if (!r->loader) st = weft_last_status();
             else steps_per_epoch = weft_loader_batches_per_epoch(r->loader);
-            r->items_per_step = (double)n->batch;
+            r->items_per_step = (double)n->batch; // per rank in a distributed run
         } else {
             steps_per_epoch = weft_tensor_numel(r->train_tokens) / (n->batch * n->context);
             if (steps_per_epoch < 1) steps_per_epoch = 1;
@@ -294,7 +315,8 @@ weft_status weft_train(const weft_model_cfg *cfg, const weft_train_opts *opts, w
         if (n->steps > 0 && n->steps < r->total_steps) r->total_steps = n->steps;
     }
     if (!st) st = weft_run_build(r, true);
-    if (!st && r->opts.resume && r->opts.ckpt_dir) st = weft_run_resume(r);
+    if (!st && r->dist) st = weft_dist_run_attach(r);
+    if (!st && r->opts.resume && r->opts.ckpt_dir) st = r->dist ? weft_dist_run_resume(r) : weft_run_resume(r);
     if (!st && r->opts.log_dir) {
         st = weft_mkdirs(r->opts.log_dir);
         char path[1024];
@@ -312,7 +334,8 @@ weft_status weft_train(const weft_model_cfg *cfg, const weft_train_opts *opts, w
     int64_t step0 = r->step;
     r->last_print = 0;
     weft_module_set_training(r->net, true);
-    while (!st && r->step < r->total_steps) {
+    if (!st && r->dist && weft_dist_run_is_server(r)) st = weft_dist_run_serve(r); // a parameter server trains nothing
+    while (!st && !(r->dist && weft_dist_run_is_server(r)) && r->step < r->total_steps) {
         weft_tensor *x = NULL, *y = NULL;
         if (n->dataset == WEFT_CFG_FMNIST) {
             int got = weft_loader_next(r->loader, &x, &y);
@@ -329,6 +352,7 @@ weft_status weft_train(const weft_model_cfg *cfg, const weft_train_opts *opts, w
         weft_tensor_free(x);
         weft_tensor_free(y);
         if (st) break;
+        if (r->dist) weft_dist_run_after_step(r);
         window_loss += l;
         window_n += 1;
         train_loss = window_loss / window_n;
@@ -343,7 +367,7 @@ weft_status weft_train(const weft_model_cfg *cfg, const weft_train_opts *opts, w
         // Evaluate at epoch ends (or every eval_every steps) and after the last step.
         bool eval_now = last || (eval_every > 0 ? r->step % eval_every == 0 : epoch_end);
         double t_aside = now_s(); // evaluation and checkpoints do not count as training time
-        if (!st && eval_now) st = evaluate_and_log(r, train_loss, out);
+        if (!st && eval_now && (!r->dist || weft_dist_run_evaluates(r))) st = evaluate_and_log(r, train_loss, out);
         bool ckpt_now = last || (ckpt_every > 0 ? r->step % ckpt_every == 0 : epoch_end);
         if (!st && ckpt_now) st = checkpoint(r);
         aside += now_s() - t_aside;
@@ -356,6 +380,12 @@ weft_status weft_train(const weft_model_cfg *cfg, const weft_train_opts *opts, w
     double rate = el - aside > 0 ? (double)(r->step - step0) * r->items_per_step / (el - aside) : 0;
     if (out->language_model) out->tokens_per_s = rate;
     else out->samples_per_s = rate;
+    if (!st && r->dist) {
+        bool server = weft_dist_run_is_server(r);
+        st = weft_dist_run_finish(r, server ? 0 : (double)(r->step - step0) * r->items_per_step, server ? 0 : el - aside, out);
+    }
+    out->printer = r->printer;
+    out->collective_error = r->collective_error;
     if (!r->opts.quiet) {
         FILE *f = r->opts.progress ? r->opts.progress : stderr;
         if (isatty(fileno(f))) fputc('\n', f);
@@ -365,11 +395,21 @@ weft_status weft_train(const weft_model_cfg *cfg, const weft_train_opts *opts, w
 }
 
 void weft_train_print_final(FILE *f, const weft_train_result *r) {
+    char dist[128] = ""; // distributed runs: ranks=N, and the parameter server's consistency model
+    if (r->ranks > 0) {
+        int k = snprintf(dist, sizeof dist, " ranks=%d", r->ranks);
+        if (r->dist == WEFT_TRAIN_DIST_PS) {
+            const char *c = r->consistency == WEFT_TRAIN_BSP ? "bsp" : r->consistency == WEFT_TRAIN_ASP ? "asp" : "ssp";
+            k += snprintf(dist + k, sizeof dist - (size_t)k, " consistency=%s", c);
+            if (r->consistency == WEFT_TRAIN_SSP) k += snprintf(dist + k, sizeof dist - (size_t)k, ":%d", r->staleness);
+            if (r->backup > 0) snprintf(dist + k, sizeof dist - (size_t)k, " backup=%d", r->backup);
+        }
+    }
     if (r->language_model)
-        fprintf(f, "final: val_loss=%.4f train_loss=%.4f tokens_per_s=%.0f steps=%lld seconds=%.1f\n", r->val_loss,
-                r->train_loss, r->tokens_per_s, (long long)r->steps, r->seconds);
+        fprintf(f, "final: val_loss=%.4f train_loss=%.4f tokens_per_s=%.0f steps=%lld seconds=%.1f%s\n", r->val_loss,
+                r->train_loss, r->tokens_per_s, (long long)r->steps, r->seconds, dist);
     else
-        fprintf(f, "final: test_acc=%.4f test_loss=%.4f train_loss=%.4f samples_per_s=%.0f steps=%lld seconds=%.1f\n",
-                r->test_acc, r->test_loss, r->train_loss, r->samples_per_s, (long long)r->steps, r->seconds);
+        fprintf(f, "final: test_acc=%.4f test_loss=%.4f train_loss=%.4f samples_per_s=%.0f steps=%lld seconds=%.1f%s\n",
+                r->test_acc, r->test_loss, r->train_loss, r->samples_per_s, (long long)r->steps, r->seconds, dist);
     fflush(f);
 }

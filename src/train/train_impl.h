@@ -23,10 +23,15 @@ typedef struct weft_run {
     weft_csv_writer *csv;
     weft_tb_writer *tb;
     double last_print;
+    // distributed runs (dist_train.c); NULL: a single process
+    struct weft_dist_run *dist;
+    bool printer;          // rank 0 or a single process: prints and writes metrics
+    bool collective_error; // the current error is known to every rank
 } weft_run;
 
 weft_status weft_run_load_data(weft_run *r);
 weft_status weft_run_build(weft_run *r, bool with_optim);
+weft_optim_opts weft_run_optim_opts(const weft_net_cfg *n); // the model file's optimiser
 void weft_run_free(weft_run *r);
 weft_status weft_run_evaluate(weft_run *r, double *loss, double *acc);
 // Checkpoints (checkpoint.c): model parameters and buffers ("model.*"),
@@ -34,6 +39,34 @@ weft_status weft_run_evaluate(weft_run *r, double *loss, double *acc);
 // loader position and the dropout generator's state.
 weft_status weft_run_save(weft_run *r);
 weft_status weft_run_resume(weft_run *r);                    // from the latest in opts.ckpt_dir, if any
+weft_status weft_run_resume_from(weft_run *r, const char *path); // from this checkpoint file
 weft_status weft_run_load_weights(weft_run *r, const char *path); // model only (eval, sample)
+
+// Distributed runs (dist_train.c). weft_dist_run_init decides the mode
+// (opts.dist; AUTO is DDP under mpirun with more than one rank) and sets
+// r->dist, or leaves it NULL for a single process; every other hook is
+// called only when r->dist is set.
+weft_status weft_dist_run_init(weft_run *r);
+void weft_dist_run_loader(const weft_run *r, weft_loader_opts *lo);  // this rank's share of the data
+weft_status weft_dist_run_attach(weft_run *r);   // after the model and optimiser exist
+bool weft_dist_run_is_server(const weft_run *r); // a parameter server: serves instead of training
+weft_status weft_dist_run_serve(weft_run *r);
+weft_status weft_dist_run_check_loss(weft_run *r, double loss); // agreed across ranks
+weft_status weft_dist_run_after_backward(weft_run *r, double compute_s); // straggling, gradient averaging
+bool weft_dist_run_owns_step(const weft_run *r); // the optimiser step happens elsewhere (ps)
+weft_status weft_dist_run_step(weft_run *r, double lr);
+bool weft_dist_run_evaluates(const weft_run *r);
+void weft_dist_run_after_step(weft_run *r);      // test hooks
+weft_status weft_dist_run_save(weft_run *r);     // every part, then the manifest
+weft_status weft_dist_run_resume(weft_run *r);   // from the latest complete checkpoint
+weft_status weft_dist_run_finish(weft_run *r, double samples, double train_s, weft_train_result *out);
+void weft_dist_run_free(weft_run *r);
+
+// Manifests of distributed checkpoints (dist_ckpt.c).
+const char *weft_manifest_path(const char *dir, int64_t step, char *buf, size_t n);
+weft_status weft_manifest_write(const char *dir, int64_t step, int ranks, const char *dist, int n_parts,
+                                const char *const *parts);
+weft_status weft_manifest_latest(const char *dir, int64_t *step); // -1: none complete
+weft_status weft_manifest_keep_last(const char *dir, int k);     // every file of older steps goes
 
 #endif
