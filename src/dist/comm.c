@@ -9,26 +9,37 @@
 //   collectives, `ctl` the small control traffic below, `user` the caller's
 //   point-to-point messages (weft_comm_mpi). Separate communicators are
 //   separate matching spaces, so none of these can steal another's messages.
-// - One communication thread per process. A collective (blocking or async)
-//   is numbered (#1, #2, ... per communicator) and queued on its
-//   communicator; the thread starts the head of every communicator's queue
-//   with a non-blocking MPI call (MPI_Iallreduce, ...) and polls it with
-//   MPI_Test. One collective at a time per communicator, in issue order, so
-//   ranks that issue the same sequence run the same sequence (MPI matches
-//   collectives by order); different communicators progress concurrently.
-//   Blocking calls are submit + wait: one code path, one ordering.
+// - One communication thread per communicator. A collective (blocking or
+//   async) is numbered (#1, #2, ... per communicator) and queued on its
+//   communicator; that communicator's thread runs the queue in issue order,
+//   one collective at a time, so ranks that issue the same sequence run the
+//   same sequence (MPI matches collectives by order). Communicators have
+//   their own threads because a thread inside a blocking MPI call on one
+//   communicator cannot serve another: with one thread for all, two ranks
+//   could enter two communicators' collectives in opposite orders and wait
+//   on each other forever. Blocking calls, and a wait on work the thread has
+//   not picked up yet, run on the caller's thread instead (no handoff); the
+//   communicator's busy flag keeps the order.
+// - The gate: a collective first waits (polling, so the watchdog can see
+//   it) until every rank has announced it (below); only then does it make
+//   the blocking MPI call, which can no longer wait on a rank that is not
+//   coming. OpenMPI's blocking collectives run its tuned algorithms; its
+//   non-blocking ones (libnbc) measured at a third of the bandwidth. Large
+//   all-reduces run as a ring over non-blocking point-to-point (ring.c).
 // - Arrival: when a rank starts collective #s it sends (s, op) to every
 //   other rank on `ctl` (a few eight-byte eager messages, microseconds); a
 //   wildcard receive, reposted as each arrives, records every rank's last
 //   announced collective.
-// - Watchdog: polling (not blocking) is what lets the thread notice a
-//   collective unfinished after the communicator's timeout. It then fails
-//   with an error naming the op, its number and the ranks whose announcement
-//   for #s never came, and marks the communicator broken: every later call
-//   on it fails at once with the same error. The stuck MPI request cannot be
-//   cancelled (MPI forbids it for collectives); it stays referenced (with its
-//   tensors) and polled, and weft_dist_finalize refuses to finalise MPI
-//   while one is unfinished (the caller should weft_dist_abort).
+// - Watchdog: polling the gate (or the ring's requests) is what lets the
+//   thread notice a collective unfinished after the communicator's timeout.
+//   It then fails with an error naming the op, its number and the ranks
+//   whose announcement for #s never came, tells the other ranks it gave up
+//   on #s (a late rank then fails at its gate instead of entering the
+//   blocking call alone), and marks the communicator broken: every later
+//   call on it fails at once with the same error. A ring request already
+//   started cannot be cancelled; it stays referenced (with its tensors) and
+//   polled, and weft_dist_finalize refuses to finalise MPI while one is
+//   unfinished (the caller should weft_dist_abort).
 // - Debug mode: before the collective itself, the ranks all-gather
 //   (seq, op, dtype, root, counts) on `ctl` and fail with an error listing
 //   what every rank issued when they disagree. A mismatch is seen by every
@@ -61,22 +72,16 @@ bool weft_dist_launched(void) {
 
 #ifdef WEFT_HAVE_MPI
 
-enum { S_NEW, S_DEBUG, S_RUN };
+enum { S_NEW, S_DEBUG, S_GATE, S_RUN };
 #define TAG_ARRIVE 1
 
 static struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv_work; // wakes the communication thread
+    pthread_mutex_t mu;     // the queues, busy flags and the zombie list
     pthread_cond_t cv_done; // wakes waiters
-    pthread_t thread;
-    bool running, stop;
-    atomic_int nqueued;
-    weft_comm **comms; // registry: communicators the thread serves
-    int ncomms, capcomms;
-    weft_work **zombies; // requests stuck past the watchdog
+    weft_work **zombies;    // ring requests stuck past the watchdog
     int nzombies, capzombies;
     atomic_int nzombies_live;
-} g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv_work = PTHREAD_COND_INITIALIZER, .cv_done = PTHREAD_COND_INITIALIZER};
+} g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv_done = PTHREAD_COND_INITIALIZER};
 
 static weft_comm *g_world;
 static bool g_we_initialized;
@@ -153,13 +158,38 @@ weft_work *weft_dist_submit(weft_work *w) {
     if (c->qtail) c->qtail->next = w;
     else c->qhead = w;
     c->qtail = w;
-    atomic_fetch_add(&g.nqueued, 1);
-    pthread_cond_signal(&g.cv_work);
+    pthread_cond_signal(&c->cv_work);
     pthread_mutex_unlock(&g.mu);
     return w;
 }
 
 static bool step(weft_work *w, bool *progressed);
+static void complete(weft_work *w);
+
+// Runs w to its end on the calling thread; the caller has marked its
+// communicator busy (so nothing else on it starts meanwhile).
+static void drive(weft_work *w, bool on_thread) {
+    weft_comm *c = w->c;
+    // Poll without yielding for the first milliseconds: giving the core
+    // away on a loaded machine costs a whole time slice, longer than a
+    // collective of a few MB.
+    bool progressed;
+    double t0 = weft_dist_now();
+    for (int i = 0;; i++) {
+        progressed = false;
+        if (step(w, &progressed)) break;
+        if (!progressed && (i & 255) == 255 && weft_dist_now() - t0 > 2e-3) {
+            // Past that, a waiting communication thread sleeps: its spinning
+            // would take the core from the computation it overlaps.
+            if (on_thread) nanosleep(&(struct timespec){0, 50000}, NULL);
+            else sched_yield();
+        }
+    }
+    pthread_mutex_lock(&g.mu);
+    c->busy = false;
+    if (c->qhead) pthread_cond_signal(&c->cv_work);
+    pthread_mutex_unlock(&g.mu);
+}
 
 // Blocking calls: when the communicator has nothing queued or running, the
 // caller runs the collective itself (same state machine, same ordering: the
@@ -179,20 +209,7 @@ weft_status weft_dist_run(weft_work *w) {
         w = weft_dist_submit(w);
         return w ? weft_work_wait(w) : weft_last_status();
     }
-    // Poll without yielding for the first milliseconds: giving the core
-    // away on a loaded machine costs a whole time slice, longer than a
-    // collective of a few MB.
-    bool progressed;
-    double t0 = weft_dist_now();
-    for (int i = 0;; i++) {
-        progressed = false;
-        if (step(w, &progressed)) break;
-        if (!progressed && (i & 255) == 255 && weft_dist_now() - t0 > 2e-3) sched_yield();
-    }
-    pthread_mutex_lock(&g.mu);
-    c->busy = false;
-    if (c->qhead) pthread_cond_signal(&g.cv_work);
-    pthread_mutex_unlock(&g.mu);
+    drive(w, false);
     weft_status s = w->status;
     if (s != WEFT_OK) weft_error(s, "%s", w->msg);
     weft_dist_work_release(w); // the thread's reference (a stuck request holds a third)
@@ -204,6 +221,23 @@ int weft_work_test(weft_work *w) { return w && atomic_load_explicit(&w->done, me
 
 weft_status weft_work_wait(weft_work *w) {
     if (!w) return weft_error(WEFT_ERR_ARG, "work_wait: handle is NULL");
+    // Not picked up by the communication thread yet and next on its
+    // communicator: run it here rather than hand it over and wait (on a
+    // machine with few cores the handoff costs more than the collective).
+    weft_comm *c = w->c;
+    pthread_mutex_lock(&g.mu);
+    bool mine = w->kind != WK_FREE && !atomic_load(&w->done) && c->qhead == w && !c->busy;
+    if (mine) {
+        c->qhead = w->next;
+        if (!c->qhead) c->qtail = NULL;
+        w->next = NULL;
+        c->busy = true;
+    }
+    pthread_mutex_unlock(&g.mu);
+    if (mine) {
+        drive(w, false);
+        complete(w); // drops the thread's reference
+    }
     // Spin briefly first: a collective of a few MB finishes within a
     // millisecond, and a condition-variable wakeup costs tens of
     // microseconds on a loaded machine.
@@ -222,6 +256,8 @@ weft_status weft_work_wait(weft_work *w) {
 }
 
 // ---- communicators ----
+static void *comm_thread(void *arg);
+
 static weft_comm *comm_wrap(MPI_Comm base, bool is_world, const weft_comm *parent) {
     weft_comm *c = calloc(1, sizeof *c);
     if (!c) return weft_error_null(WEFT_ERR_OOM, "dist: out of memory");
@@ -236,6 +272,7 @@ static weft_comm *comm_wrap(MPI_Comm base, bool is_world, const weft_comm *paren
     int *mine = malloc(sizeof(int) * (size_t)c->size);
     c->arr_seq = calloc((size_t)c->size, sizeof *c->arr_seq);
     c->arr_kind = calloc((size_t)c->size, sizeof *c->arr_kind);
+    c->abandoned = calloc((size_t)c->size, sizeof *c->abandoned);
     MPI_Group grp, wgrp;
     MPI_Comm_group(base, &grp);
     MPI_Comm_group(MPI_COMM_WORLD, &wgrp);
@@ -255,24 +292,22 @@ static weft_comm *comm_wrap(MPI_Comm base, bool is_world, const weft_comm *paren
         const char *d = getenv("WEFT_DIST_DEBUG");
         atomic_init(&c->debug, d && *d && strcmp(d, "0") != 0);
     }
-    pthread_mutex_lock(&g.mu);
-    if (g.ncomms == g.capcomms) {
-        g.capcomms = g.capcomms ? 2 * g.capcomms : 8;
-        g.comms = realloc(g.comms, sizeof *g.comms * (size_t)g.capcomms);
+    pthread_cond_init(&c->cv_work, NULL);
+    if (pthread_create(&c->thread, NULL, comm_thread, c) != 0) {
+        weft_error(WEFT_ERR_STATE, "dist: cannot start a communication thread");
+        pthread_cond_destroy(&c->cv_work);
+        MPI_Comm_free(&c->user);
+        MPI_Comm_free(&c->ctl);
+        MPI_Comm_free(&c->coll);
+        free(c->world_ranks);
+        free(c->arr_seq);
+        free(c->arr_kind);
+        free(c->abandoned);
+        free(c);
+        return NULL;
     }
-    g.comms[g.ncomms++] = c;
-    pthread_mutex_unlock(&g.mu);
+    c->has_thread = true;
     return c;
-}
-
-static void comm_unregister(weft_comm *c) {
-    pthread_mutex_lock(&g.mu);
-    for (int i = 0; i < g.ncomms; i++)
-        if (g.comms[i] == c) {
-            g.comms[i] = g.comms[--g.ncomms];
-            break;
-        }
-    pthread_mutex_unlock(&g.mu);
 }
 
 // Runs the communicator's WK_FREE through its queue (so the thread is done
@@ -283,18 +318,24 @@ static weft_status comm_release(weft_comm *c) {
         w = weft_dist_submit(w);
         if (w) weft_work_wait(w);
     }
+    pthread_mutex_lock(&g.mu);
+    c->stop = true;
+    pthread_cond_signal(&c->cv_work);
+    pthread_mutex_unlock(&g.mu);
+    pthread_join(c->thread, NULL);
+    pthread_cond_destroy(&c->cv_work);
     MPI_Comm_free(&c->user);
     MPI_Comm_free(&c->ctl);
     MPI_Comm_free(&c->coll);
     free(c->world_ranks);
     free(c->arr_seq);
     free(c->arr_kind);
+    free(c->abandoned);
     free(c->tmp);
     free(c);
     return WEFT_OK;
 }
 
-static void *comm_thread(void *arg);
 
 weft_status weft_dist_init(int *argc, char ***argv) {
     if (g_world) return WEFT_OK;
@@ -316,10 +357,6 @@ weft_status weft_dist_init(int *argc, char ***argv) {
                               "dist_init: MPI was initialised with thread level %d, weft needs MPI_THREAD_MULTIPLE",
                               provided);
     }
-    g.stop = false;
-    if (pthread_create(&g.thread, NULL, comm_thread, NULL) != 0)
-        return weft_error(WEFT_ERR_STATE, "dist_init: cannot start the communication thread");
-    g.running = true;
     MPI_Comm w;
     MPI_Comm_dup(MPI_COMM_WORLD, &w);
     g_world = comm_wrap(w, true, NULL);
@@ -339,17 +376,9 @@ weft_status weft_dist_finalize(void) {
                                           "unfinished; MPI cannot be finalised (end the job with weft_dist_abort)");
     comm_release(g_world);
     g_world = NULL;
-    pthread_mutex_lock(&g.mu);
-    g.stop = true;
-    pthread_cond_signal(&g.cv_work);
-    pthread_mutex_unlock(&g.mu);
-    pthread_join(g.thread, NULL);
-    g.running = false;
-    free(g.comms);
     free(g.zombies);
-    g.comms = NULL;
     g.zombies = NULL;
-    g.ncomms = g.capcomms = g.nzombies = g.capzombies = 0;
+    g.nzombies = g.capzombies = 0;
     if (g_we_initialized) MPI_Finalize();
     return WEFT_OK;
 }
@@ -432,13 +461,17 @@ static void arrivals_drain(weft_comm *c) {
         c->arr_posted = false;
         int src = st.MPI_SOURCE;
         if (src >= 0 && src < c->size) {
+            if (c->arr_buf[1] == WK_ABANDON) {
+                c->abandoned[src] = (uint64_t)c->arr_buf[0];
+                continue;
+            }
             c->arr_seq[src] = (uint64_t)c->arr_buf[0];
             c->arr_kind[src] = (int)c->arr_buf[1];
         }
     }
 }
 
-static void announce(weft_comm *c, weft_work *w) {
+static void announce_kind(weft_comm *c, uint64_t seq, int kind) {
     for (int r = 0; r < c->size; r++) {
         if (r == c->rank) continue;
         int i = c->ann_next;
@@ -446,10 +479,14 @@ static void announce(weft_comm *c, weft_work *w) {
         // Eager eight-byte sends finish at once; waiting on a slot's previous
         // send is only a safeguard before its buffer is reused.
         if (c->ann[i].req != MPI_REQUEST_NULL) MPI_Wait(&c->ann[i].req, MPI_STATUS_IGNORE);
-        c->ann[i].buf[0] = (int64_t)w->seq;
-        c->ann[i].buf[1] = w->kind;
+        c->ann[i].buf[0] = (int64_t)seq;
+        c->ann[i].buf[1] = kind;
         MPI_Isend(c->ann[i].buf, 2, MPI_INT64_T, r, TAG_ARRIVE, c->ctl, &c->ann[i].req);
     }
+}
+
+static void announce(weft_comm *c, weft_work *w) {
+    announce_kind(c, w->seq, w->kind);
     c->arr_seq[c->rank] = w->seq;
     c->arr_kind[c->rank] = w->kind;
 }
@@ -526,28 +563,33 @@ static void debug_report(weft_work *w) {
     mark_broken(w->c, msg);
 }
 
-static int start_op(weft_work *w) {
+// Collectives that stay non-blocking: the ring all-reduce (ring.c).
+static int start_op(weft_work *w) { return weft_ring_start(w); }
+
+// Once every rank has announced the collective (the gate), the blocking MPI
+// call cannot wait on a rank that is not coming, and it is much faster than
+// the non-blocking one: OpenMPI's blocking collectives use its tuned
+// algorithms, its MPI_I* ones (libnbc) move data at a third of the speed.
+static int run_blocking(weft_work *w) {
     weft_comm *c = w->c;
     MPI_Datatype dt = weft_dist_mpi_dtype(w->dt);
     MPI_Op op = w->rop == WEFT_REDUCE_MAX ? MPI_MAX : MPI_SUM;
-    if (weft_ring_wanted(w)) return weft_ring_start(w);
     switch (w->kind) {
-    case WK_BROADCAST: return MPI_Ibcast(w->rbuf, w->rcount, dt, w->root, c->coll, &w->req);
-    case WK_ALL_REDUCE: return MPI_Iallreduce(MPI_IN_PLACE, w->rbuf, w->rcount, dt, op, c->coll, &w->req);
+    case WK_BROADCAST: return MPI_Bcast(w->rbuf, w->rcount, dt, w->root, c->coll);
+    case WK_ALL_REDUCE: return MPI_Allreduce(MPI_IN_PLACE, w->rbuf, w->rcount, dt, op, c->coll);
     case WK_REDUCE:
-        return MPI_Ireduce(c->rank == w->root ? MPI_IN_PLACE : w->rbuf, c->rank == w->root ? w->rbuf : NULL,
-                           w->rcount, dt, op, w->root, c->coll, &w->req);
+        return MPI_Reduce(c->rank == w->root ? MPI_IN_PLACE : w->rbuf, c->rank == w->root ? w->rbuf : NULL,
+                          w->rcount, dt, op, w->root, c->coll);
     case WK_ALL_GATHER:
-        return MPI_Iallgatherv(w->sbuf, w->scount, dt, w->rbuf, w->rcounts, w->rdispls, dt, c->coll, &w->req);
+        return MPI_Allgatherv(w->sbuf, w->scount, dt, w->rbuf, w->rcounts, w->rdispls, dt, c->coll);
     case WK_GATHER:
-        return MPI_Igatherv(w->sbuf, w->scount, dt, w->rbuf, w->rcounts, w->rdispls, dt, w->root, c->coll, &w->req);
+        return MPI_Gatherv(w->sbuf, w->scount, dt, w->rbuf, w->rcounts, w->rdispls, dt, w->root, c->coll);
     case WK_SCATTER:
-        return MPI_Iscatterv(w->sbuf, w->counts, w->displs, dt, w->rbuf, w->rcount, dt, w->root, c->coll, &w->req);
-    case WK_REDUCE_SCATTER: return MPI_Ireduce_scatter(w->sbuf, w->rbuf, w->rcounts, dt, op, c->coll, &w->req);
+        return MPI_Scatterv(w->sbuf, w->counts, w->displs, dt, w->rbuf, w->rcount, dt, w->root, c->coll);
+    case WK_REDUCE_SCATTER: return MPI_Reduce_scatter(w->sbuf, w->rbuf, w->rcounts, dt, op, c->coll);
     case WK_ALL_TO_ALL:
-        return MPI_Ialltoallv(w->sbuf, w->counts, w->displs, dt, w->rbuf, w->rcounts, w->rdispls, dt, c->coll,
-                              &w->req);
-    case WK_BARRIER: return MPI_Ibarrier(c->coll, &w->req);
+        return MPI_Alltoallv(w->sbuf, w->counts, w->displs, dt, w->rbuf, w->rcounts, w->rdispls, dt, c->coll);
+    case WK_BARRIER: return MPI_SUCCESS; // the gate itself was the barrier
     }
     return MPI_ERR_OTHER;
 }
@@ -608,6 +650,41 @@ static void watchdog(weft_work *w, double waited) {
                  (unsigned long long)w->seq, weft_dist_kind_name(w->kind), c->size, waited);
     fail(w, WEFT_ERR_STATE, "%s", msg);
     mark_broken(c, msg);
+    // A rank that comes later must not enter the blocking call alone: it
+    // sees this notice at its gate and fails instead.
+    if (w->state == S_GATE) announce_kind(c, w->seq, WK_ABANDON);
+}
+
+// The gate: every rank has announced #seq (it is in this collective), or one
+// gave up on it, or none of these yet.
+static int gate(weft_work *w) {
+    weft_comm *c = w->c;
+    arrivals_drain(c);
+    for (int r = 0; r < c->size; r++)
+        if (c->abandoned[r] >= w->seq) {
+            char msg[600];
+            snprintf(msg, sizeof msg,
+                     "collective #%llu (%s): rank %d gave up on it after its watchdog fired (this rank came too late)",
+                     (unsigned long long)w->seq, weft_dist_kind_name(w->kind), r);
+            fail(w, WEFT_ERR_STATE, "%s", msg);
+            mark_broken(c, msg);
+            return -1;
+        }
+    for (int r = 0; r < c->size; r++)
+        if (c->arr_seq[r] < w->seq) return 0;
+    return 1;
+}
+
+// Runs the collective's blocking MPI call once every rank is in it.
+static bool finish_blocking(weft_work *w) {
+    char eb[MPI_MAX_ERROR_STRING];
+    int rc = run_blocking(w);
+    if (rc != MPI_SUCCESS) fail(w, WEFT_ERR_STATE, "%s", mpi_err(rc, eb));
+    else {
+        finish_avg(w);
+        w->status = WEFT_OK;
+    }
+    return true;
 }
 
 static void free_control(weft_comm *c) {
@@ -642,7 +719,6 @@ static bool step(weft_work *w, bool *progressed) {
     char eb[MPI_MAX_ERROR_STRING];
     int rc, flag = 0;
     if (w->kind == WK_FREE) {
-        comm_unregister(c);
         free_control(c);
         return true;
     }
@@ -668,14 +744,30 @@ static bool step(weft_work *w, bool *progressed) {
                 return true;
             }
             w->state = S_DEBUG;
-        } else {
+        } else if (weft_ring_wanted(w)) {
             rc = start_op(w);
             if (rc != MPI_SUCCESS) {
                 fail(w, WEFT_ERR_STATE, "%s", mpi_err(rc, eb));
                 return true;
             }
             w->state = S_RUN;
+        } else {
+            w->state = S_GATE;
         }
+    }
+    if (w->state == S_GATE) {
+        int g = gate(w);
+        if (g < 0) return true;
+        if (g > 0) {
+            *progressed = true;
+            return finish_blocking(w);
+        }
+        double to = atomic_load(&c->timeout), waited = weft_dist_now() - w->t_start;
+        if (to > 0 && waited > to) {
+            watchdog(w, waited); // nothing was started: no request to keep
+            return true;
+        }
+        return false;
     }
     rc = w->ring ? weft_ring_test(w, &flag) : MPI_Test(&w->req, &flag, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) {
@@ -689,6 +781,8 @@ static bool step(weft_work *w, bool *progressed) {
                 debug_report(w);
                 return true;
             }
+            // The exchange finished, so every rank is in this collective.
+            if (!weft_ring_wanted(w)) return finish_blocking(w);
             rc = start_op(w);
             if (rc != MPI_SUCCESS) {
                 fail(w, WEFT_ERR_STATE, "%s", mpi_err(rc, eb));
@@ -743,62 +837,37 @@ static void poll_zombies(void) {
     pthread_mutex_unlock(&g.mu);
 }
 
+// One per communicator: runs its queue in order. Idle, it sleeps on the
+// communicator's condition variable (waking every millisecond while a stuck
+// ring request is left to poll).
 static void *comm_thread(void *arg) {
-    weft_work **act = NULL;
-    int nact = 0, capact = 0;
+    weft_comm *c = arg;
     for (;;) {
-        if (atomic_load(&g.nqueued) > 0) {
-            pthread_mutex_lock(&g.mu);
-            for (int i = 0; i < g.ncomms; i++) {
-                weft_comm *c = g.comms[i];
-                if (c->busy || !c->qhead) continue;
-                weft_work *w = c->qhead;
-                c->qhead = w->next;
-                if (!c->qhead) c->qtail = NULL;
-                w->next = NULL;
-                c->busy = true;
-                atomic_fetch_sub(&g.nqueued, 1);
-                if (nact == capact) {
-                    capact = capact ? 2 * capact : 8;
-                    act = realloc(act, sizeof *act * (size_t)capact);
-                }
-                act[nact++] = w;
-            }
-            pthread_mutex_unlock(&g.mu);
-        }
-        bool progressed = false;
-        for (int i = 0; i < nact;) {
-            weft_work *w = act[i];
-            weft_comm *c = w->c;
-            if (step(w, &progressed)) {
-                progressed = true;
-                act[i] = act[--nact];
-                pthread_mutex_lock(&g.mu);
-                c->busy = false; // under the lock: the pick-up loop reads it
-                pthread_mutex_unlock(&g.mu);
-                complete(w);
-            } else i++;
-        }
-        if (atomic_load(&g.nzombies_live) > 0) poll_zombies();
-        if (nact == 0 && atomic_load(&g.nqueued) == 0) {
-            pthread_mutex_lock(&g.mu);
-            if (g.stop && atomic_load(&g.nqueued) == 0) {
-                pthread_mutex_unlock(&g.mu);
-                break;
-            }
+        pthread_mutex_lock(&g.mu);
+        while (!c->stop && (c->busy || !c->qhead)) {
             if (atomic_load(&g.nzombies_live) > 0) {
                 pthread_mutex_unlock(&g.mu);
+                poll_zombies();
                 struct timespec ts = {0, 1000000};
                 nanosleep(&ts, NULL);
+                pthread_mutex_lock(&g.mu);
                 continue;
             }
-            while (atomic_load(&g.nqueued) == 0 && !g.stop) pthread_cond_wait(&g.cv_work, &g.mu);
-            pthread_mutex_unlock(&g.mu);
-        } else if (!progressed) {
-            sched_yield();
+            pthread_cond_wait(&c->cv_work, &g.mu);
         }
+        if (c->stop && (c->busy || !c->qhead)) {
+            pthread_mutex_unlock(&g.mu);
+            break;
+        }
+        weft_work *w = c->qhead;
+        c->qhead = w->next;
+        if (!c->qhead) c->qtail = NULL;
+        w->next = NULL;
+        c->busy = true;
+        pthread_mutex_unlock(&g.mu);
+        drive(w, true);
+        complete(w);
     }
-    free(act);
     return NULL;
 }
 
@@ -821,47 +890,6 @@ int weft_comm_world_rank(const weft_comm *c, int r) { return -1; }
 uint64_t weft_comm_seq(const weft_comm *c) { return 0; }
 void weft_comm_set_timeout(weft_comm *c, double seconds) {}
 void weft_comm_set_debug(weft_comm *c, bool on) {}
-static bool step(weft_work *w, bool *progressed);
-
-// Blocking calls: when the communicator has nothing queued or running, the
-// caller runs the collective itself (same state machine, same ordering: the
-// communicator is marked busy, so later work queues behind it). This saves
-// the handoff to the communication thread and back, and keeps two threads
-// from polling at once on a machine with few cores.
-weft_status weft_dist_run(weft_work *w) {
-    weft_comm *c = w->c;
-    pthread_mutex_lock(&g.mu);
-    bool mine = w->kind != WK_FREE && !c->busy && !c->qhead && !atomic_load(&c->broken);
-    if (mine) {
-        c->busy = true;
-        w->seq = ++c->seq;
-    }
-    pthread_mutex_unlock(&g.mu);
-    if (!mine) {
-        w = weft_dist_submit(w);
-        return w ? weft_work_wait(w) : weft_last_status();
-    }
-    // Poll without yielding for the first milliseconds: giving the core
-    // away on a loaded machine costs a whole time slice, longer than a
-    // collective of a few MB.
-    bool progressed;
-    double t0 = weft_dist_now();
-    for (int i = 0;; i++) {
-        progressed = false;
-        if (step(w, &progressed)) break;
-        if (!progressed && (i & 255) == 255 && weft_dist_now() - t0 > 2e-3) sched_yield();
-    }
-    pthread_mutex_lock(&g.mu);
-    c->busy = false;
-    if (c->qhead) pthread_cond_signal(&g.cv_work);
-    pthread_mutex_unlock(&g.mu);
-    weft_status s = w->status;
-    if (s != WEFT_OK) weft_error(s, "%s", w->msg);
-    weft_dist_work_release(w); // the thread's reference (a stuck request holds a third)
-    weft_dist_work_release(w);
-    return s;
-}
-
 int weft_work_test(weft_work *w) { return 0; }
 weft_status weft_work_wait(weft_work *w) { return NOMPI("work_wait"); }
 #endif

@@ -4,8 +4,9 @@
 //   the op, its number and the rank that has not arrived;
 // - in debug mode, ranks issuing different collectives (count 10 vs 12,
 //   broadcast vs all_reduce) all get an error saying who issued what.
-// Afterwards the late rank catches up, so the stuck requests finish and every
-// rank finalises MPI normally.
+// Afterwards the late rank issues the skipped call: it must fail at once
+// (the others gave up on it) instead of waiting alone; nothing is left in
+// flight, so every rank finalises MPI normally.
 #include <string.h>
 #include <time.h>
 
@@ -55,8 +56,12 @@ static void test_watchdog_names_missing_rank(void) {
     CHECK(weft_dist_barrier(ctrl) == WEFT_OK);
     if (rank == 1) {
         weft_tensor *late = weft_tensor_ones(WEFT_DIMS(1000), WEFT_F32);
-        CHECK(weft_dist_all_reduce(wd, late, WEFT_REDUCE_SUM) == WEFT_OK);
-        CHECK_NEAR(((float *)weft_tensor_data(late))[0], (double)(size - 1) * size * size + 1, 0);
+        double t0 = now();
+        CHECK(weft_dist_all_reduce(wd, late, WEFT_REDUCE_SUM) == WEFT_ERR_STATE);
+        CHECK(has(weft_last_error(), "dist_all_reduce: collective #3 (all_reduce): rank 0 gave up on it"));
+        CHECK(now() - t0 < 0.5);
+        CHECK(((float *)weft_tensor_data(late))[0] == 1); // untouched
+        CHECK(weft_dist_barrier(wd) == WEFT_ERR_STATE && has(weft_last_error(), "communicator broken"));
         weft_tensor_free(late);
     }
     CHECK(weft_dist_barrier(ctrl) == WEFT_OK);
