@@ -1,6 +1,7 @@
 // Thread-local error state: every failing call leaves one message here.
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "core_impl.h"
 
@@ -9,7 +10,11 @@ static _Thread_local weft_status g_status = WEFT_OK;
 
 static void set_msg(weft_status s, const char *fmt, va_list ap) {
     g_status = s;
-    vsnprintf(g_msg, sizeof g_msg, fmt, ap);
+    // Through a copy: callers wrap the previous message
+    // (weft_error(s, "op: %s", weft_last_error())), which lives in g_msg.
+    char buf[sizeof g_msg];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    memcpy(g_msg, buf, sizeof g_msg);
 }
 
 weft_status weft_error(weft_status s, const char *fmt, ...) {

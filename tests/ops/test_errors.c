@@ -2,6 +2,7 @@
 // status) and leaves a message that names the op.
 #include <string.h>
 
+#include "core/core_impl.h" // weft_error (internal)
 #include "weft_test.h"
 
 // expr must fail with a message containing `what` (and a status of class st, or any when st == 0)
@@ -45,6 +46,14 @@ static void setup(void) {
 static void teardown(void) {
     weft_tensor *ts[] = {f23, f4, d23, i23, b23, f234};
     for (int i = 0; i < 6; i++) weft_tensor_free(ts[i]);
+}
+
+// Wrapping the last message in a new one (the usual way to add context).
+static void test_error_wraps_last(void) {
+    CHECK(weft_error(WEFT_ERR_ARG, "inner %d", 7) == WEFT_ERR_ARG);
+    CHECK(weft_error(WEFT_ERR_STATE, "outer: %s", weft_last_error()) == WEFT_ERR_STATE);
+    CHECK(strcmp(weft_last_error(), "outer: inner 7") == 0);
+    CHECK(weft_last_status() == WEFT_ERR_STATE);
 }
 
 static void test_shape_mismatch(void) {
@@ -236,6 +245,7 @@ static void test_autograd_misuse(void) {
 
 int main(void) {
     setup();
+    RUN(test_error_wraps_last);
     RUN(test_shape_mismatch);
     RUN(test_bad_axis);
     RUN(test_wrong_dtype);
