@@ -168,7 +168,6 @@ ddp_run() { # name, seed, command...
 }
 
 if [ "$ONLY" != straggle ]; then
-    rows=()
     for seed in $DDP_SEEDS; do
         ddp_run single "$seed" env WEFT_NUM_THREADS=2 "$WEFT" train "$MODEL" --dist none || true
         for n in $DDP_RANKS; do
