@@ -5,7 +5,8 @@
 //   backward   each parameter's hook marks it final; the last one of a bucket
 //              flattens the bucket's gradients into its buffer (the bucket is
 //              "ready"); ready buckets are issued strictly in bucket order
-//              (k only after 0..k-1) as asynchronous averaging all-reduces,
+//              (k only after 0..k-1) as asynchronous all-reduces (all but
+//              the last bucket: weft_ddp_wait runs that one itself),
 //              because every rank must issue collectives in the same order
 //              even when its buckets become ready in a different order.
 //   wait       buckets not ready (parameters unused by this backward) are
@@ -96,9 +97,14 @@ static weft_status fill_bucket(weft_ddp *d, bucket *b) {
     return WEFT_OK;
 }
 
-// Issues ready buckets in order, stopping at the first one that is not ready.
+// Issues ready buckets in order, stopping at the first one that is not
+// ready. The last bucket is left to weft_ddp_wait: it holds the first
+// layers' gradients, which are final only when backward is over, so nothing
+// is left to overlap with, and the caller's own blocking all-reduce saves
+// waking the communication thread (on a small machine that wake-up takes a
+// core from a rank still computing).
 static void issue_ready(weft_ddp *d) {
-    while (d->next < d->nb && d->b[d->next].ready) {
+    while (d->next < d->nb - 1 && d->b[d->next].ready) {
         bucket *b = &d->b[d->next++];
         b->work = weft_dist_all_reduce_async(d->c, b->buf, WEFT_REDUCE_SUM);
         if (!b->work) {
@@ -219,6 +225,14 @@ weft_status weft_ddp_wait(weft_ddp *d) {
         }
     }
     issue_ready(d);
+    if (d->next == d->nb - 1) {
+        bucket *b = &d->b[d->next++];
+        if (weft_dist_all_reduce(d->c, b->buf, WEFT_REDUCE_SUM) != WEFT_OK) {
+            char msg[480];
+            snprintf(msg, sizeof msg, "ddp: all-reduce of bucket %d: %s", d->nb - 1, weft_last_error());
+            record_error(d, weft_last_status(), msg);
+        }
+    }
     wait_issued(d);
     weft_status st = d->err;
     if (st == WEFT_OK)
