@@ -258,6 +258,20 @@ weft_status weft_work_wait(weft_work *w) {
 // ---- communicators ----
 static void *comm_thread(void *arg);
 
+// Frees what comm_wrap made (its thread already stopped or never started).
+static void comm_destroy(weft_comm *c) {
+    pthread_cond_destroy(&c->cv_work);
+    MPI_Comm_free(&c->user);
+    MPI_Comm_free(&c->ctl);
+    MPI_Comm_free(&c->coll);
+    free(c->world_ranks);
+    free(c->arr_seq);
+    free(c->arr_kind);
+    free(c->abandoned);
+    free(c->tmp);
+    free(c);
+}
+
 static weft_comm *comm_wrap(MPI_Comm base, bool is_world, const weft_comm *parent) {
     weft_comm *c = calloc(1, sizeof *c);
     if (!c) return weft_error_null(WEFT_ERR_OOM, "dist: out of memory");
@@ -295,15 +309,7 @@ static weft_comm *comm_wrap(MPI_Comm base, bool is_world, const weft_comm *paren
     pthread_cond_init(&c->cv_work, NULL);
     if (pthread_create(&c->thread, NULL, comm_thread, c) != 0) {
         weft_error(WEFT_ERR_STATE, "dist: cannot start a communication thread");
-        pthread_cond_destroy(&c->cv_work);
-        MPI_Comm_free(&c->user);
-        MPI_Comm_free(&c->ctl);
-        MPI_Comm_free(&c->coll);
-        free(c->world_ranks);
-        free(c->arr_seq);
-        free(c->arr_kind);
-        free(c->abandoned);
-        free(c);
+        comm_destroy(c);
         return NULL;
     }
     c->has_thread = true;
@@ -323,16 +329,7 @@ static weft_status comm_release(weft_comm *c) {
     pthread_cond_signal(&c->cv_work);
     pthread_mutex_unlock(&g.mu);
     pthread_join(c->thread, NULL);
-    pthread_cond_destroy(&c->cv_work);
-    MPI_Comm_free(&c->user);
-    MPI_Comm_free(&c->ctl);
-    MPI_Comm_free(&c->coll);
-    free(c->world_ranks);
-    free(c->arr_seq);
-    free(c->arr_kind);
-    free(c->abandoned);
-    free(c->tmp);
-    free(c);
+    comm_destroy(c);
     return WEFT_OK;
 }
 

@@ -5,15 +5,7 @@
 # the manifest; a killed worker is restarted from them.
 # Usage: launch_ps.sh PATH/TO/weft SOURCE_DIR
 weft=$1 src=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-export WEFT_NUM_THREADS=1
-# Under ASan, OpenMPI's own allocations at exit are not ours to fix (full stack unwinding,
-# so that the suppressions see the MPI libraries in the stacks).
-export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$src/tests/dist/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0"
-pass=0 fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*" >&2; }
+. "$src/tests/tools/launch_common.sh"
 cfg=$src/models/logreg.cfg
 acc() { sed -n 's/^final: test_acc=\([0-9.]*\).*/\1/p' "$1"; }
 close() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && b != "" && d <= t) }'; }
