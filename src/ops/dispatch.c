@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "../autograd/autograd_impl.h"
+#include "../graph/trace_hook.h"
 #include "op.h"
 
 static const weft_attrs k_zero_attrs;
@@ -51,6 +52,8 @@ weft_status weft_op_apply(const weft_op_def *op, int n_in, weft_tensor *const *i
         st = weft_autograd_record(op, n_in, in, attrs, op->n_out, out);
         if (st != WEFT_OK) goto fail;
     }
+    // Graph-mode tracing: record the op (after autograd, so saved outputs exist).
+    if (WEFT_UNLIKELY(weft_trace_active != NULL)) weft_graph_trace_record(op, n_in, in, attrs, out);
     return WEFT_OK;
 fail:
     st = weft_last_status() != WEFT_OK ? weft_last_status() : WEFT_ERR_STATE;

@@ -1,0 +1,142 @@
+// weft/graph.h — graph mode: static dataflow graphs built once, run many times.
+//
+// A weft_graph holds nodes and values. A value is one edge: the output of
+// exactly one node, with a static shape and dtype. Nodes are placeholders
+// (feeds), constants, variables (persistent state owned by the graph), ops
+// from the same op table eager mode uses, and assignments to variables.
+//
+// Two ways to build one: the builder below (weft_graph_op by op name), or
+// tracing ordinary eager code between weft_graph_trace_begin/_end.
+// weft_graph_run prunes to what the fetches and targets need and executes it.
+//
+// Errors: functions return a status (or an invalid value/node) and leave a
+// message naming the function and the node/op in weft_last_error().
+// Thread safety: a graph is not thread-safe; build and run it from one thread
+// at a time (tracing is per thread: only the tracing thread's ops are recorded).
+#ifndef WEFT_GRAPH_H
+#define WEFT_GRAPH_H
+
+#include <stdio.h>
+
+#include "tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct weft_graph weft_graph;
+
+// Handles are small indices into one graph (id < 0: invalid / none).
+typedef struct weft_value {
+    int32_t id;
+} weft_value;
+typedef struct weft_node_id {
+    int32_t id;
+} weft_node_id;
+#define WEFT_VALUE_NONE ((weft_value){-1})
+#define WEFT_NODE_NONE ((weft_node_id){-1})
+
+typedef enum weft_node_kind {
+    WEFT_NODE_PLACEHOLDER = 0, // a feed
+    WEFT_NODE_CONSTANT,        // a tensor fixed at build time (held by reference)
+    WEFT_NODE_VARIABLE,        // named persistent state; reading gives its current value
+    WEFT_NODE_OP,              // an op from the op table
+    WEFT_NODE_ASSIGN,          // variable := value (executor-only, see docs/graph.md)
+    WEFT_NODE_ASSIGN_ADD,      // variable += value
+    WEFT_NODE_NUM_KINDS
+} weft_node_kind;
+
+weft_graph *weft_graph_new(void);
+void weft_graph_free(weft_graph *g); // NULL is fine
+
+// ---- builder (name may be NULL: an automatic "<op>_<id>" name) ----
+// Names are unique within a graph; a repeated name is an error.
+weft_value weft_graph_placeholder(weft_graph *g, const char *name, int ndim, const int64_t *sizes, weft_dtype dt);
+// Holds a reference to t's storage (a detached alias), not a copy.
+weft_value weft_graph_constant(weft_graph *g, const char *name, weft_tensor *t);
+// The graph owns a copy of `initial` (contiguous, no autograd history).
+weft_value weft_graph_variable(weft_graph *g, const char *name, weft_tensor *initial);
+// An op of the op table by name. Integer attrs go to attrs.i[0..], doubles to
+// attrs.f[0..] (each op documents their meaning next to its entry). Static
+// shapes come from the op's own infer; a mismatch is an error naming the op
+// and the node. out receives the op's outputs (room for WEFT_GRAPH_MAX_OUT;
+// may be NULL when only the node matters).
+#define WEFT_GRAPH_MAX_OUT 4
+weft_status weft_graph_op(weft_graph *g, const char *op_name, int n_in, const weft_value *in, const int64_t *iattrs,
+                          int n_iattrs, const double *fattrs, int n_fattrs, weft_value *out);
+weft_status weft_graph_op_named(weft_graph *g, const char *name, const char *op_name, int n_in, const weft_value *in,
+                                const int64_t *iattrs, int n_iattrs, const double *fattrs, int n_fattrs,
+                                weft_value *out);
+// Single-output shorthand (WEFT_VALUE_NONE on error).
+weft_value weft_graph_op1(weft_graph *g, const char *op_name, int n_in, const weft_value *in, const int64_t *iattrs,
+                          int n_iattrs, const double *fattrs, int n_fattrs);
+// variable := value / variable += value (shape and dtype of the variable).
+// The output is the variable's value after the write; run the node as a
+// target (or fetch its output) to perform the write.
+weft_value weft_graph_assign(weft_graph *g, const char *name, weft_value variable, weft_value value);
+weft_value weft_graph_assign_add(weft_graph *g, const char *name, weft_value variable, weft_value value);
+// `before` must run before `node` (when both are run). May create a cycle;
+// weft_graph_run reports it.
+weft_status weft_graph_add_control_dep(weft_graph *g, weft_node_id node, weft_node_id before);
+
+// ---- accessors ----
+int weft_graph_node_count(const weft_graph *g);
+int weft_graph_value_count(const weft_graph *g);
+weft_node_id weft_graph_find_node(const weft_graph *g, const char *name); // WEFT_NODE_NONE if absent
+weft_node_id weft_graph_value_node(const weft_graph *g, weft_value v);
+int weft_graph_value_ndim(const weft_graph *g, weft_value v);             // -1 if invalid
+const int64_t *weft_graph_value_sizes(const weft_graph *g, weft_value v); // NULL if invalid
+weft_dtype weft_graph_value_dtype(const weft_graph *g, weft_value v);
+const char *weft_graph_node_name(const weft_graph *g, weft_node_id n);    // NULL if invalid
+// The op's name for OP nodes; "placeholder", "constant", "variable", "assign", "assign_add" otherwise.
+const char *weft_graph_node_op(const weft_graph *g, weft_node_id n);
+weft_node_kind weft_graph_node_kind(const weft_graph *g, weft_node_id n);
+int weft_graph_node_num_outputs(const weft_graph *g, weft_node_id n);
+weft_value weft_graph_node_output(const weft_graph *g, weft_node_id n, int i);
+// The value a node's output i (convenience: output 0 of a named node).
+weft_value weft_graph_find_value(const weft_graph *g, const char *node_name);
+// The live tensor of a VARIABLE node (borrowed; it survives runs).
+weft_tensor *weft_graph_variable_tensor(const weft_graph *g, weft_value variable);
+
+// ---- tracing (tf.function / torch.jit.trace) ----
+// While tracing, every op this thread runs through the op table computes as
+// usual and is also recorded as an OP node. Inputs map to values already seen
+// in the trace; a tensor never seen becomes a VARIABLE if it is a leaf that
+// requires grad (a parameter: the variable shares its storage), else a
+// CONSTANT (shares storage). The trace keeps a reference to every tensor it
+// has seen until trace_end, so pointers are not reused while it runs.
+weft_status weft_graph_trace_begin(weft_graph *g);
+// Declare t as a placeholder (a feed of this shape and dtype).
+weft_value weft_graph_trace_input(weft_graph *g, weft_tensor *t, const char *name);
+// Declare t as a named variable explicitly (shares t's storage).
+weft_value weft_graph_trace_variable(weft_graph *g, weft_tensor *t, const char *name);
+// The value of a tensor computed during the trace (call before trace_end).
+weft_value weft_graph_trace_output(weft_graph *g, weft_tensor *t);
+// Stops recording; returns the first error met while recording, if any.
+weft_status weft_graph_trace_end(weft_graph *g);
+
+// ---- execution ----
+// Feeds (placeholder value, tensor) must match the placeholder's shape and
+// dtype. Runs the ancestors of fetches and targets only (data and control
+// edges), in dependency order, under no-grad; frees each intermediate after
+// its last consumer. out[i] receives a new reference per fetch (a snapshot
+// copy when the fetch is a variable's value). Variables persist across runs.
+weft_status weft_graph_run(weft_graph *g, int n_feeds, const weft_value *feed_vals, weft_tensor *const *feeds,
+                           int n_fetch, const weft_value *fetch, weft_tensor **out, int n_targets,
+                           const weft_node_id *targets);
+
+typedef struct weft_graph_run_stats {
+    int nodes_executed; // nodes run by the last weft_graph_run (after pruning)
+    size_t peak_bytes;  // peak bytes of live intermediates (distinct storages made by ops)
+} weft_graph_run_stats;
+weft_graph_run_stats weft_graph_last_run_stats(const weft_graph *g);
+
+// ---- inspection ----
+// Graphviz DOT: one box per node (name + op), data edges labelled with shape
+// and dtype, control dependencies dashed.
+weft_status weft_graph_write_dot(const weft_graph *g, FILE *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,82 @@
+// Graph IR internals shared by the builder, tracer, executor and DOT writer.
+//
+// Nodes and values live in two growable arrays and refer to each other by
+// index, so a graph is cheap to copy, serialise or rewrite (passes) later.
+// Data edges always point to earlier nodes (a value must exist before it is
+// consumed), so only control dependencies can close a cycle.
+#ifndef WEFT_GRAPH_IMPL_H
+#define WEFT_GRAPH_IMPL_H
+
+#include <weft/graph.h>
+
+#include "../ops/op.h"
+
+typedef struct weft_gvalue {
+    int32_t node;  // producer
+    int32_t index; // output index of the producer
+    int8_t ndim;
+    uint8_t dtype;
+    int64_t sizes[WEFT_MAX_DIMS];
+} weft_gvalue;
+
+typedef struct weft_gnode {
+    weft_node_kind kind;
+    char *name;
+    const weft_op_def *op; // OP nodes
+    weft_attrs attrs;      // OP nodes
+    int n_in;
+    int32_t *in; // [n_in] value ids
+    int n_out;
+    int32_t out0; // value ids out0 .. out0+n_out-1
+    int n_ctrl;
+    int32_t *ctrl;      // [n_ctrl] node ids that must run before this one
+    weft_tensor *tensor; // CONSTANT / VARIABLE: the held tensor (one reference)
+    int32_t var;         // ASSIGN / ASSIGN_ADD: the VARIABLE node written
+} weft_gnode;
+
+// A pointer-keyed open-addressing map (tensor -> value id) for tracing.
+typedef struct weft_ptrmap {
+    const void **keys;
+    int32_t *vals;
+    size_t cap, n;
+} weft_ptrmap;
+
+// A string-keyed map (node name -> node id) for unique names.
+typedef struct weft_strmap {
+    int32_t *slots; // node ids, -1 empty
+    size_t cap, n;
+} weft_strmap;
+
+struct weft_graph {
+    weft_gnode *nodes;
+    int n_nodes, cap_nodes;
+    weft_gvalue *values;
+    int n_values, cap_values;
+    weft_strmap names;
+    // tracing
+    bool tracing;
+    weft_status trace_status; // first error while recording (sticky until trace_end)
+    weft_ptrmap trace_map;
+    weft_tensor **trace_held; // references keeping traced tensors (and their pointers) alive
+    size_t n_held, cap_held;
+    // execution
+    weft_graph_run_stats stats;
+};
+
+// Append a node of `kind` with n_out outputs (shapes filled by the caller);
+// returns its id or -1. name NULL: auto "<base>_<id>". in/ctrl are copied.
+int32_t weft_graph_add_node(weft_graph *g, const char *fn, weft_node_kind kind, const char *name, const char *base,
+                            int n_in, const int32_t *in, int n_out);
+bool weft_graph_value_ok(const weft_graph *g, weft_value v);
+const char *weft_graph_kind_name(weft_node_kind k);
+
+// ptrmap
+bool weft_ptrmap_put(weft_ptrmap *m, const void *key, int32_t val);
+int32_t weft_ptrmap_get(const weft_ptrmap *m, const void *key); // -1 if absent
+void weft_ptrmap_free(weft_ptrmap *m);
+
+// The tracing hook called by weft_op_apply after a successful op.
+void weft_graph_trace_record(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
+                             weft_tensor *const *out);
+
+#endif

@@ -1,0 +1,15 @@
+// The one thing the dispatcher knows about graph mode: a thread-local pointer
+// to the graph being traced on this thread (NULL almost always). Eager ops pay
+// one predictable branch on it.
+#ifndef WEFT_TRACE_HOOK_H
+#define WEFT_TRACE_HOOK_H
+
+#include "../ops/op.h"
+
+struct weft_graph;
+extern _Thread_local struct weft_graph *weft_trace_active;
+
+void weft_graph_trace_record(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
+                             weft_tensor *const *out);
+
+#endif
