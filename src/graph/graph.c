@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "graph_impl.h"
+#include "trace_hook.h"
 
 // ---- small helpers ----
 static uint64_t hash_str(const char *s) {
@@ -64,6 +65,7 @@ weft_graph *weft_graph_new(void) {
 
 void weft_graph_free(weft_graph *g) {
     if (!g) return;
+    if (weft_trace_active == g) weft_trace_active = NULL; // freed mid-trace: stop recording into it
     for (size_t i = 0; i < g->n_held; i++) weft_tensor_free(g->trace_held[i]);
     free(g->trace_held);
     weft_ptrmap_free(&g->trace_map);
