@@ -16,5 +16,6 @@
 #include "weft/dist.h"
 #include "weft/ddp.h"
 #include "weft/ps.h"
+#include "weft/queue.h"
 
 #endif
