@@ -10,6 +10,7 @@
 // Storage is a ring of capacity slots of n_components tensor pointers each; the
 // queue owns one reference per stored tensor.
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +91,9 @@ static weft_status check_component(const weft_queue *q, const char *fn, int c, c
     }
     return WEFT_OK;
 }
+
+// Timeouts beyond ~3 years are "forever" (and keep the deadline's time_t in range).
+static double norm_timeout(double timeout_s) { return timeout_s > 1e8 ? -1 : timeout_s; }
 
 // Absolute CLOCK_MONOTONIC deadline timeout_s from now (only for timeout_s > 0).
 static struct timespec deadline_after(double timeout_s) {
@@ -214,6 +218,8 @@ void weft_queue_free(weft_queue *q) {
 // Adds m elements (elems: m * ncomp references, owned by the caller until they
 // are queued; the ones queued are set to NULL). Blocks per element while full.
 static weft_status enqueue_elems(weft_queue *q, const char *op, weft_tensor **elems, int64_t m, double timeout_s) {
+    if (isnan(timeout_s)) return weft_error(WEFT_ERR_ARG, "queue '%s': %s: timeout is NaN", qname(q), op);
+    timeout_s = norm_timeout(timeout_s);
     struct timespec dl = timeout_s > 0 ? deadline_after(timeout_s) : (struct timespec){0};
     weft_status st = WEFT_OK;
     pthread_mutex_lock(&q->mu);
@@ -313,6 +319,9 @@ weft_status weft_queue_enqueue_many(weft_queue *q, weft_tensor *const *batch, do
 // *k receives the number taken. Elements are removed only on success.
 static weft_status take_elems(weft_queue *q, const char *op, int n, bool up_to, bool check_stack, weft_tensor **taken,
                               int *k, double timeout_s) {
+    *k = 0;
+    if (isnan(timeout_s)) return weft_error(WEFT_ERR_ARG, "queue '%s': %s: timeout is NaN", qname(q), op);
+    timeout_s = norm_timeout(timeout_s);
     struct timespec dl = timeout_s > 0 ? deadline_after(timeout_s) : (struct timespec){0};
     weft_status st = WEFT_OK;
     *k = 0;

@@ -214,6 +214,10 @@ static void test_timeouts(void) {
     CHECK(el >= 0.019 && el < 10);
     CHECK(has(weft_last_error(), "queue 'many': dequeue timed out after 0.02 s (empty)"));
     CHECK(!weft_queue_is_closed_and_empty(q2)); // a timeout is not end-of-data
+    CHECK(enqueue_scalar(q2, 3, WEFT_F32, 1e300) == WEFT_OK); // a huge timeout means forever
+    CHECK(dequeue_scalar(q2, 1e300) == 3);
+    CHECK(enqueue_scalar(q2, 3, WEFT_F32, NAN) == WEFT_ERR_ARG);
+    CHECK(has(weft_last_error(), "queue 'many': enqueue: timeout is NaN"));
     weft_queue_free(q);
     weft_queue_free(q2);
 }
