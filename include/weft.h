@@ -17,5 +17,6 @@
 #include "weft/ddp.h"
 #include "weft/ps.h"
 #include "weft/graph.h"
+#include "weft/queue.h"
 
 #endif
