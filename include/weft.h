@@ -17,6 +17,7 @@
 #include "weft/ddp.h"
 #include "weft/ps.h"
 #include "weft/graph.h"
+#include "weft/graph_passes.h"
 #include "weft/queue.h"
 
 #endif
