@@ -325,7 +325,10 @@ static void test_traced_mlp(void) {
     weft_graph *o = weft_graph_optimize(g, 5, fetch, fout, NULL, &st);
     CHECK(o != NULL);
     if (!o) return;
-    CHECK(st.nodes_after <= st.nodes_before);
+    if (getenv("DUMP")) weft_graph_write_dot(o, stdout);
+    CHECK(st.nodes_after < st.nodes_before);
+    CHECK(count_op(g, "copy") == 4 && count_op(o, "copy") == 0); // leaf-gradient clones of contiguous values
+    CHECK(count_op(o, "view") < count_op(g, "view"));             // identity views from reshape(-1, K)
     CHECK(st.nodes_before == weft_graph_node_count(g) && st.nodes_after == weft_graph_node_count(o));
     printf("traced MLP forward+backward: %d nodes -> %d (folded %d, cse %d, dce %d, simplified %d, %d rounds)\n",
            st.nodes_before, st.nodes_after, st.folded, st.cse_merged, st.dce_removed, st.simplified, st.rounds);

@@ -12,6 +12,8 @@
 //   cast(cast(x, T1), T2), T1 lossless for x    -> cast(x, T2), or x when T2 is x's dtype
 //   cast(x, dtype of x)                         -> x
 //   view(view(x, s1), s2), x contiguous         -> view(x, s2), or x when s2 is x's shape
+//   view(x, shape of x), x contiguous           -> x
+//   copy(x), x contiguous                       -> x  (values are immutable; layout kept)
 //
 // A rule that would return x itself is skipped when x aliases graph state (a
 // variable read, through views): the op's output is a private value, the
@@ -179,7 +181,18 @@ static int rule(alg *a) {
         }
         return to_op(a, n->op, 1, &xx, &n->attrs);
     }
+    if (!strcmp(op, "copy")) {
+        // A private copy of an immutable value is that value, unless a
+        // consumer relies on the copy's contiguous layout (a later view).
+        if (weft_rw_contiguous(rw, a->in[0])) return to_value(a, a->in[0]);
+        return 0;
+    }
     if (!strcmp(op, "view")) {
+        // view(x) to x's own shape (reshape(-1, K) in backward rules) is x.
+        if (weft_rw_contiguous(rw, a->in[0]) && weft_rw_same_meta(rw, a->in[0], a->out)) {
+            int r = to_value(a, a->in[0]);
+            if (r) return r;
+        }
         const weft_gnode *m = weft_rw_producer(rw, a->in[0]);
         if (!is_op(m, "view") || !weft_rw_rewritable(m)) return 0;
         int32_t xx = m->in[0];
