@@ -125,11 +125,44 @@ weft_status weft_graph_run(weft_graph *g, int n_feeds, const weft_value *feed_va
                            int n_fetch, const weft_value *fetch, weft_tensor **out, int n_targets,
                            const weft_node_id *targets);
 
+// Options for weft_graph_run_ex (NULL or zeroed: defaults).
+typedef struct weft_graph_run_options {
+    // Inter-op threads popping ready nodes (each op still uses OpenMP inside).
+    // 0: $WEFT_INTEROP_THREADS if set, else 1 (serial). Keep 1 on small
+    // machines: the kernels' intra-op threads already use the cores.
+    int interop_threads;
+    // Memory plan: 0 default ($WEFT_GRAPH_PLAN=0 turns it off, else on),
+    // 1 on, -1 off. With the plan, a serial run puts every intermediate in
+    // one arena at planned offsets (fetches are copied out of it). Parallel
+    // runs (interop_threads > 1) allocate per op: the plan is for one order.
+    int memory_plan;
+} weft_graph_run_options;
+weft_status weft_graph_run_ex(weft_graph *g, int n_feeds, const weft_value *feed_vals, weft_tensor *const *feeds,
+                              int n_fetch, const weft_value *fetch, weft_tensor **out, int n_targets,
+                              const weft_node_id *targets, const weft_graph_run_options *opts);
+
 typedef struct weft_graph_run_stats {
     int nodes_executed; // nodes run by the last weft_graph_run (after pruning)
-    size_t peak_bytes;  // peak bytes of live intermediates (distinct storages made by ops)
+    size_t peak_bytes;  // peak bytes of live intermediates (distinct storages made by ops; the arena when planned)
+    int interop_threads; // threads that ran nodes
+    bool planned;        // intermediates lived in the planned arena
+    size_t arena_bytes;  // its size (0 when not planned)
 } weft_graph_run_stats;
 weft_graph_run_stats weft_graph_last_run_stats(const weft_graph *g);
+
+// Memory plan of the intermediates (outputs of non-view ops) that running
+// these fetches/targets makes, in the serial execution order.
+typedef struct weft_graph_plan_stats {
+    int64_t planned_bytes;       // arena size: buffers with disjoint lifetimes share bytes (64-byte aligned)
+    int64_t unplanned_bytes;     // every intermediate in its own allocation, none freed
+    int64_t liveness_peak_bytes; // peak when each is freed after its last use (what the executor measures);
+                                 // a lower bound for any plan of this order
+    int n_buffers;               // intermediates planned
+    int n_slots;                 // distinct arena offsets used
+} weft_graph_plan_stats;
+// Plans without running (no feeds needed). NULL arrays with zero counts are fine.
+weft_status weft_graph_plan(weft_graph *g, int n_fetch, const weft_value *fetch, int n_targets,
+                            const weft_node_id *targets, weft_graph_plan_stats *stats);
 
 // ---- inspection ----
 // Graphviz DOT: one box per node (name + op), data edges labelled with shape

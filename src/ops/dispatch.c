@@ -70,3 +70,50 @@ weft_tensor *weft_op_apply1(const weft_op_def *op, int n_in, weft_tensor *const 
     for (int j = 1; j < op->n_out; j++) weft_tensor_free(out[j]);
     return out[0];
 }
+
+// Graph executor with a memory plan: run a non-view op into caller-provided
+// outputs (contiguous tensors over a planned arena) instead of allocating.
+// Each out[j] must have exactly the shape and dtype infer gives. No autograd
+// recording and no tracing: graph execution runs under no-grad with tracing
+// suspended. Declared in src/graph/plan.h (its only caller).
+weft_status weft_op_apply_into(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
+                               weft_tensor *const *out) {
+    if (!attrs) attrs = &k_zero_attrs;
+    if ((op->n_in >= 0 && n_in != op->n_in) || (op->n_in < 0 && n_in < 1))
+        return weft_error(WEFT_ERR_ARG, "%s: expected %d inputs, got %d", op->name, op->n_in, n_in);
+    if (op->flags & WEFT_OPF_VIEW)
+        return weft_error(WEFT_ERR_ARG, "%s: op_apply_into: a view op has no output buffer", op->name);
+    for (int i = 0; i < n_in; i++)
+        if (!in[i]) {
+            weft_error_null_input(op->name);
+            return weft_last_status();
+        }
+    weft_device dev = in[0]->device;
+    for (int i = 1; i < n_in; i++)
+        if (!weft_device_equal(in[i]->device, dev)) {
+            char a[32], b[32];
+            return weft_error(WEFT_ERR_DEVICE, "%s: inputs on different devices (%s and %s)", op->name,
+                              weft_device_str(dev, a, sizeof a), weft_device_str(in[i]->device, b, sizeof b));
+        }
+    weft_op_args args = {.op = op, .n_in = n_in, .in = in, .attrs = attrs, .n_out = op->n_out, .out = out};
+    weft_out_meta meta[WEFT_MAX_OP_OUT];
+    weft_status st = op->infer(&args, meta);
+    if (st != WEFT_OK) return st;
+    for (int j = 0; j < op->n_out; j++) {
+        const weft_tensor *o = out[j];
+        if (!o || !weft_shape_equal(meta[j].ndim, meta[j].sizes, o->ndim, o->sizes) || o->dtype != meta[j].dtype ||
+            !weft_device_equal(o->device, dev) || !weft_tensor_is_contiguous(o)) {
+            char a[96];
+            return weft_error(WEFT_ERR_SHAPE, "%s: op_apply_into: output %d must be a contiguous %s %s", op->name, j,
+                              weft_dtype_name(meta[j].dtype), weft_shape_fmt(meta[j].ndim, meta[j].sizes, a, 96));
+        }
+    }
+    const weft_kernel *k = &op->kernel[dev.type];
+    weft_dtype kdt = (weft_dtype)in[op->dispatch_in]->dtype;
+    if (!k->fn || !(k->dtypes & WEFT_DT(kdt))) {
+        char d[32];
+        return weft_error(WEFT_ERR_UNSUPPORTED, "%s: no kernel for device %s and dtype %s", op->name,
+                          weft_device_str(dev, d, sizeof d), weft_dtype_name(kdt));
+    }
+    return k->fn(&args);
+}

@@ -1,0 +1,148 @@
+// Static memory planning: lifetimes from the execution order, then offsets in
+// one arena so that buffers whose lifetimes do not overlap share bytes.
+//
+// Assignment is "greedy by size" (as TFLite's and ONNX Runtime's planners):
+// biggest buffers first, each into the best-fitting gap (smallest that fits)
+// among the already-placed buffers whose lifetimes overlap it, else on top.
+// Lifetimes are closed intervals of steps [def, last]: an op's inputs are
+// still live at its own step, so no op ever writes over its inputs.
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+typedef struct buf {
+    int32_t v;      // root value id
+    int32_t def;    // producer step
+    int32_t last;   // last step that uses it (n_order for fetched)
+    int64_t nbytes; // exact bytes
+    int64_t size;   // aligned bytes
+    int64_t off;
+} buf;
+
+static int64_t align_up(int64_t x) { return (x + WEFT_PLAN_ALIGN - 1) / WEFT_PLAN_ALIGN * WEFT_PLAN_ALIGN; }
+
+static int cmp_size_desc(const void *a, const void *b) {
+    const buf *x = a, *y = b;
+    if (x->size != y->size) return x->size > y->size ? -1 : 1;
+    return x->def - y->def; // deterministic
+}
+
+static int cmp_off(const void *a, const void *b) {
+    int64_t x = (*(const buf *const *)a)->off, y = (*(const buf *const *)b)->off;
+    return x < y ? -1 : x > y;
+}
+
+void weft_plan_free(weft_plan *p) {
+    free(p->root);
+    free(p->offset);
+    memset(p, 0, sizeof *p);
+}
+
+weft_status weft_plan_build(const weft_graph *g, const int32_t *order, int n_order, const uint8_t *fetched,
+                            weft_plan *p) {
+    memset(p, 0, sizeof *p);
+    size_t nV = (size_t)(g->n_values ? g->n_values : 1);
+    p->root = malloc(nV * sizeof *p->root);
+    p->offset = malloc(nV * sizeof *p->offset);
+    int32_t *bidx = malloc(nV * sizeof *bidx); // root value -> index in bufs
+    buf *bufs = malloc(nV * sizeof *bufs);
+    buf **placed = malloc(2 * nV * sizeof *placed); // placed buffers, then the overlapping ones
+    int64_t *delta = calloc((size_t)n_order + 2, sizeof *delta);
+    weft_status st = WEFT_OK;
+    if (!p->root || !p->offset || !bidx || !bufs || !placed || !delta) {
+        st = weft_error(WEFT_ERR_OOM, "graph_plan: out of memory");
+        goto done;
+    }
+    for (int v = 0; v < g->n_values; v++) p->root[v] = -1, p->offset[v] = -1, bidx[v] = -1;
+
+    // Buffers and roots in execution order (a view's input is defined earlier).
+    int nb = 0;
+    for (int s = 0; s < n_order; s++) {
+        const weft_gnode *n = &g->nodes[order[s]];
+        // Uses: each input keeps its root's buffer alive through this step.
+        for (int k = 0; k < n->n_in; k++) {
+            int32_t r = p->root[n->in[k]];
+            if (r >= 0 && bufs[bidx[r]].last < s) bufs[bidx[r]].last = s;
+        }
+        if (n->kind != WEFT_NODE_OP) continue;
+        if (n->op->flags & WEFT_OPF_VIEW) {
+            p->root[n->out0] = n->n_in > 0 ? p->root[n->in[0]] : -1; // aliases input 0 (maybe a variable: -1)
+            continue;
+        }
+        for (int j = 0; j < n->n_out; j++) {
+            int32_t v = n->out0 + j;
+            const weft_gvalue *gv = &g->values[v];
+            int64_t nbytes = weft_shape_numel(gv->ndim, gv->sizes) * (int64_t)weft_dtype_size((weft_dtype)gv->dtype);
+            p->root[v] = v;
+            bidx[v] = nb;
+            bufs[nb++] = (buf){.v = v, .def = s, .last = s, .nbytes = nbytes, .size = align_up(nbytes), .off = -1};
+        }
+    }
+    // Fetched values (or views of them) keep their buffer to the end.
+    for (int v = 0; v < g->n_values; v++)
+        if (fetched[v] && p->root[v] >= 0) bufs[bidx[p->root[v]]].last = n_order;
+
+    // Unplanned total and the liveness peak (a sweep over steps, exact bytes).
+    int64_t total = 0, live = 0, peak = 0;
+    for (int b = 0; b < nb; b++) {
+        total += bufs[b].nbytes;
+        delta[bufs[b].def] += bufs[b].nbytes;
+        delta[bufs[b].last + 1] -= bufs[b].nbytes;
+    }
+    for (int s = 0; s <= n_order; s++) {
+        live += delta[s];
+        if (live > peak) peak = live;
+    }
+
+    // Greedy by size, best-fit gap among overlapping placed buffers.
+    qsort(bufs, (size_t)nb, sizeof *bufs, cmp_size_desc);
+    int64_t arena = 0;
+    int n_placed = 0;
+    for (int b = 0; b < nb; b++) {
+        buf *x = &bufs[b];
+        int no = 0;
+        for (int k = 0; k < n_placed; k++)
+            if (placed[k]->def <= x->last && x->def <= placed[k]->last) placed[n_placed + no++] = placed[k];
+        buf **ov = placed + n_placed; // overlapping ones, sorted by offset
+        qsort(ov, (size_t)no, sizeof *ov, cmp_off);
+        int64_t best = -1, best_gap = INT64_MAX, cur = 0;
+        for (int k = 0; k < no; k++) {
+            int64_t gap = ov[k]->off - cur;
+            if (gap >= x->size && gap < best_gap) best = cur, best_gap = gap;
+            if (ov[k]->off + ov[k]->size > cur) cur = ov[k]->off + ov[k]->size;
+        }
+        x->off = best >= 0 ? best : cur;
+        if (x->off + x->size > arena) arena = x->off + x->size;
+        placed[n_placed++] = x;
+    }
+    // Distinct offsets (slots) for the report.
+    int n_slots = 0;
+    for (int b = 0; b < nb; b++) {
+        p->offset[bufs[b].v] = bufs[b].off;
+        placed[b] = &bufs[b];
+    }
+    qsort(placed, (size_t)nb, sizeof *placed, cmp_off);
+    for (int b = 0; b < nb; b++)
+        if (b == 0 || placed[b]->off != placed[b - 1]->off) n_slots++;
+    p->arena_bytes = arena;
+    p->stats = (weft_graph_plan_stats){.planned_bytes = arena, .unplanned_bytes = total, .liveness_peak_bytes = peak,
+                                       .n_buffers = nb, .n_slots = n_slots};
+done:
+    free(bidx);
+    free(bufs);
+    free(placed);
+    free(delta);
+    if (st != WEFT_OK) weft_plan_free(p);
+    return st;
+}
+
+weft_tensor *weft_plan_tensor_at(weft_tensor *arena, int64_t byte_offset, int ndim, const int64_t *sizes,
+                                 weft_dtype dt) {
+    int64_t strides[WEFT_MAX_DIMS];
+    weft_contiguous_strides(ndim, sizes, strides);
+    size_t es = weft_dtype_size(dt);
+    weft_tensor *t = weft_tensor_alias(arena, ndim, sizes, strides, byte_offset / (int64_t)es);
+    if (t) t->dtype = (uint8_t)dt; // same bytes, the value's own dtype
+    return t;
+}
