@@ -53,27 +53,33 @@ static cJSON *node_json(const weft_graph *g, int i) {
     const weft_gnode *n = &g->nodes[i];
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
-    bool ok = cJSON_AddStringToObject(o, "name", n->name) && cJSON_AddStringToObject(o, "kind", weft_graph_kind_name(n->kind));
+    bool ok = cJSON_AddStringToObject(o, "name", n->name) &&
+              cJSON_AddStringToObject(o, "kind", weft_graph_kind_name(n->kind));
     if (ok && n->kind == WEFT_NODE_OP) {
         ok = cJSON_AddStringToObject(o, "op", n->op->name) != NULL;
         // attrs: trailing zeros dropped (most ops use few)
         int ni = 16, nf = 4;
-        while (ni > 0 && n->attrs.i[ni - 1] == 0) ni--;
-        while (nf > 0 && !f64_nonzero(n->attrs.f[nf - 1])) nf--;
+        while (ni > 0 && n->attrs.i[ni - 1] == 0)
+            ni--;
+        while (nf > 0 && !f64_nonzero(n->attrs.f[nf - 1]))
+            nf--;
         if (ok && ni) {
             cJSON *a = cJSON_AddArrayToObject(o, "i");
-            for (int k = 0; a && k < ni; k++) ok = ok && cJSON_AddItemToArray(a, json_i64(n->attrs.i[k]));
+            for (int k = 0; a && k < ni; k++)
+                ok = ok && cJSON_AddItemToArray(a, json_i64(n->attrs.i[k]));
             ok = ok && a;
         }
         if (ok && nf) {
             cJSON *a = cJSON_AddArrayToObject(o, "f");
-            for (int k = 0; a && k < nf; k++) ok = ok && cJSON_AddItemToArray(a, json_f64(n->attrs.f[k]));
+            for (int k = 0; a && k < nf; k++)
+                ok = ok && cJSON_AddItemToArray(a, json_f64(n->attrs.f[k]));
             ok = ok && a;
         }
     }
     if (ok && n->n_in) {
         cJSON *a = cJSON_AddArrayToObject(o, "in");
-        for (int k = 0; a && k < n->n_in; k++) ok = ok && cJSON_AddItemToArray(a, cJSON_CreateNumber(n->in[k]));
+        for (int k = 0; a && k < n->n_in; k++)
+            ok = ok && cJSON_AddItemToArray(a, cJSON_CreateNumber(n->in[k]));
         ok = ok && a;
     }
     cJSON *outs = ok ? cJSON_AddArrayToObject(o, "out") : NULL;
@@ -83,11 +89,13 @@ static cJSON *node_json(const weft_graph *g, int i) {
         cJSON *vo = cJSON_CreateObject(), *shape = vo ? cJSON_AddArrayToObject(vo, "shape") : NULL;
         ok = vo && cJSON_AddItemToArray(outs, vo) && shape &&
              cJSON_AddStringToObject(vo, "dtype", weft_dtype_name((weft_dtype)v->dtype));
-        for (int d = 0; ok && d < v->ndim; d++) ok = cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)v->sizes[d]));
+        for (int d = 0; ok && d < v->ndim; d++)
+            ok = cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)v->sizes[d]));
     }
     if (ok && n->n_ctrl) {
         cJSON *a = cJSON_AddArrayToObject(o, "ctrl");
-        for (int k = 0; a && k < n->n_ctrl; k++) ok = ok && cJSON_AddItemToArray(a, cJSON_CreateNumber(n->ctrl[k]));
+        for (int k = 0; a && k < n->n_ctrl; k++)
+            ok = ok && cJSON_AddItemToArray(a, cJSON_CreateNumber(n->ctrl[k]));
         ok = ok && a;
     }
     if (ok && (n->kind == WEFT_NODE_ASSIGN || n->kind == WEFT_NODE_ASSIGN_ADD))
@@ -112,11 +120,13 @@ static char *tensor_key(const weft_gnode *n) {
 
 weft_status weft_graph_save(const weft_graph *g, const char *path) {
     if (!g || !path) return weft_error(WEFT_ERR_ARG, "graph_save: NULL %s", g ? "path" : "graph");
-    if (g->tracing) return weft_error(WEFT_ERR_STATE, "graph_save: %s: the graph is being traced (call trace_end first)", path);
+    if (g->tracing)
+        return weft_error(WEFT_ERR_STATE, "graph_save: %s: the graph is being traced (call trace_end first)", path);
     weft_status st = WEFT_OK;
     cJSON *root = cJSON_CreateObject(), *nodes = root ? cJSON_AddArrayToObject(root, "nodes") : NULL;
     int n_t = 0;
-    for (int i = 0; i < g->n_nodes; i++) n_t += holds_tensor(g->nodes[i].kind);
+    for (int i = 0; i < g->n_nodes; i++)
+        n_t += holds_tensor(g->nodes[i].kind);
     char **names = calloc((size_t)n_t + 1, sizeof *names);
     weft_tensor **ts = calloc((size_t)n_t + 1, sizeof *ts);
     char *json = NULL;
@@ -162,7 +172,8 @@ weft_status weft_graph_save(const weft_graph *g, const char *path) {
     }
 out:
     if (names)
-        for (int i = 0; i < n_t; i++) free(names[i]);
+        for (int i = 0; i < n_t; i++)
+            free(names[i]);
     free(names);
     free(ts);
     cJSON_free(json);
@@ -191,9 +202,12 @@ static weft_status lfail(const loader *L, weft_status s, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (L->node >= 0) {
-        if (L->name && L->op) snprintf(where, sizeof where, "node '%s' (%s%s): ", L->name, L->is_op ? "op " : "", L->op);
-        else if (L->name) snprintf(where, sizeof where, "node '%s': ", L->name);
-        else snprintf(where, sizeof where, "node #%d: ", L->node);
+        if (L->name && L->op)
+            snprintf(where, sizeof where, "node '%s' (%s%s): ", L->name, L->is_op ? "op " : "", L->op);
+        else if (L->name)
+            snprintf(where, sizeof where, "node '%s': ", L->name);
+        else
+            snprintf(where, sizeof where, "node #%d: ", L->node);
     }
     return weft_error(s, "graph_load: %s: %s%s", L->path, where, msg);
 }
@@ -277,7 +291,8 @@ static weft_status parse_outs(const loader *L, const cJSON *o, int *n_out, out_m
     int j = 0;
     const cJSON *v;
     cJSON_ArrayForEach(v, outs) {
-        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(v, "dtype"), *sh = cJSON_GetObjectItemCaseSensitive(v, "shape");
+        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(v, "dtype"),
+                    *sh = cJSON_GetObjectItemCaseSensitive(v, "shape");
         if (!cJSON_IsString(dt) || !parse_dtype(dt->valuestring, &om[j].dt))
             return lfail(L, WEFT_ERR_FORMAT, "output %d: bad or missing dtype", j);
         if (!cJSON_IsArray(sh) || cJSON_GetArraySize(sh) > WEFT_MAX_DIMS)
@@ -317,7 +332,7 @@ static weft_status check_outs(const loader *L, int32_t id, int n_out, const out_
             char a[160], b[160];
             return lfail(L, WEFT_ERR_SHAPE, "stored output %d is %s but %s gives %s", j,
                          fmt_meta(om[j].ndim, om[j].sizes, om[j].dt, a, sizeof a),
-                         n->kind == WEFT_NODE_OP ? "the op's infer" : "the node", 
+                         n->kind == WEFT_NODE_OP ? "the op's infer" : "the node",
                          fmt_meta(v->ndim, v->sizes, (weft_dtype)v->dtype, b, sizeof b));
         }
     }
@@ -408,8 +423,9 @@ static weft_status load_node(loader *L, const cJSON *o) {
     if ((s = parse_ids(L, o, "in", 1 << 20, &n_in, &in))) return s;
     for (int k = 0; k < n_in; k++)
         if (in[k] < 0 || in[k] >= g->n_values) {
-            s = lfail(L, WEFT_ERR_FORMAT, "input %d (value %d) out of range: it must be an output of an earlier node (%d so far)",
-                      k, in[k], g->n_values);
+            s = lfail(L, WEFT_ERR_FORMAT,
+                      "input %d (value %d) out of range: it must be an output of an earlier node (%d so far)", k, in[k],
+                      g->n_values);
             goto done;
         }
     int want_in = kind == WEFT_NODE_OP ? -2 : (kind == WEFT_NODE_ASSIGN || kind == WEFT_NODE_ASSIGN_ADD) ? 1 : 0;
@@ -417,7 +433,8 @@ static weft_status load_node(loader *L, const cJSON *o) {
         s = lfail(L, WEFT_ERR_FORMAT, "%d inputs (a %s node has %d)", n_in, L->op, want_in);
         goto done;
     }
-    if (kind != WEFT_NODE_OP && (cJSON_GetObjectItemCaseSensitive(o, "i") || cJSON_GetObjectItemCaseSensitive(o, "f"))) {
+    if (kind != WEFT_NODE_OP &&
+        (cJSON_GetObjectItemCaseSensitive(o, "i") || cJSON_GetObjectItemCaseSensitive(o, "f"))) {
         s = lfail(L, WEFT_ERR_FORMAT, "attrs on a %s node", L->op);
         goto done;
     }
@@ -491,7 +508,8 @@ static weft_status load_node(loader *L, const cJSON *o) {
             s = lfail(L, WEFT_ERR_OOM, "out of memory");
             goto done;
         }
-        for (int q = 0; q < n_in; q++) vin[q].id = in[q];
+        for (int q = 0; q < n_in; q++)
+            vin[q].id = in[q];
         weft_value outs[WEFT_GRAPH_MAX_OUT];
         // the builder re-runs the op's infer and checks its kernel for the dtype
         weft_status bs = weft_graph_op_named(g, L->name, op->name, n_in, vin, ia, 16, fa, 4, outs);
@@ -499,7 +517,8 @@ static weft_status load_node(loader *L, const cJSON *o) {
         if (bs == WEFT_OK) v = outs[0];
         break;
     }
-    default: break;
+    default:
+        break;
     }
     if (v.id < 0) {
         s = lfail_inner(L);
@@ -597,10 +616,10 @@ weft_graph *weft_graph_load(const char *path) {
             const char *nm = weft_safetensors_name_at(st, k);
             const char *slash = strchr(nm, '/');
             weft_node_id n = slash ? weft_graph_find_node(g, slash + 1) : WEFT_NODE_NONE;
-            weft_node_kind want = !slash                              ? WEFT_NODE_NUM_KINDS
-                                  : !strncmp(nm, "const/", 6)         ? WEFT_NODE_CONSTANT
-                                  : !strncmp(nm, "var/", 4)           ? WEFT_NODE_VARIABLE
-                                                                      : WEFT_NODE_NUM_KINDS;
+            weft_node_kind want = !slash                      ? WEFT_NODE_NUM_KINDS
+                                  : !strncmp(nm, "const/", 6) ? WEFT_NODE_CONSTANT
+                                  : !strncmp(nm, "var/", 4)   ? WEFT_NODE_VARIABLE
+                                                              : WEFT_NODE_NUM_KINDS;
             if (n.id < 0 || g->nodes[n.id].kind != want) {
                 lfail(&L, WEFT_ERR_FORMAT, "tensor '%s' belongs to no constant or variable node", nm);
                 goto fail;

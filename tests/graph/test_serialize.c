@@ -43,8 +43,10 @@ static void check_same(const char *what, weft_tensor *a, weft_tensor *b, double 
             if (!bad) fprintf(stderr, "%s: element %lld: %.17g vs %.17g\n", what, (long long)i, x[i], y[i]);
             bad++;
         }
-    if (bad) wt_fail++;
-    else wt_pass++;
+    if (bad)
+        wt_fail++;
+    else
+        wt_pass++;
     free(x);
     free(y);
 }
@@ -67,7 +69,7 @@ static void check_same_structure(const weft_graph *a, const weft_graph *b) {
         bad += weft_graph_value_node(a, x).id != weft_graph_value_node(b, x).id;
         bad += weft_graph_value_dtype(a, x) != weft_graph_value_dtype(b, x);
         bad += !shape_eq(weft_graph_value_ndim(a, x), weft_graph_value_sizes(a, x), weft_graph_value_ndim(b, x),
-                                 weft_graph_value_sizes(b, x));
+                         weft_graph_value_sizes(b, x));
     }
     CHECK(bad == 0);
     // DOT shows inputs, shapes, control deps and assign targets: equal text = equal edges
@@ -145,7 +147,8 @@ static void test_builder_roundtrip(void) {
     weft_safetensors_free(st);
 
     // same feeds -> identical outputs (bit-equal: same ops, same attrs to the last bit)
-    weft_value vx = weft_graph_find_value(h, "x"), y = weft_graph_find_value(h, "y"), s = weft_graph_find_output(h, "total", 0);
+    weft_value vx = weft_graph_find_value(h, "x"), y = weft_graph_find_value(h, "y"),
+               s = weft_graph_find_output(h, "total", 0);
     CHECK(vx.id >= 0 && y.id >= 0 && s.id >= 0);
     CHECK(weft_graph_find_output(h, "total", 1).id < 0 && weft_graph_find_output(h, "nope", 0).id < 0);
     weft_tensor *x = wt_rand64(WEFT_DIMS(4, 3), -1, 1, 4, false), *o1[2] = {0}, *o2[2] = {0};
@@ -170,7 +173,8 @@ static void test_builder_roundtrip(void) {
     CHECK(weft_graph_run(b.g, 1, &vx, &x, 0, NULL, NULL, 1, &stepn) == WEFT_OK);
     CHECK(executed == weft_graph_last_run_stats(b.g).nodes_executed && executed >= 11);
     weft_tensor *ts[] = {x, o1[0], o1[1], o2[0], o2[1], e1, e2, e3, e4, ey, w2p1};
-    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) weft_tensor_free(ts[i]);
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+        weft_tensor_free(ts[i]);
     weft_graph_free(h);
     bgraph_free(&b);
 }
@@ -189,7 +193,8 @@ static mlp mlp_new(uint64_t seed) {
 }
 static weft_tensor **mlp_params(mlp *m) { return &m->w1; }
 static void mlp_free(mlp *m) {
-    for (int i = 0; i < MLP_N; i++) weft_tensor_free(mlp_params(m)[i]);
+    for (int i = 0; i < MLP_N; i++)
+        weft_tensor_free(mlp_params(m)[i]);
 }
 
 static weft_tensor *mlp_loss(mlp *m, weft_tensor *x, weft_tensor *y) {
@@ -197,13 +202,15 @@ static weft_tensor *mlp_loss(mlp *m, weft_tensor *x, weft_tensor *y) {
     weft_tensor *h = weft_tanh(n), *c = weft_matmul(h, m->w2), *l = weft_add(c, m->b2);
     weft_tensor *loss = weft_cross_entropy(l, y);
     weft_tensor *ts[] = {a, b, n, h, c, l};
-    for (int i = 0; i < 6; i++) weft_tensor_free(ts[i]);
+    for (int i = 0; i < 6; i++)
+        weft_tensor_free(ts[i]);
     return loss;
 }
 
 static weft_tensor *labels(uint64_t seed) {
     int64_t v[5];
-    for (int i = 0; i < 5; i++) v[i] = (int64_t)((seed * 7 + (uint64_t)i * 3) % 4);
+    for (int i = 0; i < 5; i++)
+        v[i] = (int64_t)((seed * 7 + (uint64_t)i * 3) % 4);
     return weft_tensor_from_data(v, WEFT_DIMS(5), WEFT_I64);
 }
 
@@ -219,11 +226,13 @@ static weft_graph *trace_train_graph(mlp *m, double lr, weft_value fetch[1 + MLP
     CHECK(weft_graph_trace_begin(g) == WEFT_OK);
     weft_graph_trace_input(g, x, "x");
     weft_graph_trace_input(g, y, "y");
-    for (int i = 0; i < MLP_N; i++) weft_graph_trace_variable(g, p[i], param_names[i]);
+    for (int i = 0; i < MLP_N; i++)
+        weft_graph_trace_variable(g, p[i], param_names[i]);
     weft_tensor *loss = mlp_loss(m, x, y);
     CHECK(weft_backward(loss, NULL, NULL) == WEFT_OK);
     fetch[0] = weft_graph_trace_output(g, loss);
-    for (int i = 0; i < MLP_N; i++) fetch[1 + i] = weft_graph_trace_output(g, weft_tensor_grad(p[i]));
+    for (int i = 0; i < MLP_N; i++)
+        fetch[1 + i] = weft_graph_trace_output(g, weft_tensor_grad(p[i]));
     CHECK(weft_graph_save(g, "/nonexistent-dir/x.wgraph") != WEFT_OK && error_has("traced")); // not mid-trace
     CHECK(weft_graph_trace_end(g) == WEFT_OK);
     for (int i = 0; i < MLP_N; i++) {
@@ -232,7 +241,8 @@ static weft_graph *trace_train_graph(mlp *m, double lr, weft_value fetch[1 + MLP
         weft_value d = weft_graph_op1(g, "mul_scalar", 1, &fetch[1 + i], NULL, 0, (double[]){-lr}, 1);
         CHECK(weft_graph_assign_add(g, nm, weft_graph_find_value(g, param_names[i]), d).id >= 0);
     }
-    for (int i = 0; i < MLP_N; i++) weft_tensor_zero_grad(p[i]);
+    for (int i = 0; i < MLP_N; i++)
+        weft_tensor_zero_grad(p[i]);
     weft_tensor_free(x);
     weft_tensor_free(y);
     weft_tensor_free(loss);
@@ -261,16 +271,21 @@ static void test_traced_roundtrip(void) {
     weft_value vx = weft_graph_find_value(h, "x"), vy = weft_graph_find_value(h, "y");
     weft_tensor *x2 = wt_rand64(WEFT_DIMS(5, 3), -2, 2, 42, false), *y2 = labels(4);
     weft_tensor *o1[1 + MLP_N] = {0}, *o2[1 + MLP_N] = {0};
-    CHECK(weft_graph_run(g, 2, (weft_value[]){vx, vy}, (weft_tensor *[]){x2, y2}, 1 + MLP_N, fetch, o1, 0, NULL) == WEFT_OK);
-    CHECK(weft_graph_run(h, 2, (weft_value[]){vx, vy}, (weft_tensor *[]){x2, y2}, 1 + MLP_N, fetch, o2, 0, NULL) == WEFT_OK);
+    CHECK(weft_graph_run(g, 2, (weft_value[]){vx, vy}, (weft_tensor *[]){x2, y2}, 1 + MLP_N, fetch, o1, 0, NULL) ==
+          WEFT_OK);
+    CHECK(weft_graph_run(h, 2, (weft_value[]){vx, vy}, (weft_tensor *[]){x2, y2}, 1 + MLP_N, fetch, o2, 0, NULL) ==
+          WEFT_OK);
     check_same("loaded loss", o2[0], o1[0], 0);
-    for (int i = 0; i < MLP_N; i++) check_same(param_names[i], o2[1 + i], o1[1 + i], 0);
+    for (int i = 0; i < MLP_N; i++)
+        check_same(param_names[i], o2[1 + i], o1[1 + i], 0);
     // and against eager gradients on the same inputs
     weft_tensor *eloss = mlp_loss(&m, x2, y2);
     CHECK(weft_backward(eloss, NULL, NULL) == WEFT_OK);
     check_same("loaded loss vs eager", o2[0], eloss, 1e-9);
-    for (int i = 0; i < MLP_N; i++) check_same("loaded grad vs eager", o2[1 + i], weft_tensor_grad(mlp_params(&m)[i]), 1e-9);
-    for (int i = 0; i < MLP_N; i++) weft_tensor_zero_grad(mlp_params(&m)[i]);
+    for (int i = 0; i < MLP_N; i++)
+        check_same("loaded grad vs eager", o2[1 + i], weft_tensor_grad(mlp_params(&m)[i]), 1e-9);
+    for (int i = 0; i < MLP_N; i++)
+        weft_tensor_zero_grad(mlp_params(&m)[i]);
 
     // train further from the loaded graph: three SGD steps, each one run of the
     // sgd_* targets; the same steps on the original graph (whose variables are
@@ -285,8 +300,10 @@ static void test_traced_roundtrip(void) {
     double first = 0, last = 0;
     for (int step = 0; step < 3; step++) {
         weft_tensor *lg = NULL, *lh = NULL;
-        CHECK(weft_graph_run(g, 2, (weft_value[]){vx, vy}, (weft_tensor *[]){x2, y2}, 1, fetch, &lg, MLP_N, tg) == WEFT_OK);
-        CHECK(weft_graph_run(h, 2, (weft_value[]){vx, vy}, (weft_tensor *[]){x2, y2}, 1, fetch, &lh, MLP_N, th) == WEFT_OK);
+        CHECK(weft_graph_run(g, 2, (weft_value[]){vx, vy}, (weft_tensor *[]){x2, y2}, 1, fetch, &lg, MLP_N, tg) ==
+              WEFT_OK);
+        CHECK(weft_graph_run(h, 2, (weft_value[]){vx, vy}, (weft_tensor *[]){x2, y2}, 1, fetch, &lh, MLP_N, th) ==
+              WEFT_OK);
         check_same("training loss", lh, lg, 0);
         if (step == 0) first = lh ? weft_tensor_item(lh) : 0;
         last = lh ? weft_tensor_item(lh) : 0;
@@ -302,7 +319,8 @@ static void test_traced_roundtrip(void) {
         weft_tensor_free(o2[i]);
     }
     weft_tensor *ts[] = {x2, y2, eloss};
-    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) weft_tensor_free(ts[i]);
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+        weft_tensor_free(ts[i]);
     weft_graph_free(h);
     weft_graph_free(g);
     mlp_free(&m);
@@ -325,8 +343,10 @@ static double *fixed_run(weft_graph *g, int *n_out) {
     weft_tensor *out[1 + MLP_N] = {0};
     double *vals = NULL;
     int total = 0;
-    if (weft_graph_run(g, 2, (weft_value[]){vx, vy}, (weft_tensor *[]){x, y}, 1 + MLP_N, fetch, out, 0, NULL) == WEFT_OK) {
-        for (int i = 0; i < 1 + MLP_N; i++) total += (int)weft_tensor_numel(out[i]);
+    if (weft_graph_run(g, 2, (weft_value[]){vx, vy}, (weft_tensor *[]){x, y}, 1 + MLP_N, fetch, out, 0, NULL) ==
+        WEFT_OK) {
+        for (int i = 0; i < 1 + MLP_N; i++)
+            total += (int)weft_tensor_numel(out[i]);
         vals = malloc(sizeof(double) * (size_t)total);
         int k = 0;
         for (int i = 0; i < 1 + MLP_N; i++) {
@@ -334,7 +354,8 @@ static double *fixed_run(weft_graph *g, int *n_out) {
             k += (int)weft_tensor_numel(out[i]);
         }
     }
-    for (int i = 0; i < 1 + MLP_N; i++) weft_tensor_free(out[i]);
+    for (int i = 0; i < 1 + MLP_N; i++)
+        weft_tensor_free(out[i]);
     weft_tensor_free(x);
     weft_tensor_free(y);
     *n_out = total;
@@ -369,11 +390,13 @@ static weft_graph *named_train_graph(mlp *m) {
     weft_graph_trace_begin(g);
     weft_graph_trace_input(g, x, "x");
     weft_graph_trace_input(g, y, "y");
-    for (int i = 0; i < MLP_N; i++) weft_graph_trace_variable(g, p[i], param_names[i]);
+    for (int i = 0; i < MLP_N; i++)
+        weft_graph_trace_variable(g, p[i], param_names[i]);
     weft_tensor *loss = mlp_loss(m, x, y);
     weft_backward(loss, NULL, NULL);
     weft_value vl = weft_graph_trace_output(g, loss), vg[MLP_N];
-    for (int i = 0; i < MLP_N; i++) vg[i] = weft_graph_trace_output(g, weft_tensor_grad(p[i]));
+    for (int i = 0; i < MLP_N; i++)
+        vg[i] = weft_graph_trace_output(g, weft_tensor_grad(p[i]));
     CHECK(weft_graph_trace_end(g) == WEFT_OK);
     // identity nodes with stable names for the fetches
     CHECK(weft_graph_op_named(g, "loss", "mul_scalar", 1, &vl, NULL, 0, (double[]){1}, 1, NULL) == WEFT_OK);
@@ -451,7 +474,8 @@ static void expect_fail(const char *what, const char *path, const char *s1, cons
     weft_graph *g = weft_graph_load(path);
     bool ok = !g && error_has("graph_load") && error_has(path) && (!s1 || error_has(s1)) && (!s2 || error_has(s2)) &&
               (!s3 || error_has(s3));
-    if (!ok || getenv("WT_VERBOSE")) fprintf(stderr, "%s: got %s: '%s'\n", what, g ? "a graph" : "error", weft_last_error());
+    if (!ok || getenv("WT_VERBOSE"))
+        fprintf(stderr, "%s: got %s: '%s'\n", what, g ? "a graph" : "error", weft_last_error());
     CHECK(ok);
     weft_graph_free(g);
 }
@@ -516,21 +540,24 @@ static void test_malformed(void) {
     write_raw(p, "weft.graph", "1", "{\"nodes\":[" X_NODE "," X_NODE "]}", 0, NULL, NULL);
     expect_fail("duplicate names", p, "node 'x'", "duplicate", NULL);
     write_raw(p, "weft.graph", "1",
-              "{\"nodes\":[" X_NODE ",{\"name\":\"s\",\"kind\":\"op\",\"op\":\"mul_scalar\",\"in\":[0],\"f\":[\"lots\"],"
+              "{\"nodes\":[" X_NODE
+              ",{\"name\":\"s\",\"kind\":\"op\",\"op\":\"mul_scalar\",\"in\":[0],\"f\":[\"lots\"],"
               "\"out\":[{\"dtype\":\"f32\",\"shape\":[4,3]}]}]}",
               0, NULL, NULL);
     expect_fail("bad attr", p, "node 's' (op mul_scalar)", "float attr 0", NULL);
-    write_raw(p, "weft.graph", "1",
-              "{\"nodes\":[{\"name\":\"x\",\"kind\":\"placeholder\",\"out\":[{\"dtype\":\"f32\",\"shape\":[4,\"3\"]}]}]}",
-              0, NULL, NULL);
+    write_raw(
+        p, "weft.graph", "1",
+        "{\"nodes\":[{\"name\":\"x\",\"kind\":\"placeholder\",\"out\":[{\"dtype\":\"f32\",\"shape\":[4,\"3\"]}]}]}", 0,
+        NULL, NULL);
     expect_fail("bad shape type", p, "node 'x'", "shape entry 1", NULL);
     write_raw(p, "weft.graph", "1",
               "{\"nodes\":[" X_NODE ",{\"name\":\"a\",\"kind\":\"assign\",\"in\":[0],\"var\":0,"
               "\"out\":[{\"dtype\":\"f32\",\"shape\":[4,3]}]}]}",
               0, NULL, NULL);
     expect_fail("assign to a placeholder", p, "node 'a'", "variable", NULL);
-    write_raw(p, "weft.graph", "1", "{\"nodes\":[{\"name\":\"x\",\"kind\":\"placeholder\",\"ctrl\":[5],"
-                                    "\"out\":[{\"dtype\":\"f32\",\"shape\":[4,3]}]}]}",
+    write_raw(p, "weft.graph", "1",
+              "{\"nodes\":[{\"name\":\"x\",\"kind\":\"placeholder\",\"ctrl\":[5],"
+              "\"out\":[{\"dtype\":\"f32\",\"shape\":[4,3]}]}]}",
               0, NULL, NULL);
     expect_fail("bad control dep", p, "node 'x'", "control dependency 0", NULL);
     write_raw(p, "weft.graph", "1", "{\"nodes\":[{\"name\":\"x\",\"kind\":\"gizmo\",\"out\":[]}]}", 0, NULL, NULL);
@@ -575,7 +602,8 @@ static void test_cycle_survives(void) {
     tmp_path("cycle.wgraph", p, sizeof p);
     weft_graph *g = weft_graph_new();
     weft_value x = weft_graph_placeholder(g, "x", WEFT_DIMS(2), WEFT_F32);
-    weft_value a = weft_graph_op1(g, "exp", 1, &x, NULL, 0, NULL, 0), b = weft_graph_op1(g, "sin", 1, &a, NULL, 0, NULL, 0);
+    weft_value a = weft_graph_op1(g, "exp", 1, &x, NULL, 0, NULL, 0),
+               b = weft_graph_op1(g, "sin", 1, &a, NULL, 0, NULL, 0);
     CHECK(weft_graph_add_control_dep(g, weft_graph_value_node(g, a), weft_graph_value_node(g, b)) == WEFT_OK);
     CHECK(weft_graph_save(g, p) == WEFT_OK);
     weft_graph *h = weft_graph_load(p);
