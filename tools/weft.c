@@ -3,6 +3,7 @@
 //   weft launch -n N [...] -- CMD       run CMD on N ranks under mpirun, restarting it when a rank dies
 //   weft eval MODEL.cfg --ckpt FILE     evaluate a checkpoint
 //   weft sample MODEL.cfg --ckpt FILE   generate text from a language model
+//   weft graph MODEL.cfg --dot FILE     trace one training step into a graph: DOT, optionally a graph file
 //   weft info [FILE.safetensors]        build/threads/devices, or a checkpoint's tensors
 //   weft ops                            list the op table
 //   weft version
@@ -26,6 +27,7 @@ static int usage(void) {
             "  launch -n N [--servers S] [--max-restarts R] [--hostfile F] -- weft train MODEL.cfg [...]\n"
             "  eval MODEL.cfg --ckpt FILE [--threads T] [--data-dir DIR] [--text FILE]\n"
             "  sample MODEL.cfg --ckpt FILE [--tokens N] [--prompt TEXT] [--temperature T] [--seed S]\n"
+            "  graph MODEL.cfg --dot FILE [--save FILE.wgraph]\n"
             "  info [FILE.safetensors]\n"
             "  ops\n"
             "  version\n");
@@ -191,6 +193,129 @@ static int cmd_info_file(const char *path) {
     return 0;
 }
 
+// DOT of g with the nodes from n_fwd on (the backward pass) in a filled,
+// labelled cluster: the graph writer's text, closed with our additions.
+static bool write_dot_marked(const weft_graph *g, int n_fwd, FILE *f) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (!m) return false;
+    weft_status st = weft_graph_write_dot(g, m);
+    fclose(m);
+    // the writer ends with "}\n": reopen the graph body to add the marks
+    while (len && (buf[len - 1] == '\n' || buf[len - 1] == ' ')) len--;
+    if (st != WEFT_OK || !len || buf[len - 1] != '}') {
+        free(buf);
+        if (st == WEFT_OK) snprintf(g_err, sizeof g_err, "unexpected DOT text from the graph writer");
+        return false;
+    }
+    fwrite(buf, 1, len - 1, f);
+    free(buf);
+    int n = weft_graph_node_count(g);
+    if (n_fwd < n) {
+        fprintf(f, "  subgraph cluster_backward {\n    label=\"backward (weft_backward)\"; style=dashed; color=gray40;\n");
+        for (int i = n_fwd; i < n; i++) fprintf(f, "    n%d [style=filled, fillcolor=\"#fde2d6\"];\n", i);
+        fprintf(f, "  }\n");
+    }
+    fprintf(f, "}\n");
+    return !ferror(f);
+}
+
+// weft graph MODEL.cfg --dot FILE [--save FILE.wgraph]: traces one training
+// step's computation (forward, loss, weft_backward) on a batch of the model
+// file's shape (random inputs and labels: no data set is read).
+static int cmd_graph(const char *cfg_path, int argc, char **argv) {
+    const char *dot = NULL, *save = NULL;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--dot") && strcmp(a, "--save")) {
+            snprintf(g_err, sizeof g_err, "unknown option '%s' (see weft --help)", a);
+            return fail("graph");
+        }
+        if (i + 1 >= argc) {
+            snprintf(g_err, sizeof g_err, "option '%s' needs a value", a);
+            return fail("graph");
+        }
+        *(a[2] == 'd' ? &dot : &save) = argv[++i];
+    }
+    if (!dot && !save) {
+        fprintf(stderr, "weft graph: --dot FILE or --save FILE is needed\n");
+        return 2;
+    }
+    weft_model_cfg *cfg = weft_model_cfg_load(cfg_path);
+    if (!cfg) return fail("graph");
+    const weft_net_cfg *n = &cfg->net;
+    int rc = 1;
+    weft_generator *ig = weft_generator_create(n->seed), *dg = weft_generator_create(n->seed + 1);
+    weft_module *net = ig && dg ? weft_model_build(cfg, ig, dg) : NULL;
+    weft_graph *g = weft_graph_new();
+    weft_tensor *x = NULL, *y = NULL, *logits = NULL, *loss = NULL;
+    FILE *f = NULL;
+    if (!net || !g) goto out;
+    int64_t shape[WEFT_MAX_DIMS + 1] = {n->batch};
+    for (int d = 0; d < n->input_ndim; d++) shape[1 + d] = n->input[d];
+    if (n->dataset == WEFT_CFG_KJV) { // (B,T) token ids -> next tokens
+        x = weft_tensor_randint(2, shape, 0, n->vocab, WEFT_I64, ig);
+        y = weft_tensor_randint(2, shape, 0, n->vocab, WEFT_I64, ig);
+    } else {
+        x = weft_tensor_rand(1 + n->input_ndim, shape, WEFT_F32, ig);
+        y = weft_tensor_randint(1, shape, 0, n->classes, WEFT_I64, ig);
+    }
+    if (!x || !y || weft_graph_trace_begin(g) != WEFT_OK) goto out;
+    weft_graph_trace_input(g, x, "x");
+    weft_graph_trace_input(g, y, "labels");
+    for (int i = 0; i < weft_module_param_count(net); i++) { // parameters as variables under their dotted names
+        char name[256];
+        weft_tensor *p = weft_module_param_at(net, i, name, sizeof name);
+        weft_graph_trace_variable(g, p, name);
+    }
+    logits = weft_module_forward(net, x);
+    loss = logits ? weft_model_loss(cfg, logits, y) : NULL;
+    int n_fwd = weft_graph_node_count(g);
+    weft_status bst = loss ? weft_backward(loss, NULL, NULL) : weft_last_status();
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", weft_last_error());
+    weft_status tst = weft_graph_trace_end(g); // always end the trace, even after an error
+    if (bst != WEFT_OK) {
+        snprintf(g_err, sizeof g_err, "%s", msg);
+        goto out;
+    }
+    if (tst != WEFT_OK) goto out;
+    if (dot) {
+        if (!(f = fopen(dot, "w"))) {
+            snprintf(g_err, sizeof g_err, "%s: cannot open for writing", dot);
+            goto out;
+        }
+        bool ok = write_dot_marked(g, n_fwd, f);
+        ok = fclose(f) == 0 && ok;
+        f = NULL;
+        if (!ok) {
+            if (!g_err[0]) snprintf(g_err, sizeof g_err, "%s: write failed", dot);
+            goto out;
+        }
+    }
+    if (save && weft_graph_save(g, save) != WEFT_OK) goto out;
+    int counts[WEFT_NODE_NUM_KINDS] = {0}, total = weft_graph_node_count(g);
+    for (int i = 0; i < total; i++) counts[weft_graph_node_kind(g, (weft_node_id){i})]++;
+    printf("graph: %d nodes (%d forward, %d backward): %d ops, %d variables, %d constants, %d placeholders", total,
+           n_fwd, total - n_fwd, counts[WEFT_NODE_OP], counts[WEFT_NODE_VARIABLE], counts[WEFT_NODE_CONSTANT],
+           counts[WEFT_NODE_PLACEHOLDER]);
+    if (dot) printf("; dot %s", dot);
+    if (save) printf("; saved %s", save);
+    printf("\n");
+    rc = 0;
+out:
+    if (rc) fail("graph");
+    weft_tensor *ts[] = {x, y, logits, loss};
+    for (int i = 0; i < 4; i++) weft_tensor_free(ts[i]);
+    weft_graph_free(g);
+    weft_module_free(net);
+    weft_generator_free(ig);
+    weft_generator_free(dg);
+    weft_model_cfg_free(cfg);
+    return rc;
+}
+
 // Under mpirun every rank runs this; only rank 0 reports. An error that not
 // every rank shares ends the whole job (the others could wait forever).
 static int cmd_train(const weft_model_cfg *cfg, const weft_train_opts *t) {
@@ -237,7 +362,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "launch")) return weft_cli_launch(argc - 2, argv + 2);
-    if (strcmp(cmd, "train") && strcmp(cmd, "eval") && strcmp(cmd, "sample")) {
+    if (strcmp(cmd, "train") && strcmp(cmd, "eval") && strcmp(cmd, "sample") && strcmp(cmd, "graph")) {
         fprintf(stderr, "weft: unknown command '%s' (see weft --help)\n", cmd);
         return 2;
     }
@@ -245,6 +370,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "weft %s: a model file is needed (e.g. models/fmnist-mlp.cfg)\n", cmd);
         return 2;
     }
+    if (!strcmp(cmd, "graph")) return cmd_graph(argv[2], argc - 3, argv + 3);
     weft_model_cfg *cfg = weft_model_cfg_load(argv[2]);
     if (!cfg) return fail(cmd);
     cli c = {.tokens = 200, .temperature = 1.0, .sample_seed = 1};

@@ -169,6 +169,29 @@ weft_status weft_graph_plan(weft_graph *g, int n_fetch, const weft_value *fetch,
 // and dtype, control dependencies dashed.
 weft_status weft_graph_write_dot(const weft_graph *g, FILE *f);
 
+// ==== serialisation (src/graph/serialize.c; format: docs/graph.md "Files") ====
+// A graph file is a safetensors file: its tensors are the CONSTANT values
+// ("const/<node name>") and VARIABLE values ("var/<node name>"), so standard
+// tools read the weights; its __metadata__ holds "format": "weft.graph",
+// "version": "1" and "graph": the node list as JSON (kind, name, op by name,
+// attrs, input value ids, output shapes/dtypes, control deps, assign target).
+//
+// Saves g (not while tracing). Variables are saved with their current values.
+// Written atomically: a temporary file, fsync, rename (a crash leaves the old
+// file or the new one). The directory must exist.
+weft_status weft_graph_save(const weft_graph *g, const char *path);
+// Loads a graph saved by weft_graph_save (in any process). Everything is
+// validated: format and version, op names (looked up in this build's op table),
+// input ids (earlier nodes only), attrs, shapes and dtypes (each op's infer is
+// re-run and must reproduce the stored shapes), tensors present and matching
+// their nodes, unique names. NULL on error, with a message naming the file and
+// the node: "graph_load: m.wgraph: node 'fc1' (op matmul): input 1 (value 7) out of range ...".
+// Variables of the loaded graph are owned by it (copies of the file's values).
+weft_graph *weft_graph_load(const char *path);
+// Output `output` of the node named node_name (WEFT_VALUE_NONE if absent):
+// how a loaded graph's feeds and fetches are found.
+weft_value weft_graph_find_output(const weft_graph *g, const char *node_name, int output);
+
 #ifdef __cplusplus
 }
 #endif

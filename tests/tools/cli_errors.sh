@@ -37,6 +37,11 @@ expect 1 "bad.safetensors" -- "$weft" eval "$cfg" --ckpt "$tmp/bad.safetensors"
 expect 1 "not a language model" -- "$weft" sample "$cfg" --ckpt "$tmp/bad.safetensors"
 expect 1 "bad.safetensors" -- "$weft" info "$tmp/bad.safetensors"
 expect 1 "expected a non-negative integer" -- "$weft" train "$cfg" --ckpt-every many
+expect 2 "--dot FILE" -- "$weft" graph "$cfg"
+expect 1 "bad.cfg:3" -- "$weft" graph "$tmp/bad.cfg" --dot "$tmp/x.dot"
+expect 1 "unknown option '--nope'" -- "$weft" graph "$cfg" --nope
+expect 1 "cannot open" -- "$weft" graph "$cfg" --dot "$tmp/no/such/dir/x.dot"
+expect 1 "graph_save" -- "$weft" graph "$cfg" --save "$tmp/no/such/dir/x.wgraph"
 expect 2 "unknown command" -- "$weft" frobnicate
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

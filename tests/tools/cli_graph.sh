@@ -1,0 +1,36 @@
+#!/bin/sh
+# weft graph: traces a model file's training step (no data set needed), writes
+# DOT with the backward nodes marked, and saves a graph file that `weft info`
+# reads as safetensors. Usage: cli_graph.sh PATH/TO/weft SOURCE_DIR
+weft=$1 src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { if eval "$2"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1" >&2; fi; }
+
+"$weft" graph "$src/models/logreg.cfg" --dot "$tmp/g.dot" --save "$tmp/g.wgraph" >"$tmp/out" 2>"$tmp/err"
+ok "exit 0" "[ $? -eq 0 ]"
+cat "$tmp/out"
+# logreg: x, labels, 2 variables; view+permute+matmul+add+cross_entropy forward, then the ones constant and backward
+ok "summary line" "grep -Eq '^graph: 21 nodes \(9 forward, 12 backward\): 16 ops, 2 variables, 1 constants, 2 placeholders; dot .*g.dot; saved .*g.wgraph$' '$tmp/out'"
+ok "no stderr" "[ ! -s '$tmp/err' ]"
+ok "dot header" "head -1 '$tmp/g.dot' | grep -q '^digraph weft {'"
+ok "dot ends" "tail -1 '$tmp/g.dot' | grep -q '^}$'"
+ok "forward matmul" "grep -q 'matmul_6\\\\nmatmul' '$tmp/g.dot'"
+ok "parameters by name" "grep -q '1.weight\\\\nvariable' '$tmp/g.dot'"
+ok "backward cluster" "grep -q 'subgraph cluster_backward' '$tmp/g.dot'"
+ok "12 backward nodes" "[ \$(grep -c 'fillcolor' '$tmp/g.dot') -eq 12 ]"
+ok "edge shapes" "grep -q 'label=\"(128,784) f32\"' '$tmp/g.dot'"
+# the graph file is plain safetensors
+"$weft" info "$tmp/g.wgraph" >"$tmp/info"
+ok "info reads it" "[ $? -eq 0 ]"
+ok "weights" "grep -Eq '^var/1.weight +f32 +\(10,784\)' '$tmp/info'"
+ok "format" "grep -q '^meta format = weft.graph' '$tmp/info'"
+ok "version" "grep -q '^meta version = 1' '$tmp/info'"
+# a language model too (token ids in, next tokens out)
+"$weft" graph "$src/models/kjv-gpt.cfg" --dot "$tmp/gpt.dot" >"$tmp/out" 2>"$tmp/err"
+ok "gpt exit 0" "[ $? -eq 0 ]"
+ok "gpt summary" "grep -Eq '^graph: [0-9]+ nodes \([0-9]+ forward, [0-9]+ backward\)' '$tmp/out'"
+ok "gpt embedding" "grep -q 'embedding' '$tmp/gpt.dot'"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
