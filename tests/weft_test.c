@@ -1,6 +1,8 @@
 #include "weft_test.h"
 
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 int wt_pass, wt_fail;
 
@@ -79,3 +81,35 @@ void wt_vals(double *v, int64_t n, double lo, double hi, uint64_t seed) {
         v[i] = lo + (hi - lo) * (double)(s >> 11) / 9007199254740992.0;
     }
 }
+
+void wt_check_same(const char *what, const weft_tensor *a, const weft_tensor *b, double tol) {
+    if (!a || !b) {
+        wt_fail++;
+        fprintf(stderr, "%s: tensor is NULL (%s)\n", what, weft_last_error());
+        return;
+    }
+    int nd = weft_tensor_ndim(a);
+    bool same = weft_tensor_dtype(a) == weft_tensor_dtype(b) && nd == weft_tensor_ndim(b) &&
+                memcmp(weft_tensor_sizes(a), weft_tensor_sizes(b), sizeof(int64_t) * (size_t)nd) == 0;
+    if (!same) {
+        wt_fail++;
+        fprintf(stderr, "%s: dtype or shape differ\n", what);
+        return;
+    }
+    int64_t n = weft_tensor_numel(a);
+    double *x = malloc(sizeof(double) * (size_t)(n ? n : 1)), *y = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    weft_tensor_to_f64(a, x, n);
+    weft_tensor_to_f64(b, y, n);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabs(x[i] - y[i]) <= tol * (1 + fabs(y[i])))) {
+            if (!bad) fprintf(stderr, "%s: element %lld: %.17g vs %.17g\n", what, (long long)i, x[i], y[i]);
+            bad++;
+        }
+    if (bad) wt_fail++;
+    else wt_pass++;
+    free(x);
+    free(y);
+}
+
+bool wt_error_has(const char *s) { return strstr(weft_last_error(), s) != NULL; }

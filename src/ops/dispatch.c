@@ -7,10 +7,8 @@
 
 static const weft_attrs k_zero_attrs;
 
-weft_status weft_op_apply(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
-                          weft_tensor **out) {
-    if (!attrs) attrs = &k_zero_attrs;
-    for (int j = 0; j < op->n_out; j++) out[j] = NULL;
+// Arity, NULL inputs and one device for all inputs (returned in *dev).
+static weft_status check_inputs(const weft_op_def *op, int n_in, weft_tensor *const *in, weft_device *dev) {
     if ((op->n_in >= 0 && n_in != op->n_in) || (op->n_in < 0 && n_in < 1))
         return weft_error(WEFT_ERR_ARG, "%s: expected %d inputs, got %d", op->name, op->n_in, n_in);
     for (int i = 0; i < n_in; i++)
@@ -18,13 +16,23 @@ weft_status weft_op_apply(const weft_op_def *op, int n_in, weft_tensor *const *i
             weft_error_null_input(op->name);
             return weft_last_status();
         }
-    weft_device dev = in[0]->device;
+    *dev = in[0]->device;
     for (int i = 1; i < n_in; i++)
-        if (!weft_device_equal(in[i]->device, dev)) {
+        if (!weft_device_equal(in[i]->device, *dev)) {
             char a[32], b[32];
             return weft_error(WEFT_ERR_DEVICE, "%s: inputs on different devices (%s and %s)", op->name,
-                              weft_device_str(dev, a, sizeof a), weft_device_str(in[i]->device, b, sizeof b));
+                              weft_device_str(*dev, a, sizeof a), weft_device_str(in[i]->device, b, sizeof b));
         }
+    return WEFT_OK;
+}
+
+weft_status weft_op_apply(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
+                          weft_tensor **out) {
+    if (!attrs) attrs = &k_zero_attrs;
+    for (int j = 0; j < op->n_out; j++) out[j] = NULL;
+    weft_device dev;
+    weft_status cs = check_inputs(op, n_in, in, &dev);
+    if (cs != WEFT_OK) return cs;
     weft_op_args args = {.op = op, .n_in = n_in, .in = in, .attrs = attrs, .n_out = op->n_out, .out = out};
     weft_out_meta meta[WEFT_MAX_OP_OUT];
     weft_status st = op->infer(&args, meta);
@@ -79,22 +87,11 @@ weft_tensor *weft_op_apply1(const weft_op_def *op, int n_in, weft_tensor *const 
 weft_status weft_op_apply_into(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
                                weft_tensor *const *out) {
     if (!attrs) attrs = &k_zero_attrs;
-    if ((op->n_in >= 0 && n_in != op->n_in) || (op->n_in < 0 && n_in < 1))
-        return weft_error(WEFT_ERR_ARG, "%s: expected %d inputs, got %d", op->name, op->n_in, n_in);
     if (op->flags & WEFT_OPF_VIEW)
         return weft_error(WEFT_ERR_ARG, "%s: op_apply_into: a view op has no output buffer", op->name);
-    for (int i = 0; i < n_in; i++)
-        if (!in[i]) {
-            weft_error_null_input(op->name);
-            return weft_last_status();
-        }
-    weft_device dev = in[0]->device;
-    for (int i = 1; i < n_in; i++)
-        if (!weft_device_equal(in[i]->device, dev)) {
-            char a[32], b[32];
-            return weft_error(WEFT_ERR_DEVICE, "%s: inputs on different devices (%s and %s)", op->name,
-                              weft_device_str(dev, a, sizeof a), weft_device_str(in[i]->device, b, sizeof b));
-        }
+    weft_device dev;
+    weft_status cs = check_inputs(op, n_in, in, &dev);
+    if (cs != WEFT_OK) return cs;
     weft_op_args args = {.op = op, .n_in = n_in, .in = in, .attrs = attrs, .n_out = op->n_out, .out = out};
     weft_out_meta meta[WEFT_MAX_OP_OUT];
     weft_status st = op->infer(&args, meta);

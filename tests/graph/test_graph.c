@@ -6,29 +6,7 @@
 #include "weft_test.h"
 
 // Every element of a equals b within tol (relative + absolute).
-static void check_same(const char *what, weft_tensor *a, weft_tensor *b, double tol) {
-    CHECK(a && b);
-    if (!a || !b) return;
-    CHECK(weft_tensor_ndim(a) == weft_tensor_ndim(b));
-    CHECK(weft_tensor_numel(a) == weft_tensor_numel(b));
-    if (weft_tensor_numel(a) != weft_tensor_numel(b)) return;
-    int64_t n = weft_tensor_numel(a);
-    double *x = malloc(sizeof(double) * (size_t)(n ? n : 1)), *y = malloc(sizeof(double) * (size_t)(n ? n : 1));
-    weft_tensor_to_f64(a, x, n);
-    weft_tensor_to_f64(b, y, n);
-    int bad = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (!(fabs(x[i] - y[i]) <= tol * (1 + fabs(y[i])))) {
-            if (!bad) fprintf(stderr, "%s: element %lld: %.10g vs %.10g\n", what, (long long)i, x[i], y[i]);
-            bad++;
-        }
-    if (bad) wt_fail++;
-    else wt_pass++;
-    free(x);
-    free(y);
-}
 
-static bool error_has(const char *s) { return strstr(weft_last_error(), s) != NULL; }
 
 // ---- builder ----
 static void test_builder_mlp(void) {
@@ -58,14 +36,14 @@ static void test_builder_mlp(void) {
     CHECK(weft_graph_run(g, 1, &vx, &x, 2, (weft_value[]){y, s}, out, 0, NULL) == WEFT_OK);
     weft_tensor *e1 = weft_matmul(x, w1), *e2 = weft_add(e1, b1), *e3 = weft_relu(e2), *ey = weft_matmul(e3, w2);
     weft_tensor *es = weft_sum(ey, 0, NULL, false);
-    check_same("mlp y", out[0], ey, 1e-12);
-    check_same("mlp sum", out[1], es, 1e-12);
+    wt_check_same("mlp y", out[0], ey, 1e-12);
+    wt_check_same("mlp sum", out[1], es, 1e-12);
     CHECK(weft_graph_last_run_stats(g).nodes_executed == 9);
     // a second run with a different input
     weft_tensor *x2 = wt_rand64(WEFT_DIMS(4, 3), -2, 2, 9, false), *o2 = NULL;
     CHECK(weft_graph_run(g, 1, &vx, &x2, 1, &y, &o2, 0, NULL) == WEFT_OK);
     weft_tensor *f1 = weft_matmul(x2, w1), *f2 = weft_add(f1, b1), *f3 = weft_relu(f2), *fy = weft_matmul(f3, w2);
-    check_same("mlp y (run 2)", o2, fy, 1e-12);
+    wt_check_same("mlp y (run 2)", o2, fy, 1e-12);
     weft_tensor *ts[] = {w1, b1, w2, x, out[0], out[1], e1, e2, e3, ey, es, x2, o2, f1, f2, f3, fy};
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) weft_tensor_free(ts[i]);
     weft_graph_free(g);
@@ -78,22 +56,22 @@ static void test_builder_errors(void) {
     weft_value out[4];
     // shape mismatch at build time names the op and the node
     CHECK(weft_graph_op_named(g, "proj", "matmul", 2, (weft_value[]){a, b}, NULL, 0, NULL, 0, out) != WEFT_OK);
-    CHECK(error_has("matmul") && error_has("proj"));
+    CHECK(wt_error_has("matmul") && wt_error_has("proj"));
     int nodes = weft_graph_node_count(g);
     CHECK(weft_graph_op(g, "add", 2, (weft_value[]){a, b}, NULL, 0, NULL, 0, out) != WEFT_OK);
-    CHECK(error_has("add") && error_has("add_2"));
+    CHECK(wt_error_has("add") && wt_error_has("add_2"));
     CHECK(weft_graph_node_count(g) == nodes); // nothing added on failure
     // unknown op, wrong arity, bad value, duplicate name, dtype without kernel
     CHECK(weft_graph_op(g, "frobnicate", 1, &a, NULL, 0, NULL, 0, out) != WEFT_OK);
-    CHECK(error_has("unknown op") && error_has("frobnicate"));
+    CHECK(wt_error_has("unknown op") && wt_error_has("frobnicate"));
     CHECK(weft_graph_op(g, "relu", 2, (weft_value[]){a, a}, NULL, 0, NULL, 0, out) != WEFT_OK);
-    CHECK(error_has("relu"));
+    CHECK(wt_error_has("relu"));
     CHECK(weft_graph_op(g, "relu", 1, (weft_value[]){{99}}, NULL, 0, NULL, 0, out) != WEFT_OK);
     CHECK(weft_graph_placeholder(g, "a", WEFT_DIMS(1), WEFT_F32).id < 0);
-    CHECK(error_has("'a'") && error_has("already"));
+    CHECK(wt_error_has("'a'") && wt_error_has("already"));
     weft_value m = weft_graph_placeholder(g, "mask", WEFT_DIMS(4, 3), WEFT_BOOL);
     CHECK(weft_graph_op(g, "exp", 1, &m, NULL, 0, NULL, 0, out) != WEFT_OK);
-    CHECK(error_has("exp"));
+    CHECK(wt_error_has("exp"));
     CHECK(weft_graph_op(NULL, "relu", 1, &a, NULL, 0, NULL, 0, out) != WEFT_OK);
 
     // feeds: wrong shape and dtype name the placeholder; a missing feed too
@@ -102,14 +80,14 @@ static void test_builder_errors(void) {
     weft_tensor *bad = weft_tensor_zeros(WEFT_DIMS(3, 4), WEFT_F32), *bad_dt = weft_tensor_zeros(WEFT_DIMS(4, 3), WEFT_F64);
     weft_tensor *o = NULL;
     CHECK(weft_graph_run(g, 1, &a, &bad, 1, &r, &o, 0, NULL) == WEFT_ERR_SHAPE);
-    CHECK(error_has("placeholder 'a'") && error_has("(4,3)") && error_has("(3,4)"));
+    CHECK(wt_error_has("placeholder 'a'") && wt_error_has("(4,3)") && wt_error_has("(3,4)"));
     CHECK(o == NULL);
     CHECK(weft_graph_run(g, 1, &a, &bad_dt, 1, &r, &o, 0, NULL) != WEFT_OK);
-    CHECK(error_has("placeholder 'a'") && error_has("f64"));
+    CHECK(wt_error_has("placeholder 'a'") && wt_error_has("f64"));
     CHECK(weft_graph_run(g, 0, NULL, NULL, 1, &r, &o, 0, NULL) != WEFT_OK);
-    CHECK(error_has("'a'") && error_has("not fed"));
+    CHECK(wt_error_has("'a'") && wt_error_has("not fed"));
     CHECK(weft_graph_run(g, 1, &r, &bad_dt, 0, NULL, NULL, 0, NULL) != WEFT_OK); // feeding a non-placeholder
-    CHECK(error_has("not a placeholder"));
+    CHECK(wt_error_has("not a placeholder"));
     CHECK(weft_graph_run(g, 0, NULL, NULL, 1, (weft_value[]){{1000}}, &o, 0, NULL) != WEFT_OK);
     CHECK(weft_graph_run(NULL, 0, NULL, NULL, 0, NULL, NULL, 0, NULL) != WEFT_OK);
     // runtime error inside an op names the node: a view that needs a copy
@@ -118,7 +96,7 @@ static void test_builder_errors(void) {
     CHECK(vw.id >= 0);
     weft_tensor *ok = weft_tensor_zeros(WEFT_DIMS(4, 3), WEFT_F32);
     CHECK(weft_graph_run(g, 1, &a, &ok, 1, &vw, &o, 0, NULL) != WEFT_OK);
-    CHECK(error_has("graph_run: node 'view_") && error_has("(view)"));
+    CHECK(wt_error_has("graph_run: node 'view_") && wt_error_has("(view)"));
     weft_tensor_free(ok);
     weft_tensor_free(bad);
     weft_tensor_free(bad_dt);
@@ -141,7 +119,7 @@ static void test_pruning(void) {
     CHECK(weft_graph_run(g, 1, &x, &xt, 1, &a, &o, 0, NULL) == WEFT_OK);
     CHECK(weft_graph_last_run_stats(g).nodes_executed == 2);
     weft_tensor *ea = weft_exp(xt);
-    check_same("pruned exp", o, ea, 1e-15);
+    wt_check_same("pruned exp", o, ea, 1e-15);
     weft_tensor_free(o);
     CHECK(weft_graph_run(g, 1, &x, &xt, 1, &b, &o, 0, NULL) == WEFT_OK);
     CHECK(weft_graph_last_run_stats(g).nodes_executed == 3);
@@ -149,7 +127,7 @@ static void test_pruning(void) {
     CHECK(weft_graph_run(g, 1, &x, &xt, 1, &d, &o, 0, NULL) == WEFT_OK);
     CHECK(weft_graph_last_run_stats(g).nodes_executed == 3); // the exp branch did not run
     weft_tensor *es = weft_sin(xt), *ec = weft_cos(es);
-    check_same("pruned cos", o, ec, 1e-15);
+    wt_check_same("pruned cos", o, ec, 1e-15);
     weft_tensor_free(o);
     // a target runs without being fetched
     weft_tensor *zero = weft_tensor_zeros(WEFT_DIMS(1000), WEFT_F64);
@@ -158,7 +136,7 @@ static void test_pruning(void) {
     weft_node_id tgt = weft_graph_value_node(g, inc);
     CHECK(weft_graph_run(g, 1, &x, &xt, 0, NULL, NULL, 1, &tgt) == WEFT_OK);
     CHECK(weft_graph_last_run_stats(g).nodes_executed == 4); // x, sin, cos, acc_add
-    check_same("target wrote the variable", weft_graph_variable_tensor(g, v), ec, 1e-15);
+    wt_check_same("target wrote the variable", weft_graph_variable_tensor(g, v), ec, 1e-15);
 
     // liveness: a chain of 8 unary ops on 8000-byte tensors keeps two alive at a time
     weft_value t = x;
@@ -167,7 +145,7 @@ static void test_pruning(void) {
     CHECK(weft_graph_last_run_stats(g).nodes_executed == 9);
     CHECK(weft_graph_last_run_stats(g).peak_bytes == 2 * 8000);
     weft_tensor *ab = weft_abs(xt), *ng = weft_neg(ab);
-    check_same("chain", o, ng, 0);
+    wt_check_same("chain", o, ng, 0);
     weft_tensor_free(o);
     weft_tensor *ts[] = {xt, ea, es, ec, zero, ab, ng};
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) weft_tensor_free(ts[i]);
@@ -209,9 +187,9 @@ static void test_variables(void) {
     // assign checks shape and names the variable; only variables can be assigned
     weft_value wrong = weft_graph_placeholder(g, "wrong", WEFT_DIMS(2), WEFT_F64);
     CHECK(weft_graph_assign(g, NULL, v, wrong).id < 0);
-    CHECK(error_has("counter") && error_has("(2)"));
+    CHECK(wt_error_has("counter") && wt_error_has("(2)"));
     CHECK(weft_graph_assign(g, NULL, p, p).id < 0);
-    CHECK(error_has("not a variable"));
+    CHECK(wt_error_has("not a variable"));
     weft_tensor_free(snap);
     weft_tensor_free(ten);
     weft_tensor_free(z);
@@ -281,14 +259,14 @@ static void test_trace_mlp(void) {
     CHECK(weft_graph_run(g, 2, (weft_value[]){vx, vy}, (weft_tensor *[]){x2, y2}, 2, (weft_value[]){vl, vlog}, out, 0,
                          NULL) == WEFT_OK);
     weft_tensor *logits2 = NULL, *loss2 = mlp_loss(&m, x2, y2, &logits2);
-    check_same("traced loss", out[0], loss2, 1e-6);
-    check_same("traced logits", out[1], logits2, 1e-6);
+    wt_check_same("traced loss", out[0], loss2, 1e-6);
+    wt_check_same("traced logits", out[1], logits2, 1e-6);
     CHECK(fabs(weft_tensor_item(out[0]) - weft_tensor_item(loss)) > 1e-6); // not a frozen constant
     // variables share the parameters' storage: an eager update shows in the graph
     weft_tensor_fill_(m.b2, 0.5);
     weft_tensor *o3 = NULL, *l3 = NULL, *loss3 = mlp_loss(&m, x2, y2, &l3);
     CHECK(weft_graph_run(g, 2, (weft_value[]){vx, vy}, (weft_tensor *[]){x2, y2}, 1, &vl, &o3, 0, NULL) == WEFT_OK);
-    check_same("traced loss after update", o3, loss3, 1e-6);
+    wt_check_same("traced loss after update", o3, loss3, 1e-6);
     weft_tensor *ts[] = {x, y, logits, loss, stranger, x2, y2, out[0], out[1], logits2, loss2, o3, l3, loss3};
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) weft_tensor_free(ts[i]);
     weft_graph_free(g);
@@ -328,12 +306,12 @@ static void test_trace_views(void) {
     weft_tensor *x2 = wt_rand64(WEFT_DIMS(3, 4), -3, 3, 33, false), *o = NULL;
     CHECK(weft_graph_run(g, 1, &vx, &x2, 1, &vy, &o, 0, NULL) == WEFT_OK);
     weft_tensor *ref = view_fn(x2, w);
-    check_same("traced views", o, ref, 1e-6);
+    wt_check_same("traced views", o, ref, 1e-6);
     // a non-contiguous feed works too (feeds are made contiguous)
     weft_tensor *big = wt_rand64(WEFT_DIMS(4, 3), -1, 1, 34, false), *xt = weft_transpose(big, 0, 1), *o2 = NULL;
     CHECK(weft_graph_run(g, 1, &vx, &xt, 1, &vy, &o2, 0, NULL) == WEFT_OK);
     weft_tensor *ref2 = view_fn(xt, w);
-    check_same("traced views, strided feed", o2, ref2, 1e-6);
+    wt_check_same("traced views, strided feed", o2, ref2, 1e-6);
     weft_tensor *ts[] = {x, w, y, x2, o, ref, big, xt, o2, ref2};
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) weft_tensor_free(ts[i]);
     weft_graph_free(g);
@@ -362,9 +340,9 @@ static void test_trace_backward(void) {
     for (int i = 0; i < 4; i++) weft_tensor_zero_grad(params[i]);
     weft_tensor *logits2 = NULL, *loss2 = mlp_loss(&m, x2, y2, &logits2);
     CHECK(weft_backward(loss2, NULL, NULL) == WEFT_OK);
-    check_same("traced loss", out[0], loss2, 1e-6);
+    wt_check_same("traced loss", out[0], loss2, 1e-6);
     const char *names[4] = {"grad w1", "grad b1", "grad w2", "grad b2"};
-    for (int i = 0; i < 4; i++) check_same(names[i], out[1 + i], weft_tensor_grad(params[i]), 1e-6);
+    for (int i = 0; i < 4; i++) wt_check_same(names[i], out[1 + i], weft_tensor_grad(params[i]), 1e-6);
     // the graph run recorded no autograd history and left .grad alone
     CHECK(!weft_tensor_requires_grad(out[1]));
     for (int i = 0; i < 5; i++) weft_tensor_free(out[i]);
@@ -418,7 +396,7 @@ static void test_cycle_and_dot(void) {
     // exp waits for the assign, which needs sin(exp): a cycle
     CHECK(weft_graph_add_control_dep(g, na, nw) == WEFT_OK);
     CHECK(weft_graph_run(g, 1, &x, &xt, 1, &b, &o, 0, NULL) == WEFT_ERR_STATE);
-    CHECK(error_has("cycle") && (error_has("'exp_1'") || error_has("'sin_2'") || error_has("'write_v'")));
+    CHECK(wt_error_has("cycle") && (wt_error_has("'exp_1'") || wt_error_has("'sin_2'") || wt_error_has("'write_v'")));
     CHECK(o == NULL);
     CHECK(weft_graph_add_control_dep(g, na, (weft_node_id){99}) != WEFT_OK);
 

@@ -7,29 +7,7 @@
 
 #include "weft_test.h"
 
-static void check_same(const char *what, weft_tensor *a, weft_tensor *b, double tol) {
-    CHECK(a && b);
-    if (!a || !b) return;
-    CHECK(weft_tensor_dtype(a) == weft_tensor_dtype(b));
-    CHECK(weft_tensor_numel(a) == weft_tensor_numel(b));
-    if (weft_tensor_numel(a) != weft_tensor_numel(b)) return;
-    int64_t n = weft_tensor_numel(a);
-    double *x = malloc(sizeof(double) * (size_t)(n ? n : 1)), *y = malloc(sizeof(double) * (size_t)(n ? n : 1));
-    weft_tensor_to_f64(a, x, n);
-    weft_tensor_to_f64(b, y, n);
-    int bad = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (!(fabs(x[i] - y[i]) <= tol * (1 + fabs(y[i])))) {
-            if (!bad) fprintf(stderr, "%s: element %lld: %.10g vs %.10g\n", what, (long long)i, x[i], y[i]);
-            bad++;
-        }
-    if (bad) wt_fail++;
-    else wt_pass++;
-    free(x);
-    free(y);
-}
 
-static bool error_has(const char *s) { return strstr(weft_last_error(), s) != NULL; }
 
 // Nodes of g whose op (weft_graph_node_op: op name or kind name) is `op`.
 static int count_op(const weft_graph *g, const char *op) {
@@ -56,7 +34,7 @@ static void same_values(const char *what, weft_graph *g, weft_graph *o, int n_fe
     CHECK(weft_graph_run(g, n_feed, feed, ft, n, keep, a, 0, NULL) == WEFT_OK);
     CHECK(weft_graph_run(o, n_feed, nf, ft, n, keep_out, b, 0, NULL) == WEFT_OK);
     for (int i = 0; i < n; i++) {
-        check_same(what, b[i], a[i], tol);
+        wt_check_same(what, b[i], a[i], tol);
         weft_tensor_free(a[i]);
         weft_tensor_free(b[i]);
     }
@@ -172,7 +150,7 @@ static void test_dce(void) {
     CHECK(weft_graph_run(o, 1, &nx, &xt, 0, NULL, NULL, 1, &na) == WEFT_OK);
     CHECK(weft_graph_last_run_stats(o).nodes_executed == 4); // x, abs (control dep), mul_scalar, acc_add
     weft_tensor *ref = weft_mul_scalar(xt, 2);
-    check_same("assign through the optimised graph", weft_graph_variable_tensor(g, v), ref, 0);
+    wt_check_same("assign through the optimised graph", weft_graph_variable_tensor(g, v), ref, 0);
     weft_graph_free(o);
     weft_tensor_free(ref);
     weft_tensor_free(xt);
@@ -342,11 +320,11 @@ static void test_traced_mlp(void) {
     for (int i = 0; i < 4; i++) weft_tensor_zero_grad(params[i]);
     weft_tensor *loss2 = mlp_loss(&m, x2, y2);
     CHECK(weft_backward(loss2, NULL, NULL) == WEFT_OK);
-    check_same("mlp loss", b[0], a[0], 1e-6);
-    check_same("mlp loss vs eager", b[0], loss2, 1e-6);
+    wt_check_same("mlp loss", b[0], a[0], 1e-6);
+    wt_check_same("mlp loss vs eager", b[0], loss2, 1e-6);
     for (int i = 0; i < 4; i++) {
-        check_same("mlp grad", b[1 + i], a[1 + i], 1e-6);
-        check_same("mlp grad vs eager", b[1 + i], weft_tensor_grad(params[i]), 1e-6);
+        wt_check_same("mlp grad", b[1 + i], a[1 + i], 1e-6);
+        wt_check_same("mlp grad vs eager", b[1 + i], weft_tensor_grad(params[i]), 1e-6);
     }
 
     // variables are shared: an SGD step as assigns in the optimised graph is seen by the old graph
@@ -368,8 +346,8 @@ static void test_traced_mlp(void) {
     CHECK(weft_graph_run(o, 2, (weft_value[]){nx, ny}, (weft_tensor *[]){x2, y2}, 1, &fout[4], &gb2, 1, &un) == WEFT_OK);
     weft_tensor *sc = weft_mul_scalar(gb2, -0.5), *expect = weft_add(before, sc), *now = NULL;
     CHECK(weft_graph_run(g, 0, NULL, NULL, 1, &vb_old, &now, 0, NULL) == WEFT_OK);
-    check_same("assign seen by the old graph", now, expect, 1e-12);
-    check_same("assign seen by the eager parameter", m.b2, expect, 1e-12);
+    wt_check_same("assign seen by the old graph", now, expect, 1e-12);
+    wt_check_same("assign seen by the eager parameter", m.b2, expect, 1e-12);
 
     for (int i = 0; i < 5; i++) {
         weft_tensor_free(a[i]);
@@ -423,17 +401,17 @@ static void test_errors(void) {
     weft_graph *g = weft_graph_new();
     weft_value x = weft_graph_placeholder(g, "x", WEFT_DIMS(3), WEFT_F64), out;
     CHECK(weft_graph_optimize(NULL, 0, NULL, NULL, NULL, NULL) == NULL);
-    CHECK(error_has("graph_optimize") && error_has("NULL graph"));
+    CHECK(wt_error_has("graph_optimize") && wt_error_has("NULL graph"));
     CHECK(weft_graph_optimize(g, 1, (weft_value[]){{42}}, &out, NULL, NULL) == NULL);
-    CHECK(error_has("graph_optimize") && error_has("keep value 0"));
+    CHECK(wt_error_has("graph_optimize") && wt_error_has("keep value 0"));
     CHECK(weft_graph_optimize(g, 1, &x, NULL, NULL, NULL) == NULL);
-    CHECK(error_has("graph_optimize"));
+    CHECK(wt_error_has("graph_optimize"));
     weft_node_id nn;
     CHECK(weft_graph_optimize_nodes(g, 0, NULL, NULL, 1, (weft_node_id[]){{7}}, &nn, NULL, NULL) == NULL);
-    CHECK(error_has("graph_optimize") && error_has("keep node 0"));
+    CHECK(wt_error_has("graph_optimize") && wt_error_has("keep node 0"));
     weft_graph_trace_begin(g);
     CHECK(weft_graph_optimize(g, 1, &x, &out, NULL, NULL) == NULL);
-    CHECK(error_has("graph_optimize") && error_has("traced"));
+    CHECK(wt_error_has("graph_optimize") && wt_error_has("traced"));
     weft_graph_trace_end(g);
     weft_graph_free(g);
 }

@@ -7,7 +7,6 @@
 
 #include "weft_test.h"
 
-static bool error_has(const char *s) { return strstr(weft_last_error(), s) != NULL; }
 
 static const weft_graph_run_options k_plain = {.interop_threads = 1, .memory_plan = -1};
 static const weft_graph_run_options k_plan = {.interop_threads = 1, .memory_plan = 1};
@@ -200,13 +199,13 @@ static void test_plan_errors(void) {
     CHECK(weft_graph_plan(NULL, 1, &a, 0, NULL, &ps) != WEFT_OK);
     CHECK(weft_graph_plan(g, 1, &a, 0, NULL, NULL) != WEFT_OK);
     CHECK(weft_graph_plan(g, 1, (weft_value[]){{77}}, 0, NULL, &ps) != WEFT_OK);
-    CHECK(error_has("graph_plan") && error_has("fetch 0"));
+    CHECK(wt_error_has("graph_plan") && wt_error_has("fetch 0"));
     CHECK(weft_graph_plan(g, 0, NULL, 1, (weft_node_id[]){{55}}, &ps) != WEFT_OK);
-    CHECK(error_has("target 0"));
+    CHECK(wt_error_has("target 0"));
     // a cycle through a control dependency is named
     CHECK(weft_graph_add_control_dep(g, weft_graph_value_node(g, a), weft_graph_value_node(g, b)) == WEFT_OK);
     CHECK(weft_graph_plan(g, 1, &b, 0, NULL, &ps) != WEFT_OK);
-    CHECK(error_has("cycle") && (error_has("exp_1") || error_has("neg_2")));
+    CHECK(wt_error_has("cycle") && (wt_error_has("exp_1") || wt_error_has("neg_2")));
     // empty plan: no intermediates (placeholder only, unfed is fine for planning)
     CHECK(weft_graph_plan(g, 1, &x, 0, NULL, &ps) == WEFT_OK);
     CHECK(ps.n_buffers == 0 && ps.planned_bytes == 0);
@@ -303,10 +302,10 @@ static void test_parallel_error(void) {
     CHECK(vw.id >= 0);
     weft_tensor *at = wt_rand64(WEFT_DIMS(4, 3), -1, 1, 10, false), *o[3] = {0};
     CHECK(weft_graph_run_ex(g, 1, &a, &at, 3, (weft_value[]){br[0], vw, br[7]}, o, 0, NULL, &k_par4) != WEFT_OK);
-    CHECK(error_has("graph_run: node 'view_") && error_has("(view)"));
+    CHECK(wt_error_has("graph_run: node 'view_") && wt_error_has("(view)"));
     CHECK(o[0] == NULL && o[1] == NULL && o[2] == NULL);
     CHECK(weft_graph_run_ex(g, 1, &a, &at, 3, (weft_value[]){br[0], vw, br[7]}, o, 0, NULL, &k_plan) != WEFT_OK);
-    CHECK(error_has("graph_run: node 'view_"));
+    CHECK(wt_error_has("graph_run: node 'view_"));
     weft_tensor_free(at);
     weft_graph_free(g);
 }

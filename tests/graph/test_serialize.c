@@ -17,7 +17,6 @@ static const char *tmp_path(const char *name, char *buf, size_t n) {
     return buf;
 }
 
-static bool error_has(const char *s) { return strstr(weft_last_error(), s) != NULL; }
 
 static bool shape_eq(int na, const int64_t *a, int nb, const int64_t *b) {
     if (na != nb) return false;
@@ -27,29 +26,6 @@ static bool shape_eq(int na, const int64_t *a, int nb, const int64_t *b) {
 }
 
 // Every element of a equals b within tol (relative + absolute); tol 0: bit-equal values.
-static void check_same(const char *what, weft_tensor *a, weft_tensor *b, double tol) {
-    CHECK(a && b);
-    if (!a || !b) return;
-    CHECK(weft_tensor_dtype(a) == weft_tensor_dtype(b));
-    CHECK(shape_eq(weft_tensor_ndim(a), weft_tensor_sizes(a), weft_tensor_ndim(b), weft_tensor_sizes(b)));
-    int64_t n = weft_tensor_numel(a);
-    if (n != weft_tensor_numel(b)) return;
-    double *x = malloc(sizeof(double) * (size_t)(n ? n : 1)), *y = malloc(sizeof(double) * (size_t)(n ? n : 1));
-    weft_tensor_to_f64(a, x, n);
-    weft_tensor_to_f64(b, y, n);
-    int bad = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (!(fabs(x[i] - y[i]) <= tol * (1 + fabs(y[i])))) {
-            if (!bad) fprintf(stderr, "%s: element %lld: %.17g vs %.17g\n", what, (long long)i, x[i], y[i]);
-            bad++;
-        }
-    if (bad)
-        wt_fail++;
-    else
-        wt_pass++;
-    free(x);
-    free(y);
-}
 
 // The same nodes (names, kinds, ops, inputs, shapes, control deps) in the same order.
 static void check_same_structure(const weft_graph *a, const weft_graph *b) {
@@ -142,8 +118,8 @@ static void test_builder_roundtrip(void) {
     CHECK(st && weft_safetensors_count(st) == 4);
     CHECK(st && !strcmp(weft_safetensors_meta(st, "format"), "weft.graph"));
     CHECK(st && !strcmp(weft_safetensors_meta(st, "version"), "1"));
-    if (st) check_same("var/w2 in the file", weft_safetensors_find(st, "var/w2"), b.w2, 0);
-    if (st) check_same("const/w1 in the file", weft_safetensors_find(st, "const/w1"), b.w1, 0);
+    if (st) wt_check_same("var/w2 in the file", weft_safetensors_find(st, "var/w2"), b.w2, 0);
+    if (st) wt_check_same("const/w1 in the file", weft_safetensors_find(st, "const/w1"), b.w1, 0);
     weft_safetensors_free(st);
 
     // same feeds -> identical outputs (bit-equal: same ops, same attrs to the last bit)
@@ -154,21 +130,21 @@ static void test_builder_roundtrip(void) {
     weft_tensor *x = wt_rand64(WEFT_DIMS(4, 3), -1, 1, 4, false), *o1[2] = {0}, *o2[2] = {0};
     CHECK(weft_graph_run(b.g, 1, &vx, &x, 2, (weft_value[]){y, s}, o1, 0, NULL) == WEFT_OK);
     CHECK(weft_graph_run(h, 1, &vx, &x, 2, (weft_value[]){y, s}, o2, 0, NULL) == WEFT_OK);
-    check_same("loaded y", o2[0], o1[0], 0);
-    check_same("loaded total", o2[1], o1[1], 0);
+    wt_check_same("loaded y", o2[0], o1[0], 0);
+    wt_check_same("loaded total", o2[1], o1[1], 0);
     // and against eager: y = relu(x w1 + b1) * 0.3 w2
     weft_tensor *e1 = weft_matmul(x, b.w1), *e2 = weft_add(e1, b.b1), *e3 = weft_relu(e2),
                 *e4 = weft_mul_scalar(e3, 0.1 + 0.2), *ey = weft_matmul(e4, b.w2);
-    check_same("loaded y vs eager", o2[0], ey, 1e-12);
+    wt_check_same("loaded y vs eager", o2[0], ey, 1e-12);
     // variables round-trip, and are the loaded graph's own: the assign writes h's copy only
     weft_value w2 = weft_graph_find_value(h, "w2");
-    check_same("w2 value", weft_graph_variable_tensor(h, w2), b.w2, 0);
+    wt_check_same("w2 value", weft_graph_variable_tensor(h, w2), b.w2, 0);
     weft_node_id stepn = weft_graph_find_node(h, "w2_step");
     CHECK(weft_graph_run(h, 1, &vx, &x, 0, NULL, NULL, 1, &stepn) == WEFT_OK);
     int executed = weft_graph_last_run_stats(h).nodes_executed;
     weft_tensor *w2p1 = weft_add_scalar(b.w2, 1.0);
-    check_same("w2 after assign_add in the loaded graph", weft_graph_variable_tensor(h, w2), w2p1, 0);
-    check_same("original untouched", weft_graph_variable_tensor(b.g, weft_graph_find_value(b.g, "w2")), b.w2, 0);
+    wt_check_same("w2 after assign_add in the loaded graph", weft_graph_variable_tensor(h, w2), w2p1, 0);
+    wt_check_same("original untouched", weft_graph_variable_tensor(b.g, weft_graph_find_value(b.g, "w2")), b.w2, 0);
     // the loaded control dep and data edges prune the same way: 12 nodes minus the unused mul/sum pair
     CHECK(weft_graph_run(b.g, 1, &vx, &x, 0, NULL, NULL, 1, &stepn) == WEFT_OK);
     CHECK(executed == weft_graph_last_run_stats(b.g).nodes_executed && executed >= 11);
@@ -233,7 +209,7 @@ static weft_graph *trace_train_graph(mlp *m, double lr, weft_value fetch[1 + MLP
     fetch[0] = weft_graph_trace_output(g, loss);
     for (int i = 0; i < MLP_N; i++)
         fetch[1 + i] = weft_graph_trace_output(g, weft_tensor_grad(p[i]));
-    CHECK(weft_graph_save(g, "/nonexistent-dir/x.wgraph") != WEFT_OK && error_has("traced")); // not mid-trace
+    CHECK(weft_graph_save(g, "/nonexistent-dir/x.wgraph") != WEFT_OK && wt_error_has("traced")); // not mid-trace
     CHECK(weft_graph_trace_end(g) == WEFT_OK);
     for (int i = 0; i < MLP_N; i++) {
         char nm[32];
@@ -275,15 +251,15 @@ static void test_traced_roundtrip(void) {
           WEFT_OK);
     CHECK(weft_graph_run(h, 2, (weft_value[]){vx, vy}, (weft_tensor *[]){x2, y2}, 1 + MLP_N, fetch, o2, 0, NULL) ==
           WEFT_OK);
-    check_same("loaded loss", o2[0], o1[0], 0);
+    wt_check_same("loaded loss", o2[0], o1[0], 0);
     for (int i = 0; i < MLP_N; i++)
-        check_same(param_names[i], o2[1 + i], o1[1 + i], 0);
+        wt_check_same(param_names[i], o2[1 + i], o1[1 + i], 0);
     // and against eager gradients on the same inputs
     weft_tensor *eloss = mlp_loss(&m, x2, y2);
     CHECK(weft_backward(eloss, NULL, NULL) == WEFT_OK);
-    check_same("loaded loss vs eager", o2[0], eloss, 1e-9);
+    wt_check_same("loaded loss vs eager", o2[0], eloss, 1e-9);
     for (int i = 0; i < MLP_N; i++)
-        check_same("loaded grad vs eager", o2[1 + i], weft_tensor_grad(mlp_params(&m)[i]), 1e-9);
+        wt_check_same("loaded grad vs eager", o2[1 + i], weft_tensor_grad(mlp_params(&m)[i]), 1e-9);
     for (int i = 0; i < MLP_N; i++)
         weft_tensor_zero_grad(mlp_params(&m)[i]);
 
@@ -304,7 +280,7 @@ static void test_traced_roundtrip(void) {
               WEFT_OK);
         CHECK(weft_graph_run(h, 2, (weft_value[]){vx, vy}, (weft_tensor *[]){x2, y2}, 1, fetch, &lh, MLP_N, th) ==
               WEFT_OK);
-        check_same("training loss", lh, lg, 0);
+        wt_check_same("training loss", lh, lg, 0);
         if (step == 0) first = lh ? weft_tensor_item(lh) : 0;
         last = lh ? weft_tensor_item(lh) : 0;
         weft_tensor_free(lg);
@@ -312,7 +288,7 @@ static void test_traced_roundtrip(void) {
     }
     CHECK(last < first); // it trains
     for (int i = 0; i < MLP_N; i++)
-        check_same("param after training", weft_graph_variable_tensor(h, weft_graph_find_value(h, param_names[i])),
+        wt_check_same("param after training", weft_graph_variable_tensor(h, weft_graph_find_value(h, param_names[i])),
                    mlp_params(&m)[i], 0);
     for (int i = 0; i < 1 + MLP_N; i++) {
         weft_tensor_free(o1[i]);
@@ -472,8 +448,8 @@ static void write_raw(const char *path, const char *format, const char *version,
 // Loading must fail with a message containing every one of the strings.
 static void expect_fail(const char *what, const char *path, const char *s1, const char *s2, const char *s3) {
     weft_graph *g = weft_graph_load(path);
-    bool ok = !g && error_has("graph_load") && error_has(path) && (!s1 || error_has(s1)) && (!s2 || error_has(s2)) &&
-              (!s3 || error_has(s3));
+    bool ok = !g && wt_error_has("graph_load") && wt_error_has(path) && (!s1 || wt_error_has(s1)) && (!s2 || wt_error_has(s2)) &&
+              (!s3 || wt_error_has(s3));
     if (!ok || getenv("WT_VERBOSE"))
         fprintf(stderr, "%s: got %s: '%s'\n", what, g ? "a graph" : "error", weft_last_error());
     CHECK(ok);
@@ -592,7 +568,7 @@ static void test_malformed(void) {
     CHECK(weft_graph_load(NULL) == NULL);
     CHECK(weft_graph_save(NULL, good) != WEFT_OK);
     CHECK(weft_graph_save(b.g, NULL) != WEFT_OK);
-    CHECK(weft_graph_save(b.g, "/nonexistent-dir/g.wgraph") != WEFT_OK && error_has("graph_save"));
+    CHECK(weft_graph_save(b.g, "/nonexistent-dir/g.wgraph") != WEFT_OK && wt_error_has("graph_save"));
     bgraph_free(&b);
 }
 
@@ -609,7 +585,7 @@ static void test_cycle_survives(void) {
     weft_graph *h = weft_graph_load(p);
     CHECK(h != NULL);
     weft_tensor *xt = weft_tensor_ones(WEFT_DIMS(2), WEFT_F32), *o = NULL;
-    CHECK(h && weft_graph_run(h, 1, &x, &xt, 1, &b, &o, 0, NULL) == WEFT_ERR_STATE && error_has("cycle"));
+    CHECK(h && weft_graph_run(h, 1, &x, &xt, 1, &b, &o, 0, NULL) == WEFT_ERR_STATE && wt_error_has("cycle"));
     weft_tensor_free(xt);
     weft_graph_free(h);
     weft_graph_free(g);
