@@ -387,3 +387,7 @@ weft_status weft_graph_train_step(weft_run *r, weft_tensor *x, weft_tensor *y, d
     *loss_out = l;
     return WEFT_OK;
 }
+
+weft_graph *weft_graph_train_graph(const weft_run *r, int i) {
+    return r->graph && i >= 0 && i < r->graph->n ? r->graph->s[i].g : NULL;
+}

@@ -49,6 +49,7 @@ weft_status weft_run_load_weights(weft_run *r, const char *path); // model only 
 weft_status weft_graph_train_check(const weft_run *r); // what graph mode cannot do yet
 weft_status weft_graph_train_step(weft_run *r, weft_tensor *x, weft_tensor *y, double *loss_out);
 void weft_graph_train_free(weft_run *r);
+struct weft_graph *weft_graph_train_graph(const weft_run *r, int i); // step graph i (benchmarks), NULL if none
 
 // Distributed runs (dist_train.c). weft_dist_run_init decides the mode
 // (opts.dist; AUTO is DDP under mpirun with more than one rank) and sets
