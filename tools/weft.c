@@ -21,7 +21,7 @@ static int usage(void) {
             "usage: weft <command> ...\n"
             "  train MODEL.cfg [--epochs N] [--steps N] [--batch B] [--lr X] [--threads T] [--seed S]\n"
             "                  [--ckpt-dir DIR] [--ckpt-every N] [--keep K] [--resume] [--log-dir DIR] [--quiet]\n"
-            "                  [--data-dir DIR] [--text FILE] [--eval-batches N]\n"
+            "                  [--data-dir DIR] [--text FILE] [--eval-batches N] [--graph]\n"
             "                  [--dist ddp|ps] [--servers S] [--consistency bsp|asp|ssp:S] [--backup K]\n"
             "                  [--bucket-mb M] [--straggle RANK:FACTOR]\n"
             "  launch -n N [--servers S] [--max-restarts R] [--hostfile F] -- weft train MODEL.cfg [...]\n"
@@ -125,7 +125,7 @@ static int parse(int argc, char **argv, weft_model_cfg *cfg, cli *c) {
                                              "--data-dir", "--text",    "--eval-batches", "--ckpt", "--prompt",
                                              "--tokens",  "--temperature", "--dist",       "--servers",
                                              "--consistency", "--backup", "--bucket-mb", "--straggle"};
-        bool known = !strcmp(a, "--resume") || !strcmp(a, "--quiet");
+        bool known = !strcmp(a, "--resume") || !strcmp(a, "--quiet") || !strcmp(a, "--graph");
         for (size_t k = 0; !known && k < sizeof valued / sizeof valued[0]; k++) known = !strcmp(a, valued[k]);
         if (!known) {
             snprintf(g_err, sizeof g_err, "unknown option '%s' (see weft --help)", a);
@@ -133,6 +133,7 @@ static int parse(int argc, char **argv, weft_model_cfg *cfg, cli *c) {
         }
         if (!strcmp(a, "--resume")) c->t.resume = true;
         else if (!strcmp(a, "--quiet")) c->t.quiet = true;
+        else if (!strcmp(a, "--graph")) c->t.graph = true; // train in graph mode
         else if (!v) goto missing;
         else if (!strcmp(a, "--threads")) {
             int n = atoi(v);

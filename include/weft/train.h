@@ -43,6 +43,7 @@ typedef struct weft_train_opts {
     const char *text_path; // KJV text cache (NULL: ~/.cache/weft/kjv.txt)
     int64_t eval_batches;  // language models: validation batches per evaluation (0: 50)
     FILE *progress;        // where progress goes (NULL: stderr)
+    bool graph;            // graph mode: each step is one run of a traced step graph (docs/graph.md)
     // distributed runs (ignored by a single process)
     weft_train_dist dist;
     int servers;           // ps: server ranks (0: 1)

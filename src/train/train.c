@@ -103,6 +103,7 @@ weft_status weft_run_build(weft_run *r, bool with_optim) {
 
 void weft_run_free(weft_run *r) {
     weft_dist_run_free(r); // before the module: DDP's hooks sit on its parameters
+    weft_graph_train_free(r);
     weft_loader_free(r->loader);
     weft_optim_free(r->optim);
     weft_module_free(r->net);
@@ -172,6 +173,7 @@ weft_status weft_run_evaluate(weft_run *r, double *loss, double *acc) {
 
 // ---- one optimiser step ----
 static weft_status train_step(weft_run *r, weft_tensor *x, weft_tensor *y, double *loss_out) {
+    if (r->opts.graph) return weft_graph_train_step(r, x, y, loss_out); // --graph: one graph run per step
     const weft_net_cfg *n = &r->cfg->net;
     double t0 = now_s();
     weft_tensor *logits = weft_module_forward(r->net, x);
@@ -316,6 +318,7 @@ weft_status weft_train(const weft_model_cfg *cfg, const weft_train_opts *opts, w
     }
     if (!st) st = weft_run_build(r, true);
     if (!st && r->dist) st = weft_dist_run_attach(r);
+    if (!st && r->opts.graph) st = weft_graph_train_check(r); // fail before any data is read for training
     if (!st && r->opts.resume && r->opts.ckpt_dir) st = r->dist ? weft_dist_run_resume(r) : weft_run_resume(r);
     if (!st && r->opts.log_dir) {
         st = weft_mkdirs(r->opts.log_dir);

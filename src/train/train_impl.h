@@ -27,6 +27,7 @@ typedef struct weft_run {
     struct weft_dist_run *dist;
     bool printer;          // rank 0 or a single process: prints and writes metrics
     bool collective_error; // the current error is known to every rank
+    struct weft_graph_train *graph; // opts.graph: the step graphs (graph_train.c)
 } weft_run;
 
 weft_status weft_run_load_data(weft_run *r);
@@ -41,6 +42,14 @@ weft_status weft_run_save(weft_run *r);
 weft_status weft_run_resume(weft_run *r);                    // from the latest in opts.ckpt_dir, if any
 weft_status weft_run_resume_from(weft_run *r, const char *path); // from this checkpoint file
 weft_status weft_run_load_weights(weft_run *r, const char *path); // model only (eval, sample)
+
+// Graph mode (graph_train.c): one step is one weft_graph_run of a traced
+// forward + backward + optimiser update; the graph's variables share the
+// module's parameters and the optimiser's state tensors.
+weft_status weft_graph_train_check(const weft_run *r); // what graph mode cannot do yet
+weft_status weft_graph_train_step(weft_run *r, weft_tensor *x, weft_tensor *y, double *loss_out);
+void weft_graph_train_free(weft_run *r);
+struct weft_graph *weft_graph_train_graph(const weft_run *r, int i); // step graph i (benchmarks), NULL if none
 
 // Distributed runs (dist_train.c). weft_dist_run_init decides the mode
 // (opts.dist; AUTO is DDP under mpirun with more than one rank) and sets

@@ -1,0 +1,92 @@
+// Graph-mode training steps (`weft train --graph`) against eager steps of the
+// same network, measured in this binary (the peer is weft eager):
+//   graph_fmnist_mlp, graph_kjv_gpt   steps/s (graph, peer eager)
+//   graph_kjv_gpt_peak_mem            bytes of intermediates in one step, lower is
+//                                     better: the graph's planned arena, peer eager's
+//                                     allocator peak above what was live before the step
+// Synthetic batches of the model file's shape; the graph path is the real one
+// (weft_graph_train_step in src/train/graph_train.c).
+#include <weft.h>
+#include <weft/device.h>
+#include <weft/graph.h>
+
+#include "../src/train/train_impl.h"
+#include "bench_util.h"
+
+static void eager_step(weft_run *r, weft_tensor *x, weft_tensor *y, int *fail) {
+    weft_tensor *lg = weft_module_forward(r->net, x), *l = weft_model_loss(r->cfg, lg, y);
+    if (!l || weft_backward(l, NULL, NULL)) *fail = 1;
+    weft_optim_set_lr(r->optim, weft_lr_at(&r->sched, r->step + 1));
+    if (!*fail && weft_optim_step(r->optim)) *fail = 1;
+    weft_optim_zero_grad(r->optim);
+    weft_tensor_free(lg);
+    weft_tensor_free(l);
+    r->step++;
+}
+
+static int run(int argc, char **argv, const char *name, const char *path, int min_steps, double min_s, bool mem) {
+    bool want = bench_selected(argc, argv, name), want_mem = mem && bench_selected(argc, argv, "graph_kjv_gpt_peak_mem");
+    if (!want && !want_mem) return 0;
+    weft_model_cfg *cfg = weft_model_cfg_load(path);
+    if (!cfg) {
+        fprintf(stderr, "%s: %s\n", name, weft_last_error());
+        return 1;
+    }
+    weft_run run = {0}, *r = &run;
+    r->cfg = cfg;
+    r->total_steps = 100000;
+    int fail = weft_run_build(r, true) != WEFT_OK;
+    const weft_net_cfg *n = &cfg->net;
+    bool lm = n->dataset == WEFT_CFG_KJV;
+    weft_generator *g = weft_generator_create(7);
+    weft_tensor *x, *y;
+    if (lm) {
+        x = weft_tensor_randint(WEFT_DIMS(n->batch, n->context), 0, 256, WEFT_I64, g);
+        y = weft_tensor_randint(WEFT_DIMS(n->batch, n->context), 0, 256, WEFT_I64, g);
+    } else {
+        x = weft_tensor_randn(WEFT_DIMS(n->batch, 1, 28, 28), WEFT_F32, g);
+        y = weft_tensor_randint(WEFT_DIMS(n->batch), 0, 10, WEFT_I64, g);
+    }
+    weft_module_set_training(r->net, true);
+    weft_device cpu = {.type = WEFT_CPU};
+    double l, te = 0, tg = 0;
+    // eager: warm-up (caches, allocator), then the peak of one step
+    if (!fail) eager_step(r, x, y, &fail);
+    weft_memory_stats m0, m1;
+    weft_memory_stats_get(cpu, &m0);
+    weft_memory_reset_peak(cpu);
+    if (!fail) eager_step(r, x, y, &fail);
+    weft_memory_stats_get(cpu, &m1);
+    double eager_peak = (double)m1.peak_bytes_in_use - (double)m0.bytes_in_use;
+    // graph: the first step traces and builds; then eager and graph alternate (noisy machine)
+    r->opts.graph = true;
+    if (!fail && weft_graph_train_step(r, x, y, &l)) fail = 1;
+    for (int round = 0; round < 2 && !fail && want; round++) {
+        double s;
+        BENCH_BEST(s, 1, min_steps, min_s, eager_step(r, x, y, &fail));
+        te = round == 0 || s < te ? s : te;
+        BENCH_BEST(s, 1, min_steps, min_s, if (weft_graph_train_step(r, x, y, &l)) fail = 1);
+        tg = round == 0 || s < tg ? s : tg;
+    }
+    if (fail) fprintf(stderr, "%s: %s\n", name, weft_last_error());
+    else {
+        if (want) bench_report_peer(name, 1.0 / tg, "steps/s", 1, 1.0 / te);
+        weft_graph_run_stats rs = weft_graph_last_run_stats(weft_graph_train_graph(r, 0));
+        if (want_mem) bench_report_peer("graph_kjv_gpt_peak_mem", (double)rs.peak_bytes, "bytes", 0, eager_peak);
+        else fprintf(stderr, "%s: graph arena %zu bytes (planned=%d), eager peak %.0f bytes\n", name, rs.peak_bytes,
+                     rs.planned, eager_peak);
+    }
+    weft_tensor_free(x);
+    weft_tensor_free(y);
+    weft_generator_free(g);
+    weft_run_free(r);
+    weft_model_cfg_free(cfg);
+    return fail;
+}
+
+int main(int argc, char **argv) {
+    int fail = 0;
+    fail |= run(argc, argv, "graph_fmnist_mlp", "models/fmnist-mlp.cfg", 20, 1.0, false);
+    fail |= run(argc, argv, "graph_kjv_gpt", "models/kjv-gpt.cfg", 3, 2.0, true);
+    return fail;
+}

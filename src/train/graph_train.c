@@ -1,0 +1,393 @@
+// `weft train --graph`: each training step is one run of a graph holding the
+// forward pass, the loss, the backward pass, gradient clipping and the
+// optimiser update (assigns into variables), so one weft_graph_run is one step.
+//
+// The step graph is built once per batch shape by TRACING one eager forward +
+// weft_backward on a real batch (docs/graph.md, "Tracing through
+// weft_backward"), then appending the optimiser's update with the builder.
+// Parameters and the optimiser's state tensors are declared as trace
+// variables, so the graph's variables SHARE their storage with the eager
+// module and the eager optimiser: evaluation, checkpoints (parameters and
+// optimiser state), sampling and resume keep using the eager paths unchanged.
+// What stays on the host: the step count, the learning-rate schedule and the
+// bias corrections, fed each step as 0-d tensors, and the per-parameter
+// ".step" counters of the optimiser state (written after each run).
+//
+// Not supported (an error at the first step, naming the feature): dropout (a
+// trace freezes its mask), batch_norm (running statistics are written in
+// place, invisible to a trace), distributed runs, and optimisers other than
+// SGD, Adam and AdamW (amsgrad off).
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <weft.h>
+#include <weft/graph.h>
+#include <weft/graph_passes.h>
+#include <weft/optim.h>
+#include <weft/train.h>
+
+#include "../core/core_impl.h"
+#include "train_impl.h"
+
+// Host scalars fed each step (0-d tensors of the parameters' dtype).
+enum { SC_LR = 0, SC_NSS, SC_BC2S, SC_DECAY, SC_CMOM, SC_CD, N_SC };
+static const char *const sc_names[N_SC] = {"step.lr", "step.neg_step_size", "step.bc2_sqrt", "step.decay",
+                                           "step.momentum_coef", "step.grad_coef"};
+
+// The step graph for one batch shape.
+typedef struct gstep {
+    weft_graph *g;
+    int xnd, ynd;
+    int64_t xs[WEFT_MAX_DIMS], ys[WEFT_MAX_DIMS];
+    weft_dtype xdt, ydt;
+    weft_value x, y, loss, sc[N_SC]; // sc[k].id < 0: not used by this optimiser
+    int n_targets;
+    weft_node_id *targets; // the assigns
+} gstep;
+
+#define MAX_SHAPES 4 // a classifier's last, shorter batch needs a second graph
+
+struct weft_graph_train {
+    gstep s[MAX_SHAPES];
+    int n;
+    weft_dtype dt;     // of every parameter
+    bool *updated;     // [n_params] the parameter has a gradient (and an update) in the graph
+    weft_graph_pass_stats pass_stats;
+};
+
+#define GERR(code, ...) weft_error(code, "train --graph: " __VA_ARGS__)
+
+// ---- what graph mode supports ----
+weft_status weft_graph_train_check(const weft_run *r) {
+    const weft_model_cfg *cfg = r->cfg;
+    if (r->dist) return GERR(WEFT_ERR_ARG, "distributed training is not supported in graph mode yet");
+    for (int i = 0; i < cfg->n_layers; i++) {
+        const weft_layer_cfg *l = &cfg->layers[i];
+        if (l->type == WEFT_CFG_DROPOUT && l->dropout.p > 0)
+            return GERR(WEFT_ERR_ARG, "line %d: --graph does not support dropout yet (a trace freezes its mask)", l->line);
+        if (l->type == WEFT_CFG_BATCHNORM)
+            return GERR(WEFT_ERR_ARG,
+                        "line %d: --graph does not support batch_norm yet (its running statistics are written in place)",
+                        l->line);
+    }
+    const weft_optim_opts *o = weft_optim_get_opts(r->optim);
+    if (!o) return GERR(WEFT_ERR_ARG, "no optimiser");
+    if (o->kind != WEFT_OPTIM_SGD && o->kind != WEFT_OPTIM_ADAM && o->kind != WEFT_OPTIM_ADAMW)
+        return GERR(WEFT_ERR_ARG, "optimiser '%s' is not supported in graph mode (sgd, adam, adamw)",
+                    weft_optim_kind_name(o->kind));
+    if (o->amsgrad) return GERR(WEFT_ERR_ARG, "amsgrad is not supported in graph mode");
+    for (int i = 0; i < r->n_params; i++)
+        if (weft_tensor_dtype(r->params[i]) != weft_tensor_dtype(r->params[0]))
+            return GERR(WEFT_ERR_DTYPE, "parameter '%s' has another dtype than '%s'", r->names[i], r->names[0]);
+    return WEFT_OK;
+}
+
+// ---- graph building helpers (a NONE input propagates: one check at the end) ----
+static weft_value op1(weft_graph *g, const char *op, weft_value a) {
+    return a.id < 0 ? WEFT_VALUE_NONE : weft_graph_op1(g, op, 1, &a, NULL, 0, NULL, 0);
+}
+static weft_value op2(weft_graph *g, const char *op, weft_value a, weft_value b) {
+    if (a.id < 0 || b.id < 0) return WEFT_VALUE_NONE;
+    weft_value in[2] = {a, b};
+    return weft_graph_op1(g, op, 2, in, NULL, 0, NULL, 0);
+}
+static weft_value opf(weft_graph *g, const char *op, weft_value a, double f) { // mul_scalar, add_scalar
+    return a.id < 0 ? WEFT_VALUE_NONE : weft_graph_op1(g, op, 1, &a, NULL, 0, &f, 1);
+}
+static weft_value sum_all(weft_graph *g, weft_value a) {
+    if (a.id < 0) return a;
+    int nd = weft_graph_value_ndim(g, a);
+    int64_t at[2] = {nd >= 32 ? -1 : (int64_t)((1u << nd) - 1), 0}; // axes mask: every axis; keepdim off
+    return nd == 0 ? a : weft_graph_op1(g, "sum", 1, &a, at, 2, NULL, 0);
+}
+static weft_value cast_to(weft_graph *g, weft_value a, weft_dtype dt) {
+    if (a.id < 0 || weft_graph_value_dtype(g, a) == dt) return a;
+    int64_t at = dt;
+    return weft_graph_op1(g, "cast", 1, &a, &at, 1, NULL, 0);
+}
+static weft_value const_scalar(weft_graph *g, double v, weft_dtype dt) {
+    weft_tensor *t = weft_tensor_scalar(v, dt);
+    weft_value c = t ? weft_graph_constant(g, NULL, t) : WEFT_VALUE_NONE;
+    weft_tensor_free(t);
+    return c;
+}
+
+// Clipping by global norm as clip_grad_norm does it: norm over every gradient
+// in f64, coef = max_norm / (norm + 1e-6), gradients scaled by min(coef, 1)
+// (scaling by exactly 1 leaves them bit-identical, as eager's "no scaling").
+static void add_clip(weft_graph *g, int n, weft_value *grad, double max_norm, weft_dtype dt) {
+    weft_value total = WEFT_VALUE_NONE;
+    for (int i = 0; i < n; i++) {
+        if (grad[i].id < 0) continue;
+        weft_value g64 = cast_to(g, grad[i], WEFT_F64);
+        weft_value s = sum_all(g, op2(g, "mul", g64, g64));
+        total = total.id < 0 ? s : op2(g, "add", total, s);
+    }
+    if (total.id < 0) return;
+    weft_value norm = opf(g, "add_scalar", op1(g, "sqrt", total), 1e-6);
+    weft_value coef = op2(g, "div", const_scalar(g, max_norm, WEFT_F64), norm);
+    coef = cast_to(g, op2(g, "minimum", coef, const_scalar(g, 1.0, WEFT_F64)), dt);
+    for (int i = 0; i < n; i++)
+        if (grad[i].id >= 0) grad[i] = op2(g, "mul", grad[i], coef);
+}
+
+// Free a step graph's fields.
+static void gstep_free(gstep *s) {
+    weft_graph_free(s->g);
+    free(s->targets);
+    memset(s, 0, sizeof *s);
+}
+
+// The optimiser's state tensor "<param>.<slot>" (borrowed).
+static weft_tensor *state_of(const weft_run *r, int i, const char *slot) {
+    char name[512];
+    snprintf(name, sizeof name, "%s.%s", r->names[i], slot);
+    return weft_optim_state_find(r->optim, name);
+}
+
+// Build the step graph for batch (x, y) into *s.
+static weft_status build_step(weft_run *r, struct weft_graph_train *gt, weft_tensor *x, weft_tensor *y, gstep *s) {
+    const weft_optim_opts *o = weft_optim_get_opts(r->optim);
+    int np = r->n_params;
+    weft_dtype dt = gt->dt;
+    weft_graph *g = s->g = weft_graph_new();
+    weft_value *vp = calloc((size_t)np * 4 + 1, sizeof *vp), *vg = vp + np, *vm = vp + 2 * np, *vv = vp + 3 * np;
+    if (!g || !vp) {
+        free(vp);
+        return GERR(WEFT_ERR_OOM, "out of memory");
+    }
+    weft_status st = WEFT_OK;
+    // 1. trace one eager forward + backward. Parameters and optimiser state are
+    //    declared first, so they become named variables sharing eager storage.
+    bool sgd = o->kind == WEFT_OPTIM_SGD, mom = sgd && o->momentum != 0;
+    weft_tensor *logits = NULL, *loss = NULL;
+    if ((st = weft_graph_trace_begin(g))) goto done;
+    s->x = weft_graph_trace_input(g, x, "x");
+    s->y = weft_graph_trace_input(g, y, "y");
+    for (int i = 0; i < np; i++) {
+        vp[i] = weft_graph_trace_variable(g, r->params[i], r->names[i]);
+        vm[i] = vv[i] = WEFT_VALUE_NONE;
+        const char *slots[2] = {sgd ? (mom ? "momentum_buffer" : NULL) : "exp_avg", sgd ? NULL : "exp_avg_sq"};
+        for (int k = 0; k < 2; k++) {
+            if (!slots[k]) continue;
+            weft_tensor *t = state_of(r, i, slots[k]);
+            char nm[512];
+            snprintf(nm, sizeof nm, "optim.%s.%s", r->names[i], slots[k]);
+            weft_value v = t ? weft_graph_trace_variable(g, t, nm) : WEFT_VALUE_NONE;
+            if (v.id < 0 && !st) st = t ? weft_last_status() : GERR(WEFT_ERR_STATE, "no optimiser state %s", nm);
+            (k == 0 ? vm : vv)[i] = v;
+        }
+        if (vp[i].id < 0 && !st) st = weft_last_status();
+    }
+    if (!st && (s->x.id < 0 || s->y.id < 0)) st = weft_last_status();
+    if (!st) {
+        logits = weft_module_forward(r->net, x);
+        loss = logits ? weft_model_loss(r->cfg, logits, y) : NULL;
+        if (!loss) st = weft_last_status();
+    }
+    if (!st) s->loss = weft_graph_trace_output(g, loss);
+    if (!st) st = weft_backward(loss, NULL, NULL);
+    for (int i = 0; !st && i < np; i++) {
+        weft_tensor *gr = weft_tensor_grad(r->params[i]);
+        vg[i] = gr ? weft_graph_trace_output(g, gr) : WEFT_VALUE_NONE;
+        gt->updated[i] = gr != NULL; // no gradient: no update, as the eager optimiser
+        if (gr && vg[i].id < 0) st = weft_last_status();
+    }
+    weft_status st_end = weft_graph_trace_end(g);
+    if (!st) st = st_end;
+    weft_tensor_free(logits);
+    weft_tensor_free(loss);
+    // The traced step only computed gradients: drop them so the first real step is not doubled.
+    weft_optim_zero_grad(r->optim);
+    if (st) goto done;
+    int n_traced = weft_graph_node_count(g);
+
+    // 2. host scalars
+    for (int k = 0; k < N_SC; k++) {
+        bool used = k == SC_LR ? sgd : k == SC_NSS || k == SC_BC2S ? !sgd : k == SC_DECAY ? o->kind == WEFT_OPTIM_ADAMW
+                                                                                         : mom;
+        s->sc[k] = used ? weft_graph_placeholder(g, sc_names[k], 0, NULL, dt) : WEFT_VALUE_NONE;
+        if (used && s->sc[k].id < 0) {
+            st = weft_last_status();
+            goto done;
+        }
+    }
+
+    // 3. clipping, then the update (the equations of src/optim/optim_kernels.h)
+    if (r->cfg->net.clip > 0) add_clip(g, np, vg, r->cfg->net.clip, dt);
+    s->targets = calloc((size_t)np * 3 + 1, sizeof *s->targets);
+    if (!s->targets) {
+        st = GERR(WEFT_ERR_OOM, "out of memory");
+        goto done;
+    }
+    // Every assign waits for this barrier, which waits for every traced op:
+    // variable reads alias the variable's tensor, so no parameter may be
+    // overwritten while a forward/backward op that reads it is still to run.
+    weft_value bar = op1(g, "neg", s->sc[sgd ? SC_LR : SC_NSS]);
+    weft_node_id barn = weft_graph_value_node(g, bar);
+    for (int id = 0; !st && bar.id >= 0 && id < n_traced; id++)
+        if (weft_graph_node_kind(g, (weft_node_id){id}) == WEFT_NODE_OP)
+            st = weft_graph_add_control_dep(g, barn, (weft_node_id){id});
+    if (!st && bar.id < 0) st = weft_last_status();
+    for (int i = 0; !st && i < np; i++) {
+        if (vg[i].id < 0) continue;
+        weft_value p = vp[i], gr = vg[i], pn, mn = WEFT_VALUE_NONE, vn = WEFT_VALUE_NONE;
+        const char *pname = r->names[i];
+        if (sgd) {
+            // d = g + wd*p; buf = first ? d : mom*buf + (1-damp)*d (fed coefficients); d = nesterov ? d + mom*buf : buf
+            weft_value d = o->weight_decay != 0 ? op2(g, "add", gr, opf(g, "mul_scalar", p, o->weight_decay)) : gr;
+            if (mom) {
+                mn = op2(g, "add", op2(g, "mul", vm[i], s->sc[SC_CMOM]), op2(g, "mul", d, s->sc[SC_CD]));
+                d = o->nesterov ? op2(g, "add", d, opf(g, "mul_scalar", mn, o->momentum)) : mn;
+            }
+            pn = op2(g, "sub", p, op2(g, "mul", s->sc[SC_LR], d)); // p - lr*d
+        } else {
+            // adamw: p *= 1 - lr*wd; adam: d = g + wd*p
+            // m = b1*m + (1-b1)*d; v = b2*v + (1-b2)*d*d; p += -(lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps)
+            weft_value pi = o->kind == WEFT_OPTIM_ADAMW ? op2(g, "mul", p, s->sc[SC_DECAY]) : p;
+            weft_value d = o->kind == WEFT_OPTIM_ADAM && o->weight_decay != 0
+                               ? op2(g, "add", gr, opf(g, "mul_scalar", pi, o->weight_decay))
+                               : gr;
+            mn = op2(g, "add", opf(g, "mul_scalar", vm[i], o->beta1), opf(g, "mul_scalar", d, 1 - o->beta1));
+            vn = op2(g, "add", opf(g, "mul_scalar", vv[i], o->beta2),
+                     opf(g, "mul_scalar", op2(g, "mul", d, d), 1 - o->beta2));
+            weft_value den = opf(g, "add_scalar", op2(g, "div", op1(g, "sqrt", vn), s->sc[SC_BC2S]), o->eps);
+            pn = op2(g, "add", pi, op2(g, "mul", s->sc[SC_NSS], op2(g, "div", mn, den)));
+        }
+        weft_value src[3] = {pn, mn, vn}, var[3] = {p, vm[i], vv[i]};
+        for (int k = 0; k < 3 && !st; k++) {
+            if (var[k].id < 0) continue; // sgd: no exp_avg_sq; no momentum: no buffer
+            char nm[560];
+            snprintf(nm, sizeof nm, "update.%s%s", pname, k == 0 ? "" : k == 1 ? (sgd ? ".momentum_buffer" : ".exp_avg") : ".exp_avg_sq");
+            weft_value a = src[k].id < 0 ? WEFT_VALUE_NONE : weft_graph_assign(g, nm, var[k], src[k]);
+            if (a.id < 0) {
+                st = weft_error(weft_last_status(), "train --graph: update of '%s': %s", pname, weft_last_error());
+                break;
+            }
+            weft_node_id an = weft_graph_value_node(g, a);
+            st = weft_graph_add_control_dep(g, an, barn);
+            s->targets[s->n_targets++] = an;
+        }
+    }
+    if (st) goto done;
+
+    // 4. optimisation passes (WEFT_GRAPH_PASSES=0 turns them off)
+    const char *env = getenv("WEFT_GRAPH_PASSES");
+    if (!env || strcmp(env, "0")) {
+        weft_value keep[1] = {s->loss};
+        weft_graph *opt = weft_graph_optimize_nodes(g, 1, keep, keep, s->n_targets, s->targets, s->targets, NULL,
+                                                    &gt->pass_stats);
+        if (!opt) {
+            st = weft_last_status();
+            goto done;
+        }
+        s->loss = keep[0];
+        s->x = weft_graph_find_value(opt, "x");
+        s->y = weft_graph_find_value(opt, "y");
+        for (int k = 0; k < N_SC; k++)
+            if (s->sc[k].id >= 0) s->sc[k] = weft_graph_find_value(opt, sc_names[k]);
+        weft_graph_free(g);
+        s->g = opt;
+    }
+    s->xnd = weft_tensor_ndim(x), s->ynd = weft_tensor_ndim(y);
+    memcpy(s->xs, weft_tensor_sizes(x), sizeof(int64_t) * (size_t)s->xnd);
+    memcpy(s->ys, weft_tensor_sizes(y), sizeof(int64_t) * (size_t)s->ynd);
+    s->xdt = weft_tensor_dtype(x), s->ydt = weft_tensor_dtype(y);
+done:
+    free(vp);
+    if (st) gstep_free(s);
+    return st;
+}
+
+static bool same_shape(int nd, const int64_t *s, const weft_tensor *t) {
+    return weft_tensor_ndim(t) == nd && !memcmp(weft_tensor_sizes(t), s, sizeof(int64_t) * (size_t)nd);
+}
+
+void weft_graph_train_free(weft_run *r) {
+    struct weft_graph_train *gt = r->graph;
+    if (!gt) return;
+    for (int i = 0; i < gt->n; i++) gstep_free(&gt->s[i]);
+    free(gt->updated);
+    free(gt);
+    r->graph = NULL;
+}
+
+weft_status weft_graph_train_step(weft_run *r, weft_tensor *x, weft_tensor *y, double *loss_out) {
+    weft_status st;
+    struct weft_graph_train *gt = r->graph;
+    if (!gt) {
+        if ((st = weft_graph_train_check(r))) return st;
+        gt = r->graph = calloc(1, sizeof *gt);
+        if (gt) gt->updated = calloc((size_t)r->n_params + 1, sizeof(bool));
+        if (!gt || !gt->updated) {
+            weft_graph_train_free(r);
+            return GERR(WEFT_ERR_OOM, "out of memory");
+        }
+        gt->dt = weft_tensor_dtype(r->params[0]);
+    }
+    gstep *s = NULL;
+    for (int i = 0; i < gt->n && !s; i++)
+        if (same_shape(gt->s[i].xnd, gt->s[i].xs, x) && same_shape(gt->s[i].ynd, gt->s[i].ys, y) &&
+            gt->s[i].xdt == weft_tensor_dtype(x) && gt->s[i].ydt == weft_tensor_dtype(y))
+            s = &gt->s[i];
+    if (!s) {
+        if (gt->n == MAX_SHAPES) return GERR(WEFT_ERR_SHAPE, "more than %d batch shapes", MAX_SHAPES);
+        if ((st = build_step(r, gt, x, y, &gt->s[gt->n]))) return st;
+        s = &gt->s[gt->n++];
+    }
+
+    // Host scalars of this step, computed as weft_optim_step does (double, rounded to the dtype by the cast).
+    const weft_optim_opts *o = weft_optim_get_opts(r->optim);
+    double lr = weft_lr_at(&r->sched, r->step + 1); // step k uses lr(k), k from 1
+    weft_optim_set_lr(r->optim, lr);
+    int64_t pstep = 1; // the parameters' update count after this step (all updated parameters step together)
+    for (int i = 0; i < r->n_params; i++)
+        if (gt->updated[i]) {
+            weft_tensor *t = state_of(r, i, "step");
+            pstep = t ? (int64_t)weft_tensor_item(t) + 1 : 1;
+            break;
+        }
+    double v[N_SC] = {0};
+    v[SC_LR] = lr;
+    double bc1 = 1 - pow(o->beta1, (double)pstep), bc2 = 1 - pow(o->beta2, (double)pstep);
+    v[SC_NSS] = -(lr / bc1);
+    v[SC_BC2S] = sqrt(bc2);
+    v[SC_DECAY] = 1 - lr * o->weight_decay;
+    v[SC_CMOM] = pstep == 1 ? 0 : o->momentum; // first step: buf = d
+    v[SC_CD] = pstep == 1 ? 1 : 1 - o->dampening;
+    weft_value fv[2 + N_SC];
+    weft_tensor *ft[2 + N_SC];
+    int nf = 0;
+    fv[nf] = s->x, ft[nf++] = x;
+    fv[nf] = s->y, ft[nf++] = y;
+    st = WEFT_OK;
+    for (int k = 0; k < N_SC; k++) {
+        if (s->sc[k].id < 0) continue;
+        fv[nf] = s->sc[k];
+        ft[nf] = weft_tensor_scalar(v[k], gt->dt);
+        if (!ft[nf++]) st = weft_last_status();
+    }
+    weft_tensor *loss = NULL;
+    if (!st) st = weft_graph_run(s->g, nf, fv, ft, 1, &s->loss, &loss, s->n_targets, s->targets);
+    for (int k = 2; k < nf; k++) weft_tensor_free(ft[k]);
+    if (st) return st;
+    double l = weft_tensor_item(loss);
+    weft_tensor_free(loss);
+    // The host's share of the optimiser's state: its step count and each parameter's.
+    weft_optim_set_step_count(r->optim, weft_optim_step_count(r->optim) + 1);
+    for (int i = 0; i < r->n_params; i++) {
+        weft_tensor *t = gt->updated[i] ? state_of(r, i, "step") : NULL;
+        if (t && (st = weft_tensor_fill_(t, (double)pstep))) return st;
+    }
+    if (!isfinite(l)) // the update ran in the same graph run; the last good checkpoint is kept
+        return weft_error(WEFT_ERR_STATE, "step %lld: the loss is %s; stopping (the last good checkpoint is kept)",
+                          (long long)(r->step + 1), isnan(l) ? "NaN" : "infinite");
+    r->step++;
+    *loss_out = l;
+    return WEFT_OK;
+}
+
+weft_graph *weft_graph_train_graph(const weft_run *r, int i) {
+    return r->graph && i >= 0 && i < r->graph->n ? r->graph->s[i].g : NULL;
+}

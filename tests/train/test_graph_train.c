@@ -1,0 +1,308 @@
+// `weft train --graph` against eager training: the same per-step losses (from
+// metrics.csv with log_every = 1), test/val loss, and final checkpoint
+// (parameters and optimiser state) to fp tolerance, for the shipped model
+// files fmnist-mlp (Adam), fmnist-cnn (Adam), kjv-gpt (AdamW), kjv-lstm
+// (AdamW) and logreg (SGD, here with momentum), all shrunk by overrides and
+// run on small synthetic data (no installed data set needed). Also: clipping,
+// a second batch shape (the short last batch of an epoch), resume, and the
+// errors for what graph mode does not support.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "weft_test.h"
+
+static char g_dir[256], g_models[512], g_text[300];
+
+static void put_be32(FILE *f, uint32_t v) {
+    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
+    fwrite(b, 1, 4, f);
+}
+
+// n images whose label k shows as a bright band at rows 2k+4..2k+6 (plus noise).
+static void write_split(const char *pre, int n, uint32_t seed) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s-images-idx3-ubyte", g_dir, pre);
+    FILE *fi = fopen(p, "wb");
+    snprintf(p, sizeof p, "%s/%s-labels-idx1-ubyte", g_dir, pre);
+    FILE *fl = fopen(p, "wb");
+    put_be32(fi, 0x803), put_be32(fi, (uint32_t)n), put_be32(fi, 28), put_be32(fi, 28);
+    put_be32(fl, 0x801), put_be32(fl, (uint32_t)n);
+    uint32_t s = seed;
+    for (int i = 0; i < n; i++) {
+        int k = i % 10;
+        for (int r = 0; r < 28 * 28; r++) {
+            s = s * 1664525u + 1013904223u;
+            int v = (int)(s >> 26);
+            if (r / 28 >= 2 * k + 4 && r / 28 < 2 * k + 7) v += 150;
+            fputc(v, fi);
+        }
+        fputc(k, fl);
+    }
+    fclose(fi);
+    fclose(fl);
+}
+
+static weft_model_cfg *load_model(const char *file) {
+    char path[700];
+    snprintf(path, sizeof path, "%s%s", g_models, file);
+    weft_model_cfg *c = weft_model_cfg_load(path);
+    if (!c) fprintf(stderr, "loading %s: %s\n", path, weft_last_error());
+    return c;
+}
+
+// A shipped model file with the text `from` replaced by `to` (for keys that
+// are not overrides, e.g. context, momentum, weight_decay).
+static weft_model_cfg *load_model_edit(const char *file, const char *from, const char *to) {
+    char path[700], *buf = malloc(1 << 16);
+    snprintf(path, sizeof path, "%s%s", g_models, file);
+    FILE *f = fopen(path, "r");
+    size_t n = f && buf ? fread(buf, 1, (1 << 16) - 64, f) : 0;
+    if (f) fclose(f);
+    weft_model_cfg *c = NULL;
+    char *at = n ? (buf[n] = 0, strstr(buf, from)) : NULL;
+    if (at) {
+        char tail[1 << 16];
+        snprintf(tail, sizeof tail, "%s", at + strlen(from));
+        snprintf(at, (size_t)((1 << 16) - (at - buf)), "%s%s", to, tail);
+        c = weft_model_cfg_parse(buf, strlen(buf), file);
+    }
+    if (!c) fprintf(stderr, "loading %s with '%s' -> '%s': %s\n", path, from, to, weft_last_error());
+    free(buf);
+    return c;
+}
+
+// Overrides "key=value;key=value".
+static bool set_all(weft_model_cfg *c, const char *kv) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", kv);
+    for (char *save = NULL, *t = strtok_r(buf, ";", &save); t; t = strtok_r(NULL, ";", &save)) {
+        char *eq = strchr(t, '=');
+        *eq = 0;
+        if (weft_model_cfg_set(c, t, eq + 1) != WEFT_OK) {
+            fprintf(stderr, "set %s: %s\n", t, weft_last_error());
+            return false;
+        }
+    }
+    return true;
+}
+
+// The train_loss column of metrics.csv (one row per step with log_every = 1).
+static int read_losses(const char *logdir, double *loss, int max) {
+    char p[1100], line[512];
+    snprintf(p, sizeof p, "%.1000s/metrics.csv", logdir);
+    FILE *f = fopen(p, "r");
+    if (!f) return -1;
+    int n = 0;
+    if (!fgets(line, sizeof line, f)) n = -1; // header
+    while (n >= 0 && n < max && fgets(line, sizeof line, f)) {
+        double step, epoch, l;
+        if (sscanf(line, "%lf,%lf,%lf", &step, &epoch, &l) == 3 && !isnan(l)) loss[n++] = l;
+    }
+    fclose(f);
+    return n;
+}
+
+static bool close_to(double a, double b, double rtol, double atol) { return fabs(a - b) <= atol + rtol * fmax(fabs(a), fabs(b)); }
+
+// Every tensor of two checkpoints agrees to tolerance; returns the largest difference seen.
+// Elements beyond (rtol, atol) are counted in *n_bad (of *n_all); every element must be within `bound`.
+static bool ckpt_close(const char *a, const char *b, double rtol, double atol, double bound, double *maxdiff,
+                       int *count, int64_t *n_bad, int64_t *n_all) {
+    *n_bad = *n_all = 0;
+    weft_safetensors *x = weft_safetensors_load(a), *y = weft_safetensors_load(b);
+    bool ok = x && y && weft_safetensors_count(x) == weft_safetensors_count(y);
+    *maxdiff = 0;
+    *count = ok ? weft_safetensors_count(x) : 0;
+    for (int i = 0; ok && i < weft_safetensors_count(x); i++) {
+        const char *nm = weft_safetensors_name_at(x, i);
+        weft_tensor *t = weft_safetensors_tensor_at(x, i), *u = weft_safetensors_find(y, nm);
+        ok = u && weft_tensor_numel(t) == weft_tensor_numel(u) && weft_tensor_dtype(t) == weft_tensor_dtype(u);
+        if (!ok) break;
+        weft_tensor *t64 = weft_cast(t, WEFT_F64), *u64 = weft_cast(u, WEFT_F64);
+        const double *p = weft_tensor_data(t64), *q = weft_tensor_data(u64);
+        int64_t bad = 0;
+        for (int64_t k = 0; k < weft_tensor_numel(t); k++) {
+            *maxdiff = fmax(*maxdiff, fabs(p[k] - q[k]));
+            if (!close_to(p[k], q[k], rtol, atol) && bad++ < 3)
+                fprintf(stderr, "checkpoints differ at %s[%lld]: %.9g vs %.9g\n", nm, (long long)k, p[k], q[k]);
+        }
+        if (bad) fprintf(stderr, "  %s: %lld of %lld elements differ\n", nm, (long long)bad, (long long)weft_tensor_numel(t));
+        *n_bad += bad;
+        *n_all += weft_tensor_numel(t);
+        weft_tensor_free(t64);
+        weft_tensor_free(u64);
+    }
+    weft_safetensors_free(x);
+    weft_safetensors_free(y);
+    return ok && *maxdiff <= bound;
+}
+
+// Adam divides by sqrt(v) + eps: where a gradient is zero in exact arithmetic
+// (the key bias of attention: softmax ignores a constant added to all
+// scores; dead units) both modes compute rounding noise, whose Adam step is
+// +-lr whatever its size, and the noise differs when BLAS sums in another
+// order (another buffer alignment in the planned arena). So: every element
+// within 2*lr*steps (a sign flip every step), and at most 1e-3 of all
+// elements beyond 1e-4 relative / 1e-6 absolute. The per-step losses are the
+// tight check.
+static bool ckpts_agree(const char *a, const char *b, double lr, int steps, const char *tag) {
+    double md;
+    int nt;
+    int64_t bad, all;
+    bool ok = ckpt_close(a, b, 1e-4, 1e-6, 2 * lr * steps + 1e-6, &md, &nt, &bad, &all);
+    fprintf(stderr, "  %s: %d checkpoint tensors, max abs diff %.2e, %lld of %lld elements beyond 1e-4 rel\n", tag, nt,
+            md, (long long)bad, (long long)all);
+    return ok && all > 0 && (double)bad <= 1e-3 * (double)all;
+}
+
+typedef struct run_out {
+    weft_status st;
+    weft_train_result r;
+    double loss[64];
+    int n_loss;
+    char ckpt[512];
+} run_out;
+
+static run_out train_one(const weft_model_cfg *cfg, bool graph, const char *tag, bool resume) {
+    run_out o = {0};
+    char ck[400], logd[400];
+    snprintf(ck, sizeof ck, "%s/ck_%s_%s", g_dir, tag, graph ? "graph" : "eager");
+    snprintf(logd, sizeof logd, "%s/log_%s_%s", g_dir, tag, graph ? "graph" : "eager");
+    weft_train_opts t = {.ckpt_dir = ck, .quiet = true, .data_dir = g_dir, .text_path = g_text, .eval_batches = 2,
+                         .log_dir = logd, .graph = graph, .resume = resume};
+    o.st = weft_train(cfg, &t, &o.r);
+    if (o.st) fprintf(stderr, "%s (%s): %s\n", tag, graph ? "graph" : "eager", weft_last_error());
+    o.n_loss = read_losses(logd, o.loss, 64);
+    int64_t step;
+    if (weft_ckpt_latest(ck, &step, o.ckpt, sizeof o.ckpt) != WEFT_OK) o.ckpt[0] = 0;
+    return o;
+}
+
+// Eager and graph training of model file `file` with overrides agree step by step.
+static void compare_cfg(weft_model_cfg *cfg, const char *overrides, const char *tag, int steps, double rtol) {
+    CHECK(cfg != NULL);
+    if (!cfg) return;
+    char kv[512];
+    snprintf(kv, sizeof kv, "%s;steps=%d;log_every=1;ckpt_every=%d", overrides, steps, steps);
+    CHECK(set_all(cfg, kv));
+    run_out e = train_one(cfg, false, tag, false), g = train_one(cfg, true, tag, false);
+    CHECK(e.st == WEFT_OK && g.st == WEFT_OK);
+    CHECK(e.r.steps == steps && g.r.steps == steps);
+    CHECK(e.n_loss >= steps && g.n_loss == e.n_loss); // a row per step, and one per evaluation
+    double worst = 0;
+    for (int i = 0; i < e.n_loss && i < g.n_loss; i++) {
+        worst = fmax(worst, fabs(e.loss[i] - g.loss[i]) / fabs(e.loss[i]));
+        CHECK(close_to(e.loss[i], g.loss[i], rtol, 0));
+    }
+    if (e.r.language_model) CHECK(close_to(e.r.val_loss, g.r.val_loss, rtol, 0));
+    else {
+        CHECK(close_to(e.r.test_loss, g.r.test_loss, rtol, 0));
+        CHECK(fabs(e.r.test_acc - g.r.test_acc) <= 0.01);
+    }
+    CHECK(e.ckpt[0] && g.ckpt[0] && ckpts_agree(e.ckpt, g.ckpt, cfg->net.lr, steps, tag));
+    fprintf(stderr, "  %s: %d steps, losses %.6f..%.6f, worst rel loss diff %.2e\n", tag, steps, e.loss[0],
+            e.loss[steps > 0 ? steps - 1 : 0], worst);
+    weft_model_cfg_free(cfg);
+}
+
+static void compare(const char *file, const char *overrides, const char *tag, int steps, double rtol) {
+    compare_cfg(strncmp(file, "kjv", 3) ? load_model(file) : load_model_edit(file, "context = 128", "context = 16"),
+                overrides, tag, steps, rtol);
+}
+
+static void test_fmnist_mlp(void) { compare("fmnist-mlp.cfg", "batch=32", "mlp", 5, 1e-5); }
+static void test_fmnist_cnn(void) { compare("fmnist-cnn.cfg", "batch=8", "cnn", 4, 1e-5); }
+static void test_kjv_gpt(void) { compare("kjv-gpt.cfg", "batch=4", "gpt", 4, 1e-5); }
+static void test_kjv_lstm(void) { compare("kjv-lstm.cfg", "batch=4", "lstm", 4, 1e-5); }
+// SGD with momentum, Nesterov and weight decay; the momentum buffer starts as the first gradient.
+static void test_logreg_sgd_momentum(void) {
+    compare_cfg(load_model_edit("logreg.cfg", "weight_decay = 1e-4", "weight_decay = 1e-4\nmomentum = 0.9\nnesterov = true"),
+                "batch=32", "logreg", 6, 1e-5);
+}
+static void test_sgd_plain(void) { compare("logreg.cfg", "batch=32", "sgd", 4, 1e-5); }
+// Clipping by global norm (a small max norm, so it scales every step), and
+// a batch that does not divide the 500 training images: the short last batch
+// of the epoch (500 - 5*96 = 20) runs in a second graph.
+static void test_clip_and_short_batch(void) { compare("fmnist-mlp.cfg", "batch=96;clip=0.05", "clip", 7, 1e-5); }
+
+// Plain Adam with L2 weight decay (coupled), an lr schedule on the host.
+static void test_adam_wd_schedule(void) {
+    compare_cfg(load_model_edit("fmnist-cnn.cfg", "lr = 1e-3", "lr = 1e-3\nweight_decay = 0.01\nschedule = step\nstep_size = 2\ngamma = 0.5"),
+                "batch=8", "adamwd", 4, 1e-5);
+}
+
+// Resume: 3 graph steps, then 3 more from the graph checkpoint (parameters
+// and the optimiser state the graph wrote), against the same in eager mode
+// (3 + 3, since the cosine schedule's length is the run's step count).
+static void test_resume(void) {
+    weft_model_cfg *cfg = load_model("fmnist-mlp.cfg");
+    CHECK(cfg && set_all(cfg, "batch=32;steps=3;log_every=1;ckpt_every=3"));
+    if (!cfg) return;
+    run_out a = train_one(cfg, true, "resume", false);
+    CHECK(a.st == WEFT_OK && a.r.steps == 3);
+    CHECK(set_all(cfg, "steps=6"));
+    run_out b = train_one(cfg, true, "resume", true);
+    CHECK(set_all(cfg, "steps=3"));
+    run_out e = train_one(cfg, false, "resume", false);
+    CHECK(set_all(cfg, "steps=6"));
+    e = train_one(cfg, false, "resume", true);
+    CHECK(b.st == WEFT_OK && b.r.steps == 6 && e.st == WEFT_OK && e.r.steps == 6);
+    CHECK(b.ckpt[0] && e.ckpt[0] && ckpts_agree(e.ckpt, b.ckpt, cfg->net.lr, 6, "resume"));
+    weft_model_cfg_free(cfg);
+}
+
+static void expect_error(const char *text, const char *needle) {
+    weft_model_cfg *cfg = weft_model_cfg_parse(text, strlen(text), "g.cfg");
+    CHECK(cfg != NULL);
+    if (!cfg) return;
+    weft_train_opts t = {.quiet = true, .data_dir = g_dir, .graph = true};
+    weft_train_result r;
+    CHECK(weft_train(cfg, &t, &r) != WEFT_OK);
+    const char *msg = weft_last_error();
+    CHECK(strstr(msg, "--graph") && strstr(msg, needle));
+    if (!strstr(msg, needle)) fprintf(stderr, "message: %s\n", msg);
+    weft_model_cfg_free(cfg);
+}
+
+static void test_unsupported(void) {
+    expect_error("[net]\ndataset = fmnist\nsteps = 2\noptimizer = adam\n[flatten]\n[linear]\nout = 16\n[dropout]\n"
+                 "p = 0.5\n[linear]\nout = 10\n",
+                 "dropout");
+    expect_error("[net]\ndataset = fmnist\nsteps = 2\noptimizer = rmsprop\n[flatten]\n[linear]\nout = 10\n", "rmsprop");
+    expect_error("[net]\ndataset = fmnist\nsteps = 2\noptimizer = adagrad\n[flatten]\n[linear]\nout = 10\n", "adagrad");
+}
+
+int main(void) {
+    const char *env = getenv("WEFT_MODELS_DIR");
+    if (env) snprintf(g_models, sizeof g_models, "%s/", env);
+    else {
+        snprintf(g_models, sizeof g_models, "%s", __FILE__); // .../tests/train/test_graph_train.c under CMake
+        char *t = strstr(g_models, "tests/train/test_graph_train.c");
+        if (t) strcpy(t, "models/");
+        else strcpy(g_models, "../models/");
+    }
+    snprintf(g_dir, sizeof g_dir, "/tmp/weft_test_gtrain_XXXXXX");
+    if (!mkdtemp(g_dir)) return 1;
+    write_split("train", 500, 1);
+    write_split("t10k", 200, 2);
+    snprintf(g_text, sizeof g_text, "%s/text.txt", g_dir);
+    FILE *f = fopen(g_text, "w");
+    for (int i = 0; i < 60; i++) fputs("In the beginning God created the heaven and the earth. And the earth was. ", f);
+    fclose(f);
+    RUN(test_fmnist_mlp);
+    RUN(test_fmnist_cnn);
+    RUN(test_kjv_gpt);
+    RUN(test_kjv_lstm);
+    RUN(test_logreg_sgd_momentum);
+    RUN(test_sgd_plain);
+    RUN(test_clip_and_short_batch);
+    RUN(test_adam_wd_schedule);
+    RUN(test_resume);
+    RUN(test_unsupported);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);
+    return wt_summary();
+}
