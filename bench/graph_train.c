@@ -11,6 +11,7 @@
 #include <weft/graph.h>
 
 #include "../src/train/train_impl.h"
+#include "bench_model.h"
 #include "bench_util.h"
 
 static void eager_step(weft_run *r, weft_tensor *x, weft_tensor *y, int *fail) {
@@ -37,16 +38,9 @@ static int run(int argc, char **argv, const char *name, const char *path, int mi
     r->total_steps = 100000;
     int fail = weft_run_build(r, true) != WEFT_OK;
     const weft_net_cfg *n = &cfg->net;
-    bool lm = n->dataset == WEFT_CFG_KJV;
     weft_generator *g = weft_generator_create(7);
     weft_tensor *x, *y;
-    if (lm) {
-        x = weft_tensor_randint(WEFT_DIMS(n->batch, n->context), 0, 256, WEFT_I64, g);
-        y = weft_tensor_randint(WEFT_DIMS(n->batch, n->context), 0, 256, WEFT_I64, g);
-    } else {
-        x = weft_tensor_randn(WEFT_DIMS(n->batch, 1, 28, 28), WEFT_F32, g);
-        y = weft_tensor_randint(WEFT_DIMS(n->batch), 0, 10, WEFT_I64, g);
-    }
+    bench_model_batch(n, g, &x, &y);
     weft_module_set_training(r->net, true);
     weft_device cpu = {.type = WEFT_CPU};
     double l, te = 0, tg = 0;

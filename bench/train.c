@@ -6,6 +6,7 @@
 // Twin: bench/peers/train.py (the same networks in PyTorch).
 #include <weft.h>
 
+#include "bench_model.h"
 #include "bench_util.h"
 
 static int run(int argc, char **argv, const char *name, const char *path, int warmup, int min_steps, double min_s) {
@@ -18,22 +19,10 @@ static int run(int argc, char **argv, const char *name, const char *path, int wa
     const weft_net_cfg *n = &cfg->net;
     weft_generator *g = weft_generator_create(1);
     weft_module *net = weft_model_build(cfg, g, g);
-    int np = weft_module_param_count(net);
-    weft_tensor *params[256];
-    for (int i = 0; i < np && i < 256; i++) params[i] = weft_module_param_at(net, i, NULL, 0);
-    weft_optim_opts o = weft_optim_defaults(n->optimizer == WEFT_CFG_ADAMW ? WEFT_OPTIM_ADAMW : WEFT_OPTIM_ADAM);
-    o.lr = n->lr;
-    o.weight_decay = n->weight_decay;
-    weft_optim *opt = weft_optim_create(&o, np, params, NULL);
+    weft_optim *opt = bench_model_optim(n, net);
     bool lm = n->dataset == WEFT_CFG_KJV;
     weft_tensor *x, *y;
-    if (lm) {
-        x = weft_tensor_randint(WEFT_DIMS(n->batch, n->context), 0, 256, WEFT_I64, g);
-        y = weft_tensor_randint(WEFT_DIMS(n->batch, n->context), 0, 256, WEFT_I64, g);
-    } else {
-        x = weft_tensor_randn(WEFT_DIMS(n->batch, 1, 28, 28), WEFT_F32, g);
-        y = weft_tensor_randint(WEFT_DIMS(n->batch), 0, 10, WEFT_I64, g);
-    }
+    bench_model_batch(n, g, &x, &y);
     int fail = 0;
 #define STEP()                                                                  \
     do {                                                                        \
