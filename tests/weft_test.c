@@ -113,3 +113,37 @@ void wt_check_same(const char *what, const weft_tensor *a, const weft_tensor *b,
 }
 
 bool wt_error_has(const char *s) { return strstr(weft_last_error(), s) != NULL; }
+
+static void put_be32(FILE *f, uint32_t v) {
+    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
+    fwrite(b, 1, 4, f);
+}
+
+void wt_write_fmnist_split(const char *dir, const char *prefix, int n, uint32_t seed) {
+    char p[1100];
+    snprintf(p, sizeof p, "%.1000s/%s-images-idx3-ubyte", dir, prefix);
+    FILE *fi = fopen(p, "wb");
+    snprintf(p, sizeof p, "%.1000s/%s-labels-idx1-ubyte", dir, prefix);
+    FILE *fl = fopen(p, "wb");
+    if (!fi || !fl) {
+        fprintf(stderr, "wt_write_fmnist_split: cannot write %s\n", p);
+        if (fi) fclose(fi);
+        if (fl) fclose(fl);
+        return;
+    }
+    put_be32(fi, 0x803), put_be32(fi, (uint32_t)n), put_be32(fi, 28), put_be32(fi, 28);
+    put_be32(fl, 0x801), put_be32(fl, (uint32_t)n);
+    uint32_t s = seed;
+    for (int i = 0; i < n; i++) {
+        int k = i % 10;
+        for (int r = 0; r < 28 * 28; r++) {
+            s = s * 1664525u + 1013904223u;
+            int v = (int)(s >> 26); // noise 0..63
+            if (r / 28 >= 2 * k + 4 && r / 28 < 2 * k + 7) v += 150;
+            fputc(v, fi);
+        }
+        fputc(k, fl);
+    }
+    fclose(fi);
+    fclose(fl);
+}

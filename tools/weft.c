@@ -329,6 +329,7 @@ static int cmd_train(const weft_model_cfg *cfg, const weft_train_opts *t) {
                     weft_last_error()[0] ? weft_last_error() : "failed");
             fflush(stderr);
             weft_dist_abort(1);
+            return 1; // MPI was not running after all
         }
         int rc = r.printer || ranks == 1 ? fail("train") : 1;
         if (weft_dist_is_initialized()) weft_dist_finalize();

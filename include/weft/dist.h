@@ -28,7 +28,8 @@ weft_status weft_dist_init(int *argc, char ***argv);
 bool weft_dist_is_initialized(void);
 // Waits for pending work, frees the world communicator, finalises MPI.
 weft_status weft_dist_finalize(void);
-// Ends every rank of the job now (MPI_Abort) with this exit code.
+// Asks MPI to end every rank of the job now (MPI_Abort) with this exit code.
+// Returns only when MPI is not running; the caller then ends its own process.
 void weft_dist_abort(int code);
 
 // ---- communicators ----

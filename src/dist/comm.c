@@ -166,6 +166,16 @@ weft_work *weft_dist_submit(weft_work *w) {
 static bool step(weft_work *w, bool *progressed);
 static void complete(weft_work *w);
 
+// Under g.mu: takes the head of c's queue to run it now; c is busy until it ends.
+static weft_work *take_head(weft_comm *c) {
+    weft_work *w = c->qhead;
+    c->qhead = w->next;
+    if (!c->qhead) c->qtail = NULL;
+    w->next = NULL;
+    c->busy = true;
+    return w;
+}
+
 // Runs w to its end on the calling thread; the caller has marked its
 // communicator busy (so nothing else on it starts meanwhile).
 static void drive(weft_work *w, bool on_thread) {
@@ -227,12 +237,7 @@ weft_status weft_work_wait(weft_work *w) {
     weft_comm *c = w->c;
     pthread_mutex_lock(&g.mu);
     bool mine = w->kind != WK_FREE && !atomic_load(&w->done) && c->qhead == w && !c->busy;
-    if (mine) {
-        c->qhead = w->next;
-        if (!c->qhead) c->qtail = NULL;
-        w->next = NULL;
-        c->busy = true;
-    }
+    if (mine) take_head(c);
     pthread_mutex_unlock(&g.mu);
     if (mine) {
         drive(w, false);
@@ -387,7 +392,6 @@ void weft_dist_abort(int code) {
     fflush(stdout);
     fflush(stderr);
     if (inited && !fin) MPI_Abort(MPI_COMM_WORLD, code);
-    exit(code);
 }
 
 weft_comm *weft_comm_world(void) {
@@ -559,9 +563,6 @@ static void debug_report(weft_work *w) {
     fail(w, WEFT_ERR_STATE, "%s", msg);
     mark_broken(w->c, msg);
 }
-
-// Collectives that stay non-blocking: the ring all-reduce (ring.c).
-static int start_op(weft_work *w) { return weft_ring_start(w); }
 
 // Once every rank has announced the collective (the gate), the blocking MPI
 // call cannot wait on a rank that is not coming, and it is much faster than
@@ -742,7 +743,7 @@ static bool step(weft_work *w, bool *progressed) {
             }
             w->state = S_DEBUG;
         } else if (weft_ring_wanted(w)) {
-            rc = start_op(w);
+            rc = weft_ring_start(w); // the only collective that stays non-blocking
             if (rc != MPI_SUCCESS) {
                 fail(w, WEFT_ERR_STATE, "%s", mpi_err(rc, eb));
                 return true;
@@ -780,7 +781,7 @@ static bool step(weft_work *w, bool *progressed) {
             }
             // The exchange finished, so every rank is in this collective.
             if (!weft_ring_wanted(w)) return finish_blocking(w);
-            rc = start_op(w);
+            rc = weft_ring_start(w); // the only collective that stays non-blocking
             if (rc != MPI_SUCCESS) {
                 fail(w, WEFT_ERR_STATE, "%s", mpi_err(rc, eb));
                 return true;
@@ -856,11 +857,7 @@ static void *comm_thread(void *arg) {
             pthread_mutex_unlock(&g.mu);
             break;
         }
-        weft_work *w = c->qhead;
-        c->qhead = w->next;
-        if (!c->qhead) c->qtail = NULL;
-        w->next = NULL;
-        c->busy = true;
+        weft_work *w = take_head(c);
         pthread_mutex_unlock(&g.mu);
         drive(w, true);
         complete(w);
@@ -875,7 +872,7 @@ bool weft_dist_available(void) { return false; }
 weft_status weft_dist_init(int *argc, char ***argv) { return NOMPI("dist_init"); }
 bool weft_dist_is_initialized(void) { return false; }
 weft_status weft_dist_finalize(void) { return WEFT_OK; }
-void weft_dist_abort(int code) { exit(code); }
+void weft_dist_abort(int code) {}
 weft_comm *weft_comm_world(void) { return weft_error_null(WEFT_ERR_UNSUPPORTED, "comm_world: weft built without MPI"); }
 weft_comm *weft_comm_split(weft_comm *c, int color, int key) {
     return weft_error_null(WEFT_ERR_UNSUPPORTED, "comm_split: weft built without MPI");

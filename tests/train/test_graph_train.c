@@ -15,35 +15,6 @@
 
 static char g_dir[256], g_models[512], g_text[300];
 
-static void put_be32(FILE *f, uint32_t v) {
-    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
-    fwrite(b, 1, 4, f);
-}
-
-// n images whose label k shows as a bright band at rows 2k+4..2k+6 (plus noise).
-static void write_split(const char *pre, int n, uint32_t seed) {
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s-images-idx3-ubyte", g_dir, pre);
-    FILE *fi = fopen(p, "wb");
-    snprintf(p, sizeof p, "%s/%s-labels-idx1-ubyte", g_dir, pre);
-    FILE *fl = fopen(p, "wb");
-    put_be32(fi, 0x803), put_be32(fi, (uint32_t)n), put_be32(fi, 28), put_be32(fi, 28);
-    put_be32(fl, 0x801), put_be32(fl, (uint32_t)n);
-    uint32_t s = seed;
-    for (int i = 0; i < n; i++) {
-        int k = i % 10;
-        for (int r = 0; r < 28 * 28; r++) {
-            s = s * 1664525u + 1013904223u;
-            int v = (int)(s >> 26);
-            if (r / 28 >= 2 * k + 4 && r / 28 < 2 * k + 7) v += 150;
-            fputc(v, fi);
-        }
-        fputc(k, fl);
-    }
-    fclose(fi);
-    fclose(fl);
-}
-
 static weft_model_cfg *load_model(const char *file) {
     char path[700];
     snprintf(path, sizeof path, "%s%s", g_models, file);
@@ -285,8 +256,8 @@ int main(void) {
     }
     snprintf(g_dir, sizeof g_dir, "/tmp/weft_test_gtrain_XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
-    write_split("train", 500, 1);
-    write_split("t10k", 200, 2);
+    wt_write_fmnist_split(g_dir, "train", 500, 1);
+    wt_write_fmnist_split(g_dir, "t10k", 200, 2);
     snprintf(g_text, sizeof g_text, "%s/text.txt", g_dir);
     FILE *f = fopen(g_text, "w");
     for (int i = 0; i < 60; i++) fputs("In the beginning God created the heaven and the earth. And the earth was. ", f);

@@ -10,40 +10,6 @@
 
 static char g_dir[256];
 
-static void put_be32(FILE *f, uint32_t v) {
-    unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
-    fwrite(b, 1, 4, f);
-}
-
-// n images whose label k shows as a bright horizontal band at rows 2k..2k+2 (plus noise).
-static void write_split(const char *pre, int n, uint32_t seed) {
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s-images-idx3-ubyte", g_dir, pre);
-    FILE *fi = fopen(p, "wb");
-    snprintf(p, sizeof p, "%s/%s-labels-idx1-ubyte", g_dir, pre);
-    FILE *fl = fopen(p, "wb");
-    put_be32(fi, 0x803);
-    put_be32(fi, (uint32_t)n);
-    put_be32(fi, 28);
-    put_be32(fi, 28);
-    put_be32(fl, 0x801);
-    put_be32(fl, (uint32_t)n);
-    uint32_t s = seed;
-    for (int i = 0; i < n; i++) {
-        int k = (int)(i % 10);
-        for (int r = 0; r < 28; r++)
-            for (int c = 0; c < 28; c++) {
-                s = s * 1664525u + 1013904223u;
-                int v = (int)(s >> 26); // noise 0..63
-                if (r >= 2 * k + 4 && r < 2 * k + 7) v += 150;
-                fputc(v, fi);
-            }
-        fputc(k, fl);
-    }
-    fclose(fi);
-    fclose(fl);
-}
-
 static const char *k_mlp = "[net]\ndataset = fmnist\nbatch = 32\nepochs = 3\noptimizer = adam\nlr = 1e-3\nseed = 5\n"
                            "[flatten]\n[linear]\nout = 32\n[relu]\n[dropout]\np = 0.2\n[linear]\nout = 10\n";
 
@@ -236,8 +202,8 @@ static void test_hinge_loss(void) {
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/weft_test_train_XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
-    write_split("train", 500, 1);
-    write_split("t10k", 200, 2);
+    wt_write_fmnist_split(g_dir, "train", 500, 1);
+    wt_write_fmnist_split(g_dir, "t10k", 200, 2);
     RUN(test_learns_and_evaluates);
     RUN(test_resume_bit_identical);
     RUN(test_nan_loss_stops);
