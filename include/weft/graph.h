@@ -43,6 +43,8 @@ typedef enum weft_node_kind {
     WEFT_NODE_OP,              // an op from the op table
     WEFT_NODE_ASSIGN,          // variable := value (executor-only, see docs/graph.md)
     WEFT_NODE_ASSIGN_ADD,      // variable += value
+    WEFT_NODE_COND,            // if/else over two subgraphs (weft_graph_cond)
+    WEFT_NODE_WHILE,           // loop over a cond and a body subgraph (weft_graph_while_loop)
     WEFT_NODE_NUM_KINDS
 } weft_node_kind;
 
@@ -191,6 +193,44 @@ weft_graph *weft_graph_load(const char *path);
 // Output `output` of the node named node_name (WEFT_VALUE_NONE if absent):
 // how a loaded graph's feeds and fetches are found.
 weft_value weft_graph_find_output(const weft_graph *g, const char *node_name, int output);
+
+// ==== symbolic autodiff (src/graph/autodiff.c; docs/graph.md "Symbolic autodiff") ====
+// Appends to g the backward graph of y (one element, floating point) with
+// respect to wrt[0..n_wrt) (any values: variables, placeholders, intermediates)
+// and puts the gradient values in grads_out[0..n_wrt). Nothing is executed:
+// the op table's backward rules run in a symbolic mode (shapes only, no
+// kernels) while the graph records the ops they call. Gradients of values
+// used several times are summed; none flows through NONDIFF ops, integer or
+// bool values, assigns or the predicate of a cond. A wrt value y does not
+// depend on gets an all-zero CONSTANT of its shape and dtype (never
+// WEFT_VALUE_NONE). A differentiable path through an op without a backward
+// rule, or through a while_loop, is an error naming the node and the op.
+weft_status weft_graph_gradients(weft_graph *g, weft_value y, int n_wrt, const weft_value *wrt, weft_value *grads_out);
+
+// ==== control flow (src/graph/control.c; docs/graph.md "Control flow") ====
+// Functional if/while (TF2's If/While; they are what the older Switch/Merge
+// dataflow primitives lower to). A subgraph receives its inputs through its
+// PLACEHOLDERs in creation order (it must have exactly one per input, of the
+// input's shape and dtype) and returns the values the caller names. On
+// success g owns the subgraphs (freed with g; each subgraph belongs to one
+// node); on error the caller keeps them. A subgraph shares state with g by
+// holding the same tensors: weft_graph_variable_tensor(g, v) given to
+// weft_graph_trace_variable of a subgraph (or any tensor held by both) is one
+// storage. At most WEFT_GRAPH_MAX_OUT outputs / loop variables.
+//
+// out[j] = pred ? then_out[j] : else_out[j]; pred has one element (bool, u8
+// or numeric; nonzero is true). Only the taken branch runs. The branches'
+// outputs must agree in shape and dtype.
+weft_status weft_graph_cond(weft_graph *g, const char *name, weft_value pred, int n_in, const weft_value *inputs,
+                            weft_graph *then_g, const weft_value *then_out, weft_graph *else_g,
+                            const weft_value *else_out, int n_out, weft_value *out);
+// vars = loop_vars_in; while (cond_g(vars)) vars = body_g(vars); out = vars.
+// cond_out: cond_g's one-element predicate; body_out[n_loop]: body_g's new
+// loop variables (same shapes and dtypes as loop_vars_in). More than
+// max_iterations iterations is a run-time error naming the node (0: no limit).
+weft_status weft_graph_while_loop(weft_graph *g, const char *name, weft_graph *cond_g, weft_value cond_out,
+                                  weft_graph *body_g, const weft_value *body_out, int n_loop,
+                                  const weft_value *loop_vars_in, weft_value *out, int64_t max_iterations);
 
 #ifdef __cplusplus
 }

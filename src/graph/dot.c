@@ -25,6 +25,7 @@ weft_status weft_graph_write_dot(const weft_graph *g, FILE *f) {
         if (n->kind == WEFT_NODE_PLACEHOLDER) fprintf(f, ", shape=invhouse");
         else if (n->kind == WEFT_NODE_VARIABLE) fprintf(f, ", shape=cylinder");
         else if (n->kind == WEFT_NODE_CONSTANT) fprintf(f, ", shape=ellipse");
+        else if (n->kind == WEFT_NODE_COND || n->kind == WEFT_NODE_WHILE) fprintf(f, ", shape=diamond");
         fprintf(f, "];\n");
     }
     for (int i = 0; i < g->n_nodes; i++) {

@@ -75,6 +75,7 @@ void weft_graph_free(weft_graph *g) {
         free(n->in);
         free(n->ctrl);
         weft_tensor_free(n->tensor);
+        weft_control_free_node(n); // COND / WHILE subgraphs
     }
     free(g->nodes);
     free(g->values);
@@ -83,7 +84,7 @@ void weft_graph_free(weft_graph *g) {
 }
 
 const char *weft_graph_kind_name(weft_node_kind k) {
-    static const char *names[] = {"placeholder", "constant", "variable", "op", "assign", "assign_add"};
+    static const char *names[] = {"placeholder", "constant", "variable", "op", "assign", "assign_add", "cond", "while_loop"};
     return (unsigned)k < WEFT_NODE_NUM_KINDS ? names[k] : "?";
 }
 

@@ -32,6 +32,14 @@ typedef struct weft_gnode {
     int32_t *ctrl;      // [n_ctrl] node ids that must run before this one
     weft_tensor *tensor; // CONSTANT / VARIABLE: the held tensor (one reference)
     int32_t var;         // ASSIGN / ASSIGN_ADD: the VARIABLE node written
+    // COND / WHILE (control.c): subgraphs owned by the node and their interfaces.
+    // COND: sub[0] then, sub[1] else; inputs in[0] = pred, in[1..] = data.
+    // WHILE: sub[0] cond (sub_out[0][0] is the predicate), sub[1] body.
+    struct weft_graph *sub[2];
+    int32_t *sub_in[2];  // placeholder value ids receiving the data inputs
+    int32_t *sub_out[2]; // value ids fetched (COND: n_out each; WHILE: 1 and n_out)
+    int n_sub_in, n_sub_out[2];
+    int64_t max_iter; // WHILE (0: no limit)
 } weft_gnode;
 
 // A pointer-keyed open-addressing map (tensor -> value id) for tracing.
@@ -78,5 +86,14 @@ void weft_ptrmap_free(weft_ptrmap *m);
 // The tracing hook called by weft_op_apply after a successful op.
 void weft_graph_trace_record(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
                              weft_tensor *const *out);
+
+// ---- control flow (control.c) ----
+// Run a COND / WHILE node (vals: the executor's live values by id).
+weft_status weft_control_exec(weft_graph *g, int32_t id, weft_tensor *const *vals, weft_tensor **outs);
+void weft_control_free_node(weft_gnode *n);
+// Deep-copy src's subgraphs and interfaces into dst (a copy of src otherwise).
+weft_status weft_control_copy_node(weft_gnode *dst, const weft_gnode *src);
+// A deep copy of g (same node and value ids; tensors shared by reference).
+weft_graph *weft_graph_clone(const weft_graph *g);
 
 #endif

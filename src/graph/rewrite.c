@@ -83,6 +83,7 @@ int32_t weft_rw_copy(weft_rw *rw, int32_t s) {
     // Variables and constants share the source's tensor: one state for both graphs.
     m->tensor = n->tensor ? weft_tensor_ref(n->tensor) : NULL;
     m->var = n->var >= 0 ? rw->nmap[n->var] : -1;
+    if (n->sub[0] && weft_control_copy_node(m, n) != WEFT_OK) return -1; // COND / WHILE: own copies of the subgraphs
     for (int j = 0; j < n->n_out; j++) {
         weft_gvalue *dv = &rw->dst->values[m->out0 + j];
         const weft_gvalue *sv = &src->values[n->out0 + j];

@@ -169,6 +169,11 @@ static weft_status exec_node(run_ctx *c, int32_t id, weft_tensor **outs) {
         }
         return WEFT_OK;
     }
+    case WEFT_NODE_COND:
+    case WEFT_NODE_WHILE: { // control.c runs the subgraphs
+        weft_status st = weft_control_exec(g, id, c->vals, outs);
+        return st != WEFT_OK ? node_error(n, st) : WEFT_OK;
+    }
     default:
         return weft_error(WEFT_ERR_STATE, "graph_run: node '%s' has an unknown kind %d", n->name, (int)n->kind);
     }

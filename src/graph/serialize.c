@@ -137,6 +137,11 @@ weft_status weft_graph_save(const weft_graph *g, const char *path) {
     int k = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         const weft_gnode *n = &g->nodes[i];
+        if (n->kind == WEFT_NODE_COND || n->kind == WEFT_NODE_WHILE) {
+            st = weft_error(WEFT_ERR_UNSUPPORTED, "graph_save: %s: node '%s' (%s): control-flow nodes cannot be saved yet",
+                            path, n->name, weft_graph_kind_name(n->kind));
+            goto out;
+        }
         cJSON *o = node_json(g, i);
         if (!o || !cJSON_AddItemToArray(nodes, o)) {
             cJSON_Delete(o);

@@ -12,4 +12,9 @@ extern _Thread_local struct weft_graph *weft_trace_active;
 void weft_graph_trace_record(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
                              weft_tensor *const *out);
 
+// Symbolic mode (graph autodiff, autodiff.c): ops infer shapes and make
+// data-less outputs (weft_tensor_symbolic), kernels are skipped.
+extern _Thread_local bool weft_op_symbolic;
+weft_tensor *weft_tensor_symbolic(int ndim, const int64_t *sizes, weft_dtype dt, weft_device dev);
+
 #endif

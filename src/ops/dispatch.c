@@ -50,10 +50,11 @@ weft_status weft_op_apply(const weft_op_def *op, int n_in, weft_tensor *const *i
                               weft_device_str(dev, d, sizeof d), weft_dtype_name(kdt));
         }
         for (int j = 0; j < op->n_out; j++) {
-            out[j] = weft_tensor_new(meta[j].ndim, meta[j].sizes, meta[j].dtype, dev);
+            out[j] = WEFT_UNLIKELY(weft_op_symbolic) ? weft_tensor_symbolic(meta[j].ndim, meta[j].sizes, meta[j].dtype, dev)
+                                                     : weft_tensor_new(meta[j].ndim, meta[j].sizes, meta[j].dtype, dev);
             if (!out[j]) goto fail;
         }
-        st = k->fn(&args);
+        st = WEFT_UNLIKELY(weft_op_symbolic) ? WEFT_OK : k->fn(&args); // symbolic: shapes only (graph autodiff)
         if (st != WEFT_OK) goto fail;
     }
     if (!(op->flags & WEFT_OPF_NONDIFF)) {
