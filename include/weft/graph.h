@@ -43,6 +43,8 @@ typedef enum weft_node_kind {
     WEFT_NODE_OP,              // an op from the op table
     WEFT_NODE_ASSIGN,          // variable := value (executor-only, see docs/graph.md)
     WEFT_NODE_ASSIGN_ADD,      // variable += value
+    WEFT_NODE_ENQUEUE,         // push its inputs onto a queue (no outputs; run as a target)
+    WEFT_NODE_DEQUEUE,         // pop one element of a queue (blocks while it is empty)
     WEFT_NODE_NUM_KINDS
 } weft_node_kind;
 
@@ -191,6 +193,29 @@ weft_graph *weft_graph_load(const char *path);
 // Output `output` of the node named node_name (WEFT_VALUE_NONE if absent):
 // how a loaded graph's feeds and fetches are found.
 weft_value weft_graph_find_output(const weft_graph *g, const char *node_name, int output);
+
+// ==== queues as graph nodes (src/graph/queue_nodes.c; docs/graph.md "Stateful ops") ====
+// A queue (weft/queue.h) is process state shared between graphs and threads:
+// a producer graph enqueues, a consumer graph dequeues (an input pipeline),
+// each run on its own thread. The nodes hold a reference to the queue
+// (weft_queue_ref), so the caller may weft_queue_free its own at any time.
+// Graphs with queue nodes cannot be saved (weft_graph_save names the node).
+struct weft_queue; // weft/queue.h
+//
+// An ENQUEUE node with inputs values[0..n) (n = the queue's components, each
+// of the component's dtype and fitting its shape spec): running it as a
+// target pushes COPIES of the values (later runs reuse the graph's buffers)
+// and blocks while the queue is full (backpressure). No outputs. Passes keep
+// it (a side effect, like an assign). Returns the node or WEFT_NODE_NONE.
+weft_node_id weft_graph_enqueue(weft_graph *g, const char *name, struct weft_queue *q, int n,
+                                const weft_value *values);
+// A DEQUEUE node: outputs out[0..components) are one element of the queue
+// (every component needs a fully known shape: static shapes). Running it
+// blocks until an element is there; a closed and empty queue makes the run
+// fail with an error naming the node and the queue ("graph_run: node 'deq'
+// (dequeue): queue 'q': dequeue: the queue is closed and empty": the end of
+// data, TF's OutOfRange). out needs room for the queue's component count.
+weft_node_id weft_graph_dequeue(weft_graph *g, const char *name, struct weft_queue *q, weft_value *out);
 
 #ifdef __cplusplus
 }
