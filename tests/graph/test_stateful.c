@@ -187,9 +187,8 @@ static void test_dropout_not_folded(void) {
     CHECK(o && weft_graph_run(o, 0, NULL, NULL, 2, kout, a, 0, NULL) == WEFT_OK);
     CHECK(o && weft_graph_run(o, 0, NULL, NULL, 2, kout, b, 0, NULL) == WEFT_OK);
     CHECK(a[0] && b[0] && !same_bits(a[0], b[0]));
-    CHECK(a[1] && weft_tensor_item(weft_sum(a[1], 0, NULL, false)) == 0); // one seed, one mask within a run
     weft_tensor *z = a[1] ? weft_sum(a[1], 0, NULL, false) : NULL;
-    CHECK(z && weft_tensor_item(z) == 0);
+    CHECK(z && weft_tensor_item(z) == 0); // one seed, one mask within a run
     weft_tensor_free(z);
     for (int k = 0; k < 2; k++) weft_tensor_free(a[k]), weft_tensor_free(b[k]);
     weft_graph_free(o);
