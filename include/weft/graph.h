@@ -45,6 +45,8 @@ typedef enum weft_node_kind {
     WEFT_NODE_ASSIGN_ADD,      // variable += value
     WEFT_NODE_COND,            // if/else over two subgraphs (weft_graph_cond)
     WEFT_NODE_WHILE,           // loop over a cond and a body subgraph (weft_graph_while_loop)
+    WEFT_NODE_ENQUEUE,         // push its inputs onto a queue (no outputs; run as a target)
+    WEFT_NODE_DEQUEUE,         // pop one element of a queue (blocks while it is empty)
     WEFT_NODE_NUM_KINDS
 } weft_node_kind;
 
@@ -231,6 +233,28 @@ weft_status weft_graph_cond(weft_graph *g, const char *name, weft_value pred, in
 weft_status weft_graph_while_loop(weft_graph *g, const char *name, weft_graph *cond_g, weft_value cond_out,
                                   weft_graph *body_g, const weft_value *body_out, int n_loop,
                                   const weft_value *loop_vars_in, weft_value *out, int64_t max_iterations);
+// ==== queues as graph nodes (src/graph/queue_nodes.c; docs/graph.md "Stateful ops") ====
+// A queue (weft/queue.h) is process state shared between graphs and threads:
+// a producer graph enqueues, a consumer graph dequeues (an input pipeline),
+// each run on its own thread. The nodes hold a reference to the queue
+// (weft_queue_ref), so the caller may weft_queue_free its own at any time.
+// Graphs with queue nodes cannot be saved (weft_graph_save names the node).
+struct weft_queue; // weft/queue.h
+//
+// An ENQUEUE node with inputs values[0..n) (n = the queue's components, each
+// of the component's dtype and fitting its shape spec): running it as a
+// target pushes COPIES of the values (later runs reuse the graph's buffers)
+// and blocks while the queue is full (backpressure). No outputs. Passes keep
+// it (a side effect, like an assign). Returns the node or WEFT_NODE_NONE.
+weft_node_id weft_graph_enqueue(weft_graph *g, const char *name, struct weft_queue *q, int n,
+                                const weft_value *values);
+// A DEQUEUE node: outputs out[0..components) are one element of the queue
+// (every component needs a fully known shape: static shapes). Running it
+// blocks until an element is there; a closed and empty queue makes the run
+// fail with an error naming the node and the queue ("graph_run: node 'deq'
+// (dequeue): queue 'q': dequeue: the queue is closed and empty": the end of
+// data, TF's OutOfRange). out needs room for the queue's component count.
+weft_node_id weft_graph_dequeue(weft_graph *g, const char *name, struct weft_queue *q, weft_value *out);
 
 #ifdef __cplusplus
 }

@@ -43,7 +43,11 @@ typedef struct weft_queue weft_queue;
 // name (copied; NULL: "queue") appears in every error message.
 weft_queue *weft_queue_create(int capacity, int n_components, const weft_dtype *dtypes, const int *ndims,
                               const int64_t *const *sizes, const char *name);
-void weft_queue_free(weft_queue *q); // releases the tensors still queued (NULL is fine)
+// Drops one reference; the last one releases the tensors still queued (NULL is fine).
+void weft_queue_free(weft_queue *q);
+// Another reference (graph enqueue/dequeue nodes hold one): the queue lives
+// until every holder has called weft_queue_free. Returns q.
+weft_queue *weft_queue_ref(weft_queue *q);
 
 // Appends one element (tuple[n_components]); takes new references. Blocks while
 // the queue is full, up to timeout_s.
@@ -80,6 +84,8 @@ int weft_queue_size(const weft_queue *q);     // elements queued now (-1 for NUL
 int weft_queue_capacity(const weft_queue *q); // -1 for NULL
 int weft_queue_num_components(const weft_queue *q);
 const char *weft_queue_name(const weft_queue *q);
+// Component c's dtype and shape spec (ndim -1: any shape; sizes[d] -1: any size).
+weft_status weft_queue_component(const weft_queue *q, int c, weft_dtype *dtype, int *ndim, int64_t *sizes);
 
 typedef struct weft_queue_stats {
     int64_t enqueued, dequeued;                // elements, over the queue's life

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <weft/queue.h>
+
 #include "graph_impl.h"
 #include "trace_hook.h"
 
@@ -76,7 +78,9 @@ void weft_graph_free(weft_graph *g) {
         free(n->ctrl);
         weft_tensor_free(n->tensor);
         weft_control_free_node(n); // COND / WHILE subgraphs
+        weft_queue_free(n->queue); // drops the node's reference
     }
+    weft_graph_trace_state_release(g, false);
     free(g->nodes);
     free(g->values);
     free(g->names.slots);
@@ -84,7 +88,8 @@ void weft_graph_free(weft_graph *g) {
 }
 
 const char *weft_graph_kind_name(weft_node_kind k) {
-    static const char *names[] = {"placeholder", "constant", "variable", "op", "assign", "assign_add", "cond", "while_loop"};
+    static const char *names[] = {"placeholder", "constant", "variable", "op",      "assign",
+                                  "assign_add",  "cond",     "while_loop", "enqueue", "dequeue"};
     return (unsigned)k < WEFT_NODE_NUM_KINDS ? names[k] : "?";
 }
 

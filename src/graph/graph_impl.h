@@ -40,6 +40,7 @@ typedef struct weft_gnode {
     int32_t *sub_out[2]; // value ids fetched (COND: n_out each; WHILE: 1 and n_out)
     int n_sub_in, n_sub_out[2];
     int64_t max_iter; // WHILE (0: no limit)
+    struct weft_queue *queue; // ENQUEUE / DEQUEUE: the queue (one reference, weft_queue_ref)
 } weft_gnode;
 
 // A pointer-keyed open-addressing map (tensor -> value id) for tracing.
@@ -69,6 +70,11 @@ struct weft_graph {
     size_t n_held, cap_held;
     // execution
     weft_graph_run_stats stats;
+    // Runs started so far: WEFT_OPF_RANDOM ops draw from (recorded seed, run number).
+    uint64_t rng_runs;
+    // Tracing: state inputs of stateful ops, restored at trace_end (trace_state.c).
+    weft_tensor **trace_state;      // [2*n]: the tensor, its value before the trace
+    size_t n_trace_state, cap_trace_state;
 };
 
 // Append a node of `kind` with n_out outputs (shapes filled by the caller);
@@ -82,6 +88,15 @@ const char *weft_graph_kind_name(weft_node_kind k);
 bool weft_ptrmap_put(weft_ptrmap *m, const void *key, int32_t val);
 int32_t weft_ptrmap_get(const weft_ptrmap *m, const void *key); // -1 if absent
 void weft_ptrmap_free(weft_ptrmap *m);
+
+// Derived seed of a WEFT_OPF_RANDOM op for run number `run` (run 0: the
+// recorded seed itself, so the first run replays the traced step).
+int64_t weft_graph_run_seed(int64_t seed, uint64_t run);
+// The executor's cases for queue nodes (queue_nodes.c): errors name the node.
+weft_status weft_graph_exec_enqueue(weft_graph *g, const weft_gnode *n, weft_tensor *const *vals);
+weft_status weft_graph_exec_dequeue(weft_graph *g, const weft_gnode *n, weft_tensor **outs);
+// Release trace_state (restoring the values first when restore).
+void weft_graph_trace_state_release(weft_graph *g, bool restore);
 
 // The tracing hook called by weft_op_apply after a successful op.
 void weft_graph_trace_record(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,

@@ -36,6 +36,7 @@ struct weft_queue {
     // is closed, empty, and pending == 0 — after that it can never refill.
     int64_t pending;
     bool closed, cancelled;
+    int refs; // references (weft_queue_ref / weft_queue_free): graph nodes hold one each
     weft_queue_stats st;
     pthread_mutex_t mu;
     pthread_cond_t not_full, not_empty;
@@ -175,6 +176,7 @@ weft_queue *weft_queue_create(int capacity, int n_components, const weft_dtype *
     weft_queue *q = calloc(1, sizeof *q);
     if (!q) return weft_error_null(WEFT_ERR_OOM, "weft_queue_create: queue '%s': out of memory", nm);
     q->capacity = capacity;
+    q->refs = 1;
     q->ncomp = n_components;
     q->name = strdup(nm);
     q->dtypes = malloc(sizeof(weft_dtype) * n_components);
@@ -200,8 +202,13 @@ weft_queue *weft_queue_create(int capacity, int n_components, const weft_dtype *
     return q;
 }
 
+weft_queue *weft_queue_ref(weft_queue *q) {
+    if (q) __atomic_add_fetch(&q->refs, 1, __ATOMIC_RELAXED);
+    return q;
+}
+
 void weft_queue_free(weft_queue *q) {
-    if (!q) return;
+    if (!q || __atomic_sub_fetch(&q->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
     while (q->count > 0) {
         weft_tensor *tmp[q->ncomp];
         pop_locked(q, tmp);
@@ -502,4 +509,15 @@ void weft_queue_get_stats(const weft_queue *q, weft_queue_stats *s) {
         return;
     }
     LOCKED(q, *s = q->st);
+}
+
+weft_status weft_queue_component(const weft_queue *q, int c, weft_dtype *dtype, int *ndim, int64_t *sizes) {
+    if (!q) return weft_error(WEFT_ERR_ARG, "weft_queue_component: NULL queue");
+    if (c < 0 || c >= q->ncomp)
+        return weft_error(WEFT_ERR_ARG, "weft_queue_component: queue '%s': component %d of %d", qname(q), c, q->ncomp);
+    if (dtype) *dtype = q->dtypes[c];
+    if (ndim) *ndim = q->ndims[c];
+    if (sizes)
+        for (int d = 0; d < q->ndims[c]; d++) sizes[d] = q->sizes[c * WEFT_MAX_DIMS + d];
+    return WEFT_OK;
 }

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <weft/queue.h>
+
 #include "rewrite.h"
 #include "trace_hook.h"
 
@@ -84,6 +86,7 @@ int32_t weft_rw_copy(weft_rw *rw, int32_t s) {
     m->tensor = n->tensor ? weft_tensor_ref(n->tensor) : NULL;
     m->var = n->var >= 0 ? rw->nmap[n->var] : -1;
     if (n->sub[0] && weft_control_copy_node(m, n) != WEFT_OK) return -1; // COND / WHILE: own copies of the subgraphs
+    m->queue = n->queue ? weft_queue_ref(n->queue) : NULL; // enqueue/dequeue: the same queue
     for (int j = 0; j < n->n_out; j++) {
         weft_gvalue *dv = &rw->dst->values[m->out0 + j];
         const weft_gvalue *sv = &src->values[n->out0 + j];
@@ -173,8 +176,9 @@ bool weft_rw_contiguous(const weft_rw *rw, int32_t dv) {
 
 bool weft_rw_rewritable(const weft_gnode *n) {
     if (n->kind != WEFT_NODE_OP || n->n_ctrl > 0) return false;
-    // batch_norm writes its running statistics in place: not a pure function.
-    return strcmp(n->op->name, "batch_norm") != 0;
+    // batch_norm writes its running statistics in place: not a pure function;
+    // a random op (dropout) draws a fresh mask each run: folding would freeze one.
+    return !(n->op->flags & (WEFT_OPF_STATEFUL | WEFT_OPF_RANDOM)) && strcmp(n->op->name, "batch_norm") != 0;
 }
 
 bool weft_rw_same_meta(const weft_rw *rw, int32_t dv, int32_t sv) {

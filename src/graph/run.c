@@ -47,6 +47,7 @@ typedef struct run_ctx {
     int head, tail, done;
     weft_status err;
     char errmsg[1024];
+    uint64_t run_no; // this run's number (g->rng_runs before it): random ops' seeds
 } run_ctx;
 
 static int cmp_ptr(const void *a, const void *b) {
@@ -87,6 +88,16 @@ static void account_peak(run_ctx *c) {
     for (int k = 0; k < n; k++)
         if (k == 0 || c->scratch[k] != c->scratch[k - 1]) bytes += ((const weft_storage *)c->scratch[k])->nbytes;
     if (bytes > c->peak) c->peak = bytes;
+}
+
+// splitmix64 of the recorded seed and the run number: distinct runs give
+// unrelated Philox keys; run 0 keeps the recorded seed.
+int64_t weft_graph_run_seed(int64_t seed, uint64_t run) {
+    if (run == 0) return seed;
+    uint64_t z = (uint64_t)seed ^ (run * 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (int64_t)(z ^ (z >> 31));
 }
 
 static weft_status node_error(const weft_gnode *n, weft_status st) {
@@ -131,6 +142,14 @@ static weft_status exec_node(run_ctx *c, int32_t id, weft_tensor **outs) {
         weft_tensor **out = outs;
         if (!in) return weft_error(WEFT_ERR_OOM, "graph_run: out of memory");
         for (int i = 0; i < n->n_in; i++) in[i] = c->vals[n->in[i]];
+        // Random ops draw afresh each run; nodes recorded with one seed agree within a run.
+        weft_attrs ra;
+        const weft_attrs *at = &n->attrs;
+        if (n->op->flags & WEFT_OPF_RANDOM) {
+            ra = n->attrs;
+            ra.i[0] = weft_graph_run_seed(ra.i[0], c->run_no);
+            at = &ra;
+        }
         weft_status st;
         if (c->use_plan && !(n->op->flags & WEFT_OPF_VIEW)) {
             // Outputs are tensors over the arena at their planned offsets.
@@ -142,13 +161,13 @@ static weft_status exec_node(run_ctx *c, int32_t id, weft_tensor **outs) {
                                              (weft_dtype)v->dtype);
                 if (!out[j]) st = weft_last_status();
             }
-            if (st == WEFT_OK) st = weft_op_apply_into(n->op, n->n_in, in, &n->attrs, out);
+            if (st == WEFT_OK) st = weft_op_apply_into(n->op, n->n_in, in, at, out);
             if (st != WEFT_OK) {
                 for (int j = 0; j < n->n_out; j++) weft_tensor_free(out[j]);
                 for (int j = 0; j < n->n_out; j++) out[j] = NULL;
             }
         } else {
-            st = weft_op_apply(n->op, n->n_in, in, &n->attrs, out);
+            st = weft_op_apply(n->op, n->n_in, in, at, out);
         }
         if (in != inl) free(in);
         if (st != WEFT_OK) return node_error(n, st);
@@ -174,6 +193,10 @@ static weft_status exec_node(run_ctx *c, int32_t id, weft_tensor **outs) {
         weft_status st = weft_control_exec(g, id, c->vals, outs);
         return st != WEFT_OK ? node_error(n, st) : WEFT_OK;
     }
+    case WEFT_NODE_ENQUEUE: // queue_nodes.c
+        return weft_graph_exec_enqueue(g, n, c->vals);
+    case WEFT_NODE_DEQUEUE:
+        return weft_graph_exec_dequeue(g, n, outs);
     default:
         return weft_error(WEFT_ERR_STATE, "graph_run: node '%s' has an unknown kind %d", n->name, (int)n->kind);
     }
@@ -524,7 +547,7 @@ weft_status weft_graph_run_ex(weft_graph *g, int n_feeds, const weft_value *feed
     struct weft_graph *tracing = weft_trace_active;
     weft_trace_active = NULL;
     bool prev = weft_grad_set_enabled(false);
-    run_ctx c = {.g = g};
+    run_ctx c = {.g = g, .run_no = g->rng_runs++};
     weft_status st = run_impl(&c, n_feeds, feed_vals, feeds, n_fetch, fetch, out, n_targets, targets, opts);
     ctx_free(&c);
     weft_grad_set_enabled(prev);

@@ -4,6 +4,7 @@
 //   "format":  "weft.graph"
 //   "version": "1"
 //   "graph":   {"nodes": [{"name", "kind", "op", "in", "i", "f", "out", "ctrl", "var"}, ...]}
+//   "rng_runs": runs so far (optional; random ops derive their seed from it)
 // (the node list as JSON, in node order; see docs/graph.md "Files").
 //
 // Loading trusts nothing: every field is type-checked, inputs must refer to
@@ -142,6 +143,11 @@ weft_status weft_graph_save(const weft_graph *g, const char *path) {
                             path, n->name, weft_graph_kind_name(n->kind));
             goto out;
         }
+        if (n->kind == WEFT_NODE_ENQUEUE || n->kind == WEFT_NODE_DEQUEUE) { // a queue is live process state
+            st = weft_error(WEFT_ERR_UNSUPPORTED, "graph_save: %s: node '%s' (%s): queue nodes cannot be saved", path,
+                            n->name, weft_graph_kind_name(n->kind));
+            goto out;
+        }
         cJSON *o = node_json(g, i);
         if (!o || !cJSON_AddItemToArray(nodes, o)) {
             cJSON_Delete(o);
@@ -168,9 +174,12 @@ weft_status weft_graph_save(const weft_graph *g, const char *path) {
     }
     char version[16];
     snprintf(version, sizeof version, "%d", GRAPH_VERSION);
-    const char *mk[] = {"format", "version", "graph"}, *mv[] = {GRAPH_FORMAT, version, json};
+    // rng_runs: runs so far, so dropout in a loaded graph continues its stream (docs/graph.md, "Stateful ops").
+    char runs[32];
+    snprintf(runs, sizeof runs, "%llu", (unsigned long long)g->rng_runs);
+    const char *mk[] = {"format", "version", "graph", "rng_runs"}, *mv[] = {GRAPH_FORMAT, version, json, runs};
     // the safetensors writer goes through a temporary file, fsync and rename
-    if (weft_safetensors_save(path, n_t, (const char *const *)names, ts, 3, mk, mv) != WEFT_OK) {
+    if (weft_safetensors_save(path, n_t, (const char *const *)names, ts, 4, mk, mv) != WEFT_OK) {
         char msg[768];
         snprintf(msg, sizeof msg, "%s", weft_last_error());
         st = weft_error(weft_last_status(), "graph_save: %s", msg);
@@ -433,6 +442,10 @@ static weft_status load_node(loader *L, const cJSON *o) {
                       g->n_values);
             goto done;
         }
+    if (kind == WEFT_NODE_ENQUEUE || kind == WEFT_NODE_DEQUEUE) { // never saved: a queue is live process state
+        s = lfail(L, WEFT_ERR_FORMAT, "a %s node cannot be loaded (queues are not saved)", L->op);
+        goto done;
+    }
     int want_in = kind == WEFT_NODE_OP ? -2 : (kind == WEFT_NODE_ASSIGN || kind == WEFT_NODE_ASSIGN_ADD) ? 1 : 0;
     if (want_in >= 0 && n_in != want_in) {
         s = lfail(L, WEFT_ERR_FORMAT, "%d inputs (a %s node has %d)", n_in, L->op, want_in);
@@ -583,6 +596,16 @@ weft_graph *weft_graph_load(const char *path) {
     }
     if (!(g = weft_graph_new())) goto fail;
     L.g = g;
+    const char *runs = weft_safetensors_meta(st, "rng_runs"); // optional: older files have none
+    if (runs) {
+        char *rend;
+        unsigned long long r = strtoull(runs, &rend, 10);
+        if (!*runs || *rend) {
+            lfail(&L, WEFT_ERR_FORMAT, "metadata 'rng_runs' is not a count ('%s')", runs);
+            goto fail;
+        }
+        g->rng_runs = r;
+    }
     const cJSON *o;
     int i = 0, n_tensors = 0;
     cJSON_ArrayForEach(o, nodes) {

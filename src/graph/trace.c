@@ -106,6 +106,7 @@ weft_status weft_graph_trace_end(weft_graph *g) {
         return weft_error(WEFT_ERR_STATE, "graph_trace_end: this graph is not being traced on this thread");
     weft_trace_active = NULL;
     g->tracing = false;
+    weft_graph_trace_state_release(g, true);
     trace_release(g);
     weft_status st = g->trace_status;
     g->trace_status = WEFT_OK;
@@ -225,4 +226,79 @@ void weft_graph_trace_record(const weft_op_def *op, int n_in, weft_tensor *const
     }
 done:
     if (idp != ids) free(idp);
+}
+
+// ---- stateful ops (batch_norm's running statistics) ----
+// A stateful op's kernel writes some inputs in place. Those inputs are graph
+// state: they become VARIABLE nodes (saved with the graph, never folded or
+// merged like constants). The trace is a recording: its in-place writes are
+// undone at trace_end, so the graph's first run is the first real update (as
+// `weft train --graph` drops the traced step's gradients).
+
+static bool state_saved(const weft_graph *g, const weft_tensor *t) {
+    for (size_t k = 0; k < g->n_trace_state; k++)
+        if (g->trace_state[2 * k] == t) return true;
+    return false;
+}
+
+void weft_graph_trace_before_stateful(const weft_op_def *op, int n_in, weft_tensor *const *in,
+                                      const weft_attrs *attrs) {
+    weft_graph *g = weft_trace_active;
+    if (!g || g->trace_status != WEFT_OK || !op->state_inputs) return;
+    uint32_t mask = op->state_inputs(attrs, n_in);
+    weft_trace_active = NULL; // the clones below are not part of the trace
+    bool prev = weft_grad_set_enabled(false);
+    for (int i = 0; i < n_in && i < 32; i++) {
+        if (!(mask >> i & 1)) continue;
+        weft_tensor *t = in[i];
+        int32_t v = weft_ptrmap_get(&g->trace_map, t);
+        if (v < 0) {
+            if (shared_variable(g, "graph_trace", t, NULL).id < 0) {
+                trace_fail(g, weft_last_status());
+                break;
+            }
+        } else {
+            weft_gnode *n = &g->nodes[g->values[v].node];
+            if (n->kind == WEFT_NODE_CONSTANT) n->kind = WEFT_NODE_VARIABLE; // seen read-only before: it is state
+            else if (n->kind != WEFT_NODE_VARIABLE) continue; // an intermediate: the write is part of the run
+        }
+        if (state_saved(g, t)) continue;
+        if (g->n_trace_state == g->cap_trace_state) {
+            size_t nc = g->cap_trace_state ? g->cap_trace_state * 2 : 8;
+            weft_tensor **ns = realloc(g->trace_state, 2 * nc * sizeof *ns);
+            if (!ns) {
+                trace_fail(g, weft_error(WEFT_ERR_OOM, "graph_trace: out of memory recording %s", op->name));
+                break;
+            }
+            g->trace_state = ns;
+            g->cap_trace_state = nc;
+        }
+        weft_tensor *snap = weft_tensor_clone(t);
+        if (!snap) {
+            trace_fail(g, weft_last_status());
+            break;
+        }
+        g->trace_state[2 * g->n_trace_state] = weft_tensor_ref(t);
+        g->trace_state[2 * g->n_trace_state + 1] = snap;
+        g->n_trace_state++;
+    }
+    weft_grad_set_enabled(prev);
+    weft_trace_active = g;
+}
+
+void weft_graph_trace_state_release(weft_graph *g, bool restore) {
+    struct weft_graph *tracing = weft_trace_active;
+    weft_trace_active = NULL;
+    bool prev = weft_grad_set_enabled(false);
+    for (size_t k = 0; k < g->n_trace_state; k++) {
+        weft_tensor *t = g->trace_state[2 * k], *snap = g->trace_state[2 * k + 1];
+        if (restore && weft_tensor_copy_(t, snap) != WEFT_OK) trace_fail(g, weft_last_status());
+        weft_tensor_free(t);
+        weft_tensor_free(snap);
+    }
+    weft_grad_set_enabled(prev);
+    weft_trace_active = tracing;
+    free(g->trace_state);
+    g->trace_state = NULL;
+    g->n_trace_state = g->cap_trace_state = 0;
 }

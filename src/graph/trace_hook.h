@@ -11,6 +11,10 @@ extern _Thread_local struct weft_graph *weft_trace_active;
 
 void weft_graph_trace_record(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
                              weft_tensor *const *out);
+// Called before the kernel of a WEFT_OPF_STATEFUL op while tracing: its state
+// inputs become VARIABLE nodes, and their values are saved for trace_end.
+void weft_graph_trace_before_stateful(const weft_op_def *op, int n_in, weft_tensor *const *in,
+                                      const weft_attrs *attrs);
 
 // Symbolic mode (graph autodiff, autodiff.c): ops infer shapes and make
 // data-less outputs (weft_tensor_symbolic), kernels are skipped.

@@ -188,7 +188,7 @@ static weft_status bw_dropout(const weft_bw_args *b) {
     b->gin[0] = weft_op_apply1(&weft_op_dropout, 1, &b->gout[0], b->attrs);
     return ok_if(b);
 }
-weft_op_def weft_op_dropout = {.name = "dropout", .n_in = 1, .n_out = 1, .infer = infer_dropout,
+weft_op_def weft_op_dropout = {.name = "dropout", .n_in = 1, .n_out = 1, .flags = WEFT_OPF_RANDOM, .infer = infer_dropout,
                                .backward = bw_dropout, .kernel = {[WEFT_CPU] = {weft_cpu_dropout, WEFT_DT_FLOAT}}};
 
 weft_tensor *weft_dropout(weft_tensor *x, double p, bool training, struct weft_generator *g) {

@@ -230,8 +230,17 @@ static weft_status bw_batch_norm(const weft_bw_args *b) {
     return WEFT_OK; // running_mean/var get no gradient
 }
 
+// The running statistics (read in eval, written in training): inputs after x, weight and bias.
+static uint32_t bn_state_inputs(const weft_attrs *at, int n_in) {
+    int k = 1 + (at->i[0] != 0) + (at->i[1] != 0);
+    uint32_t m = 0;
+    if (at->i[2] && k < n_in) m |= 1u << k++;
+    if (at->i[3] && k < n_in) m |= 1u << k;
+    return m;
+}
+
 weft_op_def weft_op_batch_norm = {
-    .name = "batch_norm", .n_in = -1, .n_out = 3,
+    .name = "batch_norm", .n_in = -1, .n_out = 3, .flags = WEFT_OPF_STATEFUL, .state_inputs = bn_state_inputs,
     .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1) | WEFT_SAVE_OUT(1) | WEFT_SAVE_OUT(2),
     .infer = infer_batch_norm, .backward = bw_batch_norm,
     .kernel = {[WEFT_CPU] = {weft_cpu_batch_norm, WEFT_DT_FLOAT}}};

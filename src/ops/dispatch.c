@@ -54,6 +54,9 @@ weft_status weft_op_apply(const weft_op_def *op, int n_in, weft_tensor *const *i
                                                      : weft_tensor_new(meta[j].ndim, meta[j].sizes, meta[j].dtype, dev);
             if (!out[j]) goto fail;
         }
+        // Tracing an op that writes its inputs: save them first (restored at trace_end).
+        if (WEFT_UNLIKELY(weft_trace_active != NULL) && (op->flags & WEFT_OPF_STATEFUL) && !weft_op_symbolic)
+            weft_graph_trace_before_stateful(op, n_in, in, attrs);
         st = WEFT_UNLIKELY(weft_op_symbolic) ? WEFT_OK : k->fn(&args); // symbolic: shapes only (graph autodiff)
         if (st != WEFT_OK) goto fail;
     }

@@ -77,6 +77,14 @@ typedef struct weft_kernel {
 enum {
     WEFT_OPF_VIEW = 1,    // output 0 aliases input 0 (infer gives strides/offset); no kernel
     WEFT_OPF_NONDIFF = 2, // outputs never require grad (comparisons, argmax)
+    // Draws random numbers from attrs i[0] = seed (i[1] = counter offset):
+    // graph runs replace the seed by one derived from (seed, run number), so
+    // each run draws afresh while nodes recorded with one seed (dropout's
+    // forward and its backward) still agree within a run. Never folded.
+    WEFT_OPF_RANDOM = 4,
+    // The kernel writes some inputs in place (state_inputs says which):
+    // tracing makes them VARIABLE nodes; passes leave the node alone.
+    WEFT_OPF_STATEFUL = 8,
 };
 
 #define WEFT_SAVE_IN(i) (1u << (i))
@@ -94,6 +102,9 @@ typedef struct weft_op_def {
     weft_status (*infer)(const weft_op_args *a, weft_out_meta *out);
     weft_status (*backward)(const weft_bw_args *b); // NULL: not differentiable (error at backward)
     weft_kernel kernel[WEFT_NUM_DEVICE_TYPES];
+    // WEFT_OPF_STATEFUL ops: bit i set when the kernel may write input i in
+    // place (given the attrs and input count; variadic ops differ by attrs).
+    uint32_t (*state_inputs)(const weft_attrs *attrs, int n_in);
 } weft_op_def;
 
 // Run an op: infer, allocate outputs, dispatch the kernel, record for autograd.

@@ -64,12 +64,7 @@ weft_status weft_graph_train_check(const weft_run *r) {
     if (r->dist) return GERR(WEFT_ERR_ARG, "distributed training is not supported in graph mode yet");
     for (int i = 0; i < cfg->n_layers; i++) {
         const weft_layer_cfg *l = &cfg->layers[i];
-        if (l->type == WEFT_CFG_DROPOUT && l->dropout.p > 0)
-            return GERR(WEFT_ERR_ARG, "line %d: --graph does not support dropout yet (a trace freezes its mask)", l->line);
-        if (l->type == WEFT_CFG_BATCHNORM)
-            return GERR(WEFT_ERR_ARG,
-                        "line %d: --graph does not support batch_norm yet (its running statistics are written in place)",
-                        l->line);
+        (void)l; // dropout and batch_norm run in graph mode (docs/graph.md, "Stateful ops")
     }
     const weft_optim_opts *o = weft_optim_get_opts(r->optim);
     if (!o) return GERR(WEFT_ERR_ARG, "no optimiser");

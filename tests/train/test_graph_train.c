@@ -238,9 +238,6 @@ static void expect_error(const char *text, const char *needle) {
 }
 
 static void test_unsupported(void) {
-    expect_error("[net]\ndataset = fmnist\nsteps = 2\noptimizer = adam\n[flatten]\n[linear]\nout = 16\n[dropout]\n"
-                 "p = 0.5\n[linear]\nout = 10\n",
-                 "dropout");
     expect_error("[net]\ndataset = fmnist\nsteps = 2\noptimizer = rmsprop\n[flatten]\n[linear]\nout = 10\n", "rmsprop");
     expect_error("[net]\ndataset = fmnist\nsteps = 2\noptimizer = adagrad\n[flatten]\n[linear]\nout = 10\n", "adagrad");
 }

@@ -44,7 +44,7 @@ static weft_status run_pass(pipe *p, weft_pass_fn fn, bool fast_math, int *chang
         for (int32_t i = 0; i < src->n_nodes; i++) {
             weft_node_kind k = src->nodes[i].kind;
             roots[i] = k == WEFT_NODE_PLACEHOLDER || k == WEFT_NODE_VARIABLE || k == WEFT_NODE_ASSIGN ||
-                       k == WEFT_NODE_ASSIGN_ADD;
+                       k == WEFT_NODE_ASSIGN_ADD || k == WEFT_NODE_ENQUEUE;
         }
         for (int i = 0; i < p->n_kv; i++) roots[src->values[p->kv[i]].node] = 1;
         for (int i = 0; i < p->n_kn; i++) roots[p->kn[i]] = 1;
