@@ -43,6 +43,7 @@ typedef enum weft_node_kind {
     WEFT_NODE_OP,              // an op from the op table
     WEFT_NODE_ASSIGN,          // variable := value (executor-only, see docs/graph.md)
     WEFT_NODE_ASSIGN_ADD,      // variable += value
+    WEFT_NODE_FUSED,           // a fused group of ops made by weft_graph_optimize (fusion); kind name "fused"
     WEFT_NODE_NUM_KINDS
 } weft_node_kind;
 

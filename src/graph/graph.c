@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fused.h"
 #include "graph_impl.h"
 #include "trace_hook.h"
 
@@ -75,6 +76,7 @@ void weft_graph_free(weft_graph *g) {
         free(n->in);
         free(n->ctrl);
         weft_tensor_free(n->tensor);
+        weft_fused_prog_free(n->prog);
     }
     free(g->nodes);
     free(g->values);
@@ -83,7 +85,7 @@ void weft_graph_free(weft_graph *g) {
 }
 
 const char *weft_graph_kind_name(weft_node_kind k) {
-    static const char *names[] = {"placeholder", "constant", "variable", "op", "assign", "assign_add"};
+    static const char *names[] = {"placeholder", "constant", "variable", "op", "assign", "assign_add", "fused"};
     return (unsigned)k < WEFT_NODE_NUM_KINDS ? names[k] : "?";
 }
 

@@ -32,6 +32,7 @@ typedef struct weft_gnode {
     int32_t *ctrl;      // [n_ctrl] node ids that must run before this one
     weft_tensor *tensor; // CONSTANT / VARIABLE: the held tensor (one reference)
     int32_t var;         // ASSIGN / ASSIGN_ADD: the VARIABLE node written
+    struct weft_fused_prog *prog; // FUSED: its program (owned; src/graph/fused.h)
 } weft_gnode;
 
 // A pointer-keyed open-addressing map (tensor -> value id) for tracing.

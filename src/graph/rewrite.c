@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fused.h"
 #include "rewrite.h"
 #include "trace_hook.h"
 
@@ -83,6 +84,8 @@ int32_t weft_rw_copy(weft_rw *rw, int32_t s) {
     // Variables and constants share the source's tensor: one state for both graphs.
     m->tensor = n->tensor ? weft_tensor_ref(n->tensor) : NULL;
     m->var = n->var >= 0 ? rw->nmap[n->var] : -1;
+    if (n->prog && !(m->prog = weft_fused_prog_copy(n->prog)))
+        return weft_error(WEFT_ERR_OOM, "graph_optimize: node '%s': out of memory", n->name), -1;
     for (int j = 0; j < n->n_out; j++) {
         weft_gvalue *dv = &rw->dst->values[m->out0 + j];
         const weft_gvalue *sv = &src->values[n->out0 + j];
