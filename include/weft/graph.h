@@ -47,6 +47,7 @@ typedef enum weft_node_kind {
     WEFT_NODE_WHILE,           // loop over a cond and a body subgraph (weft_graph_while_loop)
     WEFT_NODE_ENQUEUE,         // push its inputs onto a queue (no outputs; run as a target)
     WEFT_NODE_DEQUEUE,         // pop one element of a queue (blocks while it is empty)
+    WEFT_NODE_FUSED,           // a fused group of ops made by weft_graph_optimize (fusion); kind name "fused"
     WEFT_NODE_NUM_KINDS
 } weft_node_kind;
 

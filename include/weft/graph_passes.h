@@ -41,6 +41,10 @@ typedef struct weft_graph_passes {
     // float constants (c1 + (x + c2) -> x + (c1 + c2)). Integer forms of these
     // rules are exact and always on. Off in weft_graph_passes_all().
     bool fast_math;
+    // Chains of elementwise ops (and a matmul's elementwise epilogue, e.g.
+    // bias add + gelu) become one FUSED node run in one pass over memory;
+    // bit-identical results. Runs once after the other passes converged.
+    bool fusion;
 } weft_graph_passes;
 
 // Every pass on, fast_math off.
@@ -53,6 +57,8 @@ typedef struct weft_graph_pass_stats {
     int dce_removed; // nodes dropped as dead
     int simplified;  // algebraic rewrites applied
     int rounds;      // pipeline rounds run (passes repeat until nothing changes, at most 8)
+    int fused_groups; // FUSED nodes made by fusion
+    int fused_nodes;  // OP nodes they replace
 } weft_graph_pass_stats;
 
 // Optimise g into a new graph (free it with weft_graph_free; g is unchanged).

@@ -1,5 +1,6 @@
 // Graphviz DOT output: nodes as "name\nop", data edges labelled with
 // shape and dtype, control dependencies dashed.
+#include "fused.h"
 #include "graph_impl.h"
 
 // Node names come from users: quote what DOT would misread.
@@ -21,8 +22,13 @@ weft_status weft_graph_write_dot(const weft_graph *g, FILE *f) {
         const weft_gnode *n = &g->nodes[i];
         fprintf(f, "  n%d [label=\"", i);
         put_escaped(f, n->name);
-        fprintf(f, "\\n%s\"", weft_graph_node_op(g, (weft_node_id){i}));
-        if (n->kind == WEFT_NODE_PLACEHOLDER) fprintf(f, ", shape=invhouse");
+        fprintf(f, "\\n%s", weft_graph_node_op(g, (weft_node_id){i}));
+        // A fused group lists its ops in order ("fused: matmul+add+gelu") and stands out.
+        char ops[512];
+        if (n->kind == WEFT_NODE_FUSED) fprintf(f, ": %s", weft_fused_prog_str(n->prog, ops, sizeof ops));
+        fprintf(f, "\"");
+        if (n->kind == WEFT_NODE_FUSED) fprintf(f, ", style=\"filled,bold\", fillcolor=\"#ffe9a8\", peripheries=2");
+        else if (n->kind == WEFT_NODE_PLACEHOLDER) fprintf(f, ", shape=invhouse");
         else if (n->kind == WEFT_NODE_VARIABLE) fprintf(f, ", shape=cylinder");
         else if (n->kind == WEFT_NODE_CONSTANT) fprintf(f, ", shape=ellipse");
         else if (n->kind == WEFT_NODE_COND || n->kind == WEFT_NODE_WHILE) fprintf(f, ", shape=diamond");

@@ -5,6 +5,7 @@
 
 #include <weft/queue.h>
 
+#include "fused.h"
 #include "graph_impl.h"
 #include "trace_hook.h"
 
@@ -79,6 +80,7 @@ void weft_graph_free(weft_graph *g) {
         weft_tensor_free(n->tensor);
         weft_control_free_node(n); // COND / WHILE subgraphs
         weft_queue_free(n->queue); // drops the node's reference
+        weft_fused_prog_free(n->prog);
     }
     weft_graph_trace_state_release(g, false);
     free(g->nodes);
@@ -89,7 +91,7 @@ void weft_graph_free(weft_graph *g) {
 
 const char *weft_graph_kind_name(weft_node_kind k) {
     static const char *names[] = {"placeholder", "constant", "variable", "op",      "assign",
-                                  "assign_add",  "cond",     "while_loop", "enqueue", "dequeue"};
+                                  "assign_add",  "cond",     "while_loop", "enqueue", "dequeue", "fused"};
     return (unsigned)k < WEFT_NODE_NUM_KINDS ? names[k] : "?";
 }
 

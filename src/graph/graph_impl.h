@@ -41,6 +41,7 @@ typedef struct weft_gnode {
     int n_sub_in, n_sub_out[2];
     int64_t max_iter; // WHILE (0: no limit)
     struct weft_queue *queue; // ENQUEUE / DEQUEUE: the queue (one reference, weft_queue_ref)
+    struct weft_fused_prog *prog; // FUSED: its program (owned; src/graph/fused.h)
 } weft_gnode;
 
 // A pointer-keyed open-addressing map (tensor -> value id) for tracing.

@@ -65,8 +65,8 @@ weft_status weft_plan_build(const weft_graph *g, const int32_t *order, int n_ord
             int32_t r = p->root[n->in[k]];
             if (r >= 0 && bufs[bidx[r]].last < s) bufs[bidx[r]].last = s;
         }
-        if (n->kind != WEFT_NODE_OP) continue;
-        if (n->op->flags & WEFT_OPF_VIEW) {
+        if (n->kind != WEFT_NODE_OP && n->kind != WEFT_NODE_FUSED) continue; // fused outputs are buffers too
+        if (n->kind == WEFT_NODE_OP && (n->op->flags & WEFT_OPF_VIEW)) {
             p->root[n->out0] = n->n_in > 0 ? p->root[n->in[0]] : -1; // aliases input 0 (maybe a variable: -1)
             continue;
         }

@@ -5,6 +5,7 @@
 
 #include <weft/queue.h>
 
+#include "fused.h"
 #include "rewrite.h"
 #include "trace_hook.h"
 
@@ -87,6 +88,8 @@ int32_t weft_rw_copy(weft_rw *rw, int32_t s) {
     m->var = n->var >= 0 ? rw->nmap[n->var] : -1;
     if (n->sub[0] && weft_control_copy_node(m, n) != WEFT_OK) return -1; // COND / WHILE: own copies of the subgraphs
     m->queue = n->queue ? weft_queue_ref(n->queue) : NULL; // enqueue/dequeue: the same queue
+    if (n->prog && !(m->prog = weft_fused_prog_copy(n->prog)))
+        return weft_error(WEFT_ERR_OOM, "graph_optimize: node '%s': out of memory", n->name), -1;
     for (int j = 0; j < n->n_out; j++) {
         weft_gvalue *dv = &rw->dst->values[m->out0 + j];
         const weft_gvalue *sv = &src->values[n->out0 + j];

@@ -27,6 +27,9 @@ typedef struct weft_pass_io {
     const uint8_t *roots; // [src nodes] DCE roots
     bool fast_math;
     int changed; // out: rewrites made (folded / merged / removed / simplified)
+    // ---- fusion ----
+    const uint8_t *keep_vals; // [src values] the caller fetches them (NULL: none)
+    int fused_groups;         // out: FUSED nodes made
 } weft_pass_io;
 
 typedef weft_status (*weft_pass_fn)(weft_rw *rw, weft_pass_io *io);
@@ -36,6 +39,8 @@ weft_status weft_pass_constant_folding(weft_rw *rw, weft_pass_io *io);
 weft_status weft_pass_algebraic(weft_rw *rw, weft_pass_io *io);
 weft_status weft_pass_cse(weft_rw *rw, weft_pass_io *io);
 weft_status weft_pass_dce(weft_rw *rw, weft_pass_io *io);
+// Vertical fusion (passes/fuse.c): runs once, after the other passes converged.
+weft_status weft_pass_fusion(weft_rw *rw, weft_pass_io *io);
 
 weft_status weft_rw_init(weft_rw *rw, const weft_graph *src);
 // Remap control dependencies of copied nodes (after every node is decided).

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fused.h"
 #include "graph_impl.h"
 #include "plan.h"
 #include "trace_hook.h"
@@ -78,7 +79,8 @@ static void account_peak(run_ctx *c) {
     int n = 0;
     for (int k = 0; k < c->n_live; k++) {
         int32_t v = c->live[k];
-        if (c->g->nodes[c->g->values[v].node].kind != WEFT_NODE_OP) continue;
+        weft_node_kind k = c->g->nodes[c->g->values[v].node].kind;
+        if (k != WEFT_NODE_OP && k != WEFT_NODE_FUSED) continue;
         const void *s = c->vals[v]->storage;
         if (c->n_ext && bsearch(&s, c->ext, (size_t)c->n_ext, sizeof *c->ext, cmp_ptr)) continue;
         c->scratch[n++] = s;
@@ -105,6 +107,32 @@ static weft_status node_error(const weft_gnode *n, weft_status st) {
     snprintf(msg, sizeof msg, "%s", weft_last_error());
     return weft_error(st != WEFT_OK ? st : WEFT_ERR_STATE, "graph_run: node '%s' (%s): %s", n->name,
                       n->kind == WEFT_NODE_OP ? n->op->name : weft_graph_kind_name(n->kind), msg);
+}
+
+// ---- fused nodes (src/graph/fused.c): outputs allocated like a non-view op's ----
+static weft_status exec_fused(run_ctx *c, int32_t id, weft_tensor **outs) {
+    weft_graph *g = c->g;
+    const weft_gnode *n = &g->nodes[id];
+    weft_tensor *inl[WEFT_FUSED_MAX_IN];
+    if (n->n_in > WEFT_FUSED_MAX_IN) return weft_error(WEFT_ERR_STATE, "graph_run: node '%s' (fused): too many inputs", n->name);
+    for (int i = 0; i < n->n_in; i++) inl[i] = c->vals[n->in[i]];
+    weft_status st = WEFT_OK;
+    for (int j = 0; j < n->n_out && st == WEFT_OK; j++) {
+        const weft_gvalue *v = &g->values[n->out0 + j];
+        outs[j] = c->use_plan ? weft_plan_tensor_at(c->arena, c->plan.offset[n->out0 + j], v->ndim, v->sizes,
+                                                    (weft_dtype)v->dtype)
+                              : weft_tensor_new(v->ndim, v->sizes, (weft_dtype)v->dtype, inl[0]->device);
+        if (!outs[j]) st = weft_last_status();
+    }
+    if (st == WEFT_OK) st = weft_fused_exec(n, &g->values[n->out0], inl, outs);
+    if (st != WEFT_OK) {
+        for (int j = 0; j < n->n_out; j++) {
+            weft_tensor_free(outs[j]);
+            outs[j] = NULL;
+        }
+        return node_error(n, st);
+    }
+    return WEFT_OK;
 }
 
 // Run one node into outs[0..n_out) (new references; not yet published in
@@ -197,6 +225,8 @@ static weft_status exec_node(run_ctx *c, int32_t id, weft_tensor **outs) {
         return weft_graph_exec_enqueue(g, n, c->vals);
     case WEFT_NODE_DEQUEUE:
         return weft_graph_exec_dequeue(g, n, outs);
+    case WEFT_NODE_FUSED:
+        return exec_fused(c, id, outs);
     default:
         return weft_error(WEFT_ERR_STATE, "graph_run: node '%s' has an unknown kind %d", n->name, (int)n->kind);
     }

@@ -123,6 +123,13 @@ weft_status weft_graph_save(const weft_graph *g, const char *path) {
     if (!g || !path) return weft_error(WEFT_ERR_ARG, "graph_save: NULL %s", g ? "path" : "graph");
     if (g->tracing)
         return weft_error(WEFT_ERR_STATE, "graph_save: %s: the graph is being traced (call trace_end first)", path);
+    // Fused nodes are made by weft_graph_optimize and are not stored: save the graph before optimising.
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].kind == WEFT_NODE_FUSED)
+            return weft_error(WEFT_ERR_UNSUPPORTED,
+                              "graph_save: %s: node '%s' is a fused node (fusion output is not stored; save the graph "
+                              "before optimising)",
+                              path, g->nodes[i].name);
     weft_status st = WEFT_OK;
     cJSON *root = cJSON_CreateObject(), *nodes = root ? cJSON_AddArrayToObject(root, "nodes") : NULL;
     int n_t = 0;
@@ -417,6 +424,9 @@ static weft_status load_node(loader *L, const cJSON *o) {
     if (!cJSON_IsString(jk)) return lfail(L, WEFT_ERR_FORMAT, "missing 'kind'");
     weft_node_kind kind = parse_kind(jk->valuestring);
     if (kind == WEFT_NODE_NUM_KINDS) return lfail(L, WEFT_ERR_FORMAT, "unknown kind '%s'", jk->valuestring);
+    if (kind == WEFT_NODE_FUSED) return lfail(L, WEFT_ERR_FORMAT, "fused nodes are not stored in graph files");
+    if (kind == WEFT_NODE_COND || kind == WEFT_NODE_WHILE) // never saved: their subgraphs are not in the format yet
+        return lfail(L, WEFT_ERR_FORMAT, "%s nodes are not stored in graph files", jk->valuestring);
     L->op = weft_graph_kind_name(kind);
     const weft_op_def *op = NULL;
     if (kind == WEFT_NODE_OP) {

@@ -17,6 +17,12 @@ weft_status weft_cpu_elementwise(const weft_op_args *a);
 weft_status weft_cpu_where(const weft_op_args *a);
 weft_status weft_cpu_cast(const weft_op_args *a);
 
+// ---- for graph fusion (src/graph/fused.c) ----
+// The CPU inner loop of elementwise variant WEFT_EW_* for dtype dt (the same
+// function the kernel runs; type = weft_loop_fn of cpu/iter.h), NULL if none.
+typedef void (*weft_ew_loop_fn)(char **p, const int64_t *s, int64_t n, const void *ctx);
+weft_ew_loop_fn weft_cpu_ew_loop(int variant, weft_dtype dt);
+
 // Internal ops used by backward rules.
 weft_tensor *weft_sign(weft_tensor *t);
 weft_tensor *weft_gelu_grad(weft_tensor *t);

@@ -10,7 +10,8 @@
 #define MAX_ROUNDS 8
 
 weft_graph_passes weft_graph_passes_all(void) {
-    return (weft_graph_passes){.constant_folding = true, .cse = true, .dce = true, .algebraic = true};
+    return (weft_graph_passes){.constant_folding = true, .cse = true, .dce = true, .algebraic = true,
+                                .fusion = true};
 }
 
 // Identity copy (every pass off).
@@ -29,7 +30,12 @@ typedef struct pipe {
     int n_kv, n_kn;
 } pipe;
 
+static weft_status run_pass_io(pipe *p, weft_pass_fn fn, bool fast_math, int *changed, int *groups);
 static weft_status run_pass(pipe *p, weft_pass_fn fn, bool fast_math, int *changed) {
+    return run_pass_io(p, fn, fast_math, changed, NULL);
+}
+
+static weft_status run_pass_io(pipe *p, weft_pass_fn fn, bool fast_math, int *changed, int *groups) {
     const weft_graph *src = p->cur ? p->cur : p->orig;
     weft_rw rw;
     weft_status st = weft_rw_init(&rw, src);
@@ -50,8 +56,20 @@ static weft_status run_pass(pipe *p, weft_pass_fn fn, bool fast_math, int *chang
         for (int i = 0; i < p->n_kn; i++) roots[p->kn[i]] = 1;
     }
     weft_pass_io io = {.roots = roots, .fast_math = fast_math};
+    uint8_t *keep_vals = NULL; // fusion: fetched values must stay outputs of the fused node
+    if (fn == weft_pass_fusion) {
+        keep_vals = calloc((size_t)(src->n_values ? src->n_values : 1), 1);
+        if (!keep_vals) {
+            weft_rw_free(&rw, false);
+            return weft_error(WEFT_ERR_OOM, "graph_optimize: out of memory");
+        }
+        for (int i = 0; i < p->n_kv; i++) keep_vals[p->kv[i]] = 1;
+        io.keep_vals = keep_vals;
+    }
     st = fn(&rw, &io);
     free(roots);
+    free(keep_vals);
+    if (groups) *groups = io.fused_groups;
     if (st == WEFT_OK) st = weft_rw_finish(&rw);
     if (st == WEFT_OK)
         for (int i = 0; i < p->n_kv && st == WEFT_OK; i++)
@@ -126,6 +144,8 @@ weft_graph *weft_graph_optimize_nodes(const weft_graph *g, int n_keep, const wef
         stt.rounds = round + 1;
         if (!total) break;
     }
+    if (st == WEFT_OK && ps.fusion) // fused nodes are opaque to the other passes: once, at the end
+        st = run_pass_io(&p, weft_pass_fusion, false, &stt.fused_nodes, &stt.fused_groups);
     if (st == WEFT_OK && !p.cur) { // nothing ran: still a new graph
         int changed = 0;
         st = run_pass(&p, pass_copy, false, &changed);

@@ -201,6 +201,12 @@ weft_status weft_cpu_elementwise(const weft_op_args *a) {
     return WEFT_OK;
 }
 
+// Fusion reuses the kernels' own loops, so a fused group computes bit-identical results.
+weft_ew_loop_fn weft_cpu_ew_loop(int variant, weft_dtype dt) {
+    if (variant < 0 || variant >= WEFT_EW_COUNT || (unsigned)dt >= WEFT_NUM_DTYPES) return NULL;
+    return k_loops[variant][dt];
+}
+
 weft_status weft_cpu_where(const weft_op_args *a) {
     static const weft_loop_fn by_size[9] = {[1] = where_1, [2] = where_2, [4] = where_4, [8] = where_8};
     weft_iter it;

@@ -1,0 +1,56 @@
+// Fused nodes (WEFT_NODE_FUSED): a small program of elementwise ops (and at
+// most one leading matmul, an "epilogue" group) run as one pass over memory.
+//
+// The program is a list of instructions in dependency order. Operands refer
+// either to the fused node's inputs (WEFT_FUSED_IN(k)) or to earlier
+// instructions (WEFT_FUSED_INSTR(j)). Every elementwise instruction computes
+// a value of the node's shape ("group shape") and dtype; inputs may broadcast
+// to it. Some instructions are exported: they are the node's outputs (values
+// still needed outside the group); the others live only in per-thread tiles.
+//
+// Execution (weft_fused_exec): a leading matmul runs whole into an output
+// buffer (BLAS is the fast path for it); the elementwise rest then runs over
+// the group shape in tiles of WEFT_FUSED_TILE elements, threads over tiles:
+// each tile gathers its inputs (strided / broadcast reads), runs each
+// instruction's inner loop (the same loop the elementwise kernel runs, so
+// results are bit-identical to the unfused ops) and writes exported values.
+#ifndef WEFT_GRAPH_FUSED_H
+#define WEFT_GRAPH_FUSED_H
+
+#include "graph_impl.h"
+
+#define WEFT_FUSED_TILE 1024
+#define WEFT_FUSED_MAX_INSTR 32
+#define WEFT_FUSED_MAX_IN 16
+#define WEFT_FUSED_MAX_ARGS 2
+// Operand encoding: >= 0 an input of the node, < 0 an earlier instruction.
+#define WEFT_FUSED_IN(k) (k)
+#define WEFT_FUSED_INSTR(j) (-1 - (j))
+
+typedef struct weft_fused_instr {
+    const weft_op_def *op;
+    weft_attrs attrs;
+    int n_args;
+    int32_t args[WEFT_FUSED_MAX_ARGS]; // operand encoding above
+    int32_t export_idx;                // output index of the node, -1: internal
+} weft_fused_instr;
+
+typedef struct weft_fused_prog {
+    int n_instr;
+    weft_fused_instr instr[WEFT_FUSED_MAX_INSTR];
+    bool matmul_head; // instr[0] is a matmul (its args are node inputs), the rest its epilogue
+} weft_fused_prog;
+
+// Is op a member of the elementwise family the tile loop can run (one loop
+// per dtype, output dtype = input dtype)?
+bool weft_fused_op_ok(const weft_op_def *op, weft_dtype dt);
+weft_fused_prog *weft_fused_prog_copy(const weft_fused_prog *p);
+void weft_fused_prog_free(weft_fused_prog *p);
+// "matmul+add+gelu" into buf.
+const char *weft_fused_prog_str(const weft_fused_prog *p, char *buf, size_t n);
+// Run node n (kind FUSED) on in[0..n_in) into out[0..n_out), preallocated
+// contiguous tensors of the node's output shapes.
+weft_status weft_fused_exec(const weft_gnode *n, const weft_gvalue *out_meta, weft_tensor *const *in,
+                            weft_tensor *const *out);
+
+#endif
