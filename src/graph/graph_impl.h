@@ -61,6 +61,9 @@ struct weft_graph {
     size_t n_held, cap_held;
     // execution
     weft_graph_run_stats stats;
+    // What weft_graph_run's prepare computed per (fetches, targets) set, reused
+    // while the graph's structure is unchanged (run.c; freed by weft_graph_free).
+    struct weft_run_cache *run_cache;
 };
 
 // Append a node of `kind` with n_out outputs (shapes filled by the caller);
@@ -74,6 +77,9 @@ const char *weft_graph_kind_name(weft_node_kind k);
 bool weft_ptrmap_put(weft_ptrmap *m, const void *key, int32_t val);
 int32_t weft_ptrmap_get(const weft_ptrmap *m, const void *key); // -1 if absent
 void weft_ptrmap_free(weft_ptrmap *m);
+
+// Free g->run_cache (run.c).
+void weft_graph_run_cache_free(weft_graph *g);
 
 // The tracing hook called by weft_op_apply after a successful op.
 void weft_graph_trace_record(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,

@@ -77,6 +77,11 @@ typedef struct weft_kernel {
 enum {
     WEFT_OPF_VIEW = 1,    // output 0 aliases input 0 (infer gives strides/offset); no kernel
     WEFT_OPF_NONDIFF = 2, // outputs never require grad (comparisons, argmax)
+    // Output j may be written over input j's storage (same shape and dtype,
+    // contiguous): the kernel reads element i of input j before writing
+    // element i of output j and nothing else there. The graph executor uses
+    // it to write an update straight into the variable it is assigned to.
+    WEFT_OPF_INPLACE = 4,
 };
 
 #define WEFT_SAVE_IN(i) (1u << (i))
