@@ -176,6 +176,7 @@ static weft_status exec_node(run_ctx *c, int32_t id, weft_tensor **outs) {
             for (int j = 0; j < n->n_out && st == WEFT_OK; j++) {
                 const weft_gvalue *v = &g->values[n->out0 + j];
                 weft_tensor *var = inplace ? inplace_var(c, n->out0 + j) : NULL;
+                if (var) __atomic_fetch_add(&g->stats.inplace_writes, 1, __ATOMIC_RELAXED); // parallel runs too
                 out[j] = var ? weft_tensor_ref(var)
                          : c->use_plan ? weft_plan_tensor_at(c->arena, c->plan.offset[n->out0 + j], v->ndim, v->sizes,
                                                              (weft_dtype)v->dtype)

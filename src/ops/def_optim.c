@@ -4,23 +4,23 @@
 // graph step updates parameters bit-identically to weft_optim_step. Kernel:
 // cpu/optim.c. Not differentiable (an update is not part of any loss).
 //
-// Inputs: the parameter, its gradient, the state tensors (all one shape and a
+// Inputs: the parameter, the state tensors, the gradient (all one shape and a
 // float dtype), then host scalars as 0-d tensors (read as double: feed f64 to
 // get exactly eager's rounding). Outputs: the new parameter and new state, in
-// input order; each may be written over its input (WEFT_OPF_INPLACE).
+// input order, so output j may be written over input j (WEFT_OPF_INPLACE).
 //
 //   sgd_update          (p, g, lr) -> p'
 //                       f[0] = weight_decay
-//   sgd_momentum_update (p, g, buf, lr, first) -> (p', buf')     first != 0: buf = d
+//   sgd_momentum_update (p, buf, g, lr, first) -> (p', buf')     first != 0: buf = d
 //                       f[0] = weight_decay, f[1] = momentum, f[2] = dampening, i[0] = nesterov
-//   adam_update         (p, g, m, v, lr, step_size, bc2_sqrt) -> (p', m', v')
+//   adam_update         (p, m, v, g, lr, step_size, bc2_sqrt) -> (p', m', v')
 //                       f[0] = beta1, f[1] = beta2, f[2] = eps, f[3] = weight_decay,
 //                       i[0] = decoupled (AdamW); step_size = lr / (1 - beta1^t), bc2_sqrt = sqrt(1 - beta2^t)
 #include "op.h"
 
 weft_status weft_cpu_optim_update(const weft_op_args *a);
 
-// n_state: tensors shaped like the parameter (p, g and the state); the rest are 0-d scalars.
+// n_state: tensors shaped like the parameter (p, the state and g); the rest are 0-d scalars.
 static weft_status infer_update(const weft_op_args *a, int n_state, weft_out_meta *o) {
     const char *nm = a->op->name;
     const weft_tensor *p = a->in[0];
@@ -44,7 +44,7 @@ static weft_status infer_update(const weft_op_args *a, int n_state, weft_out_met
     for (int j = 0; j < a->op->n_out; j++) weft_meta_set(&o[j], p->ndim, p->sizes, (weft_dtype)p->dtype);
     return WEFT_OK;
 }
-// p, g + the outputs' state count: sgd 2, sgd_momentum 3, adam 4.
+// Tensors shaped like p: sgd 2, sgd_momentum 3, adam 4 (the gradient is the last of them).
 static weft_status infer_sgd(const weft_op_args *a, weft_out_meta *o) { return infer_update(a, 2, o); }
 static weft_status infer_sgd_mom(const weft_op_args *a, weft_out_meta *o) { return infer_update(a, 3, o); }
 static weft_status infer_adam(const weft_op_args *a, weft_out_meta *o) { return infer_update(a, 4, o); }

@@ -273,20 +273,20 @@ static weft_status build_step(weft_run *r, struct weft_graph_train *gt, weft_ten
         const char *opn;
         double f[4] = {0};
         int64_t at[1] = {0};
-        in[n_in++] = vp[i], in[n_in++] = vg[i];
+        in[n_in++] = vp[i];
         if (sgd && !mom) {
             opn = "sgd_update", n_out = 1;
             f[0] = o->weight_decay;
-            in[n_in++] = s->sc[SC_LR];
+            in[n_in++] = vg[i], in[n_in++] = s->sc[SC_LR];
         } else if (sgd) {
             opn = "sgd_momentum_update", n_out = 2;
             f[0] = o->weight_decay, f[1] = o->momentum, f[2] = o->dampening, at[0] = o->nesterov;
-            in[n_in++] = vm[i], in[n_in++] = s->sc[SC_LR], in[n_in++] = s->sc[SC_FIRST];
+            in[n_in++] = vm[i], in[n_in++] = vg[i], in[n_in++] = s->sc[SC_LR], in[n_in++] = s->sc[SC_FIRST];
         } else {
             opn = "adam_update", n_out = 3;
             f[0] = o->beta1, f[1] = o->beta2, f[2] = o->eps, f[3] = o->weight_decay;
             at[0] = o->kind == WEFT_OPTIM_ADAMW;
-            in[n_in++] = vm[i], in[n_in++] = vv[i];
+            in[n_in++] = vm[i], in[n_in++] = vv[i], in[n_in++] = vg[i];
             in[n_in++] = s->sc[SC_LR], in[n_in++] = s->sc[SC_SS], in[n_in++] = s->sc[SC_BC2S];
         }
         char nm[560];

@@ -8,12 +8,13 @@
 weft_status weft_cpu_optim_update(const weft_op_args *a) {
     int variant = a->op->variant, n_out = a->op->n_out;
     weft_tensor *const *in = a->in, *const *out = a->out;
-    // The gradient may be a strided view (a transposed matmul gradient): the loop wants it contiguous.
-    weft_tensor *g = weft_tensor_contiguous(in[1]);
+    // The gradient (after p and the n_out - 1 state tensors) may be a strided
+    // view (a transposed matmul gradient): the loop wants it contiguous.
+    weft_tensor *g = weft_tensor_contiguous(in[n_out]);
     if (!g) return weft_last_status();
-    // Outputs j: parameter (input 0), then state (inputs 2..).
+    // Output j is input j (the parameter, then the state).
     for (int j = 0; j < n_out; j++) {
-        const weft_tensor *src = in[j == 0 ? 0 : j + 1];
+        const weft_tensor *src = in[j];
         if (weft_tensor_ptr(out[j]) == weft_tensor_ptr(src) && weft_tensor_is_contiguous(src)) continue;
         weft_status st = weft_tensor_copy_(out[j], src);
         if (st) {
