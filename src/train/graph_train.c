@@ -2,6 +2,14 @@
 // forward pass, the loss, the backward pass, gradient clipping and the
 // optimiser update (assigns into variables), so one weft_graph_run is one step.
 //
+// The update is one fused op per parameter (sgd_update, sgd_momentum_update,
+// adam_update: src/ops/def_optim.c), running the eager optimiser's own loop,
+// so parameters match weft_optim_step bit for bit. The executor writes it
+// straight into the variables (WEFT_OPF_INPLACE) and the assigns copy
+// nothing. Ordering is per variable: each update waits for exactly the
+// nodes that read its parameter or state (directly or through views), not
+// for the whole backward pass.
+//
 // The step graph is built once per batch shape by TRACING one eager forward +
 // weft_backward on a real batch (docs/graph.md, "Tracing through
 // weft_backward"), then appending the optimiser's update with the builder.
