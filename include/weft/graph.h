@@ -152,6 +152,7 @@ typedef struct weft_graph_run_stats {
     int interop_threads; // threads that ran nodes
     bool planned;        // intermediates lived in the planned arena
     size_t arena_bytes;  // its size (0 when not planned)
+    int inplace_writes;  // op outputs written straight into the variable assigned from them (no copy)
 } weft_graph_run_stats;
 weft_graph_run_stats weft_graph_last_run_stats(const weft_graph *g);
 

@@ -86,6 +86,7 @@ void weft_graph_free(weft_graph *g) {
     free(g->nodes);
     free(g->values);
     free(g->names.slots);
+    weft_graph_run_cache_free(g);
     free(g);
 }
 

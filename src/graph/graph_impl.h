@@ -76,6 +76,9 @@ struct weft_graph {
     // Tracing: state inputs of stateful ops, restored at trace_end (trace_state.c).
     weft_tensor **trace_state;      // [2*n]: the tensor, its value before the trace
     size_t n_trace_state, cap_trace_state;
+    // What weft_graph_run's prepare computed per (fetches, targets) set, reused
+    // while the graph's structure is unchanged (run.c; freed by weft_graph_free).
+    struct weft_run_cache *run_cache;
 };
 
 // Append a node of `kind` with n_out outputs (shapes filled by the caller);
@@ -98,6 +101,8 @@ weft_status weft_graph_exec_enqueue(weft_graph *g, const weft_gnode *n, weft_ten
 weft_status weft_graph_exec_dequeue(weft_graph *g, const weft_gnode *n, weft_tensor **outs);
 // Release trace_state (restoring the values first when restore).
 void weft_graph_trace_state_release(weft_graph *g, bool restore);
+// Free g->run_cache (run.c).
+void weft_graph_run_cache_free(weft_graph *g);
 
 // The tracing hook called by weft_op_apply after a successful op.
 void weft_graph_trace_record(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,

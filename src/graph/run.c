@@ -49,20 +49,52 @@ typedef struct run_ctx {
     weft_status err;
     char errmsg[1024];
     uint64_t run_no; // this run's number (g->rng_runs before it): random ops' seeds
+    // in-place updates: [values] the VARIABLE node an OP output is written
+    // into (-1: none); borrowed from the run cache
+    const int32_t *inplace;
+    // peak accounting: storage -> live values using it (-1: not an
+    // intermediate), an open-addressing map, and the bytes of live storages
+    const void **skey;
+    int32_t *scount;
+    size_t scap, cur_bytes;
 } run_ctx;
 
-static int cmp_ptr(const void *a, const void *b) {
-    uintptr_t x = (uintptr_t) * (const void *const *)a, y = (uintptr_t) * (const void *const *)b;
-    return x < y ? -1 : x > y;
+// ---- storage use counts (the peak in O(1) per value instead of a sort per node) ----
+static size_t smap_slot(const run_ctx *c, const void *key) {
+    size_t h = (size_t)(((uintptr_t)key >> 4) * 0x9E3779B97F4A7C15ull) & (c->scap - 1);
+    while (c->skey[h] && c->skey[h] != key) h = (h + 1) & (c->scap - 1);
+    return h;
+}
+
+static void smap_mark_ext(run_ctx *c, const void *key) {
+    size_t h = smap_slot(c, key);
+    c->skey[h] = key;
+    c->scount[h] = -1;
+}
+
+// +1 / -1 use of value v's storage when v is made by an op (views of a
+// variable or feed share its storage and cost nothing extra).
+static void smap_use(run_ctx *c, int32_t v, int delta) {
+    weft_node_kind kind = c->g->nodes[c->g->values[v].node].kind;
+    if (kind != WEFT_NODE_OP && kind != WEFT_NODE_FUSED) return;
+    const weft_storage *st = c->vals[v]->storage;
+    size_t h = smap_slot(c, st);
+    if (!c->skey[h]) c->skey[h] = st, c->scount[h] = 0;
+    if (c->scount[h] < 0) return;
+    c->scount[h] += delta;
+    if (delta > 0 && c->scount[h] == 1) c->cur_bytes += st->nbytes;
+    if (delta < 0 && c->scount[h] == 0) c->cur_bytes -= st->nbytes;
 }
 
 static void set_val(run_ctx *c, int32_t v, weft_tensor *t) {
     c->vals[v] = t;
+    smap_use(c, v, +1);
     c->live_pos[v] = c->n_live;
     c->live[c->n_live++] = v;
 }
 
 static void drop_val(run_ctx *c, int32_t v) {
+    smap_use(c, v, -1);
     weft_tensor_free(c->vals[v]);
     c->vals[v] = NULL;
     int p = c->live_pos[v];
@@ -73,23 +105,9 @@ static void drop_val(run_ctx *c, int32_t v) {
     c->live_pos[v] = -1;
 }
 
-// Bytes of distinct storages made by ops that are alive now (views of a
-// variable or feed share its storage and cost nothing extra).
+// Bytes of distinct storages made by ops that are alive now (kept by smap_use).
 static void account_peak(run_ctx *c) {
-    int n = 0;
-    for (int k = 0; k < c->n_live; k++) {
-        int32_t v = c->live[k];
-        weft_node_kind k = c->g->nodes[c->g->values[v].node].kind;
-        if (k != WEFT_NODE_OP && k != WEFT_NODE_FUSED) continue;
-        const void *s = c->vals[v]->storage;
-        if (c->n_ext && bsearch(&s, c->ext, (size_t)c->n_ext, sizeof *c->ext, cmp_ptr)) continue;
-        c->scratch[n++] = s;
-    }
-    qsort(c->scratch, (size_t)n, sizeof *c->scratch, cmp_ptr);
-    size_t bytes = 0;
-    for (int k = 0; k < n; k++)
-        if (k == 0 || c->scratch[k] != c->scratch[k - 1]) bytes += ((const weft_storage *)c->scratch[k])->nbytes;
-    if (bytes > c->peak) c->peak = bytes;
+    if (c->cur_bytes > c->peak) c->peak = c->cur_bytes;
 }
 
 // splitmix64 of the recorded seed and the run number: distinct runs give
@@ -135,6 +153,19 @@ static weft_status exec_fused(run_ctx *c, int32_t id, weft_tensor **outs) {
     return WEFT_OK;
 }
 
+// The variable tensor value v is written into in place this run, or NULL:
+// marked by the run cache, and the variable still fits (a variable's tensor
+// is fixed, but check: it costs nothing and keeps a stale mark harmless).
+static weft_tensor *inplace_var(const run_ctx *c, int32_t v) {
+    int32_t vn = c->inplace[v];
+    if (vn < 0) return NULL;
+    weft_tensor *t = c->g->nodes[vn].tensor;
+    const weft_gvalue *gv = &c->g->values[v];
+    if (!t || !weft_tensor_is_contiguous(t) || t->dtype != gv->dtype || !weft_shape_equal(t->ndim, t->sizes, gv->ndim, gv->sizes))
+        return NULL;
+    return t;
+}
+
 // Run one node into outs[0..n_out) (new references; not yet published in
 // c->vals). Reads c->vals of its inputs only, so several nodes may run at once.
 static weft_status exec_node(run_ctx *c, int32_t id, weft_tensor **outs) {
@@ -159,7 +190,10 @@ static weft_status exec_node(run_ctx *c, int32_t id, weft_tensor **outs) {
             if (!tmp) return node_error(n, weft_last_status());
             src = tmp;
         }
-        weft_status st = weft_tensor_copy_(var, src);
+        // Already there when the producer wrote the value in place (c->inplace).
+        bool same = !tmp && weft_tensor_ptr(src) == weft_tensor_ptr(var) && weft_tensor_is_contiguous(src) &&
+                    weft_tensor_is_contiguous(var) && src->dtype == var->dtype && src->numel == var->numel;
+        weft_status st = same ? WEFT_OK : weft_tensor_copy_(var, src);
         weft_tensor_free(tmp);
         if (st != WEFT_OK) return node_error(n, st);
         outs[0] = weft_tensor_ref(var);
@@ -179,14 +213,21 @@ static weft_status exec_node(run_ctx *c, int32_t id, weft_tensor **outs) {
             at = &ra;
         }
         weft_status st;
-        if (c->use_plan && !(n->op->flags & WEFT_OPF_VIEW)) {
-            // Outputs are tensors over the arena at their planned offsets.
+        bool inplace = false;
+        for (int j = 0; j < n->n_out && c->inplace; j++) inplace |= inplace_var(c, n->out0 + j) != NULL;
+        if ((c->use_plan || inplace) && !(n->op->flags & WEFT_OPF_VIEW)) {
+            // Outputs are tensors over the arena at their planned offsets, or
+            // the variable an output is assigned to (written in place).
             st = WEFT_OK;
             for (int j = 0; j < n->n_out; j++) out[j] = NULL;
             for (int j = 0; j < n->n_out && st == WEFT_OK; j++) {
                 const weft_gvalue *v = &g->values[n->out0 + j];
-                out[j] = weft_plan_tensor_at(c->arena, c->plan.offset[n->out0 + j], v->ndim, v->sizes,
-                                             (weft_dtype)v->dtype);
+                weft_tensor *var = inplace ? inplace_var(c, n->out0 + j) : NULL;
+                if (var) __atomic_fetch_add(&g->stats.inplace_writes, 1, __ATOMIC_RELAXED); // parallel runs too
+                out[j] = var ? weft_tensor_ref(var)
+                         : c->use_plan ? weft_plan_tensor_at(c->arena, c->plan.offset[n->out0 + j], v->ndim, v->sizes,
+                                                             (weft_dtype)v->dtype)
+                                       : weft_tensor_new(v->ndim, v->sizes, (weft_dtype)v->dtype, n->n_in ? in[0]->device : weft_device_get_default());
                 if (!out[j]) st = weft_last_status();
             }
             if (st == WEFT_OK) st = weft_op_apply_into(n->op, n->n_in, in, at, out);
@@ -300,6 +341,8 @@ static void ctx_free(run_ctx *c) {
     free(c->live_pos);
     free(c->ext);
     free(c->scratch);
+    free(c->skey);
+    free(c->scount);
 }
 
 static weft_status ctx_alloc(run_ctx *c, int n_feeds) {
@@ -433,6 +476,233 @@ static weft_status prepare(run_ctx *c, bool feeding, int n_fetch, const weft_val
     return st;
 }
 
+// ---- the run cache: what prepare (and the plan) computed, per (fetches, targets) ----
+// Reused while the graph's structure (nodes, edges, value shapes) hashes the
+// same, so a training loop's runs skip pruning, the successor lists, the
+// order and the memory plan. Whatever prepare computes is copied in and out
+// whole, so a different ordering inside prepare needs no change here.
+#define RUN_CACHE_SLOTS 4
+
+typedef struct run_entry {
+    bool used;
+    uint64_t fp; // structure hash when filled
+    int n_fetch, n_targets;
+    int32_t *key; // fetch value ids, then target node ids
+    uint8_t *needed, *fetched;
+    int32_t *indeg, *succ_off, *succ, *uses, *order, *inplace;
+    size_t n_edges;
+    int n_order;
+    bool has_plan;
+    weft_plan plan;
+} run_entry;
+
+struct weft_run_cache {
+    run_entry e[RUN_CACHE_SLOTS];
+    int next; // round-robin victim
+};
+
+static void entry_free(run_entry *e) {
+    free(e->key);
+    free(e->needed);
+    free(e->fetched);
+    free(e->indeg);
+    free(e->succ_off);
+    free(e->succ);
+    free(e->uses);
+    free(e->order);
+    free(e->inplace);
+    weft_plan_free(&e->plan);
+    memset(e, 0, sizeof *e);
+}
+
+void weft_graph_run_cache_free(weft_graph *g) {
+    if (!g || !g->run_cache) return;
+    for (int k = 0; k < RUN_CACHE_SLOTS; k++) entry_free(&g->run_cache->e[k]);
+    free(g->run_cache);
+    g->run_cache = NULL;
+}
+
+static uint64_t mix(uint64_t h, uint64_t x) {
+    h ^= x + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    return h * 0xff51afd7ed558ccdull;
+}
+
+// A hash of everything prepare and the plan read: nodes (kind, op, edges,
+// outputs, variable) and values (shape, dtype). O(nodes + edges + values).
+static uint64_t graph_fingerprint(const weft_graph *g) {
+    uint64_t h = mix((uint64_t)g->n_nodes, (uint64_t)g->n_values);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const weft_gnode *n = &g->nodes[i];
+        h = mix(h, (uint64_t)n->kind ^ ((uint64_t)(uintptr_t)n->op << 8));
+        h = mix(h, ((uint64_t)(uint32_t)n->n_in << 32) ^ (uint64_t)(uint32_t)n->n_ctrl);
+        h = mix(h, ((uint64_t)(uint32_t)n->out0 << 32) ^ ((uint64_t)(uint32_t)n->n_out << 8) ^ (uint64_t)(uint32_t)n->var);
+        for (int k = 0; k < n->n_in; k++) h = mix(h, (uint64_t)(uint32_t)n->in[k]);
+        for (int k = 0; k < n->n_ctrl; k++) h = mix(h, (uint64_t)(uint32_t)n->ctrl[k] << 1);
+    }
+    for (int v = 0; v < g->n_values; v++) {
+        const weft_gvalue *x = &g->values[v];
+        h = mix(h, ((uint64_t)(uint8_t)x->ndim << 8) ^ x->dtype);
+        for (int d = 0; d < x->ndim; d++) h = mix(h, (uint64_t)x->sizes[d]);
+    }
+    return h;
+}
+
+static void *dup_mem(const void *p, size_t n) {
+    void *q = malloc(n ? n : 1);
+    if (q && n) memcpy(q, p, n);
+    return q;
+}
+
+static bool plan_copy(weft_plan *dst, const weft_plan *src, size_t nV) {
+    *dst = *src;
+    dst->root = dup_mem(src->root, nV * sizeof *src->root);
+    dst->offset = dup_mem(src->offset, nV * sizeof *src->offset);
+    if (dst->root && dst->offset) return true;
+    weft_plan_free(dst);
+    return false;
+}
+
+// Mark the OP outputs that can be written straight into the variable they
+// are assigned to (WEFT_OPF_INPLACE): output j of X has exactly one consumer,
+// an ASSIGN to V, is not fetched; X's input j is V's value and no other input
+// of X aliases V; no other needed assign writes V; and every other needed
+// node that reads V (directly or through views) is an ancestor of X, so it
+// has run (serial or parallel) before X overwrites V.
+static weft_status find_inplace(const run_ctx *c, int32_t *inplace) {
+    const weft_graph *g = c->g;
+    int N = g->n_nodes, V = g->n_values;
+    for (int v = 0; v < V; v++) inplace[v] = -1;
+    int32_t *root = malloc(((size_t)V + 1) * sizeof *root), *writes = calloc((size_t)N + 1, sizeof *writes);
+    int32_t *mark = calloc((size_t)N + 1, sizeof *mark), *stack = malloc(((size_t)N + 1) * sizeof *stack);
+    weft_status st = WEFT_OK;
+    if (!root || !writes || !mark || !stack) {
+        st = weft_error(WEFT_ERR_OOM, "graph_run: out of memory");
+        goto done;
+    }
+    // root[v]: the VARIABLE node whose storage v aliases (views of it), -1. Data edges go to earlier nodes.
+    for (int v = 0; v < V; v++) root[v] = g->nodes[g->values[v].node].kind == WEFT_NODE_VARIABLE ? g->values[v].node : -1;
+    for (int i = 0; i < N; i++) {
+        const weft_gnode *n = &g->nodes[i];
+        if (!c->needed[i]) continue;
+        if (n->kind == WEFT_NODE_OP && (n->op->flags & WEFT_OPF_VIEW) && n->n_in > 0) root[n->out0] = root[n->in[0]];
+        if (n->kind == WEFT_NODE_ASSIGN || n->kind == WEFT_NODE_ASSIGN_ADD) writes[n->var]++;
+    }
+    int stamp = 0;
+    for (int a = 0; a < N; a++) {
+        const weft_gnode *an = &g->nodes[a];
+        if (!c->needed[a] || an->kind != WEFT_NODE_ASSIGN || writes[an->var] != 1) continue;
+        int32_t s = an->in[0], x = g->values[s].node, var = an->var;
+        const weft_gnode *xn = &g->nodes[x];
+        if (xn->kind != WEFT_NODE_OP || !(xn->op->flags & WEFT_OPF_INPLACE) || c->uses[s] != 1 || c->fetched[s]) continue;
+        int j = s - xn->out0;
+        if (j >= xn->n_in || g->values[xn->in[j]].node != var) continue;
+        bool ok = true;
+        for (int k = 0; k < xn->n_in && ok; k++) ok = k == j || root[xn->in[k]] != var;
+        if (!ok) continue;
+        // Ancestors of X (mark == stamp).
+        stamp++;
+        int sp = 0;
+        stack[sp++] = x;
+        mark[x] = stamp;
+        while (sp) {
+            const weft_gnode *n = &g->nodes[stack[--sp]];
+            FOR_PREDS(g, n, p, if (mark[p] != stamp) { mark[p] = stamp; stack[sp++] = p; });
+        }
+        for (int i = 0; i < N && ok; i++) {
+            const weft_gnode *n = &g->nodes[i];
+            if (!c->needed[i] || i == x || mark[i] == stamp) continue;
+            if (n->kind == WEFT_NODE_OP && (n->op->flags & WEFT_OPF_VIEW)) continue; // aliases, reads nothing
+            for (int k = 0; k < n->n_in && ok; k++) ok = root[n->in[k]] != var;
+        }
+        if (ok) inplace[s] = var;
+    }
+done:
+    free(root);
+    free(writes);
+    free(mark);
+    free(stack);
+    return st;
+}
+
+static bool key_equal(const run_entry *e, int n_fetch, const weft_value *fetch, int n_targets,
+                      const weft_node_id *targets) {
+    if (!e->used || e->n_fetch != n_fetch || e->n_targets != n_targets) return false;
+    for (int k = 0; k < n_fetch; k++)
+        if (e->key[k] != fetch[k].id) return false;
+    for (int k = 0; k < n_targets; k++)
+        if (e->key[n_fetch + k] != targets[k].id) return false;
+    return true;
+}
+
+// prepare() through the cache; *entry: the cache entry now holding the result (NULL if not cached).
+static weft_status prepare_cached(run_ctx *c, int n_fetch, const weft_value *fetch, int n_targets,
+                                  const weft_node_id *targets, run_entry **entry) {
+    weft_graph *g = c->g;
+    size_t nN = (size_t)(g->n_nodes ? g->n_nodes : 1), nV = (size_t)(g->n_values ? g->n_values : 1);
+    *entry = NULL;
+    if (!g->run_cache && !(g->run_cache = calloc(1, sizeof *g->run_cache)))
+        return weft_error(WEFT_ERR_OOM, "graph_run: out of memory");
+    uint64_t fp = graph_fingerprint(g);
+    struct weft_run_cache *rc = g->run_cache;
+    for (int k = 0; k < RUN_CACHE_SLOTS; k++) {
+        run_entry *e = &rc->e[k];
+        if (!key_equal(e, n_fetch, fetch, n_targets, targets)) continue;
+        if (e->fp != fp) {
+            entry_free(e); // the graph changed since
+            break;
+        }
+        for (int32_t i = 0; i < g->n_nodes; i++) {
+            const weft_gnode *n = &g->nodes[i];
+            if (e->needed[i] && n->kind == WEFT_NODE_PLACEHOLDER && !c->feed[n->out0])
+                return weft_error(WEFT_ERR_ARG, "graph_run: placeholder '%s' is needed but not fed", n->name);
+        }
+        memcpy(c->needed, e->needed, nN);
+        memcpy(c->fetched, e->fetched, nV);
+        memcpy(c->indeg, e->indeg, nN * sizeof *c->indeg);
+        memcpy(c->succ_off, e->succ_off, (nN + 1) * sizeof *c->succ_off);
+        memcpy(c->uses, e->uses, nV * sizeof *c->uses);
+        memcpy(c->order, e->order, nN * sizeof *c->order);
+        c->n_order = e->n_order;
+        c->succ = dup_mem(e->succ, e->n_edges * sizeof *c->succ);
+        if (!c->succ) return weft_error(WEFT_ERR_OOM, "graph_run: out of memory");
+        c->inplace = e->inplace;
+        *entry = e;
+        return WEFT_OK;
+    }
+    weft_status st = prepare(c, true, n_fetch, fetch, n_targets, targets, "graph_run");
+    if (st != WEFT_OK) return st;
+    run_entry *e = &rc->e[rc->next];
+    rc->next = (rc->next + 1) % RUN_CACHE_SLOTS;
+    entry_free(e);
+    size_t n_edges = (size_t)c->succ_off[g->n_nodes];
+    e->key = malloc(((size_t)(n_fetch + n_targets) + 1) * sizeof *e->key);
+    e->inplace = malloc(nV * sizeof *e->inplace);
+    if (e->key) {
+        for (int k = 0; k < n_fetch; k++) e->key[k] = fetch[k].id;
+        for (int k = 0; k < n_targets; k++) e->key[n_fetch + k] = targets[k].id;
+    }
+    e->needed = dup_mem(c->needed, nN);
+    e->fetched = dup_mem(c->fetched, nV);
+    e->indeg = dup_mem(c->indeg, nN * sizeof *c->indeg);
+    e->succ_off = dup_mem(c->succ_off, (nN + 1) * sizeof *c->succ_off);
+    e->succ = dup_mem(c->succ, n_edges * sizeof *c->succ);
+    e->uses = dup_mem(c->uses, nV * sizeof *c->uses);
+    e->order = dup_mem(c->order, nN * sizeof *c->order);
+    if (!e->key || !e->inplace || !e->needed || !e->fetched || !e->indeg || !e->succ_off || !e->succ || !e->uses ||
+        !e->order || (st = find_inplace(c, e->inplace)) != WEFT_OK) {
+        entry_free(e);
+        return st != WEFT_OK ? st : weft_error(WEFT_ERR_OOM, "graph_run: out of memory");
+    }
+    e->used = true;
+    e->fp = fp;
+    e->n_fetch = n_fetch, e->n_targets = n_targets;
+    e->n_edges = n_edges;
+    e->n_order = c->n_order;
+    c->inplace = e->inplace;
+    *entry = e;
+    return WEFT_OK;
+}
+
 // ---- parallel execution ----
 static void *worker(void *arg) {
     run_ctx *c = arg;
@@ -504,8 +774,9 @@ static weft_status run_impl(run_ctx *c, int n_feeds, const weft_value *feed_vals
                             const weft_node_id *targets, const weft_graph_run_options *opts) {
     weft_graph *g = c->g;
     weft_status st = ctx_alloc(c, n_feeds);
+    run_entry *entry = NULL;
     if (st == WEFT_OK) st = check_feeds(c, n_feeds, feed_vals, feeds);
-    if (st == WEFT_OK) st = prepare(c, true, n_fetch, fetch, n_targets, targets, "graph_run");
+    if (st == WEFT_OK) st = prepare_cached(c, n_fetch, fetch, n_targets, targets, &entry);
     if (st != WEFT_OK) return st;
 
     // Storages that are not intermediates.
@@ -514,15 +785,25 @@ static weft_status run_impl(run_ctx *c, int n_feeds, const weft_value *feed_vals
         if (c->needed[i] && n->tensor) c->ext[c->n_ext++] = n->tensor->storage;
     }
     for (int k = 0; k < n_feeds; k++) c->ext[c->n_ext++] = feeds[k]->storage;
-    qsort(c->ext, (size_t)c->n_ext, sizeof *c->ext, cmp_ptr);
+    for (c->scap = 16; c->scap < 2 * ((size_t)g->n_values + (size_t)c->n_ext); c->scap *= 2) {}
+    c->skey = calloc(c->scap, sizeof *c->skey);
+    c->scount = calloc(c->scap, sizeof *c->scount);
+    if (!c->skey || !c->scount) return weft_error(WEFT_ERR_OOM, "graph_run: out of memory");
+    for (int k = 0; k < c->n_ext; k++) smap_mark_ext(c, c->ext[k]);
 
     int threads = opts && opts->interop_threads > 0 ? opts->interop_threads : env_int("WEFT_INTEROP_THREADS", 1);
     if (threads < 1) threads = 1;
     int plan_opt = opts ? opts->memory_plan : 0;
     bool want_plan = plan_opt > 0 || (plan_opt == 0 && env_int("WEFT_GRAPH_PLAN", 1) != 0);
     if (threads == 1 && want_plan && c->n_order > 0) {
-        st = weft_plan_build(g, c->order, c->n_order, c->fetched, &c->plan);
-        if (st != WEFT_OK) return st;
+        size_t nV = (size_t)(g->n_values ? g->n_values : 1);
+        if (entry && entry->has_plan) {
+            if (!plan_copy(&c->plan, &entry->plan, nV)) return weft_error(WEFT_ERR_OOM, "graph_run: out of memory");
+        } else {
+            st = weft_plan_build(g, c->order, c->n_order, c->fetched, &c->plan);
+            if (st != WEFT_OK) return st;
+            if (entry && plan_copy(&entry->plan, &c->plan, nV)) entry->has_plan = true;
+        }
         if (c->plan.stats.n_buffers > 0) {
             // One allocation for every intermediate; the device is the inputs' (CPU today).
             int64_t sz = c->plan.arena_bytes ? c->plan.arena_bytes : 1;

@@ -85,6 +85,11 @@ enum {
     // The kernel writes some inputs in place (state_inputs says which):
     // tracing makes them VARIABLE nodes; passes leave the node alone.
     WEFT_OPF_STATEFUL = 8,
+    // Output j may be written over input j's storage (same shape and dtype,
+    // contiguous): the kernel reads element i of input j before writing
+    // element i of output j and nothing else there. The graph executor uses
+    // it to write an update straight into the variable it is assigned to.
+    WEFT_OPF_INPLACE = 16,
 };
 
 #define WEFT_SAVE_IN(i) (1u << (i))

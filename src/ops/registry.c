@@ -10,6 +10,7 @@
 #include "oplist_linalg.h"
 #include "oplist_nn.h"
 #include "oplist_norm.h"
+#include "oplist_optim.h"
 #include "oplist_reduce.h"
 #include "oplist_view.h"
 #undef WEFT_OP
@@ -24,6 +25,7 @@ static weft_op_def *const g_ops[] = {
 #include "oplist_norm.h"
 #include "oplist_index.h"
 #include "oplist_conv.h"
+#include "oplist_optim.h"
 };
 #undef WEFT_OP
 

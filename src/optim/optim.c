@@ -494,3 +494,18 @@ weft_status weft_lr_schedule_check(const weft_lr_schedule *s) {
     default: return weft_error(WEFT_ERR_ARG, "lr schedule: unknown kind %d", (int)s->kind);
     }
 }
+
+// ---- the fused loops for graph mode (optim_fused.h) ----
+#include "optim_fused.h"
+
+void weft_optim_fused_sgd(weft_dtype dt, int64_t n, void *p, const void *g, void *buf, const weft_optim_opts *h,
+                          bool first) {
+    if (dt == WEFT_F32) sgd_f32(n, p, g, buf, h, first);
+    else sgd_f64(n, p, g, buf, h, first);
+}
+
+void weft_optim_fused_adam(weft_dtype dt, int64_t n, void *p, const void *g, void *m, void *v,
+                           const weft_optim_opts *h, bool decoupled, double step_size, double bc2_sqrt) {
+    if (dt == WEFT_F32) adam_f32(n, p, g, m, v, NULL, h, decoupled, step_size, bc2_sqrt);
+    else adam_f64(n, p, g, m, v, NULL, h, decoupled, step_size, bc2_sqrt);
+}

@@ -2,6 +2,14 @@
 // forward pass, the loss, the backward pass, gradient clipping and the
 // optimiser update (assigns into variables), so one weft_graph_run is one step.
 //
+// The update is one fused op per parameter (sgd_update, sgd_momentum_update,
+// adam_update: src/ops/def_optim.c), running the eager optimiser's own loop,
+// so parameters match weft_optim_step bit for bit. The executor writes it
+// straight into the variables (WEFT_OPF_INPLACE) and the assigns copy
+// nothing. Ordering is per variable: each update waits for exactly the
+// nodes that read its parameter or state (directly or through views), not
+// for the whole backward pass.
+//
 // The step graph is built once per batch shape by TRACING one eager forward +
 // weft_backward on a real batch (docs/graph.md, "Tracing through
 // weft_backward"), then appending the optimiser's update with the builder.
@@ -28,12 +36,13 @@
 #include <weft/train.h>
 
 #include "../core/core_impl.h"
+#include "../graph/graph_impl.h"
 #include "train_impl.h"
 
 // Host scalars fed each step (0-d tensors of the parameters' dtype).
-enum { SC_LR = 0, SC_NSS, SC_BC2S, SC_DECAY, SC_CMOM, SC_CD, N_SC };
-static const char *const sc_names[N_SC] = {"step.lr", "step.neg_step_size", "step.bc2_sqrt", "step.decay",
-                                           "step.momentum_coef", "step.grad_coef"};
+// f64, so the fused update ops round them to the dtype exactly as weft_optim_step does.
+enum { SC_LR = 0, SC_SS, SC_BC2S, SC_FIRST, N_SC };
+static const char *const sc_names[N_SC] = {"step.lr", "step.step_size", "step.bc2_sqrt", "step.first"};
 
 // The step graph for one batch shape.
 typedef struct gstep {
@@ -141,6 +150,48 @@ static weft_tensor *state_of(const weft_run *r, int i, const char *slot) {
     return weft_optim_state_find(r->optim, name);
 }
 
+// Who reads each variable among nodes [0, n): pairs (variable node, reader
+// node) in *pairs (malloc'd), reading through view ops too (a transposed
+// weight aliases the variable's storage, so its consumers read the variable).
+static weft_status var_readers(const weft_graph *g, int n, int32_t **pairs, int *n_pairs) {
+    int32_t *root = malloc(((size_t)g->n_values + 1) * sizeof *root); // value -> variable node, -1
+    size_t cap = 64, np = 0;
+    int32_t *pr = malloc(cap * 2 * sizeof *pr);
+    if (!root || !pr) {
+        free(root);
+        free(pr);
+        return GERR(WEFT_ERR_OOM, "out of memory");
+    }
+    for (int v = 0; v < g->n_values; v++) {
+        const weft_gnode *p = &g->nodes[g->values[v].node];
+        root[v] = p->kind == WEFT_NODE_VARIABLE ? g->values[v].node : -1;
+    }
+    for (int id = 0; id < n; id++) { // data edges point to earlier nodes: one pass in id order
+        const weft_gnode *x = &g->nodes[id];
+        if (x->kind == WEFT_NODE_OP && (x->op->flags & WEFT_OPF_VIEW) && x->n_in > 0) root[x->out0] = root[x->in[0]];
+        for (int k = 0; k < x->n_in; k++) {
+            int32_t var = root[x->in[k]];
+            if (var < 0) continue;
+            bool dup = false;
+            for (size_t e = np; e-- > 0 && pr[2 * e + 1] == id;) dup |= pr[2 * e] == var;
+            if (dup) continue;
+            if (np == cap) {
+                int32_t *q = realloc(pr, cap * 4 * sizeof *pr);
+                if (!q) {
+                    free(root);
+                    free(pr);
+                    return GERR(WEFT_ERR_OOM, "out of memory");
+                }
+                pr = q, cap *= 2;
+            }
+            pr[2 * np] = var, pr[2 * np + 1] = id, np++;
+        }
+    }
+    free(root);
+    *pairs = pr, *n_pairs = (int)np;
+    return WEFT_OK;
+}
+
 // Build the step graph for batch (x, y) into *s.
 static weft_status build_step(weft_run *r, struct weft_graph_train *gt, weft_tensor *x, weft_tensor *y, gstep *s) {
     const weft_optim_opts *o = weft_optim_get_opts(r->optim);
@@ -200,71 +251,72 @@ static weft_status build_step(weft_run *r, struct weft_graph_train *gt, weft_ten
 
     // 2. host scalars
     for (int k = 0; k < N_SC; k++) {
-        bool used = k == SC_LR ? sgd : k == SC_NSS || k == SC_BC2S ? !sgd : k == SC_DECAY ? o->kind == WEFT_OPTIM_ADAMW
-                                                                                         : mom;
-        s->sc[k] = used ? weft_graph_placeholder(g, sc_names[k], 0, NULL, dt) : WEFT_VALUE_NONE;
+        bool used = k == SC_LR || (k == SC_FIRST ? mom : k == SC_SS || k == SC_BC2S ? !sgd : false);
+        s->sc[k] = used ? weft_graph_placeholder(g, sc_names[k], 0, NULL, WEFT_F64) : WEFT_VALUE_NONE;
         if (used && s->sc[k].id < 0) {
             st = weft_last_status();
             goto done;
         }
     }
 
-    // 3. clipping, then the update (the equations of src/optim/optim_kernels.h)
+    // 3. clipping, then one fused update op per parameter (src/ops/def_optim.c)
     if (r->cfg->net.clip > 0) add_clip(g, np, vg, r->cfg->net.clip, dt);
     s->targets = calloc((size_t)np * 3 + 1, sizeof *s->targets);
-    if (!s->targets) {
-        st = GERR(WEFT_ERR_OOM, "out of memory");
+    int32_t *rd = NULL;
+    int n_rd = 0;
+    if (!s->targets || (st = var_readers(g, n_traced, &rd, &n_rd))) {
+        if (!st) st = GERR(WEFT_ERR_OOM, "out of memory");
         goto done;
     }
-    // Every assign waits for this barrier, which waits for every traced op:
-    // variable reads alias the variable's tensor, so no parameter may be
-    // overwritten while a forward/backward op that reads it is still to run.
-    weft_value bar = op1(g, "neg", s->sc[sgd ? SC_LR : SC_NSS]);
-    weft_node_id barn = weft_graph_value_node(g, bar);
-    for (int id = 0; !st && bar.id >= 0 && id < n_traced; id++)
-        if (weft_graph_node_kind(g, (weft_node_id){id}) == WEFT_NODE_OP)
-            st = weft_graph_add_control_dep(g, barn, (weft_node_id){id});
-    if (!st && bar.id < 0) st = weft_last_status();
     for (int i = 0; !st && i < np; i++) {
         if (vg[i].id < 0) continue;
-        weft_value p = vp[i], gr = vg[i], pn, mn = WEFT_VALUE_NONE, vn = WEFT_VALUE_NONE;
         const char *pname = r->names[i];
-        if (sgd) {
-            // d = g + wd*p; buf = first ? d : mom*buf + (1-damp)*d (fed coefficients); d = nesterov ? d + mom*buf : buf
-            weft_value d = o->weight_decay != 0 ? op2(g, "add", gr, opf(g, "mul_scalar", p, o->weight_decay)) : gr;
-            if (mom) {
-                mn = op2(g, "add", op2(g, "mul", vm[i], s->sc[SC_CMOM]), op2(g, "mul", d, s->sc[SC_CD]));
-                d = o->nesterov ? op2(g, "add", d, opf(g, "mul_scalar", mn, o->momentum)) : mn;
-            }
-            pn = op2(g, "sub", p, op2(g, "mul", s->sc[SC_LR], d)); // p - lr*d
+        weft_value in[7], out[3];
+        int n_in = 0, n_out;
+        const char *opn;
+        double f[4] = {0};
+        int64_t at[1] = {0};
+        in[n_in++] = vp[i];
+        if (sgd && !mom) {
+            opn = "sgd_update", n_out = 1;
+            f[0] = o->weight_decay;
+            in[n_in++] = vg[i], in[n_in++] = s->sc[SC_LR];
+        } else if (sgd) {
+            opn = "sgd_momentum_update", n_out = 2;
+            f[0] = o->weight_decay, f[1] = o->momentum, f[2] = o->dampening, at[0] = o->nesterov;
+            in[n_in++] = vm[i], in[n_in++] = vg[i], in[n_in++] = s->sc[SC_LR], in[n_in++] = s->sc[SC_FIRST];
         } else {
-            // adamw: p *= 1 - lr*wd; adam: d = g + wd*p
-            // m = b1*m + (1-b1)*d; v = b2*v + (1-b2)*d*d; p += -(lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps)
-            weft_value pi = o->kind == WEFT_OPTIM_ADAMW ? op2(g, "mul", p, s->sc[SC_DECAY]) : p;
-            weft_value d = o->kind == WEFT_OPTIM_ADAM && o->weight_decay != 0
-                               ? op2(g, "add", gr, opf(g, "mul_scalar", pi, o->weight_decay))
-                               : gr;
-            mn = op2(g, "add", opf(g, "mul_scalar", vm[i], o->beta1), opf(g, "mul_scalar", d, 1 - o->beta1));
-            vn = op2(g, "add", opf(g, "mul_scalar", vv[i], o->beta2),
-                     opf(g, "mul_scalar", op2(g, "mul", d, d), 1 - o->beta2));
-            weft_value den = opf(g, "add_scalar", op2(g, "div", op1(g, "sqrt", vn), s->sc[SC_BC2S]), o->eps);
-            pn = op2(g, "add", pi, op2(g, "mul", s->sc[SC_NSS], op2(g, "div", mn, den)));
+            opn = "adam_update", n_out = 3;
+            f[0] = o->beta1, f[1] = o->beta2, f[2] = o->eps, f[3] = o->weight_decay;
+            at[0] = o->kind == WEFT_OPTIM_ADAMW;
+            in[n_in++] = vm[i], in[n_in++] = vv[i], in[n_in++] = vg[i];
+            in[n_in++] = s->sc[SC_LR], in[n_in++] = s->sc[SC_SS], in[n_in++] = s->sc[SC_BC2S];
         }
-        weft_value src[3] = {pn, mn, vn}, var[3] = {p, vm[i], vv[i]};
+        char nm[560];
+        snprintf(nm, sizeof nm, "update.%s", pname);
+        st = weft_graph_op_named(g, nm, opn, n_in, in, at, 1, f, 4, out);
+        // Per-variable ordering: the update writes p (and its state) in place,
+        // so it waits for exactly the nodes that read their old values.
+        weft_node_id un = st ? WEFT_NODE_NONE : weft_graph_value_node(g, out[0]);
+        weft_value var[3] = {vp[i], vm[i], sgd ? WEFT_VALUE_NONE : vv[i]};
         for (int k = 0; k < 3 && !st; k++) {
-            if (var[k].id < 0) continue; // sgd: no exp_avg_sq; no momentum: no buffer
-            char nm[560];
-            snprintf(nm, sizeof nm, "update.%s%s", pname, k == 0 ? "" : k == 1 ? (sgd ? ".momentum_buffer" : ".exp_avg") : ".exp_avg_sq");
-            weft_value a = src[k].id < 0 ? WEFT_VALUE_NONE : weft_graph_assign(g, nm, var[k], src[k]);
-            if (a.id < 0) {
-                st = weft_error(weft_last_status(), "train --graph: update of '%s': %s", pname, weft_last_error());
-                break;
-            }
-            weft_node_id an = weft_graph_value_node(g, a);
-            st = weft_graph_add_control_dep(g, an, barn);
-            s->targets[s->n_targets++] = an;
+            if (var[k].id < 0) continue;
+            int32_t vn = g->values[var[k].id].node;
+            for (int e = 0; e < n_rd && !st; e++)
+                if (rd[2 * e] == vn && rd[2 * e + 1] != un.id)
+                    st = weft_graph_add_control_dep(g, un, (weft_node_id){rd[2 * e + 1]});
         }
+        weft_value src[3] = {out[0], out[1], out[2]};
+        for (int k = 0; k < n_out && !st; k++) {
+            snprintf(nm, sizeof nm, "update.%s%s", pname,
+                     k == 0 ? ".param" : k == 1 ? (sgd ? ".momentum_buffer" : ".exp_avg") : ".exp_avg_sq");
+            weft_value a = weft_graph_assign(g, nm, var[k], src[k]);
+            if (a.id < 0) st = weft_last_status();
+            else s->targets[s->n_targets++] = weft_graph_value_node(g, a);
+        }
+        if (st) st = weft_error(st, "train --graph: update of '%s': %s", pname, weft_last_error());
     }
+    free(rd);
     if (st) goto done;
 
     // 4. optimisation passes (WEFT_GRAPH_PASSES=0 turns them off)
@@ -345,12 +397,9 @@ weft_status weft_graph_train_step(weft_run *r, weft_tensor *x, weft_tensor *y, d
         }
     double v[N_SC] = {0};
     v[SC_LR] = lr;
-    double bc1 = 1 - pow(o->beta1, (double)pstep), bc2 = 1 - pow(o->beta2, (double)pstep);
-    v[SC_NSS] = -(lr / bc1);
-    v[SC_BC2S] = sqrt(bc2);
-    v[SC_DECAY] = 1 - lr * o->weight_decay;
-    v[SC_CMOM] = pstep == 1 ? 0 : o->momentum; // first step: buf = d
-    v[SC_CD] = pstep == 1 ? 1 : 1 - o->dampening;
+    v[SC_SS] = lr / (1 - pow(o->beta1, (double)pstep)); // as weft_optim_step's update_one
+    v[SC_BC2S] = sqrt(1 - pow(o->beta2, (double)pstep));
+    v[SC_FIRST] = pstep == 1; // SGD's momentum buffer starts as the first step's d
     weft_value fv[2 + N_SC];
     weft_tensor *ft[2 + N_SC];
     int nf = 0;
@@ -360,7 +409,7 @@ weft_status weft_graph_train_step(weft_run *r, weft_tensor *x, weft_tensor *y, d
     for (int k = 0; k < N_SC; k++) {
         if (s->sc[k].id < 0) continue;
         fv[nf] = s->sc[k];
-        ft[nf] = weft_tensor_scalar(v[k], gt->dt);
+        ft[nf] = weft_tensor_scalar(v[k], WEFT_F64);
         if (!ft[nf++]) st = weft_last_status();
     }
     weft_tensor *loss = NULL;
