@@ -41,9 +41,20 @@ typedef struct weft_graph_passes {
     // float constants (c1 + (x + c2) -> x + (c1 + c2)). Integer forms of these
     // rules are exact and always on. Off in weft_graph_passes_all().
     bool fast_math;
+    // ---- issue 5 passes (see docs/graph.md "Matmul, fusion and layout passes") ----
+    // matmul(transpose(x), y) and matmul(copy(transpose(x)), y) -> matmul with
+    // its trans flag (attrs i[0] / i[1]); the transpose (and its copy) die.
+    bool transpose_fold;
+    // >= 2 matmuls sharing their first operand, 2-D second operands of the same
+    // K and dtype -> concat(weights) + one matmul + slices. Not bit-identical
+    // (BLAS blocks a wider product differently): off in weft_graph_passes_all().
+    bool hfuse;
+    // conv2d in NHWC where a one-off timing at optimisation time says it is
+    // > 10% faster on the node's shapes. Off in weft_graph_passes_all().
+    bool layout;
 } weft_graph_passes;
 
-// Every pass on, fast_math off.
+// Every exact pass on (transpose_fold included); fast_math, hfuse, layout off.
 weft_graph_passes weft_graph_passes_all(void);
 
 typedef struct weft_graph_pass_stats {
@@ -53,6 +64,9 @@ typedef struct weft_graph_pass_stats {
     int dce_removed; // nodes dropped as dead
     int simplified;  // algebraic rewrites applied
     int rounds;      // pipeline rounds run (passes repeat until nothing changes, at most 8)
+    int transposes_folded; // matmul operands that became a trans flag
+    int hfused;            // matmuls merged into a wider one (a group of 3 counts 3)
+    int layout_changed;    // conv2d nodes switched to NHWC
 } weft_graph_pass_stats;
 
 // Optimise g into a new graph (free it with weft_graph_free; g is unchanged).
