@@ -73,7 +73,8 @@ typedef struct weft_graph_pass_stats {
 // keep[0..n_keep): values the caller will fetch; keep_out[i] receives the
 // same value in the new graph (keep_out may alias keep). passes NULL: all
 // (weft_graph_passes_all()). stats may be NULL. Fixed order per round:
-// constant folding, algebraic simplification, CSE, DCE.
+// constant folding, algebraic simplification, transpose folding, CSE,
+// horizontal fusion, layout, DCE.
 weft_graph *weft_graph_optimize(const weft_graph *g, int n_keep, const weft_value *keep, weft_value *keep_out,
                                 const weft_graph_passes *passes, weft_graph_pass_stats *stats);
 

@@ -2,15 +2,19 @@
 // faster on the node's own shapes.
 //
 //   y = conv2d(x, w, b)  ->  xh = copy(permute(x, 0,2,3,1));  yh = conv2d(xh, w, b, NHWC);
-//                            y = permute(yh, 0,3,1,2)   (+ copy when a `view` reads y)
+//                            y = copy(permute(yh, 0,3,1,2))
 //
+// The output is converted back to a contiguous NCHW tensor: consumers (relu,
+// pools, a flattening view) then run exactly as before. Left as a strided
+// view, they read it slower and a view reader may fail; with the copy, the
+// timing below sees every cost the rewrite adds.
 // The decision is measured once per shape at optimisation time (auto-tune):
 // both forms run on dummy data of the node's shapes, conversions included,
 // and the pass rewrites only when NHWC is more than 10% faster. Decisions are
 // cached per (shapes, attrs, dtype) for the life of the process.
 // WEFT_GRAPH_LAYOUT=nhwc / nchw forces the decision (tests, experiments).
 //
-// Boundaries: a conv whose input is already the NCHW view of an NHWC conv
+// Boundaries: a conv whose input is already the NCHW copy of an NHWC conv
 // output (conv directly after conv) reads the NHWC value without converting.
 // Elementwise ops and pools between convs still see NCHW (each NHWC conv
 // converts at both ends); see docs/graph.md for what is left.
@@ -48,8 +52,7 @@ static weft_tensor *apply1(const char *op, int n, weft_tensor **in, const weft_a
 }
 
 // One forward in either form; returns seconds or -1.
-static double time_once(bool nhwc, weft_tensor *x, weft_tensor *w, weft_tensor *b, const weft_attrs *at,
-                        bool out_copy) {
+static double time_once(bool nhwc, weft_tensor *x, weft_tensor *w, weft_tensor *b, const weft_attrs *at) {
     double t0 = now_s();
     weft_tensor *in[3] = {x, w, b}, *y = NULL;
     if (!nhwc) {
@@ -63,7 +66,7 @@ static double time_once(bool nhwc, weft_tensor *x, weft_tensor *w, weft_tensor *
         weft_tensor *yh = xc ? apply1("conv2d", b ? 3 : 2, in, &a2) : NULL;
         memcpy(p.i, to_nchw, sizeof to_nchw);
         weft_tensor *yv = yh ? apply1("permute", 1, &yh, &p) : NULL;
-        y = yv && out_copy ? apply1("copy", 1, &yv, NULL) : (yv ? weft_tensor_ref(yv) : NULL);
+        y = yv ? apply1("copy", 1, &yv, NULL) : NULL;
         weft_tensor_free(xp), weft_tensor_free(xc), weft_tensor_free(yh), weft_tensor_free(yv);
     }
     double dt = now_s() - t0;
@@ -72,20 +75,20 @@ static double time_once(bool nhwc, weft_tensor *x, weft_tensor *w, weft_tensor *
 }
 
 // Measure both layouts on dummy data (best of a few runs each, alternating).
-static int measure(const layout_key *k, const weft_attrs *at, bool out_copy) {
+static int measure(const layout_key *k, const weft_attrs *at) {
     weft_dtype dt = (weft_dtype)k->dtype;
     weft_tensor *x = weft_tensor_full(4, k->x, dt, 0.5), *w = weft_tensor_full(4, k->w, dt, 0.01);
     weft_tensor *b = k->bias ? weft_tensor_full(1, k->w, dt, 0.1) : NULL;
     int r = 0;
     if (x && w && (b || !k->bias)) {
         double best[2] = {1e30, 1e30};
-        for (int it = 0; it < 4; it++) // the first round warms caches and the allocator
+        for (int it = 0; it < 6; it++) // the first round warms caches and the allocator
             for (int m = 0; m < 2; m++) {
-                double t = time_once(m, x, w, b, at, out_copy);
+                double t = time_once(m, x, w, b, at);
                 if (t < 0) {
                     weft_clear_error();
                     best[1] = 1e30; // NHWC failed: keep NCHW
-                    it = 4;
+                    it = 6;
                     break;
                 }
                 if (it > 0 && t < best[m]) best[m] = t;
@@ -97,7 +100,7 @@ static int measure(const layout_key *k, const weft_attrs *at, bool out_copy) {
     return r;
 }
 
-static int decide(const layout_key *k, const weft_attrs *at, bool out_copy) {
+static int decide(const layout_key *k, const weft_attrs *at) {
     const char *env = getenv("WEFT_GRAPH_LAYOUT");
     if (env && !strcmp(env, "nhwc")) return 1;
     if (env && !strcmp(env, "nchw")) return 0;
@@ -109,22 +112,11 @@ static int decide(const layout_key *k, const weft_attrs *at, bool out_copy) {
             return r;
         }
     pthread_mutex_unlock(&cache_mu);
-    int r = measure(k, at, out_copy);
+    int r = measure(k, at);
     pthread_mutex_lock(&cache_mu);
     if (n_cache < CACHE_N) cache[n_cache++] = (typeof(cache[0])){*k, r};
     pthread_mutex_unlock(&cache_mu);
     return r;
-}
-
-// A `view` reads source value sv (a strided NCHW view of an NHWC result may not be viewable).
-static bool viewed(const weft_graph *g, int32_t s, int32_t sv) {
-    for (int32_t i = s + 1; i < g->n_nodes; i++) {
-        const weft_gnode *c = &g->nodes[i];
-        if (c->kind != WEFT_NODE_OP || strcmp(c->op->name, "view") != 0) continue;
-        for (int k = 0; k < c->n_in; k++)
-            if (c->in[k] == sv) return true;
-    }
-    return false;
 }
 
 static int32_t op_named(weft_rw *rw, int32_t owner, const char *base, const char *suffix, const char *op, int n,
@@ -145,16 +137,18 @@ static int rewrite(weft_rw *rw, int32_t s) {
     memcpy(k.x, xv->sizes, sizeof k.x);
     memcpy(k.w, wv->sizes, sizeof k.w);
     memcpy(k.at, n->attrs.i, sizeof k.at);
-    bool out_copy = viewed(rw->src, s, n->out0);
-    if (!decide(&k, &n->attrs, out_copy)) return 0;
+    if (!decide(&k, &n->attrs)) return 0;
     int32_t in[3];
     for (int i = 0; i < n->n_in; i++) in[i] = rw->vmap[n->in[i]];
-    // conv after conv: the input is permute(nhwc, to_nchw) of an NHWC conv: read nhwc itself
-    const weft_gnode *p = weft_rw_producer(rw, in[0]);
+    // conv after conv: the input is copy(permute(yh, to_nchw)) of an NHWC conv: read yh itself
+    const weft_gnode *c = weft_rw_producer(rw, in[0]);
     int32_t xh = -1;
-    if (weft_rw_rewritable(p) && !strcmp(p->op->name, "permute") && !memcmp(p->attrs.i, to_nchw, sizeof to_nchw)) {
-        const weft_gnode *q = weft_rw_producer(rw, p->in[0]);
-        if (weft_rw_rewritable(q) && !strcmp(q->op->name, "conv2d") && q->attrs.i[7] == 1) xh = p->in[0];
+    if (weft_rw_rewritable(c) && !strcmp(c->op->name, "copy")) {
+        const weft_gnode *p = weft_rw_producer(rw, c->in[0]);
+        if (weft_rw_rewritable(p) && !strcmp(p->op->name, "permute") && !memcmp(p->attrs.i, to_nchw, sizeof to_nchw)) {
+            const weft_gnode *q = weft_rw_producer(rw, p->in[0]);
+            if (weft_rw_rewritable(q) && !strcmp(q->op->name, "conv2d") && q->attrs.i[7] == 1) xh = p->in[0];
+        }
     }
     weft_attrs pa = {0};
     if (xh < 0) {
@@ -169,8 +163,8 @@ static int rewrite(weft_rw *rw, int32_t s) {
     int32_t yh = op_named(rw, -1, n->name, "/nhwc", "conv2d", n->n_in, in, &ca);
     if (yh < 0) return -1;
     memcpy(pa.i, to_nchw, sizeof to_nchw);
-    int32_t y = op_named(rw, out_copy ? -1 : s, n->name, out_copy ? "/to_nchw" : "", "permute", 1, &yh, &pa);
-    if (y >= 0 && out_copy) y = op_named(rw, s, n->name, "", "copy", 1, &y, NULL);
+    int32_t y = op_named(rw, -1, n->name, "/to_nchw", "permute", 1, &yh, &pa);
+    if (y >= 0) y = op_named(rw, s, n->name, "", "copy", 1, &y, NULL);
     if (y < 0) return -1;
     if (!weft_rw_same_meta(rw, y, n->out0))
         return weft_error(WEFT_ERR_STATE, "graph_optimize: node '%s': the layout pass changed its shape", n->name), -1;
