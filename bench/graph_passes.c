@@ -149,13 +149,17 @@ static int model(int argc, char **argv, const char *name, const char *path, doub
                       {"cse+dce", {.cse = true, .dce = true}},
                       {"hfuse+dce", {.hfuse = true, .dce = true}},
                       {"layout+dce", {.layout = true, .dce = true}},
+                      {"layout forced NHWC+dce", {.layout = true, .dce = true}},
                       {"all", all}};
     int nrows = sizeof rows / sizeof *rows;
     weft_tensor **out = calloc((size_t)nk, sizeof *out);
     double base = 0;
     for (int k = 0; k < nrows && !fail; k++) {
         weft_graph_pass_stats st = {0};
+        bool forced = strstr(rows[k].name, "forced") != NULL; // what NHWC would give where it was not chosen
+        if (forced) setenv("WEFT_GRAPH_LAYOUT", "nhwc", 1);
         weft_graph *o = weft_graph_optimize(g, n, keep, kout, &rows[k].p, &st);
+        if (forced) unsetenv("WEFT_GRAPH_LAYOUT");
         if (!o) {
             fail = 1;
             break;
