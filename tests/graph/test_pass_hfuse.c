@@ -97,6 +97,44 @@ static void test_hfuse_builder(void) {
     weft_graph_free(g);
 }
 
+// Linear-style members x @ transpose(W_i) without transpose folding: hfuse
+// looks through the permutes, stacks the W_i (N_i, K) rows and uses trans_b.
+static void test_hfuse_linear(void) {
+    const int64_t M = 7, K = 6;
+    weft_graph *g = weft_graph_new();
+    weft_value x = weft_graph_placeholder(g, "x", WEFT_DIMS(M, K), WEFT_F64), y[3];
+    weft_tensor *w[3];
+    for (int i = 0; i < 3; i++) {
+        char nm[8];
+        snprintf(nm, sizeof nm, "w%d", i);
+        w[i] = wt_rand64(WEFT_DIMS(3 + i, K), -1, 1, 60 + (uint64_t)i, false);
+        weft_value vw = weft_graph_variable(g, nm, w[i]);
+        weft_value t = op1(g, "permute", 1, &vw, (int64_t[]){1, 0}, 2);
+        y[i] = op1(g, "matmul", 2, (weft_value[]){x, t}, NULL, 0);
+    }
+    weft_value ko[3];
+    weft_graph_passes p = {.hfuse = true, .dce = true};
+    weft_graph_pass_stats st;
+    weft_graph *o = weft_graph_optimize(g, 3, y, ko, &p, &st);
+    CHECK(o && st.hfused == 3);
+    if (o) {
+        CHECK(count_op(o, "matmul") == 1 && count_op(o, "permute") == 0 && count_op(o, "concat") == 1);
+        weft_tensor *xt = wt_rand64(WEFT_DIMS(M, K), -1, 1, 63, false), *a[3] = {0}, *b[3] = {0};
+        weft_value ox = weft_graph_find_value(o, "x");
+        CHECK(weft_graph_run(g, 1, &x, &xt, 3, y, a, 0, NULL) == WEFT_OK);
+        CHECK(weft_graph_run(o, 1, &ox, &xt, 3, ko, b, 0, NULL) == WEFT_OK);
+        for (int i = 0; i < 3; i++) {
+            CHECK(b[i] && weft_tensor_sizes(b[i])[1] == 3 + i);
+            wt_check_same("linear hfuse vs unfused", b[i], a[i], TOL);
+            weft_tensor_free(a[i]), weft_tensor_free(b[i]);
+        }
+        weft_tensor_free(xt);
+        weft_graph_free(o);
+    }
+    for (int i = 0; i < 3; i++) weft_tensor_free(w[i]);
+    weft_graph_free(g);
+}
+
 // q, k, v linear projections (x @ W^T, as nn's linear traces them) of one x,
 // forward and backward.
 static weft_tensor *qkv_loss(weft_tensor *x, weft_tensor *const *w) {
@@ -159,6 +197,7 @@ static void test_hfuse_traced_grad(void) {
 
 int main(void) {
     RUN(test_hfuse_builder);
+    RUN(test_hfuse_linear);
     RUN(test_hfuse_traced_grad);
     return wt_summary();
 }
