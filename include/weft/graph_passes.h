@@ -45,9 +45,20 @@ typedef struct weft_graph_passes {
     // bias add + gelu) become one FUSED node run in one pass over memory;
     // bit-identical results. Runs once after the other passes converged.
     bool fusion;
+    // ---- issue 5 passes (see docs/graph.md "Matmul, fusion and layout passes") ----
+    // matmul(transpose(x), y) and matmul(copy(transpose(x)), y) -> matmul with
+    // its trans flag (attrs i[0] / i[1]); the transpose (and its copy) die.
+    bool transpose_fold;
+    // >= 2 matmuls sharing their first operand, 2-D second operands of the same
+    // K and dtype -> concat(weights) + one matmul + slices. Not bit-identical
+    // (BLAS blocks a wider product differently): off in weft_graph_passes_all().
+    bool hfuse;
+    // conv2d in NHWC where a one-off timing at optimisation time says it is
+    // > 10% faster on the node's shapes. Off in weft_graph_passes_all().
+    bool layout;
 } weft_graph_passes;
 
-// Every pass on, fast_math off.
+// Every exact pass on (transpose_fold included); fast_math, hfuse, layout off.
 weft_graph_passes weft_graph_passes_all(void);
 
 typedef struct weft_graph_pass_stats {
@@ -59,13 +70,17 @@ typedef struct weft_graph_pass_stats {
     int rounds;      // pipeline rounds run (passes repeat until nothing changes, at most 8)
     int fused_groups; // FUSED nodes made by fusion
     int fused_nodes;  // OP nodes they replace
+    int transposes_folded; // matmul operands that became a trans flag
+    int hfused;            // matmuls merged into a wider one (a group of 3 counts 3)
+    int layout_changed;    // conv2d nodes switched to NHWC
 } weft_graph_pass_stats;
 
 // Optimise g into a new graph (free it with weft_graph_free; g is unchanged).
 // keep[0..n_keep): values the caller will fetch; keep_out[i] receives the
 // same value in the new graph (keep_out may alias keep). passes NULL: all
 // (weft_graph_passes_all()). stats may be NULL. Fixed order per round:
-// constant folding, algebraic simplification, CSE, DCE.
+// constant folding, algebraic simplification, transpose folding, CSE,
+// horizontal fusion, layout, DCE.
 weft_graph *weft_graph_optimize(const weft_graph *g, int n_keep, const weft_value *keep, weft_value *keep_out,
                                 const weft_graph_passes *passes, weft_graph_pass_stats *stats);
 

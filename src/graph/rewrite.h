@@ -41,6 +41,10 @@ weft_status weft_pass_cse(weft_rw *rw, weft_pass_io *io);
 weft_status weft_pass_dce(weft_rw *rw, weft_pass_io *io);
 // Vertical fusion (passes/fuse.c): runs once, after the other passes converged.
 weft_status weft_pass_fusion(weft_rw *rw, weft_pass_io *io);
+// Issue-5 passes (passes/transpose_fold.c, hfuse.c, layout.c).
+weft_status weft_pass_transpose_fold(weft_rw *rw, weft_pass_io *io);
+weft_status weft_pass_hfuse(weft_rw *rw, weft_pass_io *io);
+weft_status weft_pass_layout(weft_rw *rw, weft_pass_io *io);
 
 weft_status weft_rw_init(weft_rw *rw, const weft_graph *src);
 // Remap control dependencies of copied nodes (after every node is decided).

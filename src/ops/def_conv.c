@@ -3,6 +3,10 @@
 // Kernels: cpu/conv.c, cpu/pool.c.
 //
 // conv attrs: i[0..1] stride (h,w), i[2..3] padding, i[4..5] dilation, i[6] groups;
+//   conv2d: i[7] layout, 0 NCHW (default), 1 NHWC: x (N,H,W,C) -> y (N,OH,OW,O),
+//   the weight stays (O,C,KH,KW); groups 1 only. Set by the graph layout pass
+//   (src/graph/passes/layout.c) where NHWC measures faster; its backward
+//   permutes to NCHW and reuses the NCHW backward ops;
 //   conv2d_backward_input:  i[8..9] = (H,W) of the forward input,
 //   conv2d_backward_weight: i[8..9] = (KH,KW) of the weight.
 // pool attrs: i[0..1] kernel, i[2..3] stride, i[4..5] padding, i[6] count_include_pad;
@@ -45,6 +49,8 @@ static weft_status check_conv_attrs(const char *op, const weft_attrs *at) {
     if (at->i[0] < 1 || at->i[1] < 1 || at->i[4] < 1 || at->i[5] < 1 || at->i[6] < 1)
         return weft_error(WEFT_ERR_ARG, "%s: stride, dilation and groups must be positive", op);
     if (at->i[2] < 0 || at->i[3] < 0) return weft_error(WEFT_ERR_ARG, "%s: padding must be non-negative", op);
+    if (at->i[7] < 0 || at->i[7] > 1) return weft_error(WEFT_ERR_ARG, "%s: layout must be 0 (NCHW) or 1 (NHWC)", op);
+    if (at->i[7] == 1 && at->i[6] != 1) return weft_error(WEFT_ERR_ARG, "%s: the NHWC layout needs groups 1", op);
     return WEFT_OK;
 }
 
@@ -58,7 +64,10 @@ static weft_status infer_conv2d(const weft_op_args *a, weft_out_meta *o) {
     if ((st = check_4d(op, x, "the input"))) return st;
     if ((st = check_4d(op, w, "the weight"))) return st;
     if ((st = weft_check_same_dtype(op, a->n_in, a->in))) return st;
-    int64_t C = x->sizes[1], O = w->sizes[0], G = at->i[6];
+    bool nhwc = at->i[7] == 1;
+    // NCHW sizes of x (NHWC input: (N,H,W,C))
+    int64_t xs[4] = {x->sizes[0], x->sizes[nhwc ? 3 : 1], x->sizes[nhwc ? 1 : 2], x->sizes[nhwc ? 2 : 3]};
+    int64_t C = xs[1], O = w->sizes[0], G = at->i[6];
     char b1[96], b2[96];
     if (C % G || O % G)
         return weft_error(WEFT_ERR_SHAPE, "%s: input channels %lld and output channels %lld must be divisible by groups %lld",
@@ -73,12 +82,13 @@ static weft_status infer_conv2d(const weft_op_args *a, weft_out_meta *o) {
             return weft_error(WEFT_ERR_SHAPE, "%s: bias must have shape (%lld), got %s", op, (long long)O,
                               weft_tensor_shape_str(b, b1, sizeof b1));
     }
-    int64_t OH = out_len(x->sizes[2], w->sizes[2], at->i[0], at->i[2], at->i[4]);
-    int64_t OW = out_len(x->sizes[3], w->sizes[3], at->i[1], at->i[3], at->i[5]);
+    int64_t OH = out_len(xs[2], w->sizes[2], at->i[0], at->i[2], at->i[4]);
+    int64_t OW = out_len(xs[3], w->sizes[3], at->i[1], at->i[3], at->i[5]);
     if (OH < 1 || OW < 1)
         return weft_error(WEFT_ERR_SHAPE, "%s: kernel %s (dilated) is larger than the padded input %s", op,
                           weft_tensor_shape_str(w, b1, sizeof b1), weft_tensor_shape_str(x, b2, sizeof b2));
-    weft_meta_set(o, 4, (int64_t[]){x->sizes[0], O, OH, OW}, (weft_dtype)x->dtype);
+    if (nhwc) weft_meta_set(o, 4, (int64_t[]){x->sizes[0], OH, OW, O}, (weft_dtype)x->dtype);
+    else weft_meta_set(o, 4, (int64_t[]){x->sizes[0], O, OH, OW}, (weft_dtype)x->dtype);
     return WEFT_OK;
 }
 
@@ -152,8 +162,33 @@ static weft_status done(const weft_bw_args *b) {
     return WEFT_OK;
 }
 
+// NHWC (i[7] = 1): the NCHW rules on permuted views of x and g, dx permuted back.
+static weft_status bw_conv2d_nhwc(const weft_bw_args *b) {
+    weft_attrs at = *b->attrs;
+    at.i[7] = 0;
+    static const int to_nchw[4] = {0, 3, 1, 2}, to_nhwc[4] = {0, 2, 3, 1};
+    weft_tensor *gp = weft_permute(b->gout[0], to_nchw), *g = gp ? weft_tensor_contiguous(gp) : NULL;
+    weft_tensor_free(gp);
+    if (!g) return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
+    const int64_t *xm = b->in_meta[0].sizes; // (N,H,W,C)
+    if (b->needs[0]) {
+        weft_tensor *dx = conv_bw_input(g, b->in[1], &at, xm[1], xm[2]);
+        b->gin[0] = dx ? weft_permute(dx, to_nhwc) : NULL;
+        weft_tensor_free(dx);
+    }
+    if (b->needs[1]) {
+        weft_tensor *xn = weft_permute(b->in[0], to_nchw);
+        b->gin[1] = xn ? conv_bw_weight(g, xn, &at, b->in_meta[1].sizes[2], b->in_meta[1].sizes[3]) : NULL;
+        weft_tensor_free(xn);
+    }
+    if (b->n_in == 3 && b->needs[2]) b->gin[2] = weft_op_apply1(&weft_op_conv2d_backward_bias, 1, &g, NULL);
+    weft_tensor_free(g);
+    return done(b);
+}
+
 // y = conv(x, w) + b:  dx = conv_bw_input(g, w), dw = conv_bw_weight(g, x), db = sum of g over (N,H,W).
 static weft_status bw_conv2d(const weft_bw_args *b) {
+    if (b->attrs->i[7] == 1) return bw_conv2d_nhwc(b);
     weft_tensor *g = b->gout[0];
     if (b->needs[0])
         b->gin[0] = conv_bw_input(g, b->in[1], b->attrs, b->in_meta[0].sizes[2], b->in_meta[0].sizes[3]);

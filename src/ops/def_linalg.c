@@ -4,6 +4,12 @@
 // 2-D, batch dims broadcast. The public weft_matmul adds torch.matmul's 1-D
 // promotion on top with unsqueeze/squeeze views, so the op (and its backward)
 // only ever sees matrices.
+//
+// matmul attrs: i[0] = trans_a, i[1] = trans_b (0 default). A set flag means
+// "use the transpose of the operand's last two dims": the graph pass
+// transpose_fold rewrites matmul(transpose(x), y) into matmul(x, y, trans_a=1)
+// so a transposed copy (contiguous(transpose(w))) never materialises. The
+// kernel reads the flagged operand through BLAS's Trans flag.
 #include "op.h"
 
 weft_status weft_cpu_matmul(const weft_op_args *a);
@@ -13,14 +19,22 @@ static weft_status infer_matmul(const weft_op_args *a, weft_out_meta *o) {
     weft_status st = weft_check_same_dtype("matmul", 2, a->in);
     if (st) return st;
     if ((st = weft_check_dtype("matmul", x, WEFT_DT_FLOAT, "the first operand"))) return st;
+    const weft_attrs *at = a->attrs;
+    if (at && (at->i[0] < 0 || at->i[0] > 1 || at->i[1] < 0 || at->i[1] > 1))
+        return weft_error(WEFT_ERR_ARG, "matmul: trans_a / trans_b must be 0 or 1 (got %lld, %lld)",
+                          (long long)at->i[0], (long long)at->i[1]);
+    bool ta = at && at->i[0], tb = at && at->i[1];
     char sa[96], sb[96];
     if (x->ndim < 2 || y->ndim < 2)
         return weft_error(WEFT_ERR_SHAPE, "matmul: the op entry needs operands of at least 2 dims, got %s and %s",
                           weft_tensor_shape_str(x, sa, sizeof sa), weft_tensor_shape_str(y, sb, sizeof sb));
-    if (x->sizes[x->ndim - 1] != y->sizes[y->ndim - 2])
-        return weft_error(WEFT_ERR_SHAPE, "matmul: shapes %s and %s do not match (%lld != %lld)",
-                          weft_tensor_shape_str(x, sa, sizeof sa), weft_tensor_shape_str(y, sb, sizeof sb),
-                          (long long)x->sizes[x->ndim - 1], (long long)y->sizes[y->ndim - 2]);
+    // (M, K) of a and (K, N) of b after the flags
+    int64_t M = x->sizes[x->ndim - (ta ? 1 : 2)], Ka = x->sizes[x->ndim - (ta ? 2 : 1)];
+    int64_t Kb = y->sizes[y->ndim - (tb ? 1 : 2)], N = y->sizes[y->ndim - (tb ? 2 : 1)];
+    if (Ka != Kb)
+        return weft_error(WEFT_ERR_SHAPE, "matmul: shapes %s and %s (trans_a %d, trans_b %d) do not match (%lld != %lld)",
+                          weft_tensor_shape_str(x, sa, sizeof sa), weft_tensor_shape_str(y, sb, sizeof sb), ta, tb,
+                          (long long)Ka, (long long)Kb);
     // batch dims: NumPy broadcasting of everything but the last two dims
     int nbx = x->ndim - 2, nby = y->ndim - 2, nb = nbx > nby ? nbx : nby;
     for (int d = 0; d < nb; d++) {
@@ -31,8 +45,8 @@ static weft_status infer_matmul(const weft_op_args *a, weft_out_meta *o) {
                               weft_tensor_shape_str(x, sa, sizeof sa), weft_tensor_shape_str(y, sb, sizeof sb));
         o->sizes[d] = sx == 1 ? sy : sx;
     }
-    o->sizes[nb] = x->sizes[x->ndim - 2];
-    o->sizes[nb + 1] = y->sizes[y->ndim - 1];
+    o->sizes[nb] = M;
+    o->sizes[nb + 1] = N;
     o->ndim = nb + 2;
     o->dtype = (weft_dtype)x->dtype;
     o->offset = 0;
@@ -40,12 +54,31 @@ static weft_status infer_matmul(const weft_op_args *a, weft_out_meta *o) {
 }
 
 
-// grad_a = g @ b^T, grad_b = a^T @ g (transposes are views: BLAS gets the flag).
+// With A' = op_a(A), B' = op_b(B) (op: transpose of the last two dims when
+// the flag is set): grad_A' = g @ B'^T, grad_B' = A'^T @ g, and grad_A =
+// op_a(grad_A') (transposing back), then summed over broadcast batch dims.
+// Transposes are views: BLAS gets the flag.
+static weft_tensor *flagged(weft_tensor *t, bool tr) { return tr ? weft_transpose(t, -1, -2) : weft_tensor_ref(t); }
+
+// Takes g; transposes it back when the operand was flagged.
+static weft_tensor *unflag(weft_tensor *g, bool tr) {
+    if (!g || !tr) return g;
+    weft_tensor *r = weft_transpose(g, -1, -2);
+    weft_tensor_free(g);
+    return r;
+}
+
 static weft_status bw_matmul(const weft_bw_args *b) {
-    weft_tensor *A = b->in[0], *B = b->in[1], *G = b->gout[0];
+    bool ta = b->attrs && b->attrs->i[0], tb = b->attrs && b->attrs->i[1];
+    weft_tensor *A = flagged(b->in[0], ta), *B = flagged(b->in[1], tb), *G = b->gout[0];
+    if (!A || !B) {
+        weft_tensor_free(A);
+        weft_tensor_free(B);
+        return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
+    }
     if (b->needs[0]) {
         weft_tensor *bt = weft_transpose(B, -1, -2);
-        b->gin[0] = weft_bw_unbroadcast(b, 0, weft_matmul(G, bt));
+        b->gin[0] = weft_bw_unbroadcast(b, 0, unflag(weft_matmul(G, bt), ta));
         weft_tensor_free(bt);
     }
     if (b->needs[1]) {
@@ -54,27 +87,31 @@ static weft_status bw_matmul(const weft_bw_args *b) {
             // (K, B*M) @ (B*M, N) product instead of B products summed afterwards.
             int64_t K = A->sizes[A->ndim - 1], N = G->sizes[G->ndim - 1];
             weft_tensor *af = weft_reshape(A, WEFT_DIMS(-1, K)), *gf = weft_reshape(G, WEFT_DIMS(-1, N));
+            weft_tensor *gb = NULL;
             if (B->strides[0] == 1 && B->strides[1] == K && K > 1 && N > 1) {
                 // b is a transposed view (a linear layer's W^T): give its gradient
                 // the same layout, (g^T a)^T, so W's gradient comes out contiguous
                 // and is not copied again on its way to W.grad (as PyTorch's mm backward).
                 weft_tensor *gt = weft_transpose(gf, 0, 1), *t = weft_matmul(gt, af); // (N,K)
-                b->gin[1] = t ? weft_transpose(t, 0, 1) : NULL;
+                gb = t ? weft_transpose(t, 0, 1) : NULL;
                 weft_tensor_free(gt);
                 weft_tensor_free(t);
             } else {
                 weft_tensor *at = weft_transpose(af, 0, 1);
-                b->gin[1] = weft_matmul(at, gf);
+                gb = weft_matmul(at, gf);
                 weft_tensor_free(at);
             }
+            b->gin[1] = unflag(gb, tb);
             weft_tensor_free(af);
             weft_tensor_free(gf);
         } else {
             weft_tensor *at = weft_transpose(A, -1, -2);
-            b->gin[1] = weft_bw_unbroadcast(b, 1, weft_matmul(at, G));
+            b->gin[1] = weft_bw_unbroadcast(b, 1, unflag(weft_matmul(at, G), tb));
             weft_tensor_free(at);
         }
     }
+    weft_tensor_free(A);
+    weft_tensor_free(B);
     for (int i = 0; i < 2; i++)
         if (b->needs[i] && !b->gin[i]) return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
     return WEFT_OK;

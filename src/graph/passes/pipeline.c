@@ -11,7 +11,7 @@
 
 weft_graph_passes weft_graph_passes_all(void) {
     return (weft_graph_passes){.constant_folding = true, .cse = true, .dce = true, .algebraic = true,
-                                .fusion = true};
+                                .fusion = true, .transpose_fold = true};
 }
 
 // Identity copy (every pass off).
@@ -129,7 +129,10 @@ weft_graph *weft_graph_optimize_nodes(const weft_graph *g, int n_keep, const wef
         int *count;
     } order[] = {{ps.constant_folding, weft_pass_constant_folding, &stt.folded},
                  {ps.algebraic, weft_pass_algebraic, &stt.simplified},
+                 {ps.transpose_fold, weft_pass_transpose_fold, &stt.transposes_folded},
                  {ps.cse, weft_pass_cse, &stt.cse_merged},
+                 {ps.hfuse, weft_pass_hfuse, &stt.hfused},
+                 {ps.layout, weft_pass_layout, &stt.layout_changed},
                  {ps.dce, weft_pass_dce, &stt.dce_removed}};
     weft_status st = WEFT_OK;
     for (int round = 0; round < MAX_ROUNDS && st == WEFT_OK; round++) {

@@ -178,9 +178,101 @@ static inline int team_size(void) {
 #endif
 }
 
+// ---- NHWC forward (attrs i[7] = 1, groups 1) ----
+// x (N,H,W,C), w (O,C,KH,KW), bias (O) -> y (N,OH,OW,O). Per image:
+// col (L, KH*KW*C) gathers, for each output pixel, the C contiguous channels
+// of each tap (one memcpy per tap instead of one per output row), and
+// y_n (L, O) = col @ wr^T with wr the weight reordered once to (O, KH,KW,C).
+// A 1x1 / stride 1 / no padding conv is one (N*H*W, C) @ (C, O) product.
+#define DEFINE_IM2COL_NHWC(T)                                                                               \
+    static void im2col_nhwc_##T(const T *x, const conv_geom *g, T *col) {                                   \
+        int64_t C = g->C, row = g->KH * g->KW * C;                                                          \
+        for (int64_t oh = 0; oh < g->OH; oh++)                                                              \
+            for (int64_t ow = 0; ow < g->OW; ow++) {                                                        \
+                T *r = col + (oh * g->OW + ow) * row;                                                       \
+                for (int64_t kh = 0; kh < g->KH; kh++) {                                                    \
+                    int64_t ih = oh * g->sh - g->ph + kh * g->dh;                                           \
+                    for (int64_t kw = 0; kw < g->KW; kw++, r += C) {                                        \
+                        int64_t iw = ow * g->sw - g->pw + kw * g->dw;                                       \
+                        if (ih < 0 || ih >= g->H || iw < 0 || iw >= g->W) memset(r, 0, sizeof(T) * (size_t)C); \
+                        else memcpy(r, x + (ih * g->W + iw) * C, sizeof(T) * (size_t)C);                    \
+                    }                                                                                       \
+                }                                                                                           \
+            }                                                                                               \
+    }
+DEFINE_IM2COL_NHWC(float)
+DEFINE_IM2COL_NHWC(double)
+
+static void fill_bias_rows(bool dbl, char *y, const char *bp, int64_t rows, int64_t O) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t o = 0; o < O; o++) {
+            if (dbl) ((double *)y)[r * O + o] = ((const double *)bp)[o];
+            else ((float *)y)[r * O + o] = ((const float *)bp)[o];
+        }
+}
+
+static weft_status conv2d_nhwc(const weft_op_args *a) {
+    const weft_tensor *x = a->in[0], *w = a->in[1], *b = a->n_in > 2 ? a->in[2] : NULL;
+    weft_tensor *y = a->out[0];
+    if (y->numel == 0) return WEFT_OK;
+    const int64_t *xv = x->sizes, *yv = y->sizes;
+    conv_geom g;
+    geom_init(&g, a->attrs, (int64_t[]){xv[0], xv[3], xv[1], xv[2]}, w->sizes, (int64_t[]){yv[0], yv[3], yv[1], yv[2]});
+    bool dbl = x->dtype == WEFT_F64;
+    size_t esz = dbl ? 8 : 4;
+    void *wtmp, *btmp = NULL, *xtmp;
+    const char *wp = contig_data(w, &wtmp), *bp = b ? contig_data(b, &btmp) : NULL, *xp = contig_data(x, &xtmp);
+    char *yp = weft_tensor_ptr(y), *wr = NULL;
+    bool oom = !wp || (b && !bp) || !xp;
+    int64_t Kg = g.Kg, O = g.O;
+    if (!oom && Kg == 0) { // no input channels: y is the bias
+        if (bp) fill_bias_rows(dbl, yp, bp, g.N * g.L, O);
+        else memset(yp, 0, esz * (size_t)(g.N * g.L * O));
+    } else if (!oom) {
+        // wr (O, KH, KW, C) from w (O, C, KH, KW)
+        wr = scratch_alloc(esz * (size_t)(O * Kg));
+        oom = !wr;
+        for (int64_t o = 0; !oom && o < O; o++)
+            for (int64_t c = 0; c < g.C; c++)
+                for (int64_t k = 0; k < g.KH * g.KW; k++)
+                    memcpy(wr + (size_t)((o * g.KH * g.KW + k) * g.C + c) * esz,
+                           wp + (size_t)((o * g.C + c) * g.KH * g.KW + k) * esz, esz);
+        if (!oom && g.direct) {
+            if (bp) fill_bias_rows(dbl, yp, bp, g.N * g.L, O);
+            gemm(dbl, false, true, g.N * g.L, O, Kg, xp, Kg, wr, Kg, bp ? 1 : 0, yp, O);
+        } else if (!oom) {
+            int nth = image_threads(&g);
+            blas_threads_begin(nth);
+#pragma omp parallel num_threads(nth) if (nth > 1)
+            {
+                void *col = scratch_alloc(esz * (size_t)(g.L * Kg));
+                if (!col) oom = true;
+#pragma omp for schedule(static)
+                for (int64_t n = 0; n < g.N; n++) {
+                    if (!col) continue;
+                    const char *xn = xp + (size_t)(n * g.H * g.W * g.C) * esz;
+                    char *yn = yp + (size_t)(n * g.L * O) * esz;
+                    if (dbl) im2col_nhwc_double((const double *)xn, &g, col);
+                    else im2col_nhwc_float((const float *)xn, &g, col);
+                    if (bp) fill_bias_rows(dbl, yn, bp, g.L, O);
+                    gemm(dbl, false, true, g.L, O, Kg, col, Kg, wr, Kg, bp ? 1 : 0, yn, O);
+                }
+                scratch_free(col);
+            }
+            blas_threads_end(nth);
+        }
+    }
+    scratch_free(wr);
+    scratch_free(wtmp);
+    scratch_free(btmp);
+    scratch_free(xtmp);
+    return oom ? weft_error(WEFT_ERR_OOM, "conv2d: out of memory for the NHWC buffers") : WEFT_OK;
+}
+
 // x (N,C,H,W), w (O,Cg,KH,KW), bias (O) -> y (N,O,OH,OW); per image and group:
 // y_g (Og, L) = w_g (Og, Kg) @ col_g (Kg, L) (+ bias broadcast along L).
 weft_status weft_cpu_conv2d(const weft_op_args *a) {
+    if (a->attrs->i[7] == 1) return conv2d_nhwc(a);
     const weft_tensor *x = a->in[0], *w = a->in[1], *b = a->n_in > 2 ? a->in[2] : NULL;
     weft_tensor *y = a->out[0];
     conv_geom g;

@@ -6,6 +6,9 @@
 // layout (e.g. a slice with a step along the last dim) is first copied to a
 // contiguous temporary. Batch dims are walked with strides (0 where an operand
 // is broadcast); a shared right operand is folded into one tall product.
+// The op's trans_a / trans_b attrs (i[0], i[1]) swap an operand's last two
+// sizes and strides before this: a flagged contiguous matrix is exactly a
+// transposed view, and goes to BLAS as Trans the same way.
 #include <cblas.h>
 #include <limits.h>
 #include <string.h>
@@ -35,18 +38,18 @@ static bool blas_view(int64_t rows, int64_t cols, int64_t rs, int64_t cs, mat_vi
 }
 
 // A contiguous copy of t (no autograd) when its matrix dims are not BLAS-readable.
-static weft_tensor *blas_operand(weft_tensor *t, mat_view *v) {
-    int nd = t->ndim;
-    if (blas_view(t->sizes[nd - 2], t->sizes[nd - 1], t->strides[nd - 2], t->strides[nd - 1], v))
-        return weft_tensor_ref(t);
-    weft_tensor *c = weft_tensor_new(nd, t->sizes, (weft_dtype)t->dtype, t->device);
-    if (!c) return NULL;
-    if (weft_cpu_copy(c, t) != WEFT_OK) {
-        weft_tensor_free(c);
+// tr: read t's last two dims swapped (the op's trans flag).
+static weft_tensor *blas_operand(weft_tensor *t, bool tr, mat_view *v) {
+    int nd = t->ndim, r = tr ? nd - 1 : nd - 2, c = tr ? nd - 2 : nd - 1;
+    if (blas_view(t->sizes[r], t->sizes[c], t->strides[r], t->strides[c], v)) return weft_tensor_ref(t);
+    weft_tensor *cp = weft_tensor_new(nd, t->sizes, (weft_dtype)t->dtype, t->device);
+    if (!cp) return NULL;
+    if (weft_cpu_copy(cp, t) != WEFT_OK) {
+        weft_tensor_free(cp);
         return NULL;
     }
-    blas_view(c->sizes[nd - 2], c->sizes[nd - 1], c->strides[nd - 2], c->strides[nd - 1], v);
-    return c;
+    blas_view(cp->sizes[r], cp->sizes[c], cp->strides[r], cp->strides[c], v);
+    return cp;
 }
 
 static void gemm(weft_dtype dt, const mat_view *va, const mat_view *vb, int64_t M, int64_t N, int64_t K,
@@ -63,7 +66,8 @@ weft_status weft_cpu_matmul(const weft_op_args *args) {
     weft_tensor *out = args->out[0];
     int nd = out->ndim, nb = nd - 2;
     int64_t M = out->sizes[nb], N = out->sizes[nb + 1];
-    int64_t K = args->in[0]->sizes[args->in[0]->ndim - 1];
+    bool ta = args->attrs && args->attrs->i[0], tb = args->attrs && args->attrs->i[1];
+    int64_t K = args->in[0]->sizes[args->in[0]->ndim - (ta ? 2 : 1)];
     weft_dtype dt = (weft_dtype)out->dtype;
     size_t esz = weft_dtype_size(dt);
     if (out->numel == 0) return WEFT_OK;
@@ -75,7 +79,7 @@ weft_status weft_cpu_matmul(const weft_op_args *args) {
         return weft_error(WEFT_ERR_SHAPE, "matmul: matrix dims (%lld,%lld,%lld) exceed BLAS's int range", (long long)M,
                           (long long)N, (long long)K);
     mat_view va, vb;
-    weft_tensor *a = blas_operand(args->in[0], &va), *b = a ? blas_operand(args->in[1], &vb) : NULL;
+    weft_tensor *a = blas_operand(args->in[0], ta, &va), *b = a ? blas_operand(args->in[1], tb, &vb) : NULL;
     if (!a || !b) {
         weft_tensor_free(a);
         return weft_last_status() ? weft_last_status() : WEFT_ERR_OOM;
