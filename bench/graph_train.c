@@ -1,6 +1,9 @@
 // Graph-mode training steps (`weft train --graph`) against eager steps of the
 // same network, measured in this binary (the peer is weft eager):
 //   graph_fmnist_mlp, graph_kjv_gpt   steps/s (graph, peer eager)
+//   graph_torch_fmnist_mlp, graph_torch_kjv_gpt
+//                                     the same graph steps/s against the PyTorch twins
+//                                     (bench/peers/graph_train.py)
 //   graph_kjv_gpt_peak_mem            bytes of intermediates in one step, lower is
 //                                     better: the graph's planned arena, peer eager's
 //                                     allocator peak above what was live before the step
@@ -25,8 +28,9 @@ static void eager_step(weft_run *r, weft_tensor *x, weft_tensor *y, int *fail) {
     r->step++;
 }
 
-static int run(int argc, char **argv, const char *name, const char *path, int min_steps, double min_s, bool mem) {
-    bool want = bench_selected(argc, argv, name), want_mem = mem && bench_selected(argc, argv, "graph_kjv_gpt_peak_mem");
+static int run(int argc, char **argv, const char *name, const char *torch_name, const char *path, int min_steps,
+               double min_s, bool mem) {
+    bool want = bench_selected(argc, argv, name) || bench_selected(argc, argv, torch_name), want_mem = mem && bench_selected(argc, argv, "graph_kjv_gpt_peak_mem");
     if (!want && !want_mem) return 0;
     weft_model_cfg *cfg = weft_model_cfg_load(path);
     if (!cfg) {
@@ -65,6 +69,7 @@ static int run(int argc, char **argv, const char *name, const char *path, int mi
     if (fail) fprintf(stderr, "%s: %s\n", name, weft_last_error());
     else {
         if (want) bench_report_peer(name, 1.0 / tg, "steps/s", 1, 1.0 / te);
+        if (want) bench_report(torch_name, 1.0 / tg, "steps/s", 1); // peer: bench/peers/graph_train.py
         weft_graph_run_stats rs = weft_graph_last_run_stats(weft_graph_train_graph(r, 0));
         if (want_mem) bench_report_peer("graph_kjv_gpt_peak_mem", (double)rs.peak_bytes, "bytes", 0, eager_peak);
         else fprintf(stderr, "%s: graph arena %zu bytes (planned=%d), eager peak %.0f bytes\n", name, rs.peak_bytes,
@@ -80,7 +85,7 @@ static int run(int argc, char **argv, const char *name, const char *path, int mi
 
 int main(int argc, char **argv) {
     int fail = 0;
-    fail |= run(argc, argv, "graph_fmnist_mlp", "models/fmnist-mlp.cfg", 20, 1.0, false);
-    fail |= run(argc, argv, "graph_kjv_gpt", "models/kjv-gpt.cfg", 3, 2.0, true);
+    fail |= run(argc, argv, "graph_fmnist_mlp", "graph_torch_fmnist_mlp", "models/fmnist-mlp.cfg", 20, 1.0, false);
+    fail |= run(argc, argv, "graph_kjv_gpt", "graph_torch_kjv_gpt", "models/kjv-gpt.cfg", 3, 2.0, true);
     return fail;
 }
