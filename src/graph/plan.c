@@ -6,6 +6,7 @@
 // among the already-placed buffers whose lifetimes overlap it, else on top.
 // Lifetimes are closed intervals of steps [def, last]: an op's inputs are
 // still live at its own step, so no op ever writes over its inputs.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,37 @@ static int cmp_size_desc(const void *a, const void *b) {
 static int cmp_off(const void *a, const void *b) {
     int64_t x = (*(const buf *const *)a)->off, y = (*(const buf *const *)b)->off;
     return x < y ? -1 : x > y;
+}
+
+// WEFT_PLAN_DEBUG=1: what is live at the peak step (stderr), by producing
+// op, then each buffer with its producer step and last use (=n: fetched).
+static void debug_dump(const weft_graph *g, const int32_t *order, int n_order, const buf *bufs, int nb, int peak_step,
+                       int64_t peak) {
+    fprintf(stderr, "plan: %d steps, %d buffers, liveness peak %lld bytes at step %d (%s '%s')\n", n_order, nb,
+            (long long)peak, peak_step, peak_step < n_order ? weft_graph_kind_name(g->nodes[order[peak_step]].kind) : "end",
+            peak_step < n_order ? g->nodes[order[peak_step]].name : "");
+    const char *seen[256];
+    int n_seen = 0;
+    for (int b = 0; b < nb; b++) {
+        if (bufs[b].def > peak_step || bufs[b].last < peak_step) continue;
+        const char *op = g->nodes[g->values[bufs[b].v].node].op->name;
+        bool dup = false;
+        for (int k = 0; k < n_seen; k++) dup |= seen[k] == op;
+        if (dup || n_seen == 256) continue;
+        seen[n_seen++] = op;
+        int cnt = 0;
+        int64_t bytes = 0;
+        for (int c = 0; c < nb; c++)
+            if (bufs[c].def <= peak_step && bufs[c].last >= peak_step &&
+                g->nodes[g->values[bufs[c].v].node].op == g->nodes[g->values[bufs[b].v].node].op)
+                cnt++, bytes += bufs[c].nbytes;
+        fprintf(stderr, "plan:   %-16s %4d bufs %12lld bytes\n", op, cnt, (long long)bytes);
+    }
+    if (getenv("WEFT_PLAN_DEBUG")[0] == '2')
+        for (int b = 0; b < nb; b++)
+            if (bufs[b].def <= peak_step && bufs[b].last >= peak_step)
+                fprintf(stderr, "plan:     %-32s %10lld bytes steps %d..%d\n", g->nodes[g->values[bufs[b].v].node].name,
+                        (long long)bufs[b].nbytes, bufs[b].def, bufs[b].last);
 }
 
 void weft_plan_free(weft_plan *p) {
@@ -90,10 +122,12 @@ weft_status weft_plan_build(const weft_graph *g, const int32_t *order, int n_ord
         delta[bufs[b].def] += bufs[b].nbytes;
         delta[bufs[b].last + 1] -= bufs[b].nbytes;
     }
+    int peak_step = 0;
     for (int s = 0; s <= n_order; s++) {
         live += delta[s];
-        if (live > peak) peak = live;
+        if (live > peak) peak = live, peak_step = s;
     }
+    if (getenv("WEFT_PLAN_DEBUG")) debug_dump(g, order, n_order, bufs, nb, peak_step, peak);
 
     // Greedy by size, best-fit gap among overlapping placed buffers.
     qsort(bufs, (size_t)nb, sizeof *bufs, cmp_size_desc);

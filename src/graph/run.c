@@ -15,6 +15,7 @@
 
 #include "graph_impl.h"
 #include "plan.h"
+#include "schedule.h"
 #include "trace_hook.h"
 
 typedef struct run_ctx {
@@ -370,6 +371,9 @@ static weft_status prepare(run_ctx *c, bool feeding, int n_fetch, const weft_val
     }
     c->n_order = tail;
     weft_status st = tail < n_needed ? cycle_error(c, done) : WEFT_OK;
+    // Memory-aware serial order (schedule.c); WEFT_GRAPH_SCHEDULE=0 keeps the FIFO one.
+    const char *sched = getenv("WEFT_GRAPH_SCHEDULE");
+    if (st == WEFT_OK && !(sched && !strcmp(sched, "0"))) st = weft_schedule_memory(g, c->order, c->n_order, c->fetched);
     free(deg);
     free(done);
     return st;
