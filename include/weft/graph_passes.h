@@ -41,6 +41,10 @@ typedef struct weft_graph_passes {
     // float constants (c1 + (x + c2) -> x + (c1 + c2)). Integer forms of these
     // rules are exact and always on. Off in weft_graph_passes_all().
     bool fast_math;
+    // Rematerialisation (runs once, after the others): a cheap value (elementwise,
+    // layer_norm) used early and much later is recomputed for the late uses when
+    // its inputs are alive then anyway, instead of being kept (bit-identical).
+    bool remat;
 } weft_graph_passes;
 
 // Every pass on, fast_math off.
@@ -53,6 +57,7 @@ typedef struct weft_graph_pass_stats {
     int dce_removed; // nodes dropped as dead
     int simplified;  // algebraic rewrites applied
     int rounds;      // pipeline rounds run (passes repeat until nothing changes, at most 8)
+    int rematerialized; // nodes duplicated for their late uses (remat)
 } weft_graph_pass_stats;
 
 // Optimise g into a new graph (free it with weft_graph_free; g is unchanged).

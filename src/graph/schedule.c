@@ -11,6 +11,7 @@
 // the consumer now live up to it). Moving a node later keeps the order
 // valid: its producers stay before it, its consumers after it. Each node is
 // visited once after all its consumers, so chains settle in one sweep.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,7 +38,6 @@ weft_status weft_schedule_memory(const weft_graph *g, int32_t *order, int n, con
     if (!pos || !orig || !soff || !root || !varof || !coff || !rfetch) goto oom;
     for (size_t i = 0; i < nN; i++) pos[i] = -1;
     for (int s = 0; s < n; s++) pos[order[s]] = s;
-    memcpy(orig, order, (size_t)n * sizeof *orig);
     for (size_t v = 0; v < nV; v++) root[v] = -1, varof[v] = -1;
 
     // Roots (buffers: non-view op outputs; views alias input 0), the variable a
@@ -81,15 +81,24 @@ weft_status weft_schedule_memory(const weft_graph *g, int32_t *order, int n, con
             if (root[x->in[k]] >= 0) cons[fill[root[x->in[k]]]++] = order[s];
     }
 
+    // A move can make another one pay (a duplicate moved down keeps an input
+    // alive late, so its other readers may follow): sweep until stable (3 at most).
+    for (int sweep = 0, moved = 1; sweep < 3 && moved; sweep++) {
+    moved = 0;
+    memcpy(orig, order, (size_t)n * sizeof *orig);
     for (int k = n - 1; k >= 0; k--) {
         int32_t id = orig[k];
         const weft_gnode *x = &g->nodes[id];
         if (!movable(x)) continue;
         int i = pos[id], t = n;
-        for (int32_t e = soff[id]; e < soff[id + 1]; e++)
+        bool used = false; // a data consumer (control successors alone do not keep outputs alive)
+        for (int32_t e = soff[id]; e < soff[id + 1]; e++) {
             if (pos[succ[e]] < t) t = pos[succ[e]];
-        if (t == n || t <= i + 1) continue; // no consumer (a root) or already adjacent
-        int to = t - 1;                      // the new step
+            const weft_gnode *y = &g->nodes[succ[e]];
+            for (int k = 0; k < y->n_in && !used; k++) used = g->values[y->in[k]].node == id;
+        }
+        if (!used || t <= i + 1) continue; // nothing reads it, or already adjacent
+        int to = t - 1;                     // the new step
         bool view = x->op->flags & WEFT_OPF_VIEW;
         int64_t gain = 0, cost = 0;
         for (int j = 0; j < x->n_out && !view; j++) gain += value_bytes(g, x->out0 + j) * (to - i);
@@ -112,10 +121,17 @@ weft_status weft_schedule_memory(const weft_graph *g, int32_t *order, int n, con
                     blocked = (y->kind == WEFT_NODE_ASSIGN || y->kind == WEFT_NODE_ASSIGN_ADD) && y->var == varof[in];
                 }
         }
-        if (blocked || gain <= cost) continue;
+        // A view allocates nothing and its consumers keep its base alive past
+        // it anyway: it always moves down (so its base can follow).
+        if (getenv("WEFT_SCHED_DEBUG") && strstr(x->name, getenv("WEFT_SCHED_DEBUG")))
+            fprintf(stderr, "sched: %s at %d -> %d gain %lld cost %lld blocked %d\n", x->name, i, to, (long long)gain,
+                    (long long)cost, blocked);
+        if (blocked || (!view && gain <= cost)) continue;
         memmove(order + i, order + i + 1, (size_t)(to - i) * sizeof *order);
         order[to] = id;
         for (int s = i; s <= to; s++) pos[order[s]] = s;
+        moved++;
+    }
     }
     goto done;
 oom:

@@ -10,7 +10,7 @@
 #define MAX_ROUNDS 8
 
 weft_graph_passes weft_graph_passes_all(void) {
-    return (weft_graph_passes){.constant_folding = true, .cse = true, .dce = true, .algebraic = true};
+    return (weft_graph_passes){.constant_folding = true, .cse = true, .dce = true, .algebraic = true, .remat = true};
 }
 
 // Identity copy (every pass off).
@@ -126,6 +126,8 @@ weft_graph *weft_graph_optimize_nodes(const weft_graph *g, int n_keep, const wef
         stt.rounds = round + 1;
         if (!total) break;
     }
+    // Rematerialisation once at the end: CSE would merge its duplicates back.
+    if (st == WEFT_OK && ps.remat) st = run_pass(&p, weft_pass_remat, false, &stt.rematerialized);
     if (st == WEFT_OK && !p.cur) { // nothing ran: still a new graph
         int changed = 0;
         st = run_pass(&p, pass_copy, false, &changed);
