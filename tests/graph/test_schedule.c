@@ -1,5 +1,5 @@
 // Memory-aware schedule (src/graph/schedule.c) and rematerialisation
-// (src/graph/passes/remat.c): valid orders on random DAGs with control deps,
+// (src/graph/passes/remat.c), in-place reuse in the plan: valid orders on random DAGs with control deps,
 // exact planned peaks on hand-built graphs where the FIFO order or keeping a
 // value is memory-bad, bit-identical values, and a traced training step
 // (forward + backward) with identical loss and gradients with/without both.
@@ -100,6 +100,7 @@ static void test_random_dags(void) {
 // f = a + d. FIFO runs a first and holds it through b..d (4 buffers at d);
 // the schedule runs it just before f (3 buffers).
 static void test_sink_peak(void) {
+    setenv("WEFT_GRAPH_INPLACE", "0", 1); // count buffers of the order alone
     enum { LEN = 1024 };
     const int64_t size = LEN * 8;
     weft_graph *g = weft_graph_new();
@@ -122,6 +123,7 @@ static void test_sink_peak(void) {
     weft_tensor *ts[] = {xt, o1, o2, ea, eb, ec, ed, ef};
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) weft_tensor_free(ts[i]);
     weft_graph_free(g);
+    unsetenv("WEFT_GRAPH_INPLACE");
 }
 
 // A variable read is never moved past an assign to that variable: r = v * 2
@@ -152,6 +154,7 @@ static void test_no_move_past_assign(void) {
 // Kept, it is live while m1 and m2 = cos(m1) are: 3 big buffers. Recomputed
 // (x is always there), the late copy runs just before the mul: 2 (+ t).
 static void test_remat_peak(void) {
+    setenv("WEFT_GRAPH_INPLACE", "0", 1);
     enum { LEN = 1024 };
     const int64_t size = LEN * 8;
     weft_graph *g = weft_graph_new();
@@ -201,6 +204,60 @@ static void test_remat_peak(void) {
     weft_graph_free(g_on);
     weft_graph_free(g_off);
     weft_graph_free(g);
+    unsetenv("WEFT_GRAPH_INPLACE");
+}
+
+// In-place reuse: a chain of elementwise ops plans one buffer (each writes
+// over its dying input); fetching a middle value or reading it through a
+// transposing view stops it. Values equal eager ones bit for bit.
+static void test_inplace(void) {
+    enum { N = 10, LEN = 1024 };
+    const int64_t size = LEN * 8;
+    weft_graph *g = weft_graph_new();
+    weft_value x = weft_graph_placeholder(g, "x", WEFT_DIMS(LEN), WEFT_F64), v = x, mid = WEFT_VALUE_NONE;
+    for (int i = 0; i < N; i++) {
+        v = i % 3 == 2 ? op2(g, "mul", v, x) : op1(g, i % 2 ? "neg" : "sin", v);
+        if (i == 4) mid = v;
+    }
+    weft_graph_plan_stats ps;
+    CHECK(weft_graph_plan(g, 1, &v, 0, NULL, &ps) == WEFT_OK);
+    CHECK(ps.n_buffers == N && ps.planned_bytes == size && ps.liveness_peak_bytes == size && ps.n_slots == 1);
+    CHECK(ps.unplanned_bytes == N * size);
+    setenv("WEFT_GRAPH_INPLACE", "0", 1);
+    weft_graph_plan_stats off;
+    CHECK(weft_graph_plan(g, 1, &v, 0, NULL, &off) == WEFT_OK);
+    CHECK(off.planned_bytes == 2 * size);
+    unsetenv("WEFT_GRAPH_INPLACE");
+    weft_tensor *xt = wt_rand64(WEFT_DIMS(LEN), -1, 1, 3, false), *o = NULL, *om[2] = {0};
+    CHECK(weft_graph_run(g, 1, &x, &xt, 1, &v, &o, 0, NULL) == WEFT_OK);
+    CHECK((int64_t)weft_graph_last_run_stats(g).arena_bytes == size);
+    weft_tensor *r = weft_tensor_ref(xt), *rmid = NULL;
+    for (int i = 0; i < N; i++) {
+        weft_tensor *t = i % 3 == 2 ? weft_mul(r, xt) : i % 2 ? weft_neg(r) : weft_sin(r);
+        weft_tensor_free(r);
+        r = t;
+        if (i == 4) rmid = weft_tensor_ref(r);
+    }
+    CHECK(same_bits(o, r));
+    // a fetched middle value survives: ops 0..4 share one buffer, 5..9 another
+    CHECK(weft_graph_plan(g, 2, (weft_value[]){mid, v}, 0, NULL, &ps) == WEFT_OK);
+    CHECK(ps.planned_bytes == 2 * size);
+    CHECK(weft_graph_run(g, 1, &x, &xt, 2, (weft_value[]){mid, v}, om, 0, NULL) == WEFT_OK);
+    CHECK(same_bits(om[0], rmid) && same_bits(om[1], r));
+    // a = exp(m); b = a + transpose(a): a is read through a strided view, so b gets its own buffer
+    weft_graph *h = weft_graph_new();
+    weft_value m = weft_graph_placeholder(h, "m", WEFT_DIMS(16, 16), WEFT_F64), a = op1(h, "exp", m);
+    weft_value at = weft_graph_op1(h, "permute", 1, &a, (int64_t[]){1, 0}, 2, NULL, 0), b = op2(h, "add", a, at);
+    CHECK(weft_graph_plan(h, 1, &b, 0, NULL, &ps) == WEFT_OK);
+    CHECK(ps.planned_bytes == 2 * 16 * 16 * 8);
+    weft_tensor *mt = wt_rand64(WEFT_DIMS(16, 16), -1, 1, 4, false), *ob = NULL;
+    CHECK(weft_graph_run(h, 1, &m, &mt, 1, &b, &ob, 0, NULL) == WEFT_OK);
+    weft_tensor *ea = weft_exp(mt), *et = weft_transpose(ea, 0, 1), *eb = weft_add(ea, et);
+    CHECK(same_bits(ob, eb));
+    weft_tensor *ts[] = {xt, o, om[0], om[1], r, rmid, mt, ob, ea, et, eb};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) weft_tensor_free(ts[i]);
+    weft_graph_free(h);
+    weft_graph_free(g);
 }
 
 // A traced training step (layer_norm + gelu MLP, forward + backward): the
@@ -247,7 +304,7 @@ static void test_traced_step(void) {
     setenv("WEFT_GRAPH_SCHEDULE", "0", 1);
     CHECK(weft_graph_plan(g_off, 1 + 3 * L, f_off, 0, NULL, &p_off) == WEFT_OK);
     unsetenv("WEFT_GRAPH_SCHEDULE");
-    printf("traced step: planned %lld bytes (remat + schedule) vs %lld (neither)\n", (long long)p_on.planned_bytes,
+    printf("traced step: planned %lld bytes (remat + schedule) vs %lld (neither remat nor schedule)\n", (long long)p_on.planned_bytes,
            (long long)p_off.planned_bytes);
     CHECK(p_on.liveness_peak_bytes < p_off.liveness_peak_bytes);
     weft_tensor *x2 = wt_rand64(WEFT_DIMS(B, D), -1, 1, 6, false), *a[1 + 3 * L] = {0}, *b[1 + 3 * L] = {0};
@@ -280,6 +337,7 @@ int main(void) {
     RUN(test_sink_peak);
     RUN(test_no_move_past_assign);
     RUN(test_remat_peak);
+    RUN(test_inplace);
     RUN(test_traced_step);
     return wt_summary();
 }
