@@ -62,8 +62,13 @@ static void debug_dump(const weft_graph *g, const int32_t *order, int n_order, c
     if (getenv("WEFT_PLAN_DEBUG")[0] == '2')
         for (int b = 0; b < nb; b++)
             if (bufs[b].def <= peak_step && bufs[b].last >= peak_step)
-                fprintf(stderr, "plan:     %-32s %10lld bytes steps %d..%d\n", g->nodes[g->values[bufs[b].v].node].name,
-                        (long long)bufs[b].nbytes, bufs[b].def, bufs[b].last);
+            {
+                const weft_gnode *n = &g->nodes[g->values[bufs[b].v].node];
+                fprintf(stderr, "plan:     %-32s %10lld bytes steps %d..%d <-", n->name, (long long)bufs[b].nbytes,
+                        bufs[b].def, bufs[b].last);
+                for (int k = 0; k < n->n_in; k++) fprintf(stderr, " %s", g->nodes[g->values[n->in[k]].node].name);
+                fprintf(stderr, "\n");
+            }
 }
 
 static bool inplace_off(void) {

@@ -12,8 +12,8 @@
 // Rule: a pure, cheap OP node (an elementwise kernel or layer_norm's forward)
 // whose uses (through views of its outputs) split, at the widest gap in node
 // ids, into early ones and ones at least REMAT_GAP ids later, and whose
-// intermediate inputs are used at or after the first late use by some other
-// node, gets a duplicate (same op, attrs and inputs: bit-identical values);
+// intermediate inputs are used near (at most 1/8 of the gap before) or after
+// the first late use by some other node, gets a duplicate (same op, attrs and inputs: bit-identical values);
 // the late uses read the duplicate, and views between them are duplicated
 // too. The executor's schedule (schedule.c) moves the duplicate down to its
 // consumers. Runs once, after the other passes (CSE would merge it back).
@@ -163,7 +163,9 @@ weft_status weft_pass_remat(weft_rw *rw, weft_pass_io *io) {
             int32_t last = -1;
             for (int32_t e = coff[rt]; e < coff[rt + 1]; e++)
                 if (cons[e] != s && cons[e] > last) last = cons[e];
-            ok = last >= first_late;
+            // A little short of it is fine: the input lives a few nodes longer,
+            // the value is not kept over the whole gap (1/8 of it as slack).
+            ok = last >= first_late - best_gap / 8;
         }
         if (ok) r.split[s] = first_late;
     }
