@@ -56,6 +56,10 @@ typedef struct weft_graph_passes {
     // conv2d in NHWC where a one-off timing at optimisation time says it is
     // > 10% faster on the node's shapes. Off in weft_graph_passes_all().
     bool layout;
+    // Rematerialisation (runs once, after the others): a cheap value (elementwise,
+    // layer_norm) used early and much later is recomputed for the late uses when
+    // its inputs are alive then anyway, instead of being kept (bit-identical).
+    bool remat;
 } weft_graph_passes;
 
 // Every exact pass on (transpose_fold included); fast_math, hfuse, layout off.
@@ -73,6 +77,7 @@ typedef struct weft_graph_pass_stats {
     int transposes_folded; // matmul operands that became a trans flag
     int hfused;            // matmuls merged into a wider one (a group of 3 counts 3)
     int layout_changed;    // conv2d nodes switched to NHWC
+    int rematerialized; // nodes duplicated for their late uses (remat)
 } weft_graph_pass_stats;
 
 // Optimise g into a new graph (free it with weft_graph_free; g is unchanged).

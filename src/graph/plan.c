@@ -6,9 +6,11 @@
 // among the already-placed buffers whose lifetimes overlap it, else on top.
 // Lifetimes are closed intervals of steps [def, last]: an op's inputs are
 // still live at its own step, so no op ever writes over its inputs.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ops/elementwise.h"
 #include "plan.h"
 
 typedef struct buf {
@@ -33,6 +35,88 @@ static int cmp_off(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+// WEFT_PLAN_DEBUG=1: what is live at the peak step (stderr), by producing
+// op, then each buffer with its producer step and last use (=n: fetched).
+static void debug_dump(const weft_graph *g, const int32_t *order, int n_order, const buf *bufs, int nb, int peak_step,
+                       int64_t peak) {
+    fprintf(stderr, "plan: %d steps, %d buffers, liveness peak %lld bytes at step %d (%s '%s')\n", n_order, nb,
+            (long long)peak, peak_step, peak_step < n_order ? weft_graph_kind_name(g->nodes[order[peak_step]].kind) : "end",
+            peak_step < n_order ? g->nodes[order[peak_step]].name : "");
+    const char *seen[256];
+    int n_seen = 0;
+    for (int b = 0; b < nb; b++) {
+        if (bufs[b].def > peak_step || bufs[b].last < peak_step) continue;
+        const weft_gnode *pn = &g->nodes[g->values[bufs[b].v].node];
+        const char *op = pn->op ? pn->op->name : weft_graph_kind_name(pn->kind); // FUSED: no op
+        bool dup = false;
+        for (int k = 0; k < n_seen; k++) dup |= seen[k] == op;
+        if (dup || n_seen == 256) continue;
+        seen[n_seen++] = op;
+        int cnt = 0;
+        int64_t bytes = 0;
+        for (int c = 0; c < nb; c++)
+            if (bufs[c].def <= peak_step && bufs[c].last >= peak_step &&
+                g->nodes[g->values[bufs[c].v].node].op == pn->op &&
+                g->nodes[g->values[bufs[c].v].node].kind == pn->kind)
+                cnt++, bytes += bufs[c].nbytes;
+        fprintf(stderr, "plan:   %-16s %4d bufs %12lld bytes\n", op, cnt, (long long)bytes);
+    }
+    if (getenv("WEFT_PLAN_DEBUG")[0] == '2')
+        for (int b = 0; b < nb; b++)
+            if (bufs[b].def <= peak_step && bufs[b].last >= peak_step)
+            {
+                const weft_gnode *n = &g->nodes[g->values[bufs[b].v].node];
+                fprintf(stderr, "plan:     %-32s %10lld bytes steps %d..%d <-", n->name, (long long)bufs[b].nbytes,
+                        bufs[b].def, bufs[b].last);
+                for (int k = 0; k < n->n_in; k++) fprintf(stderr, " %s", g->nodes[g->values[n->in[k]].node].name);
+                fprintf(stderr, "\n");
+            }
+}
+
+static bool inplace_off(void) {
+    const char *e = getenv("WEFT_GRAPH_INPLACE");
+    return e && !strcmp(e, "0");
+}
+
+// In-place reuse: an elementwise op (out[i] = f(in[i], ...), one output) may
+// write its output over an input buffer that dies at this very step, when
+// both have the same dtype and shape (same bytes at the same index; the
+// kernel reads in[i] before it writes out[i]). The input must be a buffer
+// itself (not a view of one: a strided alias would be read after being
+// overwritten) and no other input may be a different view of it. The output
+// joins the input's buffer (alias[out] = its root, the buffer lives to the
+// output's last use) and leaves bufs. Returns the new number of buffers.
+static int merge_inplace(const weft_graph *g, const int32_t *order, int n_order, const int32_t *root,
+                         const int32_t *bidx, buf *bufs, int nb, int32_t *alias) {
+    for (int s = 0; s < n_order; s++) {
+        const weft_gnode *n = &g->nodes[order[s]];
+        if (n->kind != WEFT_NODE_OP || n->n_out != 1 || n->op->kernel[WEFT_CPU].fn != weft_cpu_elementwise) continue;
+        int32_t o = n->out0, ob = bidx[o];
+        if (ob < 0) continue;
+        const weft_gvalue *ov = &g->values[o];
+        for (int k = 0; k < n->n_in; k++) {
+            int32_t x = n->in[k];
+            if (root[x] != x || bidx[x] < 0) continue; // a view, or not an intermediate
+            int32_t h = alias[x] >= 0 ? alias[x] : x; // the buffer x lives in
+            buf *hb = &bufs[bidx[h]];
+            const weft_gvalue *xv = &g->values[x];
+            if (hb->last != s || xv->dtype != ov->dtype || !weft_shape_equal(xv->ndim, xv->sizes, ov->ndim, ov->sizes))
+                continue;
+            bool clash = false;
+            for (int j = 0; j < n->n_in; j++) clash |= n->in[j] != x && root[n->in[j]] == x;
+            if (clash) continue;
+            alias[o] = h;
+            if (bufs[ob].last > hb->last) hb->last = bufs[ob].last;
+            bufs[ob].nbytes = -1; // dropped below
+            break;
+        }
+    }
+    int m = 0;
+    for (int b = 0; b < nb; b++)
+        if (bufs[b].nbytes >= 0) bufs[m++] = bufs[b];
+    return m;
+}
+
 void weft_plan_free(weft_plan *p) {
     free(p->root);
     free(p->offset);
@@ -49,12 +133,13 @@ weft_status weft_plan_build(const weft_graph *g, const int32_t *order, int n_ord
     buf *bufs = malloc(nV * sizeof *bufs);
     buf **placed = malloc(2 * nV * sizeof *placed); // placed buffers, then the overlapping ones
     int64_t *delta = calloc((size_t)n_order + 2, sizeof *delta);
+    int32_t *alias = malloc(nV * sizeof *alias); // value written in place over buffer (root value) alias[v], -1
     weft_status st = WEFT_OK;
-    if (!p->root || !p->offset || !bidx || !bufs || !placed || !delta) {
+    if (!p->root || !p->offset || !bidx || !bufs || !placed || !delta || !alias) {
         st = weft_error(WEFT_ERR_OOM, "graph_plan: out of memory");
         goto done;
     }
-    for (int v = 0; v < g->n_values; v++) p->root[v] = -1, p->offset[v] = -1, bidx[v] = -1;
+    for (int v = 0; v < g->n_values; v++) p->root[v] = -1, p->offset[v] = -1, bidx[v] = -1, alias[v] = -1;
 
     // Buffers and roots in execution order (a view's input is defined earlier).
     int nb = 0;
@@ -83,17 +168,22 @@ weft_status weft_plan_build(const weft_graph *g, const int32_t *order, int n_ord
     for (int v = 0; v < g->n_values; v++)
         if (fetched[v] && p->root[v] >= 0) bufs[bidx[p->root[v]]].last = n_order;
 
-    // Unplanned total and the liveness peak (a sweep over steps, exact bytes).
     int64_t total = 0, live = 0, peak = 0;
+    for (int b = 0; b < nb; b++) total += bufs[b].nbytes;
+    int n_all = nb;
+    if (!inplace_off()) nb = merge_inplace(g, order, n_order, p->root, bidx, bufs, nb, alias);
+
+    // The liveness peak (a sweep over steps, exact bytes).
     for (int b = 0; b < nb; b++) {
-        total += bufs[b].nbytes;
         delta[bufs[b].def] += bufs[b].nbytes;
         delta[bufs[b].last + 1] -= bufs[b].nbytes;
     }
+    int peak_step = 0;
     for (int s = 0; s <= n_order; s++) {
         live += delta[s];
-        if (live > peak) peak = live;
+        if (live > peak) peak = live, peak_step = s;
     }
+    if (getenv("WEFT_PLAN_DEBUG")) debug_dump(g, order, n_order, bufs, nb, peak_step, peak);
 
     // Greedy by size, best-fit gap among overlapping placed buffers.
     qsort(bufs, (size_t)nb, sizeof *bufs, cmp_size_desc);
@@ -122,17 +212,20 @@ weft_status weft_plan_build(const weft_graph *g, const int32_t *order, int n_ord
         p->offset[bufs[b].v] = bufs[b].off;
         placed[b] = &bufs[b];
     }
+    for (int v = 0; v < g->n_values; v++) // outputs written in place: their input's bytes
+        if (alias[v] >= 0) p->offset[v] = p->offset[alias[v]];
     qsort(placed, (size_t)nb, sizeof *placed, cmp_off);
     for (int b = 0; b < nb; b++)
         if (b == 0 || placed[b]->off != placed[b - 1]->off) n_slots++;
     p->arena_bytes = arena;
     p->stats = (weft_graph_plan_stats){.planned_bytes = arena, .unplanned_bytes = total, .liveness_peak_bytes = peak,
-                                       .n_buffers = nb, .n_slots = n_slots};
+                                       .n_buffers = n_all, .n_slots = n_slots};
 done:
     free(bidx);
     free(bufs);
     free(placed);
     free(delta);
+    free(alias);
     if (st != WEFT_OK) weft_plan_free(p);
     return st;
 }

@@ -45,6 +45,8 @@ weft_status weft_pass_fusion(weft_rw *rw, weft_pass_io *io);
 weft_status weft_pass_transpose_fold(weft_rw *rw, weft_pass_io *io);
 weft_status weft_pass_hfuse(weft_rw *rw, weft_pass_io *io);
 weft_status weft_pass_layout(weft_rw *rw, weft_pass_io *io);
+// Rematerialisation (passes/remat.c); once, after the rounds.
+weft_status weft_pass_remat(weft_rw *rw, weft_pass_io *io);
 
 weft_status weft_rw_init(weft_rw *rw, const weft_graph *src);
 // Remap control dependencies of copied nodes (after every node is decided).

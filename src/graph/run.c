@@ -16,6 +16,7 @@
 #include "fused.h"
 #include "graph_impl.h"
 #include "plan.h"
+#include "schedule.h"
 #include "trace_hook.h"
 
 typedef struct run_ctx {
@@ -471,6 +472,9 @@ static weft_status prepare(run_ctx *c, bool feeding, int n_fetch, const weft_val
     }
     c->n_order = tail;
     weft_status st = tail < n_needed ? cycle_error(c, done) : WEFT_OK;
+    // Memory-aware serial order (schedule.c); WEFT_GRAPH_SCHEDULE=0 keeps the FIFO one.
+    const char *sched = getenv("WEFT_GRAPH_SCHEDULE");
+    if (st == WEFT_OK && !(sched && !strcmp(sched, "0"))) st = weft_schedule_memory(g, c->order, c->n_order, c->fetched);
     free(deg);
     free(done);
     return st;
@@ -529,8 +533,13 @@ static uint64_t mix(uint64_t h, uint64_t x) {
 
 // A hash of everything prepare and the plan read: nodes (kind, op, edges,
 // outputs, variable) and values (shape, dtype). O(nodes + edges + values).
+// The switches the schedule and the plan read are part of it, so changing
+// them between runs in one process takes effect.
 static uint64_t graph_fingerprint(const weft_graph *g) {
     uint64_t h = mix((uint64_t)g->n_nodes, (uint64_t)g->n_values);
+    static const char *const env[] = {"WEFT_GRAPH_SCHEDULE", "WEFT_GRAPH_INPLACE"};
+    for (size_t k = 0; k < sizeof env / sizeof *env; k++)
+        for (const char *e = getenv(env[k]); e && *e; e++) h = mix(h, (uint64_t)(unsigned char)*e + (k << 8));
     for (int i = 0; i < g->n_nodes; i++) {
         const weft_gnode *n = &g->nodes[i];
         h = mix(h, (uint64_t)n->kind ^ ((uint64_t)(uintptr_t)n->op << 8));

@@ -391,6 +391,9 @@ static void test_mlp_plan(void) {
 }
 
 int main(void) {
+    // These count buffers of one order without in-place reuse (plan.c), which
+    // tests/graph/test_schedule.c checks on its own.
+    setenv("WEFT_GRAPH_INPLACE", "0", 1);
     RUN(test_plan_chain);
     RUN(test_plan_diamond);
     RUN(test_plan_view_lifetime);

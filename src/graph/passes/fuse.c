@@ -18,6 +18,8 @@
 #include "../fused.h"
 #include "../rewrite.h"
 
+#define FUSE_MAX_GAP 16 // node ids between a group's last member and a joining consumer
+
 typedef struct group {
     int32_t mem[WEFT_FUSED_MAX_INSTR]; // src node ids, in join order (topological)
     int n;
@@ -34,6 +36,7 @@ typedef struct fz {
     int32_t *pos;        // [nodes] topological position
     int32_t *uses;       // [values] consumer edges in the graph
     int32_t *inuse;      // [values] consumer edges from members of the producer's group
+    int32_t *first_use;  // [values] smallest consumer node id (INT32_MAX: none)
     int32_t *stamp, *stack;
     int32_t cur_stamp;
     group *groups;
@@ -96,6 +99,15 @@ static bool try_join(fz *z, int32_t g, int32_t s) {
     const weft_gnode *n = &src->nodes[s];
     group *G = &z->groups[g];
     if (G->n >= WEFT_FUSED_MAX_INSTR) return false;
+    // Locality: node ids follow the order the graph was built (a traced
+    // forward, then its backward). A node whose first consumer is far behind
+    // the group belongs to a later phase (gelu_grad(h), or a rematerialised
+    // copy made for the backward); fusing it would compute its output with
+    // the forward and keep it alive across the gap, undoing the memory
+    // schedule and rematerialisation.
+    int32_t last = G->mem[0];
+    for (int k = 1; k < G->n; k++) last = G->mem[k] > last ? G->mem[k] : last;
+    if (z->first_use[n->out0] != INT32_MAX && z->first_use[n->out0] - last > FUSE_MAX_GAP) return false;
     const weft_gvalue *gv = &src->values[src->nodes[G->mem[0]].out0], *nv = &src->values[n->out0];
     if (gv->dtype != nv->dtype || !weft_shape_equal(gv->ndim, gv->sizes, nv->ndim, nv->sizes)) return false;
     int32_t fresh[WEFT_FUSED_MAX_ARGS];
@@ -269,16 +281,22 @@ weft_status weft_pass_fusion(weft_rw *rw, weft_pass_io *io) {
     z.stack = malloc(nN * sizeof *z.stack);
     z.uses = calloc(nV, sizeof *z.uses);
     z.inuse = calloc(nV, sizeof *z.inuse);
+    z.first_use = malloc(nV * sizeof *z.first_use);
     z.groups = malloc(nN * sizeof *z.groups);
     if (!z.kept) z.kept = nokeep = calloc(nV, 1);
     weft_status st = WEFT_OK;
-    if (!done || !z.grp || !z.pos || !z.stamp || !z.stack || !z.uses || !z.inuse || !z.groups || !z.kept) {
+    if (!done || !z.grp || !z.pos || !z.stamp || !z.stack || !z.uses || !z.inuse || !z.first_use || !z.groups || !z.kept) {
         st = weft_error(WEFT_ERR_OOM, "graph_optimize: out of memory");
         goto out;
     }
     for (int i = 0; i < N; i++) z.grp[i] = -1;
+    for (int v = 0; v < V; v++) z.first_use[v] = INT32_MAX;
     for (int i = 0; i < N; i++)
-        for (int k = 0; k < s->nodes[i].n_in; k++) z.uses[s->nodes[i].in[k]]++;
+        for (int k = 0; k < s->nodes[i].n_in; k++) {
+            int32_t v = s->nodes[i].in[k];
+            z.uses[v]++;
+            if (i < z.first_use[v]) z.first_use[v] = i;
+        }
     bool ordered = topo(&z);
 
     // Grouping, in topological order (z.stack holds it after topo; copy it out first).
@@ -342,6 +360,7 @@ out:
     free(z.stack);
     free(z.uses);
     free(z.inuse);
+    free(z.first_use);
     free(z.groups);
     return st;
 }

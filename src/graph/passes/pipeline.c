@@ -11,7 +11,7 @@
 
 weft_graph_passes weft_graph_passes_all(void) {
     return (weft_graph_passes){.constant_folding = true, .cse = true, .dce = true, .algebraic = true,
-                                .fusion = true, .transpose_fold = true};
+                                .fusion = true, .transpose_fold = true, .remat = true};
 }
 
 // Identity copy (every pass off).
@@ -147,6 +147,8 @@ weft_graph *weft_graph_optimize_nodes(const weft_graph *g, int n_keep, const wef
         stt.rounds = round + 1;
         if (!total) break;
     }
+    // Rematerialisation once at the end: CSE would merge its duplicates back.
+    if (st == WEFT_OK && ps.remat) st = run_pass(&p, weft_pass_remat, false, &stt.rematerialized);
     if (st == WEFT_OK && ps.fusion) // fused nodes are opaque to the other passes: once, at the end
         st = run_pass_io(&p, weft_pass_fusion, false, &stt.fused_nodes, &stt.fused_groups);
     if (st == WEFT_OK && !p.cur) { // nothing ran: still a new graph
