@@ -302,6 +302,47 @@ static void test_traced_mlp(void) {
     weft_graph_free(g);
 }
 
+// Locality: c = exp(a) is made next to the chain a -> b but read only 30
+// nodes later. Fusing it would compute c with the chain and keep it alive
+// over the gap; it stays a plain op (the schedule runs it late).
+static void test_late_consumer_not_fused(void) {
+    weft_graph *g = weft_graph_new();
+    weft_value x = weft_graph_placeholder(g, "x", WEFT_DIMS(256), WEFT_F64);
+    weft_value a = weft_graph_op1(g, "mul_scalar", 1, &x, NULL, 0, (double[]){2.0}, 1);
+    weft_value b = weft_graph_op1(g, "add_scalar", 1, &a, NULL, 0, (double[]){1.0}, 1);
+    weft_value c = weft_graph_op1(g, "exp", 1, &a, NULL, 0, NULL, 0);
+    weft_value t = weft_graph_op1(g, "sum", 1, &b, (int64_t[]){1, 0}, 2, NULL, 0);
+    for (int k = 0; k < 30; k++) t = weft_graph_op1(g, "sin", 1, &t, NULL, 0, NULL, 0);
+    weft_value zin[2] = {c, t};
+    weft_value z = weft_graph_op1(g, "mul", 2, zin, NULL, 0, NULL, 0);
+    CHECK(z.id >= 0);
+    weft_graph_passes ps = fusion_only();
+    weft_graph_pass_stats st;
+    weft_value zo;
+    weft_graph *o = weft_graph_optimize(g, 1, &z, &zo, &ps, &st);
+    CHECK(o != NULL);
+    if (!o) {
+        weft_graph_free(g);
+        return;
+    }
+    // a + b fuse (b is read at once); exp stays out of their group and fuses
+    // with its late reader instead (that group runs late, after t).
+    char *dot = NULL;
+    size_t dot_len = 0;
+    FILE *f = open_memstream(&dot, &dot_len);
+    CHECK(f && weft_graph_write_dot(o, f) == WEFT_OK);
+    if (f) fclose(f);
+    printf("late consumer: %d groups fusing %d ops\n", st.fused_groups, st.fused_nodes);
+    CHECK(dot && strstr(dot, "mul_scalar+add_scalar") && strstr(dot, "exp+mul"));
+    CHECK(dot && !strstr(dot, "add_scalar+exp") && !strstr(dot, "mul_scalar+exp"));
+    free(dot);
+    weft_tensor *xt = rand_dt(WEFT_DIMS(256), -1, 1, 77, WEFT_F64);
+    same_bits_run("late consumer", g, o, 1, &x, &xt, 1, &z, &zo, 1, NULL);
+    weft_tensor_free(xt);
+    weft_graph_free(o);
+    weft_graph_free(g);
+}
+
 int main(void) {
     RUN(test_chain_f32);
     RUN(test_chain_f64);
@@ -311,6 +352,7 @@ int main(void) {
     RUN(test_matmul_epilogue);
     RUN(test_matmul_epilogue_product_exported);
     RUN(test_fusion_off);
+    RUN(test_late_consumer_not_fused);
     RUN(test_traced_mlp);
     return wt_summary();
 }

@@ -333,11 +333,86 @@ static void test_traced_step(void) {
     weft_graph_free(g);
 }
 
+// softmax(q k^T) is used early (p @ v) and late (p * t); its input, the
+// scores, dies at the softmax. The pass recomputes the chain (matmul with
+// K = 8 and softmax) for the late use from q and k, which are always there,
+// so p is not kept across the gap, where a big temporary w is live.
+static void test_remat_chain(void) {
+    setenv("WEFT_GRAPH_INPLACE", "0", 1);
+    const int64_t psize = 4 * 64 * 64 * 8;
+    weft_graph *g = weft_graph_new();
+    weft_value q = weft_graph_placeholder(g, "q", WEFT_DIMS(4, 64, 8), WEFT_F64);
+    weft_value kt = weft_graph_placeholder(g, "kt", WEFT_DIMS(4, 8, 64), WEFT_F64);
+    weft_value v = weft_graph_placeholder(g, "v", WEFT_DIMS(4, 64, 8), WEFT_F64);
+    weft_value x2 = weft_graph_placeholder(g, "x2", WEFT_DIMS(4, 64, 128), WEFT_F64);
+    weft_value sc = op2(g, "matmul", q, kt);
+    weft_value pr = weft_graph_op1(g, "softmax", 1, &sc, (int64_t[]){2}, 1, NULL, 0);
+    weft_value y = op2(g, "matmul", pr, v);
+    weft_value yv = weft_graph_op1(g, "view", 1, &y, (int64_t[]){1, 4 * 64 * 8}, 2, NULL, 0);
+    weft_value w = op2(g, "mul", x2, sum_all(g, yv)); // (4,64,128): twice p's bytes, in the gap (after y)
+    weft_value wv = weft_graph_op1(g, "view", 1, &w, (int64_t[]){1, 4 * 64 * 128}, 2, NULL, 0);
+    weft_value t = sum_all(g, wv);
+    for (int k = 0; k < 30; k++) t = op1(g, "sin", t); // scalar filler: a gap in node ids
+    weft_value z = op2(g, "mul", pr, t);
+    CHECK(pr.id >= 0 && wv.id >= 0 && yv.id >= 0 && z.id >= 0);
+    weft_graph_passes off = weft_graph_passes_all(), on = off;
+    off.remat = false;
+    off.fusion = on.fusion = false; // buffers of the plain ops
+    weft_graph_pass_stats st_on;
+    weft_value z_off, z_on;
+    weft_graph *g_off = weft_graph_optimize(g, 1, &z, &z_off, &off, NULL);
+    weft_graph *g_on = weft_graph_optimize(g, 1, &z, &z_on, &on, &st_on);
+    CHECK(g_off && g_on);
+    if (!g_off || !g_on) return;
+    CHECK(st_on.rematerialized == 2); // the softmax and its scores
+    int n_remat_mm = 0, n_remat_sm = 0;
+    for (int i = 0; i < weft_graph_node_count(g_on); i++) {
+        const char *nm = weft_graph_node_name(g_on, (weft_node_id){i}), *op = weft_graph_node_op(g_on, (weft_node_id){i});
+        if (strstr(nm, ".remat")) n_remat_mm += !strcmp(op, "matmul"), n_remat_sm += !strcmp(op, "softmax");
+    }
+    CHECK(n_remat_mm == 1 && n_remat_sm == 1);
+    weft_graph_plan_stats p_off, p_on;
+    CHECK(weft_graph_plan(g_off, 1, &z_off, 0, NULL, &p_off) == WEFT_OK);
+    CHECK(weft_graph_plan(g_on, 1, &z_on, 0, NULL, &p_on) == WEFT_OK);
+    printf("remat chain: peak %lld without, %lld with\n", (long long)p_off.liveness_peak_bytes,
+           (long long)p_on.liveness_peak_bytes);
+    // Without: p (psize) and w (2 psize) together in the gap. With: w alone
+    // there; scores + probabilities (2 psize) early and again late.
+    CHECK(p_off.liveness_peak_bytes >= 3 * psize);
+    CHECK(p_on.liveness_peak_bytes < 2 * psize + 4096);
+    weft_tensor *qt = wt_rand64(WEFT_DIMS(4, 64, 8), -1, 1, 21, false), *ktt = wt_rand64(WEFT_DIMS(4, 8, 64), -1, 1, 22, false);
+    weft_tensor *vt = wt_rand64(WEFT_DIMS(4, 64, 8), -1, 1, 23, false), *x2t = wt_rand64(WEFT_DIMS(4, 64, 128), -1, 1, 24, false);
+    weft_tensor *feeds[4] = {qt, ktt, vt, x2t}, *o_off = NULL, *o_on = NULL;
+    const char *names[4] = {"q", "kt", "v", "x2"};
+    weft_value f_off[4], f_on[4];
+    for (int i = 0; i < 4; i++) f_off[i] = weft_graph_find_value(g_off, names[i]), f_on[i] = weft_graph_find_value(g_on, names[i]);
+    CHECK(weft_graph_run(g_off, 4, f_off, feeds, 1, &z_off, &o_off, 0, NULL) == WEFT_OK);
+    CHECK(weft_graph_run(g_on, 4, f_on, feeds, 1, &z_on, &o_on, 0, NULL) == WEFT_OK);
+    CHECK(o_off && o_on && same_bits(o_off, o_on));
+    // independent reference: eager ops
+    weft_tensor *es = weft_matmul(qt, ktt), *ep = weft_softmax(es, 2), *ey = weft_matmul(ep, vt);
+    weft_tensor *s2 = weft_sum(ey, 0, NULL, false), *ew = weft_mul(x2t, s2), *s1 = NULL, *et = weft_sum(ew, 0, NULL, false);
+    for (int k = 0; k < 30; k++) {
+        weft_tensor *n = weft_sin(et);
+        weft_tensor_free(et);
+        et = n;
+    }
+    weft_tensor *ez = weft_mul(ep, et);
+    CHECK(o_on && same_bits(o_on, ez));
+    weft_tensor *ts[] = {qt, ktt, vt, x2t, o_off, o_on, es, ep, ey, ew, s1, s2, et, ez};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) weft_tensor_free(ts[i]);
+    weft_graph_free(g_off);
+    weft_graph_free(g_on);
+    weft_graph_free(g);
+    unsetenv("WEFT_GRAPH_INPLACE");
+}
+
 int main(void) {
     RUN(test_random_dags);
     RUN(test_sink_peak);
     RUN(test_no_move_past_assign);
     RUN(test_remat_peak);
+    RUN(test_remat_chain);
     RUN(test_inplace);
     RUN(test_traced_step);
     return wt_summary();
