@@ -70,25 +70,6 @@ typedef struct ad_ctx {
     weft_tensor **gb; // [V0] accumulated gradients (stand-ins of backward values or data constants)
 } ad_ctx;
 
-// t names value vid from now on (the graph holds t until the build ends).
-static bool map_tensor(weft_graph *g, weft_tensor *t, int32_t vid) {
-    if (g->n_held == g->cap_held) {
-        size_t nc = g->cap_held ? g->cap_held * 2 : 256;
-        weft_tensor **nh = realloc(g->trace_held, nc * sizeof *nh);
-        if (!nh) return false;
-        g->trace_held = nh;
-        g->cap_held = nc;
-    }
-    if (weft_ptrmap_get(&g->trace_map, t) < 0) g->trace_held[g->n_held++] = weft_tensor_ref(t);
-    return weft_ptrmap_put(&g->trace_map, t, vid);
-}
-
-static void release_map(weft_graph *g) {
-    for (size_t i = 0; i < g->n_held; i++) weft_tensor_free(g->trace_held[i]);
-    g->n_held = 0;
-    weft_ptrmap_free(&g->trace_map);
-}
-
 static const char *node_op(const weft_gnode *n) {
     return n->kind == WEFT_NODE_OP ? n->op->name : weft_graph_kind_name(n->kind);
 }
@@ -109,7 +90,7 @@ static int32_t value_of(ad_ctx *c, weft_tensor *t) {
         return weft_error(WEFT_ERR_STATE, "%s: a symbolic tensor was never recorded (internal)", c->fn), -1;
     weft_value cv = weft_graph_constant(c->g, NULL, t);
     if (cv.id < 0) return -1;
-    if (!map_tensor(c->g, t, cv.id)) return weft_error(WEFT_ERR_OOM, "%s: out of memory", c->fn), -1;
+    if (!weft_graph_trace_map(c->g, t, cv.id)) return weft_error(WEFT_ERR_OOM, "%s: out of memory", c->fn), -1;
     return cv.id;
 }
 
@@ -145,7 +126,7 @@ static weft_tensor *standin(ad_ctx *c, int32_t v) {
         t = weft_tensor_symbolic(gv->ndim, gv->sizes, (weft_dtype)gv->dtype, WEFT_DEVICE_CPU);
     }
     if (!t) return NULL;
-    if (!map_tensor(g, t, v)) {
+    if (!weft_graph_trace_map(g, t, v)) {
         weft_tensor_free(t);
         return weft_error_null(WEFT_ERR_OOM, "%s: out of memory", c->fn);
     }
@@ -315,7 +296,7 @@ static weft_status cond_backward(ad_ctx *c, int32_t id) {
         for (int k = 0; k < m && st == WEFT_OK; k++) {
             const weft_gvalue *ov = &g->values[outv[k].id];
             weft_tensor *t = weft_tensor_symbolic(ov->ndim, ov->sizes, (weft_dtype)ov->dtype, WEFT_DEVICE_CPU);
-            if (!t || !map_tensor(g, t, outv[k].id)) {
+            if (!t || !weft_graph_trace_map(g, t, outv[k].id)) {
                 weft_tensor_free(t);
                 st = weft_error(WEFT_ERR_OOM, "%s: out of memory", c->fn);
                 break;
@@ -409,7 +390,7 @@ done:
     free(c.rg);
     free(c.sv);
     free(c.gb);
-    release_map(g);
+    weft_graph_trace_release(g);
     g->trace_status = WEFT_OK;
     return st;
 }

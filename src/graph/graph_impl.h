@@ -104,6 +104,11 @@ void weft_graph_trace_state_release(weft_graph *g, bool restore);
 // Free g->run_cache (run.c).
 void weft_graph_run_cache_free(weft_graph *g);
 
+// Tracing's tensor -> value map (trace.c): map t to value vid, holding a
+// reference to t until the map is released (so its pointer is not reused).
+bool weft_graph_trace_map(weft_graph *g, weft_tensor *t, int32_t vid);
+void weft_graph_trace_release(weft_graph *g);
+
 // The tracing hook called by weft_op_apply after a successful op.
 void weft_graph_trace_record(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
                              weft_tensor *const *out);

@@ -72,8 +72,8 @@ static void trace_fail(weft_graph *g, weft_status st) {
     if (g->trace_status == WEFT_OK) g->trace_status = st != WEFT_OK ? st : WEFT_ERR_STATE;
 }
 
-// Map t -> value and keep t alive until trace_end.
-static bool trace_map(weft_graph *g, weft_tensor *t, int32_t vid) {
+// Map t -> value and keep t alive until trace_end (also used by autodiff.c).
+bool weft_graph_trace_map(weft_graph *g, weft_tensor *t, int32_t vid) {
     if (g->n_held == g->cap_held) {
         size_t nc = g->cap_held ? g->cap_held * 2 : 256;
         weft_tensor **nh = realloc(g->trace_held, nc * sizeof *nh);
@@ -85,7 +85,7 @@ static bool trace_map(weft_graph *g, weft_tensor *t, int32_t vid) {
     return weft_ptrmap_put(&g->trace_map, t, vid);
 }
 
-static void trace_release(weft_graph *g) {
+void weft_graph_trace_release(weft_graph *g) {
     for (size_t i = 0; i < g->n_held; i++) weft_tensor_free(g->trace_held[i]);
     g->n_held = 0;
     weft_ptrmap_free(&g->trace_map);
@@ -107,7 +107,7 @@ weft_status weft_graph_trace_end(weft_graph *g) {
     weft_trace_active = NULL;
     g->tracing = false;
     weft_graph_trace_state_release(g, true);
-    trace_release(g);
+    weft_graph_trace_release(g);
     weft_status st = g->trace_status;
     g->trace_status = WEFT_OK;
     if (st != WEFT_OK) return weft_error(st, "graph_trace_end: recording failed earlier (see the first error)");
@@ -127,7 +127,7 @@ weft_value weft_graph_trace_input(weft_graph *g, weft_tensor *t, const char *nam
                           name ? name : "?"),
                WEFT_VALUE_NONE;
     weft_value v = weft_graph_placeholder(g, name, t->ndim, t->sizes, (weft_dtype)t->dtype);
-    if (v.id >= 0 && !trace_map(g, t, v.id))
+    if (v.id >= 0 && !weft_graph_trace_map(g, t, v.id))
         return weft_error(WEFT_ERR_OOM, "graph_trace_input: out of memory"), WEFT_VALUE_NONE;
     return v;
 }
@@ -147,7 +147,7 @@ static weft_value shared_variable(weft_graph *g, const char *fn, weft_tensor *t,
     v->ndim = d->ndim;
     v->dtype = d->dtype;
     memcpy(v->sizes, d->sizes, sizeof v->sizes);
-    if (!trace_map(g, t, n->out0)) return weft_error(WEFT_ERR_OOM, "%s: out of memory", fn), WEFT_VALUE_NONE;
+    if (!weft_graph_trace_map(g, t, n->out0)) return weft_error(WEFT_ERR_OOM, "%s: out of memory", fn), WEFT_VALUE_NONE;
     return (weft_value){n->out0};
 }
 
@@ -178,7 +178,7 @@ static int32_t input_value(weft_graph *g, weft_tensor *t) {
         nv = shared_variable(g, "graph_trace", t, NULL);
     } else {
         nv = weft_graph_constant(g, NULL, t);
-        if (nv.id >= 0 && !trace_map(g, t, nv.id)) nv = WEFT_VALUE_NONE;
+        if (nv.id >= 0 && !weft_graph_trace_map(g, t, nv.id)) nv = WEFT_VALUE_NONE;
     }
     return nv.id;
 }
@@ -214,11 +214,11 @@ void weft_graph_trace_record(const weft_op_def *op, int n_in, weft_tensor *const
         v->ndim = o->ndim;
         v->dtype = o->dtype;
         memcpy(v->sizes, o->sizes, sizeof v->sizes);
-        bool ok = trace_map(g, o, n->out0 + j);
+        bool ok = weft_graph_trace_map(g, o, n->out0 + j);
         // Autograd saves outputs as detached aliases (new tensor structs); a
         // backward rule traced later reads those, so they name the same value.
         weft_tensor *saved = o->grad_fn && o->output_nr == j ? o->grad_fn->saved_out[j] : NULL;
-        if (ok && saved) ok = trace_map(g, saved, n->out0 + j);
+        if (ok && saved) ok = weft_graph_trace_map(g, saved, n->out0 + j);
         if (!ok) {
             trace_fail(g, weft_error(WEFT_ERR_OOM, "graph_trace: out of memory recording %s", op->name));
             goto done;

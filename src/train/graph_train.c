@@ -21,11 +21,13 @@
 // bias corrections, fed each step as 0-d tensors, and the per-parameter
 // ".step" counters of the optimiser state (written after each run).
 //
-// Not supported (an error at the first step, naming the feature): dropout (a
-// trace freezes its mask), batch_norm (running statistics are written in
-// place, invisible to a trace), distributed runs, and optimisers other than
-// SGD, Adam and AdamW (amsgrad off).
+// Dropout draws a fresh mask each run (WEFT_OPF_RANDOM: the executor derives
+// the seed from the recorded one and the run number) and batch_norm's running
+// statistics are graph variables its kernel updates (docs/graph.md, "Stateful
+// ops"). Not supported (an error at the first step, naming the feature):
+// distributed runs, and optimisers other than SGD, Adam and AdamW (amsgrad off).
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,12 +71,7 @@ struct weft_graph_train {
 
 // ---- what graph mode supports ----
 weft_status weft_graph_train_check(const weft_run *r) {
-    const weft_model_cfg *cfg = r->cfg;
     if (r->dist) return GERR(WEFT_ERR_ARG, "distributed training is not supported in graph mode yet");
-    for (int i = 0; i < cfg->n_layers; i++) {
-        const weft_layer_cfg *l = &cfg->layers[i];
-        (void)l; // dropout and batch_norm run in graph mode (docs/graph.md, "Stateful ops")
-    }
     const weft_optim_opts *o = weft_optim_get_opts(r->optim);
     if (!o) return GERR(WEFT_ERR_ARG, "no optimiser");
     if (o->kind != WEFT_OPTIM_SGD && o->kind != WEFT_OPTIM_ADAM && o->kind != WEFT_OPTIM_ADAMW)
@@ -134,6 +131,37 @@ static void add_clip(weft_graph *g, int n, weft_value *grad, double max_norm, we
     coef = cast_to(g, op2(g, "minimum", coef, const_scalar(g, 1.0, WEFT_F64)), dt);
     for (int i = 0; i < n; i++)
         if (grad[i].id >= 0) grad[i] = op2(g, "mul", grad[i], coef);
+}
+
+// WEFT_GRAPH_PASSES: "0" turns every pass off (handled by the caller); else a
+// comma list of passes to turn off ("-fusion,-remat") or on ("+hfuse") on top
+// of weft_graph_passes_all(), to measure what each pass does to a model.
+static weft_status passes_from_env(const char *env, weft_graph_passes *ps) {
+    static const struct {
+        const char *name;
+        size_t off;
+    } flags[] = {{"constant_folding", offsetof(weft_graph_passes, constant_folding)},
+                 {"cse", offsetof(weft_graph_passes, cse)},
+                 {"dce", offsetof(weft_graph_passes, dce)},
+                 {"algebraic", offsetof(weft_graph_passes, algebraic)},
+                 {"fast_math", offsetof(weft_graph_passes, fast_math)},
+                 {"fusion", offsetof(weft_graph_passes, fusion)},
+                 {"transpose_fold", offsetof(weft_graph_passes, transpose_fold)},
+                 {"hfuse", offsetof(weft_graph_passes, hfuse)},
+                 {"layout", offsetof(weft_graph_passes, layout)},
+                 {"remat", offsetof(weft_graph_passes, remat)}};
+    for (const char *p = env; *p;) {
+        size_t len = strcspn(p, ",");
+        bool on = *p == '+';
+        if ((*p != '+' && *p != '-') || len < 2)
+            return GERR(WEFT_ERR_ARG, "WEFT_GRAPH_PASSES: '%.*s': expected +name or -name", (int)len, p);
+        size_t k = 0, n = sizeof flags / sizeof *flags;
+        while (k < n && (strlen(flags[k].name) != len - 1 || strncmp(flags[k].name, p + 1, len - 1))) k++;
+        if (k == n) return GERR(WEFT_ERR_ARG, "WEFT_GRAPH_PASSES: unknown pass '%.*s'", (int)len - 1, p + 1);
+        *(bool *)((char *)ps + flags[k].off) = on;
+        p += len + (p[len] == ',');
+    }
+    return WEFT_OK;
 }
 
 // Free a step graph's fields.
@@ -323,7 +351,9 @@ static weft_status build_step(weft_run *r, struct weft_graph_train *gt, weft_ten
     const char *env = getenv("WEFT_GRAPH_PASSES");
     if (!env || strcmp(env, "0")) {
         weft_value keep[1] = {s->loss};
-        weft_graph *opt = weft_graph_optimize_nodes(g, 1, keep, keep, s->n_targets, s->targets, s->targets, NULL,
+        weft_graph_passes ps = weft_graph_passes_all();
+        if (env && (st = passes_from_env(env, &ps))) goto done;
+        weft_graph *opt = weft_graph_optimize_nodes(g, 1, keep, keep, s->n_targets, s->targets, s->targets, &ps,
                                                     &gt->pass_stats);
         if (!opt) {
             st = weft_last_status();

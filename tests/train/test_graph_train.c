@@ -237,6 +237,28 @@ static void expect_error(const char *text, const char *needle) {
     weft_model_cfg_free(cfg);
 }
 
+// WEFT_GRAPH_PASSES=-name,+name switches passes for --graph; every pass keeps
+// values bit-identical, so the losses match the default exactly; a bad entry
+// is an error naming it.
+static void test_passes_env(void) {
+    weft_model_cfg *cfg = load_model("fmnist-mlp.cfg");
+    CHECK(cfg && set_all(cfg, "batch=32;steps=3;log_every=1;ckpt_every=3"));
+    if (!cfg) return;
+    run_out a = train_one(cfg, true, "penv_default", false);
+    setenv("WEFT_GRAPH_PASSES", "-fusion,-remat,-transpose_fold", 1);
+    run_out b = train_one(cfg, true, "penv_off", false);
+    CHECK(a.st == WEFT_OK && b.st == WEFT_OK && a.n_loss == b.n_loss && a.n_loss >= 3);
+    for (int i = 0; i < a.n_loss && i < b.n_loss; i++) CHECK(a.loss[i] == b.loss[i]);
+    setenv("WEFT_GRAPH_PASSES", "-fusion,-nosuch", 1);
+    weft_train_opts t = {.quiet = true, .data_dir = g_dir, .graph = true};
+    weft_train_result r;
+    CHECK(weft_train(cfg, &t, &r) != WEFT_OK && strstr(weft_last_error(), "unknown pass 'nosuch'"));
+    setenv("WEFT_GRAPH_PASSES", "fusion", 1);
+    CHECK(weft_train(cfg, &t, &r) != WEFT_OK && strstr(weft_last_error(), "expected +name or -name"));
+    unsetenv("WEFT_GRAPH_PASSES");
+    weft_model_cfg_free(cfg);
+}
+
 static void test_unsupported(void) {
     expect_error("[net]\ndataset = fmnist\nsteps = 2\noptimizer = rmsprop\n[flatten]\n[linear]\nout = 10\n", "rmsprop");
     expect_error("[net]\ndataset = fmnist\nsteps = 2\noptimizer = adagrad\n[flatten]\n[linear]\nout = 10\n", "adagrad");
@@ -268,6 +290,7 @@ int main(void) {
     RUN(test_clip_and_short_batch);
     RUN(test_adam_wd_schedule);
     RUN(test_resume);
+    RUN(test_passes_env);
     RUN(test_unsupported);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
