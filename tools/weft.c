@@ -27,7 +27,7 @@ static int usage(void) {
             "  launch -n N [--servers S] [--max-restarts R] [--hostfile F] -- weft train MODEL.cfg [...]\n"
             "  eval MODEL.cfg --ckpt FILE [--threads T] [--data-dir DIR] [--text FILE]\n"
             "  sample MODEL.cfg --ckpt FILE [--tokens N] [--prompt TEXT] [--temperature T] [--seed S]\n"
-            "  graph MODEL.cfg --dot FILE [--save FILE.wgraph]\n"
+            "  graph MODEL.cfg --dot FILE [--optimize] [--save FILE.wgraph]\n"
             "  info [FILE.safetensors]\n"
             "  ops\n"
             "  version\n");
@@ -225,10 +225,19 @@ static bool write_dot_marked(const weft_graph *g, int n_fwd, FILE *f) {
 // weft graph MODEL.cfg --dot FILE [--save FILE.wgraph]: traces one training
 // step's computation (forward, loss, weft_backward) on a batch of the model
 // file's shape (random inputs and labels: no data set is read).
+//   --optimize: the DOT shows the graph after weft_graph_optimize (every pass
+//   of weft_graph_passes_all, fused groups marked), keeping the loss and the
+//   parameters' gradients; --save always saves the traced graph (fused nodes
+//   are not stored in graph files).
 static int cmd_graph(const char *cfg_path, int argc, char **argv) {
     const char *dot = NULL, *save = NULL;
+    bool optimize = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
+        if (!strcmp(a, "--optimize")) {
+            optimize = true;
+            continue;
+        }
         if (strcmp(a, "--dot") && strcmp(a, "--save")) {
             snprintf(g_err, sizeof g_err, "unknown option '%s' (see weft --help)", a);
             return fail("graph");
@@ -249,10 +258,14 @@ static int cmd_graph(const char *cfg_path, int argc, char **argv) {
     int rc = 1;
     weft_generator *ig = weft_generator_create(n->seed), *dg = weft_generator_create(n->seed + 1);
     weft_module *net = ig && dg ? weft_model_build(cfg, ig, dg) : NULL;
-    weft_graph *g = weft_graph_new();
+    weft_graph *g = weft_graph_new(), *opt = NULL;
     weft_tensor *x = NULL, *y = NULL, *logits = NULL, *loss = NULL;
+    int n_params = net ? weft_module_param_count(net) : 0, n_keep = 0;
+    weft_value *keep = calloc((size_t)n_params + 1, sizeof *keep); // the loss, then each gradient
+    weft_graph_pass_stats ps = {0};
     FILE *f = NULL;
-    if (!net || !g) goto out;
+    if (!keep) snprintf(g_err, sizeof g_err, "out of memory");
+    if (!net || !g || !keep) goto out;
     int64_t shape[WEFT_MAX_DIMS + 1] = {n->batch};
     for (int d = 0; d < n->input_ndim; d++) shape[1 + d] = n->input[d];
     if (n->dataset == WEFT_CFG_KJV) { // (B,T) token ids -> next tokens
@@ -276,18 +289,27 @@ static int cmd_graph(const char *cfg_path, int argc, char **argv) {
     weft_status bst = loss ? weft_backward(loss, NULL, NULL) : weft_last_status();
     char msg[512];
     snprintf(msg, sizeof msg, "%s", weft_last_error());
+    if (bst == WEFT_OK) { // what an optimised graph must keep computing
+        keep[n_keep++] = weft_graph_trace_output(g, loss);
+        for (int i = 0; i < n_params; i++) {
+            weft_tensor *gr = weft_tensor_grad(weft_module_param_at(net, i, NULL, 0));
+            if (gr) keep[n_keep++] = weft_graph_trace_output(g, gr);
+        }
+    }
     weft_status tst = weft_graph_trace_end(g); // always end the trace, even after an error
     if (bst != WEFT_OK) {
         snprintf(g_err, sizeof g_err, "%s", msg);
         goto out;
     }
     if (tst != WEFT_OK) goto out;
+    if (optimize && !(opt = weft_graph_optimize(g, n_keep, keep, keep, NULL, &ps))) goto out;
     if (dot) {
         if (!(f = fopen(dot, "w"))) {
             snprintf(g_err, sizeof g_err, "%s: cannot open for writing", dot);
             goto out;
         }
-        bool ok = write_dot_marked(g, n_fwd, f);
+        // An optimised graph's nodes no longer split into forward and backward by id.
+        bool ok = opt ? weft_graph_write_dot(opt, f) == WEFT_OK : write_dot_marked(g, n_fwd, f);
         ok = fclose(f) == 0 && ok;
         f = NULL;
         if (!ok) {
@@ -301,6 +323,9 @@ static int cmd_graph(const char *cfg_path, int argc, char **argv) {
     printf("graph: %d nodes (%d forward, %d backward): %d ops, %d variables, %d constants, %d placeholders", total,
            n_fwd, total - n_fwd, counts[WEFT_NODE_OP], counts[WEFT_NODE_VARIABLE], counts[WEFT_NODE_CONSTANT],
            counts[WEFT_NODE_PLACEHOLDER]);
+    if (opt)
+        printf("; optimised: %d nodes, %d fused groups of %d ops, %d rematerialised", weft_graph_node_count(opt),
+               ps.fused_groups, ps.fused_nodes, ps.rematerialized);
     if (dot) printf("; dot %s", dot);
     if (save) printf("; saved %s", save);
     printf("\n");
@@ -310,6 +335,8 @@ out:
     weft_tensor *ts[] = {x, y, logits, loss};
     for (int i = 0; i < 4; i++) weft_tensor_free(ts[i]);
     weft_graph_free(g);
+    weft_graph_free(opt);
+    free(keep);
     weft_module_free(net);
     weft_generator_free(ig);
     weft_generator_free(dg);

@@ -32,5 +32,13 @@ ok "version" "grep -q '^meta version = 1' '$tmp/info'"
 ok "gpt exit 0" "[ $? -eq 0 ]"
 ok "gpt summary" "grep -Eq '^graph: [0-9]+ nodes \([0-9]+ forward, [0-9]+ backward\)' '$tmp/out'"
 ok "gpt embedding" "grep -q 'embedding' '$tmp/gpt.dot'"
+# --optimize: the DOT of the optimised step graph, fused groups marked
+"$weft" graph "$src/models/fmnist-mlp.cfg" --dot "$tmp/mlp.dot" --optimize >"$tmp/out" 2>"$tmp/err"
+ok "optimize exit 0" "[ $? -eq 0 ]"
+cat "$tmp/out"
+ok "optimize summary" "grep -Eq '; optimised: [0-9]+ nodes, [1-9][0-9]* fused groups of [0-9]+ ops' '$tmp/out'"
+ok "fused groups in dot" "grep -q 'fused: matmul+add' '$tmp/mlp.dot'"
+ok "optimised dot ends" "tail -1 '$tmp/mlp.dot' | grep -q '^}$'"
+ok "no backward cluster when optimised" "! grep -q 'cluster_backward' '$tmp/mlp.dot'"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
