@@ -310,6 +310,131 @@ out:
     return st;
 }
 
+// First node of sg (or of a subgraph inside it) whose rerun would not repeat
+// the forward run: state writes, queue traffic, random or stateful ops.
+static const weft_gnode *impure_node(const weft_graph *sg) {
+    for (int32_t i = 0; i < sg->n_nodes; i++) {
+        const weft_gnode *n = &sg->nodes[i];
+        if (n->kind == WEFT_NODE_ASSIGN || n->kind == WEFT_NODE_ASSIGN_ADD || n->kind == WEFT_NODE_ENQUEUE ||
+            n->kind == WEFT_NODE_DEQUEUE)
+            return n;
+        if (n->kind == WEFT_NODE_OP && (n->op->flags & (WEFT_OPF_RANDOM | WEFT_OPF_STATEFUL))) return n;
+        for (int b = 0; b < 2; b++) {
+            const weft_gnode *in = n->sub[b] ? impure_node(n->sub[b]) : NULL;
+            if (in) return in;
+        }
+    }
+    return NULL;
+}
+
+// Gradient of a WHILE over loop vars x (m of them, f floating point): a
+// gradient loop node `<node>_grad` (control.c, while_grad) that reruns the
+// forward from x0 keeping every iteration's x, then applies the body's
+// gradient graph backwards over the iterations. The body's gradient graph is
+// a copy of the body with placeholders for the gradients of its float
+// outputs, differentiated with grad_impl (recursively: loops and conds inside
+// the body work too); it keeps the body outputs, so the same graph serves the
+// forward rerun (the executor prunes the gradient part away there). A body
+// reads only its loop vars (subgraphs have no captures), so the gradients go
+// to the loop vars' initial values; to differentiate w.r.t. a parameter the
+// body uses, make it a loop var passed through unchanged.
+static weft_status while_backward(ad_ctx *c, int32_t id) {
+    weft_graph *g = c->g;
+    const weft_gnode *n = &g->nodes[id];
+    if (n->while_grad)
+        return fail_at(c, id, WEFT_ERR_UNSUPPORTED,
+                       "second-order gradients through a while_loop gradient are not supported");
+    int m = n->n_in;
+    bool any = false;
+    for (int k = 0; k < m; k++) any |= c->rg[n->in[k]] != 0;
+    if (!any) return WEFT_OK;
+    for (int b = 0; b < 2; b++) {
+        const weft_gnode *bad = impure_node(n->sub[b]);
+        if (bad) {
+            char what[320];
+            snprintf(what, sizeof what,
+                     "gradient of while_loop needs a pure %s graph (it is rerun by the gradient), but node '%s' (%s) "
+                     "has side effects or draws random numbers",
+                     b ? "body" : "cond", bad->name, node_op(bad));
+            weft_clear_error();
+            return fail_at(c, id, WEFT_ERR_UNSUPPORTED, what);
+        }
+    }
+    int32_t fidx[WEFT_GRAPH_MAX_OUT], f = 0;
+    for (int k = 0; k < m; k++)
+        if (is_float(g->values[n->in[k]].dtype)) fidx[f++] = k;
+    // Gradient loop inputs: the loop vars' initial values, then the output gradients.
+    int32_t gin[2 * WEFT_GRAPH_MAX_OUT];
+    for (int k = 0; k < m; k++) gin[k] = n->in[k];
+    for (int k = 0; k < f; k++) {
+        int32_t ov = n->out0 + fidx[k];
+        weft_tensor *t = c->gb[ov];
+        int32_t v;
+        if (t) {
+            v = value_of(c, t);
+        } else { // this output does not reach y
+            const weft_gvalue *gv = &g->values[ov];
+            weft_tensor *z = weft_tensor_zeros(gv->ndim, gv->sizes, (weft_dtype)gv->dtype);
+            v = z ? weft_graph_constant(g, NULL, z).id : -1;
+            weft_tensor_free(z);
+        }
+        if (v < 0) return fail_at(c, id, weft_last_status(), "naming an output gradient");
+        gin[m + k] = v;
+    }
+    n = &g->nodes[id];
+    weft_graph *cg = weft_graph_clone(n->sub[0]), *bg = weft_graph_clone(n->sub[1]);
+    weft_status st = WEFT_OK;
+    if (!cg || !bg) {
+        st = fail_at(c, id, weft_last_status(), "copying the cond and body graphs");
+        goto out;
+    }
+    int32_t ys[WEFT_GRAPH_MAX_OUT], seeds[WEFT_GRAPH_MAX_OUT], wrt[WEFT_GRAPH_MAX_OUT], gout[2 * WEFT_GRAPH_MAX_OUT];
+    for (int k = 0; k < f && st == WEFT_OK; k++) {
+        const weft_gvalue *gv = &g->values[n->in[fidx[k]]];
+        char nm[64];
+        snprintf(nm, sizeof nm, "grad_out_%d", fidx[k]);
+        // The cond copy gets the same placeholders, unused: both subgraphs share one interface.
+        weft_value pc = weft_graph_placeholder(cg, NULL, gv->ndim, gv->sizes, (weft_dtype)gv->dtype);
+        weft_value pb = weft_graph_placeholder(bg, weft_graph_find_node(bg, nm).id < 0 ? nm : NULL, gv->ndim,
+                                               gv->sizes, (weft_dtype)gv->dtype);
+        if (pc.id < 0 || pb.id < 0) st = fail_at(c, id, weft_last_status(), "adding a gradient placeholder");
+        seeds[k] = pb.id;
+        ys[k] = n->sub_out[1][fidx[k]];
+        wrt[k] = n->sub_in[1][fidx[k]];
+    }
+    if (st == WEFT_OK && (st = grad_impl(bg, c->fn, f, ys, seeds, f, wrt, gout + m)) != WEFT_OK)
+        st = fail_at(c, id, st, "differentiating the body");
+    if (st != WEFT_OK) goto out;
+    n = &g->nodes[id];
+    for (int k = 0; k < m; k++) gout[k] = n->sub_out[1][k];
+    weft_value outv[WEFT_GRAPH_MAX_OUT];
+    char nm[160];
+    snprintf(nm, sizeof nm, "%s_grad", n->name);
+    st = weft_control_while_grad(g, weft_graph_find_node(g, nm).id < 0 ? nm : NULL, cg, n->sub_out[0][0], bg, gout,
+                                 m, f, gin, n->max_iter, outv);
+    if (st != WEFT_OK) {
+        st = fail_at(c, id, st, "building the gradient loop");
+        goto out;
+    }
+    cg = bg = NULL; // g owns them now
+    for (int k = 0; k < f && st == WEFT_OK; k++) {
+        int32_t xv = g->nodes[id].in[fidx[k]];
+        if (!c->rg[xv]) continue;
+        const weft_gvalue *ov = &g->values[outv[k].id];
+        weft_tensor *t = weft_tensor_symbolic(ov->ndim, ov->sizes, (weft_dtype)ov->dtype, WEFT_DEVICE_CPU);
+        if (!t || !weft_graph_trace_map(g, t, outv[k].id)) {
+            weft_tensor_free(t);
+            st = weft_error(WEFT_ERR_OOM, "%s: out of memory", c->fn);
+            break;
+        }
+        st = accumulate(c, xv, t);
+    }
+out:
+    weft_graph_free(cg);
+    weft_graph_free(bg);
+    return st;
+}
+
 // ys[i] gets seed seeds[i] (a value of g; -1: ones). The thread state is
 // saved and restored around each replay, so a branch can be differentiated
 // from inside its parent's build.
@@ -359,14 +484,7 @@ static weft_status grad_impl(weft_graph *g, const char *fn, int n_y, const int32
         switch (n->kind) {
         case WEFT_NODE_OP: st = op_backward(&c, i); break;
         case WEFT_NODE_COND: st = cond_backward(&c, i); break;
-        case WEFT_NODE_WHILE: {
-            bool any = false;
-            for (int k = 0; k < n->n_in; k++) any |= c.rg[n->in[k]] != 0;
-            if (any)
-                st = weft_error(WEFT_ERR_UNSUPPORTED, "%s: node '%s' (while_loop): gradient of while_loop is not supported yet",
-                                fn, n->name);
-            break;
-        }
+        case WEFT_NODE_WHILE: st = while_backward(&c, i); break;
         default: break; // leaves; assigns stop the gradient
         }
     }

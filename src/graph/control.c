@@ -47,6 +47,7 @@ weft_status weft_control_copy_node(weft_gnode *dst, const weft_gnode *src) {
     // The copy starts from a bitwise copy of the interface sizes; pointers are its own.
     dst->n_sub_in = src->n_sub_in;
     dst->max_iter = src->max_iter;
+    dst->while_grad = src->while_grad;
     for (int b = 0; b < 2; b++) {
         dst->sub[b] = NULL;
         dst->sub_in[b] = dst->sub_out[b] = NULL;
@@ -292,6 +293,42 @@ fail:
     return st;
 }
 
+// The gradient loop of a WHILE: one WHILE node flagged while_grad whose
+// interfaces have m + f entries (see graph_impl.h). The forward WHILE node is
+// left as it is; the gradient node recomputes the forward trajectory itself.
+weft_status weft_control_while_grad(weft_graph *g, const char *name, weft_graph *cond_g, int32_t cond_out,
+                                    weft_graph *gbody_g, const int32_t *gbody_out, int m, int f, const int32_t *in,
+                                    int64_t max_iter, weft_value *out) {
+    const char *fn = "graph_gradients";
+    const char *nm = name ? name : "while_loop_grad";
+    int n_in = m + f;
+    if (m < 1 || f < 1 || f > WEFT_GRAPH_MAX_OUT || m > WEFT_GRAPH_MAX_OUT)
+        return weft_error(WEFT_ERR_ARG, "%s: node '%s': bad gradient loop interface (%d loop vars, %d gradients)", fn,
+                          nm, m, f);
+    weft_value iv[2 * WEFT_GRAPH_MAX_OUT];
+    weft_gvalue meta[WEFT_GRAPH_MAX_OUT];
+    for (int k = 0; k < n_in; k++) iv[k] = (weft_value){in[k]};
+    for (int k = 0; k < f; k++) meta[k] = g->values[in[m + k]];
+    int32_t *ph0 = malloc((size_t)n_in * sizeof *ph0), *ph1 = malloc((size_t)n_in * sizeof *ph1);
+    weft_status st;
+    if (!ph0 || !ph1) {
+        st = weft_error(WEFT_ERR_OOM, "%s: out of memory", fn);
+        goto fail;
+    }
+    if ((st = bind_inputs(fn, nm, "cond", g, cond_g, n_in, iv, ph0)) != WEFT_OK) goto fail;
+    if ((st = bind_inputs(fn, nm, "gradient body", g, gbody_g, n_in, iv, ph1)) != WEFT_OK) goto fail;
+    st = add_control_node(g, fn, WEFT_NODE_WHILE, name, n_in, in, f, meta, cond_g, gbody_g, ph0, ph1, n_in,
+                          &cond_out, 1, gbody_out, n_in, max_iter, out);
+    if (st == WEFT_OK) {
+        g->nodes[g->n_nodes - 1].while_grad = true;
+        return st;
+    }
+fail:
+    free(ph0);
+    free(ph1);
+    return st;
+}
+
 // ---- execution ----
 static weft_value *as_values(const int32_t *ids, int n, weft_value *buf) {
     for (int k = 0; k < n; k++) buf[k] = (weft_value){ids[k]};
@@ -333,6 +370,104 @@ static weft_status own_output(weft_tensor **o, weft_tensor *const *in, int n_in)
     return WEFT_OK;
 }
 
+static weft_status sub_failed(weft_status st, const char *what, int64_t it) {
+    char msg[768];
+    snprintf(msg, sizeof msg, "%s", weft_last_error());
+    return weft_error(st, "%s (iteration %lld): %s", what, (long long)it, msg);
+}
+
+// Iterate a WHILE's cond and body from cur (m owned references, replaced by the
+// final values). hist non-NULL: the loop vars at the start of each iteration
+// are kept there (m per iteration, owned), *n_it the trip count. The body is
+// sub[1]'s first m outputs: for a gradient loop the same graph also holds the
+// gradient, which the executor prunes away here.
+static weft_status while_forward(const weft_gnode *n, int m, weft_tensor **cur, weft_tensor ***hist, int64_t *n_it) {
+    weft_tensor *nxt[WEFT_GRAPH_MAX_OUT] = {0};
+    weft_status st = WEFT_OK;
+    int64_t cap = 0, it = 0;
+    for (;; it++) {
+        weft_tensor *pt = NULL;
+        st = run_sub(n->sub[0], m, n->sub_in[0], cur, 1, n->sub_out[0], &pt);
+        bool p = false;
+        if (st == WEFT_OK) st = read_pred(pt, &p);
+        weft_tensor_free(pt);
+        if (st != WEFT_OK) {
+            st = sub_failed(st, "cond graph", it);
+            break;
+        }
+        if (!p) break;
+        if (n->max_iter > 0 && it >= n->max_iter) {
+            st = weft_error(WEFT_ERR_STATE, "more than max_iterations = %lld iterations", (long long)n->max_iter);
+            break;
+        }
+        st = run_sub(n->sub[1], m, n->sub_in[1], cur, m, n->sub_out[1], nxt);
+        if (st != WEFT_OK) {
+            st = sub_failed(st, "body graph", it);
+            break;
+        }
+        if (hist && it == cap) {
+            cap = cap ? 2 * cap : 16;
+            weft_tensor **h = realloc(*hist, (size_t)(cap * m) * sizeof *h);
+            if (!h) {
+                for (int j = 0; j < m; j++) weft_tensor_free(nxt[j]);
+                st = weft_error(WEFT_ERR_OOM, "graph_run: out of memory (while_loop history)");
+                break;
+            }
+            *hist = h;
+        }
+        for (int j = 0; j < m; j++) {
+            if (hist) (*hist)[it * m + j] = cur[j];
+            else weft_tensor_free(cur[j]);
+            cur[j] = nxt[j];
+            nxt[j] = NULL;
+        }
+    }
+    if (n_it) *n_it = it;
+    return st;
+}
+
+// A gradient loop (while_grad): rerun the forward keeping each iteration's
+// loop vars (memory: trip count x loop vars, freed when the node finishes),
+// then run the gradient body for iterations n-1 .. 0, each mapping (loop vars
+// of that iteration, gradients w.r.t. its outputs) to gradients w.r.t. its
+// inputs. Zero iterations: the output gradients come back unchanged.
+static weft_status while_backward(const weft_gnode *n, weft_tensor *const *in, weft_tensor **outs) {
+    int f = n->n_out, m = n->n_in - f;
+    weft_tensor *cur[WEFT_GRAPH_MAX_OUT] = {0}, *gr[WEFT_GRAPH_MAX_OUT] = {0}, *ng[WEFT_GRAPH_MAX_OUT] = {0};
+    weft_tensor *feed[2 * WEFT_GRAPH_MAX_OUT];
+    weft_tensor **hist = NULL;
+    int64_t nit = 0;
+    for (int j = 0; j < m; j++) cur[j] = weft_tensor_ref(in[j]);
+    weft_status st = while_forward(n, m, cur, &hist, &nit);
+    for (int j = 0; j < m; j++) weft_tensor_free(cur[j]);
+    for (int k = 0; k < f; k++) gr[k] = weft_tensor_ref(in[m + k]);
+    for (int64_t it = nit - 1; it >= 0 && st == WEFT_OK; it--) {
+        for (int j = 0; j < m; j++) feed[j] = hist[it * m + j];
+        for (int k = 0; k < f; k++) feed[m + k] = gr[k];
+        st = run_sub(n->sub[1], m + f, n->sub_in[1], feed, f, n->sub_out[1] + m, ng);
+        if (st != WEFT_OK) {
+            st = sub_failed(st, "gradient body graph", it);
+            break;
+        }
+        for (int k = 0; k < f; k++) {
+            weft_tensor_free(gr[k]);
+            gr[k] = ng[k];
+            ng[k] = NULL;
+        }
+        for (int j = 0; j < m; j++) { // this iteration's vars are no longer needed
+            weft_tensor_free(hist[it * m + j]);
+            hist[it * m + j] = NULL;
+        }
+    }
+    for (int64_t i = 0; i < nit * m; i++) weft_tensor_free(hist[i]);
+    free(hist);
+    for (int k = 0; k < f; k++) {
+        if (st == WEFT_OK) outs[k] = gr[k];
+        else weft_tensor_free(gr[k]);
+    }
+    return st;
+}
+
 weft_status weft_control_exec(weft_graph *g, int32_t id, weft_tensor *const *vals, weft_tensor **outs) {
     const weft_gnode *n = &g->nodes[id];
     int n_in = n->n_in;
@@ -351,45 +486,18 @@ weft_status weft_control_exec(weft_graph *g, int32_t id, weft_tensor *const *val
             st = weft_error(st, "%s branch: %s", p ? "then" : "else", msg);
             goto done;
         }
-    } else { // WHILE
-        weft_tensor *cur[WEFT_GRAPH_MAX_OUT] = {0}, *nxt[WEFT_GRAPH_MAX_OUT] = {0};
+    } else if (!n->while_grad) { // WHILE
+        weft_tensor *cur[WEFT_GRAPH_MAX_OUT] = {0};
         int m = n->n_out;
         for (int j = 0; j < m; j++) cur[j] = weft_tensor_ref(in[j]);
-        for (int64_t it = 0;; it++) {
-            weft_tensor *pt = NULL;
-            st = run_sub(n->sub[0], m, n->sub_in[0], cur, 1, n->sub_out[0], &pt);
-            bool p = false;
-            if (st == WEFT_OK) st = read_pred(pt, &p);
-            weft_tensor_free(pt);
-            if (st != WEFT_OK) {
-                char msg[768];
-                snprintf(msg, sizeof msg, "%s", weft_last_error());
-                st = weft_error(st, "cond graph (iteration %lld): %s", (long long)it, msg);
-                break;
-            }
-            if (!p) break;
-            if (n->max_iter > 0 && it >= n->max_iter) {
-                st = weft_error(WEFT_ERR_STATE, "more than max_iterations = %lld iterations", (long long)n->max_iter);
-                break;
-            }
-            st = run_sub(n->sub[1], m, n->sub_in[1], cur, m, n->sub_out[1], nxt);
-            if (st != WEFT_OK) {
-                char msg[768];
-                snprintf(msg, sizeof msg, "%s", weft_last_error());
-                st = weft_error(st, "body graph (iteration %lld): %s", (long long)it, msg);
-                break;
-            }
-            for (int j = 0; j < m; j++) {
-                weft_tensor_free(cur[j]);
-                cur[j] = nxt[j];
-                nxt[j] = NULL;
-            }
-        }
+        st = while_forward(n, m, cur, NULL, NULL);
         for (int j = 0; j < m; j++) {
             if (st == WEFT_OK) outs[j] = cur[j];
             else weft_tensor_free(cur[j]);
         }
         if (st != WEFT_OK) goto done;
+    } else if ((st = while_backward(n, in, outs)) != WEFT_OK) {
+        goto done;
     }
     for (int j = 0; j < n->n_out && st == WEFT_OK; j++) st = own_output(&outs[j], in, n_in);
     if (st != WEFT_OK)

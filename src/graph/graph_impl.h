@@ -42,6 +42,9 @@ typedef struct weft_gnode {
     int64_t max_iter; // WHILE (0: no limit)
     struct weft_queue *queue; // ENQUEUE / DEQUEUE: the queue (one reference, weft_queue_ref)
     struct weft_fused_prog *prog; // FUSED: its program (owned; src/graph/fused.h)
+    // WHILE made by autodiff as the gradient of a WHILE (control.c): inputs are
+    // the m loop vars' initial values then f output gradients; see control.c.
+    bool while_grad;
 } weft_gnode;
 
 // A pointer-keyed open-addressing map (tensor -> value id) for tracing.
@@ -121,5 +124,12 @@ void weft_control_free_node(weft_gnode *n);
 weft_status weft_control_copy_node(weft_gnode *dst, const weft_gnode *src);
 // A deep copy of g (same node and value ids; tensors shared by reference).
 weft_graph *weft_graph_clone(const weft_graph *g);
+// The gradient loop of a WHILE (autodiff.c builds the subgraphs): inputs in =
+// m initial loop vars then f output gradients; cond_g and gbody_g have m + f
+// placeholders (cond_g's last f unused); gbody_out = the m body outputs then
+// the f gradients w.r.t. the float loop vars. Takes the subgraphs on success.
+weft_status weft_control_while_grad(weft_graph *g, const char *name, weft_graph *cond_g, int32_t cond_out,
+                                    weft_graph *gbody_g, const int32_t *gbody_out, int m, int f, const int32_t *in,
+                                    int64_t max_iter, weft_value *out);
 
 #endif
