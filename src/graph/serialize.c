@@ -2,7 +2,8 @@
 // its weights. The tensors are the CONSTANT ("const/<node>") and VARIABLE
 // ("var/<node>") values; the __metadata__ holds
 //   "format":  "weft.graph"
-//   "version": "1"
+//   "version": "1", or "2" when the graph has cond/while subgraphs, fused programs
+//              or tensors shared between nodes ("sub", "prog", "tensor" fields)
 //   "graph":   {"nodes": [{"name", "kind", "op", "in", "i", "f", "out", "ctrl", "var"}, ...]}
 //   "rng_runs": runs so far (optional; random ops derive their seed from it)
 // (the node list as JSON, in node order; see docs/graph.md "Files").
