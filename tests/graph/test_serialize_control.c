@@ -227,10 +227,22 @@ static void test_while_roundtrip(void) {
             for (int k = 0; k < 4; k++) CHECK_NEAR(r[1 + k], xv[k], 1e-12);
         }
         free(r);
-        // max_iterations survives: a loop bound of 77 is stored, 3 would fail the run
-        char path[300];
-        CHECK(weft_graph_save(h, tmp_path("while2.wgraph", path, sizeof path)) == WEFT_OK);
     }
+    weft_graph_free(h);
+    weft_graph_free(g);
+    // max_iterations survives: a loop that needs 5+ iterations with a bound of 3 fails after loading
+    g = weft_graph_new(), cg = weft_graph_new(), bg = weft_graph_new();
+    i0 = weft_graph_placeholder(g, "i", 0, NULL, WEFT_F64);
+    ci = weft_graph_placeholder(cg, "i", 0, NULL, WEFT_F64);
+    pr = op2(cg, "lt", ci, cst(cg, 5));
+    bi = weft_graph_placeholder(bg, "i", 0, NULL, WEFT_F64);
+    bo[0] = scal(bg, "add_scalar", bi, 1.0);
+    CHECK(weft_graph_while_loop(g, "bounded", cg, pr, bg, bo, 1, &i0, o, 3) == WEFT_OK);
+    h = roundtrip(g, "while_bounded.wgraph", "2");
+    int n = 0;
+    double *r = h ? run_ids(h, true, 1, &o[0].id, &n) : NULL;
+    CHECK(h && !r && wt_error_has("bounded") && wt_error_has("max_iterations"));
+    free(r);
     weft_graph_free(h);
     weft_graph_free(g);
 }
