@@ -477,8 +477,8 @@ static void test_malformed(void) {
 
     write_raw(p, "weft.graph", "1", "{\"nodes\":[" X_NODE ",{\"name\":", 0, NULL, NULL);
     expect_fail("corrupt JSON", p, "not valid JSON", NULL, NULL);
-    write_raw(p, "weft.graph", "2", "{\"nodes\":[]}", 0, NULL, NULL);
-    expect_fail("version", p, "version '2'", NULL, NULL);
+    write_raw(p, "weft.graph", "3", "{\"nodes\":[]}", 0, NULL, NULL);
+    expect_fail("version", p, "version '3'", NULL, NULL);
     write_raw(p, "onnx", "1", "{\"nodes\":[]}", 0, NULL, NULL);
     expect_fail("format", p, "not a weft graph file", NULL, NULL);
     write_raw(p, "weft.graph", "1",
