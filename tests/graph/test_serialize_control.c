@@ -199,18 +199,25 @@ static void test_cond_gradient_roundtrip(void) {
 }
 
 // ---- while_loop: (i, x) -> while i < 5: (i + 1, 1.5 x + i) ----
-static void test_while_roundtrip(void) {
+// Builds it into a new graph: *x0 is the x placeholder, o[2] the loop's outputs.
+static weft_graph *while_graph(weft_value *x0, weft_value o[2]) {
     weft_graph *g = weft_graph_new(), *cg = weft_graph_new(), *bg = weft_graph_new();
     weft_value i0 = weft_graph_placeholder(g, "i", 0, NULL, WEFT_F64);
-    weft_value x0 = weft_graph_placeholder(g, "x", 1, (int64_t[]){4}, WEFT_F64);
+    *x0 = weft_graph_placeholder(g, "x", 1, (int64_t[]){4}, WEFT_F64);
     weft_value ci = weft_graph_placeholder(cg, "i", 0, NULL, WEFT_F64);
     weft_graph_placeholder(cg, "x", 1, (int64_t[]){4}, WEFT_F64);
     weft_value pr = op2(cg, "lt", ci, cst(cg, 5));
     weft_value bi = weft_graph_placeholder(bg, "i", 0, NULL, WEFT_F64);
     weft_value bx = weft_graph_placeholder(bg, "x", 1, (int64_t[]){4}, WEFT_F64);
     weft_value bo[2] = {scal(bg, "add_scalar", bi, 1.0), op2(bg, "add", scal(bg, "mul_scalar", bx, 1.5), bi)};
-    weft_value o[2];
-    CHECK(weft_graph_while_loop(g, "loop", cg, pr, bg, bo, 2, (weft_value[]){i0, x0}, o, 77) == WEFT_OK);
+    CHECK(weft_graph_while_loop(g, "loop", cg, pr, bg, bo, 2, (weft_value[]){i0, *x0}, o, 77) == WEFT_OK);
+    return g;
+}
+
+static void test_while_roundtrip(void) {
+    weft_value x0, o[2];
+    weft_graph *g = while_graph(&x0, o), *cg, *bg;
+    weft_value i0, ci, pr, bi, bo[2];
     int32_t ids[2] = {o[0].id, o[1].id};
     weft_graph *h = roundtrip(g, "while.wgraph", "2");
     if (h) {
@@ -253,17 +260,8 @@ static void test_while_roundtrip(void) {
 // ---- the gradient of a while_loop (a WHILE flagged while_grad) survives a round trip ----
 // (i, x) -> while i < 5: (i + 1, 1.5 x + i); y = sum(x_out * x_out); dy/dx0 = 2 x_out * 1.5^iters
 static void test_while_gradient_roundtrip(void) {
-    weft_graph *g = weft_graph_new(), *cg = weft_graph_new(), *bg = weft_graph_new();
-    weft_value i0 = weft_graph_placeholder(g, "i", 0, NULL, WEFT_F64);
-    weft_value x0 = weft_graph_placeholder(g, "x", 1, (int64_t[]){4}, WEFT_F64);
-    weft_value ci = weft_graph_placeholder(cg, "i", 0, NULL, WEFT_F64);
-    weft_graph_placeholder(cg, "x", 1, (int64_t[]){4}, WEFT_F64);
-    weft_value pr = op2(cg, "lt", ci, cst(cg, 5));
-    weft_value bi = weft_graph_placeholder(bg, "i", 0, NULL, WEFT_F64);
-    weft_value bx = weft_graph_placeholder(bg, "x", 1, (int64_t[]){4}, WEFT_F64);
-    weft_value bo[2] = {scal(bg, "add_scalar", bi, 1.0), op2(bg, "add", scal(bg, "mul_scalar", bx, 1.5), bi)};
-    weft_value o[2], gx;
-    CHECK(weft_graph_while_loop(g, "loop", cg, pr, bg, bo, 2, (weft_value[]){i0, x0}, o, 77) == WEFT_OK);
+    weft_value x0, o[2], gx;
+    weft_graph *g = while_graph(&x0, o);
     weft_value y = sum_all(g, op2(g, "mul", o[1], o[1]));
     CHECK(weft_graph_gradients(g, y, 1, &x0, &gx) == WEFT_OK);
     bool flagged = false;
