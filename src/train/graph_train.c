@@ -10,9 +10,12 @@
 // nodes that read its parameter or state (directly or through views), not
 // for the whole backward pass.
 //
-// The step graph is built once per batch shape by TRACING one eager forward +
-// weft_backward on a real batch (docs/graph.md, "Tracing through
-// weft_backward"), then appending the optimiser's update with the builder.
+// The step graph is built once per batch shape by TRACING one eager forward
+// on a real batch, adding the backward with symbolic autodiff
+// (weft_graph_gradients: the op table's backward rules, nothing executed;
+// WEFT_GRAPH_BACKWARD=trace traces weft_backward instead, docs/graph.md
+// "Tracing through weft_backward"), then appending the optimiser's update
+// with the builder.
 // Parameters and the optimiser's state tensors are declared as trace
 // variables, so the graph's variables SHARE their storage with the eager
 // module and the eager optimiser: evaluation, checkpoints (parameters and
@@ -164,6 +167,43 @@ static weft_status passes_from_env(const char *env, weft_graph_passes *ps) {
     return WEFT_OK;
 }
 
+// Gradients of the loss w.r.t. every parameter by symbolic autodiff. A
+// parameter the loss does not depend on gets no update (updated[i] false), as
+// with the eager optimiser, whose such parameters have no .grad: found by a
+// forward sweep from its variable through differentiable op outputs.
+static weft_status symbolic_grads(weft_graph *g, weft_value loss, int np, const weft_value *vp, weft_value *vg,
+                                  bool *updated) {
+    int nv = weft_graph_value_count(g), nn = weft_graph_node_count(g);
+    uint8_t *reach = malloc((size_t)(nv ? nv : 1));
+    weft_value *wrt = malloc(sizeof *wrt * (size_t)(np ? np : 1));
+    int *idx = malloc(sizeof *idx * (size_t)(np ? np : 1)), n_wrt = 0;
+    weft_status st = WEFT_OK;
+    if (!reach || !wrt || !idx) st = GERR(WEFT_ERR_OOM, "out of memory");
+    for (int i = 0; !st && i < np; i++) {
+        memset(reach, 0, (size_t)nv);
+        reach[vp[i].id] = 1;
+        for (int n = 0; n < nn; n++) {
+            const weft_gnode *x = &g->nodes[n];
+            if (x->kind != WEFT_NODE_OP || (x->op->flags & WEFT_OPF_NONDIFF)) continue;
+            bool any = false;
+            for (int k = 0; k < x->n_in && !any; k++) any = reach[x->in[k]];
+            for (int j = 0; any && j < x->n_out; j++) reach[x->out0 + j] = 1;
+        }
+        updated[i] = reach[loss.id];
+        vg[i] = WEFT_VALUE_NONE;
+        if (updated[i]) idx[n_wrt] = i, wrt[n_wrt++] = vp[i];
+    }
+    weft_value *out = st ? NULL : malloc(sizeof *out * (size_t)(n_wrt ? n_wrt : 1));
+    if (!st && !out) st = GERR(WEFT_ERR_OOM, "out of memory");
+    if (!st && n_wrt) st = weft_graph_gradients(g, loss, n_wrt, wrt, out);
+    for (int k = 0; !st && k < n_wrt; k++) vg[idx[k]] = out[k];
+    free(out);
+    free(reach);
+    free(wrt);
+    free(idx);
+    return st;
+}
+
 // Free a step graph's fields.
 static void gstep_free(gstep *s) {
     weft_graph_free(s->g);
@@ -261,8 +301,15 @@ static weft_status build_step(weft_run *r, struct weft_graph_train *gt, weft_ten
         if (!loss) st = weft_last_status();
     }
     if (!st) s->loss = weft_graph_trace_output(g, loss);
-    if (!st) st = weft_backward(loss, NULL, NULL);
-    for (int i = 0; !st && i < np; i++) {
+    // The backward: symbolic (weft_graph_gradients from the op table's rules,
+    // nothing executed) unless WEFT_GRAPH_BACKWARD=trace asks for the traced
+    // weft_backward. Both record the same rules.
+    const char *bw = getenv("WEFT_GRAPH_BACKWARD");
+    bool traced_bw = bw && !strcmp(bw, "trace");
+    if (bw && *bw && !traced_bw && strcmp(bw, "symbolic") && !st)
+        st = GERR(WEFT_ERR_ARG, "WEFT_GRAPH_BACKWARD='%s': expected 'symbolic' or 'trace'", bw);
+    if (!st && traced_bw) st = weft_backward(loss, NULL, NULL);
+    for (int i = 0; !st && traced_bw && i < np; i++) {
         weft_tensor *gr = weft_tensor_grad(r->params[i]);
         vg[i] = gr ? weft_graph_trace_output(g, gr) : WEFT_VALUE_NONE;
         gt->updated[i] = gr != NULL; // no gradient: no update, as the eager optimiser
@@ -270,6 +317,7 @@ static weft_status build_step(weft_run *r, struct weft_graph_train *gt, weft_ten
     }
     weft_status st_end = weft_graph_trace_end(g);
     if (!st) st = st_end;
+    if (!st && !traced_bw) st = symbolic_grads(g, s->loss, np, vp, vg, gt->updated);
     weft_tensor_free(logits);
     weft_tensor_free(loss);
     // The traced step only computed gradients: drop them so the first real step is not doubled.

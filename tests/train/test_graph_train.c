@@ -256,6 +256,15 @@ static void test_passes_env(void) {
     setenv("WEFT_GRAPH_PASSES", "fusion", 1);
     CHECK(weft_train(cfg, &t, &r) != WEFT_OK && strstr(weft_last_error(), "expected +name or -name"));
     unsetenv("WEFT_GRAPH_PASSES");
+    // The backward by symbolic autodiff (default) or by tracing weft_backward:
+    // the same rules, the same losses bit for bit.
+    setenv("WEFT_GRAPH_BACKWARD", "trace", 1);
+    run_out c = train_one(cfg, true, "penv_trace", false);
+    CHECK(c.st == WEFT_OK && c.n_loss == a.n_loss);
+    for (int i = 0; i < a.n_loss && i < c.n_loss; i++) CHECK(a.loss[i] == c.loss[i]);
+    setenv("WEFT_GRAPH_BACKWARD", "magic", 1);
+    CHECK(weft_train(cfg, &t, &r) != WEFT_OK && strstr(weft_last_error(), "WEFT_GRAPH_BACKWARD='magic'"));
+    unsetenv("WEFT_GRAPH_BACKWARD");
     weft_model_cfg_free(cfg);
 }
 
