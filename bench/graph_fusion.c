@@ -9,8 +9,7 @@
 #include <weft/graph_passes.h>
 
 #include "../src/graph/fused.h"
-#include "../src/train/train_impl.h"
-#include "bench_model.h"
+#include "bench_run.h"
 #include "bench_util.h"
 
 static weft_tensor *rnd(int nd, const int64_t *sz, weft_generator *gen, double scale) {
@@ -99,24 +98,12 @@ static int epilogue(int argc, char **argv, weft_generator *gen) {
 // The kjv-gpt step graph as `weft train --graph` builds and optimises it.
 static int kjv(int argc, char **argv) {
     if (!bench_selected(argc, argv, "graph_fusion_kjv")) return 0;
-    weft_model_cfg *cfg = weft_model_cfg_load("models/kjv-gpt.cfg");
-    if (!cfg) {
-        fprintf(stderr, "graph_fusion_kjv: %s\n", weft_last_error());
-        return 1;
-    }
-    weft_run run = {0}, *r = &run;
-    r->cfg = cfg;
-    r->total_steps = 100000;
-    int fail = weft_run_build(r, true) != WEFT_OK;
-    weft_generator *g = weft_generator_create(7);
-    weft_tensor *x = NULL, *y = NULL;
+    bench_run b;
+    if (bench_run_open(&b, "graph_fusion_kjv", "models/kjv-gpt.cfg")) return 1;
+    weft_run *r = &b.run;
     double l;
-    if (!fail) {
-        bench_model_batch(&cfg->net, g, &x, &y);
-        weft_module_set_training(r->net, true);
-        r->opts.graph = true;
-        fail = weft_graph_train_step(r, x, y, &l) != WEFT_OK;
-    }
+    r->opts.graph = true;
+    int fail = weft_graph_train_step(r, b.x, b.y, &l) != WEFT_OK;
     weft_graph *sg = fail ? NULL : weft_graph_train_graph(r, 0);
     if (sg) {
         int groups = 0, ops = 0, op_nodes = 0, mm = 0;
@@ -133,11 +120,7 @@ static int kjv(int argc, char **argv) {
                 "op nodes left\n",
                 sg->n_nodes, groups, ops, mm, op_nodes);
     } else fprintf(stderr, "graph_fusion_kjv: %s\n", weft_last_error());
-    weft_tensor_free(x);
-    weft_tensor_free(y);
-    weft_generator_free(g);
-    weft_run_free(r);
-    weft_model_cfg_free(cfg);
+    bench_run_close(&b);
     return fail;
 }
 

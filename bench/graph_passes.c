@@ -19,8 +19,7 @@
 #include <weft/graph.h>
 #include <weft/graph_passes.h>
 
-#include "../src/train/train_impl.h"
-#include "bench_model.h"
+#include "bench_run.h"
 #include "bench_util.h"
 
 // Process CPU seconds: on the shared 2-core VM (load average ~10 while other
@@ -99,19 +98,12 @@ static int model(int argc, char **argv, const char *name, const char *path, doub
     snprintf(bname, sizeof bname, "graph_passes_%s", name);
     bool table = argc < 2 || !argv[1][0] || strstr("graph_passes_table", argv[1]);
     if (!bench_selected(argc, argv, bname) && !table) return 0;
-    weft_model_cfg *cfg = weft_model_cfg_load(path);
-    if (!cfg) {
-        fprintf(stderr, "%s: %s\n", name, weft_last_error());
-        return 1;
-    }
-    weft_run run = {0}, *r = &run;
-    r->cfg = cfg;
-    r->total_steps = 100000;
-    int fail = weft_run_build(r, true) != WEFT_OK;
-    weft_generator *gen = weft_generator_create(7);
-    weft_tensor *x, *y;
-    bench_model_batch(&cfg->net, gen, &x, &y);
-    weft_module_set_training(r->net, true);
+    bench_run b;
+    if (bench_run_open(&b, name, path)) return 1;
+    weft_model_cfg *cfg = b.cfg;
+    weft_run *r = &b.run;
+    weft_tensor *x = b.x, *y = b.y;
+    int fail = 0;
     // trace one forward + backward
     weft_graph *g = weft_graph_new();
     int nk = r->n_params + 1;
@@ -191,10 +183,7 @@ static int model(int argc, char **argv, const char *name, const char *path, doub
     free(out);
     free(keep);
     weft_graph_free(g);
-    weft_tensor_free(x), weft_tensor_free(y);
-    weft_generator_free(gen);
-    weft_run_free(r);
-    weft_model_cfg_free(cfg);
+    bench_run_close(&b);
     return fail;
 }
 

@@ -13,8 +13,7 @@
 #include <weft/device.h>
 #include <weft/graph.h>
 
-#include "../src/train/train_impl.h"
-#include "bench_model.h"
+#include "bench_run.h"
 #include "bench_util.h"
 
 static void eager_step(weft_run *r, weft_tensor *x, weft_tensor *y, int *fail) {
@@ -32,20 +31,11 @@ static int run(int argc, char **argv, const char *name, const char *torch_name, 
                double min_s, bool mem) {
     bool want = bench_selected(argc, argv, name) || bench_selected(argc, argv, torch_name), want_mem = mem && bench_selected(argc, argv, "graph_kjv_gpt_peak_mem");
     if (!want && !want_mem) return 0;
-    weft_model_cfg *cfg = weft_model_cfg_load(path);
-    if (!cfg) {
-        fprintf(stderr, "%s: %s\n", name, weft_last_error());
-        return 1;
-    }
-    weft_run run = {0}, *r = &run;
-    r->cfg = cfg;
-    r->total_steps = 100000;
-    int fail = weft_run_build(r, true) != WEFT_OK;
-    const weft_net_cfg *n = &cfg->net;
-    weft_generator *g = weft_generator_create(7);
-    weft_tensor *x, *y;
-    bench_model_batch(n, g, &x, &y);
-    weft_module_set_training(r->net, true);
+    bench_run b;
+    if (bench_run_open(&b, name, path)) return 1;
+    weft_run *r = &b.run;
+    weft_tensor *x = b.x, *y = b.y;
+    int fail = 0;
     weft_device cpu = {.type = WEFT_CPU};
     double l, te = 0, tg = 0;
     // eager: warm-up (caches, allocator), then the peak of one step
@@ -75,11 +65,7 @@ static int run(int argc, char **argv, const char *name, const char *torch_name, 
         else fprintf(stderr, "%s: graph arena %zu bytes (planned=%d), eager peak %.0f bytes\n", name, rs.peak_bytes,
                      rs.planned, eager_peak);
     }
-    weft_tensor_free(x);
-    weft_tensor_free(y);
-    weft_generator_free(g);
-    weft_run_free(r);
-    weft_model_cfg_free(cfg);
+    bench_run_close(&b);
     return fail;
 }
 

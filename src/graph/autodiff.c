@@ -20,29 +20,6 @@
 
 _Thread_local bool weft_op_symbolic;
 
-weft_tensor *weft_tensor_symbolic(int ndim, const int64_t *sizes, weft_dtype dt, weft_device dev) {
-    weft_tensor *t = calloc(1, sizeof *t);
-    weft_storage *s = malloc(sizeof *s);
-    if (!t || !s) {
-        free(t);
-        free(s);
-        return weft_error_null(WEFT_ERR_OOM, "out of memory (symbolic tensor)");
-    }
-    int64_t numel = weft_shape_numel(ndim, sizes);
-    // data NULL: nothing to free, and any kernel touching it would fault at once.
-    *s = (weft_storage){.refcount = 1, .device = dev, .data = NULL,
-                        .nbytes = (size_t)numel * weft_dtype_size(dt), .owned = true};
-    t->refcount = 1;
-    t->storage = s;
-    t->ndim = (int8_t)ndim;
-    t->dtype = (uint8_t)dt;
-    t->device = dev;
-    t->numel = numel;
-    if (ndim) memcpy(t->sizes, sizes, sizeof(int64_t) * (size_t)ndim);
-    weft_contiguous_strides(ndim, sizes, t->strides);
-    return t;
-}
-
 // Thread state while rules are replayed into one graph (nests for cond branches).
 typedef struct sym_state {
     struct weft_graph *trace;
@@ -150,6 +127,18 @@ static weft_status accumulate(ad_ctx *c, int32_t v, weft_tensor *t) {
     weft_tensor_free(c->gb[v]);
     c->gb[v] = sum;
     return WEFT_OK;
+}
+
+// acc(v) += the graph value gv (a gradient a control node computes), through a
+// data-less stand-in mapped to gv.
+static weft_status accumulate_value(ad_ctx *c, int32_t v, int32_t gv) {
+    const weft_gvalue *ov = &c->g->values[gv];
+    weft_tensor *t = weft_tensor_symbolic(ov->ndim, ov->sizes, (weft_dtype)ov->dtype, WEFT_DEVICE_CPU);
+    if (!t || !weft_graph_trace_map(c->g, t, gv)) {
+        weft_tensor_free(t);
+        return weft_error(WEFT_ERR_OOM, "%s: out of memory", c->fn);
+    }
+    return accumulate(c, v, t);
 }
 
 static bool is_float(uint8_t dt) { return dt == WEFT_F32 || dt == WEFT_F64; }
@@ -294,14 +283,7 @@ static weft_status cond_backward(ad_ctx *c, int32_t id) {
         weft_graph_free(br[0]);
         weft_graph_free(br[1]);
         for (int k = 0; k < m && st == WEFT_OK; k++) {
-            const weft_gvalue *ov = &g->values[outv[k].id];
-            weft_tensor *t = weft_tensor_symbolic(ov->ndim, ov->sizes, (weft_dtype)ov->dtype, WEFT_DEVICE_CPU);
-            if (!t || !weft_graph_trace_map(g, t, outv[k].id)) {
-                weft_tensor_free(t);
-                st = weft_error(WEFT_ERR_OOM, "%s: out of memory", c->fn);
-                break;
-            }
-            st = accumulate(c, g->nodes[id].in[need[c0 + k] + 1], t);
+            st = accumulate_value(c, g->nodes[id].in[need[c0 + k] + 1], outv[k].id);
         }
     }
 out:
@@ -420,14 +402,7 @@ static weft_status while_backward(ad_ctx *c, int32_t id) {
     for (int k = 0; k < f && st == WEFT_OK; k++) {
         int32_t xv = g->nodes[id].in[fidx[k]];
         if (!c->rg[xv]) continue;
-        const weft_gvalue *ov = &g->values[outv[k].id];
-        weft_tensor *t = weft_tensor_symbolic(ov->ndim, ov->sizes, (weft_dtype)ov->dtype, WEFT_DEVICE_CPU);
-        if (!t || !weft_graph_trace_map(g, t, outv[k].id)) {
-            weft_tensor_free(t);
-            st = weft_error(WEFT_ERR_OOM, "%s: out of memory", c->fn);
-            break;
-        }
-        st = accumulate(c, xv, t);
+        st = accumulate_value(c, xv, outv[k].id);
     }
 out:
     weft_graph_free(cg);

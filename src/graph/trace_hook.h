@@ -17,8 +17,7 @@ void weft_graph_trace_before_stateful(const weft_op_def *op, int n_in, weft_tens
                                       const weft_attrs *attrs);
 
 // Symbolic mode (graph autodiff, autodiff.c): ops infer shapes and make
-// data-less outputs (weft_tensor_symbolic), kernels are skipped.
+// data-less outputs (weft_tensor_symbolic, tensor_impl.h), kernels are skipped.
 extern _Thread_local bool weft_op_symbolic;
-weft_tensor *weft_tensor_symbolic(int ndim, const int64_t *sizes, weft_dtype dt, weft_device dev);
 
 #endif

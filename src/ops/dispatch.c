@@ -26,29 +26,40 @@ static weft_status check_inputs(const weft_op_def *op, int n_in, weft_tensor *co
     return WEFT_OK;
 }
 
+// The start of weft_op_apply and weft_op_apply_into: inputs on one device,
+// then the op's shape and dtype inference.
+static weft_status check_and_infer(const weft_op_args *args, weft_device *dev, weft_out_meta *meta) {
+    weft_status st = check_inputs(args->op, args->n_in, args->in, dev);
+    return st != WEFT_OK ? st : args->op->infer(args, meta);
+}
+
+// The kernel for (device, dispatch input's dtype), or NULL with an error naming the op.
+static const weft_kernel *find_kernel(const weft_op_def *op, weft_tensor *const *in, weft_device dev) {
+    const weft_kernel *k = &op->kernel[dev.type];
+    weft_dtype kdt = (weft_dtype)in[op->dispatch_in]->dtype;
+    if (k->fn && (k->dtypes & WEFT_DT(kdt))) return k;
+    char d[32];
+    weft_error(WEFT_ERR_UNSUPPORTED, "%s: no kernel for device %s and dtype %s", op->name,
+               weft_device_str(dev, d, sizeof d), weft_dtype_name(kdt));
+    return NULL;
+}
+
 weft_status weft_op_apply(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
                           weft_tensor **out) {
     if (!attrs) attrs = &k_zero_attrs;
     for (int j = 0; j < op->n_out; j++) out[j] = NULL;
     weft_device dev;
-    weft_status cs = check_inputs(op, n_in, in, &dev);
-    if (cs != WEFT_OK) return cs;
     weft_op_args args = {.op = op, .n_in = n_in, .in = in, .attrs = attrs, .n_out = op->n_out, .out = out};
     weft_out_meta meta[WEFT_MAX_OP_OUT];
-    weft_status st = op->infer(&args, meta);
+    weft_status st = check_and_infer(&args, &dev, meta);
     if (st != WEFT_OK) return st;
 
     if (op->flags & WEFT_OPF_VIEW) {
         out[0] = weft_tensor_alias(in[0], meta[0].ndim, meta[0].sizes, meta[0].strides, meta[0].offset);
         if (!out[0]) return weft_last_status();
     } else {
-        const weft_kernel *k = &op->kernel[dev.type];
-        weft_dtype kdt = (weft_dtype)in[op->dispatch_in]->dtype;
-        if (!k->fn || !(k->dtypes & WEFT_DT(kdt))) {
-            char d[32];
-            return weft_error(WEFT_ERR_UNSUPPORTED, "%s: no kernel for device %s and dtype %s", op->name,
-                              weft_device_str(dev, d, sizeof d), weft_dtype_name(kdt));
-        }
+        const weft_kernel *k = find_kernel(op, in, dev);
+        if (!k) return weft_last_status();
         for (int j = 0; j < op->n_out; j++) {
             out[j] = WEFT_UNLIKELY(weft_op_symbolic) ? weft_tensor_symbolic(meta[j].ndim, meta[j].sizes, meta[j].dtype, dev)
                                                      : weft_tensor_new(meta[j].ndim, meta[j].sizes, meta[j].dtype, dev);
@@ -94,11 +105,9 @@ weft_status weft_op_apply_into(const weft_op_def *op, int n_in, weft_tensor *con
     if (op->flags & WEFT_OPF_VIEW)
         return weft_error(WEFT_ERR_ARG, "%s: op_apply_into: a view op has no output buffer", op->name);
     weft_device dev;
-    weft_status cs = check_inputs(op, n_in, in, &dev);
-    if (cs != WEFT_OK) return cs;
     weft_op_args args = {.op = op, .n_in = n_in, .in = in, .attrs = attrs, .n_out = op->n_out, .out = out};
     weft_out_meta meta[WEFT_MAX_OP_OUT];
-    weft_status st = op->infer(&args, meta);
+    weft_status st = check_and_infer(&args, &dev, meta);
     if (st != WEFT_OK) return st;
     for (int j = 0; j < op->n_out; j++) {
         const weft_tensor *o = out[j];
@@ -109,12 +118,6 @@ weft_status weft_op_apply_into(const weft_op_def *op, int n_in, weft_tensor *con
                               weft_dtype_name(meta[j].dtype), weft_shape_fmt(meta[j].ndim, meta[j].sizes, a, 96));
         }
     }
-    const weft_kernel *k = &op->kernel[dev.type];
-    weft_dtype kdt = (weft_dtype)in[op->dispatch_in]->dtype;
-    if (!k->fn || !(k->dtypes & WEFT_DT(kdt))) {
-        char d[32];
-        return weft_error(WEFT_ERR_UNSUPPORTED, "%s: no kernel for device %s and dtype %s", op->name,
-                          weft_device_str(dev, d, sizeof d), weft_dtype_name(kdt));
-    }
-    return k->fn(&args);
+    const weft_kernel *k = find_kernel(op, in, dev);
+    return k ? k->fn(&args) : weft_last_status();
 }

@@ -62,6 +62,27 @@ static weft_tensor *tensor_struct(void) {
     return t;
 }
 
+// A contiguous tensor over a new storage of nbytes at data (owned; NULL: a
+// data-less stand-in). NULL on OOM; the caller still owns data then.
+static weft_tensor *tensor_over(int ndim, const int64_t *sizes, int64_t numel, weft_dtype dt, weft_device dev,
+                                void *data, size_t nbytes) {
+    weft_tensor *t = tensor_struct();
+    weft_storage *s = t ? malloc(sizeof *s) : NULL;
+    if (!s) {
+        free(t);
+        return t ? weft_error_null(WEFT_ERR_OOM, "out of memory (storage struct)") : NULL;
+    }
+    *s = (weft_storage){.refcount = 1, .device = dev, .data = data, .nbytes = nbytes, .owned = true};
+    t->storage = s;
+    t->ndim = (int8_t)ndim;
+    t->dtype = (uint8_t)dt;
+    t->device = dev;
+    t->numel = numel;
+    if (ndim) memcpy(t->sizes, sizes, sizeof(int64_t) * (size_t)ndim);
+    weft_contiguous_strides(ndim, sizes, t->strides);
+    return t;
+}
+
 weft_tensor *weft_tensor_new(int ndim, const int64_t *sizes, weft_dtype dt, weft_device dev) {
     if (ndim < 0 || ndim > WEFT_MAX_DIMS)
         return weft_error_null(WEFT_ERR_ARG, "tensor: %d dims (at most %d)", ndim, WEFT_MAX_DIMS);
@@ -73,26 +94,19 @@ weft_tensor *weft_tensor_new(int ndim, const int64_t *sizes, weft_dtype dt, weft
             return weft_error_null(WEFT_ERR_SHAPE, "tensor: too many elements");
         numel *= sizes[d];
     }
-    weft_tensor *t = tensor_struct();
-    if (!t) return NULL;
-    weft_storage *s = malloc(sizeof *s);
     size_t nbytes = (size_t)numel * weft_dtype_size(dt);
-    void *data = s ? weft_device_alloc(dev, nbytes) : NULL;
-    if (!data) {
-        free(s);
-        free(t);
-        if (!s) weft_error(WEFT_ERR_OOM, "out of memory (storage struct)");
-        return NULL;
-    }
-    *s = (weft_storage){.refcount = 1, .device = dev, .data = data, .nbytes = nbytes, .owned = true};
-    t->storage = s;
-    t->ndim = (int8_t)ndim;
-    t->dtype = (uint8_t)dt;
-    t->device = dev;
-    t->numel = numel;
-    if (ndim) memcpy(t->sizes, sizes, sizeof(int64_t) * (size_t)ndim);
-    weft_contiguous_strides(ndim, sizes, t->strides);
+    void *data = weft_device_alloc(dev, nbytes);
+    if (!data) return NULL;
+    weft_tensor *t = tensor_over(ndim, sizes, numel, dt, dev, data, nbytes);
+    if (!t) weft_device_free(dev, data, nbytes);
     return t;
+}
+
+// Graph autodiff's stand-ins (symbolic mode): shape and dtype, no data (any
+// kernel touching one would fault at once; freeing it frees nothing).
+weft_tensor *weft_tensor_symbolic(int ndim, const int64_t *sizes, weft_dtype dt, weft_device dev) {
+    int64_t numel = weft_shape_numel(ndim, sizes);
+    return tensor_over(ndim, sizes, numel, dt, dev, NULL, (size_t)numel * weft_dtype_size(dt));
 }
 
 weft_tensor *weft_tensor_alias(const weft_tensor *base, int ndim, const int64_t *sizes, const int64_t *strides,

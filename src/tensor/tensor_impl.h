@@ -51,6 +51,8 @@ static inline char *weft_tensor_ptr(const weft_tensor *t) {
 
 // Allocate a new contiguous tensor (storage from the device allocator).
 weft_tensor *weft_tensor_new(int ndim, const int64_t *sizes, weft_dtype dt, weft_device dev);
+// A data-less stand-in of this shape and dtype (graph autodiff's symbolic mode).
+weft_tensor *weft_tensor_symbolic(int ndim, const int64_t *sizes, weft_dtype dt, weft_device dev);
 // A new tensor struct viewing `base`'s storage with the given layout.
 weft_tensor *weft_tensor_alias(const weft_tensor *base, int ndim, const int64_t *sizes, const int64_t *strides,
                                int64_t offset);

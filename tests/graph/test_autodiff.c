@@ -6,6 +6,7 @@
 
 #include "../../src/ops/op.h"
 #include "../weft_test.h"
+#include "graph_test.h"
 
 // ---- kernel counting: wrap the CPU kernels of a few ops ----
 #define N_COUNTED 6
@@ -29,10 +30,6 @@ static void count_kernels(bool on) {
 }
 
 // sum over every axis (the builder's reduce attrs: i[0] = axes mask)
-static weft_value sum_all(weft_graph *g, weft_value v) {
-    int64_t mask = (1 << weft_graph_value_ndim(g, v)) - 1;
-    return weft_graph_op1(g, "sum", 1, &v, &mask, 1, NULL, 0);
-}
 
 static weft_tensor *randt(int ndim, const int64_t *sizes, weft_dtype dt, uint64_t seed, bool rg) {
     weft_tensor *t = wt_rand64(ndim, sizes, -1, 1, seed, false);

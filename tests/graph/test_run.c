@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph_test.h"
 #include "weft_test.h"
-
 
 static const weft_graph_run_options k_plain = {.interop_threads = 1, .memory_plan = -1};
 static const weft_graph_run_options k_plan = {.interop_threads = 1, .memory_plan = 1};
@@ -14,18 +14,6 @@ static const weft_graph_run_options k_par2 = {.interop_threads = 2, .memory_plan
 static const weft_graph_run_options k_par4 = {.interop_threads = 4, .memory_plan = 0};
 
 // Bitwise equality of two tensors' values (same dtype and shape).
-static bool same_bits(weft_tensor *a, weft_tensor *b) {
-    if (!a || !b || weft_tensor_numel(a) != weft_tensor_numel(b) || weft_tensor_ndim(a) != weft_tensor_ndim(b))
-        return false;
-    int64_t n = weft_tensor_numel(a);
-    double *x = malloc(sizeof(double) * (size_t)(n ? n : 1)), *y = malloc(sizeof(double) * (size_t)(n ? n : 1));
-    weft_tensor_to_f64(a, x, n);
-    weft_tensor_to_f64(b, y, n);
-    bool ok = memcmp(x, y, sizeof(double) * (size_t)n) == 0;
-    free(x);
-    free(y);
-    return ok;
-}
 
 static bool close_to(weft_tensor *a, weft_tensor *b, double tol) {
     if (!a || !b || weft_tensor_numel(a) != weft_tensor_numel(b)) return false;
@@ -39,11 +27,6 @@ static bool close_to(weft_tensor *a, weft_tensor *b, double tol) {
     free(x);
     free(y);
     return ok;
-}
-
-static weft_value op1(weft_graph *g, const char *op, weft_value a) { return weft_graph_op1(g, op, 1, &a, NULL, 0, NULL, 0); }
-static weft_value op2(weft_graph *g, const char *op, weft_value a, weft_value b) {
-    return weft_graph_op1(g, op, 2, (weft_value[]){a, b}, NULL, 0, NULL, 0);
 }
 
 // ---- planner on hand-built graphs ----

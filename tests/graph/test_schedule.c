@@ -11,25 +11,8 @@
 
 #include "../../src/graph/graph_impl.h"
 #include "../../src/graph/schedule.h"
+#include "graph_test.h"
 #include "weft_test.h"
-
-static bool same_bits(weft_tensor *a, weft_tensor *b) {
-    if (!a || !b || weft_tensor_numel(a) != weft_tensor_numel(b)) return false;
-    int64_t n = weft_tensor_numel(a);
-    double *x = malloc(sizeof(double) * (size_t)(n ? n : 1)), *y = malloc(sizeof(double) * (size_t)(n ? n : 1));
-    weft_tensor_to_f64(a, x, n);
-    weft_tensor_to_f64(b, y, n);
-    bool ok = memcmp(x, y, sizeof(double) * (size_t)n) == 0;
-    free(x);
-    free(y);
-    return ok;
-}
-
-static weft_value op1(weft_graph *g, const char *op, weft_value a) { return weft_graph_op1(g, op, 1, &a, NULL, 0, NULL, 0); }
-static weft_value op2(weft_graph *g, const char *op, weft_value a, weft_value b) {
-    return weft_graph_op1(g, op, 2, (weft_value[]){a, b}, NULL, 0, NULL, 0);
-}
-static weft_value sum_all(weft_graph *g, weft_value a) { return weft_graph_op1(g, "sum", 1, &a, (int64_t[]){1, 0}, 2, NULL, 0); } // 1-D: every axis
 
 static uint64_t rng(uint64_t *s) {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;

@@ -16,6 +16,7 @@
 
 #include "../../src/graph/graph_impl.h" // the while_grad flag of gradient loops
 
+#include "graph_test.h"
 #include "weft_test.h"
 
 static char g_dir[256];
@@ -25,23 +26,6 @@ static const char *tmp_path(const char *name, char *buf, size_t n) {
     return buf;
 }
 
-static weft_value op1(weft_graph *g, const char *op, weft_value a) { return weft_graph_op1(g, op, 1, &a, NULL, 0, NULL, 0); }
-static weft_value op2(weft_graph *g, const char *op, weft_value a, weft_value b) {
-    return weft_graph_op1(g, op, 2, (weft_value[]){a, b}, NULL, 0, NULL, 0);
-}
-static weft_value scal(weft_graph *g, const char *op, weft_value a, double s) {
-    return weft_graph_op1(g, op, 1, &a, NULL, 0, &s, 1);
-}
-static weft_value sum_all(weft_graph *g, weft_value v) {
-    int64_t mask = (1 << weft_graph_value_ndim(g, v)) - 1;
-    return weft_graph_op1(g, "sum", 1, &v, &mask, 1, NULL, 0);
-}
-static weft_value cst(weft_graph *g, double v) {
-    weft_tensor *t = weft_tensor_scalar(v, WEFT_F64);
-    weft_value c = weft_graph_constant(g, NULL, t);
-    weft_tensor_free(t);
-    return c;
-}
 static weft_tensor *f64v(const double *v, int n) { return weft_tensor_from_data(v, 1, (int64_t[]){n}, WEFT_F64); }
 
 // Deterministic feeds for every placeholder of g (by node order): bool ones get
