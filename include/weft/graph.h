@@ -134,7 +134,8 @@ weft_status weft_graph_run(weft_graph *g, int n_feeds, const weft_value *feed_va
 typedef struct weft_graph_run_options {
     // Inter-op threads popping ready nodes (each op still uses OpenMP inside).
     // 0: $WEFT_INTEROP_THREADS if set, else 1 (serial). Keep 1 on small
-    // machines: the kernels' intra-op threads already use the cores.
+    // machines: the kernels' intra-op threads already use the cores, and the
+    // serial run already overlaps independent matmuls (co_pairs below).
     int interop_threads;
     // Memory plan: 0 default ($WEFT_GRAPH_PLAN=0 turns it off, else on),
     // 1 on, -1 off. With the plan, a serial run puts every intermediate in
@@ -153,6 +154,8 @@ typedef struct weft_graph_run_stats {
     bool planned;        // intermediates lived in the planned arena
     size_t arena_bytes;  // its size (0 when not planned)
     int inplace_writes;  // op outputs written straight into the variable assigned from them (no copy)
+    int co_pairs;        // pairs of independent matmuls run at the same time, one core each (serial runs;
+                         // $WEFT_GRAPH_COSCHEDULE, on by default at 2 threads)
 } weft_graph_run_stats;
 weft_graph_run_stats weft_graph_last_run_stats(const weft_graph *g);
 

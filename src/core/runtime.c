@@ -36,6 +36,12 @@ void weft_runtime_init(void) { pthread_once(&g_once, init_once); }
 
 int weft_num_threads(void) {
     weft_runtime_init();
+#ifdef _OPENMP
+    // Inside a parallel region (the graph executor's co-scheduled pairs) a
+    // kernel gets one thread: nested regions would not start more anyway,
+    // and a kernel that splits work by this count must not expect a team.
+    if (omp_in_parallel()) return 1;
+#endif
     return g_threads;
 }
 

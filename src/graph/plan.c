@@ -86,10 +86,12 @@ static bool inplace_off(void) {
 // overwritten) and no other input may be a different view of it. The output
 // joins the input's buffer (alias[out] = its root, the buffer lives to the
 // output's last use) and leaves bufs. Returns the new number of buffers.
-static int merge_inplace(const weft_graph *g, const int32_t *order, int n_order, const int32_t *root,
-                         const int32_t *bidx, buf *bufs, int nb, int32_t *alias) {
+static int merge_inplace(const weft_graph *g, const int32_t *order, int n_order, const uint8_t *co,
+                         const int32_t *root, const int32_t *bidx, buf *bufs, int nb, int32_t *alias) {
     for (int s = 0; s < n_order; s++) {
         const weft_gnode *n = &g->nodes[order[s]];
+        if (co && (co[s] || (s + 1 < n_order && co[s + 1]))) continue; // half of a pair: the other reads on
+
         if (n->kind != WEFT_NODE_OP || n->n_out != 1 || n->op->kernel[WEFT_CPU].fn != weft_cpu_elementwise) continue;
         int32_t o = n->out0, ob = bidx[o];
         if (ob < 0) continue;
@@ -124,7 +126,7 @@ void weft_plan_free(weft_plan *p) {
 }
 
 weft_status weft_plan_build(const weft_graph *g, const int32_t *order, int n_order, const uint8_t *fetched,
-                            weft_plan *p) {
+                            const uint8_t *co, weft_plan *p) {
     memset(p, 0, sizeof *p);
     size_t nV = (size_t)(g->n_values ? g->n_values : 1);
     p->root = malloc(nV * sizeof *p->root);
@@ -171,7 +173,14 @@ weft_status weft_plan_build(const weft_graph *g, const int32_t *order, int n_ord
     int64_t total = 0, live = 0, peak = 0;
     for (int b = 0; b < nb; b++) total += bufs[b].nbytes;
     int n_all = nb;
-    if (!inplace_off()) nb = merge_inplace(g, order, n_order, p->root, bidx, bufs, nb, alias);
+    if (!inplace_off()) nb = merge_inplace(g, order, n_order, co, p->root, bidx, bufs, nb, alias);
+    // A co-scheduled pair (steps s-1, s) is one step: both outputs exist from
+    // its start, both nodes' inputs live to its end.
+    if (co)
+        for (int b = 0; b < nb; b++) {
+            if (bufs[b].def < n_order && co[bufs[b].def]) bufs[b].def--;
+            if (bufs[b].last + 1 < n_order && co[bufs[b].last + 1]) bufs[b].last++;
+        }
 
     // The liveness peak (a sweep over steps, exact bytes).
     for (int b = 0; b < nb; b++) {

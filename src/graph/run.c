@@ -31,6 +31,7 @@ typedef struct run_ctx {
     weft_tensor **feed; // [values] fed tensors (placeholders)
     int32_t *queue;     // [nodes] ready queue (FIFO)
     int32_t *order;     // [nodes] serial execution order (from the cycle check)
+    uint8_t *co;        // [nodes] co[s]: step s runs together with step s-1 (coschedule.c)
     int n_order;
     int32_t *live;      // [values] ids of values holding a tensor
     int32_t *live_pos;  // [values] index in live, -1
@@ -338,6 +339,7 @@ static void ctx_free(run_ctx *c) {
     free(c->feed);
     free(c->queue);
     free(c->order);
+    free(c->co);
     free(c->live);
     free(c->live_pos);
     free(c->ext);
@@ -358,12 +360,13 @@ static weft_status ctx_alloc(run_ctx *c, int n_feeds) {
     c->feed = calloc(nV, sizeof *c->feed);
     c->queue = malloc(nN * sizeof *c->queue);
     c->order = malloc(nN * sizeof *c->order);
+    c->co = calloc(nN, 1);
     c->live = malloc(nV * sizeof *c->live);
     c->live_pos = malloc(nV * sizeof *c->live_pos);
     c->ext = malloc((nV + (size_t)n_feeds) * sizeof *c->ext);
     c->scratch = malloc(nV * sizeof *c->scratch);
     if (!c->needed || !c->indeg || !c->succ_off || !c->uses || !c->fetched || !c->vals || !c->feed || !c->queue ||
-        !c->order || !c->live || !c->live_pos || !c->ext || !c->scratch)
+        !c->order || !c->co || !c->live || !c->live_pos || !c->ext || !c->scratch)
         return weft_error(WEFT_ERR_OOM, "graph_run: out of memory");
     for (int v = 0; v < g->n_values; v++) c->live_pos[v] = -1;
     return WEFT_OK;
@@ -475,6 +478,10 @@ static weft_status prepare(run_ctx *c, bool feeding, int n_fetch, const weft_val
     // Memory-aware serial order (schedule.c); WEFT_GRAPH_SCHEDULE=0 keeps the FIFO one.
     const char *sched = getenv("WEFT_GRAPH_SCHEDULE");
     if (st == WEFT_OK && !(sched && !strcmp(sched, "0"))) st = weft_schedule_memory(g, c->order, c->n_order, c->fetched);
+    // Independent matmuls in pairs, one core each (coschedule.c).
+    if (st == WEFT_OK && weft_coschedule_enabled(weft_num_threads()) &&
+        weft_schedule_pairs(g, c->order, c->n_order, c->co) < 0)
+        st = weft_error(WEFT_ERR_OOM, "%s: out of memory", fn);
     free(deg);
     free(done);
     return st;
@@ -494,6 +501,7 @@ typedef struct run_entry {
     int32_t *key; // fetch value ids, then target node ids
     uint8_t *needed, *fetched;
     int32_t *indeg, *succ_off, *succ, *uses, *order, *inplace;
+    uint8_t *co;
     size_t n_edges;
     int n_order;
     bool has_plan;
@@ -514,6 +522,7 @@ static void entry_free(run_entry *e) {
     free(e->succ);
     free(e->uses);
     free(e->order);
+    free(e->co);
     free(e->inplace);
     weft_plan_free(&e->plan);
     memset(e, 0, sizeof *e);
@@ -537,9 +546,10 @@ static uint64_t mix(uint64_t h, uint64_t x) {
 // them between runs in one process takes effect.
 static uint64_t graph_fingerprint(const weft_graph *g) {
     uint64_t h = mix((uint64_t)g->n_nodes, (uint64_t)g->n_values);
-    static const char *const env[] = {"WEFT_GRAPH_SCHEDULE", "WEFT_GRAPH_INPLACE"};
+    static const char *const env[] = {"WEFT_GRAPH_SCHEDULE", "WEFT_GRAPH_INPLACE", "WEFT_GRAPH_COSCHEDULE"};
     for (size_t k = 0; k < sizeof env / sizeof *env; k++)
         for (const char *e = getenv(env[k]); e && *e; e++) h = mix(h, (uint64_t)(unsigned char)*e + (k << 8));
+    h = mix(h, (uint64_t)weft_coschedule_enabled(weft_num_threads())); // pairs or not
     for (int i = 0; i < g->n_nodes; i++) {
         const weft_gnode *n = &g->nodes[i];
         h = mix(h, (uint64_t)n->kind ^ ((uint64_t)(uintptr_t)n->op << 8));
@@ -671,6 +681,7 @@ static weft_status prepare_cached(run_ctx *c, int n_fetch, const weft_value *fet
         memcpy(c->succ_off, e->succ_off, (nN + 1) * sizeof *c->succ_off);
         memcpy(c->uses, e->uses, nV * sizeof *c->uses);
         memcpy(c->order, e->order, nN * sizeof *c->order);
+        memcpy(c->co, e->co, nN);
         c->n_order = e->n_order;
         c->succ = dup_mem(e->succ, e->n_edges * sizeof *c->succ);
         if (!c->succ) return weft_error(WEFT_ERR_OOM, "graph_run: out of memory");
@@ -697,8 +708,9 @@ static weft_status prepare_cached(run_ctx *c, int n_fetch, const weft_value *fet
     e->succ = dup_mem(c->succ, n_edges * sizeof *c->succ);
     e->uses = dup_mem(c->uses, nV * sizeof *c->uses);
     e->order = dup_mem(c->order, nN * sizeof *c->order);
+    e->co = dup_mem(c->co, nN);
     if (!e->key || !e->inplace || !e->needed || !e->fetched || !e->indeg || !e->succ_off || !e->succ || !e->uses ||
-        !e->order || (st = find_inplace(c, e->inplace)) != WEFT_OK) {
+        !e->order || !e->co || (st = find_inplace(c, e->inplace)) != WEFT_OK) {
         entry_free(e);
         return st != WEFT_OK ? st : weft_error(WEFT_ERR_OOM, "graph_run: out of memory");
     }
@@ -709,6 +721,37 @@ static weft_status prepare_cached(run_ctx *c, int n_fetch, const weft_value *fet
     e->n_order = c->n_order;
     c->inplace = e->inplace;
     *entry = e;
+    return WEFT_OK;
+}
+
+// ---- co-scheduled pairs (coschedule.c) ----
+// Two independent nodes at once, one OpenMP thread each: inside the region
+// kernels see one thread (weft_num_threads) and OpenBLAS's OpenMP build runs
+// single-threaded. A team of one (nested in a caller's region, or one
+// thread configured) runs them one after the other. Outputs are committed
+// after both finished: the plan kept both nodes' inputs alive through the pair.
+static weft_status exec_pair(run_ctx *c, int32_t a, int32_t b) {
+    int32_t ids[2] = {a, b};
+    weft_tensor *outs[2][WEFT_MAX_OP_OUT] = {{NULL}};
+    weft_status st[2] = {WEFT_OK, WEFT_OK};
+    char msg[2][1024] = {"", ""};
+    int nt = weft_num_threads() >= 2 ? 2 : 1;
+#pragma omp parallel for num_threads(nt) schedule(static, 1)
+    for (int k = 0; k < 2; k++) {
+        bool prev = weft_grad_set_enabled(false); // per thread: a pool thread starts with grad on
+        st[k] = exec_node(c, ids[k], outs[k]);
+        if (st[k] != WEFT_OK) snprintf(msg[k], sizeof msg[k], "%s", weft_last_error());
+        weft_grad_set_enabled(prev);
+    }
+    if (st[0] != WEFT_OK || st[1] != WEFT_OK) {
+        for (int k = 0; k < 2; k++)
+            for (int j = 0; j < WEFT_MAX_OP_OUT; j++) weft_tensor_free(outs[k][j]);
+        int k = st[0] != WEFT_OK ? 0 : 1;
+        return weft_error(st[k], "%s", msg[k]);
+    }
+    commit_node(c, a, outs[0]);
+    commit_node(c, b, outs[1]);
+    c->g->stats.co_pairs++;
     return WEFT_OK;
 }
 
@@ -809,7 +852,7 @@ static weft_status run_impl(run_ctx *c, int n_feeds, const weft_value *feed_vals
         if (entry && entry->has_plan) {
             if (!plan_copy(&c->plan, &entry->plan, nV)) return weft_error(WEFT_ERR_OOM, "graph_run: out of memory");
         } else {
-            st = weft_plan_build(g, c->order, c->n_order, c->fetched, &c->plan);
+            st = weft_plan_build(g, c->order, c->n_order, c->fetched, c->co, &c->plan);
             if (st != WEFT_OK) return st;
             if (entry && plan_copy(&entry->plan, &c->plan, nV)) entry->has_plan = true;
         }
@@ -831,6 +874,11 @@ static weft_status run_impl(run_ctx *c, int n_feeds, const weft_value *feed_vals
         g->stats.interop_threads = 1;
         weft_tensor *outs[WEFT_MAX_OP_OUT];
         for (int s = 0; s < c->n_order; s++) {
+            if (s + 1 < c->n_order && c->co[s + 1]) { // a co-scheduled pair
+                if ((st = exec_pair(c, c->order[s], c->order[s + 1])) != WEFT_OK) return st;
+                s++;
+                continue;
+            }
             for (int j = 0; j < WEFT_MAX_OP_OUT; j++) outs[j] = NULL;
             st = exec_node(c, c->order[s], outs);
             if (st != WEFT_OK) return st;
@@ -899,7 +947,7 @@ weft_status weft_graph_plan(weft_graph *g, int n_fetch, const weft_value *fetch,
     run_ctx c = {.g = g};
     weft_status st = ctx_alloc(&c, 0);
     if (st == WEFT_OK) st = prepare(&c, false, n_fetch, fetch, n_targets, targets, "graph_plan");
-    if (st == WEFT_OK) st = weft_plan_build(g, c.order, c.n_order, c.fetched, &c.plan);
+    if (st == WEFT_OK) st = weft_plan_build(g, c.order, c.n_order, c.fetched, c.co, &c.plan);
     if (st == WEFT_OK) *stats = c.plan.stats;
     ctx_free(&c);
     return st;

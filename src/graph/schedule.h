@@ -15,4 +15,13 @@
 // (side effects in its kernel) stays.
 weft_status weft_schedule_memory(const weft_graph *g, int32_t *order, int n, const uint8_t *fetched);
 
+// Co-scheduling (coschedule.c): pair independent matmuls to run at once, one
+// core each. Reorders order[0..n) (staying valid) and sets co[s] = 1 when
+// step s runs together with step s-1. Returns the number of pairs, -1 when
+// out of memory (order untouched then).
+int weft_schedule_pairs(const weft_graph *g, int32_t *order, int n, uint8_t *co);
+// Whether runs with this many threads pair nodes (WEFT_GRAPH_COSCHEDULE=0/1
+// forces it off / on for 2 threads or more; default: exactly 2 threads).
+bool weft_coschedule_enabled(int threads);
+
 #endif
