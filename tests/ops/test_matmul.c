@@ -251,8 +251,46 @@ static void test_large(void) {
     for (int k = 0; k < 5; k++) weft_tensor_free(ts[k]);
 }
 
+// Small products are split into row or column blocks, one per thread (and
+// batches of small products one per thread): every layout through those
+// paths against the naive loop, at 2 threads, and against one thread.
+static void test_split(void) {
+    weft_dtype dts[2] = {WEFT_F32, WEFT_F64};
+    for (int k = 0; k < 2; k++) {
+        weft_dtype dt = dts[k];
+        double tol = dt == WEFT_F32 ? 1e-4 : 1e-12;
+        weft_tensor *tall = randt(WEFT_DIMS(70, 129), dt, 50), *thin = randt(WEFT_DIMS(129, 9), dt, 51);
+        weft_tensor *wide = randt(WEFT_DIMS(129, 70), dt, 52), *flat = randt(WEFT_DIMS(9, 129), dt, 53);
+        weft_tensor *tall_t = weft_transpose(wide, 0, 1), *thin_t = weft_transpose(flat, 0, 1); // (70,129), (129,9)
+        weft_tensor *wide_t = weft_transpose(tall, 0, 1), *flat_t = weft_transpose(thin, 0, 1); // (129,70), (9,129)
+        weft_set_num_threads(2);
+        check_against_ref("rows", tall, thin, WEFT_DIMS(70, 9), tol);
+        check_against_ref("rows, A^T", tall_t, thin, WEFT_DIMS(70, 9), tol);
+        check_against_ref("rows, B^T", tall, thin_t, WEFT_DIMS(70, 9), tol);
+        check_against_ref("cols", flat, wide, WEFT_DIMS(9, 70), tol);
+        check_against_ref("cols, A^T", flat_t, wide, WEFT_DIMS(9, 70), tol);
+        check_against_ref("cols, B^T", flat, wide_t, WEFT_DIMS(9, 70), tol);
+        // batches: per-batch b (not foldable into one product), broadcast b with transposed a
+        weft_tensor *ba = randt(WEFT_DIMS(6, 40, 33), dt, 54), *bb = randt(WEFT_DIMS(6, 33, 50), dt, 55);
+        weft_tensor *bat = randt(WEFT_DIMS(6, 33, 40), dt, 56), *bat_t = weft_transpose(bat, 1, 2);
+        weft_tensor *b2 = randt(WEFT_DIMS(33, 50), dt, 57);
+        check_against_ref("batched", ba, bb, WEFT_DIMS(6, 40, 50), tol);
+        check_against_ref("batched A^T, shared b", bat_t, b2, WEFT_DIMS(6, 40, 50), tol);
+        // the same numbers on one thread (one BLAS call per product)
+        weft_tensor *c2 = weft_matmul(tall_t, thin_t), *d2 = weft_matmul(ba, bb);
+        weft_set_num_threads(1);
+        weft_tensor *c1 = weft_matmul(tall_t, thin_t), *d1 = weft_matmul(ba, bb);
+        weft_set_num_threads(2);
+        wt_check_same("split vs one thread", c2, c1, tol);
+        wt_check_same("batched vs one thread", d2, d1, tol);
+        weft_tensor *ts[] = {tall, thin, wide, flat, tall_t, thin_t, wide_t, flat_t, ba, bb, bat, bat_t, b2, c2, d2, c1, d1};
+        for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) weft_tensor_free(ts[i]);
+    }
+}
+
 int main(void) {
     RUN(test_shapes);
+    RUN(test_split);
     RUN(test_layouts);
     RUN(test_backward);
     RUN(test_errors);

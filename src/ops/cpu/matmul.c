@@ -52,14 +52,69 @@ static weft_tensor *blas_operand(weft_tensor *t, bool tr, mat_view *v) {
     return cp;
 }
 
-static void gemm(weft_dtype dt, const mat_view *va, const mat_view *vb, int64_t M, int64_t N, int64_t K,
-                 const char *pa, const char *pb, char *pc) {
+static void gemm1(weft_dtype dt, const mat_view *va, const mat_view *vb, int64_t M, int64_t N, int64_t K,
+                  const char *pa, const char *pb, char *pc, int64_t ldc) {
     if (dt == WEFT_F32)
         cblas_sgemm(CblasRowMajor, va->tr, vb->tr, (int)M, (int)N, (int)K, 1.0f, (const float *)pa, (int)va->ld,
-                    (const float *)pb, (int)vb->ld, 0.0f, (float *)pc, (int)(N > 1 ? N : 1));
+                    (const float *)pb, (int)vb->ld, 0.0f, (float *)pc, (int)ldc);
     else
         cblas_dgemm(CblasRowMajor, va->tr, vb->tr, (int)M, (int)N, (int)K, 1.0, (const double *)pa, (int)va->ld,
-                    (const double *)pb, (int)vb->ld, 0.0, (double *)pc, (int)(N > 1 ? N : 1));
+                    (const double *)pb, (int)vb->ld, 0.0, (double *)pc, (int)ldc);
+}
+
+// Small products: OpenBLAS's own threads lose most of the second core below
+// ~16M multiply-adds (on the 2-core CI VM a (128,256)x(256,10) product runs
+// at 37 GFLOP/s on two threads, 46 on one, 169 as two halves of rows one
+// per core), so small products are split into row (or column) blocks, one
+// single-threaded BLAS call per OpenMP thread. Each element is still one
+// BLAS dot product over all of K: the split changes no result.
+#define MM_SMALL_MACS (1 << 24)
+#define MM_MIN_BLOCK 16 // rows (or columns) per thread at least
+
+static int split_threads(int64_t M, int64_t N, int64_t K) {
+    int nt = weft_num_threads(); // 1 inside a parallel region (a co-scheduled pair)
+    if (nt < 2 || (double)M * (double)N * (double)K > MM_SMALL_MACS) return 1;
+    int64_t span = M >= N ? M : N, most = span / MM_MIN_BLOCK;
+    return most < 2 ? 1 : (int)(most < nt ? most : nt);
+}
+
+static void gemm(weft_dtype dt, const mat_view *va, const mat_view *vb, int64_t M, int64_t N, int64_t K,
+                 const char *pa, const char *pb, char *pc) {
+    int64_t ldc = N > 1 ? N : 1;
+    int nt = split_threads(M, N, K);
+    if (nt == 1) {
+        gemm1(dt, va, vb, M, N, K, pa, pb, pc, ldc); // OpenBLAS threads it (or not) itself
+        return;
+    }
+    size_t esz = weft_dtype_size(dt);
+    bool rows = M >= N;
+    int64_t span = rows ? M : N, blk = (span + nt - 1) / nt;
+    blk = (blk + 7) / 8 * 8; // whole vector widths
+#pragma omp parallel for num_threads(nt) schedule(static, 1)
+    for (int t = 0; t < nt; t++) {
+        int64_t a = t * blk, b = a + blk < span ? a + blk : span;
+        if (a >= b) continue;
+        if (rows) // rows a..b of op(A): row offset a (NoTrans) or column offset a (Trans) of A's storage
+            gemm1(dt, va, vb, b - a, N, K, pa + (va->tr == CblasNoTrans ? a * va->ld : a) * (int64_t)esz, pb,
+                  pc + a * ldc * (int64_t)esz, ldc);
+        else // columns a..b of op(B)
+            gemm1(dt, va, vb, M, b - a, K, pa, pb + (vb->tr == CblasNoTrans ? a : a * vb->ld) * (int64_t)esz,
+                  pc + a * (int64_t)esz, ldc);
+    }
+}
+
+// Product i of a batch: batch index i -> element offsets of a and b (strides sa, sb; 0 = broadcast).
+static void batch_gemm(weft_dtype dt, const mat_view *va, const mat_view *vb, int64_t M, int64_t N, int64_t K,
+                       int64_t i, int nb, const int64_t *bsz, const int64_t *sa, const int64_t *sb, const char *pa,
+                       const char *pb, char *pc) {
+    int64_t oa = 0, ob = 0, r = i, esz = (int64_t)weft_dtype_size(dt);
+    for (int d = nb - 1; d >= 0; d--) {
+        int64_t k = r % bsz[d];
+        r /= bsz[d];
+        oa += k * sa[d];
+        ob += k * sb[d];
+    }
+    gemm(dt, va, vb, M, N, K, pa + oa * esz, pb + ob * esz, pc + i * M * N * esz);
 }
 
 weft_status weft_cpu_matmul(const weft_op_args *args) {
@@ -108,17 +163,16 @@ weft_status weft_cpu_matmul(const weft_op_args *args) {
     if (nbatch > 1 && b_shared && a_stacked && nbatch * M <= INT_MAX) {
         gemm(dt, &va, &vb, nbatch * M, N, K, pa, pb, pc);
     } else {
-        int64_t idx[WEFT_MAX_DIMS] = {0}, oa = 0, ob = 0;
-        for (int64_t i = 0; i < nbatch; i++) {
-            gemm(dt, &va, &vb, M, N, K, pa + oa * (int64_t)esz, pb + ob * (int64_t)esz, pc + i * M * N * (int64_t)esz);
-            for (int d = nb - 1; d >= 0; d--) { // odometer over the batch dims
-                oa += sa[d];
-                ob += sb[d];
-                if (++idx[d] < bsz[d]) break;
-                oa -= sa[d] * bsz[d];
-                ob -= sb[d] * bsz[d];
-                idx[d] = 0;
-            }
+        // Many small products (attention's per-head scores): one thread per
+        // product, each single-threaded; big ones thread inside instead.
+        // (No `if` clause: an inactive region would make gemm's own region a
+        // nested one, with a fresh thread team per call.)
+        int nt = weft_num_threads();
+        if (nt > 1 && nbatch > 1 && (double)M * (double)N * (double)K <= MM_SMALL_MACS) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+            for (int64_t i = 0; i < nbatch; i++) batch_gemm(dt, &va, &vb, M, N, K, i, nb, bsz, sa, sb, pa, pb, pc);
+        } else {
+            for (int64_t i = 0; i < nbatch; i++) batch_gemm(dt, &va, &vb, M, N, K, i, nb, bsz, sa, sb, pa, pb, pc);
         }
     }
     weft_tensor_free(a);
