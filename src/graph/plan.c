@@ -126,7 +126,7 @@ void weft_plan_free(weft_plan *p) {
 }
 
 weft_status weft_plan_build(const weft_graph *g, const int32_t *order, int n_order, const uint8_t *fetched,
-                            const uint8_t *co, weft_plan *p) {
+                            const uint8_t *co, const int32_t *inplace, weft_plan *p) {
     memset(p, 0, sizeof *p);
     size_t nV = (size_t)(g->n_values ? g->n_values : 1);
     p->root = malloc(nV * sizeof *p->root);
@@ -159,6 +159,7 @@ weft_status weft_plan_build(const weft_graph *g, const int32_t *order, int n_ord
         }
         for (int j = 0; j < n->n_out; j++) {
             int32_t v = n->out0 + j;
+            if (inplace && inplace[v] >= 0) continue; // lives in its variable (root -1, like a variable's read)
             const weft_gvalue *gv = &g->values[v];
             int64_t nbytes = weft_shape_numel(gv->ndim, gv->sizes) * (int64_t)weft_dtype_size((weft_dtype)gv->dtype);
             p->root[v] = v;

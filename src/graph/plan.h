@@ -22,8 +22,10 @@ typedef struct weft_plan {
 // Plan the values made by order[0..n_order) (a valid execution order of the
 // pruned graph). fetched[v] != 0: v must survive the run. co (or NULL):
 // co[s] = 1 when step s runs at the same time as step s-1 (coschedule.c).
+// inplace (or NULL): inplace[v] >= 0 when the executor writes op output v
+// straight into that variable (run.c): v takes no arena bytes.
 weft_status weft_plan_build(const weft_graph *g, const int32_t *order, int n_order, const uint8_t *fetched,
-                            const uint8_t *co, weft_plan *p);
+                            const uint8_t *co, const int32_t *inplace, weft_plan *p);
 void weft_plan_free(weft_plan *p);
 
 // A contiguous tensor of (ndim, sizes, dt) over `arena`'s storage at a byte

@@ -226,9 +226,11 @@ static weft_status exec_node(run_ctx *c, int32_t id, weft_tensor **outs) {
                 const weft_gvalue *v = &g->values[n->out0 + j];
                 weft_tensor *var = inplace ? inplace_var(c, n->out0 + j) : NULL;
                 if (var) __atomic_fetch_add(&g->stats.inplace_writes, 1, __ATOMIC_RELAXED); // parallel runs too
+                // (offset -1: planned into a variable that no longer fits; its own allocation then)
                 out[j] = var ? weft_tensor_ref(var)
-                         : c->use_plan ? weft_plan_tensor_at(c->arena, c->plan.offset[n->out0 + j], v->ndim, v->sizes,
-                                                             (weft_dtype)v->dtype)
+                         : c->use_plan && c->plan.offset[n->out0 + j] >= 0
+                             ? weft_plan_tensor_at(c->arena, c->plan.offset[n->out0 + j], v->ndim, v->sizes,
+                                                   (weft_dtype)v->dtype)
                                        : weft_tensor_new(v->ndim, v->sizes, (weft_dtype)v->dtype, n->n_in ? in[0]->device : weft_device_get_default());
                 if (!out[j]) st = weft_last_status();
             }
@@ -852,7 +854,7 @@ static weft_status run_impl(run_ctx *c, int n_feeds, const weft_value *feed_vals
         if (entry && entry->has_plan) {
             if (!plan_copy(&c->plan, &entry->plan, nV)) return weft_error(WEFT_ERR_OOM, "graph_run: out of memory");
         } else {
-            st = weft_plan_build(g, c->order, c->n_order, c->fetched, c->co, &c->plan);
+            st = weft_plan_build(g, c->order, c->n_order, c->fetched, c->co, c->inplace, &c->plan);
             if (st != WEFT_OK) return st;
             if (entry && plan_copy(&entry->plan, &c->plan, nV)) entry->has_plan = true;
         }
@@ -947,7 +949,12 @@ weft_status weft_graph_plan(weft_graph *g, int n_fetch, const weft_value *fetch,
     run_ctx c = {.g = g};
     weft_status st = ctx_alloc(&c, 0);
     if (st == WEFT_OK) st = prepare(&c, false, n_fetch, fetch, n_targets, targets, "graph_plan");
-    if (st == WEFT_OK) st = weft_plan_build(g, c.order, c.n_order, c.fetched, c.co, &c.plan);
+    int32_t *inplace = NULL;
+    if (st == WEFT_OK && !(inplace = malloc(((size_t)g->n_values + 1) * sizeof *inplace)))
+        st = weft_error(WEFT_ERR_OOM, "graph_plan: out of memory");
+    if (st == WEFT_OK) st = find_inplace(&c, inplace);
+    if (st == WEFT_OK) st = weft_plan_build(g, c.order, c.n_order, c.fetched, c.co, inplace, &c.plan);
+    free(inplace);
     if (st == WEFT_OK) *stats = c.plan.stats;
     ctx_free(&c);
     return st;

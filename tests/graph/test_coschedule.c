@@ -120,8 +120,8 @@ static void test_plan_pair_step(void) {
     fetched[out.id] = 1;
     CHECK(weft_schedule_pairs(g, order, n, co) == 1);
     weft_plan paired, serial;
-    CHECK(weft_plan_build(g, order, n, fetched, co, &paired) == WEFT_OK);
-    CHECK(weft_plan_build(g, order, n, fetched, NULL, &serial) == WEFT_OK);
+    CHECK(weft_plan_build(g, order, n, fetched, co, NULL, &paired) == WEFT_OK);
+    CHECK(weft_plan_build(g, order, n, fetched, NULL, NULL, &serial) == WEFT_OK);
     int64_t bytes = (int64_t)N * N * 8;
     CHECK(serial.offset[b.id] == serial.offset[p.id]); // what the pair must prevent
     bool disjoint = paired.offset[b.id] + bytes <= paired.offset[p.id] || paired.offset[p.id] + bytes <= paired.offset[b.id];

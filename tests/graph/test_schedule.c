@@ -390,8 +390,41 @@ static void test_remat_chain(void) {
     unsetenv("WEFT_GRAPH_INPLACE");
 }
 
+// An optimiser update written straight into its variable takes no arena
+// bytes; when another reader of the variable forbids that, it needs its own.
+static void test_plan_inplace_update(void) {
+    for (int reader = 0; reader < 2; reader++) {
+        weft_graph *g = weft_graph_new();
+        weft_tensor *vt = wt_rand64(WEFT_DIMS(1000), -1, 1, 1, false);
+        weft_value v = weft_graph_variable(g, "v", vt);
+        weft_value gr = weft_graph_placeholder(g, "g", WEFT_DIMS(1000), WEFT_F64);
+        weft_value lr = weft_graph_placeholder(g, "lr", 0, NULL, WEFT_F64);
+        double wd = 0;
+        weft_value u = weft_graph_op1(g, "sgd_update", 3, (weft_value[]){v, gr, lr}, NULL, 0, &wd, 1);
+        weft_node_id an = weft_graph_value_node(g, weft_graph_assign(g, "assign_v", v, u));
+        weft_value r = reader ? op1(g, "neg", v) : WEFT_VALUE_NONE; // not ordered against the update
+        weft_graph_plan_stats ps;
+        CHECK(weft_graph_plan(g, reader, &r, 1, &an, &ps) == WEFT_OK);
+        CHECK(ps.planned_bytes == (reader ? 16000 : 0)); // u and the fetched neg own bytes then
+        weft_tensor *gt = wt_rand64(WEFT_DIMS(1000), -1, 1, 2, false), *lrt = weft_tensor_scalar(0.5, WEFT_F64), *out = NULL;
+        double v0[1000], gv[1000], v1[1000];
+        weft_tensor_to_f64(vt, v0, 1000);
+        weft_tensor_to_f64(gt, gv, 1000);
+        CHECK(weft_graph_run(g, 2, (weft_value[]){gr, lr}, (weft_tensor *[]){gt, lrt}, reader, &r, &out, 1, &an) == WEFT_OK);
+        weft_graph_run_stats rs = weft_graph_last_run_stats(g);
+        CHECK(rs.inplace_writes == !reader && rs.arena_bytes == (size_t)ps.planned_bytes);
+        weft_tensor_to_f64(weft_graph_variable_tensor(g, v), v1, 1000);
+        bool ok = true;
+        for (int i = 0; i < 1000; i++) ok &= v1[i] == v0[i] - 0.5 * gv[i];
+        CHECK(ok);
+        weft_tensor_free(vt), weft_tensor_free(gt), weft_tensor_free(lrt), weft_tensor_free(out);
+        weft_graph_free(g);
+    }
+}
+
 int main(void) {
     RUN(test_random_dags);
+    RUN(test_plan_inplace_update);
     RUN(test_sink_peak);
     RUN(test_no_move_past_assign);
     RUN(test_remat_peak);
