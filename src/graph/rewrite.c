@@ -199,3 +199,13 @@ weft_status weft_rw_eval(const weft_op_def *op, int n_in, weft_tensor *const *in
     weft_trace_active = tracing;
     return st;
 }
+
+weft_status weft_rw_each(weft_rw *rw, weft_pass_io *io, weft_rw_node_fn fn) {
+    for (int32_t s = 0; s < rw->src->n_nodes; s++) {
+        int r = fn(rw, s, io);
+        if (r < 0) return weft_last_status();
+        if (r > 0) io->changed += r;
+        else if (weft_rw_copy(rw, s) < 0) return weft_last_status();
+    }
+    return WEFT_OK;
+}

@@ -49,6 +49,12 @@ weft_status weft_pass_layout(weft_rw *rw, weft_pass_io *io);
 weft_status weft_pass_remat(weft_rw *rw, weft_pass_io *io);
 
 weft_status weft_rw_init(weft_rw *rw, const weft_graph *src);
+// The usual pass body: each source node in index order goes to fn, which
+// returns > 0 when it rewrote the node (that many rewrites, added to
+// io->changed; its outputs are forwarded or replaced), 0 to leave it (it is
+// copied), < 0 on error (set).
+typedef int (*weft_rw_node_fn)(weft_rw *rw, int32_t s, weft_pass_io *io);
+weft_status weft_rw_each(weft_rw *rw, weft_pass_io *io, weft_rw_node_fn fn);
 // Remap control dependencies of copied nodes (after every node is decided).
 weft_status weft_rw_finish(weft_rw *rw);
 // Frees the maps and, unless take_dst, the destination graph.

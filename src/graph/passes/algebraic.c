@@ -206,20 +206,13 @@ static int rule(alg *a) {
     return 0;
 }
 
-weft_status weft_pass_algebraic(weft_rw *rw, weft_pass_io *io) {
-    for (int32_t s = 0; s < rw->src->n_nodes; s++) {
-        const weft_gnode *n = &rw->src->nodes[s];
-        if (weft_rw_rewritable(n) && n->n_out == 1 && n->n_in <= 2) {
-            alg a = {.rw = rw, .io = io, .s = s, .n = n, .out = n->out0};
-            for (int k = 0; k < n->n_in; k++) a.in[k] = rw->vmap[n->in[k]];
-            int r = rule(&a);
-            if (r < 0) return weft_last_status();
-            if (r > 0) {
-                io->changed++;
-                continue;
-            }
-        }
-        if (weft_rw_copy(rw, s) < 0) return weft_last_status();
-    }
-    return WEFT_OK;
+static int node_rule(weft_rw *rw, int32_t s, weft_pass_io *io) {
+    const weft_gnode *n = &rw->src->nodes[s];
+    if (!weft_rw_rewritable(n) || n->n_out != 1 || n->n_in > 2) return 0;
+    alg a = {.rw = rw, .io = io, .s = s, .n = n, .out = n->out0};
+    for (int k = 0; k < n->n_in; k++) a.in[k] = rw->vmap[n->in[k]];
+    int r = rule(&a);
+    return r > 0 ? 1 : r; // one simplification per node
 }
+
+weft_status weft_pass_algebraic(weft_rw *rw, weft_pass_io *io) { return weft_rw_each(rw, io, node_rule); }

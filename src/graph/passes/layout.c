@@ -172,18 +172,12 @@ static int rewrite(weft_rw *rw, int32_t s) {
     return 1;
 }
 
-weft_status weft_pass_layout(weft_rw *rw, weft_pass_io *io) {
-    for (int32_t s = 0; s < rw->src->n_nodes; s++) {
-        const weft_gnode *n = &rw->src->nodes[s];
-        if (weft_rw_rewritable(n) && n->n_out == 1 && n->n_in >= 2 && !strcmp(n->op->name, "conv2d")) {
-            int r = rewrite(rw, s);
-            if (r < 0) return weft_last_status();
-            if (r > 0) {
-                io->changed++;
-                continue;
-            }
-        }
-        if (weft_rw_copy(rw, s) < 0) return weft_last_status();
-    }
-    return WEFT_OK;
+static int node_rewrite(weft_rw *rw, int32_t s, weft_pass_io *io) {
+    (void)io;
+    const weft_gnode *n = &rw->src->nodes[s];
+    if (!weft_rw_rewritable(n) || n->n_out != 1 || n->n_in < 2 || strcmp(n->op->name, "conv2d")) return 0;
+    int r = rewrite(rw, s);
+    return r > 0 ? 1 : r;
 }
+
+weft_status weft_pass_layout(weft_rw *rw, weft_pass_io *io) { return weft_rw_each(rw, io, node_rewrite); }

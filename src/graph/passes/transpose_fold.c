@@ -53,18 +53,11 @@ static int fold(weft_rw *rw, int32_t s) {
     return hits;
 }
 
-weft_status weft_pass_transpose_fold(weft_rw *rw, weft_pass_io *io) {
-    for (int32_t s = 0; s < rw->src->n_nodes; s++) {
-        const weft_gnode *n = &rw->src->nodes[s];
-        if (weft_rw_rewritable(n) && n->n_in == 2 && n->n_out == 1 && !strcmp(n->op->name, "matmul")) {
-            int r = fold(rw, s);
-            if (r < 0) return weft_last_status();
-            if (r > 0) {
-                io->changed += r;
-                continue;
-            }
-        }
-        if (weft_rw_copy(rw, s) < 0) return weft_last_status();
-    }
-    return WEFT_OK;
+static int node_fold(weft_rw *rw, int32_t s, weft_pass_io *io) {
+    (void)io;
+    const weft_gnode *n = &rw->src->nodes[s];
+    if (!weft_rw_rewritable(n) || n->n_in != 2 || n->n_out != 1 || strcmp(n->op->name, "matmul")) return 0;
+    return fold(rw, s); // the operands folded
 }
+
+weft_status weft_pass_transpose_fold(weft_rw *rw, weft_pass_io *io) { return weft_rw_each(rw, io, node_fold); }
