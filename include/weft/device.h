@@ -41,6 +41,9 @@ weft_stream *weft_stream_create(weft_device d);
 void weft_stream_destroy(weft_stream *s);
 weft_status weft_stream_synchronize(weft_stream *s);
 bool weft_stream_query(weft_stream *s); // true when all queued work is done
+// Ops the calling thread runs on device d from now on are queued on s (NULL:
+// the device's default stream). Work on the CPU ignores it (one stream).
+weft_status weft_stream_set_current(weft_device d, weft_stream *s);
 weft_event *weft_event_create(weft_device d);
 void weft_event_destroy(weft_event *e);
 weft_status weft_event_record(weft_event *e, weft_stream *s);

@@ -1,4 +1,5 @@
 // Device registry and the device-generic API of weft/device.h.
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,10 +27,26 @@ weft_status weft_device_register(weft_device_type t, const weft_device_impl *imp
 
 static const char *type_name(int t) { return t == WEFT_CPU ? "cpu" : t == WEFT_CUDA ? "cuda" : "?"; }
 
+// Accelerator backends register themselves the first time the registry is
+// asked about devices (a GPU-less machine pays one cudaGetDeviceCount).
+#ifdef WEFT_HAVE_CUDA
+static pthread_once_t g_backends_once = PTHREAD_ONCE_INIT;
+static void backends_init(void) { pthread_once(&g_backends_once, weft_cuda_backend_init); }
+static const char *unavailable_reason(int t) {
+    return t == WEFT_CUDA ? weft_cuda_unavailable_reason() : "weft built without it";
+}
+#else
+static void backends_init(void) {}
+static const char *unavailable_reason(int t) {
+    return t == WEFT_CUDA ? "weft built without CUDA: nvcc was not found at configure time" : "weft built without it";
+}
+#endif
+
 const weft_device_impl *weft_device_impl_get(weft_device d) {
+    backends_init();
     if ((unsigned)d.type >= WEFT_NUM_DEVICE_TYPES || !g_impl[d.type])
-        return weft_error_null(WEFT_ERR_DEVICE, "device %s:%d is not available (weft built without it?)",
-                               type_name(d.type), d.index);
+        return weft_error_null(WEFT_ERR_DEVICE, "device %s:%d is not available (%s)", type_name(d.type), d.index,
+                               unavailable_reason(d.type));
     const weft_device_impl *im = g_impl[d.type];
     if (d.index < 0 || d.index >= im->count())
         return weft_error_null(WEFT_ERR_DEVICE, "device %s:%d does not exist (%d present)", im->name, d.index,
@@ -74,11 +91,13 @@ const char *weft_device_str(weft_device d, char *buf, size_t n) {
 bool weft_device_equal(weft_device a, weft_device b) { return a.type == b.type && a.index == b.index; }
 
 int weft_device_count(weft_device_type t) {
+    backends_init();
     if ((unsigned)t >= WEFT_NUM_DEVICE_TYPES || !g_impl[t]) return 0;
     return g_impl[t]->count();
 }
 
 bool weft_device_available(weft_device d) {
+    backends_init();
     return (unsigned)d.type < WEFT_NUM_DEVICE_TYPES && g_impl[d.type] && d.index >= 0 &&
            d.index < g_impl[d.type]->count();
 }
@@ -159,6 +178,13 @@ weft_status weft_stream_synchronize(weft_stream *s) {
     return g_impl[s->dev.type]->stream_synchronize(s->h);
 }
 bool weft_stream_query(weft_stream *s) { return s && g_impl[s->dev.type]->stream_query(s->h); }
+weft_status weft_stream_set_current(weft_device d, weft_stream *s) {
+    const weft_device_impl *im = weft_device_impl_get(d);
+    if (!im) return weft_last_status();
+    if (s && !weft_device_equal(s->dev, d))
+        return weft_error(WEFT_ERR_DEVICE, "stream_set_current: the stream belongs to another device");
+    return im->stream_set_current ? im->stream_set_current(d.index, s ? s->h : NULL) : WEFT_OK;
+}
 
 weft_event *weft_event_create(weft_device d) {
     const weft_device_impl *im = weft_device_impl_get(d);

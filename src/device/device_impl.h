@@ -22,6 +22,9 @@ typedef struct weft_device_impl {
     void (*stream_destroy)(void *s);
     weft_status (*stream_synchronize)(void *s);
     bool (*stream_query)(void *s);
+    // Make s (NULL: the device's default) the calling thread's current stream
+    // for work on device `index`. NULL member: the device has one stream.
+    weft_status (*stream_set_current)(int index, void *s);
     void *(*event_create)(int index);
     void (*event_destroy)(void *e);
     weft_status (*event_record)(void *e, void *s);
@@ -39,6 +42,12 @@ weft_status weft_device_register(weft_device_type t, const weft_device_impl *imp
 const weft_device_impl *weft_device_impl_get(weft_device d); // NULL + error when unavailable
 
 extern const weft_device_impl weft_cpu_device_impl;
+
+#ifdef WEFT_HAVE_CUDA
+// src/device/cuda/cuda_device.c: run once before the registry is first used.
+void weft_cuda_backend_init(void);
+const char *weft_cuda_unavailable_reason(void);
+#endif
 
 // CPU caching allocator (cpu_alloc.c).
 void *weft_cpu_alloc(size_t nbytes);

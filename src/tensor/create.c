@@ -127,6 +127,9 @@ weft_status weft_tensor_copy_(weft_tensor *dst, const weft_tensor *src) {
                           weft_tensor_shape_str(src, a, sizeof a), weft_tensor_shape_str(dst, b, sizeof b));
     }
     if (dst->device.type == WEFT_CPU && src->device.type == WEFT_CPU) return weft_cpu_copy(dst, src);
+#ifdef WEFT_HAVE_CUDA
+    if (dst->device.type == WEFT_CUDA && weft_device_equal(dst->device, src->device)) return weft_cuda_copy(dst, src);
+#endif
     // Across devices: contiguous same-dtype same-shape is one device copy;
     // anything else is staged through a contiguous host tensor.
     if (dst->dtype == src->dtype && weft_shape_equal(dst->ndim, dst->sizes, src->ndim, src->sizes) &&

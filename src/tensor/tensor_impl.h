@@ -68,6 +68,11 @@ int weft_axis(const char *op, int axis, int ndim);
 double weft_load_f64(const void *p, weft_dtype dt, int64_t i);
 void weft_store_f64(void *p, weft_dtype dt, int64_t i, double v);
 
+#ifdef WEFT_HAVE_CUDA
+// dst = src on one CUDA device (any strides, broadcast, dtype conversion): src/ops/cuda/elementwise.c.
+weft_status weft_cuda_copy(weft_tensor *dst, const weft_tensor *src);
+#endif
+
 // Philox4x32-10: 4 random 32-bit words for (key, counter).
 void weft_philox(uint64_t key, uint64_t counter_hi, uint64_t counter_lo, uint32_t out[4]);
 // Reserve n counter values from a generator (NULL: default); returns (seed, start offset).

@@ -1,0 +1,73 @@
+// Device-side helpers shared by the .cu kernel files (nvcc only).
+#ifndef WEFT_CU_COMMON_CUH
+#define WEFT_CU_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cu_tensor.h"
+
+#define WEFT_CU_THREADS 256
+
+// Blocks for n threads of WEFT_CU_THREADS, capped: kernels loop grid-stride.
+static inline unsigned weft_cu_blocks(int64_t n) {
+    int64_t b = (n + WEFT_CU_THREADS - 1) / WEFT_CU_THREADS;
+    if (b < 1) b = 1;
+    return (unsigned)(b > 65535 * 8 ? 65535 * 8 : b);
+}
+
+// Element offset of logical (row-major) index i in a strided tensor.
+__device__ __forceinline__ int64_t weft_cu_offset(const weft_cu_tensor &t, int64_t i) {
+    int64_t off = 0;
+    for (int d = t.ndim - 1; d >= 0; d--) {
+        int64_t s = t.sizes[d];
+        off += (i % s) * t.strides[d];
+        i /= s;
+    }
+    return off;
+}
+
+// True when the tensor is laid out row-major without gaps (fast path: offset == i).
+static inline bool weft_cu_contiguous(const weft_cu_tensor &t) {
+    int64_t st = 1;
+    for (int d = t.ndim - 1; d >= 0; d--) {
+        if (t.sizes[d] != 1 && t.strides[d] != st) return false;
+        st *= t.sizes[d];
+    }
+    return true;
+}
+
+#define WEFT_CU_GRID_LOOP(i, n) \
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+// Scalar conversions through float/double for the storage-only half types.
+template <typename T> __device__ __forceinline__ double weft_cu_to_f64(T v) { return (double)v; }
+template <> __device__ __forceinline__ double weft_cu_to_f64<__half>(__half v) { return (double)__half2float(v); }
+template <> __device__ __forceinline__ double weft_cu_to_f64<__nv_bfloat16>(__nv_bfloat16 v) {
+    return (double)__bfloat162float(v);
+}
+template <typename T> __device__ __forceinline__ T weft_cu_from_f64(double v) { return (T)v; }
+template <> __device__ __forceinline__ __half weft_cu_from_f64<__half>(double v) { return __float2half_rn((float)v); }
+template <> __device__ __forceinline__ __nv_bfloat16 weft_cu_from_f64<__nv_bfloat16>(double v) {
+    return __float2bfloat16_rn((float)v);
+}
+template <> __device__ __forceinline__ bool weft_cu_from_f64<bool>(double v) { return v != 0; }
+
+// Run F<T>(args...) for the tensor's dtype: DISPATCH(dtype, launch_fn, args...).
+// Returns cudaErrorInvalidValue for a dtype the family does not handle.
+#define WEFT_CU_DISPATCH_FLOAT(dt, fn, ...)                          \
+    switch (dt) {                                                     \
+    case WEFT_CU_F32: return fn<float>(__VA_ARGS__);                  \
+    case WEFT_CU_F64: return fn<double>(__VA_ARGS__);                 \
+    default: return cudaErrorInvalidValue;                            \
+    }
+#define WEFT_CU_DISPATCH_NUM(dt, fn, ...)                             \
+    switch (dt) {                                                     \
+    case WEFT_CU_F32: return fn<float>(__VA_ARGS__);                  \
+    case WEFT_CU_F64: return fn<double>(__VA_ARGS__);                 \
+    case WEFT_CU_I32: return fn<int32_t>(__VA_ARGS__);                \
+    case WEFT_CU_I64: return fn<int64_t>(__VA_ARGS__);                \
+    default: return cudaErrorInvalidValue;                            \
+    }
+
+#endif

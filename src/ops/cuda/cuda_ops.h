@@ -1,0 +1,36 @@
+// What the C glue of the CUDA kernels shares: turning op arguments into
+// weft_cu_tensor descriptors, the stream to queue on, and error reporting.
+//
+// A family X has X_kernels.cu (kernels and extern "C" launchers returning a
+// cudaError_t), X_kernels.h (the launchers' prototypes, plain C) and X.c (one
+// weft_kernel_fn per op: checks, descriptors, launch, and
+// weft_cuda_register_X, which puts them in the op table).
+#ifndef WEFT_CUDA_OPS_H
+#define WEFT_CUDA_OPS_H
+
+#include "../../device/cuda/cuda_impl.h"
+#include "../op.h"
+#include "cu_tensor.h"
+
+// The tensor as it is (its own sizes and strides).
+weft_cu_tensor weft_cu_desc(const weft_tensor *t);
+// t read as if broadcast to (ndim, sizes): NumPy rules, stride 0 along
+// broadcast dims (t must broadcast; infer has checked it).
+weft_cu_tensor weft_cu_desc_bcast(const weft_tensor *t, int ndim, const int64_t *sizes);
+// The calling thread's current stream on t's device.
+cudaStream_t weft_cu_stream(const weft_tensor *t);
+// After a launcher: WEFT_OK, or an error naming the op and the CUDA error.
+weft_status weft_cu_done(cudaError_t e, const char *op);
+// Register fn for op `name` on CUDA with the dtypes mask; a failure (unknown
+// op name) is a programming error reported on stderr once.
+void weft_cu_register(const char *name, weft_kernel_fn fn, uint32_t dtypes);
+
+// weft_cuda_copy(dst, src) (declared in tensor_impl.h, defined in
+// elementwise.c): dst = src on one device, any strides, broadcast, dtype
+// conversion; what weft_tensor_copy_ uses between CUDA tensors.
+
+// One per family; each in its own file, all called by register.c.
+void weft_cuda_register_copy(void);
+void weft_cuda_register_linalg(void);
+
+#endif

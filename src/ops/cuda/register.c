@@ -1,0 +1,7 @@
+// Fills the CUDA column of the op table (called once, when the backend finds a GPU).
+#include "cuda_ops.h"
+
+void weft_cuda_register_kernels(void) {
+    weft_cuda_register_copy();
+    weft_cuda_register_linalg();
+}
