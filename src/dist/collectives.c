@@ -328,15 +328,29 @@ weft_work *weft_dist_reduce_scatter_async(weft_comm *c, const weft_tensor *in, w
 
 static weft_status run(weft_work *w) { return w ? weft_dist_run(w) : weft_last_status(); }
 
-weft_status weft_dist_broadcast(weft_comm *c, weft_tensor *t, int root) { return run(broadcast_build(c, t, root)); }
+// Tensors on a CUDA device take the NCCL path (cuda/nccl.c) where weft has it.
+#ifdef WEFT_HAVE_NCCL
+#define ON_CUDA(t) ((t) && weft_tensor_device(t).type == WEFT_CUDA)
+#else
+#define ON_CUDA(t) false
+#define weft_nccl_broadcast(c, t, r) WEFT_ERR_UNSUPPORTED
+#define weft_nccl_all_reduce(c, t, o) WEFT_ERR_UNSUPPORTED
+#define weft_nccl_reduce(c, t, o, r) WEFT_ERR_UNSUPPORTED
+#define weft_nccl_all_gather(c, i, o) WEFT_ERR_UNSUPPORTED
+#define weft_nccl_reduce_scatter(c, i, o, op) WEFT_ERR_UNSUPPORTED
+#endif
+
+weft_status weft_dist_broadcast(weft_comm *c, weft_tensor *t, int root) {
+    return ON_CUDA(t) ? weft_nccl_broadcast(c, t, root) : run(broadcast_build(c, t, root));
+}
 weft_status weft_dist_all_reduce(weft_comm *c, weft_tensor *t, weft_reduce_op op) {
-    return run(all_reduce_build(c, t, op));
+    return ON_CUDA(t) ? weft_nccl_all_reduce(c, t, op) : run(all_reduce_build(c, t, op));
 }
 weft_status weft_dist_reduce(weft_comm *c, weft_tensor *t, weft_reduce_op op, int root) {
-    return run(reduce_build(c, t, op, root));
+    return ON_CUDA(t) ? weft_nccl_reduce(c, t, op, root) : run(reduce_build(c, t, op, root));
 }
 weft_status weft_dist_all_gather(weft_comm *c, const weft_tensor *in, weft_tensor *out) {
-    return run(all_gather_build(c, in, out));
+    return ON_CUDA(in) ? weft_nccl_all_gather(c, in, out) : run(all_gather_build(c, in, out));
 }
 weft_status weft_dist_gather(weft_comm *c, const weft_tensor *in, weft_tensor *out, int root) {
     return run(gather_build(c, in, out, root));
@@ -345,7 +359,7 @@ weft_status weft_dist_scatter(weft_comm *c, const weft_tensor *in, weft_tensor *
     return run(scatter_build(c, in, out, root));
 }
 weft_status weft_dist_reduce_scatter(weft_comm *c, const weft_tensor *in, weft_tensor *out, weft_reduce_op op) {
-    return run(reduce_scatter_build(c, in, out, op));
+    return ON_CUDA(in) ? weft_nccl_reduce_scatter(c, in, out, op) : run(reduce_scatter_build(c, in, out, op));
 }
 weft_status weft_dist_all_to_all(weft_comm *c, const weft_tensor *in, weft_tensor *out) {
     return run(all_to_all_build(c, in, out));

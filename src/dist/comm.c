@@ -265,6 +265,9 @@ static void *comm_thread(void *arg);
 
 // Frees what comm_wrap made (its thread already stopped or never started).
 static void comm_destroy(weft_comm *c) {
+#ifdef WEFT_HAVE_NCCL
+    weft_nccl_comm_destroy(c);
+#endif
     pthread_cond_destroy(&c->cv_work);
     MPI_Comm_free(&c->user);
     MPI_Comm_free(&c->ctl);

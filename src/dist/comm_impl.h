@@ -26,12 +26,26 @@ typedef enum {
 
 const char *weft_dist_kind_name(int kind);
 
+#ifdef WEFT_HAVE_NCCL
+// Collectives over tensors on CUDA devices go through NCCL (cuda/nccl.c):
+// queued on the calling thread's current stream, so they return before the
+// GPU has run them, like any other op on a device tensor.
+weft_status weft_nccl_broadcast(weft_comm *c, weft_tensor *t, int root);
+weft_status weft_nccl_all_reduce(weft_comm *c, weft_tensor *t, weft_reduce_op op);
+weft_status weft_nccl_reduce(weft_comm *c, weft_tensor *t, weft_reduce_op op, int root);
+weft_status weft_nccl_all_gather(weft_comm *c, const weft_tensor *in, weft_tensor *out);
+weft_status weft_nccl_reduce_scatter(weft_comm *c, const weft_tensor *in, weft_tensor *out, weft_reduce_op op);
+void weft_nccl_comm_destroy(weft_comm *c);
+#endif
+
 #define ANN_SLOTS 64
 
 struct weft_comm {
     MPI_Comm coll; // weft's collectives
     MPI_Comm ctl;  // arrival announcements and the debug exchange
     MPI_Comm user; // the caller's point-to-point traffic (weft_comm_mpi)
+    void *nccl;    // ncclComm_t for collectives over CUDA tensors (cuda/nccl.c), made on first use
+    int nccl_device;
     int rank, size;
     int *world_ranks;
     bool is_world;
