@@ -7,7 +7,6 @@
 // destroy finds every block struct through those three.
 #include "block_alloc.h"
 
-#include <inttypes.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,12 +15,12 @@
 
 #include "../core/core_impl.h"
 
-#define MIN_BLOCK ((size_t)512)          // every size is a multiple of this
-#define SMALL_SIZE ((size_t)1 << 20)     // largest request served by the small pool
-#define SMALL_SEGMENT ((size_t)2 << 20)  // small pool segments
-#define MIN_LARGE_ALLOC ((size_t)10 << 20) // large requests below this share a LARGE_SEGMENT
+#define MIN_BLOCK ((size_t)512)              // every size is a multiple of this
+#define SMALL_SIZE ((size_t)1 << 20)         // largest request served by the small pool
+#define SMALL_SEGMENT ((size_t)2 << 20)      // small pool segments
+#define MIN_LARGE_ALLOC ((size_t)10 << 20)   // large requests below this share a LARGE_SEGMENT
 #define LARGE_SEGMENT ((size_t)20 << 20)
-#define ROUND_LARGE ((size_t)2 << 20)    // bigger requests get their own segment, rounded to this
+#define ROUND_LARGE ((size_t)2 << 20)        // bigger requests get their own segment, rounded to this
 // Requests above this are refused before rounding: it leaves room to round up
 // to ROUND_LARGE without overflowing, and no device has that much memory.
 #define MAX_REQUEST (SIZE_MAX / 2)
@@ -360,12 +359,29 @@ static void empty_cache_locked(weft_block_alloc *a) {
     }
 }
 
+// The message says what the request needed and where the memory is, so one
+// can tell "tensors hold it all" from "the cache holds it" from fragmentation.
+static void oom_error(const weft_block_alloc *a, size_t size, size_t seg_size, bool host_oom) {
+    char req[32], seg[32], used[32], cached[32], res[32], segnote[64] = "";
+    if (host_oom) {
+        weft_error(WEFT_ERR_OOM, "%s: out of host memory allocating %s", a->name, fmt_bytes(req, size));
+        return;
+    }
+    if (seg_size != size) snprintf(segnote, sizeof segnote, " (a %s segment)", fmt_bytes(seg, seg_size));
+    size_t in_use = a->st.bytes_in_use;
+    weft_error(WEFT_ERR_OOM,
+               "%s out of memory allocating %s%s: %s in use by tensors, %s cached, %s reserved in %zu segment%s",
+               a->name, fmt_bytes(req, size), segnote, fmt_bytes(used, in_use), fmt_bytes(cached, a->reserved - in_use),
+               fmt_bytes(res, a->reserved), a->n_segs, a->n_segs == 1 ? "" : "s");
+}
+
 // ---------------------------------------------------------------------------
 // API
 
 weft_block_alloc *weft_block_alloc_create(const weft_block_backend *be) {
     if (!be || !be->raw_alloc || !be->raw_free)
-        return weft_error_null(WEFT_ERR_ARG, "block_alloc_create: backend %s", be ? "lacks raw_alloc/raw_free" : "is NULL");
+        return weft_error_null(WEFT_ERR_ARG, "block_alloc_create: backend %s",
+                               be ? "lacks raw_alloc/raw_free" : "is NULL");
     weft_block_alloc *a = calloc(1, sizeof *a);
     if (!a) return weft_error_null(WEFT_ERR_OOM, "block_alloc_create: out of host memory");
     a->live_bits = 6;
@@ -432,16 +448,7 @@ void *weft_block_alloc_malloc(weft_block_alloc *a, size_t nbytes, void *stream) 
             b = new_segment(a, pool, stream, seg_size, &host_oom);
         }
         if (!b) {
-            char req[32], seg[32], used[32], cached[32], res[32], segnote[64] = "";
-            if (seg_size != size) snprintf(segnote, sizeof segnote, " (a %s segment)", fmt_bytes(seg, seg_size));
-            size_t in_use = a->st.bytes_in_use;
-            if (host_oom)
-                weft_error(WEFT_ERR_OOM, "%s: out of host memory allocating %s", a->name, fmt_bytes(req, size));
-            else
-                weft_error(WEFT_ERR_OOM, "%s out of memory allocating %s%s: %s in use by tensors, %s cached, %s reserved in %zu segment%s",
-                           a->name, fmt_bytes(req, size), segnote, fmt_bytes(used, in_use),
-                           fmt_bytes(cached, a->reserved - in_use), fmt_bytes(res, a->reserved), a->n_segs,
-                           a->n_segs == 1 ? "" : "s");
+            oom_error(a, size, seg_size, host_oom);
             pthread_mutex_unlock(&a->mu);
             return NULL;
         }
