@@ -81,6 +81,15 @@ weft_tensor *weft_sum_to(weft_tensor *t, int ndim, const int64_t *sizes);
 // Transposed operands (e.g. weft_transpose(w,0,1)) are passed to BLAS without copying.
 weft_tensor *weft_matmul(weft_tensor *a, weft_tensor *b);
 
+// Mixed precision (torch.autocast for the calling thread): with WEFT_BF16 or
+// WEFT_F16, matmul and conv2d run their f32 inputs in that dtype (products
+// summed in f32, result rounded once) wherever the device has a kernel for
+// it, and return f32 results; everything else stays f32, and gradients reach
+// f32 parameters as f32 (master weights). WEFT_F32 turns it off (default).
+// f16's narrow range needs loss scaling: see weft_grad_scaler in optim.h.
+weft_status weft_autocast_set(weft_dtype dt);
+weft_dtype weft_autocast_get(void);
+
 // ---- neural-network ops ----
 weft_tensor *weft_softmax(weft_tensor *t, int dim);
 weft_tensor *weft_log_softmax(weft_tensor *t, int dim);

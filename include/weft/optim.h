@@ -93,6 +93,7 @@ void weft_optim_set_lr(weft_optim *opt, double lr);
 weft_optim_kind weft_optim_get_kind(const weft_optim *opt);
 const weft_optim_opts *weft_optim_get_opts(const weft_optim *opt);
 int weft_optim_param_count(const weft_optim *opt);
+weft_tensor *weft_optim_param_at(const weft_optim *opt, int i); // borrowed; NULL when out of range
 // Number of weft_optim_step calls so far (saved in checkpoints).
 int64_t weft_optim_step_count(const weft_optim *opt);
 void weft_optim_set_step_count(weft_optim *opt, int64_t steps);
@@ -112,6 +113,26 @@ weft_status weft_optim_state_set(weft_optim *opt, const char *name, const weft_t
 // names the tensor); nothing is changed unless all are present and fit.
 typedef const weft_tensor *(*weft_optim_lookup_fn)(const char *name, void *user);
 weft_status weft_optim_load_state(weft_optim *opt, weft_optim_lookup_fn lookup, void *user);
+
+// ---- loss scaling for f16 mixed precision (torch.cuda.amp.GradScaler) ----
+// f16 gradients underflow below 6e-8: the loss is multiplied by a scale
+// before backward, and the step divides the gradients by it again. A step
+// whose gradients hold Inf/NaN is skipped and the scale is multiplied by
+// backoff; after growth_interval good steps in a row it is multiplied by
+// growth. Usage per step:
+//   weft_tensor *sl = weft_grad_scaler_scale(gs, loss);
+//   weft_backward(sl, NULL, NULL);
+//   weft_grad_scaler_step(gs, opt, &stepped);  // unscale, check, step or skip, update
+typedef struct weft_grad_scaler weft_grad_scaler;
+// Zero arguments take PyTorch's defaults: 65536, 2.0, 0.5, 2000.
+weft_grad_scaler *weft_grad_scaler_create(double init_scale, double growth, double backoff, int growth_interval);
+void weft_grad_scaler_free(weft_grad_scaler *gs);
+weft_tensor *weft_grad_scaler_scale(weft_grad_scaler *gs, weft_tensor *loss); // loss * scale (new tensor)
+// Divides every gradient of opt's parameters by the scale, steps opt unless a
+// gradient is not finite, and updates the scale. *stepped (may be NULL) says
+// whether opt stepped. Gradients are left unscaled either way.
+weft_status weft_grad_scaler_step(weft_grad_scaler *gs, weft_optim *opt, bool *stepped);
+double weft_grad_scaler_get_scale(const weft_grad_scaler *gs);
 
 // ---- gradient clipping ----
 // torch.nn.utils.clip_grad_norm_: the L2 norm over all gradients of params

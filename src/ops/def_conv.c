@@ -225,7 +225,8 @@ static weft_status bw_conv2d_bw_bias(const weft_bw_args *b) {
 }
 
 #define K_CPU(fn) .kernel = {[WEFT_CPU] = {fn, WEFT_DT_FLOAT}}
-weft_op_def weft_op_conv2d = {.name = "conv2d", .n_in = -1, .n_out = 1, .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1),
+weft_op_def weft_op_conv2d = {.name = "conv2d", .n_in = -1, .n_out = 1, .flags = WEFT_OPF_AUTOCAST,
+                              .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1),
                               .infer = infer_conv2d, .backward = bw_conv2d, K_CPU(weft_cpu_conv2d)};
 weft_op_def weft_op_conv2d_backward_input = {.name = "conv2d_backward_input", .n_in = 2, .n_out = 1,
                                              .save = WEFT_SAVE_ALL_IN, .infer = infer_conv2d_bw_input,

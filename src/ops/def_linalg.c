@@ -18,7 +18,8 @@ static weft_status infer_matmul(const weft_op_args *a, weft_out_meta *o) {
     const weft_tensor *x = a->in[0], *y = a->in[1];
     weft_status st = weft_check_same_dtype("matmul", 2, a->in);
     if (st) return st;
-    if ((st = weft_check_dtype("matmul", x, WEFT_DT_FLOAT, "the first operand"))) return st;
+    if ((st = weft_check_dtype("matmul", x, WEFT_DT_FLOAT | WEFT_DT(WEFT_BF16) | WEFT_DT(WEFT_F16), "the first operand")))
+        return st;
     const weft_attrs *at = a->attrs;
     if (at && (at->i[0] < 0 || at->i[0] > 1 || at->i[1] < 0 || at->i[1] > 1))
         return weft_error(WEFT_ERR_ARG, "matmul: trans_a / trans_b must be 0 or 1 (got %lld, %lld)",
@@ -117,9 +118,11 @@ static weft_status bw_matmul(const weft_bw_args *b) {
     return WEFT_OK;
 }
 
-weft_op_def weft_op_matmul = {.name = "matmul", .n_in = 2, .n_out = 1, .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1),
-                              .infer = infer_matmul, .backward = bw_matmul,
-                              .kernel = {[WEFT_CPU] = {weft_cpu_matmul, WEFT_DT_FLOAT}}};
+// bf16 / f16 operands (mixed precision): products of the operands' values
+// summed in f32, the result rounded once to the operands' dtype.
+weft_op_def weft_op_matmul = {.name = "matmul", .n_in = 2, .n_out = 1, .flags = WEFT_OPF_AUTOCAST,
+                              .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1), .infer = infer_matmul, .backward = bw_matmul,
+                              .kernel = {[WEFT_CPU] = {weft_cpu_matmul, WEFT_DT_FLOAT | WEFT_DT(WEFT_BF16) | WEFT_DT(WEFT_F16)}}};
 
 weft_tensor *weft_matmul(weft_tensor *a, weft_tensor *b) {
     if (!a || !b) return weft_error_null_input("matmul");

@@ -44,10 +44,66 @@ static const weft_kernel *find_kernel(const weft_op_def *op, weft_tensor *const 
     return NULL;
 }
 
+// ---- mixed precision (autocast) ----
+static _Thread_local weft_dtype tl_autocast = WEFT_F32; // WEFT_F32: off
+
+weft_status weft_autocast_set(weft_dtype dt) {
+    if (dt != WEFT_F32 && dt != WEFT_BF16 && dt != WEFT_F16)
+        return weft_error(WEFT_ERR_DTYPE, "autocast: %s is not a mixed-precision dtype (bf16, f16, or f32 = off)",
+                          weft_dtype_name(dt));
+    tl_autocast = dt;
+    return WEFT_OK;
+}
+weft_dtype weft_autocast_get(void) { return tl_autocast; }
+
+// An op marked WEFT_OPF_AUTOCAST whose float inputs are all f32, on a device
+// with a kernel for the autocast dtype: cast them down, run, cast the
+// outputs back up. Casts are ordinary ops, so autograd sends f32 gradients to
+// f32 parameters (the optimiser's master weights) through them, and graph
+// tracing records them. Returns 1 when it did not apply (run as usual).
+static int autocast_apply(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
+                          weft_tensor **out, weft_status *st) {
+    weft_dtype lo = tl_autocast;
+    bool any = false;
+    for (int i = 0; i < n_in; i++) {
+        if (!in[i]) return 1;
+        if (in[i]->dtype == WEFT_F32) any = true;
+        else if (weft_dtype_is_float((weft_dtype)in[i]->dtype)) return 1; // f64 or already low: leave alone
+    }
+    const weft_kernel *k = &op->kernel[in[0]->device.type];
+    if (!any || n_in > 8 || !k->fn || !(k->dtypes & WEFT_DT(lo))) return 1;
+    weft_tensor *low[8], *tmp[WEFT_MAX_OP_OUT] = {0};
+    int n_low = 0;
+    *st = WEFT_OK;
+    for (; n_low < n_in && *st == WEFT_OK; n_low++) {
+        low[n_low] = in[n_low]->dtype == WEFT_F32 ? weft_cast(in[n_low], lo) : weft_tensor_ref(in[n_low]);
+        if (!low[n_low]) *st = weft_last_status();
+    }
+    if (*st == WEFT_OK) *st = weft_op_apply(op, n_in, low, attrs, tmp);
+    for (int j = 0; j < op->n_out; j++) {
+        out[j] = NULL;
+        if (*st == WEFT_OK)
+            out[j] = tmp[j]->dtype == lo ? weft_cast(tmp[j], WEFT_F32) : weft_tensor_ref(tmp[j]);
+        if (*st == WEFT_OK && !out[j]) *st = weft_last_status();
+    }
+    for (int j = 0; j < op->n_out; j++) weft_tensor_free(tmp[j]);
+    for (int i = 0; i < n_low; i++) weft_tensor_free(low[i]);
+    if (*st != WEFT_OK)
+        for (int j = 0; j < op->n_out; j++) {
+            weft_tensor_free(out[j]);
+            out[j] = NULL;
+        }
+    return 0;
+}
+
 weft_status weft_op_apply(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
                           weft_tensor **out) {
     if (!attrs) attrs = &k_zero_attrs;
     for (int j = 0; j < op->n_out; j++) out[j] = NULL;
+    weft_status ast;
+    if (WEFT_UNLIKELY(tl_autocast != WEFT_F32) && (op->flags & WEFT_OPF_AUTOCAST) &&
+        autocast_apply(op, n_in, in, attrs, out, &ast) == 0)
+        return ast;
     weft_device dev;
     weft_op_args args = {.op = op, .n_in = n_in, .in = in, .attrs = attrs, .n_out = op->n_out, .out = out};
     weft_out_meta meta[WEFT_MAX_OP_OUT];

@@ -90,6 +90,10 @@ enum {
     // element i of output j and nothing else there. The graph executor uses
     // it to write an update straight into the variable it is assigned to.
     WEFT_OPF_INPLACE = 16,
+    // Mixed precision: under weft_autocast_set(WEFT_BF16 / WEFT_F16) the
+    // dispatcher runs this op on its f32 inputs cast to that dtype, where the
+    // device has a kernel for it, and casts the outputs back to f32 (matmul, conv2d).
+    WEFT_OPF_AUTOCAST = 32,
 };
 
 #define WEFT_SAVE_IN(i) (1u << (i))

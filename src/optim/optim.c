@@ -338,6 +338,9 @@ void weft_optim_set_lr(weft_optim *opt, double lr) {
 weft_optim_kind weft_optim_get_kind(const weft_optim *opt) { return opt ? opt->o.kind : WEFT_OPTIM_NUM_KINDS; }
 const weft_optim_opts *weft_optim_get_opts(const weft_optim *opt) { return opt ? &opt->o : NULL; }
 int weft_optim_param_count(const weft_optim *opt) { return opt ? opt->n : 0; }
+weft_tensor *weft_optim_param_at(const weft_optim *opt, int i) {
+    return opt && i >= 0 && i < opt->n ? opt->p[i].param : NULL;
+}
 int64_t weft_optim_step_count(const weft_optim *opt) { return opt ? opt->steps : 0; }
 void weft_optim_set_step_count(weft_optim *opt, int64_t steps) {
     if (opt) opt->steps = steps;

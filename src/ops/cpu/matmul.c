@@ -117,8 +117,35 @@ static void batch_gemm(weft_dtype dt, const mat_view *va, const mat_view *vb, in
     gemm(dt, va, vb, M, N, K, pa + oa * esz, pb + ob * esz, pc + i * M * N * esz);
 }
 
+weft_status weft_cpu_matmul(const weft_op_args *args);
+
+// bf16 / f16: no half GEMM in OpenBLAS's portable API, so the operands are
+// widened to f32 (exact), multiplied by sgemm and the result rounded once.
+static weft_status half_matmul(const weft_op_args *args) {
+    weft_tensor *out = args->out[0];
+    weft_tensor *a = weft_tensor_new(args->in[0]->ndim, args->in[0]->sizes, WEFT_F32, WEFT_DEVICE_CPU);
+    weft_tensor *b = weft_tensor_new(args->in[1]->ndim, args->in[1]->sizes, WEFT_F32, WEFT_DEVICE_CPU);
+    weft_tensor *c = weft_tensor_new(out->ndim, out->sizes, WEFT_F32, WEFT_DEVICE_CPU);
+    weft_status st = a && b && c ? WEFT_OK : WEFT_ERR_OOM;
+    if (st == WEFT_OK) st = weft_cpu_copy(a, args->in[0]);
+    if (st == WEFT_OK) st = weft_cpu_copy(b, args->in[1]);
+    if (st == WEFT_OK) {
+        weft_tensor *in[2] = {a, b};
+        weft_op_args f = *args;
+        f.in = in;
+        f.out = &c;
+        st = weft_cpu_matmul(&f);
+    }
+    if (st == WEFT_OK) st = weft_cpu_copy(out, c);
+    weft_tensor_free(a);
+    weft_tensor_free(b);
+    weft_tensor_free(c);
+    return st == WEFT_ERR_OOM ? weft_error(WEFT_ERR_OOM, "matmul: out of memory widening half operands") : st;
+}
+
 weft_status weft_cpu_matmul(const weft_op_args *args) {
     weft_tensor *out = args->out[0];
+    if (out->dtype == WEFT_BF16 || out->dtype == WEFT_F16) return half_matmul(args);
     int nd = out->ndim, nb = nd - 2;
     int64_t M = out->sizes[nb], N = out->sizes[nb + 1];
     bool ta = args->attrs && args->attrs->i[0], tb = args->attrs && args->attrs->i[1];

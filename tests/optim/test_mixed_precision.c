@@ -1,0 +1,163 @@
+// Mixed precision on the CPU: bf16/f16 matmul (widened operands, one
+// rounding), autocast (matmul runs in the low dtype, f32 in and out, f32
+// gradients for f32 parameters), and the f16 loss scaler (unscale, skip on
+// overflow, back off, grow).
+#include <math.h>
+#include <stdlib.h>
+
+#include "weft_test.h"
+
+static weft_tensor *rand32(int64_t r, int64_t c, uint64_t seed, bool grad) {
+    weft_tensor *t64 = wt_rand64(2, (int64_t[]){r, c}, -2, 2, seed, false), *t = weft_cast(t64, WEFT_F32);
+    weft_tensor_free(t64);
+    if (grad) weft_tensor_set_requires_grad(t, true);
+    return t;
+}
+
+// Reference: each product of the rounded operands summed in double, then rounded to lo.
+static void test_half_matmul(void) {
+    weft_dtype lows[2] = {WEFT_BF16, WEFT_F16};
+    for (int l = 0; l < 2; l++) {
+        weft_dtype lo = lows[l];
+        weft_tensor *a = rand32(13, 37, 1, false), *b = rand32(37, 9, 2, false);
+        weft_tensor *al = weft_cast(a, lo), *bl = weft_cast(b, lo);
+        weft_tensor *bt = weft_transpose(wt_keep(weft_tensor_contiguous(wt_keep(weft_transpose(bl, 0, 1)))), 0, 1);
+        weft_tensor *c = weft_matmul(al, bt); // b through a transposed view
+        CHECK(c && weft_tensor_dtype(c) == lo);
+        double av[13 * 37], bv[37 * 9], cv[13 * 9];
+        weft_tensor_to_f64(al, av, 13 * 37);
+        weft_tensor_to_f64(bl, bv, 37 * 9);
+        weft_tensor_to_f64(c, cv, 13 * 9);
+        int bad = 0;
+        for (int i = 0; i < 13; i++)
+            for (int j = 0; j < 9; j++) {
+                double s = 0;
+                for (int k = 0; k < 37; k++) s += av[i * 37 + k] * bv[k * 9 + j];
+                float f = (float)s; // the f32 sum may differ from the f64 one in its last bits only
+                double want = lo == WEFT_BF16 ? weft_bf16_to_f32(weft_f32_to_bf16(f)) : weft_f16_to_f32(weft_f32_to_f16(f));
+                double ulp = fabs(want) * (lo == WEFT_BF16 ? 1.0 / 128 : 1.0 / 1024) + 1e-6;
+                if (fabs(cv[i * 9 + j] - want) > ulp) bad++;
+            }
+        CHECK(bad == 0);
+        weft_tensor *objs[] = {a, b, al, bl, bt, c};
+        for (int i = 0; i < 6; i++) weft_tensor_free(objs[i]);
+        wt_drop_all();
+    }
+}
+
+// Under autocast, matmul(x, w) on f32 equals cast(matmul(cast(x), cast(w)), f32)
+// bit for bit, and so do the gradients, which arrive as f32.
+static void test_autocast_matmul(void) {
+    weft_tensor *x = rand32(8, 33, 3, true), *w = rand32(33, 5, 4, true);
+    weft_tensor *x2 = rand32(8, 33, 3, true), *w2 = rand32(33, 5, 4, true);
+    CHECK(weft_autocast_set(WEFT_BF16) == WEFT_OK && weft_autocast_get() == WEFT_BF16);
+    weft_tensor *y = weft_matmul(x, w);
+    CHECK(weft_autocast_set(WEFT_F32) == WEFT_OK);
+    CHECK(y && weft_tensor_dtype(y) == WEFT_F32);
+    weft_tensor *ref = wt_keep(weft_cast(wt_keep(weft_matmul(wt_keep(weft_cast(x2, WEFT_BF16)), wt_keep(weft_cast(w2, WEFT_BF16)))), WEFT_F32));
+    wt_check_same("autocast forward", y, ref, 0);
+    weft_tensor *plain = wt_keep(weft_matmul(x2, w2));
+    double d = 0, yv[40], pv[40];
+    weft_tensor_to_f64(y, yv, 40);
+    weft_tensor_to_f64(plain, pv, 40);
+    for (int i = 0; i < 40; i++) d = fmax(d, fabs(yv[i] - pv[i]));
+    CHECK(d > 0); // it really ran in bf16
+    CHECK(weft_backward(wt_keep(weft_sum(y, 0, NULL, false)), NULL, NULL) == WEFT_OK);
+    CHECK(weft_backward(wt_keep(weft_sum(ref, 0, NULL, false)), NULL, NULL) == WEFT_OK);
+    CHECK(weft_tensor_dtype(weft_tensor_grad(x)) == WEFT_F32 && weft_tensor_dtype(weft_tensor_grad(w)) == WEFT_F32);
+    wt_check_same("autocast grad x", weft_tensor_grad(x), weft_tensor_grad(x2), 0);
+    wt_check_same("autocast grad w", weft_tensor_grad(w), weft_tensor_grad(w2), 0);
+    // f64 inputs and ops without a low-precision kernel are left alone
+    weft_autocast_set(WEFT_F16);
+    weft_tensor *x64 = wt_keep(weft_cast(x2, WEFT_F64)), *w64 = wt_keep(weft_cast(w2, WEFT_F64));
+    weft_tensor *y64 = wt_keep(weft_matmul(x64, w64));
+    CHECK(y64 && weft_tensor_dtype(y64) == WEFT_F64);
+    weft_tensor *img = wt_keep(weft_tensor_ones(WEFT_DIMS(1, 2, 5, 5), WEFT_F32)), *k = wt_keep(weft_tensor_full(WEFT_DIMS(3, 2, 3, 3), WEFT_F32, 0.1));
+    weft_tensor *cv = wt_keep(weft_conv2d(img, k, NULL, &(weft_conv2d_params){0}));
+    weft_autocast_set(WEFT_F32);
+    weft_tensor *cv_ref = wt_keep(weft_conv2d(img, k, NULL, &(weft_conv2d_params){0}));
+    wt_check_same("conv2d without a half kernel", cv, cv_ref, 0);
+    CHECK(weft_autocast_set(WEFT_I32) != WEFT_OK && wt_error_has("autocast"));
+    weft_tensor *objs[] = {x, w, x2, w2, y};
+    for (int i = 0; i < 5; i++) weft_tensor_free(objs[i]);
+    wt_drop_all();
+}
+
+// Loss scaling: the scaled step equals the unscaled one (scale a power of
+// two: exact), an Inf gradient skips the step and halves the scale, and
+// growth_interval good steps double it.
+static void test_grad_scaler(void) {
+    weft_tensor *p = rand32(4, 4, 5, true), *q = rand32(4, 4, 5, true);
+    weft_optim_opts o = weft_optim_defaults(WEFT_OPTIM_SGD);
+    o.lr = 0.1;
+    weft_optim *op = weft_optim_create(&o, 1, &p, NULL), *oq = weft_optim_create(&o, 1, &q, NULL);
+    weft_grad_scaler *gs = weft_grad_scaler_create(1024, 2, 0.5, 2);
+    CHECK(gs && op && oq);
+    bool stepped = false;
+    for (int step = 0; step < 2; step++) {
+        weft_tensor *lp = wt_keep(weft_sum(wt_keep(weft_mul(p, p)), 0, NULL, false));
+        weft_tensor *lq = wt_keep(weft_sum(wt_keep(weft_mul(q, q)), 0, NULL, false));
+        weft_tensor *sl = wt_keep(weft_grad_scaler_scale(gs, lp));
+        CHECK_NEAR(weft_tensor_item(sl), weft_tensor_item(lp) * weft_grad_scaler_get_scale(gs), 1e-6);
+        CHECK(weft_backward(sl, NULL, NULL) == WEFT_OK && weft_backward(lq, NULL, NULL) == WEFT_OK);
+        CHECK(weft_grad_scaler_step(gs, op, &stepped) == WEFT_OK && stepped);
+        CHECK(weft_optim_step(oq) == WEFT_OK);
+        wt_check_same("scaled step == plain step", p, q, 0);
+        weft_optim_zero_grad(op);
+        weft_optim_zero_grad(oq);
+        wt_drop_all();
+    }
+    CHECK_NEAR(weft_grad_scaler_get_scale(gs), 2048, 0); // grew after 2 good steps
+    // an overflowing gradient: step skipped, parameters unchanged, scale halved
+    weft_tensor *before = wt_keep(weft_tensor_clone(p));
+    weft_tensor *inf = wt_keep(weft_tensor_full(WEFT_DIMS(4, 4), WEFT_F32, INFINITY));
+    weft_tensor_set_grad(p, inf);
+    CHECK(weft_grad_scaler_step(gs, op, &stepped) == WEFT_OK && !stepped);
+    wt_check_same("skipped step", p, before, 0);
+    CHECK_NEAR(weft_grad_scaler_get_scale(gs), 1024, 0);
+    CHECK(weft_grad_scaler_create(-1, 2, 0.5, 1) == NULL && wt_error_has("grad_scaler"));
+    weft_grad_scaler_free(gs);
+    weft_optim_free(op);
+    weft_optim_free(oq);
+    weft_tensor_free(p);
+    weft_tensor_free(q);
+    wt_drop_all();
+}
+
+// A small f16-autocast regression trained with loss scaling: the loss falls
+// and the master weights stay f32.
+static void test_train_f16(void) {
+    weft_tensor *x = rand32(64, 8, 6, false), *wtrue = rand32(8, 1, 7, false), *w = rand32(8, 1, 8, true);
+    weft_tensor *y = weft_matmul(x, wtrue);
+    weft_optim_opts o = weft_optim_defaults(WEFT_OPTIM_ADAM);
+    o.lr = 0.05;
+    weft_optim *opt = weft_optim_create(&o, 1, &w, NULL);
+    weft_grad_scaler *gs = weft_grad_scaler_create(0, 0, 0, 0);
+    double first = 0, last = 0;
+    for (int s = 0; s < 60; s++) {
+        weft_autocast_set(WEFT_F16);
+        weft_tensor *pred = wt_keep(weft_matmul(x, w));
+        weft_autocast_set(WEFT_F32);
+        weft_tensor *d = wt_keep(weft_sub(pred, y)), *l = wt_keep(weft_mean(wt_keep(weft_mul(d, d)), 0, NULL, false));
+        if (s == 0) first = weft_tensor_item(l);
+        last = weft_tensor_item(l);
+        CHECK(weft_backward(wt_keep(weft_grad_scaler_scale(gs, l)), NULL, NULL) == WEFT_OK);
+        CHECK(weft_grad_scaler_step(gs, opt, NULL) == WEFT_OK);
+        weft_optim_zero_grad(opt);
+        wt_drop_all();
+    }
+    CHECK(weft_tensor_dtype(w) == WEFT_F32);
+    CHECK(last < 0.01 * first);
+    weft_grad_scaler_free(gs);
+    weft_optim_free(opt);
+    weft_tensor *objs[] = {x, wtrue, w, y};
+    for (int i = 0; i < 4; i++) weft_tensor_free(objs[i]);
+}
+
+int main(void) {
+    RUN(test_half_matmul);
+    RUN(test_autocast_matmul);
+    RUN(test_grad_scaler);
+    RUN(test_train_f16);
+    return wt_summary();
+}
