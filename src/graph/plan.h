@@ -33,8 +33,6 @@ void weft_plan_free(weft_plan *p);
 weft_tensor *weft_plan_tensor_at(weft_tensor *arena, int64_t byte_offset, int ndim, const int64_t *sizes,
                                  weft_dtype dt);
 
-// Run a non-view op into preallocated outputs (src/ops/dispatch.c).
-weft_status weft_op_apply_into(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
-                               weft_tensor *const *out);
+// weft_op_apply_into (runs an op into preallocated outputs): declared in ops/op.h.
 
 #endif

@@ -120,6 +120,12 @@ typedef struct weft_op_def {
 // out receives op->n_out new references. attrs may be NULL (all zero).
 weft_status weft_op_apply(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
                           weft_tensor **out);
+// Run a non-view op into caller-provided contiguous outputs of exactly the
+// inferred shape and dtype (no allocation, no autograd recording, no
+// tracing): the graph executor's memory plan, and in-place optimiser updates
+// of device parameters (an op flagged WEFT_OPF_INPLACE may get out[j] == in[j]).
+weft_status weft_op_apply_into(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
+                               weft_tensor *const *out);
 // Single-output convenience: returns the output or NULL.
 weft_tensor *weft_op_apply1(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs);
 // Look an op up by name (graph files, model files); NULL if unknown.

@@ -52,6 +52,7 @@ static void vsqrt_f64(int n, double *x) {
 
 #define T float
 #define SFX f32
+#include "optim_device.h"
 #include "optim_kernels.h"
 #undef T
 #undef SFX
@@ -192,8 +193,10 @@ weft_optim *weft_optim_create(const weft_optim_opts *o, int n, weft_tensor *cons
         if (t->dtype != WEFT_F32 && t->dtype != WEFT_F64)
             return weft_error_null(WEFT_ERR_DTYPE, "%s: parameter %d '%s' is %s (need f32 or f64)", k, i, nm,
                                    weft_dtype_name((weft_dtype)t->dtype));
-        if (t->device.type != WEFT_CPU)
-            return weft_error_null(WEFT_ERR_DEVICE, "%s: parameter %d '%s' is not on the CPU", k, i, nm);
+        if (t->device.type != WEFT_CPU && !weft_optim_device_supports(o))
+            return weft_error_null(WEFT_ERR_DEVICE,
+                                   "%s: parameter %d '%s' is not on the CPU (on a device: sgd, adam and adamw "
+                                   "without amsgrad)", k, i, nm);
         if (!weft_tensor_is_contiguous(t))
             return weft_error_null(WEFT_ERR_ARG, "%s: parameter %d '%s' is not contiguous", k, i, nm);
         for (int j = 0; j < i; j++) {
@@ -231,6 +234,11 @@ weft_optim *weft_optim_create(const weft_optim_opts *o, int n, weft_tensor *cons
                 // AdaGrad's sum starts at initial_accumulator_value (eagerly, as PyTorch); the rest at 0.
                 double init = o->kind == WEFT_OPTIM_ADAGRAD ? o->initial_accumulator_value : 0;
                 p->slot[s] = weft_tensor_full(p->param->ndim, p->param->sizes, (weft_dtype)p->param->dtype, init);
+                if (p->slot[s] && !weft_device_equal(p->slot[s]->device, p->param->device)) { // state beside its parameter
+                    weft_tensor *d = weft_tensor_to(p->slot[s], p->param->device);
+                    weft_tensor_free(p->slot[s]);
+                    p->slot[s] = d;
+                }
             }
             ok = p->slot[s] != NULL;
             opt->state_index[2 * si] = i, opt->state_index[2 * si + 1] = s;
@@ -259,10 +267,15 @@ void weft_optim_free(weft_optim *opt) {
 // ---- the update ----
 #define SLOT_PTR(T, p, s) ((p)->slot[s] ? WEFT_PTR(T, (p)->slot[s]) : NULL)
 
-static void update_one(weft_optim *opt, oparam *p, const weft_tensor *g) {
+static weft_status update_one(weft_optim *opt, oparam *p, const weft_tensor *g) {
     const weft_optim_opts *o = &opt->o;
-    int64_t *stepp = WEFT_PTR(int64_t, p->slot[SLOT_STEP]);
+    int64_t *stepp = WEFT_PTR(int64_t, p->slot[SLOT_STEP]); // a host scalar on every device
     int64_t step = ++*stepp; // this parameter's update count, 1 on its first update
+    if (p->param->device.type != WEFT_CPU) {
+        weft_status st = weft_optim_device_update(o, p->param, g, p->slot[0], p->slot[1], step);
+        if (st != WEFT_OK) --*stepp;
+        return st;
+    }
     int64_t n = p->param->numel;
     bool f32 = p->param->dtype == WEFT_F32;
     void *pp = weft_tensor_ptr(p->param);
@@ -297,6 +310,7 @@ static void update_one(weft_optim *opt, oparam *p, const weft_tensor *g) {
         break;
     }
     }
+    return WEFT_OK;
 }
 
 weft_status weft_optim_step(weft_optim *opt) {
@@ -305,7 +319,7 @@ weft_status weft_optim_step(weft_optim *opt) {
     for (int i = 0; i < opt->n; i++) {
         const weft_tensor *t = opt->p[i].param, *g = t->grad;
         if (g && (g->dtype != t->dtype || !weft_shape_equal(g->ndim, g->sizes, t->ndim, t->sizes) ||
-                  g->device.type != WEFT_CPU)) {
+                  !weft_device_equal(g->device, t->device))) {
             char a[96], b[96];
             return weft_error(WEFT_ERR_SHAPE, "%s: gradient of '%s' is %s %s, expected %s %s", opt->kind,
                               opt->p[i].name, weft_dtype_name((weft_dtype)g->dtype), weft_tensor_shape_str(g, a, sizeof a),
@@ -319,8 +333,9 @@ weft_status weft_optim_step(weft_optim *opt) {
         // A stolen gradient may be a strided view: read a contiguous copy.
         weft_tensor *gc = weft_tensor_is_contiguous(g) ? weft_tensor_ref(g) : weft_tensor_contiguous(g);
         if (!gc) return weft_error(weft_last_status(), "%s: %s", opt->kind, weft_last_error());
-        update_one(opt, p, gc);
+        weft_status st = update_one(opt, p, gc);
         weft_tensor_free(gc);
+        if (st != WEFT_OK) return weft_error(st, "%s: parameter '%s': %s", opt->kind, p->name, weft_last_error());
     }
     opt->steps++;
     return WEFT_OK;
