@@ -4,4 +4,5 @@
 void weft_cuda_register_kernels(void) {
     weft_cuda_register_copy();
     weft_cuda_register_linalg();
+    weft_cuda_register_elementwise();
 }

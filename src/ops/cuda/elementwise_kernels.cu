@@ -1,0 +1,341 @@
+// Elementwise kernels: unary (with a scalar attribute), binary (broadcast,
+// comparisons give bool), and where. Each formula mirrors cpu/elementwise.c
+// expression for expression (f32 math in f32 with (float)sc, f64 in f64,
+// integer add/mul_scalar through int64, integer division by 0 gives 0,
+// maximum/minimum propagate a NaN in either operand).
+//
+// One kernel template per (variant, dtype), the variant a template
+// parameter so each instantiation is a straight loop; two shapes of loop:
+// - *_contig: every operand contiguous with out's shape: index i directly;
+// - *_strided: per operand a kind (contiguous / one scalar / strided, the
+//   same for every thread, so the branch is uniform) and weft_cu_offset only
+//   for the strided ones.
+#include "cu_common.cuh"
+#include "elementwise_kernels.h"
+
+namespace { // file-local: other kernel files may use the same helper names
+
+// ---- math, by type (f32 calls the f suffixed functions, as the CPU does) ----
+template <typename T> struct is_fp { static constexpr bool value = false; };
+template <> struct is_fp<float> { static constexpr bool value = true; };
+template <> struct is_fp<double> { static constexpr bool value = true; };
+
+__device__ __forceinline__ float m_exp(float v) { return expf(v); }
+__device__ __forceinline__ double m_exp(double v) { return exp(v); }
+__device__ __forceinline__ float m_log(float v) { return logf(v); }
+__device__ __forceinline__ double m_log(double v) { return log(v); }
+__device__ __forceinline__ float m_sqrt(float v) { return sqrtf(v); }
+__device__ __forceinline__ double m_sqrt(double v) { return sqrt(v); }
+__device__ __forceinline__ float m_sin(float v) { return sinf(v); }
+__device__ __forceinline__ double m_sin(double v) { return sin(v); }
+__device__ __forceinline__ float m_cos(float v) { return cosf(v); }
+__device__ __forceinline__ double m_cos(double v) { return cos(v); }
+__device__ __forceinline__ float m_tanh(float v) { return tanhf(v); }
+__device__ __forceinline__ double m_tanh(double v) { return tanh(v); }
+__device__ __forceinline__ float m_erf(float v) { return erff(v); }
+__device__ __forceinline__ double m_erf(double v) { return erf(v); }
+__device__ __forceinline__ float m_fabs(float v) { return fabsf(v); }
+__device__ __forceinline__ double m_fabs(double v) { return fabs(v); }
+__device__ __forceinline__ float m_pow(float a, float b) { return powf(a, b); }
+__device__ __forceinline__ double m_pow(double a, double b) { return pow(a, b); }
+
+// GELU, exact (erf) form: 0.5 x (1 + erf(x / sqrt 2)); its derivative
+// Phi(x) + x phi(x). (The CPU's f32 erf is a polynomial within 1.5e-7 of
+// erff; f32 results agree to that.)
+template <typename T> __device__ __forceinline__ T gelu(T x) {
+    return (T)0.5 * x * ((T)1 + m_erf(x * (T)0.70710678118654752440));
+}
+template <typename T> __device__ __forceinline__ T gelu_grad(T x) {
+    return (T)0.5 * ((T)1 + m_erf(x * (T)0.70710678118654752440)) +
+           x * m_exp((T)-0.5 * x * x) * (T)0.3989422804014327;
+}
+
+// ---- the formulas ----
+template <int OP, typename T> __device__ __forceinline__ T unary_op(T v, double sc) {
+    constexpr bool fp = is_fp<T>::value;
+    if constexpr (OP == WEFT_CU_EW_NEG) return (T)(-v);
+    else if constexpr (OP == WEFT_CU_EW_ABS) {
+        if constexpr (fp) return m_fabs(v);
+        else return v < 0 ? (T)(-v) : v;
+    } else if constexpr (OP == WEFT_CU_EW_SIGN) return (T)((v > 0) - (v < 0));
+    else if constexpr (OP == WEFT_CU_EW_EXP) return m_exp(v);
+    else if constexpr (OP == WEFT_CU_EW_LOG) return m_log(v);
+    else if constexpr (OP == WEFT_CU_EW_SQRT) return m_sqrt(v);
+    else if constexpr (OP == WEFT_CU_EW_RSQRT) return (T)1 / m_sqrt(v);
+    else if constexpr (OP == WEFT_CU_EW_SIN) return m_sin(v);
+    else if constexpr (OP == WEFT_CU_EW_COS) return m_cos(v);
+    else if constexpr (OP == WEFT_CU_EW_TANH) return m_tanh(v);
+    else if constexpr (OP == WEFT_CU_EW_SIGMOID) return (T)1 / ((T)1 + m_exp(-v));
+    else if constexpr (OP == WEFT_CU_EW_RELU) return v > 0 ? v : (T)0;
+    else if constexpr (OP == WEFT_CU_EW_GELU) return gelu(v);
+    else if constexpr (OP == WEFT_CU_EW_GELU_GRAD) return gelu_grad(v);
+    else if constexpr (OP == WEFT_CU_EW_SILU) return v / ((T)1 + m_exp(-v));
+    else if constexpr (OP == WEFT_CU_EW_POW_SCALAR) return m_pow(v, (T)sc);
+    else if constexpr (OP == WEFT_CU_EW_ADD_SCALAR) {
+        if constexpr (fp) return v + (T)sc;
+        else return (T)(v + (int64_t)sc);
+    } else if constexpr (OP == WEFT_CU_EW_MUL_SCALAR) {
+        if constexpr (fp) return v * (T)sc;
+        else return (T)(v * (int64_t)sc);
+    } else static_assert(OP < 0, "not a unary variant");
+}
+
+template <int OP> struct is_cmp {
+    static constexpr bool value = OP == WEFT_CU_EW_EQ || OP == WEFT_CU_EW_NE || OP == WEFT_CU_EW_LT ||
+                                  OP == WEFT_CU_EW_LE || OP == WEFT_CU_EW_GT || OP == WEFT_CU_EW_GE;
+};
+// The output element type: bool (stored as a byte) for comparisons.
+template <int OP, typename T> struct bin_out { using type = T; };
+#define CMP_OUT(OP) template <typename T> struct bin_out<OP, T> { using type = uint8_t; };
+CMP_OUT(WEFT_CU_EW_EQ) CMP_OUT(WEFT_CU_EW_NE) CMP_OUT(WEFT_CU_EW_LT)
+CMP_OUT(WEFT_CU_EW_LE) CMP_OUT(WEFT_CU_EW_GT) CMP_OUT(WEFT_CU_EW_GE)
+#undef CMP_OUT
+
+template <typename T> __device__ __forceinline__ bool is_nan(T v) {
+    if constexpr (is_fp<T>::value) return v != v;
+    else return false;
+}
+
+template <int OP, typename T> __device__ __forceinline__ typename bin_out<OP, T>::type binary_op(T a, T b) {
+    if constexpr (OP == WEFT_CU_EW_ADD) return (T)(a + b);
+    else if constexpr (OP == WEFT_CU_EW_SUB) return (T)(a - b);
+    else if constexpr (OP == WEFT_CU_EW_MUL) return (T)(a * b);
+    else if constexpr (OP == WEFT_CU_EW_DIV) {
+        if constexpr (is_fp<T>::value) return a / b;
+        else return b ? (T)(a / b) : (T)0;
+    } else if constexpr (OP == WEFT_CU_EW_POW) return m_pow(a, b);
+    else if constexpr (OP == WEFT_CU_EW_MAXIMUM) return (a > b || is_nan(a)) ? a : b;
+    else if constexpr (OP == WEFT_CU_EW_MINIMUM) return (a < b || is_nan(a)) ? a : b;
+    else if constexpr (OP == WEFT_CU_EW_EQ) return (uint8_t)(a == b);
+    else if constexpr (OP == WEFT_CU_EW_NE) return (uint8_t)(a != b);
+    else if constexpr (OP == WEFT_CU_EW_LT) return (uint8_t)(a < b);
+    else if constexpr (OP == WEFT_CU_EW_LE) return (uint8_t)(a <= b);
+    else if constexpr (OP == WEFT_CU_EW_GT) return (uint8_t)(a > b);
+    else if constexpr (OP == WEFT_CU_EW_GE) return (uint8_t)(a >= b);
+    else if constexpr (OP == WEFT_CU_EW_RELU_BW) return b > 0 ? a : (T)0; // a = gradient, b = relu's input
+    else static_assert(OP < 0, "not a binary variant");
+}
+
+// ---- operand kinds ----
+enum { K_CONTIG, K_SCALAR, K_STRIDED };
+
+int kind_of(const weft_cu_tensor &t) {
+    if (weft_cu_contiguous(t)) return K_CONTIG;
+    for (int d = 0; d < t.ndim; d++)
+        if (t.sizes[d] != 1 && t.strides[d] != 0) return K_STRIDED;
+    return K_SCALAR;
+}
+
+__device__ __forceinline__ int64_t at(const weft_cu_tensor &t, int kind, int64_t i) {
+    return kind == K_CONTIG ? i : kind == K_SCALAR ? 0 : weft_cu_offset(t, i);
+}
+
+// ---- unary ----
+template <int OP, typename T>
+__global__ void __launch_bounds__(WEFT_CU_THREADS) unary_contig(T *o, const T *x, int64_t n, double sc) {
+    WEFT_CU_GRID_LOOP(i, n) o[i] = unary_op<OP, T>(x[i], sc);
+}
+
+template <int OP, typename T>
+__global__ void __launch_bounds__(WEFT_CU_THREADS)
+    unary_strided(weft_cu_tensor out, weft_cu_tensor in, int ko, int ki, double sc) {
+    T *o = (T *)out.data;
+    const T *x = (const T *)in.data;
+    WEFT_CU_GRID_LOOP(i, out.numel) o[at(out, ko, i)] = unary_op<OP, T>(x[at(in, ki, i)], sc);
+}
+
+template <int OP, typename T>
+cudaError_t unary_launch(const weft_cu_tensor &out, const weft_cu_tensor &in, double sc, cudaStream_t s) {
+    unsigned nb = weft_cu_blocks(out.numel);
+    int ko = kind_of(out), ki = kind_of(in);
+    if (ko == K_CONTIG && ki == K_CONTIG)
+        unary_contig<OP, T><<<nb, WEFT_CU_THREADS, 0, s>>>((T *)out.data, (const T *)in.data, out.numel, sc);
+    else
+        unary_strided<OP, T><<<nb, WEFT_CU_THREADS, 0, s>>>(out, in, ko, ki, sc);
+    return cudaGetLastError();
+}
+
+// Float-only variants (f32, f64) and numeric ones (also i32, i64), as the CPU tables.
+template <int OP>
+cudaError_t unary_float(const weft_cu_tensor &out, const weft_cu_tensor &in, double sc, cudaStream_t s) {
+    switch (in.dtype) {
+    case WEFT_CU_F32: return unary_launch<OP, float>(out, in, sc, s);
+    case WEFT_CU_F64: return unary_launch<OP, double>(out, in, sc, s);
+    default: return cudaErrorInvalidValue;
+    }
+}
+template <int OP>
+cudaError_t unary_num(const weft_cu_tensor &out, const weft_cu_tensor &in, double sc, cudaStream_t s) {
+    switch (in.dtype) {
+    case WEFT_CU_F32: return unary_launch<OP, float>(out, in, sc, s);
+    case WEFT_CU_F64: return unary_launch<OP, double>(out, in, sc, s);
+    case WEFT_CU_I32: return unary_launch<OP, int32_t>(out, in, sc, s);
+    case WEFT_CU_I64: return unary_launch<OP, int64_t>(out, in, sc, s);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+} // namespace
+
+extern "C" cudaError_t weft_cu_ew_unary(int op, weft_cu_tensor out, weft_cu_tensor in, double sc, cudaStream_t s) {
+    if (out.numel == 0) return cudaSuccess;
+    if (out.dtype != in.dtype) return cudaErrorInvalidValue;
+    switch (op) {
+    case WEFT_CU_EW_NEG: return unary_num<WEFT_CU_EW_NEG>(out, in, sc, s);
+    case WEFT_CU_EW_ABS: return unary_num<WEFT_CU_EW_ABS>(out, in, sc, s);
+    case WEFT_CU_EW_SIGN: return unary_num<WEFT_CU_EW_SIGN>(out, in, sc, s);
+    case WEFT_CU_EW_EXP: return unary_float<WEFT_CU_EW_EXP>(out, in, sc, s);
+    case WEFT_CU_EW_LOG: return unary_float<WEFT_CU_EW_LOG>(out, in, sc, s);
+    case WEFT_CU_EW_SQRT: return unary_float<WEFT_CU_EW_SQRT>(out, in, sc, s);
+    case WEFT_CU_EW_RSQRT: return unary_float<WEFT_CU_EW_RSQRT>(out, in, sc, s);
+    case WEFT_CU_EW_SIN: return unary_float<WEFT_CU_EW_SIN>(out, in, sc, s);
+    case WEFT_CU_EW_COS: return unary_float<WEFT_CU_EW_COS>(out, in, sc, s);
+    case WEFT_CU_EW_TANH: return unary_float<WEFT_CU_EW_TANH>(out, in, sc, s);
+    case WEFT_CU_EW_SIGMOID: return unary_float<WEFT_CU_EW_SIGMOID>(out, in, sc, s);
+    case WEFT_CU_EW_RELU: return unary_num<WEFT_CU_EW_RELU>(out, in, sc, s);
+    case WEFT_CU_EW_GELU: return unary_float<WEFT_CU_EW_GELU>(out, in, sc, s);
+    case WEFT_CU_EW_GELU_GRAD: return unary_float<WEFT_CU_EW_GELU_GRAD>(out, in, sc, s);
+    case WEFT_CU_EW_SILU: return unary_float<WEFT_CU_EW_SILU>(out, in, sc, s);
+    case WEFT_CU_EW_POW_SCALAR: return unary_float<WEFT_CU_EW_POW_SCALAR>(out, in, sc, s);
+    case WEFT_CU_EW_ADD_SCALAR: return unary_num<WEFT_CU_EW_ADD_SCALAR>(out, in, sc, s);
+    case WEFT_CU_EW_MUL_SCALAR: return unary_num<WEFT_CU_EW_MUL_SCALAR>(out, in, sc, s);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+namespace {
+
+// ---- binary ----
+template <int OP, typename T, typename TO>
+__global__ void __launch_bounds__(WEFT_CU_THREADS) binary_contig(TO *o, const T *x, const T *y, int64_t n) {
+    WEFT_CU_GRID_LOOP(i, n) o[i] = binary_op<OP, T>(x[i], y[i]);
+}
+
+template <int OP, typename T, typename TO>
+__global__ void __launch_bounds__(WEFT_CU_THREADS)
+    binary_strided(weft_cu_tensor out, weft_cu_tensor a, weft_cu_tensor b, int ko, int ka, int kb) {
+    TO *o = (TO *)out.data;
+    const T *x = (const T *)a.data, *y = (const T *)b.data;
+    WEFT_CU_GRID_LOOP(i, out.numel) o[at(out, ko, i)] = binary_op<OP, T>(x[at(a, ka, i)], y[at(b, kb, i)]);
+}
+
+template <int OP, typename T>
+cudaError_t binary_launch(const weft_cu_tensor &out, const weft_cu_tensor &a, const weft_cu_tensor &b,
+                                 cudaStream_t s) {
+    using TO = typename bin_out<OP, T>::type;
+    unsigned nb = weft_cu_blocks(out.numel);
+    int ko = kind_of(out), ka = kind_of(a), kb = kind_of(b);
+    if (ko == K_CONTIG && ka == K_CONTIG && kb == K_CONTIG)
+        binary_contig<OP, T, TO><<<nb, WEFT_CU_THREADS, 0, s>>>((TO *)out.data, (const T *)a.data,
+                                                                  (const T *)b.data, out.numel);
+    else
+        binary_strided<OP, T, TO><<<nb, WEFT_CU_THREADS, 0, s>>>(out, a, b, ko, ka, kb);
+    return cudaGetLastError();
+}
+
+template <int OP>
+cudaError_t binary_float(const weft_cu_tensor &o, const weft_cu_tensor &a, const weft_cu_tensor &b,
+                                cudaStream_t s) {
+    switch (a.dtype) {
+    case WEFT_CU_F32: return binary_launch<OP, float>(o, a, b, s);
+    case WEFT_CU_F64: return binary_launch<OP, double>(o, a, b, s);
+    default: return cudaErrorInvalidValue;
+    }
+}
+template <int OP>
+cudaError_t binary_num(const weft_cu_tensor &o, const weft_cu_tensor &a, const weft_cu_tensor &b,
+                              cudaStream_t s) {
+    switch (a.dtype) {
+    case WEFT_CU_F32: return binary_launch<OP, float>(o, a, b, s);
+    case WEFT_CU_F64: return binary_launch<OP, double>(o, a, b, s);
+    case WEFT_CU_I32: return binary_launch<OP, int32_t>(o, a, b, s);
+    case WEFT_CU_I64: return binary_launch<OP, int64_t>(o, a, b, s);
+    default: return cudaErrorInvalidValue;
+    }
+}
+// Comparisons also take u8 and bool (both one byte, compared as u8, as the CPU).
+template <int OP>
+cudaError_t binary_cmp(const weft_cu_tensor &o, const weft_cu_tensor &a, const weft_cu_tensor &b,
+                              cudaStream_t s) {
+    switch (a.dtype) {
+    case WEFT_CU_U8:
+    case WEFT_CU_BOOL: return binary_launch<OP, uint8_t>(o, a, b, s);
+    default: return binary_num<OP>(o, a, b, s);
+    }
+}
+
+} // namespace
+
+extern "C" cudaError_t weft_cu_ew_binary(int op, weft_cu_tensor out, weft_cu_tensor a, weft_cu_tensor b,
+                                         cudaStream_t s) {
+    if (out.numel == 0) return cudaSuccess;
+    if (a.dtype != b.dtype) return cudaErrorInvalidValue;
+    bool cmp = op >= WEFT_CU_EW_EQ && op <= WEFT_CU_EW_GE;
+    if (out.dtype != (cmp ? WEFT_CU_BOOL : a.dtype)) return cudaErrorInvalidValue;
+    switch (op) {
+    case WEFT_CU_EW_ADD: return binary_num<WEFT_CU_EW_ADD>(out, a, b, s);
+    case WEFT_CU_EW_SUB: return binary_num<WEFT_CU_EW_SUB>(out, a, b, s);
+    case WEFT_CU_EW_MUL: return binary_num<WEFT_CU_EW_MUL>(out, a, b, s);
+    case WEFT_CU_EW_DIV: return binary_num<WEFT_CU_EW_DIV>(out, a, b, s);
+    case WEFT_CU_EW_POW: return binary_float<WEFT_CU_EW_POW>(out, a, b, s);
+    case WEFT_CU_EW_MAXIMUM: return binary_num<WEFT_CU_EW_MAXIMUM>(out, a, b, s);
+    case WEFT_CU_EW_MINIMUM: return binary_num<WEFT_CU_EW_MINIMUM>(out, a, b, s);
+    case WEFT_CU_EW_EQ: return binary_cmp<WEFT_CU_EW_EQ>(out, a, b, s);
+    case WEFT_CU_EW_NE: return binary_cmp<WEFT_CU_EW_NE>(out, a, b, s);
+    case WEFT_CU_EW_LT: return binary_cmp<WEFT_CU_EW_LT>(out, a, b, s);
+    case WEFT_CU_EW_LE: return binary_cmp<WEFT_CU_EW_LE>(out, a, b, s);
+    case WEFT_CU_EW_GT: return binary_cmp<WEFT_CU_EW_GT>(out, a, b, s);
+    case WEFT_CU_EW_GE: return binary_cmp<WEFT_CU_EW_GE>(out, a, b, s);
+    case WEFT_CU_EW_RELU_BW: return binary_num<WEFT_CU_EW_RELU_BW>(out, a, b, s);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+namespace {
+
+// ---- where: values moved as W-byte words, cond read as bytes ----
+template <typename W>
+__global__ void __launch_bounds__(WEFT_CU_THREADS)
+    where_contig(W *o, const uint8_t *c, const W *x, const W *y, int64_t n) {
+    WEFT_CU_GRID_LOOP(i, n) o[i] = c[i] ? x[i] : y[i];
+}
+
+template <typename W>
+__global__ void __launch_bounds__(WEFT_CU_THREADS)
+    where_strided(weft_cu_tensor out, weft_cu_tensor cond, weft_cu_tensor a, weft_cu_tensor b, int4 k) {
+    W *o = (W *)out.data;
+    const uint8_t *c = (const uint8_t *)cond.data;
+    const W *x = (const W *)a.data, *y = (const W *)b.data;
+    WEFT_CU_GRID_LOOP(i, out.numel) {
+        o[at(out, k.x, i)] = c[at(cond, k.y, i)] ? x[at(a, k.z, i)] : y[at(b, k.w, i)];
+    }
+}
+
+template <typename W>
+cudaError_t where_launch(const weft_cu_tensor &out, const weft_cu_tensor &cond, const weft_cu_tensor &a,
+                                const weft_cu_tensor &b, cudaStream_t s) {
+    unsigned nb = weft_cu_blocks(out.numel);
+    int4 k = make_int4(kind_of(out), kind_of(cond), kind_of(a), kind_of(b));
+    if (k.x == K_CONTIG && k.y == K_CONTIG && k.z == K_CONTIG && k.w == K_CONTIG)
+        where_contig<W><<<nb, WEFT_CU_THREADS, 0, s>>>((W *)out.data, (const uint8_t *)cond.data,
+                                                         (const W *)a.data, (const W *)b.data, out.numel);
+    else
+        where_strided<W><<<nb, WEFT_CU_THREADS, 0, s>>>(out, cond, a, b, k);
+    return cudaGetLastError();
+}
+
+} // namespace
+
+extern "C" cudaError_t weft_cu_where(weft_cu_tensor out, weft_cu_tensor cond, weft_cu_tensor a, weft_cu_tensor b,
+                                     cudaStream_t s) {
+    if (out.numel == 0) return cudaSuccess;
+    if ((cond.dtype != WEFT_CU_BOOL && cond.dtype != WEFT_CU_U8) || a.dtype != out.dtype || b.dtype != out.dtype)
+        return cudaErrorInvalidValue;
+    switch (out.dtype) {
+    case WEFT_CU_F64: case WEFT_CU_I64: return where_launch<uint64_t>(out, cond, a, b, s);
+    case WEFT_CU_F32: case WEFT_CU_I32: return where_launch<uint32_t>(out, cond, a, b, s);
+    case WEFT_CU_F16: case WEFT_CU_BF16: return where_launch<uint16_t>(out, cond, a, b, s);
+    case WEFT_CU_BOOL: case WEFT_CU_U8: return where_launch<uint8_t>(out, cond, a, b, s);
+    default: return cudaErrorInvalidValue;
+    }
+}
