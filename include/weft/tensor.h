@@ -29,6 +29,7 @@ weft_tensor *weft_tensor_empty_on(int ndim, const int64_t *sizes, weft_dtype dt,
 weft_tensor *weft_tensor_zeros(int ndim, const int64_t *sizes, weft_dtype dt);
 weft_tensor *weft_tensor_ones(int ndim, const int64_t *sizes, weft_dtype dt);
 weft_tensor *weft_tensor_full(int ndim, const int64_t *sizes, weft_dtype dt, double value);
+weft_tensor *weft_tensor_full_on(int ndim, const int64_t *sizes, weft_dtype dt, double value, weft_device dev);
 weft_tensor *weft_tensor_scalar(double value, weft_dtype dt); // 0-d tensor
 // start, start+step, ... < end
 weft_tensor *weft_tensor_arange(double start, double end, double step, weft_dtype dt);

@@ -42,7 +42,10 @@ static weft_status infer_cast(const weft_op_args *a, weft_out_meta *o) {
 #define Y (b->out[0])
 #define NEED(i) (b->needs[i])
 
-static weft_tensor *zero_like_dt(weft_dtype dt) { return weft_tensor_scalar(0, dt); }
+// A 0-d zero on the gradient's device (backward rules run on the forward's device).
+static weft_tensor *zero_like(const weft_tensor *g) {
+    return weft_tensor_full_on(0, NULL, (weft_dtype)g->dtype, 0, g->device);
+}
 // Result check: a rule fails when an op it used failed.
 static weft_status done(const weft_bw_args *b) {
     for (int i = 0; i < b->n_in; i++)
@@ -119,7 +122,8 @@ static weft_status bw_relu(const weft_bw_args *b) {
 // relu_backward(g, x) is linear in g and piecewise constant in x.
 static weft_status bw_relu_backward(const weft_bw_args *b) {
     if (NEED(0)) b->gin[0] = weft_bw_unbroadcast(b, 0, weft_relu_backward(G, b->in[1]));
-    if (NEED(1)) b->gin[1] = weft_tensor_zeros(b->in_meta[1].ndim, b->in_meta[1].sizes, b->in_meta[1].dtype);
+    if (NEED(1))
+        b->gin[1] = weft_tensor_full_on(b->in_meta[1].ndim, b->in_meta[1].sizes, b->in_meta[1].dtype, 0, G->device);
     return done(b);
 }
 static weft_status bw_gelu(const weft_bw_args *b) {
@@ -212,7 +216,7 @@ static weft_status bw_minmax(const weft_bw_args *b, bool is_max) {
 static weft_status bw_maximum(const weft_bw_args *b) { return bw_minmax(b, true); }
 static weft_status bw_minimum(const weft_bw_args *b) { return bw_minmax(b, false); }
 static weft_status bw_where(const weft_bw_args *b) {
-    weft_tensor *z = zero_like_dt((weft_dtype)G->dtype);
+    weft_tensor *z = zero_like(G);
     if (NEED(1)) b->gin[1] = weft_bw_unbroadcast(b, 1, weft_where(b->in[0], G, z));
     if (NEED(2)) b->gin[2] = weft_bw_unbroadcast(b, 2, weft_where(b->in[0], z, G));
     weft_tensor_free(z);

@@ -164,7 +164,8 @@ static weft_status bw_gather(const weft_bw_args *b) { // scatter_add of g into z
     if (b->needs[0]) {
         const weft_in_meta *m = &b->in_meta[0];
         // a broadcast zero, not a full tensor: scatter_add copies it into its output anyway
-        weft_tensor *z0 = weft_tensor_zeros(1, (const int64_t[]){1}, m->dtype), *z = weft_expand(z0, m->ndim, m->sizes);
+        weft_tensor *z0 = weft_tensor_full_on(1, (const int64_t[]){1}, m->dtype, 0, b->gout[0]->device);
+        weft_tensor *z = weft_expand(z0, m->ndim, m->sizes);
         b->gin[0] = weft_scatter_add(z, (int)b->attrs->i[0], b->in[1], b->gout[0]);
         weft_tensor_free(z0);
         weft_tensor_free(z);

@@ -233,12 +233,8 @@ weft_optim *weft_optim_create(const weft_optim_opts *o, int n, weft_tensor *cons
             else {
                 // AdaGrad's sum starts at initial_accumulator_value (eagerly, as PyTorch); the rest at 0.
                 double init = o->kind == WEFT_OPTIM_ADAGRAD ? o->initial_accumulator_value : 0;
-                p->slot[s] = weft_tensor_full(p->param->ndim, p->param->sizes, (weft_dtype)p->param->dtype, init);
-                if (p->slot[s] && !weft_device_equal(p->slot[s]->device, p->param->device)) { // state beside its parameter
-                    weft_tensor *d = weft_tensor_to(p->slot[s], p->param->device);
-                    weft_tensor_free(p->slot[s]);
-                    p->slot[s] = d;
-                }
+                p->slot[s] = weft_tensor_full_on(p->param->ndim, p->param->sizes, (weft_dtype)p->param->dtype, init,
+                                                 p->param->device); // state beside its parameter
             }
             ok = p->slot[s] != NULL;
             opt->state_index[2 * si] = i, opt->state_index[2 * si + 1] = s;

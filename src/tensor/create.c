@@ -20,7 +20,10 @@ weft_tensor *weft_tensor_empty(int ndim, const int64_t *sizes, weft_dtype dt) {
 }
 
 weft_tensor *weft_tensor_full(int ndim, const int64_t *sizes, weft_dtype dt, double v) {
-    weft_tensor *t = weft_tensor_empty(ndim, sizes, dt);
+    return weft_tensor_full_on(ndim, sizes, dt, v, weft_device_get_default());
+}
+weft_tensor *weft_tensor_full_on(int ndim, const int64_t *sizes, weft_dtype dt, double v, weft_device dev) {
+    weft_tensor *t = weft_tensor_empty_on(ndim, sizes, dt, dev);
     if (t && weft_tensor_fill_(t, v) != WEFT_OK) {
         weft_tensor_free(t);
         return NULL;
