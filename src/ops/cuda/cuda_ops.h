@@ -33,5 +33,8 @@ void weft_cu_register(const char *name, weft_kernel_fn fn, uint32_t dtypes);
 void weft_cuda_register_copy(void);
 void weft_cuda_register_linalg(void);
 void weft_cuda_register_elementwise(void);
+void weft_cuda_register_index(void);
+void weft_cuda_register_optim(void);
+void weft_cuda_register_conv(void);
 
 #endif

@@ -14,11 +14,10 @@
 //
 // f32 computes in f32 (WEFT_CUDA_TF32=1 allows TF32 tensor cores), f64 in f64,
 // and bf16 / f16 operands in f32 with the result stored in the operand type.
-#include <cublas_v2.h>
 #include <limits.h>
 #include <stdlib.h>
 
-#include "cuda_ops.h"
+#include "blas.h"
 
 typedef struct mat_view {
     cublasOperation_t op;
@@ -54,28 +53,7 @@ static weft_tensor *blas_operand(weft_tensor *t, bool tr, mat_view *v) {
     return cp;
 }
 
-// One cuBLAS handle per (thread, device): a handle is bound to a stream per
-// call, and sharing one across threads would race on that binding.
-static _Thread_local cublasHandle_t tl_handle[WEFT_CUDA_MAX_DEVICES];
-
-static weft_status blas_check(cublasStatus_t s, const char *what) {
-    if (s == CUBLAS_STATUS_SUCCESS) return WEFT_OK;
-    return weft_error(s == CUBLAS_STATUS_ALLOC_FAILED ? WEFT_ERR_OOM : WEFT_ERR_DEVICE, "matmul: %s failed: %s", what,
-                      cublasGetStatusString(s));
-}
-
-static weft_status handle_for(const weft_tensor *t, cublasHandle_t *h) {
-    int dev = t->device.index;
-    cudaStream_t s = weft_cu_stream(t);
-    if (!tl_handle[dev]) {
-        weft_status st = blas_check(cublasCreate(&tl_handle[dev]), "cublasCreate");
-        if (st) return st;
-        const char *tf = getenv("WEFT_CUDA_TF32");
-        if (tf && *tf == '1') cublasSetMathMode(tl_handle[dev], CUBLAS_TF32_TENSOR_OP_MATH);
-    }
-    *h = tl_handle[dev];
-    return blas_check(cublasSetStream(*h, s), "cublasSetStream");
-}
+static weft_status blas_check(cublasStatus_t s, const char *what) { return weft_cu_blas_check(s, "matmul", what); }
 
 typedef struct gemm_types {
     cudaDataType_t data;
@@ -134,7 +112,7 @@ static weft_status cu_matmul(const weft_op_args *args) {
         return weft_error(WEFT_ERR_SHAPE, "matmul: matrix dims (%lld,%lld,%lld) exceed cuBLAS's int range",
                           (long long)M, (long long)N, (long long)K);
     cublasHandle_t h;
-    weft_status st = handle_for(out, &h);
+    weft_status st = weft_cu_blas_handle(out, "matmul", &h);
     if (st) return st;
     mat_view va, vb;
     weft_tensor *a = blas_operand(args->in[0], ta, &va), *b = a ? blas_operand(args->in[1], tb, &vb) : NULL;

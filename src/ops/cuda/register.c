@@ -5,4 +5,7 @@ void weft_cuda_register_kernels(void) {
     weft_cuda_register_copy();
     weft_cuda_register_linalg();
     weft_cuda_register_elementwise();
+    weft_cuda_register_index();
+    weft_cuda_register_optim();
+    weft_cuda_register_conv();
 }
