@@ -32,5 +32,8 @@ void weft_cu_register(const char *name, weft_kernel_fn fn, uint32_t dtypes);
 // One per family; each in its own file, all called by register.c.
 void weft_cuda_register_copy(void);
 void weft_cuda_register_linalg(void);
+void weft_cuda_register_reduce(void);
+void weft_cuda_register_nn(void);
+void weft_cuda_register_norm(void);
 
 #endif

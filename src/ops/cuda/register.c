@@ -4,4 +4,7 @@
 void weft_cuda_register_kernels(void) {
     weft_cuda_register_copy();
     weft_cuda_register_linalg();
+    weft_cuda_register_reduce();
+    weft_cuda_register_nn();
+    weft_cuda_register_norm();
 }
