@@ -69,7 +69,7 @@ double weft_load_f64(const void *p, weft_dtype dt, int64_t i);
 void weft_store_f64(void *p, weft_dtype dt, int64_t i, double v);
 
 #ifdef WEFT_HAVE_CUDA
-// dst = src on one CUDA device (any strides, broadcast, dtype conversion): src/ops/cuda/elementwise.c.
+// dst = src on one CUDA device (any strides, broadcast, dtype conversion): src/ops/cuda/copy.c.
 weft_status weft_cuda_copy(weft_tensor *dst, const weft_tensor *src);
 #endif
 

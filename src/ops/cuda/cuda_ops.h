@@ -26,7 +26,7 @@ weft_status weft_cu_done(cudaError_t e, const char *op);
 void weft_cu_register(const char *name, weft_kernel_fn fn, uint32_t dtypes);
 
 // weft_cuda_copy(dst, src) (declared in tensor_impl.h, defined in
-// elementwise.c): dst = src on one device, any strides, broadcast, dtype
+// copy.c): dst = src on one device, any strides, broadcast, dtype
 // conversion; what weft_tensor_copy_ uses between CUDA tensors.
 
 // One per family; each in its own file, all called by register.c.
@@ -36,5 +36,8 @@ void weft_cuda_register_elementwise(void);
 void weft_cuda_register_index(void);
 void weft_cuda_register_optim(void);
 void weft_cuda_register_conv(void);
+void weft_cuda_register_reduce(void);
+void weft_cuda_register_nn(void);
+void weft_cuda_register_norm(void);
 
 #endif

@@ -8,4 +8,7 @@ void weft_cuda_register_kernels(void) {
     weft_cuda_register_index();
     weft_cuda_register_optim();
     weft_cuda_register_conv();
+    weft_cuda_register_reduce();
+    weft_cuda_register_nn();
+    weft_cuda_register_norm();
 }

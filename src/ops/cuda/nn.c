@@ -1,0 +1,144 @@
+// CUDA kernels of the nn family: softmax, log_softmax (variant 0 / 1) and
+// their fused backward ops, cross_entropy (+ backward), dropout. Mirrors
+// cpu/softmax.c and cpu/dropout.c; attrs as in def_nn.c:
+//   softmax family i[0] = dim;  dropout i[0] = seed, i[1] = counter offset, f[0] = p.
+#include "cuda_ops.h"
+#include "nn_kernels.h"
+
+// A contiguous version of t: t itself when it is, else a device copy in *tmp
+// (freed by the caller; the free is stream-ordered, safe with kernels queued).
+static const weft_tensor *contig(const weft_tensor *t, weft_tensor **tmp) {
+    *tmp = NULL;
+    if (weft_tensor_is_contiguous(t)) return t;
+    weft_tensor *c = weft_tensor_new(t->ndim, t->sizes, (weft_dtype)t->dtype, t->device);
+    if (!c) return NULL;
+    if (weft_cuda_copy(c, t) != WEFT_OK) {
+        weft_tensor_free(c);
+        return NULL;
+    }
+    return *tmp = c;
+}
+
+// (outer, D, inner) around dim, as the CPU splits it.
+static void split3(const weft_tensor *t, int dim, int64_t *outer, int64_t *D, int64_t *inner) {
+    *outer = *inner = 1;
+    *D = t->ndim ? t->sizes[dim] : 1;
+    for (int d = 0; d < dim; d++) *outer *= t->sizes[d];
+    for (int d = dim + 1; d < t->ndim; d++) *inner *= t->sizes[d];
+}
+
+// softmax / log_softmax: in x, out y (x's shape).
+static weft_status cu_softmax(const weft_op_args *a) {
+    weft_tensor *y = a->out[0], *tmp;
+    if (y->numel == 0) return WEFT_OK;
+    const weft_tensor *x = contig(a->in[0], &tmp);
+    if (!x) return weft_last_status();
+    int64_t outer, D, inner;
+    split3(x, (int)a->attrs->i[0], &outer, &D, &inner);
+    cudaError_t e = weft_cu_softmax(weft_tensor_ptr(x), weft_tensor_ptr(y), x->dtype, outer, D, inner,
+                                    a->op->variant == 1, weft_cu_stream(y));
+    weft_tensor_free(tmp);
+    return weft_cu_done(e, a->op->name);
+}
+
+// softmax_backward / log_softmax_backward: in (g, y), out dx.
+static weft_status cu_softmax_backward(const weft_op_args *a) {
+    weft_tensor *dx = a->out[0], *tg, *ty;
+    if (dx->numel == 0) return WEFT_OK;
+    const weft_tensor *g = contig(a->in[0], &tg);
+    if (!g) return weft_last_status();
+    const weft_tensor *y = contig(a->in[1], &ty);
+    if (!y) {
+        weft_tensor_free(tg);
+        return weft_last_status();
+    }
+    int64_t outer, D, inner;
+    split3(dx, (int)a->attrs->i[0], &outer, &D, &inner);
+    cudaError_t e = weft_cu_softmax_backward(weft_tensor_ptr(g), weft_tensor_ptr(y), weft_tensor_ptr(dx), dx->dtype,
+                                             outer, D, inner, a->op->variant == 1, weft_cu_stream(dx));
+    weft_tensor_free(tg);
+    weft_tensor_free(ty);
+    return weft_cu_done(e, a->op->name);
+}
+
+// ---- cross-entropy: logits (N,C), targets (N) i32/i64 (any stride) ----
+// Both kernels first check the targets, as the CPU does: an out-of-range
+// target is an error naming it, which costs one wait for the stream.
+typedef struct ce_args {
+    const weft_tensor *x; // (N,C) contiguous
+    weft_tensor *tmp;     // the copy behind x, if one was made
+    const void *tg;
+    int tdt;
+    int64_t tstride, N, C;
+} ce_args;
+
+static weft_status ce_prepare(const weft_op_args *a, ce_args *c) {
+    const weft_tensor *t = a->in[1];
+    c->N = a->in[0]->sizes[0];
+    c->C = a->in[0]->sizes[1];
+    c->tg = weft_tensor_ptr(t);
+    c->tdt = t->dtype;
+    c->tstride = t->ndim ? t->strides[0] : 0;
+    c->tmp = NULL;
+    weft_tensor *scratch = weft_tensor_new(1, (int64_t[]){1}, WEFT_I64, t->device);
+    if (!scratch) return weft_last_status();
+    int64_t row, val;
+    cudaError_t e = weft_cu_ce_check(c->tg, c->tdt, c->tstride, c->N, c->C, weft_tensor_ptr(scratch), &row, &val,
+                                     weft_cu_stream(t));
+    weft_tensor_free(scratch);
+    weft_status st = weft_cu_done(e, a->op->name);
+    if (st) return st;
+    if (row >= 0)
+        return weft_error(WEFT_ERR_ARG, "%s: target %lld of row %lld is out of range [0, %lld)", a->op->name,
+                          (long long)val, (long long)row, (long long)c->C);
+    if (!(c->x = contig(a->in[0], &c->tmp))) return weft_last_status();
+    return WEFT_OK;
+}
+
+static weft_status cu_cross_entropy(const weft_op_args *a) {
+    ce_args c;
+    weft_status st = ce_prepare(a, &c);
+    if (st) return st;
+    weft_tensor *out = a->out[0], *rowloss = NULL;
+    if (c.N > 0 && !(rowloss = weft_tensor_new(1, &c.N, WEFT_F64, out->device))) {
+        weft_tensor_free(c.tmp);
+        return weft_last_status();
+    }
+    cudaError_t e = weft_cu_cross_entropy(weft_tensor_ptr(c.x), c.x->dtype, c.tg, c.tdt, c.tstride, c.N, c.C,
+                                          rowloss ? (double *)weft_tensor_ptr(rowloss) : NULL, weft_tensor_ptr(out),
+                                          weft_cu_stream(out));
+    weft_tensor_free(rowloss);
+    weft_tensor_free(c.tmp);
+    return weft_cu_done(e, a->op->name);
+}
+
+// in (logits, targets, g 0-d) -> dlogits (N,C)
+static weft_status cu_cross_entropy_backward(const weft_op_args *a) {
+    ce_args c;
+    weft_status st = ce_prepare(a, &c);
+    if (st) return st;
+    weft_tensor *dx = a->out[0];
+    cudaError_t e = weft_cu_cross_entropy_backward(weft_tensor_ptr(c.x), c.x->dtype, c.tg, c.tdt, c.tstride, c.N, c.C,
+                                                   weft_tensor_ptr(a->in[2]), weft_tensor_ptr(dx), weft_cu_stream(dx));
+    weft_tensor_free(c.tmp);
+    return weft_cu_done(e, a->op->name);
+}
+
+// dropout: y = x * keep / (1 - p), the CPU's mask element for element.
+static weft_status cu_dropout(const weft_op_args *a) {
+    weft_tensor *y = a->out[0];
+    if (y->numel == 0) return WEFT_OK;
+    cudaError_t e = weft_cu_dropout(weft_cu_desc(a->in[0]), weft_tensor_ptr(y), (uint64_t)a->attrs->i[0],
+                                    (uint64_t)a->attrs->i[1], a->attrs->f[0], weft_cu_stream(y));
+    return weft_cu_done(e, a->op->name);
+}
+
+void weft_cuda_register_nn(void) {
+    weft_cu_register("softmax", cu_softmax, WEFT_DT_FLOAT);
+    weft_cu_register("log_softmax", cu_softmax, WEFT_DT_FLOAT);
+    weft_cu_register("softmax_backward", cu_softmax_backward, WEFT_DT_FLOAT);
+    weft_cu_register("log_softmax_backward", cu_softmax_backward, WEFT_DT_FLOAT);
+    weft_cu_register("cross_entropy", cu_cross_entropy, WEFT_DT_FLOAT);
+    weft_cu_register("cross_entropy_backward", cu_cross_entropy_backward, WEFT_DT_FLOAT);
+    weft_cu_register("dropout", cu_dropout, WEFT_DT_FLOAT);
+}

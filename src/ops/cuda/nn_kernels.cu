@@ -1,0 +1,331 @@
+// softmax / log_softmax (+ fused backward), cross-entropy (+ backward) and
+// dropout, mirroring cpu/softmax.c and cpu/dropout.c.
+//
+// Softmax over the last dim (inner == 1) runs a warp per row up to 1024
+// columns and a block per row above; over another dim, a thread per column
+// of the (outer, D, inner) view walks D (neighbouring threads read
+// neighbouring addresses). Sums are in T like the CPU's row kernels.
+#include <math.h>
+#include <stdint.h>
+
+#include "cu_common.cuh"
+#include "nn_kernels.h"
+#include "reduce_kernels.h"
+
+#define NN_THREADS 256
+
+// ---------------------------------------------------------------- softmax
+// Rows of (rows, D): y = softmax(x) or log_softmax(x) per row.
+template <typename T, typename G>
+__global__ void __launch_bounds__(NN_THREADS) softmax_rows(const T *x, T *y, int64_t rows, int64_t D, int lg) {
+    __shared__ T sh[32];
+    G g;
+    const int r0 = g.rank(), rs = g.size();
+    for (int64_t r = g.first(); r < rows; r += g.stride()) {
+        const T *xr = x + r * D; // (D)
+        T *yr = y + r * D;
+        T m = -INFINITY, s = 0;
+        for (int64_t i = r0; i < D; i += rs) m = xr[i] > m ? xr[i] : m;
+        m = g.all(m, weft_cu_max(), sh);
+        for (int64_t i = r0; i < D; i += rs) s += weft_cu_exp(xr[i] - m);
+        s = g.all(s, weft_cu_add(), sh);
+        if (lg) {
+            const T ls = weft_cu_log(s); // (x - m) first: exact for x near m
+            for (int64_t i = r0; i < D; i += rs) yr[i] = (xr[i] - m) - ls;
+        } else {
+            const T inv = (T)1 / s;
+            for (int64_t i = r0; i < D; i += rs) yr[i] = weft_cu_exp(xr[i] - m) * inv;
+        }
+    }
+}
+
+// softmax: dx = y (g - sum(g y)); log_softmax: dx = g - exp(y) sum(g), per row.
+template <typename T, typename G>
+__global__ void __launch_bounds__(NN_THREADS)
+    softmax_bw_rows(const T *gr_, const T *y, T *dx, int64_t rows, int64_t D, int lg) {
+    __shared__ T sh[32];
+    G g;
+    const int r0 = g.rank(), rs = g.size();
+    for (int64_t r = g.first(); r < rows; r += g.stride()) {
+        const T *gr = gr_ + r * D, *yr = y + r * D;
+        T *dr = dx + r * D, s = 0;
+        if (lg)
+            for (int64_t i = r0; i < D; i += rs) s += gr[i];
+        else
+            for (int64_t i = r0; i < D; i += rs) s += gr[i] * yr[i];
+        s = g.all(s, weft_cu_add(), sh);
+        if (lg)
+            for (int64_t i = r0; i < D; i += rs) dr[i] = gr[i] - weft_cu_exp(yr[i]) * s;
+        else
+            for (int64_t i = r0; i < D; i += rs) dr[i] = yr[i] * (gr[i] - s);
+    }
+}
+
+// (outer, D, inner), inner > 1: one thread per (o, j) column.
+template <typename T>
+__global__ void softmax_cols(const T *x, T *y, int64_t outer, int64_t D, int64_t inner, int lg) {
+    WEFT_CU_GRID_LOOP(t, outer * inner) {
+        const int64_t o = t / inner, j = t - o * inner, base = o * D * inner + j;
+        T m = -INFINITY, s = 0;
+        for (int64_t d = 0; d < D; d++) {
+            T v = x[base + d * inner];
+            m = v > m ? v : m;
+        }
+        for (int64_t d = 0; d < D; d++) s += weft_cu_exp(x[base + d * inner] - m);
+        if (lg) {
+            const T ls = weft_cu_log(s);
+            for (int64_t d = 0; d < D; d++) y[base + d * inner] = (x[base + d * inner] - m) - ls;
+        } else {
+            const T inv = (T)1 / s;
+            for (int64_t d = 0; d < D; d++) y[base + d * inner] = weft_cu_exp(x[base + d * inner] - m) * inv;
+        }
+    }
+}
+
+template <typename T>
+__global__ void softmax_bw_cols(const T *g, const T *y, T *dx, int64_t outer, int64_t D, int64_t inner, int lg) {
+    WEFT_CU_GRID_LOOP(t, outer * inner) {
+        const int64_t o = t / inner, j = t - o * inner, base = o * D * inner + j;
+        T s = 0;
+        for (int64_t d = 0; d < D; d++) {
+            const int64_t k = base + d * inner;
+            s += lg ? g[k] : g[k] * y[k];
+        }
+        for (int64_t d = 0; d < D; d++) {
+            const int64_t k = base + d * inner;
+            dx[k] = lg ? g[k] - weft_cu_exp(y[k]) * s : y[k] * (g[k] - s);
+        }
+    }
+}
+
+template <typename T>
+static cudaError_t launch_softmax(const void *p0, const void *p1, void *q, int64_t outer, int64_t D, int64_t inner,
+                                  int lg, bool bw, cudaStream_t s) {
+    const T *a = (const T *)p0, *b = (const T *)p1;
+    T *y = (T *)q;
+    if (inner == 1) {
+        if (D <= 1024) {
+            unsigned nb = weft_cu_row_blocks<weft_cu_warp_group>(outer, NN_THREADS);
+            if (bw) softmax_bw_rows<T, weft_cu_warp_group><<<nb, NN_THREADS, 0, s>>>(a, b, y, outer, D, lg);
+            else softmax_rows<T, weft_cu_warp_group><<<nb, NN_THREADS, 0, s>>>(a, y, outer, D, lg);
+        } else {
+            unsigned nb = weft_cu_row_blocks<weft_cu_block_group>(outer, NN_THREADS);
+            if (bw) softmax_bw_rows<T, weft_cu_block_group><<<nb, NN_THREADS, 0, s>>>(a, b, y, outer, D, lg);
+            else softmax_rows<T, weft_cu_block_group><<<nb, NN_THREADS, 0, s>>>(a, y, outer, D, lg);
+        }
+    } else {
+        unsigned nb = weft_cu_blocks(outer * inner);
+        if (bw) softmax_bw_cols<T><<<nb, WEFT_CU_THREADS, 0, s>>>(a, b, y, outer, D, inner, lg);
+        else softmax_cols<T><<<nb, WEFT_CU_THREADS, 0, s>>>(a, y, outer, D, inner, lg);
+    }
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t weft_cu_softmax(const void *x, void *y, int dtype, int64_t outer, int64_t D, int64_t inner,
+                                       int lg, cudaStream_t s) {
+    if (outer * D * inner == 0) return cudaSuccess;
+    WEFT_CU_DISPATCH_FLOAT(dtype, launch_softmax, x, nullptr, y, outer, D, inner, lg, false, s);
+}
+
+extern "C" cudaError_t weft_cu_softmax_backward(const void *g, const void *y, void *dx, int dtype, int64_t outer,
+                                                int64_t D, int64_t inner, int lg, cudaStream_t s) {
+    if (outer * D * inner == 0) return cudaSuccess;
+    WEFT_CU_DISPATCH_FLOAT(dtype, launch_softmax, g, y, dx, outer, D, inner, lg, true, s);
+}
+
+// ---------------------------------------------------------------- cross-entropy
+__device__ __forceinline__ int64_t target_at(const void *tg, int tdt, int64_t tstride, int64_t r) {
+    return tdt == WEFT_CU_I32 ? (int64_t)((const int32_t *)tg)[r * tstride] : ((const int64_t *)tg)[r * tstride];
+}
+
+// *first = min over rows with a target outside [0, C) (stays ~0ull when none).
+__global__ void ce_first_bad(const void *tg, int tdt, int64_t tstride, int64_t N, int64_t C,
+                             unsigned long long *first) {
+    WEFT_CU_GRID_LOOP(r, N) {
+        int64_t k = target_at(tg, tdt, tstride, r);
+        if (k < 0 || k >= C) atomicMin(first, (unsigned long long)r);
+    }
+}
+
+extern "C" cudaError_t weft_cu_ce_check(const void *tg, int tdt, int64_t tstride, int64_t N, int64_t C,
+                                        void *scratch, int64_t *bad_row, int64_t *bad_val, cudaStream_t s) {
+    *bad_row = -1;
+    *bad_val = 0;
+    if (N == 0) return cudaSuccess;
+    if (tdt != WEFT_CU_I32 && tdt != WEFT_CU_I64) return cudaErrorInvalidValue;
+    unsigned long long *first = (unsigned long long *)scratch, h = 0;
+    cudaError_t e = cudaMemsetAsync(first, 0xff, sizeof *first, s);
+    if (e != cudaSuccess) return e;
+    ce_first_bad<<<weft_cu_blocks(N), WEFT_CU_THREADS, 0, s>>>(tg, tdt, tstride, N, C, first);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    if ((e = cudaMemcpyAsync(&h, first, sizeof h, cudaMemcpyDeviceToHost, s)) != cudaSuccess) return e;
+    if ((e = cudaStreamSynchronize(s)) != cudaSuccess) return e;
+    if (h == ~0ull) return cudaSuccess;
+    int64_t r = (int64_t)h;
+    size_t es = tdt == WEFT_CU_I32 ? 4 : 8;
+    const char *at = (const char *)tg + r * tstride * (int64_t)es;
+    if (tdt == WEFT_CU_I32) {
+        int32_t v = 0;
+        if ((e = cudaMemcpyAsync(&v, at, es, cudaMemcpyDeviceToHost, s)) != cudaSuccess) return e;
+        e = cudaStreamSynchronize(s);
+        *bad_val = v;
+    } else {
+        int64_t v = 0;
+        if ((e = cudaMemcpyAsync(&v, at, es, cudaMemcpyDeviceToHost, s)) != cudaSuccess) return e;
+        e = cudaStreamSynchronize(s);
+        *bad_val = v;
+    }
+    *bad_row = r;
+    return e;
+}
+
+// rowloss[r] = max + log(sum exp(x - max)) - x[t_r] for each row of x (N,C),
+// the max and sum in T as on the CPU, the loss in double.
+template <typename T, typename G>
+__global__ void __launch_bounds__(NN_THREADS) ce_rows(const T *x, const void *tg, int tdt, int64_t tstride, int64_t N,
+                                                      int64_t C, double *rowloss) {
+    __shared__ T sh[32];
+    G g;
+    const int r0 = g.rank(), rs = g.size();
+    for (int64_t r = g.first(); r < N; r += g.stride()) {
+        const T *xr = x + r * C; // (C)
+        T m = -INFINITY, s = 0;
+        for (int64_t i = r0; i < C; i += rs) m = xr[i] > m ? xr[i] : m;
+        m = g.all(m, weft_cu_max(), sh);
+        for (int64_t i = r0; i < C; i += rs) s += weft_cu_exp(xr[i] - m);
+        s = g.all(s, weft_cu_add(), sh);
+        if (r0 == 0) {
+            int64_t t = target_at(tg, tdt, tstride, r);
+            rowloss[r] = t >= 0 && t < C ? (double)m + (double)weft_cu_log(s) - (double)xr[t] : (double)NAN;
+        }
+    }
+}
+
+// out = sum(rowloss) / N in one block (a fixed order: the same bits every run).
+template <typename T> __global__ void __launch_bounds__(NN_THREADS) ce_mean(const double *rowloss, int64_t N, T *out) {
+    __shared__ double sh[32];
+    double s = 0;
+    for (int64_t r = threadIdx.x; r < N; r += blockDim.x) s += rowloss[r];
+    s = weft_cu_block_all(s, weft_cu_add(), sh);
+    if (threadIdx.x == 0) out[0] = (T)(N ? s / (double)N : (double)NAN);
+}
+
+template <typename T>
+static cudaError_t launch_ce(const void *x, const void *tg, int tdt, int64_t tstride, int64_t N, int64_t C,
+                             double *rowloss, void *out, cudaStream_t s) {
+    if (N > 0 && C > 0) {
+        if (C <= 1024)
+            ce_rows<T, weft_cu_warp_group><<<weft_cu_row_blocks<weft_cu_warp_group>(N, NN_THREADS), NN_THREADS, 0, s>>>(
+                (const T *)x, tg, tdt, tstride, N, C, rowloss);
+        else
+            ce_rows<T, weft_cu_block_group><<<weft_cu_row_blocks<weft_cu_block_group>(N, NN_THREADS), NN_THREADS, 0,
+                                              s>>>((const T *)x, tg, tdt, tstride, N, C, rowloss);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    }
+    ce_mean<T><<<1, NN_THREADS, 0, s>>>(rowloss, C > 0 ? N : 0, (T *)out);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t weft_cu_cross_entropy(const void *x, int dtype, const void *tg, int tdt, int64_t tstride,
+                                             int64_t N, int64_t C, double *rowloss, void *out, cudaStream_t s) {
+    if (tdt != WEFT_CU_I32 && tdt != WEFT_CU_I64) return cudaErrorInvalidValue;
+    WEFT_CU_DISPATCH_FLOAT(dtype, launch_ce, x, tg, tdt, tstride, N, C, rowloss, out, s);
+}
+
+// dx = (softmax(x) - onehot(t)) scale, scale = g / N, per row; as the CPU:
+// k = scale / sum in T, dx = exp(x - max) k, then dx[t] -= scale.
+template <typename T, typename G>
+__global__ void __launch_bounds__(NN_THREADS) ce_bw_rows(const T *x, const void *tg, int tdt, int64_t tstride,
+                                                         int64_t N, int64_t C, const T *gp, T *dx) {
+    __shared__ T sh[32];
+    G g;
+    const int r0 = g.rank(), rs = g.size();
+    const T scale = (T)((double)gp[0] / (double)N); // N > 0 here
+    for (int64_t r = g.first(); r < N; r += g.stride()) {
+        const T *xr = x + r * C;
+        T *dr = dx + r * C, m = -INFINITY, s = 0;
+        for (int64_t i = r0; i < C; i += rs) m = xr[i] > m ? xr[i] : m;
+        m = g.all(m, weft_cu_max(), sh);
+        for (int64_t i = r0; i < C; i += rs) s += weft_cu_exp(xr[i] - m);
+        s = g.all(s, weft_cu_add(), sh);
+        const T k = scale / s;
+        const int64_t t = target_at(tg, tdt, tstride, r);
+        for (int64_t i = r0; i < C; i += rs) {
+            T v = weft_cu_exp(xr[i] - m) * k;
+            dr[i] = i == t ? v - scale : v;
+        }
+    }
+}
+
+template <typename T>
+static cudaError_t launch_ce_bw(const void *x, const void *tg, int tdt, int64_t tstride, int64_t N, int64_t C,
+                                const void *gp, void *dx, cudaStream_t s) {
+    if (C <= 1024)
+        ce_bw_rows<T, weft_cu_warp_group><<<weft_cu_row_blocks<weft_cu_warp_group>(N, NN_THREADS), NN_THREADS, 0, s>>>(
+            (const T *)x, tg, tdt, tstride, N, C, (const T *)gp, (T *)dx);
+    else
+        ce_bw_rows<T, weft_cu_block_group><<<weft_cu_row_blocks<weft_cu_block_group>(N, NN_THREADS), NN_THREADS, 0,
+                                             s>>>((const T *)x, tg, tdt, tstride, N, C, (const T *)gp, (T *)dx);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t weft_cu_cross_entropy_backward(const void *x, int dtype, const void *tg, int tdt,
+                                                      int64_t tstride, int64_t N, int64_t C, const void *g, void *dx,
+                                                      cudaStream_t s) {
+    if (tdt != WEFT_CU_I32 && tdt != WEFT_CU_I64) return cudaErrorInvalidValue;
+    if (N == 0 || C == 0) return cudaSuccess;
+    WEFT_CU_DISPATCH_FLOAT(dtype, launch_ce_bw, x, tg, tdt, tstride, N, C, g, dx, s);
+}
+
+// ---------------------------------------------------------------- dropout
+// weft_philox (tensor/random.c) line for line: Philox4x32-10, counter
+// (clo, chi), key. Host and device, so the port can be checked on the host.
+__host__ __device__ __forceinline__ void nn_philox(uint64_t key, uint64_t chi, uint64_t clo, uint32_t out[4]) {
+    uint32_t c0 = (uint32_t)clo, c1 = (uint32_t)(clo >> 32), c2 = (uint32_t)chi, c3 = (uint32_t)(chi >> 32);
+    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+    for (int r = 0; r < 10; r++) {
+        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c0 = n0;
+        c1 = (uint32_t)p1;
+        c2 = n2;
+        c3 = (uint32_t)p0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
+}
+// 53-bit uniform in [0,1), as cpu/dropout.c: exact in double.
+__host__ __device__ __forceinline__ double nn_u01(uint32_t a, uint32_t b) {
+    return (double)(((uint64_t)a << 21) ^ (b >> 11)) * (1.0 / 9007199254740992.0);
+}
+
+template <typename T>
+__global__ void dropout_kernel(weft_cu_tensor x, T *y, uint64_t seed, uint64_t off, double p, T scale, bool contig) {
+    const T *xp = (const T *)x.data;
+    WEFT_CU_GRID_LOOP(i, x.numel) {
+        uint32_t w[4];
+        nn_philox(seed, 0, off + (uint64_t)i, w);
+        const bool keep = nn_u01(w[0], w[1]) >= p;
+        const T v = xp[contig ? i : weft_cu_offset(x, i)];
+        y[i] = keep ? v * scale : (T)0;
+    }
+}
+
+template <typename T>
+static cudaError_t launch_dropout(weft_cu_tensor x, void *y, uint64_t seed, uint64_t off, double p, cudaStream_t s) {
+    const double scale = 1.0 / (1.0 - p); // f32: the CPU multiplies by (float)scale
+    dropout_kernel<T><<<weft_cu_blocks(x.numel), WEFT_CU_THREADS, 0, s>>>(x, (T *)y, seed, off, p, (T)scale,
+                                                                          weft_cu_contiguous(x));
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t weft_cu_dropout(weft_cu_tensor x, void *y, uint64_t seed, uint64_t off, double p,
+                                       cudaStream_t s) {
+    if (x.numel == 0) return cudaSuccess;
+    WEFT_CU_DISPATCH_FLOAT(x.dtype, launch_dropout, x, y, seed, off, p, s);
+}

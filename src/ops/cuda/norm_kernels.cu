@@ -1,0 +1,320 @@
+// layer_norm and batch_norm with their fused backward ops, mirroring
+// cpu/norm.c: layer_norm sums in T (as the CPU's row functions), batch_norm
+// accumulates each channel in double; the formulas are the CPU's term for term.
+//
+// layer_norm: a warp per row up to 1024 columns, a block per row above; its
+// dweight/dbias are column sums over the rows, done in two deterministic
+// steps (partial sums over chunks of rows by (32 x 8) tiles, then one thread
+// per column over the chunks). batch_norm: a block per channel.
+#include <math.h>
+#include <stdint.h>
+
+#include "cu_common.cuh"
+#include "norm_kernels.h"
+#include "reduce_kernels.h"
+
+#define NORM_THREADS 256
+
+// ---------------------------------------------------------------- layer_norm
+template <typename T, typename G>
+__global__ void __launch_bounds__(NORM_THREADS) ln_fwd(const T *x, const T *w, const T *b, T *y, T *mean, T *rstd,
+                                                       int64_t R, int64_t C, T eps) {
+    __shared__ T sh[32];
+    G g;
+    const int r0 = g.rank(), rs = g.size();
+    for (int64_t r = g.first(); r < R; r += g.stride()) {
+        const T *xr = x + r * C; // (C)
+        T *yr = y + r * C;
+        T s = 0, v = 0;
+        for (int64_t i = r0; i < C; i += rs) s += xr[i];
+        s = g.all(s, weft_cu_add(), sh);
+        const T mu = s / (T)C;
+        for (int64_t i = r0; i < C; i += rs) v += (xr[i] - mu) * (xr[i] - mu);
+        v = g.all(v, weft_cu_add(), sh);
+        const T rsd = (T)1 / weft_cu_sqrt(v / (T)C + eps);
+        if (r0 == 0) {
+            mean[r] = mu;
+            rstd[r] = rsd;
+        }
+        for (int64_t i = r0; i < C; i += rs) {
+            T n = (xr[i] - mu) * rsd;
+            if (w) n = n * w[i];
+            yr[i] = b ? n + b[i] : n;
+        }
+    }
+}
+
+// dx per row (llm.c's layernorm_backward): n = (x - mean) rstd, dn = gy w,
+// dx = rstd (dn - mean(dn) - n mean(dn n)).
+template <typename T, typename G>
+__global__ void __launch_bounds__(NORM_THREADS) ln_bwd_dx(const T *gy, const T *x, const T *mean, const T *rstd,
+                                                          const T *w, T *dx, int64_t R, int64_t C) {
+    __shared__ T sh[32];
+    G g;
+    const int r0 = g.rank(), rs = g.size();
+    for (int64_t r = g.first(); r < R; r += g.stride()) {
+        const T *gr = gy + r * C, *xr = x + r * C;
+        T *dr = dx + r * C;
+        const T mu = mean[r], rsd = rstd[r];
+        T sdn = 0, sdnn = 0;
+        for (int64_t i = r0; i < C; i += rs) {
+            T dn = w ? gr[i] * w[i] : gr[i];
+            sdn += dn;
+            sdnn += dn * (xr[i] - mu);
+        }
+        sdn = g.all(sdn, weft_cu_add(), sh);
+        sdnn = g.all(sdnn, weft_cu_add(), sh);
+        const T mdn = sdn / (T)C, mdnn = sdnn * rsd / (T)C;
+        for (int64_t i = r0; i < C; i += rs) {
+            T n = (xr[i] - mu) * rsd, dn = w ? gr[i] * w[i] : gr[i];
+            dr[i] = (dn - mdn - n * mdnn) * rsd;
+        }
+    }
+}
+
+// Partial column sums over one chunk of rows: part (nchunk, 2, C) gets
+// sum gy n and sum gy. Block (32, 8): 32 columns, 8 rows at a time.
+template <typename T>
+__global__ void __launch_bounds__(NORM_THREADS) ln_bwd_wb_part(const T *gy, const T *x, const T *mean,
+                                                               const T *rstd, T *part, int64_t R, int64_t C,
+                                                               int64_t rows_per_chunk) {
+    __shared__ T sw[8][33], sb[8][33];
+    const int tx = (int)threadIdx.x, ty = (int)threadIdx.y;
+    const int64_t col = (int64_t)blockIdx.x * 32 + tx, rb = (int64_t)blockIdx.y * rows_per_chunk;
+    const int64_t re = rb + rows_per_chunk < R ? rb + rows_per_chunk : R;
+    T aw = 0, ab = 0;
+    if (col < C)
+        for (int64_t r = rb + ty; r < re; r += 8) {
+            const T g = gy[r * C + col], n = (x[r * C + col] - mean[r]) * rstd[r];
+            aw += g * n;
+            ab += g;
+        }
+    sw[ty][tx] = aw;
+    sb[ty][tx] = ab;
+    __syncthreads();
+    if (ty == 0 && col < C) {
+        T tw = 0, tb = 0;
+        for (int k = 0; k < 8; k++) {
+            tw += sw[k][tx];
+            tb += sb[k][tx];
+        }
+        part[(2 * (int64_t)blockIdx.y) * C + col] = tw;
+        part[(2 * (int64_t)blockIdx.y + 1) * C + col] = tb;
+    }
+}
+
+// dw, db (C) = the partials summed over the chunks, chunk order.
+template <typename T> __global__ void ln_bwd_wb_sum(const T *part, T *dw, T *db, int64_t nchunk, int64_t C) {
+    WEFT_CU_GRID_LOOP(col, C) {
+        T tw = 0, tb = 0;
+        for (int64_t k = 0; k < nchunk; k++) {
+            tw += part[(2 * k) * C + col];
+            tb += part[(2 * k + 1) * C + col];
+        }
+        dw[col] = tw;
+        db[col] = tb;
+    }
+}
+
+// Chunks of rows for the dweight/dbias partials: about 64 rows each, at most 512.
+static void ln_chunks(int64_t R, int64_t *nchunk, int64_t *rows_per_chunk) {
+    int64_t n = (R + 63) / 64;
+    if (n < 1) n = 1;
+    if (n > 512) n = 512;
+    int64_t rpc = (R + n - 1) / n;
+    if (rpc < 1) rpc = 1;
+    *rows_per_chunk = rpc;
+    *nchunk = (R + rpc - 1) / rpc < 1 ? 1 : (R + rpc - 1) / rpc;
+}
+
+extern "C" int64_t weft_cu_layer_norm_part_elems(int64_t R, int64_t C) {
+    int64_t n, rpc;
+    ln_chunks(R, &n, &rpc);
+    return 2 * n * C;
+}
+
+template <typename T>
+static cudaError_t launch_ln(const void *x, const void *w, const void *b, void *y, void *mean, void *rstd, int64_t R,
+                             int64_t C, double eps, cudaStream_t s) {
+    if (C <= 1024)
+        ln_fwd<T, weft_cu_warp_group><<<weft_cu_row_blocks<weft_cu_warp_group>(R, NORM_THREADS), NORM_THREADS, 0, s>>>(
+            (const T *)x, (const T *)w, (const T *)b, (T *)y, (T *)mean, (T *)rstd, R, C, (T)eps);
+    else
+        ln_fwd<T, weft_cu_block_group><<<weft_cu_row_blocks<weft_cu_block_group>(R, NORM_THREADS), NORM_THREADS, 0,
+                                         s>>>((const T *)x, (const T *)w, (const T *)b, (T *)y, (T *)mean, (T *)rstd,
+                                              R, C, (T)eps);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t weft_cu_layer_norm(const void *x, const void *w, const void *b, void *y, void *mean,
+                                          void *rstd, int dtype, int64_t R, int64_t C, double eps, cudaStream_t s) {
+    if (R == 0) return cudaSuccess;
+    WEFT_CU_DISPATCH_FLOAT(dtype, launch_ln, x, w, b, y, mean, rstd, R, C, eps, s);
+}
+
+template <typename T>
+static cudaError_t launch_ln_bw(const void *gy, const void *x, const void *mean, const void *rstd, const void *w,
+                                void *dx, void *dw, void *db, void *part, int64_t R, int64_t C, cudaStream_t s) {
+    const T *g = (const T *)gy, *xt = (const T *)x, *mu = (const T *)mean, *rs = (const T *)rstd;
+    if (R > 0 && C > 0) {
+        if (C <= 1024)
+            ln_bwd_dx<T, weft_cu_warp_group><<<weft_cu_row_blocks<weft_cu_warp_group>(R, NORM_THREADS), NORM_THREADS,
+                                               0, s>>>(g, xt, mu, rs, (const T *)w, (T *)dx, R, C);
+        else
+            ln_bwd_dx<T, weft_cu_block_group><<<weft_cu_row_blocks<weft_cu_block_group>(R, NORM_THREADS),
+                                                NORM_THREADS, 0, s>>>(g, xt, mu, rs, (const T *)w, (T *)dx, R, C);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+    }
+    if (!dw || C == 0) return cudaSuccess;
+    if (R == 0) { // no rows: the sums are empty
+        cudaError_t e = cudaMemsetAsync(dw, 0, sizeof(T) * (size_t)C, s);
+        return e != cudaSuccess ? e : cudaMemsetAsync(db, 0, sizeof(T) * (size_t)C, s);
+    }
+    int64_t nchunk, rpc;
+    ln_chunks(R, &nchunk, &rpc);
+    dim3 grid((unsigned)((C + 31) / 32), (unsigned)nchunk), block(32, 8);
+    ln_bwd_wb_part<T><<<grid, block, 0, s>>>(g, xt, mu, rs, (T *)part, R, C, rpc);
+    ln_bwd_wb_sum<T><<<weft_cu_blocks(C), WEFT_CU_THREADS, 0, s>>>((const T *)part, (T *)dw, (T *)db, nchunk, C);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t weft_cu_layer_norm_backward(const void *gy, const void *x, const void *mean, const void *rstd,
+                                                   const void *w, void *dx, void *dw, void *db, void *part, int dtype,
+                                                   int64_t R, int64_t C, cudaStream_t s) {
+    if ((dw == NULL) != (db == NULL) || (dw && C > 0 && R > 0 && !part)) return cudaErrorInvalidValue;
+    WEFT_CU_DISPATCH_FLOAT(dtype, launch_ln_bw, gy, x, mean, rstd, w, dx, dw, db, part, R, C, s);
+}
+
+// ---------------------------------------------------------------- batch_norm
+// Element j of channel c in (N,C,S): n = j / S, i = j % S.
+__device__ __forceinline__ int64_t bn_off(int64_t j, int64_t c, int64_t C, int64_t S) {
+    const int64_t n = j / S;
+    return (n * C + c) * S + (j - n * S);
+}
+template <typename T> __device__ __forceinline__ double vec_at(const weft_cu_vec &v, int64_t c) {
+    return (double)((const T *)v.data)[c * v.stride];
+}
+
+template <typename T>
+__global__ void __launch_bounds__(NORM_THREADS)
+    bn_fwd(const T *x, T *y, weft_cu_vec w, weft_cu_vec b, weft_cu_vec rm, weft_cu_vec rv, T *mean, T *invstd,
+           int64_t N, int64_t C, int64_t S, int training, double momentum, double eps) {
+    __shared__ double sh[32];
+    const int64_t M = N * S;
+    for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
+        double mu, var;
+        if (training) {
+            double s = 0, ss = 0;
+            for (int64_t j = threadIdx.x; j < M; j += blockDim.x) s += (double)x[bn_off(j, c, C, S)];
+            s = weft_cu_block_all(s, weft_cu_add(), sh);
+            mu = M > 0 ? s / (double)M : 0;
+            const T m = (T)mu;
+            for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+                const T d = x[bn_off(j, c, C, S)] - m;
+                ss += (double)(d * d);
+            }
+            ss = weft_cu_block_all(ss, weft_cu_add(), sh);
+            var = M > 0 ? ss / (double)M : 0; // biased: normalises this batch
+            if (threadIdx.x == 0) { // PyTorch's rule; the running variance is the unbiased estimate
+                if (rm.data) {
+                    T *p = (T *)rm.data + c * rm.stride;
+                    *p = (T)((1 - momentum) * (double)*p + momentum * mu);
+                }
+                if (rv.data && M > 1) {
+                    T *p = (T *)rv.data + c * rv.stride;
+                    *p = (T)((1 - momentum) * (double)*p + momentum * ss / (double)(M - 1));
+                }
+            }
+        } else {
+            mu = vec_at<T>(rm, c);
+            var = vec_at<T>(rv, c);
+        }
+        const double is = 1.0 / sqrt(var + eps);
+        const double scale = is * (w.data ? vec_at<T>(w, c) : 1.0);
+        const double shift = (b.data ? vec_at<T>(b, c) : 0.0) - mu * scale;
+        if (threadIdx.x == 0) {
+            mean[c] = (T)mu;
+            invstd[c] = (T)is;
+        }
+        const T sc = (T)scale, sf = (T)shift;
+        for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+            const int64_t k = bn_off(j, c, C, S);
+            y[k] = x[k] * sc + sf;
+        }
+    }
+}
+
+template <typename T>
+static cudaError_t launch_bn(const void *x, void *y, weft_cu_vec w, weft_cu_vec b, weft_cu_vec rm, weft_cu_vec rv,
+                             void *mean, void *invstd, int64_t N, int64_t C, int64_t S, int training, double momentum,
+                             double eps, cudaStream_t s) {
+    unsigned nb = (unsigned)(C < 65535 * 8 ? C : 65535 * 8);
+    bn_fwd<T><<<nb, NORM_THREADS, 0, s>>>((const T *)x, (T *)y, w, b, rm, rv, (T *)mean, (T *)invstd, N, C, S,
+                                          training, momentum, eps);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t weft_cu_batch_norm(const void *x, void *y, weft_cu_vec w, weft_cu_vec b, weft_cu_vec rm,
+                                          weft_cu_vec rv, void *mean, void *invstd, int dtype, int64_t N, int64_t C,
+                                          int64_t S, int training, double momentum, double eps, cudaStream_t s) {
+    if (C == 0) return cudaSuccess;
+    if (!training && (!rm.data || !rv.data)) return cudaErrorInvalidValue;
+    WEFT_CU_DISPATCH_FLOAT(dtype, launch_bn, x, y, w, b, rm, rv, mean, invstd, N, C, S, training, momentum, eps, s);
+}
+
+// training: dx = w is (gy - mean(gy) - xhat mean(gy xhat)), xhat = (x - mu) is;
+// eval: dx = w is gy. As dx = k1 gy + k2 (x - mu) + k0; dw = sum gy xhat, db = sum gy.
+template <typename T>
+__global__ void __launch_bounds__(NORM_THREADS)
+    bn_bwd(const T *gy, const T *x, const T *mean, const T *invstd, weft_cu_vec w, T *dx, T *dw, T *db, int64_t N,
+           int64_t C, int64_t S, int training, int want_wb) {
+    __shared__ double sh[32];
+    const int64_t M = N * S;
+    for (int64_t c = blockIdx.x; c < C; c += gridDim.x) {
+        const double mu = (double)mean[c], is = (double)invstd[c], wc = w.data ? vec_at<T>(w, c) : 1.0;
+        const T m = (T)mu;
+        double sg = 0, sgx = 0;
+        if (training || want_wb) {
+            for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+                const int64_t k = bn_off(j, c, C, S);
+                const T g = gy[k];
+                sg += (double)g;
+                sgx += (double)(g * (x[k] - m));
+            }
+            sg = weft_cu_block_all(sg, weft_cu_add(), sh);
+            sgx = weft_cu_block_all(sgx, weft_cu_add(), sh);
+        }
+        if (threadIdx.x == 0) {
+            dw[c] = want_wb ? (T)(sgx * is) : (T)0;
+            db[c] = want_wb ? (T)sg : (T)0;
+        }
+        double k1 = wc * is, k2 = 0, k0 = 0;
+        if (training && M > 0) {
+            k2 = -wc * is * is * is * sgx / (double)M;
+            k0 = -wc * is * sg / (double)M;
+        }
+        const T a1 = (T)k1, a2 = (T)k2, a0 = (T)k0;
+        for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
+            const int64_t k = bn_off(j, c, C, S);
+            dx[k] = a1 * gy[k] + a2 * (x[k] - m) + a0;
+        }
+    }
+}
+
+template <typename T>
+static cudaError_t launch_bn_bw(const void *gy, const void *x, const void *mean, const void *invstd, weft_cu_vec w,
+                                void *dx, void *dw, void *db, int64_t N, int64_t C, int64_t S, int training,
+                                int want_wb, cudaStream_t s) {
+    unsigned nb = (unsigned)(C < 65535 * 8 ? C : 65535 * 8);
+    bn_bwd<T><<<nb, NORM_THREADS, 0, s>>>((const T *)gy, (const T *)x, (const T *)mean, (const T *)invstd, w, (T *)dx,
+                                          (T *)dw, (T *)db, N, C, S, training, want_wb);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t weft_cu_batch_norm_backward(const void *gy, const void *x, const void *mean, const void *invstd,
+                                                   weft_cu_vec w, void *dx, void *dw, void *db, int dtype, int64_t N,
+                                                   int64_t C, int64_t S, int training, int want_wb, cudaStream_t s) {
+    if (C == 0) return cudaSuccess;
+    WEFT_CU_DISPATCH_FLOAT(dtype, launch_bn_bw, gy, x, mean, invstd, w, dx, dw, db, N, C, S, training, want_wb, s);
+}
