@@ -10,7 +10,38 @@
 // transpose_fold rewrites matmul(transpose(x), y) into matmul(x, y, trans_a=1)
 // so a transposed copy (contiguous(transpose(w))) never materialises. The
 // kernel reads the flagged operand through BLAS's Trans flag.
-#include "op.h"
+#include <limits.h>
+
+#include "linalg.h"
+
+static bool mat_view_of(int64_t rows, int64_t cols, int64_t rs, int64_t cs, weft_mat_view *v) {
+    int64_t need_rows = cols > 1 ? cols : 1, need_cols = rows > 1 ? rows : 1;
+    if ((cols <= 1 || cs == 1) && (rows <= 1 || rs >= need_rows)) {
+        v->trans = false;
+        v->ld = rows <= 1 ? need_rows : rs;
+        return v->ld <= INT_MAX;
+    }
+    if ((rows <= 1 || rs == 1) && (cols <= 1 || cs >= need_cols)) {
+        v->trans = true;
+        v->ld = cols <= 1 ? need_cols : cs;
+        return v->ld <= INT_MAX;
+    }
+    return false;
+}
+
+weft_tensor *weft_matmul_operand(weft_tensor *t, bool tr, weft_mat_view *v,
+                                 weft_status (*copy)(weft_tensor *dst, const weft_tensor *src)) {
+    int nd = t->ndim, r = tr ? nd - 1 : nd - 2, c = tr ? nd - 2 : nd - 1;
+    if (mat_view_of(t->sizes[r], t->sizes[c], t->strides[r], t->strides[c], v)) return weft_tensor_ref(t);
+    weft_tensor *cp = weft_tensor_new(nd, t->sizes, (weft_dtype)t->dtype, t->device);
+    if (!cp) return NULL;
+    if (copy(cp, t) != WEFT_OK) {
+        weft_tensor_free(cp);
+        return NULL;
+    }
+    mat_view_of(cp->sizes[r], cp->sizes[c], cp->strides[r], cp->strides[c], v);
+    return cp;
+}
 
 weft_status weft_cpu_matmul(const weft_op_args *a);
 

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "philox.h"
 #include "tensor_impl.h"
 
 struct weft_generator {
@@ -14,24 +15,7 @@ struct weft_generator {
 
 static weft_generator g_default = {0x5eedULL, 0, PTHREAD_MUTEX_INITIALIZER};
 
-void weft_philox(uint64_t key, uint64_t chi, uint64_t clo, uint32_t out[4]) {
-    uint32_t c0 = (uint32_t)clo, c1 = (uint32_t)(clo >> 32), c2 = (uint32_t)chi, c3 = (uint32_t)(chi >> 32);
-    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c0 = n0;
-        c1 = (uint32_t)p1;
-        c2 = n2;
-        c3 = (uint32_t)p0;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
-}
+void weft_philox(uint64_t key, uint64_t chi, uint64_t clo, uint32_t out[4]) { weft_philox4x32(key, chi, clo, out); }
 
 weft_generator *weft_generator_create(uint64_t seed) {
     weft_generator *g = malloc(sizeof *g);
@@ -70,9 +54,6 @@ void weft_generator_reserve(weft_generator *g, uint64_t n, uint64_t *seed, uint6
     pthread_mutex_unlock(&g->mu);
 }
 
-static inline double u01(uint32_t a, uint32_t b) { // 53-bit uniform in [0,1)
-    return (double)(((uint64_t)a << 21) ^ (b >> 11)) * (1.0 / 9007199254740992.0);
-}
 
 enum { R_UNIFORM, R_NORMAL };
 
@@ -102,7 +83,7 @@ static weft_status fill_random(weft_tensor *t, int kind, double p0, double p1, w
         weft_philox(seed, 0, off + (uint64_t)i, w);
         double v;
         if (kind == R_UNIFORM) {
-            double u = u01(w[0], w[1]);
+            double u = weft_philox_u01(w[0], w[1]);
             if (integer) {
                 v = floor(p0 + u * (p1 - p0));
                 if (v >= p1) v = p1 - 1; // wide ranges: p0 + u (p1 - p0) can round up to p1
@@ -110,7 +91,7 @@ static weft_status fill_random(weft_tensor *t, int kind, double p0, double p1, w
                 v = p0 + floor(u * grid) / grid * (p1 - p0);
             }
         } else { // Box-Muller
-            double u1 = u01(w[0], w[1]), u2 = u01(w[2], w[3]);
+            double u1 = weft_philox_u01(w[0], w[1]), u2 = weft_philox_u01(w[2], w[3]);
             v = p0 + p1 * sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2);
         }
         weft_store_f64(p, dt, i, v);

@@ -2,11 +2,8 @@
 // u_i >= p, with u_i uniform in [0,1) from Philox(seed, counter offset + i):
 // the mask depends only on (seed, offset, i), never on threads, so backward
 // recomputes exactly the forward mask from the same attrs.
+#include "../../tensor/philox.h"
 #include "iter.h"
-
-static inline double u01(uint32_t a, uint32_t b) { // 53-bit uniform in [0,1), as in tensor/random.c
-    return (double)(((uint64_t)a << 21) ^ (b >> 11)) * (1.0 / 9007199254740992.0);
-}
 
 // dropout: in x, attrs i[0] = seed, i[1] = counter offset, f[0] = p. y = x * keep / (1 - p).
 weft_status weft_cpu_dropout(const weft_op_args *a) {
@@ -27,8 +24,8 @@ weft_status weft_cpu_dropout(const weft_op_args *a) {
 #pragma omp parallel for num_threads(nt) if (nt > 1 && n > 16384) schedule(static)
     for (int64_t i = 0; i < n; i++) {
         uint32_t w[4];
-        weft_philox(seed, 0, off + (uint64_t)i, w);
-        bool keep = u01(w[0], w[1]) >= p;
+        weft_philox4x32(seed, 0, off + (uint64_t)i, w);
+        bool keep = weft_philox_u01(w[0], w[1]) >= p;
         if (dt == WEFT_F32) ((float *)py)[i] = keep ? ((const float *)px)[i] * (float)scale : 0.0f;
         else ((double *)py)[i] = keep ? ((const double *)px)[i] * scale : 0.0;
     }

@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "../linalg.h"
 #include "iter.h"
 
 typedef struct mat_view {
@@ -20,36 +21,14 @@ typedef struct mat_view {
     int64_t ld;
 } mat_view;
 
-// How BLAS can read a (rows, cols) matrix with row stride rs and col stride cs.
-// Size-1 dims carry meaningless strides, so they accept any.
-static bool blas_view(int64_t rows, int64_t cols, int64_t rs, int64_t cs, mat_view *v) {
-    int64_t need_rows = cols > 1 ? cols : 1, need_cols = rows > 1 ? rows : 1;
-    if ((cols <= 1 || cs == 1) && (rows <= 1 || rs >= need_rows)) {
-        v->tr = CblasNoTrans;
-        v->ld = rows <= 1 ? need_rows : rs;
-        return v->ld <= INT_MAX;
-    }
-    if ((rows <= 1 || rs == 1) && (cols <= 1 || cs >= need_cols)) {
-        v->tr = CblasTrans;
-        v->ld = cols <= 1 ? need_cols : cs;
-        return v->ld <= INT_MAX;
-    }
-    return false;
-}
-
-// A contiguous copy of t (no autograd) when its matrix dims are not BLAS-readable.
-// tr: read t's last two dims swapped (the op's trans flag).
+// An operand as BLAS reads it (the shared rule: ops/linalg.h), copied to a
+// contiguous temporary by weft_cpu_copy when BLAS cannot read its layout.
 static weft_tensor *blas_operand(weft_tensor *t, bool tr, mat_view *v) {
-    int nd = t->ndim, r = tr ? nd - 1 : nd - 2, c = tr ? nd - 2 : nd - 1;
-    if (blas_view(t->sizes[r], t->sizes[c], t->strides[r], t->strides[c], v)) return weft_tensor_ref(t);
-    weft_tensor *cp = weft_tensor_new(nd, t->sizes, (weft_dtype)t->dtype, t->device);
-    if (!cp) return NULL;
-    if (weft_cpu_copy(cp, t) != WEFT_OK) {
-        weft_tensor_free(cp);
-        return NULL;
-    }
-    blas_view(cp->sizes[r], cp->sizes[c], cp->strides[r], cp->strides[c], v);
-    return cp;
+    weft_mat_view m;
+    weft_tensor *r = weft_matmul_operand(t, tr, &m, weft_cpu_copy);
+    v->tr = m.trans ? CblasTrans : CblasNoTrans;
+    v->ld = m.ld;
+    return r;
 }
 
 static void gemm1(weft_dtype dt, const mat_view *va, const mat_view *vb, int64_t M, int64_t N, int64_t K,

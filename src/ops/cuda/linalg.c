@@ -17,6 +17,7 @@
 #include <limits.h>
 #include <stdlib.h>
 
+#include "../linalg.h"
 #include "blas.h"
 
 typedef struct mat_view {
@@ -24,33 +25,14 @@ typedef struct mat_view {
     int64_t ld;
 } mat_view;
 
-// How cuBLAS can read a row-major-indexed (rows, cols) matrix with strides (rs, cs).
-static bool blas_view(int64_t rows, int64_t cols, int64_t rs, int64_t cs, mat_view *v) {
-    int64_t need_rows = cols > 1 ? cols : 1, need_cols = rows > 1 ? rows : 1;
-    if ((cols <= 1 || cs == 1) && (rows <= 1 || rs >= need_rows)) {
-        v->op = CUBLAS_OP_N;
-        v->ld = rows <= 1 ? need_rows : rs;
-        return v->ld <= INT_MAX;
-    }
-    if ((rows <= 1 || rs == 1) && (cols <= 1 || cs >= need_cols)) {
-        v->op = CUBLAS_OP_T;
-        v->ld = cols <= 1 ? need_cols : cs;
-        return v->ld <= INT_MAX;
-    }
-    return false;
-}
-
+// An operand as cuBLAS reads it (the shared rule: ops/linalg.h), copied on
+// the device when cuBLAS cannot read its layout.
 static weft_tensor *blas_operand(weft_tensor *t, bool tr, mat_view *v) {
-    int nd = t->ndim, r = tr ? nd - 1 : nd - 2, c = tr ? nd - 2 : nd - 1;
-    if (blas_view(t->sizes[r], t->sizes[c], t->strides[r], t->strides[c], v)) return weft_tensor_ref(t);
-    weft_tensor *cp = weft_tensor_new(nd, t->sizes, (weft_dtype)t->dtype, t->device);
-    if (!cp) return NULL;
-    if (weft_cuda_copy(cp, t) != WEFT_OK) {
-        weft_tensor_free(cp);
-        return NULL;
-    }
-    blas_view(cp->sizes[r], cp->sizes[c], cp->strides[r], cp->strides[c], v);
-    return cp;
+    weft_mat_view m;
+    weft_tensor *r = weft_matmul_operand(t, tr, &m, weft_cuda_copy);
+    v->op = m.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
+    v->ld = m.ld;
+    return r;
 }
 
 static weft_status blas_check(cublasStatus_t s, const char *what) { return weft_cu_blas_check(s, "matmul", what); }

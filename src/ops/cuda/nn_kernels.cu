@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "../../tensor/philox.h"
 #include "cu_common.cuh"
 #include "nn_kernels.h"
 #include "reduce_kernels.h"
@@ -279,38 +280,14 @@ extern "C" cudaError_t weft_cu_cross_entropy_backward(const void *x, int dtype, 
 }
 
 // ---------------------------------------------------------------- dropout
-// weft_philox (tensor/random.c) line for line: Philox4x32-10, counter
-// (clo, chi), key. Host and device, so the port can be checked on the host.
-__host__ __device__ __forceinline__ void nn_philox(uint64_t key, uint64_t chi, uint64_t clo, uint32_t out[4]) {
-    uint32_t c0 = (uint32_t)clo, c1 = (uint32_t)(clo >> 32), c2 = (uint32_t)chi, c3 = (uint32_t)(chi >> 32);
-    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c0 = n0;
-        c1 = (uint32_t)p1;
-        c2 = n2;
-        c3 = (uint32_t)p0;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
-}
-// 53-bit uniform in [0,1), as cpu/dropout.c: exact in double.
-__host__ __device__ __forceinline__ double nn_u01(uint32_t a, uint32_t b) {
-    return (double)(((uint64_t)a << 21) ^ (b >> 11)) * (1.0 / 9007199254740992.0);
-}
-
+// The host's Philox and uniform (tensor/philox.h), compiled for the device: the same masks as cpu/dropout.c.
 template <typename T>
 __global__ void dropout_kernel(weft_cu_tensor x, T *y, uint64_t seed, uint64_t off, double p, T scale, bool contig) {
     const T *xp = (const T *)x.data;
     WEFT_CU_GRID_LOOP(i, x.numel) {
         uint32_t w[4];
-        nn_philox(seed, 0, off + (uint64_t)i, w);
-        const bool keep = nn_u01(w[0], w[1]) >= p;
+        weft_philox4x32(seed, 0, off + (uint64_t)i, w);
+        const bool keep = weft_philox_u01(w[0], w[1]) >= p;
         const T v = xp[contig ? i : weft_cu_offset(x, i)];
         y[i] = keep ? v * scale : (T)0;
     }
