@@ -21,7 +21,7 @@ static int usage(void) {
             "usage: weft <command> ...\n"
             "  train MODEL.cfg [--epochs N] [--steps N] [--batch B] [--lr X] [--threads T] [--seed S]\n"
             "                  [--ckpt-dir DIR] [--ckpt-every N] [--keep K] [--resume] [--log-dir DIR] [--quiet]\n"
-            "                  [--data-dir DIR] [--text FILE] [--eval-batches N] [--graph]\n"
+            "                  [--data-dir DIR] [--text FILE] [--eval-batches N] [--graph] [--device D]\n"
             "                  [--dist ddp|ps] [--servers S] [--consistency bsp|asp|ssp:S] [--backup K]\n"
             "                  [--bucket-mb M] [--straggle RANK:FACTOR]\n"
             "  launch -n N [--servers S] [--max-restarts R] [--hostfile F] -- weft train MODEL.cfg [...]\n"
@@ -124,7 +124,7 @@ static int parse(int argc, char **argv, weft_model_cfg *cfg, cli *c) {
         static const char *const valued[] = {"--threads", "--ckpt-dir", "--ckpt-every", "--keep", "--log-dir",
                                              "--data-dir", "--text",    "--eval-batches", "--ckpt", "--prompt",
                                              "--tokens",  "--temperature", "--dist",       "--servers",
-                                             "--consistency", "--backup", "--bucket-mb", "--straggle"};
+                                             "--consistency", "--backup", "--bucket-mb", "--straggle", "--device"};
         bool known = !strcmp(a, "--resume") || !strcmp(a, "--quiet") || !strcmp(a, "--graph");
         for (size_t k = 0; !known && k < sizeof valued / sizeof valued[0]; k++) known = !strcmp(a, valued[k]);
         if (!known) {
@@ -153,6 +153,7 @@ static int parse(int argc, char **argv, weft_model_cfg *cfg, cli *c) {
         }
         else if (!strcmp(a, "--log-dir")) c->t.log_dir = v, i++;
         else if (!strcmp(a, "--data-dir")) c->t.data_dir = v, i++;
+        else if (!strcmp(a, "--device")) c->t.device = v, i++; // cpu, cuda, cuda:N
         else if (!strcmp(a, "--text")) c->t.text_path = v, i++;
         else if (!strcmp(a, "--eval-batches")) {
             if (!int_opt(a, v, &c->t.eval_batches)) return -1;

@@ -44,6 +44,8 @@ typedef struct weft_train_opts {
     int64_t eval_batches;  // language models: validation batches per evaluation (0: 50)
     FILE *progress;        // where progress goes (NULL: stderr)
     bool graph;            // graph mode: each step is one run of a traced step graph (docs/graph.md)
+    const char *device;    // "cpu" (NULL), "cuda", "cuda:N": where the network, its optimiser state
+                           // and each batch live (data sets are read on the CPU; batches are copied)
     // distributed runs (ignored by a single process)
     weft_train_dist dist;
     int servers;           // ps: server ranks (0: 1)

@@ -71,12 +71,43 @@ weft_optim_opts weft_run_optim_opts(const weft_net_cfg *n) {
     return o;
 }
 
+weft_tensor *weft_run_to_device(const weft_run *r, weft_tensor *x) {
+    if (!x) return NULL;
+    return r->device.type == WEFT_CPU ? weft_tensor_ref(x) : weft_tensor_to(x, r->device);
+}
+
+// The device of opts.device: checked here, before anything is built there.
+static weft_status run_device(weft_run *r) {
+    r->device = WEFT_DEVICE_CPU;
+    const char *d = r->opts.device;
+    if (!d || !*d) return WEFT_OK;
+    if (weft_device_parse(d, &r->device) != WEFT_OK) return weft_error(WEFT_ERR_ARG, "--device: %s", weft_last_error());
+    if (r->device.type == WEFT_CPU) return WEFT_OK;
+    if (!weft_device_available(r->device)) {
+        weft_device_synchronize(r->device); // leaves the registry's message (which device, and why)
+        return weft_error(WEFT_ERR_DEVICE, "--device %s: %s", d, weft_last_error());
+    }
+    if (r->opts.graph) return weft_error(WEFT_ERR_UNSUPPORTED, "train: --graph runs on the CPU only (not --device %s)", d);
+    if (r->dist) return weft_error(WEFT_ERR_UNSUPPORTED, "train: distributed runs use the CPU only (not --device %s)", d);
+    if (r->cfg->net.clip > 0)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "train: gradient clipping (clip = %g) needs CPU gradients (not --device %s)",
+                          r->cfg->net.clip, d);
+    return WEFT_OK;
+}
+
 weft_status weft_run_build(weft_run *r, bool with_optim) {
     const weft_net_cfg *n = &r->cfg->net;
+    weft_status st = run_device(r);
+    if (st) return st;
     r->init_gen = weft_generator_create(n->seed);
     r->dropout_gen = weft_generator_create(n->seed ^ 0x9e3779b97f4a7c15ULL);
     if (!r->init_gen || !r->dropout_gen) return weft_last_status();
+    // Parameters and buffers are made on the run's device (initialised from the
+    // same random streams as on the CPU, so both start from the same values).
+    weft_device prev = weft_device_get_default();
+    if (r->device.type != WEFT_CPU) weft_device_set_default(r->device);
     r->net = weft_model_build(r->cfg, r->init_gen, r->dropout_gen);
+    weft_device_set_default(prev);
     if (!r->net) return weft_last_status();
     r->n_params = weft_module_param_count(r->net);
     r->params = calloc((size_t)r->n_params + 1, sizeof *r->params);
@@ -133,7 +164,10 @@ weft_status weft_run_evaluate(weft_run *r, double *loss, double *acc) {
         int64_t N = weft_dataset_len(r->test), B = 1000;
         for (int64_t i = 0; i < N && !st; i += B) {
             int64_t b = N - i < B ? N - i : B;
-            weft_tensor *x = weft_narrow(r->test->inputs, 0, i, b), *y = weft_narrow(r->test->labels, 0, i, b);
+            weft_tensor *xh = weft_narrow(r->test->inputs, 0, i, b), *yh = weft_narrow(r->test->labels, 0, i, b);
+            weft_tensor *x = weft_run_to_device(r, xh), *y = weft_run_to_device(r, yh);
+            weft_tensor_free(xh);
+            weft_tensor_free(yh);
             weft_tensor *logits = weft_module_forward(r->net, x), *l = weft_model_loss(r->cfg, logits, y);
             weft_tensor *pred = weft_argmax(logits, 1, false), *eq = weft_eq(pred, y);
             weft_tensor *eqf = weft_cast(eq, WEFT_F64), *c = weft_sum(eqf, 0, NULL, false);
@@ -152,6 +186,13 @@ weft_status weft_run_evaluate(weft_run *r, double *loss, double *acc) {
             weft_tensor *x = NULL, *y = NULL;
             // Fixed windows (seed 0xe7a1, step i): every evaluation sees the same text.
             st = weft_lm_batch(r->val_tokens, n->batch, n->context, 0xe7a1, (uint64_t)i, &x, &y);
+            if (!st && r->device.type != WEFT_CPU) { // the batch on the run's device
+                weft_tensor *xd = weft_run_to_device(r, x), *yd = weft_run_to_device(r, y);
+                weft_tensor_free(x);
+                weft_tensor_free(y);
+                x = xd, y = yd;
+                if (!x || !y) st = weft_last_status();
+            }
             weft_tensor *logits = st ? NULL : weft_module_forward(r->net, x);
             weft_tensor *l = st ? NULL : weft_model_loss(r->cfg, logits, y);
             if (!st && !l) st = weft_last_status();
@@ -176,9 +217,16 @@ static weft_status train_step(weft_run *r, weft_tensor *x, weft_tensor *y, doubl
     if (r->opts.graph) return weft_graph_train_step(r, x, y, loss_out); // --graph: one graph run per step
     const weft_net_cfg *n = &r->cfg->net;
     double t0 = now_s();
-    weft_tensor *logits = weft_module_forward(r->net, x);
-    weft_tensor *loss = weft_model_loss(r->cfg, logits, y);
+    weft_tensor *xd = weft_run_to_device(r, x), *yd = weft_run_to_device(r, y);
+    if (!xd || !yd) {
+        weft_tensor_free(xd);
+        return weft_last_status();
+    }
+    weft_tensor *logits = weft_module_forward(r->net, xd);
+    weft_tensor *loss = weft_model_loss(r->cfg, logits, yd);
     weft_tensor_free(logits);
+    weft_tensor_free(xd);
+    weft_tensor_free(yd);
     if (!loss) return weft_last_status();
     double l = weft_tensor_item(loss);
     weft_status st = r->dist ? weft_dist_run_check_loss(r, l) : WEFT_OK;
@@ -293,6 +341,7 @@ weft_status weft_train(const weft_model_cfg *cfg, const weft_train_opts *opts, w
     out->language_model = n->dataset == WEFT_CFG_KJV;
     out->test_loss = out->test_acc = out->val_loss = out->train_loss = NAN;
     weft_status st = weft_dist_run_init(r);
+    if (!st) st = run_device(r); // a bad --device fails before the data is read
     if (!st) st = weft_run_load_data(r);
     int64_t steps_per_epoch = 0;
     if (!st) {

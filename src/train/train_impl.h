@@ -28,7 +28,11 @@ typedef struct weft_run {
     bool printer;          // rank 0 or a single process: prints and writes metrics
     bool collective_error; // the current error is known to every rank
     struct weft_graph_train *graph; // opts.graph: the step graphs (graph_train.c)
+    weft_device device;             // opts.device parsed (weft_run_build)
 } weft_run;
+
+// x on the run's device: a new reference (x itself on the CPU), NULL + error on failure.
+weft_tensor *weft_run_to_device(const weft_run *r, weft_tensor *x);
 
 weft_status weft_run_load_data(weft_run *r);
 weft_status weft_run_build(weft_run *r, bool with_optim);

@@ -38,6 +38,9 @@ expect 1 "not a language model" -- "$weft" sample "$cfg" --ckpt "$tmp/bad.safete
 expect 1 "bad.safetensors" -- "$weft" info "$tmp/bad.safetensors"
 expect 1 "expected a non-negative integer" -- "$weft" train "$cfg" --ckpt-every many
 expect 2 "--dot FILE" -- "$weft" graph "$cfg"
+# a device that is not there (no GPU here; cuda:15 on a GPU machine) fails before any data is read
+expect 1 "device cuda:15" -- "$weft" train "$cfg" --device cuda:15 --steps 1
+expect 1 "unknown device 'tpu'" -- "$weft" train "$cfg" --device tpu --steps 1
 expect 1 "bad.cfg:3" -- "$weft" graph "$tmp/bad.cfg" --dot "$tmp/x.dot"
 expect 1 "unknown option '--nope'" -- "$weft" graph "$cfg" --nope
 expect 1 "cannot open" -- "$weft" graph "$cfg" --dot "$tmp/no/such/dir/x.dot"

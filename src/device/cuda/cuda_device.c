@@ -340,7 +340,8 @@ void weft_cuda_backend_init(void) {
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n <= 0) {
         cudaGetLastError();
-        snprintf(g_reason, sizeof g_reason, "%s", e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device");
+        if (e != cudaSuccess) snprintf(g_reason, sizeof g_reason, "no usable GPU: cudaGetDeviceCount says: %s", cudaGetErrorString(e));
+        else snprintf(g_reason, sizeof g_reason, "no CUDA device");
         g_count = 0;
         return;
     }
