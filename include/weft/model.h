@@ -52,6 +52,14 @@ typedef enum weft_cfg_schedule {
     WEFT_CFG_COSINE, // min_lr + (lr - min_lr) * (1 + cos(pi * step / total)) / 2
 } weft_cfg_schedule;
 
+// Mixed precision of training steps (weft_autocast_set for the forward pass;
+// f16 adds dynamic loss scaling, weft_grad_scaler). Parameters stay f32.
+typedef enum weft_cfg_precision {
+    WEFT_CFG_F32 = 0,
+    WEFT_CFG_BF16,
+    WEFT_CFG_F16,
+} weft_cfg_precision;
+
 typedef enum weft_cfg_loss {
     WEFT_CFG_CROSS_ENTROPY = 0,
     WEFT_CFG_HINGE, // multi-class hinge (PyTorch's multi_margin_loss, margin 1)
@@ -131,6 +139,7 @@ typedef struct weft_net_cfg {
     int64_t warmup, step_size; // in optimiser steps
     double gamma, min_lr;
     double clip;               // max global gradient norm, 0 = off
+    weft_cfg_precision precision; // matmul/conv precision of training steps (f32 = off)
     int64_t eval_every, ckpt_every, log_every; // in steps, 0 = once per epoch
 } weft_net_cfg;
 

@@ -62,6 +62,7 @@ static const char *const OPTIMIZERS[] = {"sgd", "adam", "adamw", "adagrad", "rms
 static const char *const SCHEDULES[] = {"constant", "step", "cosine", NULL};
 static const char *const LOSSES[] = {"cross_entropy", "hinge", NULL};
 static const char *const POSITIONS[] = {"none", "learned", NULL};
+static const char *const PRECISIONS[] = {"f32", "bf16", "f16", NULL};
 
 #define NK(n, k, field, lo, hi, fl, nm) {n, k, offsetof(weft_net_cfg, field), sizeof(((weft_net_cfg *)0)->field), lo, hi, fl, nm}
 #define LK(n, k, field, lo, hi, fl, nm) {n, k, offsetof(weft_layer_cfg, field), sizeof(((weft_layer_cfg *)0)->field), lo, hi, fl, nm}
@@ -94,6 +95,7 @@ static const keydef NET_KEYS[] = {
     NK("gamma", K_FLOAT, gamma, 0, 1, F_LO_OPEN, NULL),
     NK("min_lr", K_FLOAT, min_lr, 0, 1e3, 0, NULL),
     NK("clip", K_FLOAT, clip, 0, 1e9, 0, NULL),
+    NK("precision", K_ENUM, precision, 0, 0, 0, PRECISIONS),
     NK("eval_every", K_INT, eval_every, 0, BIG, 0, NULL),
     NK("ckpt_every", K_INT, ckpt_every, 0, BIG, 0, NULL),
     NK("log_every", K_INT, log_every, 0, BIG, 0, NULL),

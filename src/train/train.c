@@ -95,9 +95,24 @@ static weft_status run_device(weft_run *r) {
     return WEFT_OK;
 }
 
+// [net] precision: which training paths take it, and f16's loss scaler.
+static weft_status run_precision(weft_run *r) {
+    const weft_net_cfg *n = &r->cfg->net;
+    if (n->precision == WEFT_CFG_F32) return WEFT_OK;
+    const char *p = n->precision == WEFT_CFG_BF16 ? "bf16" : "f16";
+    if (r->opts.graph) return weft_error(WEFT_ERR_UNSUPPORTED, "train: precision = %s runs eager steps only (not --graph)", p);
+    if (n->precision == WEFT_CFG_F16 && (r->dist || n->clip > 0))
+        return weft_error(WEFT_ERR_UNSUPPORTED,
+                          "train: precision = f16 (loss scaling) works without clip and in single-process runs only");
+    if (n->precision == WEFT_CFG_F16 && !r->scaler && !(r->scaler = weft_grad_scaler_create(0, 0, 0, 0)))
+        return weft_last_status();
+    return WEFT_OK;
+}
+
 weft_status weft_run_build(weft_run *r, bool with_optim) {
     const weft_net_cfg *n = &r->cfg->net;
     weft_status st = run_device(r);
+    if (!st) st = run_precision(r);
     if (st) return st;
     r->init_gen = weft_generator_create(n->seed);
     r->dropout_gen = weft_generator_create(n->seed ^ 0x9e3779b97f4a7c15ULL);
@@ -137,6 +152,7 @@ void weft_run_free(weft_run *r) {
     weft_graph_train_free(r);
     weft_loader_free(r->loader);
     weft_optim_free(r->optim);
+    weft_grad_scaler_free(r->scaler);
     weft_module_free(r->net);
     for (int i = 0; r->names && i < r->n_params; i++) free(r->names[i]);
     free(r->names);
@@ -153,11 +169,22 @@ void weft_run_free(weft_run *r) {
 }
 
 // ---- evaluation ----
+// The forward pass's autocast dtype for [net] precision (f32: off).
+static weft_dtype autocast_of(const weft_run *r) {
+    switch (r->cfg->net.precision) {
+    case WEFT_CFG_BF16: return WEFT_BF16;
+    case WEFT_CFG_F16: return WEFT_F16;
+    default: return WEFT_F32;
+    }
+}
+
 weft_status weft_run_evaluate(weft_run *r, double *loss, double *acc) {
     const weft_net_cfg *n = &r->cfg->net;
     bool was_training = weft_module_is_training(r->net);
     weft_module_set_training(r->net, false);
     bool prev = weft_grad_set_enabled(false);
+    weft_dtype prev_ac = weft_autocast_get();
+    weft_autocast_set(autocast_of(r)); // evaluate the model as it trains
     weft_status st = WEFT_OK;
     double sum_loss = 0, correct = 0, count = 0;
     if (n->dataset == WEFT_CFG_FMNIST) {
@@ -205,6 +232,7 @@ weft_status weft_run_evaluate(weft_run *r, double *loss, double *acc) {
         }
     }
     weft_grad_set_enabled(prev);
+    weft_autocast_set(prev_ac);
     weft_module_set_training(r->net, was_training);
     if (st) return st;
     *loss = count > 0 ? sum_loss / count : NAN;
@@ -222,8 +250,11 @@ static weft_status train_step(weft_run *r, weft_tensor *x, weft_tensor *y, doubl
         weft_tensor_free(xd);
         return weft_last_status();
     }
+    weft_dtype prev_ac = weft_autocast_get();
+    weft_autocast_set(autocast_of(r));
     weft_tensor *logits = weft_module_forward(r->net, xd);
     weft_tensor *loss = weft_model_loss(r->cfg, logits, yd);
+    weft_autocast_set(prev_ac);
     weft_tensor_free(logits);
     weft_tensor_free(xd);
     weft_tensor_free(yd);
@@ -239,7 +270,13 @@ static weft_status train_step(weft_run *r, weft_tensor *x, weft_tensor *y, doubl
         return weft_error(WEFT_ERR_STATE, "step %lld: the loss is %s; stopping (the last good checkpoint is kept)",
                           (long long)(r->step + 1), isnan(l) ? "NaN" : "infinite");
     }
-    st = weft_backward(loss, NULL, NULL);
+    if (r->scaler) { // f16: backward from the scaled loss (weft_grad_scaler_step unscales)
+        weft_tensor *sl = weft_grad_scaler_scale(r->scaler, loss);
+        st = sl ? weft_backward(sl, NULL, NULL) : weft_last_status();
+        weft_tensor_free(sl);
+    } else {
+        st = weft_backward(loss, NULL, NULL);
+    }
     weft_tensor_free(loss);
     if (st) return st;
     if (r->dist && (st = weft_dist_run_after_backward(r, now_s() - t0))) return st;
@@ -249,7 +286,8 @@ static weft_status train_step(weft_run *r, weft_tensor *x, weft_tensor *y, doubl
         if ((st = weft_dist_run_step(r, lr))) return st;
     } else {
         weft_optim_set_lr(r->optim, lr);
-        if ((st = weft_optim_step(r->optim))) return st;
+        // f16: a step whose gradients overflowed is skipped (and the scale backs off)
+        if ((st = r->scaler ? weft_grad_scaler_step(r->scaler, r->optim, NULL) : weft_optim_step(r->optim))) return st;
     }
     weft_optim_zero_grad(r->optim);
     r->step++;
@@ -341,7 +379,8 @@ weft_status weft_train(const weft_model_cfg *cfg, const weft_train_opts *opts, w
     out->language_model = n->dataset == WEFT_CFG_KJV;
     out->test_loss = out->test_acc = out->val_loss = out->train_loss = NAN;
     weft_status st = weft_dist_run_init(r);
-    if (!st) st = run_device(r); // a bad --device fails before the data is read
+    if (!st) st = run_device(r); // a bad --device or precision fails before the data is read
+    if (!st) st = run_precision(r);
     if (!st) st = weft_run_load_data(r);
     int64_t steps_per_epoch = 0;
     if (!st) {

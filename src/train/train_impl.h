@@ -29,6 +29,7 @@ typedef struct weft_run {
     bool collective_error; // the current error is known to every rank
     struct weft_graph_train *graph; // opts.graph: the step graphs (graph_train.c)
     weft_device device;             // opts.device parsed (weft_run_build)
+    weft_grad_scaler *scaler;       // [net] precision = f16: dynamic loss scaling
 } weft_run;
 
 // x on the run's device: a new reference (x itself on the CPU), NULL + error on failure.

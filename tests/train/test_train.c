@@ -1,6 +1,7 @@
 // Training from model files: learning on a small synthetic Fashion-MNIST,
 // bit-identical resume (2N steps vs N + resume + N), NaN loss handling,
 // checkpoint errors, eval, a tiny language model, and the hinge loss.
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -228,6 +229,44 @@ static void test_device(void) {
     weft_model_cfg_free(cfg);
 }
 
+// [net] precision = bf16 / f16: matmuls under autocast (f16 with loss
+// scaling), f32 parameters; both learn the task, and neither is the f32 run.
+static void test_precision(void) {
+    const char *names[2] = {"bf16", "f16"};
+    double loss32 = 0;
+    {
+        weft_model_cfg *cfg = cfg_of(k_mlp);
+        weft_train_opts o = opts_in(NULL);
+        weft_train_result r;
+        CHECK(weft_train(cfg, &o, &r) == WEFT_OK);
+        loss32 = r.test_loss;
+        weft_model_cfg_free(cfg);
+    }
+    for (int k = 0; k < 2; k++) {
+        char text[512];
+        snprintf(text, sizeof text,
+                 "[net]\ndataset = fmnist\nbatch = 32\nepochs = 3\noptimizer = adam\nlr = 1e-3\nseed = 5\nprecision = %s\n"
+                 "[flatten]\n[linear]\nout = 32\n[relu]\n[dropout]\np = 0.2\n[linear]\nout = 10\n",
+                 names[k]);
+        weft_model_cfg *cfg = cfg_of(text);
+        CHECK(cfg != NULL);
+        if (!cfg) continue;
+        weft_train_opts o = opts_in(NULL);
+        weft_train_result r;
+        CHECK(weft_train(cfg, &o, &r) == WEFT_OK);
+        CHECK(r.test_acc > 0.9);
+        CHECK(r.test_loss != loss32 && fabs(r.test_loss - loss32) < 0.1);
+        weft_model_cfg_free(cfg);
+    }
+    weft_model_cfg *bad = cfg_of("[net]\ndataset = fmnist\nprecision = f8\n[flatten]\n[linear]\nout = 10\n");
+    CHECK(bad == NULL && wt_error_has("test.cfg:3"));
+    weft_model_cfg *clip = cfg_of("[net]\ndataset = fmnist\nprecision = f16\nclip = 1\n[flatten]\n[linear]\nout = 10\n");
+    weft_train_opts o = opts_in(NULL);
+    weft_train_result r;
+    CHECK(clip && weft_train(clip, &o, &r) != WEFT_OK && wt_error_has("loss scaling"));
+    weft_model_cfg_free(clip);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/weft_test_train_XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
@@ -239,6 +278,7 @@ int main(void) {
     RUN(test_language_model);
     RUN(test_hinge_loss);
     RUN(test_device);
+    RUN(test_precision);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);
