@@ -72,6 +72,10 @@ bool weft_tensor_is_contiguous(const weft_tensor *t);
 bool weft_tensor_shares_storage(const weft_tensor *a, const weft_tensor *b);
 // Host pointer to the first element (CPU tensors only; NULL otherwise).
 void *weft_tensor_data(const weft_tensor *t);
+// Address of the first element on the tensor's own device (a CUDA device
+// pointer for a CUDA tensor): for calling a device library directly. NULL
+// for a symbolic tensor.
+void *weft_tensor_device_ptr(const weft_tensor *t);
 // Shape as text, e.g. "(2,3)".
 const char *weft_tensor_shape_str(const weft_tensor *t, char *buf, size_t n);
 

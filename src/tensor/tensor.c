@@ -181,6 +181,10 @@ void *weft_tensor_data(const weft_tensor *t) {
     if (!t || t->device.type != WEFT_CPU || !t->storage) return NULL;
     return weft_tensor_ptr(t);
 }
+void *weft_tensor_device_ptr(const weft_tensor *t) {
+    if (!t || !t->storage || !t->storage->data) return NULL;
+    return weft_tensor_ptr(t);
+}
 const char *weft_tensor_shape_str(const weft_tensor *t, char *buf, size_t n) {
     if (!t) {
         snprintf(buf, n, "(null)");

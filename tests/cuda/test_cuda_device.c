@@ -19,6 +19,12 @@ static void test_no_gpu(void) {
     CHECK(weft_stream_create(WT_CUDA0) == NULL);
     weft_memory_stats st;
     CHECK(weft_memory_stats_get(WT_CUDA0, &st) != WEFT_OK);
+    // on the CPU the device pointer is the host pointer (a view's too)
+    weft_tensor *v = weft_narrow(t, 0, 1, 2);
+    CHECK(weft_tensor_device_ptr(v) == weft_tensor_data(v) && weft_tensor_data(v) != NULL);
+    CHECK((char *)weft_tensor_device_ptr(v) == (char *)weft_tensor_device_ptr(t) + sizeof(float));
+    CHECK(weft_tensor_device_ptr(NULL) == NULL);
+    weft_tensor_free(v);
     weft_tensor_free(t);
 }
 
