@@ -4,7 +4,11 @@
 //   train_fmnist_mlp, train_fmnist_cnn   samples/s
 //   train_kjv_gpt, train_kjv_lstm        tokens/s
 // Twin: bench/peers/train.py (the same networks in PyTorch).
+// WEFT_BENCH_DEVICE=cuda (or cuda:N) runs both on the GPU; each timed step then
+// ends by waiting for the device, as the twin's torch.cuda.synchronize().
+#include <stdlib.h>
 #include <weft.h>
+#include <weft/device.h>
 
 #include "bench_model.h"
 #include "bench_util.h"
@@ -17,13 +21,27 @@ static int run(int argc, char **argv, const char *name, const char *path, int wa
         return 1;
     }
     const weft_net_cfg *n = &cfg->net;
+    weft_device dev = WEFT_DEVICE_CPU, prev = weft_device_get_default();
+    const char *ds = getenv("WEFT_BENCH_DEVICE");
+    if (ds && *ds && (weft_device_parse(ds, &dev) || weft_device_set_default(dev))) {
+        fprintf(stderr, "%s: WEFT_BENCH_DEVICE: %s\n", name, weft_last_error());
+        weft_model_cfg_free(cfg);
+        return 1;
+    }
     weft_generator *g = weft_generator_create(1);
-    weft_module *net = weft_model_build(cfg, g, g);
+    weft_module *net = weft_model_build(cfg, g, g); // parameters on the default device
     weft_optim *opt = bench_model_optim(n, net);
     bool lm = n->dataset == WEFT_CFG_KJV;
     weft_tensor *x, *y;
-    bench_model_batch(n, g, &x, &y);
-    int fail = 0;
+    weft_device_set_default(prev);
+    bench_model_batch(n, g, &x, &y); // made on the CPU, then moved (as weft train --device does)
+    if (dev.type != WEFT_CPU) {
+        weft_tensor *xd = weft_tensor_to(x, dev), *yd = weft_tensor_to(y, dev);
+        weft_tensor_free(x);
+        weft_tensor_free(y);
+        x = xd, y = yd;
+    }
+    int fail = !x || !y || !opt;
 #define STEP()                                                                  \
     do {                                                                        \
         weft_tensor *lg = weft_module_forward(net, x);                          \
@@ -32,6 +50,7 @@ static int run(int argc, char **argv, const char *name, const char *path, int wa
         weft_optim_zero_grad(opt);                                              \
         weft_tensor_free(lg);                                                   \
         weft_tensor_free(l);                                                    \
+        if (dev.type != WEFT_CPU) weft_device_synchronize(dev);                 \
     } while (0)
     for (int i = 0; i < warmup; i++) STEP();
     double s;

@@ -1,12 +1,16 @@
 # PyTorch twins of the four standard workloads (models/*.cfg), same shapes,
 # optimisers and synthetic batches as bench/train.c.
 import math
+import os
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from common import best_of, report, selected
+
+# WEFT_BENCH_DEVICE=cuda runs the same workloads on the GPU (as bench/train.c does)
+DEVICE = torch.device(os.environ.get("WEFT_BENCH_DEVICE", "cpu"))
 
 
 
@@ -23,7 +27,7 @@ class Block(nn.Module):  # pre-LayerNorm transformer block, GELU MLP 4x
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.heads)
-        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), 1)
         att = F.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
         return self.proj((att @ v).transpose(1, 2).reshape(B, T, C))
 
@@ -40,7 +44,7 @@ class GPT(nn.Module):
         self.ln, self.head = nn.LayerNorm(c), nn.Linear(c, vocab)
 
     def forward(self, idx):
-        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
         return self.head(self.ln(self.blocks(x)))
 
 
@@ -56,6 +60,7 @@ class LSTMLM(nn.Module):
 def workload(name, model, opt, x, y, per_step, unit, warmup, min_steps, min_s):
     if not selected(name):
         return
+    x, y = x.to(DEVICE), y.to(DEVICE)
 
     def step():
         out = model(x)
@@ -63,6 +68,8 @@ def workload(name, model, opt, x, y, per_step, unit, warmup, min_steps, min_s):
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if DEVICE.type == "cuda":
+            torch.cuda.synchronize()  # time the GPU's work, not the queueing
 
     for _ in range(warmup):
         step()
@@ -71,16 +78,18 @@ def workload(name, model, opt, x, y, per_step, unit, warmup, min_steps, min_s):
 
 if __name__ == "__main__":
     torch.manual_seed(1)
-    mlp = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+    mlp = nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                        nn.Linear(256, 10)).to(DEVICE)
     workload("train_fmnist_mlp", mlp, torch.optim.Adam(mlp.parameters(), 1e-3), torch.randn(128, 1, 28, 28),
              torch.randint(0, 10, (128,)), 128, "samples/s", 20, 200, 2.0)
     cnn = nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 5, padding=2),
-                        nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(3136, 512), nn.ReLU(), nn.Linear(512, 10))
+                        nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(3136, 512), nn.ReLU(),
+                        nn.Linear(512, 10)).to(DEVICE)
     workload("train_fmnist_cnn", cnn, torch.optim.Adam(cnn.parameters(), 1e-3), torch.randn(64, 1, 28, 28),
              torch.randint(0, 10, (64,)), 64, "samples/s", 3, 20, 3.0)
-    gpt = GPT()
+    gpt = GPT().to(DEVICE)
     workload("train_kjv_gpt", gpt, torch.optim.AdamW(gpt.parameters(), 1e-3, weight_decay=0.01),
              torch.randint(0, 256, (32, 128)), torch.randint(0, 256, (32, 128)), 32 * 128, "tokens/s", 2, 10, 3.0)
-    lstm = LSTMLM()
+    lstm = LSTMLM().to(DEVICE)
     workload("train_kjv_lstm", lstm, torch.optim.AdamW(lstm.parameters(), 1e-3), torch.randint(0, 256, (32, 128)),
              torch.randint(0, 256, (32, 128)), 32 * 128, "tokens/s", 2, 10, 3.0)
