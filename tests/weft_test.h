@@ -41,7 +41,8 @@ int wt_summary(void); // prints "N passed, N failed"; returns exit code
 
 // Compare every element of t with ref (row-major) within tol (relative + absolute).
 void wt_check_values(const char *what, const weft_tensor *t, const double *ref, int64_t n, double tol);
-// a and b have the same dtype and shape and every element agrees within tol (relative + absolute).
+// a and b have the same dtype and shape and every element agrees within tol (relative + absolute);
+// NaN agrees with NaN and an infinity with the same infinity.
 void wt_check_same(const char *what, const weft_tensor *a, const weft_tensor *b, double tol);
 // The last error message contains s.
 bool wt_error_has(const char *s);

@@ -139,6 +139,45 @@ static void test_matmul(void) {
     }
 }
 
+// Async ordering: a few training steps of a small MLP give the same bits
+// whether every op is waited for (WEFT_CUDA_SYNC=1) or not.
+static void mlp_steps(double *out, int n_out) {
+    weft_generator *g = weft_generator_create(3);
+    weft_device prev = weft_device_get_default();
+    weft_device_set_default(WT_CUDA0);
+    weft_module *net = weft_nn_sequential();
+    weft_nn_sequential_append(net, weft_nn_linear(20, 64, true, g));
+    weft_nn_sequential_append(net, weft_nn_activation(WEFT_ACT_GELU));
+    weft_nn_sequential_append(net, weft_nn_linear(64, 5, true, g));
+    weft_device_set_default(prev);
+    int np = weft_module_param_count(net);
+    weft_tensor *ps[8];
+    for (int i = 0; i < np && i < 8; i++) ps[i] = weft_module_param_at(net, i, NULL, 0);
+    weft_optim_opts o = weft_optim_defaults(WEFT_OPTIM_ADAM);
+    weft_optim *opt = weft_optim_create(&o, np, ps, NULL);
+    weft_tensor *x = wt_keep(weft_tensor_to(wt_keep(weft_tensor_randn(WEFT_DIMS(32, 20), WEFT_F32, g)), WT_CUDA0));
+    weft_tensor *y = wt_keep(weft_tensor_to(wt_keep(weft_tensor_randint(WEFT_DIMS(32), 0, 5, WEFT_I64, g)), WT_CUDA0));
+    for (int s = 0; s < 5; s++) {
+        weft_tensor *l = wt_keep(weft_cross_entropy(wt_keep(weft_module_forward(net, x)), y));
+        CHECK(weft_backward(l, NULL, NULL) == WEFT_OK && weft_optim_step(opt) == WEFT_OK);
+        weft_optim_zero_grad(opt);
+    }
+    CHECK(weft_tensor_to_f64(ps[0], out, n_out) == WEFT_OK);
+    weft_optim_free(opt);
+    weft_module_free(net);
+    weft_generator_free(g);
+    wt_drop_all();
+}
+
+static void test_async_ordering(void) {
+    static double a[64 * 20], b[64 * 20];
+    mlp_steps(a, 64 * 20);
+    setenv("WEFT_CUDA_SYNC", "1", 1);
+    mlp_steps(b, 64 * 20);
+    unsetenv("WEFT_CUDA_SYNC");
+    CHECK(memcmp(a, b, sizeof a) == 0);
+}
+
 int main(void) {
     if (weft_device_count(WEFT_CUDA) < 1) {
         RUN(test_no_gpu);
@@ -149,5 +188,6 @@ int main(void) {
     RUN(test_streams_events);
     RUN(test_allocator);
     RUN(test_matmul);
+    RUN(test_async_ordering);
     return wt_summary();
 }

@@ -1,5 +1,6 @@
 // Descriptors, streams and errors for the CUDA kernels' C glue.
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_ops.h"
@@ -45,6 +46,10 @@ cudaStream_t weft_cu_stream(const weft_tensor *t) { return weft_cuda_stream(t->d
 
 weft_status weft_cu_done(cudaError_t e, const char *op) {
     if (e == cudaSuccess) e = cudaGetLastError(); // a launch that failed to start
+    // WEFT_CUDA_SYNC=1: wait for every op (as CUDA_LAUNCH_BLOCKING), so a kernel's
+    // error names its own op and results can be compared with the asynchronous run.
+    const char *sync = getenv("WEFT_CUDA_SYNC");
+    if (e == cudaSuccess && sync && *sync == '1') e = cudaDeviceSynchronize();
     if (e == cudaErrorInvalidValue)
         return weft_error(WEFT_ERR_UNSUPPORTED, "%s: the CUDA kernel does not handle these arguments", op);
     return weft_cuda_check(e, op);
