@@ -8,7 +8,10 @@
 // there for any later op on that stream, and a host read waits for it like
 // any other device result. Argument checks come first and are the same on
 // every rank, so a call that is wrong is wrong everywhere (no rank is left
-// waiting in NCCL).
+// waiting in NCCL). Two failures are one rank's alone and leave the others
+// waiting in NCCL: a collective over a tensor on another device than the
+// first one used on this communicator (keep one device per rank), and an
+// ncclCommInitRank that fails on one rank only.
 #if defined(WEFT_HAVE_MPI) && defined(WEFT_HAVE_NCCL)
 #include <nccl.h>
 #include <string.h>
