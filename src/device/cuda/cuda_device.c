@@ -71,16 +71,31 @@ static void raw_free(void *ctx, void *p, size_t n) {
     cudaSetDevice(((alloc_ctx *)ctx)->index);
     cudaFree(p); // synchronises the device: only on empty_cache and out-of-memory retries
 }
+// An event or stream query: true when done. cudaErrorNotReady is also left
+// as the thread's last error, which the next kernel launcher's
+// cudaGetLastError would report as its own failure: clear it.
+static bool query_done(cudaError_t e) {
+    if (e == cudaErrorNotReady) cudaGetLastError();
+    return e != cudaErrorNotReady;
+}
+
 static void *ev_record(void *ctx, void *stream) {
     cudaEvent_t e;
     cudaSetDevice(((alloc_ctx *)ctx)->index);
-    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return NULL;
-    cudaEventRecord(e, (cudaStream_t)stream);
+    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    if (cudaEventRecord(e, (cudaStream_t)stream) != cudaSuccess) {
+        cudaGetLastError();
+        cudaEventDestroy(e);
+        return NULL;
+    }
     return e;
 }
 static bool ev_done(void *ctx, void *e) {
     (void)ctx;
-    return cudaEventQuery((cudaEvent_t)e) != cudaErrorNotReady;
+    return query_done(cudaEventQuery((cudaEvent_t)e));
 }
 static void ev_free(void *ctx, void *e) {
     (void)ctx;
@@ -152,7 +167,7 @@ static staging *stage_get(dev_state *d, size_t n) {
     staging *best = NULL;
     for (int i = 0; i < N_STAGING; i++) {
         staging *s = &d->stage[i];
-        if (s->busy && cudaEventQuery(s->done) != cudaErrorNotReady) s->busy = false;
+        if (s->busy && query_done(cudaEventQuery(s->done))) s->busy = false;
         if (!s->busy && s->host && s->size >= n && (!best || s->size < best->size)) best = s;
     }
     if (best) return best;
@@ -169,6 +184,9 @@ static staging *stage_get(dev_state *d, size_t n) {
         }
         if (!s->done && cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming) != cudaSuccess) {
             cudaGetLastError();
+            s->done = NULL;
+            cudaFreeHost(s->host); // no slot without an event (cu_copy would record on NULL)
+            s->host = NULL;
             return NULL;
         }
         s->size = sz;
@@ -258,7 +276,7 @@ static void cu_stream_destroy(void *p) {
 static weft_status cu_stream_sync(void *p) {
     return weft_cuda_check(cudaStreamSynchronize(((cu_stream *)p)->s), "stream synchronize");
 }
-static bool cu_stream_query(void *p) { return cudaStreamQuery(((cu_stream *)p)->s) != cudaErrorNotReady; }
+static bool cu_stream_query(void *p) { return query_done(cudaStreamQuery(((cu_stream *)p)->s)); }
 static weft_status cu_stream_set_current(int index, void *p) {
     if (!dev_get(index)) return weft_error(WEFT_ERR_DEVICE, "cuda:%d: device not usable", index);
     tl_stream[index] = p ? ((cu_stream *)p)->s : NULL;
@@ -288,7 +306,7 @@ static weft_status cu_event_record(void *e, void *s) {
 static weft_status cu_event_block(void *e, void *s) {
     return weft_cuda_check(cudaStreamWaitEvent(((cu_stream *)s)->s, ((cu_event *)e)->e, 0), "event block");
 }
-static bool cu_event_query(void *e) { return cudaEventQuery(((cu_event *)e)->e) != cudaErrorNotReady; }
+static bool cu_event_query(void *e) { return query_done(cudaEventQuery(((cu_event *)e)->e)); }
 static weft_status cu_event_sync(void *e) {
     return weft_cuda_check(cudaEventSynchronize(((cu_event *)e)->e), "event synchronize");
 }

@@ -33,14 +33,15 @@ __device__ __forceinline__ void store_f64(char *p, int dt, int64_t off, double v
     case WEFT_CU_I64: ((int64_t *)p)[off] = (int64_t)v; break;
     case WEFT_CU_BOOL: ((uint8_t *)p)[off] = v != 0; break;
     case WEFT_CU_U8: ((uint8_t *)p)[off] = (uint8_t)v; break;
-    case WEFT_CU_F16: ((__half *)p)[off] = __float2half_rn((float)v); break;
-    case WEFT_CU_BF16: ((__nv_bfloat16 *)p)[off] = __float2bfloat16_rn((float)v); break;
+    case WEFT_CU_F16: ((__half *)p)[off] = __double2half(v); break; // one rounding, as the CPU's round-to-odd path
+    case WEFT_CU_BF16: ((__nv_bfloat16 *)p)[off] = __double2bfloat16(v); break;
     }
 }
 
 // Different dtypes: through double (exact for every value of the 32-bit and
 // smaller types; i64 beyond 2^53 rounds, as a cast to f64 would anyway).
-// f32 -> f16/bf16 rounds once (the f64 -> f32 step is exact for f32 input).
+// Into f16/bf16 every source rounds once, straight from double (as the CPU's
+// round-to-odd f64 -> f32 step followed by f32 -> f16/bf16).
 __global__ void copy_convert(weft_cu_tensor out, weft_cu_tensor in) {
     WEFT_CU_GRID_LOOP(i, out.numel) {
         if (in.dtype == WEFT_CU_I64 && out.dtype == WEFT_CU_I32) // keep integer conversions exact

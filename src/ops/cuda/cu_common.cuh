@@ -47,9 +47,9 @@ template <> __device__ __forceinline__ double weft_cu_to_f64<__nv_bfloat16>(__nv
     return (double)__bfloat162float(v);
 }
 template <typename T> __device__ __forceinline__ T weft_cu_from_f64(double v) { return (T)v; }
-template <> __device__ __forceinline__ __half weft_cu_from_f64<__half>(double v) { return __float2half_rn((float)v); }
+template <> __device__ __forceinline__ __half weft_cu_from_f64<__half>(double v) { return __double2half(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 weft_cu_from_f64<__nv_bfloat16>(double v) {
-    return __float2bfloat16_rn((float)v);
+    return __double2bfloat16(v);
 }
 template <> __device__ __forceinline__ bool weft_cu_from_f64<bool>(double v) { return v != 0; }
 

@@ -65,6 +65,9 @@ static weft_status gemm_batched(cublasHandle_t h, const gemm_types *g, const mat
     const void *alpha = g->f64_scalars ? (const void *)&one_d : (const void *)&one_f;
     const void *beta = g->f64_scalars ? (const void *)&zero_d : (const void *)&zero_f;
     // column-major C^T (N x M, ld N) = op(B)^T-as-stored (N x K) @ op(A)^T-as-stored (K x M)
+    if (count > INT_MAX) // cuBLAS's batch count is an int
+        return weft_error(WEFT_ERR_SHAPE, "matmul: %lld products in one batch exceed cuBLAS's int range",
+                          (long long)count);
     cublasStatus_t s;
     if (count == 1)
         s = cublasGemmEx(h, vb->op, va->op, (int)N, (int)M, (int)K, alpha, B, g->data, (int)vb->ld, A, g->data,
