@@ -211,8 +211,14 @@ static weft_status cu_copy(int index, void *dst, const void *src, size_t n, weft
                 memcpy(st->host, src, n);
                 weft_status r = weft_cuda_check(cudaMemcpyAsync(dst, st->host, n, cudaMemcpyHostToDevice, s),
                                                 "copy to cuda");
-                if (r == WEFT_OK) r = weft_cuda_check(cudaEventRecord(st->done, s), "copy to cuda");
-                st->busy = r == WEFT_OK;
+                if (r == WEFT_OK && cudaEventRecord(st->done, s) != cudaSuccess) {
+                    // no event marks the copy's end: wait for it before the buffer is reused
+                    r = weft_cuda_check(cudaStreamSynchronize(s), "copy to cuda");
+                    cudaGetLastError();
+                    st->busy = false;
+                } else {
+                    st->busy = r == WEFT_OK;
+                }
                 pthread_mutex_unlock(&d->mu);
                 return r;
             }
