@@ -55,7 +55,8 @@ weft_status weft_cu_done(cudaError_t e, const char *op) {
     return weft_cuda_check(e, op);
 }
 
+// A misspelt op name leaves that op without a CUDA kernel, which
+// tests/cuda/test_cuda_table.c reports (it runs on every build machine).
 void weft_cu_register(const char *name, weft_kernel_fn fn, uint32_t dtypes) {
-    if (weft_op_register_kernel(name, WEFT_CUDA, fn, dtypes) != WEFT_OK)
-        fprintf(stderr, "weft: CUDA kernel for unknown op '%s' not registered\n", name);
+    (void)weft_op_register_kernel(name, WEFT_CUDA, fn, dtypes);
 }

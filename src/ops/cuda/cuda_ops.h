@@ -21,8 +21,8 @@ weft_cu_tensor weft_cu_desc_bcast(const weft_tensor *t, int ndim, const int64_t 
 cudaStream_t weft_cu_stream(const weft_tensor *t);
 // After a launcher: WEFT_OK, or an error naming the op and the CUDA error.
 weft_status weft_cu_done(cudaError_t e, const char *op);
-// Register fn for op `name` on CUDA with the dtypes mask; a failure (unknown
-// op name) is a programming error reported on stderr once.
+// Register fn for op `name` on CUDA with the dtypes mask (an unknown name is
+// a programming error that test_cuda_table catches).
 void weft_cu_register(const char *name, weft_kernel_fn fn, uint32_t dtypes);
 
 // weft_cuda_copy(dst, src) (declared in tensor_impl.h, defined in
