@@ -95,6 +95,9 @@ weft_tensor *weft_softmax(weft_tensor *t, int dim);
 weft_tensor *weft_log_softmax(weft_tensor *t, int dim);
 // Mean cross-entropy of logits (N,C) against integer targets (N); fused and stable.
 weft_tensor *weft_cross_entropy(weft_tensor *logits, weft_tensor *targets);
+// Fused causal attention: q, k, v (B,H,T,D) of one float dtype and shape (any strides) -> (B,H,T,D),
+// o_i = sum_{j<=i} softmax_j(scale q_i.k_j) v_j (each query sees keys 0..i). Differentiable once.
+weft_tensor *weft_causal_attention(weft_tensor *q, weft_tensor *k, weft_tensor *v, double scale);
 // weight (V,D), indices of any shape (int32/int64) -> (..., D)
 weft_tensor *weft_embedding(weft_tensor *weight, weft_tensor *indices);
 weft_tensor *weft_index_select(weft_tensor *t, int dim, weft_tensor *index);

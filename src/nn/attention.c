@@ -9,8 +9,15 @@
 // No copies for the head split: q, k and v stay strided views of the qkv
 // output, and matmul hands them to BLAS as (ld = 3C) row-major / transposed
 // matrices. The only copy is the (B,nh,T,hd) -> (B,T,C) merge before proj.
+//
+// On a CUDA device, or with WEFT_FUSED_ATTENTION=1 in the environment, the
+// heads go through the fused op instead: y = weft_causal_attention(q, k, v,
+// 1/sqrt(hd)) on the same (B,nh,T,hd) views (k untransposed), no (T,T) score
+// tensor kept. The CPU default stays the composed path above (tuned, and
+// checked against PyTorch in tests/nn/test_seq.c).
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <weft/nn.h>
 
@@ -58,6 +65,28 @@ static weft_tensor *causal_mask(attn_impl *a, int64_t T, weft_dtype dt, weft_dev
     return m;
 }
 
+// The fused op on a CUDA device, or anywhere with WEFT_FUSED_ATTENTION=1 (read at every call).
+static bool use_fused(weft_device dev) {
+    if (dev.type == WEFT_CUDA) return true;
+    const char *e = getenv("WEFT_FUSED_ATTENTION");
+    return e && !strcmp(e, "1");
+}
+
+// softmax(q k^T / sqrt(hd) + mask) v: q, v (B,nh,T,hd), kt (B,nh,hd,T), mask (T,T) -> (B,nh,T,hd).
+static weft_tensor *composed_heads(weft_tensor *const *heads, weft_tensor *mask, int64_t hd) {
+    // Scale q (B*T*C elements) rather than the scores (B*nh*T*T): fewer flops when T > hd.
+    weft_tensor *qs = weft_mul_scalar(heads[0], 1.0 / sqrt((double)hd));
+    weft_tensor *s = weft_matmul(qs, heads[1]); // (B,nh,T,T)
+    weft_tensor_free(qs);
+    weft_tensor *sm = weft_add(s, mask); // mask broadcasts over (B,nh)
+    weft_tensor_free(s);
+    weft_tensor *att = weft_softmax(sm, -1); // masked entries are exact zeros
+    weft_tensor_free(sm);
+    weft_tensor *y = weft_matmul(att, heads[2]); // (B,nh,T,hd)
+    weft_tensor_free(att);
+    return y;
+}
+
 static weft_tensor *attn_forward(weft_module *m, weft_tensor *x) {
     attn_impl *a = weft_module_impl(m);
     char buf[64];
@@ -66,8 +95,12 @@ static weft_tensor *attn_forward(weft_module *m, weft_tensor *x) {
         return weft_error_null(WEFT_ERR_SHAPE, "causal_self_attention: expected input (B,T,%lld), got %s",
                                (long long)C, weft_tensor_shape_str(x, buf, sizeof buf));
     int64_t B = weft_tensor_size(x, 0), T = weft_tensor_size(x, 1);
-    weft_tensor *mask = causal_mask(a, T, weft_tensor_dtype(x), weft_tensor_device(x));
-    if (!mask) return NULL;
+    weft_dtype dt = weft_tensor_dtype(x);
+    if (dt != WEFT_F32 && dt != WEFT_F64)
+        return weft_error_null(WEFT_ERR_DTYPE, "causal_self_attention: input must be f32 or f64");
+    bool fused = use_fused(weft_tensor_device(x));
+    weft_tensor *mask = fused ? NULL : causal_mask(a, T, dt, weft_tensor_device(x));
+    if (!fused && !mask) return NULL;
 
     weft_tensor *qkv = weft_module_forward(weft_module_child_at(m, 0), x); // (B,T,3C)
     weft_tensor *parts[3] = {NULL, NULL, NULL};
@@ -76,28 +109,19 @@ static weft_tensor *attn_forward(weft_module *m, weft_tensor *x) {
         return NULL;
     }
     weft_tensor_free(qkv);
-    // (B,T,C) -> (B,T,nh,hd) views -> q,v (B,nh,T,hd), k^T (B,nh,hd,T)
+    // (B,T,C) -> (B,T,nh,hd) views -> q,v (B,nh,T,hd), k^T (B,nh,hd,T) (fused: k (B,nh,T,hd))
     weft_tensor *heads[3];
     static const int perm_qv[4] = {0, 2, 1, 3}, perm_kt[4] = {0, 2, 3, 1};
     for (int p = 0; p < 3; p++) {
         weft_tensor *v4 = weft_view(parts[p], WEFT_DIMS(B, T, nh, hd));
-        heads[p] = weft_permute(v4, p == 1 ? perm_kt : perm_qv);
+        heads[p] = weft_permute(v4, p == 1 && !fused ? perm_kt : perm_qv);
         weft_tensor_free(v4);
         weft_tensor_free(parts[p]);
     }
-    // Scale q (B*T*C elements) rather than the scores (B*nh*T*T): fewer flops when T > hd.
-    weft_tensor *qs = weft_mul_scalar(heads[0], 1.0 / sqrt((double)hd));
-    weft_tensor_free(heads[0]);
-    weft_tensor *s = weft_matmul(qs, heads[1]); // (B,nh,T,T)
-    weft_tensor_free(qs);
-    weft_tensor_free(heads[1]);
-    weft_tensor *sm = weft_add(s, mask); // mask broadcasts over (B,nh)
-    weft_tensor_free(s);
-    weft_tensor *att = weft_softmax(sm, -1); // masked entries are exact zeros
-    weft_tensor_free(sm);
-    weft_tensor *y = weft_matmul(att, heads[2]); // (B,nh,T,hd)
-    weft_tensor_free(att);
-    weft_tensor_free(heads[2]);
+    weft_tensor *y = fused ? weft_causal_attention(heads[0], heads[1], heads[2], 1.0 / sqrt((double)hd))
+                           : composed_heads(heads, mask, hd); // (B,nh,T,hd)
+    for (int p = 0; p < 3; p++) weft_tensor_free(heads[p]);
+    if (!y) return NULL;
     weft_tensor *yt = weft_transpose(y, 1, 2); // (B,T,nh,hd) view
     weft_tensor_free(y);
     weft_tensor *ym = weft_reshape(yt, WEFT_DIMS(B, T, C)); // the one copy: heads merged

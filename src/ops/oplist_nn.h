@@ -1,3 +1,4 @@
 // Ops of the nn family: one WEFT_OP(name) line per op (see op.h).
 WEFT_OP(softmax) WEFT_OP(log_softmax) WEFT_OP(softmax_backward) WEFT_OP(log_softmax_backward)
 WEFT_OP(cross_entropy) WEFT_OP(cross_entropy_backward) WEFT_OP(dropout)
+WEFT_OP(causal_attention) WEFT_OP(causal_attention_backward)

@@ -1,0 +1,212 @@
+// CPU kernels of fused causal attention (def_attention.c has the maths).
+//
+// Each (b,h) is a (T,D) problem on contiguous q, k, v. Query rows go in
+// blocks of BR: block [i0, i1) only ever meets keys 0..i1-1, so one gemm
+// gives its scores S (BR, i1) and one more its output P V; the masked half
+// above the diagonal is never computed except inside the diagonal block,
+// where the entries j > i are dropped (p = 0). Softmax rows are max-subtracted.
+//
+// Forward: tasks are (b,h, row block), independent, dynamic schedule (later
+// blocks cost more). Backward: tasks are (b,h) (dk and dv sum over row
+// blocks), per block:
+//   P = exp(S - lse) (0 for j > i)    dV[0:i1] += P^T dO
+//   dP = dO V[0:i1]^T                dS = P (dP - Dl), Dl_i = dO_i . O_i
+//   dQ = scale dS K[0:i1]            dK[0:i1] += scale dS^T Q
+// Each BLAS call runs single-threaded inside the OpenMP region.
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "iter.h"
+#include "vmath.h"
+
+#define BR 64 // query rows per block
+
+static inline double exp_f64(double x) { return exp(x); }
+
+// A contiguous version of t (t itself, with a new reference, when it is already).
+static weft_tensor *contig(const weft_tensor *t) {
+    if (weft_tensor_is_contiguous(t)) return weft_tensor_ref((weft_tensor *)t);
+    weft_tensor *c = weft_tensor_new(t->ndim, t->sizes, (weft_dtype)t->dtype, t->device);
+    if (c && weft_cpu_copy(c, t) != WEFT_OK) {
+        weft_tensor_free(c);
+        c = NULL;
+    }
+    return c;
+}
+
+// Row-major C (M,N) = alpha op(A) op(B) + beta C; K == 0 leaves beta C (BLAS wants ld >= 1).
+static void gemm_float(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                       const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+    if (M == 0 || N == 0) return;
+    if (K == 0) {
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0 ? 0 : beta * C[i * ldc + j];
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
+                alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+static void gemm_double(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double *A,
+                        int64_t lda, const double *B, int64_t ldb, double beta, double *C, int64_t ldc) {
+    if (M == 0 || N == 0) return;
+    if (K == 0) {
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0 ? 0 : beta * C[i * ldc + j];
+        return;
+    }
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
+                alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
+#define ATTN_KERNELS(T, EXP, LOG)                                                                                   \
+    /* Rows [i0, i1) of one (b,h): q, k, v, o (T_,D), lse (T_); s scratch (BR, i1). */                             \
+    static void fwd_block_##T(const T *q, const T *k, const T *v, T *o, T *lse, int64_t i0, int64_t i1, int64_t D, \
+                              T scale, T *s) {                                                                      \
+        int64_t m = i1 - i0, n = i1;                                                                                \
+        gemm_##T(false, true, m, n, D, scale, q + i0 * D, D, k, D, 0, s, n); /* S = scale Q K^T (m,n) */            \
+        for (int64_t r = 0; r < m; r++) {                                                                           \
+            int64_t i = i0 + r;                                                                                     \
+            T *sr = s + r * n, mx = -INFINITY, sum = 0;                                                             \
+            for (int64_t j = 0; j <= i; j++) mx = sr[j] > mx ? sr[j] : mx;                                          \
+            _Pragma("omp simd reduction(+ : sum)") for (int64_t j = 0; j <= i; j++) {                               \
+                T e = EXP(sr[j] - mx);                                                                              \
+                sr[j] = e;                                                                                          \
+                sum += e;                                                                                           \
+            }                                                                                                       \
+            lse[i] = mx + LOG(sum);                                                                                 \
+            T inv = (T)1 / sum;                                                                                     \
+            for (int64_t j = 0; j <= i; j++) sr[j] *= inv;                                                          \
+            for (int64_t j = i + 1; j < n; j++) sr[j] = 0; /* the masked corner of the diagonal block */            \
+        }                                                                                                           \
+        gemm_##T(false, false, m, D, n, 1, s, n, v, D, 0, o + i0 * D, D); /* O = P V (m,D) */                      \
+    }                                                                                                               \
+    /* One (b,h): q, k, v, o, go, gq, gk, gv (T_,D), lse (T_); scratch p, dp (BR, T_), dl (T_). */                  \
+    static void bwd_head_##T(const T *q, const T *k, const T *v, const T *o, const T *lse, const T *go, T *gq,      \
+                             T *gk, T *gv, int64_t T_, int64_t D, T scale, T *p, T *dp, T *dl) {                    \
+        memset(gk, 0, sizeof(T) * (size_t)(T_ * D));                                                                \
+        memset(gv, 0, sizeof(T) * (size_t)(T_ * D));                                                                \
+        for (int64_t i = 0; i < T_; i++) {                                                                          \
+            T acc = 0;                                                                                              \
+            for (int64_t d = 0; d < D; d++) acc += go[i * D + d] * o[i * D + d];                                    \
+            dl[i] = acc;                                                                                            \
+        }                                                                                                           \
+        for (int64_t i0 = 0; i0 < T_; i0 += BR) {                                                                   \
+            int64_t i1 = i0 + BR < T_ ? i0 + BR : T_, m = i1 - i0, n = i1;                                          \
+            gemm_##T(false, true, m, n, D, scale, q + i0 * D, D, k, D, 0, p, n); /* S (m,n) */                      \
+            for (int64_t r = 0; r < m; r++) {                                                                       \
+                int64_t i = i0 + r;                                                                                 \
+                T *pr = p + r * n, l = lse[i];                                                                      \
+                _Pragma("omp simd") for (int64_t j = 0; j <= i; j++) pr[j] = EXP(pr[j] - l);                        \
+                for (int64_t j = i + 1; j < n; j++) pr[j] = 0;                                                      \
+            }                                                                                                       \
+            gemm_##T(true, false, n, D, m, 1, p, n, go + i0 * D, D, 1, gv, D);        /* dV += P^T dO */            \
+            gemm_##T(false, true, m, n, D, 1, go + i0 * D, D, v, D, 0, dp, n);        /* dP = dO V^T */             \
+            for (int64_t r = 0; r < m; r++) {                                                                       \
+                T *pr = p + r * n, *dr = dp + r * n, l = dl[i0 + r];                                                \
+                _Pragma("omp simd") for (int64_t j = 0; j < n; j++) dr[j] = pr[j] * (dr[j] - l); /* dS */           \
+            }                                                                                                       \
+            gemm_##T(false, false, m, D, n, scale, dp, n, k, D, 0, gq + i0 * D, D);   /* dQ = scale dS K */         \
+            gemm_##T(true, false, n, D, m, scale, dp, n, q + i0 * D, D, 1, gk, D);    /* dK += scale dS^T Q */      \
+        }                                                                                                           \
+    }
+ATTN_KERNELS(float, weft_vexp_f32, logf)
+ATTN_KERNELS(double, exp_f64, log)
+
+// Contiguous copies of the first n inputs (into c); false with c cleared on failure.
+static bool contig_all(const weft_op_args *a, int n, weft_tensor **c) {
+    for (int i = 0; i < n; i++)
+        if (!(c[i] = contig(a->in[i]))) {
+            for (int j = 0; j < i; j++) weft_tensor_free(c[j]);
+            return false;
+        }
+    return true;
+}
+
+// causal_attention: in (q, k, v) (B,H,T,D) -> o (B,H,T,D), lse (B,H,T); attrs f[0] = scale.
+weft_status weft_cpu_causal_attention(const weft_op_args *a) {
+    weft_tensor *c[3];
+    if (!contig_all(a, 3, c)) return weft_last_status();
+    const weft_tensor *q = c[0];
+    int64_t BH = q->sizes[0] * q->sizes[1], T_ = q->sizes[2], D = q->sizes[3];
+    int64_t nblk = (T_ + BR - 1) / BR, ntask = BH * nblk;
+    bool f32 = q->dtype == WEFT_F32;
+    size_t esz = weft_dtype_size((weft_dtype)q->dtype);
+    const char *pq = weft_tensor_ptr(c[0]), *pk = weft_tensor_ptr(c[1]), *pv = weft_tensor_ptr(c[2]);
+    char *po = weft_tensor_ptr(a->out[0]), *pl = weft_tensor_ptr(a->out[1]);
+    double scale = a->attrs->f[0];
+    int nt = weft_num_threads();
+    if (nt > ntask) nt = ntask > 0 ? (int)ntask : 1;
+    bool oom = false;
+#pragma omp parallel num_threads(nt)
+    {
+        void *s = malloc(esz * (size_t)(BR * T_) + 1); // scores of one block (BR, T)
+        if (!s) {
+#pragma omp atomic write
+            oom = true;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < ntask; t++) {
+            if (!s) continue;
+            int64_t bh = t / nblk, i0 = (t % nblk) * BR, i1 = i0 + BR < T_ ? i0 + BR : T_;
+            size_t hoff = (size_t)(bh * T_ * D) * esz, loff = (size_t)(bh * T_) * esz;
+            if (f32)
+                fwd_block_float((const float *)(pq + hoff), (const float *)(pk + hoff), (const float *)(pv + hoff),
+                                (float *)(po + hoff), (float *)(pl + loff), i0, i1, D, (float)scale, s);
+            else
+                fwd_block_double((const double *)(pq + hoff), (const double *)(pk + hoff),
+                                 (const double *)(pv + hoff), (double *)(po + hoff), (double *)(pl + loff), i0, i1,
+                                 D, scale, s);
+        }
+        free(s);
+    }
+    for (int i = 0; i < 3; i++) weft_tensor_free(c[i]);
+    return oom ? weft_error(WEFT_ERR_OOM, "causal_attention: out of memory for the score blocks") : WEFT_OK;
+}
+
+// causal_attention_backward: in (q, k, v, o, lse, go) -> gq, gk, gv (B,H,T,D); attrs f[0] = scale.
+weft_status weft_cpu_causal_attention_backward(const weft_op_args *a) {
+    weft_tensor *c[6];
+    if (!contig_all(a, 6, c)) return weft_last_status();
+    const weft_tensor *q = c[0];
+    int64_t BH = q->sizes[0] * q->sizes[1], T_ = q->sizes[2], D = q->sizes[3];
+    bool f32 = q->dtype == WEFT_F32;
+    size_t esz = weft_dtype_size((weft_dtype)q->dtype);
+    const char *p[6];
+    for (int i = 0; i < 6; i++) p[i] = weft_tensor_ptr(c[i]);
+    char *g[3];
+    for (int i = 0; i < 3; i++) g[i] = weft_tensor_ptr(a->out[i]);
+    double scale = a->attrs->f[0];
+    int nt = weft_num_threads();
+    if (nt > BH) nt = BH > 0 ? (int)BH : 1;
+    bool oom = false;
+#pragma omp parallel num_threads(nt)
+    {
+        // p and dp (BR, T) each, then dl (T)
+        char *s = malloc(esz * (size_t)(2 * BR * T_ + T_) + 1);
+        if (!s) {
+#pragma omp atomic write
+            oom = true;
+        }
+        char *sp = s, *sdp = s ? s + esz * (size_t)(BR * T_) : NULL, *sdl = s ? sdp + esz * (size_t)(BR * T_) : NULL;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t bh = 0; bh < BH; bh++) {
+            if (!s) continue;
+            size_t h = (size_t)(bh * T_ * D) * esz, l = (size_t)(bh * T_) * esz;
+            if (f32)
+                bwd_head_float((const float *)(p[0] + h), (const float *)(p[1] + h), (const float *)(p[2] + h),
+                               (const float *)(p[3] + h), (const float *)(p[4] + l), (const float *)(p[5] + h),
+                               (float *)(g[0] + h), (float *)(g[1] + h), (float *)(g[2] + h), T_, D, (float)scale,
+                               (float *)sp, (float *)sdp, (float *)sdl);
+            else
+                bwd_head_double((const double *)(p[0] + h), (const double *)(p[1] + h), (const double *)(p[2] + h),
+                                (const double *)(p[3] + h), (const double *)(p[4] + l), (const double *)(p[5] + h),
+                                (double *)(g[0] + h), (double *)(g[1] + h), (double *)(g[2] + h), T_, D, scale,
+                                (double *)sp, (double *)sdp, (double *)sdl);
+        }
+        free(s);
+    }
+    for (int i = 0; i < 6; i++) weft_tensor_free(c[i]);
+    return oom ? weft_error(WEFT_ERR_OOM, "causal_attention_backward: out of memory for the score blocks") : WEFT_OK;
+}

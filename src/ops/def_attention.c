@@ -1,0 +1,97 @@
+// Op entries of fused causal attention: causal_attention and its backward op.
+// Kernels: cpu/attention.c (CUDA registers its own at init).
+//
+// causal_attention: (q, k, v), each (B,H,T,D), f32 or f64, one shape, any strides
+//   -> out 0: o (B,H,T,D), o_i = sum_{j<=i} p_ij v_j, p_ij = exp(s_ij - lse_i), s_ij = scale q_i.k_j
+//      out 1: lse (B,H,T) = log sum_{j<=i} exp(s_ij) (natural log, max-subtracted).
+// causal_attention_backward: (q, k, v, o, lse, go) -> (gq, gk, gv), each (B,H,T,D).
+// attrs: f[0] = scale (both ops).
+#include "op.h"
+
+weft_status weft_cpu_causal_attention(const weft_op_args *a);
+weft_status weft_cpu_causal_attention_backward(const weft_op_args *a);
+
+extern weft_op_def weft_op_causal_attention_backward;
+
+// x is 4-D, float, and of ref's shape and dtype (ref itself passes when it is 4-D float).
+static weft_status check_like(const char *op, const weft_tensor *ref, const weft_tensor *x, const char *what) {
+    char s1[96], s2[96];
+    if (x->ndim != 4)
+        return weft_error(WEFT_ERR_SHAPE, "%s: %s must be 4-D (B,H,T,D), got %s", op, what,
+                          weft_tensor_shape_str(x, s1, sizeof s1));
+    weft_status st = weft_check_dtype(op, x, WEFT_DT_FLOAT, what);
+    if (st) return st;
+    if (x->dtype != ref->dtype)
+        return weft_error(WEFT_ERR_DTYPE, "%s: %s is %s, q is %s", op, what, weft_dtype_name((weft_dtype)x->dtype),
+                          weft_dtype_name((weft_dtype)ref->dtype));
+    if (!weft_shape_equal(x->ndim, x->sizes, ref->ndim, ref->sizes))
+        return weft_error(WEFT_ERR_SHAPE, "%s: %s %s and q %s differ in shape", op, what,
+                          weft_tensor_shape_str(x, s1, sizeof s1), weft_tensor_shape_str(ref, s2, sizeof s2));
+    return WEFT_OK;
+}
+
+static weft_status check_qkv(const weft_op_args *a) {
+    static const char *what[3] = {"q", "k", "v"};
+    weft_status st = WEFT_OK;
+    for (int i = 0; i < 3 && !st; i++) st = check_like(a->op->name, a->in[0], a->in[i], what[i]);
+    return st;
+}
+
+static weft_status infer_attn(const weft_op_args *a, weft_out_meta *o) {
+    weft_status st = check_qkv(a);
+    if (st) return st;
+    const weft_tensor *q = a->in[0];
+    weft_meta_set(&o[0], 4, q->sizes, (weft_dtype)q->dtype);
+    weft_meta_set(&o[1], 3, q->sizes, (weft_dtype)q->dtype);
+    return WEFT_OK;
+}
+
+// (q, k, v, o, lse, go): o and go like q, lse (B,H,T).
+static weft_status infer_attn_bw(const weft_op_args *a, weft_out_meta *o) {
+    weft_status st = check_qkv(a);
+    if (!st) st = check_like(a->op->name, a->in[0], a->in[3], "o");
+    if (!st) st = check_like(a->op->name, a->in[0], a->in[5], "the gradient");
+    if (st) return st;
+    const weft_tensor *q = a->in[0], *lse = a->in[4];
+    if (lse->dtype != q->dtype || !weft_shape_equal(lse->ndim, lse->sizes, 3, q->sizes)) {
+        char s1[96], s2[96];
+        return weft_error(WEFT_ERR_SHAPE, "%s: lse must be (B,H,T) of q's dtype for q %s, got %s %s", a->op->name,
+                          weft_tensor_shape_str(q, s1, sizeof s1), weft_dtype_name((weft_dtype)lse->dtype),
+                          weft_tensor_shape_str(lse, s2, sizeof s2));
+    }
+    for (int j = 0; j < 3; j++) weft_meta_set(&o[j], 4, q->sizes, (weft_dtype)q->dtype);
+    return WEFT_OK;
+}
+
+// Only o carries a gradient: lse is an internal output (saved for backward),
+// so gout[1] is ignored; without gout[0] no input gets a gradient.
+static weft_status bw_attn(const weft_bw_args *b) {
+    if (!b->gout[0]) return WEFT_OK;
+    weft_tensor *in[6] = {b->in[0], b->in[1], b->in[2], b->out[0], b->out[1], b->gout[0]};
+    weft_tensor *g[WEFT_MAX_OP_OUT];
+    weft_status st = weft_op_apply(&weft_op_causal_attention_backward, 6, in, b->attrs, g);
+    if (st != WEFT_OK) return st;
+    for (int i = 0; i < 3; i++) {
+        if (b->needs[i]) b->gin[i] = g[i];
+        else weft_tensor_free(g[i]);
+    }
+    return WEFT_OK;
+}
+
+weft_op_def weft_op_causal_attention = {
+    .name = "causal_attention", .n_in = 3, .n_out = 2,
+    .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1) | WEFT_SAVE_IN(2) | WEFT_SAVE_OUT(0) | WEFT_SAVE_OUT(1),
+    .infer = infer_attn, .backward = bw_attn,
+    .kernel = {[WEFT_CPU] = {weft_cpu_causal_attention, WEFT_DT_FLOAT}}};
+// No backward rule of its own: a second-order gradient through it is an error naming it.
+weft_op_def weft_op_causal_attention_backward = {
+    .name = "causal_attention_backward", .n_in = 6, .n_out = 3, .infer = infer_attn_bw,
+    .kernel = {[WEFT_CPU] = {weft_cpu_causal_attention_backward, WEFT_DT_FLOAT}}};
+
+weft_tensor *weft_causal_attention(weft_tensor *q, weft_tensor *k, weft_tensor *v, double scale) {
+    weft_tensor *in[3] = {q, k, v}, *out[WEFT_MAX_OP_OUT];
+    weft_attrs at = {.f = {scale}};
+    if (weft_op_apply(&weft_op_causal_attention, 3, in, &at, out) != WEFT_OK) return NULL;
+    weft_tensor_free(out[1]); // lse stays saved for backward
+    return out[0];
+}
