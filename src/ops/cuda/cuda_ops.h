@@ -39,5 +39,6 @@ void weft_cuda_register_conv(void);
 void weft_cuda_register_reduce(void);
 void weft_cuda_register_nn(void);
 void weft_cuda_register_norm(void);
+void weft_cuda_register_attention(void);
 
 #endif

@@ -11,4 +11,5 @@ void weft_cuda_register_kernels(void) {
     weft_cuda_register_reduce();
     weft_cuda_register_nn();
     weft_cuda_register_norm();
+    weft_cuda_register_attention();
 }

@@ -1,0 +1,30 @@
+// Launchers of attention_kernels.cu (plain C prototypes): fused causal
+// attention, forward and backward (the ops causal_attention and
+// causal_attention_backward). Every buffer is contiguous; BH = B*H heads of
+// T rows each, head dim D (0 <= D <= 128, else cudaErrorInvalidValue).
+#ifndef WEFT_CU_ATTENTION_KERNELS_H
+#define WEFT_CU_ATTENTION_KERNELS_H
+
+#include "cu_tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// q, k, v, o (BH,T,D); lse (BH,T). Per head: s_ij = scale q_i.k_j for j <= i,
+// lse_i = log sum_j exp(s_ij), o_i = sum_j exp(s_ij - lse_i) v_j.
+cudaError_t weft_cu_causal_attention(const void *q, const void *k, const void *v, void *o, void *lse, int dtype,
+                                     int64_t BH, int64_t T, int64_t D, double scale, cudaStream_t s);
+// q, k, v, o, go, gq, gk, gv (BH,T,D); lse (BH,T); dl (BH,T) device scratch of
+// dtype (gets Dl_i = go_i.o_i). With p_ij = exp(s_ij - lse_i) (0 for j > i),
+// ds_ij = p_ij (go_i.v_j - Dl_i): gv_j = sum_i p_ij go_i,
+// gq_i = scale sum_j ds_ij k_j, gk_j = scale sum_i ds_ij q_i.
+cudaError_t weft_cu_causal_attention_backward(const void *q, const void *k, const void *v, const void *o,
+                                              const void *lse, const void *go, void *dl, void *gq, void *gk,
+                                              void *gv, int dtype, int64_t BH, int64_t T, int64_t D, double scale,
+                                              cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

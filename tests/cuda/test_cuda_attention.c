@@ -1,0 +1,127 @@
+// The fused causal attention ops on CUDA against the CPU: o and lse of
+// causal_attention, and the gradients of q, k, v through
+// causal_attention_backward, for T = 1, 7, 64, 129 (one query tile, tile
+// edges, more tiles than one block), 1000 (one case), head dims 1, 32, 64,
+// 100, 128, one head and (2,3) heads, inputs permuted from (B,T,H,D)
+// (non-contiguous), f32 and f64; a head dim above 128 is an error naming the op.
+//
+// The op is looked up in the table and applied by name (attrs f[0] = scale),
+// so the test builds whether or not the public weft_causal_attention is
+// there yet; without the op in the table it skips.
+#include <stdint.h>
+
+#include "cuda_test.h"
+#include "ops/op.h"
+
+static const weft_op_def *g_op;
+
+static weft_tensor *rand_dt(int ndim, const int64_t *sizes, weft_dtype dt, uint64_t seed) {
+    weft_tensor *r = wt_rand64(ndim, sizes, -2, 2, seed, false);
+    if (dt == WEFT_F64) return r;
+    weft_tensor *c = weft_cast(r, dt);
+    weft_tensor_free(r);
+    return c;
+}
+
+typedef struct attn_case {
+    double scale;
+    bool permuted; // inputs are (B,T,H,D): attend over transpose(x, 1, 2)
+    int out;       // 0: o, 1: lse
+} attn_case;
+
+static weft_tensor *attn_fn(weft_tensor *const *in, void *ctx) {
+    const attn_case *c = ctx;
+    weft_tensor *x[3], *views[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) x[i] = c->permuted ? (views[i] = weft_transpose(in[i], 1, 2)) : in[i];
+    weft_attrs at;
+    memset(&at, 0, sizeof at);
+    at.f[0] = c->scale;
+    weft_tensor *out[WEFT_MAX_OP_OUT] = {NULL};
+    weft_tensor *r = NULL;
+    if (weft_op_apply(g_op, 3, x, &at, out) == WEFT_OK) {
+        r = out[c->out];
+        weft_tensor_free(out[1 - c->out]);
+    }
+    for (int i = 0; i < 3; i++) weft_tensor_free(views[i]);
+    return r;
+}
+
+// Compares o (with the gradients of q, k, v) and lse for q, k, v of shape
+// (B,H,T,D), or (B,T,H,D) read transposed when permuted.
+static void attn_check(int64_t B, int64_t H, int64_t T, int64_t D, weft_dtype dt, bool permuted, double tol) {
+    int64_t sizes[4] = {B, H, T, D};
+    if (permuted) sizes[1] = T, sizes[2] = H;
+    weft_tensor *in[3];
+    for (int i = 0; i < 3; i++) in[i] = rand_dt(4, sizes, dt, 100 * (uint64_t)T + 10 * (uint64_t)D + (uint64_t)i);
+    char what[160];
+    for (int out = 0; out < 2; out++) {
+        attn_case c = {1 / sqrt((double)D), permuted, out};
+        snprintf(what, sizeof what, "causal_attention %s B=%lld H=%lld T=%lld D=%lld%s %s", out ? "lse" : "o",
+                 (long long)B, (long long)H, (long long)T, (long long)D, permuted ? " permuted" : "",
+                 weft_dtype_name(dt));
+        wt_cuda_compare(what, attn_fn, &c, 3, in, tol, out == 0); // lse carries no gradient
+    }
+    for (int i = 0; i < 3; i++) weft_tensor_free(in[i]);
+}
+
+static void test_shapes(void) {
+    const int64_t Ts[] = {1, 7, 64, 129}, Ds[] = {1, 32, 64, 128};
+    const weft_dtype dts[] = {WEFT_F32, WEFT_F64};
+    for (int f = 0; f < 2; f++)
+        for (int h = 0; h < 2; h++)
+            for (int t = 0; t < 4; t++)
+                for (int d = 0; d < 4; d++)
+                    attn_check(h ? 2 : 1, h ? 3 : 1, Ts[t], Ds[d], dts[f], false, f ? 1e-12 : 1e-5);
+}
+
+// Head dims that are not a multiple of 32 (lanes past D idle).
+static void test_odd_head_dims(void) {
+    attn_check(2, 3, 129, 100, WEFT_F32, false, 1e-5);
+    attn_check(2, 3, 129, 100, WEFT_F64, false, 1e-12);
+    attn_check(1, 2, 33, 7, WEFT_F64, false, 1e-12);
+}
+
+static void test_long(void) { attn_check(1, 2, 1000, 64, WEFT_F32, false, 1e-4); }
+
+static void test_permuted(void) {
+    attn_check(2, 3, 129, 64, WEFT_F32, true, 1e-5);
+    attn_check(2, 3, 129, 64, WEFT_F64, true, 1e-12);
+    attn_check(1, 2, 7, 128, WEFT_F64, true, 1e-12);
+}
+
+// D = 129: the CPU computes it, the CUDA kernel refuses with an error naming the op.
+static void test_head_dim_too_large(void) {
+    int64_t sizes[4] = {1, 1, 5, 129};
+    weft_tensor *in[3], *dev[3];
+    for (int i = 0; i < 3; i++) {
+        in[i] = rand_dt(4, sizes, WEFT_F32, 7 + (uint64_t)i);
+        dev[i] = weft_tensor_to(in[i], WT_CUDA0);
+    }
+    attn_case c = {1 / sqrt(129.0), false, 0};
+    weft_tensor *h = attn_fn(in, &c);
+    CHECK(h != NULL);
+    weft_tensor *d = attn_fn(dev, &c);
+    CHECK(d == NULL);
+    CHECK(wt_error_has("causal_attention"));
+    weft_tensor_free(h);
+    weft_tensor_free(d);
+    for (int i = 0; i < 3; i++) {
+        weft_tensor_free(in[i]);
+        weft_tensor_free(dev[i]);
+    }
+}
+
+int main(void) {
+    WT_CUDA_OR_SKIP();
+    g_op = weft_op_find("causal_attention");
+    if (!g_op || !weft_op_find("causal_attention_backward")) {
+        printf("skipped: causal_attention is not in the op table yet\n");
+        return 77;
+    }
+    RUN(test_shapes);
+    RUN(test_odd_head_dims);
+    RUN(test_long);
+    RUN(test_permuted);
+    RUN(test_head_dim_too_large);
+    return wt_summary();
+}
