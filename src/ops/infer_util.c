@@ -73,3 +73,13 @@ weft_tensor *weft_bw_unbroadcast(const weft_bw_args *b, int i, weft_tensor *g) {
     weft_tensor_free(g);
     return r;
 }
+
+weft_tensor *weft_kernel_contiguous(const weft_tensor *t) {
+    if (weft_tensor_is_contiguous(t)) return weft_tensor_ref((weft_tensor *)t);
+    weft_tensor *c = weft_tensor_new(t->ndim, t->sizes, (weft_dtype)t->dtype, t->device);
+    if (c && weft_tensor_copy_(c, t) != WEFT_OK) { // same device: the device's own strided copy
+        weft_tensor_free(c);
+        c = NULL;
+    }
+    return c;
+}

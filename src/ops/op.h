@@ -126,6 +126,9 @@ weft_status weft_op_apply(const weft_op_def *op, int n_in, weft_tensor *const *i
 // of device parameters (an op flagged WEFT_OPF_INPLACE may get out[j] == in[j]).
 weft_status weft_op_apply_into(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
                                weft_tensor *const *out);
+// For kernels: t itself (a new reference) when contiguous, else a contiguous
+// copy on t's device (no autograd recording); NULL + error on failure.
+weft_tensor *weft_kernel_contiguous(const weft_tensor *t);
 // Single-output convenience: returns the output or NULL.
 weft_tensor *weft_op_apply1(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs);
 // Look an op up by name (graph files, model files); NULL if unknown.

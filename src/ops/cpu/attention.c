@@ -25,16 +25,6 @@
 
 static inline double exp_f64(double x) { return exp(x); }
 
-// A contiguous version of t (t itself, with a new reference, when it is already).
-static weft_tensor *contig(const weft_tensor *t) {
-    if (weft_tensor_is_contiguous(t)) return weft_tensor_ref((weft_tensor *)t);
-    weft_tensor *c = weft_tensor_new(t->ndim, t->sizes, (weft_dtype)t->dtype, t->device);
-    if (c && weft_cpu_copy(c, t) != WEFT_OK) {
-        weft_tensor_free(c);
-        c = NULL;
-    }
-    return c;
-}
 
 // Row-major C (M,N) = alpha op(A) op(B) + beta C; K == 0 leaves beta C (BLAS wants ld >= 1).
 static void gemm_float(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
@@ -117,7 +107,7 @@ ATTN_KERNELS(double, exp_f64, log)
 // Contiguous copies of the first n inputs (into c); false with c cleared on failure.
 static bool contig_all(const weft_op_args *a, int n, weft_tensor **c) {
     for (int i = 0; i < n; i++)
-        if (!(c[i] = contig(a->in[i]))) {
+        if (!(c[i] = weft_kernel_contiguous(a->in[i]))) {
             for (int j = 0; j < i; j++) weft_tensor_free(c[j]);
             return false;
         }

@@ -20,16 +20,6 @@
 
 static inline double exp_f64(double x) { return exp(x); }
 
-// A contiguous version of t (t itself, with a new reference, when it is already).
-static weft_tensor *contig(const weft_tensor *t) {
-    if (weft_tensor_is_contiguous(t)) return weft_tensor_ref((weft_tensor *)t);
-    weft_tensor *c = weft_tensor_new(t->ndim, t->sizes, (weft_dtype)t->dtype, t->device);
-    if (c && weft_cpu_copy(c, t) != WEFT_OK) {
-        weft_tensor_free(c);
-        c = NULL;
-    }
-    return c;
-}
 
 // (outer, D, inner) around dim.
 static void split3(const weft_tensor *t, int dim, int64_t *outer, int64_t *D, int64_t *inner) {
@@ -171,7 +161,7 @@ static void run_softmax(weft_dtype dt, bool bw, bool lg, const char *p0, const c
 
 // softmax / log_softmax (variant 0 / 1): in x, attrs i[0] = dim.
 weft_status weft_cpu_softmax(const weft_op_args *a) {
-    weft_tensor *x = contig(a->in[0]), *y = a->out[0];
+    weft_tensor *x = weft_kernel_contiguous(a->in[0]), *y = a->out[0];
     if (!x) return weft_last_status();
     int64_t outer, D, inner;
     split3(x, (int)a->attrs->i[0], &outer, &D, &inner);
@@ -183,7 +173,7 @@ weft_status weft_cpu_softmax(const weft_op_args *a) {
 
 // softmax_backward / log_softmax_backward (variant 0 / 1): in (g, y), attrs i[0] = dim.
 weft_status weft_cpu_softmax_backward(const weft_op_args *a) {
-    weft_tensor *g = contig(a->in[0]), *y = g ? contig(a->in[1]) : NULL, *dx = a->out[0];
+    weft_tensor *g = weft_kernel_contiguous(a->in[0]), *y = g ? weft_kernel_contiguous(a->in[1]) : NULL, *dx = a->out[0];
     if (!g || !y) {
         weft_tensor_free(g);
         return weft_last_status();
@@ -258,7 +248,7 @@ static weft_status ce_prepare(const weft_op_args *a, ce_plan *p) {
     p->C = a->in[0]->sizes[1];
     weft_status st = check_targets(a->op->name, a->in[1], p->N, p->C);
     if (st) return st;
-    if (!(p->x = contig(a->in[0]))) return weft_last_status();
+    if (!(p->x = weft_kernel_contiguous(a->in[0]))) return weft_last_status();
     p->nt = weft_num_threads();
     p->par = p->nt > 1 && p->N * p->C >= WEFT_PAR_GRAIN;
     p->nchunk = p->par ? (p->N < 4 * p->nt ? p->N : 4 * p->nt) : 1;

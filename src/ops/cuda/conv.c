@@ -42,16 +42,6 @@ static int64_t chunk_images(const weft_cu_conv_geom *g) {
     return nb < 1 ? 1 : nb;
 }
 
-// t itself (a new reference) when contiguous, else a contiguous device copy.
-static weft_tensor *contig(weft_tensor *t) {
-    if (weft_tensor_is_contiguous(t)) return weft_tensor_ref(t);
-    weft_tensor *c = weft_tensor_new(t->ndim, t->sizes, (weft_dtype)t->dtype, t->device);
-    if (c && weft_cuda_copy(c, t) != WEFT_OK) {
-        weft_tensor_free(c);
-        return NULL;
-    }
-    return c;
-}
 
 static weft_status zero(weft_tensor *t, const char *op) {
     if (t->numel == 0) return WEFT_OK;
@@ -117,7 +107,7 @@ static weft_status cu_conv2d(const weft_op_args *a) {
     if (st || Kg == 0) return st ? st : b ? WEFT_OK : zero(y, op); // no input channels: y is the bias
     gemm_call gc = {NULL, op, dt == WEFT_F64};
     if ((st = weft_cu_blas_handle(y, op, &gc.h))) return st;
-    weft_tensor *wc = contig(w), *col = NULL;
+    weft_tensor *wc = weft_kernel_contiguous(w), *col = NULL;
     if (!wc) return weft_last_status();
     const char *wp = weft_tensor_ptr(wc);
     // 1x1, stride 1, no padding over a contiguous NCHW x: the columns are x itself
@@ -167,7 +157,7 @@ static weft_status cu_conv2d_backward_input(const weft_op_args *a) {
     gemm_call gc = {NULL, op, dt == WEFT_F64};
     weft_status st = weft_cu_blas_handle(dx, op, &gc.h);
     if (st) return st;
-    weft_tensor *wc = contig(w), *gc_t = wc ? contig(gy) : NULL, *col = NULL;
+    weft_tensor *wc = weft_kernel_contiguous(w), *gc_t = wc ? weft_kernel_contiguous(gy) : NULL, *col = NULL;
     if (!gc_t) {
         weft_tensor_free(wc);
         return weft_last_status();
