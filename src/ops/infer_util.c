@@ -83,3 +83,20 @@ weft_tensor *weft_kernel_contiguous(const weft_tensor *t) {
     }
     return c;
 }
+
+void weft_kernel_inputs_free(weft_kernel_inputs *c) {
+    for (int i = 0; i < c->n; i++) weft_tensor_free(c->t[i]);
+    c->n = 0;
+}
+
+weft_status weft_kernel_inputs_get(const weft_op_args *a, weft_kernel_inputs *c) {
+    c->n = 0;
+    if (a->n_in > WEFT_KERNEL_MAX_IN) return weft_error(WEFT_ERR_ARG, "%s: %d inputs", a->op->name, a->n_in);
+    for (; c->n < a->n_in; c->n++)
+        if (!(c->t[c->n] = weft_kernel_contiguous(a->in[c->n]))) {
+            weft_status st = weft_last_status();
+            weft_kernel_inputs_free(c); // nothing is held after a failure
+            return st;
+        }
+    return WEFT_OK;
+}

@@ -129,6 +129,15 @@ weft_status weft_op_apply_into(const weft_op_def *op, int n_in, weft_tensor *con
 // For kernels: t itself (a new reference) when contiguous, else a contiguous
 // copy on t's device (no autograd recording); NULL + error on failure.
 weft_tensor *weft_kernel_contiguous(const weft_tensor *t);
+// All of an op's inputs that way: t[i] is a new reference to in[i] or to its
+// contiguous copy. Free with weft_kernel_inputs_free; a failed get holds nothing.
+#define WEFT_KERNEL_MAX_IN 8
+typedef struct weft_kernel_inputs {
+    weft_tensor *t[WEFT_KERNEL_MAX_IN];
+    int n;
+} weft_kernel_inputs;
+weft_status weft_kernel_inputs_get(const weft_op_args *a, weft_kernel_inputs *c);
+void weft_kernel_inputs_free(weft_kernel_inputs *c);
 // Single-output convenience: returns the output or NULL.
 weft_tensor *weft_op_apply1(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs);
 // Look an op up by name (graph files, model files); NULL if unknown.

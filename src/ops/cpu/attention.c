@@ -104,20 +104,11 @@ static void gemm_double(bool ta, bool tb, int64_t M, int64_t N, int64_t K, doubl
 ATTN_KERNELS(float, weft_vexp_f32, logf)
 ATTN_KERNELS(double, exp_f64, log)
 
-// Contiguous copies of the first n inputs (into c); false with c cleared on failure.
-static bool contig_all(const weft_op_args *a, int n, weft_tensor **c) {
-    for (int i = 0; i < n; i++)
-        if (!(c[i] = weft_kernel_contiguous(a->in[i]))) {
-            for (int j = 0; j < i; j++) weft_tensor_free(c[j]);
-            return false;
-        }
-    return true;
-}
-
 // causal_attention: in (q, k, v) (B,H,T,D) -> o (B,H,T,D), lse (B,H,T); attrs f[0] = scale.
 weft_status weft_cpu_causal_attention(const weft_op_args *a) {
-    weft_tensor *c[3];
-    if (!contig_all(a, 3, c)) return weft_last_status();
+    weft_kernel_inputs in;
+    if (weft_kernel_inputs_get(a, &in)) return weft_last_status();
+    weft_tensor **c = in.t;
     const weft_tensor *q = c[0];
     int64_t BH = q->sizes[0] * q->sizes[1], T_ = q->sizes[2], D = q->sizes[3];
     int64_t nblk = (T_ + BR - 1) / BR, ntask = BH * nblk;
@@ -151,14 +142,15 @@ weft_status weft_cpu_causal_attention(const weft_op_args *a) {
         }
         free(s);
     }
-    for (int i = 0; i < 3; i++) weft_tensor_free(c[i]);
+    weft_kernel_inputs_free(&in);
     return oom ? weft_error(WEFT_ERR_OOM, "causal_attention: out of memory for the score blocks") : WEFT_OK;
 }
 
 // causal_attention_backward: in (q, k, v, o, lse, go) -> gq, gk, gv (B,H,T,D); attrs f[0] = scale.
 weft_status weft_cpu_causal_attention_backward(const weft_op_args *a) {
-    weft_tensor *c[6];
-    if (!contig_all(a, 6, c)) return weft_last_status();
+    weft_kernel_inputs in;
+    if (weft_kernel_inputs_get(a, &in)) return weft_last_status();
+    weft_tensor **c = in.t;
     const weft_tensor *q = c[0];
     int64_t BH = q->sizes[0] * q->sizes[1], T_ = q->sizes[2], D = q->sizes[3];
     bool f32 = q->dtype == WEFT_F32;
@@ -197,6 +189,6 @@ weft_status weft_cpu_causal_attention_backward(const weft_op_args *a) {
         }
         free(s);
     }
-    for (int i = 0; i < 6; i++) weft_tensor_free(c[i]);
+    weft_kernel_inputs_free(&in);
     return oom ? weft_error(WEFT_ERR_OOM, "causal_attention_backward: out of memory for the score blocks") : WEFT_OK;
 }

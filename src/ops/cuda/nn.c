@@ -5,20 +5,6 @@
 #include "cuda_ops.h"
 #include "nn_kernels.h"
 
-// A contiguous version of t: t itself when it is, else a device copy in *tmp
-// (freed by the caller; the free is stream-ordered, safe with kernels queued).
-static const weft_tensor *contig(const weft_tensor *t, weft_tensor **tmp) {
-    *tmp = NULL;
-    if (weft_tensor_is_contiguous(t)) return t;
-    weft_tensor *c = weft_tensor_new(t->ndim, t->sizes, (weft_dtype)t->dtype, t->device);
-    if (!c) return NULL;
-    if (weft_cuda_copy(c, t) != WEFT_OK) {
-        weft_tensor_free(c);
-        return NULL;
-    }
-    return *tmp = c;
-}
-
 // (outer, D, inner) around dim, as the CPU splits it.
 static void split3(const weft_tensor *t, int dim, int64_t *outer, int64_t *D, int64_t *inner) {
     *outer = *inner = 1;
@@ -29,35 +15,33 @@ static void split3(const weft_tensor *t, int dim, int64_t *outer, int64_t *D, in
 
 // softmax / log_softmax: in x, out y (x's shape).
 static weft_status cu_softmax(const weft_op_args *a) {
-    weft_tensor *y = a->out[0], *tmp;
+    weft_tensor *y = a->out[0];
     if (y->numel == 0) return WEFT_OK;
-    const weft_tensor *x = contig(a->in[0], &tmp);
+    weft_tensor *x = weft_kernel_contiguous(a->in[0]);
     if (!x) return weft_last_status();
     int64_t outer, D, inner;
     split3(x, (int)a->attrs->i[0], &outer, &D, &inner);
     cudaError_t e = weft_cu_softmax(weft_tensor_ptr(x), weft_tensor_ptr(y), x->dtype, outer, D, inner,
                                     a->op->variant == 1, weft_cu_stream(y));
-    weft_tensor_free(tmp);
+    weft_tensor_free(x);
     return weft_cu_done(e, a->op->name);
 }
 
 // softmax_backward / log_softmax_backward: in (g, y), out dx.
 static weft_status cu_softmax_backward(const weft_op_args *a) {
-    weft_tensor *dx = a->out[0], *tg, *ty;
+    weft_tensor *dx = a->out[0];
     if (dx->numel == 0) return WEFT_OK;
-    const weft_tensor *g = contig(a->in[0], &tg);
-    if (!g) return weft_last_status();
-    const weft_tensor *y = contig(a->in[1], &ty);
+    weft_tensor *g = weft_kernel_contiguous(a->in[0]), *y = g ? weft_kernel_contiguous(a->in[1]) : NULL;
     if (!y) {
-        weft_tensor_free(tg);
+        weft_tensor_free(g);
         return weft_last_status();
     }
     int64_t outer, D, inner;
     split3(dx, (int)a->attrs->i[0], &outer, &D, &inner);
     cudaError_t e = weft_cu_softmax_backward(weft_tensor_ptr(g), weft_tensor_ptr(y), weft_tensor_ptr(dx), dx->dtype,
                                              outer, D, inner, a->op->variant == 1, weft_cu_stream(dx));
-    weft_tensor_free(tg);
-    weft_tensor_free(ty);
+    weft_tensor_free(g);
+    weft_tensor_free(y);
     return weft_cu_done(e, a->op->name);
 }
 
@@ -65,8 +49,7 @@ static weft_status cu_softmax_backward(const weft_op_args *a) {
 // Both kernels first check the targets, as the CPU does: an out-of-range
 // target is an error naming it, which costs one wait for the stream.
 typedef struct ce_args {
-    const weft_tensor *x; // (N,C) contiguous
-    weft_tensor *tmp;     // the copy behind x, if one was made
+    weft_tensor *x; // (N,C) contiguous: a new reference to the logits or their copy
     const void *tg;
     int tdt;
     int64_t tstride, N, C;
@@ -79,7 +62,7 @@ static weft_status ce_prepare(const weft_op_args *a, ce_args *c) {
     c->tg = weft_tensor_ptr(t);
     c->tdt = t->dtype;
     c->tstride = t->ndim ? t->strides[0] : 0;
-    c->tmp = NULL;
+    c->x = NULL;
     weft_tensor *scratch = weft_tensor_new(1, (int64_t[]){1}, WEFT_I64, t->device);
     if (!scratch) return weft_last_status();
     int64_t row, val;
@@ -91,7 +74,7 @@ static weft_status ce_prepare(const weft_op_args *a, ce_args *c) {
     if (row >= 0)
         return weft_error(WEFT_ERR_ARG, "%s: target %lld of row %lld is out of range [0, %lld)", a->op->name,
                           (long long)val, (long long)row, (long long)c->C);
-    if (!(c->x = contig(a->in[0], &c->tmp))) return weft_last_status();
+    if (!(c->x = weft_kernel_contiguous(a->in[0]))) return weft_last_status();
     return WEFT_OK;
 }
 
@@ -101,14 +84,14 @@ static weft_status cu_cross_entropy(const weft_op_args *a) {
     if (st) return st;
     weft_tensor *out = a->out[0], *rowloss = NULL;
     if (c.N > 0 && !(rowloss = weft_tensor_new(1, &c.N, WEFT_F64, out->device))) {
-        weft_tensor_free(c.tmp);
+        weft_tensor_free(c.x);
         return weft_last_status();
     }
     cudaError_t e = weft_cu_cross_entropy(weft_tensor_ptr(c.x), c.x->dtype, c.tg, c.tdt, c.tstride, c.N, c.C,
                                           rowloss ? (double *)weft_tensor_ptr(rowloss) : NULL, weft_tensor_ptr(out),
                                           weft_cu_stream(out));
     weft_tensor_free(rowloss);
-    weft_tensor_free(c.tmp);
+    weft_tensor_free(c.x);
     return weft_cu_done(e, a->op->name);
 }
 
@@ -120,7 +103,7 @@ static weft_status cu_cross_entropy_backward(const weft_op_args *a) {
     weft_tensor *dx = a->out[0];
     cudaError_t e = weft_cu_cross_entropy_backward(weft_tensor_ptr(c.x), c.x->dtype, c.tg, c.tdt, c.tstride, c.N, c.C,
                                                    weft_tensor_ptr(a->in[2]), weft_tensor_ptr(dx), weft_cu_stream(dx));
-    weft_tensor_free(c.tmp);
+    weft_tensor_free(c.x);
     return weft_cu_done(e, a->op->name);
 }
 

@@ -9,36 +9,6 @@
 #include "cuda_ops.h"
 #include "norm_kernels.h"
 
-// Up to 5 inputs read as contiguous buffers: the op entries hand contiguous
-// ones except possibly 1-D vectors, which get a device copy here.
-typedef struct norm_in {
-    const weft_tensor *t[5];
-    weft_tensor *tmp[5];
-    int n;
-} norm_in;
-
-static void norm_in_free(norm_in *c) {
-    for (int k = 0; k < c->n; k++) weft_tensor_free(c->tmp[k]);
-}
-static weft_status norm_in_get(const weft_op_args *a, norm_in *c) {
-    c->n = 0;
-    for (int k = 0; k < a->n_in && k < 5; k++) {
-        const weft_tensor *t = a->in[k];
-        c->tmp[k] = NULL;
-        c->t[k] = t;
-        c->n = k + 1;
-        if (weft_tensor_is_contiguous(t)) continue;
-        weft_tensor *m = weft_tensor_new(t->ndim, t->sizes, (weft_dtype)t->dtype, t->device);
-        if (!m || weft_cuda_copy(m, t) != WEFT_OK) {
-            weft_tensor_free(m);
-            c->n = k; // the ones before were made
-            norm_in_free(c);
-            return weft_last_status();
-        }
-        c->t[k] = c->tmp[k] = m;
-    }
-    return WEFT_OK;
-}
 
 static int64_t ln_row(const weft_tensor *x, int64_t n) {
     int64_t C = 1;
@@ -48,8 +18,8 @@ static int64_t ln_row(const weft_tensor *x, int64_t n) {
 
 // in: x, [weight], [bias]; out: y, mean, rstd (the leading dims)
 static weft_status cu_layer_norm(const weft_op_args *a) {
-    norm_in c;
-    weft_status st = norm_in_get(a, &c);
+    weft_kernel_inputs c;
+    weft_status st = weft_kernel_inputs_get(a, &c);
     if (st) return st;
     const weft_tensor *x = c.t[0];
     bool hw = a->attrs->i[1] != 0, hb = a->attrs->i[2] != 0;
@@ -59,14 +29,14 @@ static weft_status cu_layer_norm(const weft_op_args *a) {
                                        weft_tensor_ptr(a->out[0]), weft_tensor_ptr(a->out[1]),
                                        weft_tensor_ptr(a->out[2]), x->dtype, R, C, a->attrs->f[0],
                                        weft_cu_stream(a->out[0]));
-    norm_in_free(&c);
+    weft_kernel_inputs_free(&c);
     return weft_cu_done(e, a->op->name);
 }
 
 // in: gy, x, mean, rstd, [weight]; out: dx, dweight, dbias (zeros when not wanted)
 static weft_status cu_layer_norm_backward(const weft_op_args *a) {
-    norm_in c;
-    weft_status st = norm_in_get(a, &c);
+    weft_kernel_inputs c;
+    weft_status st = weft_kernel_inputs_get(a, &c);
     if (st) return st;
     const weft_tensor *x = c.t[1];
     const weft_tensor *w = a->attrs->i[1] ? c.t[4] : NULL;
@@ -78,7 +48,7 @@ static weft_status cu_layer_norm_backward(const weft_op_args *a) {
     if (want_wb && R > 0 && C > 0) {
         int64_t np = weft_cu_layer_norm_part_elems(R, C);
         if (!(part = weft_tensor_new(1, &np, (weft_dtype)x->dtype, x->device))) {
-            norm_in_free(&c);
+            weft_kernel_inputs_free(&c);
             return weft_last_status();
         }
     } else if (!want_wb) {
@@ -92,7 +62,7 @@ static weft_status cu_layer_norm_backward(const weft_op_args *a) {
             w ? weft_tensor_ptr(w) : NULL, weft_tensor_ptr(a->out[0]), want_wb ? weft_tensor_ptr(a->out[1]) : NULL,
             want_wb ? weft_tensor_ptr(a->out[2]) : NULL, part ? weft_tensor_ptr(part) : NULL, x->dtype, R, C, s);
     weft_tensor_free(part);
-    norm_in_free(&c);
+    weft_kernel_inputs_free(&c);
     return weft_cu_done(e, a->op->name);
 }
 
@@ -141,8 +111,8 @@ static weft_status cu_batch_norm(const weft_op_args *a) {
 
 // in: gy, x, mean, invstd, [weight]; out: dx, dweight, dbias (C; zeros when not wanted)
 static weft_status cu_batch_norm_backward(const weft_op_args *a) {
-    norm_in c;
-    weft_status st = norm_in_get(a, &c);
+    weft_kernel_inputs c;
+    weft_status st = weft_kernel_inputs_get(a, &c);
     if (st) return st;
     const weft_tensor *x = c.t[1];
     int64_t N, C, S;
@@ -152,7 +122,7 @@ static weft_status cu_batch_norm_backward(const weft_op_args *a) {
         weft_tensor_ptr(c.t[0]), weft_tensor_ptr(x), weft_tensor_ptr(c.t[2]), weft_tensor_ptr(c.t[3]), vec(w),
         weft_tensor_ptr(a->out[0]), weft_tensor_ptr(a->out[1]), weft_tensor_ptr(a->out[2]), x->dtype, N, C, S,
         a->attrs->i[1] != 0, a->attrs->i[2] != 0, weft_cu_stream(a->out[0]));
-    norm_in_free(&c);
+    weft_kernel_inputs_free(&c);
     return weft_cu_done(e, a->op->name);
 }
 
