@@ -39,6 +39,12 @@ extern int wt_pass, wt_fail;
 
 int wt_summary(void); // prints "N passed, N failed"; returns exit code
 
+// An accelerator to test device paths on (tests/mock_device.c): the real
+// cuda:0 where a GPU is present (*mock = false), else a mock registered as
+// cuda:0 whose memory is host memory and whose kernels are the CPU's
+// (*mock = true; mock may be NULL). false: no device could be set up.
+bool wt_accelerator(weft_device *dev, bool *mock);
+
 // Compare every element of t with ref (row-major) within tol (relative + absolute).
 void wt_check_values(const char *what, const weft_tensor *t, const double *ref, int64_t n, double tol);
 // a and b have the same dtype and shape and every element agrees within tol (relative + absolute);

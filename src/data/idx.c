@@ -102,7 +102,7 @@ weft_tensor *weft_idx_load(const char *path, int expect_ndim) {
         total *= sizes[d];
     }
     int64_t data_off = 4 + 4 * nd;
-    t = weft_tensor_empty(nd, sizes, WEFT_U8);
+    t = weft_tensor_empty_on(nd, sizes, WEFT_U8, WEFT_DEVICE_CPU); // read into host memory
     if (!t) goto done;
     got = read_full(f, weft_tensor_data(t), total, &zerr);
     if (zerr) {
@@ -198,8 +198,8 @@ weft_dataset *weft_fmnist_load(const char *dir, const char *split, double mean, 
                    (long long)weft_tensor_size(lab, 0), ipath, (long long)n);
         goto fail;
     }
-    x = weft_tensor_empty(WEFT_DIMS(n, 1, 28, 28), WEFT_F32);
-    y = weft_tensor_empty(WEFT_DIMS(n), WEFT_I64);
+    x = weft_tensor_empty_on(WEFT_DIMS(n, 1, 28, 28), WEFT_F32, WEFT_DEVICE_CPU); // data sets live on the host
+    y = weft_tensor_empty_on(WEFT_DIMS(n), WEFT_I64, WEFT_DEVICE_CPU);
     if (!x || !y) goto fail;
     const uint8_t *lb = weft_tensor_data(lab);
     int64_t *yp = weft_tensor_data(y);

@@ -66,7 +66,9 @@ static weft_tensor *gather_rows(const weft_tensor *src, size_t row, const int64_
     int64_t sizes[WEFT_MAX_DIMS];
     memcpy(sizes, weft_tensor_sizes(src), sizeof(int64_t) * nd);
     sizes[0] = b;
-    weft_tensor *t = weft_tensor_empty(nd, sizes, weft_tensor_dtype(src));
+    // A host batch whatever the default device is (weft train --device cuda
+    // moves it itself): the rows are memcpy'd from host memory.
+    weft_tensor *t = weft_tensor_empty_on(nd, sizes, weft_tensor_dtype(src), WEFT_DEVICE_CPU);
     if (!t) return NULL;
     const char *s = weft_tensor_data(src);
     char *d = weft_tensor_data(t); // (b, row bytes)

@@ -20,7 +20,7 @@
 static weft_tensor *tokens_from_bytes(const char *what, const unsigned char *buf, int64_t n, weft_dtype dt) {
     if (dt != WEFT_U8 && dt != WEFT_I64)
         return weft_error_null(WEFT_ERR_DTYPE, "%s: dtype must be u8 or i64, got %s", what, weft_dtype_name(dt));
-    weft_tensor *t = weft_tensor_empty(WEFT_DIMS(n), dt);
+    weft_tensor *t = weft_tensor_empty_on(WEFT_DIMS(n), dt, WEFT_DEVICE_CPU); // filled from host memory
     if (!t) return NULL;
     if (dt == WEFT_U8) memcpy(weft_tensor_data(t), buf, (size_t)n);
     else {
@@ -269,8 +269,8 @@ weft_status weft_lm_batch(const weft_tensor *tokens, int64_t B, int64_t T, uint6
                                             (long long)B, (long long)T);
     if (n <= T) return weft_error(WEFT_ERR_SHAPE, "lm_batch: corpus of %lld tokens is too short for windows of %lld+1",
                                   (long long)n, (long long)T);
-    weft_tensor *xt = weft_tensor_empty(WEFT_DIMS(B, T), WEFT_I64);
-    weft_tensor *yt = weft_tensor_empty(WEFT_DIMS(B, T), WEFT_I64);
+    weft_tensor *xt = weft_tensor_empty_on(WEFT_DIMS(B, T), WEFT_I64, WEFT_DEVICE_CPU); // host batches
+    weft_tensor *yt = weft_tensor_empty_on(WEFT_DIMS(B, T), WEFT_I64, WEFT_DEVICE_CPU);
     if (!xt || !yt) {
         weft_tensor_free(xt);
         weft_tensor_free(yt);

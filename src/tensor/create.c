@@ -117,6 +117,48 @@ weft_status weft_tensor_fill_(weft_tensor *t, double v) {
 
 weft_status weft_tensor_zero_(weft_tensor *t) { return weft_tensor_fill_(t, 0); }
 
+// Same-device copy kernels by device type (weft_tensor_copy_register).
+static weft_copy_fn g_copy[WEFT_NUM_DEVICE_TYPES] = {[WEFT_CPU] = weft_cpu_copy};
+
+void weft_tensor_copy_register(weft_device_type t, weft_copy_fn fn) {
+    if ((unsigned)t < WEFT_NUM_DEVICE_TYPES && t != WEFT_CPU) g_copy[t] = fn;
+}
+
+// dst = src across devices with any strides, broadcast or dtype change:
+// src made contiguous on its own device, moved to the host, converted and
+// broadcast there into dst's dtype and shape, then moved to dst's device
+// (through a contiguous temporary there when dst is strided).
+static weft_status copy_staged(weft_tensor *dst, const weft_tensor *src) {
+    weft_device cpu = WEFT_DEVICE_CPU;
+    weft_tensor *sc = NULL, *sh = NULL, *dh = NULL, *dd = NULL;
+    weft_status st = WEFT_OK;
+    if (src->device.type == WEFT_CPU) sh = weft_tensor_ref((weft_tensor *)src);
+    else if (!(sc = weft_tensor_new(src->ndim, src->sizes, (weft_dtype)src->dtype, src->device)) ||
+             !(sh = weft_tensor_new(src->ndim, src->sizes, (weft_dtype)src->dtype, cpu)))
+        st = weft_last_status();
+    else if (!(st = weft_tensor_copy_(sc, src))) // contiguous, on src's device
+        st = weft_device_copy(cpu, weft_tensor_ptr(sh), sc->device, weft_tensor_ptr(sc),
+                              (size_t)sc->numel * weft_dtype_size((weft_dtype)sc->dtype));
+    if (!st && dst->device.type == WEFT_CPU) st = weft_cpu_copy(dst, sh);
+    else if (!st) {
+        if (!(dh = weft_tensor_new(dst->ndim, dst->sizes, (weft_dtype)dst->dtype, cpu))) st = weft_last_status();
+        if (!st) st = weft_cpu_copy(dh, sh);
+        size_t nb = (size_t)dst->numel * weft_dtype_size((weft_dtype)dst->dtype);
+        if (!st && weft_tensor_is_contiguous(dst))
+            st = weft_device_copy(dst->device, weft_tensor_ptr(dst), cpu, weft_tensor_ptr(dh), nb);
+        else if (!st) {
+            if (!(dd = weft_tensor_new(dst->ndim, dst->sizes, (weft_dtype)dst->dtype, dst->device))) st = weft_last_status();
+            if (!st) st = weft_device_copy(dst->device, weft_tensor_ptr(dd), cpu, weft_tensor_ptr(dh), nb);
+            if (!st) st = weft_tensor_copy_(dst, dd); // within dst's device: its own kernel
+        }
+    }
+    weft_tensor_free(sc);
+    weft_tensor_free(sh);
+    weft_tensor_free(dh);
+    weft_tensor_free(dd);
+    return st;
+}
+
 weft_status weft_tensor_copy_(weft_tensor *dst, const weft_tensor *src) {
     if (!dst || !src) return weft_error(WEFT_ERR_ARG, "copy_: NULL tensor");
     // src must broadcast to dst
@@ -129,18 +171,24 @@ weft_status weft_tensor_copy_(weft_tensor *dst, const weft_tensor *src) {
         return weft_error(WEFT_ERR_SHAPE, "copy_: source %s does not broadcast to destination %s",
                           weft_tensor_shape_str(src, a, sizeof a), weft_tensor_shape_str(dst, b, sizeof b));
     }
-    if (dst->device.type == WEFT_CPU && src->device.type == WEFT_CPU) return weft_cpu_copy(dst, src);
-#ifdef WEFT_HAVE_CUDA
-    if (dst->device.type == WEFT_CUDA && weft_device_equal(dst->device, src->device)) return weft_cuda_copy(dst, src);
-#endif
+    if (dst->numel == 0) return WEFT_OK; // nothing to move, on every path
+    if (weft_device_equal(dst->device, src->device)) {
+        weft_copy_fn fn = (unsigned)dst->device.type < WEFT_NUM_DEVICE_TYPES ? g_copy[dst->device.type] : NULL;
+        if (!fn) {
+            char b[32];
+            return weft_error(WEFT_ERR_DEVICE, "copy_: no copy kernel for %s",
+                              weft_device_str(dst->device, b, sizeof b));
+        }
+        return fn(dst, src);
+    }
     // Across devices: contiguous same-dtype same-shape is one device copy;
-    // anything else is staged through a contiguous host tensor.
+    // anything else is staged through host memory.
+    size_t esz = weft_dtype_size((weft_dtype)dst->dtype);
     if (dst->dtype == src->dtype && weft_shape_equal(dst->ndim, dst->sizes, src->ndim, src->sizes) &&
         weft_tensor_is_contiguous(dst) && weft_tensor_is_contiguous(src))
         return weft_device_copy(dst->device, weft_tensor_ptr(dst), src->device, weft_tensor_ptr(src),
-                                (size_t)dst->numel * weft_dtype_size((weft_dtype)dst->dtype));
-    return weft_error(WEFT_ERR_UNSUPPORTED, "copy_: strided or converting copies between devices need the "
-                                            "device's own kernel (make both sides contiguous and equal dtype)");
+                                (size_t)dst->numel * esz);
+    return copy_staged(dst, src);
 }
 
 weft_tensor *weft_tensor_to(weft_tensor *t, weft_device dev) {

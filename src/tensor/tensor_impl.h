@@ -68,6 +68,13 @@ int weft_axis(const char *op, int axis, int ndim);
 double weft_load_f64(const void *p, weft_dtype dt, int64_t i);
 void weft_store_f64(void *p, weft_dtype dt, int64_t i, double v);
 
+// dst = src within one device of type t (any strides, broadcast, dtype
+// conversion): what weft_tensor_copy_ runs when both tensors are on one
+// device. The CPU's is built in; an accelerator backend registers its own
+// when it finds a device (the tensor layer calls no backend by name).
+typedef weft_status (*weft_copy_fn)(weft_tensor *dst, const weft_tensor *src);
+void weft_tensor_copy_register(weft_device_type t, weft_copy_fn fn);
+
 #ifdef WEFT_HAVE_CUDA
 // dst = src on one CUDA device (any strides, broadcast, dtype conversion): src/ops/cuda/copy.c.
 weft_status weft_cuda_copy(weft_tensor *dst, const weft_tensor *src);

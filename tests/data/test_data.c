@@ -689,6 +689,56 @@ static void test_lm_batch(void) {
     weft_tensor_free(tok);
 }
 
+// Data sets and batches are host tensors whatever the default device is:
+// `weft train --device cuda` makes the accelerator the default while it
+// builds the model, and the loader's prefetch thread used to allocate its
+// batches there and memcpy host rows into device memory (a crash on a GPU).
+static void test_host_under_device_default(void) {
+    weft_device dev;
+    if (!wt_accelerator(&dev, NULL)) {
+        CHECK(!"no accelerator");
+        return;
+    }
+    weft_device prev = weft_device_get_default();
+    CHECK(weft_device_set_default(dev) == WEFT_OK);
+    weft_loader *l = mk(10, false, 0, false, 3); // a prefetch thread
+    weft_tensor *x = NULL, *y = NULL;
+    CHECK(l && weft_loader_next(l, &x, &y) == 1);
+    CHECK(x && y && weft_tensor_device(x).type == WEFT_CPU && weft_tensor_device(y).type == WEFT_CPU);
+    if (x && y && weft_tensor_device(x).type == WEFT_CPU) { // samples 0..9 in order: (i, -i), label 7i
+        const float *xp = weft_tensor_data(x);
+        const int64_t *yp = weft_tensor_data(y);
+        int bad = 0;
+        for (int i = 0; i < 10; i++) bad += xp[2 * i] != (float)i || xp[2 * i + 1] != (float)-i || yp[i] != 7 * i;
+        CHECK(bad == 0);
+    }
+    weft_tensor_free(x);
+    weft_tensor_free(y);
+    weft_loader_free(l);
+    // language-model batches and token streams
+    weft_tensor *tok = weft_tensor_arange(0, 200, 1, WEFT_I64); // made on the default device
+    weft_tensor *toh = tok ? weft_tensor_to(tok, WEFT_DEVICE_CPU) : NULL;
+    CHECK(toh && weft_lm_batch(toh, 2, 8, 1, 1, &x, &y) == WEFT_OK);
+    CHECK(x && weft_tensor_device(x).type == WEFT_CPU && weft_tensor_device(y).type == WEFT_CPU);
+    if (x && weft_tensor_device(x).type == WEFT_CPU) {
+        const int64_t *xp = weft_tensor_data(x), *yp = weft_tensor_data(y);
+        CHECK(yp[0] == xp[0] + 1 && xp[7] == xp[0] + 7);
+    }
+    weft_tensor_free(x);
+    weft_tensor_free(y);
+    weft_tensor_free(tok);
+    weft_tensor_free(toh);
+    // an IDX data set
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/fmdev", g_tmp);
+    mkdir(dir, 0777);
+    make_fmnist(dir, "train", 6, 28, 6, -1);
+    weft_dataset *d = weft_fmnist_load(dir, "train", 0, 1);
+    CHECK(d && weft_tensor_device(d->inputs).type == WEFT_CPU && weft_tensor_device(d->labels).type == WEFT_CPU);
+    weft_dataset_free(d);
+    weft_device_set_default(prev);
+}
+
 int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/weft_data_XXXXXX");
     if (!mkdtemp(g_tmp)) {
@@ -717,6 +767,7 @@ int main(void) {
     RUN(test_loader_backpressure);
     RUN(test_lm_batch);
     RUN(test_fmnist_real);
+    RUN(test_host_under_device_default);
 
     weft_tensor_free(g_in);
     weft_tensor_free(g_lab);

@@ -21,6 +21,7 @@ static weft_status cu_copy_op(const weft_op_args *a) {
 }
 
 void weft_cuda_register_copy(void) {
+    weft_tensor_copy_register(WEFT_CUDA, weft_cuda_copy); // weft_tensor_copy_ between CUDA tensors
     weft_cu_register("copy", cu_copy_op, WEFT_DT_ALL);
     weft_cu_register("cast", cu_copy_op, WEFT_DT_ALL);
 }

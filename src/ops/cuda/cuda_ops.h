@@ -27,7 +27,7 @@ void weft_cu_register(const char *name, weft_kernel_fn fn, uint32_t dtypes);
 
 // weft_cuda_copy(dst, src) (declared in tensor_impl.h, defined in
 // copy.c): dst = src on one device, any strides, broadcast, dtype
-// conversion; what weft_tensor_copy_ uses between CUDA tensors.
+// conversion; registered as weft_tensor_copy_'s kernel between CUDA tensors.
 
 // One per family; each in its own file, all called by register.c.
 void weft_cuda_register_copy(void);
