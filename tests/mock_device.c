@@ -82,10 +82,10 @@ bool wt_accelerator(weft_device *dev, bool *mock) {
     g_mock.memory_reset_peak = mock_reset_peak;
     g_mock.memory_empty_cache = mock_empty_cache;
     if (weft_device_register(WEFT_CUDA, &g_mock) != WEFT_OK) return false;
+    // The CUDA column (filled at start-up even without a GPU) becomes the CPU's.
     for (int i = 0; weft_op_at(i); i++) {
         const weft_op_def *op = weft_op_at(i);
-        if (op->kernel[WEFT_CPU].fn && !op->kernel[WEFT_CUDA].fn)
-            weft_op_register_kernel(op->name, WEFT_CUDA, op->kernel[WEFT_CPU].fn, op->kernel[WEFT_CPU].dtypes);
+        weft_op_register_kernel(op->name, WEFT_CUDA, op->kernel[WEFT_CPU].fn, op->kernel[WEFT_CPU].dtypes);
     }
     weft_tensor_copy_register(WEFT_CUDA, weft_cpu_copy);
     return true;
