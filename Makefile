@@ -5,6 +5,8 @@
 #   make bench      benchmarks vs the PyTorch twins (BENCH=<pattern> to filter)
 #   make run        the main job: install what is missing (data sets too), build,
 #                   train the Fashion-MNIST MLP (models/fmnist-mlp.cfg) and print its final line
+#   make check-gpu  on a machine with a GPU: build with CUDA, run the CUDA tests and the suite,
+#                   train every standard model on cuda and the CPU, compare (tools/check-gpu.sh)
 #   make install    install to PREFIX (default /usr/local)
 
 BUILD ?= build
@@ -17,7 +19,7 @@ BENCH_DEPS = python3-torch python3-numpy
 RUN_DEPS = dataset-fashion-mnist bible-kjv
 MODEL ?= models/fmnist-mlp.cfg
 
-.PHONY: all build deps bench-deps run-deps test test-asan bench run install clean
+.PHONY: all build deps bench-deps run-deps test test-asan bench run install clean check-gpu
 
 all: build
 
@@ -40,7 +42,7 @@ $(BUILD)/Makefile:
 build: $(BUILD)/Makefile
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: deps
+test: deps run-deps
 	$(MAKE) build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
@@ -56,6 +58,9 @@ bench: deps bench-deps
 run: deps run-deps
 	$(MAKE) build
 	$(BUILD)/weft train $(MODEL) --log-dir runs/$(notdir $(basename $(MODEL))) --ckpt-dir runs/$(notdir $(basename $(MODEL)))/ckpt
+
+check-gpu: deps run-deps
+	bash tools/check-gpu.sh
 
 install: build
 	cmake --install $(BUILD)
