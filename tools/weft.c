@@ -7,7 +7,9 @@
 //   weft info [FILE.safetensors]        build/threads/devices, or a checkpoint's tensors
 //   weft ops                            list the op table
 //   weft version
-// Errors are one line on stderr and a non-zero exit.
+// Errors are one line on stderr: exit 2 for bad usage (an unknown command or
+// option, an option another command takes, a missing or unusable option
+// value, a missing model file or --ckpt), 1 for everything else that fails.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,14 +21,15 @@ int weft_cli_launch(int argc, char **argv); // launch.c
 static int usage(void) {
     fprintf(stderr,
             "usage: weft <command> ...\n"
-            "  train MODEL.cfg [--epochs N] [--steps N] [--batch B] [--lr X] [--threads T] [--seed S]\n"
+            "  train MODEL.cfg [--epochs N] [--steps N] [--batch B] [--lr X] [--clip X] [--threads T] [--seed S]\n"
             "                  [--ckpt-dir DIR] [--ckpt-every N] [--keep K] [--resume] [--log-dir DIR] [--quiet]\n"
             "                  [--data-dir DIR] [--text FILE] [--eval-batches N] [--graph] [--device D]\n"
             "                  [--dist ddp|ps] [--servers S] [--consistency bsp|asp|ssp:S] [--backup K]\n"
             "                  [--bucket-mb M] [--straggle RANK:FACTOR]\n"
             "  launch -n N [--servers S] [--max-restarts R] [--hostfile F] -- weft train MODEL.cfg [...]\n"
-            "  eval MODEL.cfg --ckpt FILE [--threads T] [--data-dir DIR] [--text FILE]\n"
-            "  sample MODEL.cfg --ckpt FILE [--tokens N] [--prompt TEXT] [--temperature T] [--seed S]\n"
+            "  eval MODEL.cfg --ckpt FILE [--threads T] [--data-dir DIR] [--text FILE] [--eval-batches N]\n"
+            "                  [--batch B] [--device D]\n"
+            "  sample MODEL.cfg --ckpt FILE [--tokens N] [--prompt TEXT] [--temperature T] [--seed S] [--threads T]\n"
             "  graph MODEL.cfg --dot FILE [--optimize] [--save FILE.wgraph]\n"
             "  info [FILE.safetensors]\n"
             "  ops\n"
@@ -42,6 +45,12 @@ static int fail(const char *what) {
     return 1;
 }
 
+// Bad usage: the message in g_err (else the library's), exit status 2.
+static int usage_fail(const char *what) {
+    fail(what);
+    return 2;
+}
+
 // A non-negative integer option value, else a one-line error.
 static bool int_opt(const char *opt, const char *v, int64_t *out) {
     char *end;
@@ -54,7 +63,56 @@ static bool int_opt(const char *opt, const char *v, int64_t *out) {
     return true;
 }
 
-// Options shared by train/eval/sample. Returns argc consumed or -1.
+// Options of train/eval/sample: which commands take each, and whether it
+// has a value. An option of another command is a usage error, not ignored.
+enum { TRAIN = 1, EVAL = 2, SAMPLE = 4 };
+typedef struct cli_opt {
+    const char *name;
+    bool value;
+    int cmds;
+} cli_opt;
+static const cli_opt k_opts[] = {
+    {"--epochs", true, TRAIN},        {"--steps", true, TRAIN},         {"--batch", true, TRAIN | EVAL},
+    {"--lr", true, TRAIN},            {"--seed", true, TRAIN | SAMPLE}, {"--clip", true, TRAIN},
+    {"--threads", true, TRAIN | EVAL | SAMPLE},                         {"--ckpt-dir", true, TRAIN},
+    {"--ckpt-every", true, TRAIN},    {"--keep", true, TRAIN},          {"--resume", false, TRAIN},
+    {"--log-dir", true, TRAIN},       {"--quiet", false, TRAIN},        {"--data-dir", true, TRAIN | EVAL},
+    {"--text", true, TRAIN | EVAL},   {"--eval-batches", true, TRAIN | EVAL},
+    {"--graph", false, TRAIN},        {"--device", true, TRAIN | EVAL}, {"--dist", true, TRAIN},
+    {"--servers", true, TRAIN},       {"--consistency", true, TRAIN},   {"--backup", true, TRAIN},
+    {"--bucket-mb", true, TRAIN},     {"--straggle", true, TRAIN},      {"--ckpt", true, EVAL | SAMPLE},
+    {"--prompt", true, SAMPLE},       {"--tokens", true, SAMPLE},       {"--temperature", true, SAMPLE},
+};
+
+static int cmd_bit(const char *cmd) { return !strcmp(cmd, "train") ? TRAIN : !strcmp(cmd, "eval") ? EVAL : SAMPLE; }
+
+// Every argument is an option `cmd` takes, with its value where it has one
+// (checked before the model file is read, so bad usage is reported as such).
+// *ckpt: the value of --ckpt, if given.
+static bool check_args(const char *cmd, int argc, char **argv, const char **ckpt) {
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const cli_opt *o = NULL;
+        for (size_t k = 0; k < sizeof k_opts / sizeof k_opts[0] && !o; k++)
+            if (!strcmp(a, k_opts[k].name)) o = &k_opts[k];
+        if (!o) {
+            snprintf(g_err, sizeof g_err, "unknown option '%s' (see weft --help)", a);
+            return false;
+        }
+        if (!(o->cmds & cmd_bit(cmd))) {
+            snprintf(g_err, sizeof g_err, "option '%s' is not one of weft %s's (see weft --help)", a, cmd);
+            return false;
+        }
+        if (o->value && i + 1 >= argc) {
+            snprintf(g_err, sizeof g_err, "option '%s' needs a value", a);
+            return false;
+        }
+        if (!strcmp(a, "--ckpt")) *ckpt = argv[i + 1];
+        i += o->value;
+    }
+    return true;
+}
+
 typedef struct cli {
     const char *cfg_path, *ckpt, *prompt;
     int64_t tokens;
@@ -82,7 +140,10 @@ static bool parse_dist(const char *a, const char *v, weft_train_opts *t) {
         }
         *(a[2] == 's' ? &t->servers : &t->backup) = (int)k;
     } else if (!strcmp(a, "--consistency")) {
-        if (weft_train_parse_consistency(v, &t->consistency, &t->staleness)) return false;
+        if (weft_train_parse_consistency(v, &t->consistency, &t->staleness)) {
+            snprintf(g_err, sizeof g_err, "%s", weft_last_error());
+            return false;
+        }
     } else if (!strcmp(a, "--bucket-mb")) {
         char *end;
         double m = strtod(v, &end);
@@ -105,75 +166,76 @@ static bool parse_dist(const char *a, const char *v, weft_train_opts *t) {
     return true;
 }
 
-static int parse(int argc, char **argv, weft_model_cfg *cfg, cli *c) {
+// The option values (check_args has vetted names and arity). false: a value
+// it cannot take, with the reason in g_err.
+static bool parse(int argc, char **argv, weft_model_cfg *cfg, cli *c) {
     // [net] keys that flags override, with the same validation as the file
     static const char *const net_flags[][2] = {{"--epochs", "epochs"}, {"--steps", "steps"}, {"--batch", "batch"},
                                                {"--lr", "lr"},         {"--seed", "seed"},   {"--clip", "clip"}};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool used = false;
+        bool net = false;
         for (size_t k = 0; k < sizeof net_flags / sizeof net_flags[0]; k++)
             if (!strcmp(a, net_flags[k][0])) {
-                if (!v) goto missing;
-                if (weft_model_cfg_set(cfg, net_flags[k][1], v)) return -1;
+                if (weft_model_cfg_set(cfg, net_flags[k][1], v)) {
+                    snprintf(g_err, sizeof g_err, "%s", weft_last_error());
+                    return false;
+                }
                 if (!strcmp(a, "--seed")) c->sample_seed = strtoull(v, NULL, 10);
-                i++;
-                used = true;
+                net = true;
             }
-        if (used) continue;
-        static const char *const valued[] = {"--threads", "--ckpt-dir", "--ckpt-every", "--keep", "--log-dir",
-                                             "--data-dir", "--text",    "--eval-batches", "--ckpt", "--prompt",
-                                             "--tokens",  "--temperature", "--dist",       "--servers",
-                                             "--consistency", "--backup", "--bucket-mb", "--straggle", "--device"};
-        bool known = !strcmp(a, "--resume") || !strcmp(a, "--quiet") || !strcmp(a, "--graph");
-        for (size_t k = 0; !known && k < sizeof valued / sizeof valued[0]; k++) known = !strcmp(a, valued[k]);
-        if (!known) {
-            snprintf(g_err, sizeof g_err, "unknown option '%s' (see weft --help)", a);
-            return -1;
+        if (net) {
+            i++;
+            continue;
         }
         if (!strcmp(a, "--resume")) c->t.resume = true;
         else if (!strcmp(a, "--quiet")) c->t.quiet = true;
         else if (!strcmp(a, "--graph")) c->t.graph = true; // train in graph mode
-        else if (!v) goto missing;
         else if (!strcmp(a, "--threads")) {
-            int n = atoi(v);
-            if (n <= 0) {
+            int64_t n;
+            if (!int_opt(a, v, &n) || n < 1 || n > 4096) {
                 snprintf(g_err, sizeof g_err, "--threads: expected a positive number, got '%s'", v);
-                return -1;
+                return false;
             }
-            weft_set_num_threads(n), i++;
+            weft_set_num_threads((int)n), i++;
         } else if (!strcmp(a, "--ckpt-dir")) c->t.ckpt_dir = v, i++;
         else if (!strcmp(a, "--ckpt-every")) {
-            if (!int_opt(a, v, &c->t.ckpt_every)) return -1;
+            if (!int_opt(a, v, &c->t.ckpt_every)) return false;
             i++;
         } else if (!strcmp(a, "--keep")) {
             int64_t k;
-            if (!int_opt(a, v, &k)) return -1;
+            if (!int_opt(a, v, &k)) return false;
             c->t.keep_last = (int)(k > 1000000 ? 1000000 : k), i++;
-        }
-        else if (!strcmp(a, "--log-dir")) c->t.log_dir = v, i++;
+        } else if (!strcmp(a, "--log-dir")) c->t.log_dir = v, i++;
         else if (!strcmp(a, "--data-dir")) c->t.data_dir = v, i++;
-        else if (!strcmp(a, "--device")) c->t.device = v, i++; // cpu, cuda, cuda:N
-        else if (!strcmp(a, "--text")) c->t.text_path = v, i++;
+        else if (!strcmp(a, "--device")) { // cpu, cuda, cuda:N; one that is not there is the run's error
+            weft_device d;
+            if (weft_device_parse(v, &d)) {
+                snprintf(g_err, sizeof g_err, "--device: %s", weft_last_error());
+                return false;
+            }
+            c->t.device = v, i++;
+        } else if (!strcmp(a, "--text")) c->t.text_path = v, i++;
         else if (!strcmp(a, "--eval-batches")) {
-            if (!int_opt(a, v, &c->t.eval_batches)) return -1;
+            if (!int_opt(a, v, &c->t.eval_batches)) return false;
             i++;
-        }
-        else if (!strcmp(a, "--ckpt")) c->ckpt = v, i++;
+        } else if (!strcmp(a, "--ckpt")) c->ckpt = v, i++;
         else if (!strcmp(a, "--prompt")) c->prompt = v, i++;
         else if (!strcmp(a, "--tokens")) {
-            if (!int_opt(a, v, &c->tokens)) return -1;
+            if (!int_opt(a, v, &c->tokens)) return false;
             i++;
-        }
-        else if (!strcmp(a, "--temperature")) c->temperature = atof(v), i++;
-        else if (!parse_dist(a, v, &c->t)) return -1;
+        } else if (!strcmp(a, "--temperature")) {
+            char *end;
+            c->temperature = strtod(v, &end);
+            if (end == v || *end || !(c->temperature >= 0) || c->temperature > 1e30) {
+                snprintf(g_err, sizeof g_err, "--temperature: expected a number >= 0, got '%s'", v);
+                return false;
+            }
+            i++;
+        } else if (!parse_dist(a, v, &c->t)) return false;
         else i++;
-        continue;
-    missing:
-        snprintf(g_err, sizeof g_err, "option '%s' needs a value", a);
-        return -1;
     }
-    return 0;
+    return true;
 }
 
 static int cmd_info_file(const char *path) {
@@ -241,11 +303,11 @@ static int cmd_graph(const char *cfg_path, int argc, char **argv) {
         }
         if (strcmp(a, "--dot") && strcmp(a, "--save")) {
             snprintf(g_err, sizeof g_err, "unknown option '%s' (see weft --help)", a);
-            return fail("graph");
+            return usage_fail("graph");
         }
         if (i + 1 >= argc) {
             snprintf(g_err, sizeof g_err, "option '%s' needs a value", a);
-            return fail("graph");
+            return usage_fail("graph");
         }
         *(a[2] == 'd' ? &dot : &save) = argv[++i];
     }
@@ -375,16 +437,23 @@ int main(int argc, char **argv) {
         usage();
         return 0;
     }
-    if (!strcmp(cmd, "version")) {
-        printf("weft %s\n", weft_version());
-        return 0;
-    }
-    if (!strcmp(cmd, "ops")) {
-        for (int i = 0; i < weft_op_count(); i++) printf("%s\n", weft_op_name(i));
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "ops")) {
+        if (argc > 2) {
+            snprintf(g_err, sizeof g_err, "takes no arguments (got '%s')", argv[2]);
+            return usage_fail(cmd);
+        }
+        if (!strcmp(cmd, "version")) printf("weft %s\n", weft_version());
+        else
+            for (int i = 0; i < weft_op_count(); i++) printf("%s\n", weft_op_name(i));
         return 0;
     }
     if (!strcmp(cmd, "info")) {
-        if (argc > 2) return cmd_info_file(argv[2]);
+        if (argc > 3 || (argc == 3 && argv[2][0] == '-')) { // info has no options: a flag is not a file name
+            if (argc > 3) snprintf(g_err, sizeof g_err, "takes at most one file (got '%s' and '%s')", argv[2], argv[3]);
+            else snprintf(g_err, sizeof g_err, "unknown option '%s' (usage: weft info [FILE.safetensors])", argv[2]);
+            return usage_fail("info");
+        }
+        if (argc == 3) return cmd_info_file(argv[2]);
         printf("weft %s\n", weft_version());
         printf("threads: %d\n", weft_num_threads());
         printf("devices: cpu x%d, cuda x%d\n", weft_device_count(WEFT_CPU), weft_device_count(WEFT_CUDA));
@@ -401,21 +470,23 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (!strcmp(cmd, "graph")) return cmd_graph(argv[2], argc - 3, argv + 3);
+    cli c = {.tokens = 200, .temperature = 1.0, .sample_seed = 1};
+    if (!check_args(cmd, argc - 3, argv + 3, &c.ckpt)) return usage_fail(cmd);
+    if (strcmp(cmd, "train") && !c.ckpt) { // a usage error, reported before the model file is read
+        fprintf(stderr, "weft %s: --ckpt FILE is needed\n", cmd);
+        return 2;
+    }
     weft_model_cfg *cfg = weft_model_cfg_load(argv[2]);
     if (!cfg) return fail(cmd);
-    cli c = {.tokens = 200, .temperature = 1.0, .sample_seed = 1};
     int rc = 0;
-    if (parse(argc - 3, argv + 3, cfg, &c) < 0) {
-        rc = fail(cmd);
+    if (!parse(argc - 3, argv + 3, cfg, &c)) {
+        rc = usage_fail(cmd);
     } else if (!strcmp(cmd, "train")) {
         rc = cmd_train(cfg, &c.t);
-    } else if (!c.ckpt) {
-        fprintf(stderr, "weft %s: --ckpt FILE is needed\n", cmd);
-        rc = 2;
     } else if (!strcmp(cmd, "eval")) {
         weft_train_result r;
         if (weft_evaluate(cfg, c.ckpt, &c.t, &r) != WEFT_OK) rc = fail("eval");
-        else weft_train_print_final(stdout, &r);
+        else weft_eval_print_final(stdout, &r);
     } else {
         if (weft_sample(cfg, c.ckpt, c.prompt, c.tokens, c.temperature, c.sample_seed, stdout) != WEFT_OK)
             rc = fail("sample");

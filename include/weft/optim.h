@@ -133,6 +133,13 @@ weft_tensor *weft_grad_scaler_scale(weft_grad_scaler *gs, weft_tensor *loss); //
 // whether opt stepped. Gradients are left unscaled either way.
 weft_status weft_grad_scaler_step(weft_grad_scaler *gs, weft_optim *opt, bool *stepped);
 double weft_grad_scaler_get_scale(const weft_grad_scaler *gs);
+// What a checkpoint keeps so that a resumed run scales as the uninterrupted
+// one would (PyTorch's GradScaler.state_dict): the current scale and the
+// growth tracker, the number of good steps in a row since the scale last
+// changed. set_state checks scale > 0 (finite) and good >= 0; growth,
+// backoff and the interval stay the scaler's own.
+void weft_grad_scaler_get_state(const weft_grad_scaler *gs, double *scale, int64_t *good);
+weft_status weft_grad_scaler_set_state(weft_grad_scaler *gs, double scale, int64_t good);
 
 // ---- gradient clipping ----
 // torch.nn.utils.clip_grad_norm_: the L2 norm over all gradients of params

@@ -85,9 +85,14 @@ weft_status weft_train_parse_consistency(const char *s, weft_train_consistency *
 weft_status weft_train(const weft_model_cfg *cfg, const weft_train_opts *opts, weft_train_result *out);
 
 // Loads a checkpoint written by weft_train and evaluates it on the test or
-// validation split (fills test_* or val_loss).
+// validation split (fills test_* or val_loss, seconds, and steps: the
+// checkpoint's step, -1 when the file does not record one; the training
+// fields stay NaN / 0).
 weft_status weft_evaluate(const weft_model_cfg *cfg, const char *ckpt, const weft_train_opts *opts,
                           weft_train_result *out);
+// weft_evaluate's "final: ..." line: test_acc / test_loss or val_loss, the
+// checkpoint's step and the evaluation's seconds (no training fields).
+void weft_eval_print_final(FILE *f, const weft_train_result *r);
 
 // Language models: continue `prompt` by n_tokens bytes sampled at `temperature`
 // (0: greedy), written to out.

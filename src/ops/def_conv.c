@@ -35,13 +35,24 @@ static int64_t out_len(int64_t in, int64_t k, int64_t stride, int64_t pad, int64
     return (in + 2 * pad - span) / stride + 1;
 }
 
-static weft_status check_4d(const char *op, const weft_tensor *t, const char *what) {
+// t is 4-D and of a dtype in `dtypes`.
+static weft_status check_4d_of(const char *op, const weft_tensor *t, const char *what, uint32_t dtypes) {
     if (t->ndim != 4) {
         char b[96];
         return weft_error(WEFT_ERR_SHAPE, "%s: %s must be 4-D (N,C,H,W), got %s", op, what,
                           weft_tensor_shape_str(t, b, sizeof b));
     }
-    return weft_check_dtype(op, t, WEFT_DT_FLOAT, what);
+    return weft_check_dtype(op, t, dtypes, what);
+}
+static weft_status check_4d(const char *op, const weft_tensor *t, const char *what) {
+    return check_4d_of(op, t, what, WEFT_DT_FLOAT);
+}
+// conv2d and its backward ops also take f16 / bf16 (autocast's dtypes):
+// whether they run in one is the device's kernel's say (the dispatcher's
+// "no kernel" error otherwise; the CPU has f32 / f64 only).
+#define CONV_DT (WEFT_DT_FLOAT | WEFT_DT(WEFT_F16) | WEFT_DT(WEFT_BF16))
+static weft_status check_conv_4d(const char *op, const weft_tensor *t, const char *what) {
+    return check_4d_of(op, t, what, CONV_DT);
 }
 
 // ---- conv2d ----
@@ -61,8 +72,8 @@ static weft_status infer_conv2d(const weft_op_args *a, weft_out_meta *o) {
     weft_status st;
     if ((st = check_conv_attrs(op, at))) return st;
     const weft_tensor *x = a->in[0], *w = a->in[1];
-    if ((st = check_4d(op, x, "the input"))) return st;
-    if ((st = check_4d(op, w, "the weight"))) return st;
+    if ((st = check_conv_4d(op, x, "the input"))) return st;
+    if ((st = check_conv_4d(op, w, "the weight"))) return st;
     if ((st = weft_check_same_dtype(op, a->n_in, a->in))) return st;
     bool nhwc = at->i[7] == 1;
     // NCHW sizes of x (NHWC input: (N,H,W,C))
@@ -97,8 +108,8 @@ static weft_status infer_conv2d_bw_input(const weft_op_args *a, weft_out_meta *o
     const char *op = a->op->name;
     const weft_tensor *gy = a->in[0], *w = a->in[1];
     weft_status st;
-    if ((st = check_conv_attrs(op, a->attrs)) || (st = check_4d(op, gy, "the output gradient")) ||
-        (st = check_4d(op, w, "the weight")) || (st = weft_check_same_dtype(op, 2, a->in)))
+    if ((st = check_conv_attrs(op, a->attrs)) || (st = check_conv_4d(op, gy, "the output gradient")) ||
+        (st = check_conv_4d(op, w, "the weight")) || (st = weft_check_same_dtype(op, 2, a->in)))
         return st;
     const weft_attrs *at = a->attrs;
     int64_t H = at->i[8], W = at->i[9];
@@ -114,8 +125,8 @@ static weft_status infer_conv2d_bw_weight(const weft_op_args *a, weft_out_meta *
     const char *op = a->op->name;
     const weft_tensor *gy = a->in[0], *x = a->in[1];
     weft_status st;
-    if ((st = check_conv_attrs(op, a->attrs)) || (st = check_4d(op, gy, "the output gradient")) ||
-        (st = check_4d(op, x, "the input")) || (st = weft_check_same_dtype(op, 2, a->in)))
+    if ((st = check_conv_attrs(op, a->attrs)) || (st = check_conv_4d(op, gy, "the output gradient")) ||
+        (st = check_conv_4d(op, x, "the input")) || (st = weft_check_same_dtype(op, 2, a->in)))
         return st;
     const weft_attrs *at = a->attrs;
     int64_t KH = at->i[8], KW = at->i[9], G = at->i[6];
@@ -129,7 +140,7 @@ static weft_status infer_conv2d_bw_weight(const weft_op_args *a, weft_out_meta *
 
 // gy (N,O,OH,OW) -> db (O)
 static weft_status infer_conv2d_bw_bias(const weft_op_args *a, weft_out_meta *o) {
-    weft_status st = check_4d(a->op->name, a->in[0], "the output gradient");
+    weft_status st = check_conv_4d(a->op->name, a->in[0], "the output gradient");
     if (st) return st;
     weft_meta_set(o, 1, &a->in[0]->sizes[1], (weft_dtype)a->in[0]->dtype);
     return WEFT_OK;

@@ -8,7 +8,8 @@
 
 struct weft_grad_scaler {
     double scale, growth, backoff;
-    int interval, good; // good: finite steps in a row since the last change
+    int interval;
+    int64_t good; // finite steps in a row since the scale last changed (the growth tracker)
 };
 
 weft_grad_scaler *weft_grad_scaler_create(double init_scale, double growth, double backoff, int growth_interval) {
@@ -29,6 +30,21 @@ weft_grad_scaler *weft_grad_scaler_create(double init_scale, double growth, doub
 
 void weft_grad_scaler_free(weft_grad_scaler *gs) { free(gs); }
 double weft_grad_scaler_get_scale(const weft_grad_scaler *gs) { return gs ? gs->scale : 0; }
+
+void weft_grad_scaler_get_state(const weft_grad_scaler *gs, double *scale, int64_t *good) {
+    if (scale) *scale = gs ? gs->scale : 0;
+    if (good) *good = gs ? gs->good : 0;
+}
+
+weft_status weft_grad_scaler_set_state(weft_grad_scaler *gs, double scale, int64_t good) {
+    if (!gs) return weft_error(WEFT_ERR_ARG, "grad_scaler_set_state: NULL scaler");
+    if (!(scale > 0) || !isfinite(scale) || good < 0)
+        return weft_error(WEFT_ERR_ARG, "grad_scaler_set_state: need a finite scale > 0 and good >= 0 (got %g, %lld)",
+                          scale, (long long)good);
+    gs->scale = scale;
+    gs->good = good;
+    return WEFT_OK;
+}
 
 weft_tensor *weft_grad_scaler_scale(weft_grad_scaler *gs, weft_tensor *loss) {
     if (!gs) return weft_error_null(WEFT_ERR_ARG, "grad_scaler_scale: NULL scaler");

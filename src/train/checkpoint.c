@@ -1,7 +1,9 @@
 // Training checkpoints: everything needed to continue bit-identically.
 //   tensors   model.<name>        parameters and buffers
 //             optim.<param>.<s>   optimiser state (exp_avg, step, ...)
-//   metadata  step, epoch, loader_epoch, loader_index, dropout_seed, dropout_offset, model
+//   metadata  step, epoch, loader_epoch, loader_index, dropout_seed, dropout_offset, model,
+//             optimizer (its kind: sgd, adam, ...), and for f16 runs loss_scale and
+//             loss_scale_good (the grad scaler's state)
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,7 +63,7 @@ weft_status weft_run_save(weft_run *r) {
     if (r->loader) weft_loader_position(r->loader, &le, &li);
     uint64_t dseed, doff;
     weft_generator_get_state(r->dropout_gen, &dseed, &doff);
-    char v[7][32];
+    char v[10][32];
     snprintf(v[0], 32, "%" PRId64, r->step);
     snprintf(v[1], 32, "%" PRId64, r->epoch);
     snprintf(v[2], 32, "%" PRId64, le);
@@ -69,13 +71,26 @@ weft_status weft_run_save(weft_run *r) {
     snprintf(v[4], 32, "%" PRIu64, dseed);
     snprintf(v[5], 32, "%" PRIu64, doff);
     snprintf(v[6], 32, "%.31s", r->cfg->net.name);
-    const char *keys[] = {"step", "epoch", "loader_epoch", "loader_index", "dropout_seed", "dropout_offset", "model"};
-    const char *vals[] = {v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
+    snprintf(v[7], 32, "%.31s", weft_optim_kind_name(weft_optim_get_opts(r->optim)->kind));
+    const char *keys[10] = {"step", "epoch", "loader_epoch", "loader_index", "dropout_seed", "dropout_offset", "model",
+                            "optimizer"};
+    int nk = 8;
+    if (r->scaler) { // f16: the scale as "%.17g" reads back as the same double
+        double scale;
+        int64_t good;
+        weft_grad_scaler_get_state(r->scaler, &scale, &good);
+        snprintf(v[8], 32, "%.17g", scale);
+        snprintf(v[9], 32, "%" PRId64, good);
+        keys[nk++] = "loss_scale";
+        keys[nk++] = "loss_scale_good";
+    }
+    const char *vals[10];
+    for (int i = 0; i < nk; i++) vals[i] = v[i];
     char path[1024];
     weft_status st = weft_mkdirs(r->opts.ckpt_dir);
     if (!st) {
         weft_ckpt_path(r->opts.ckpt_dir, r->step, path, sizeof path);
-        st = weft_safetensors_save(path, l.n, (const char *const *)l.names, l.ts, 7, keys, vals);
+        st = weft_safetensors_save(path, l.n, (const char *const *)l.names, l.ts, nk, keys, vals);
     }
     list_free(&l);
     return st;
@@ -94,6 +109,16 @@ static bool meta_i64(const weft_safetensors *st, const char *key, int64_t *out) 
     uint64_t v;
     if (!meta_u64(st, key, &v) || v > (uint64_t)INT64_MAX) return false;
     *out = (int64_t)v;
+    return true;
+}
+
+static bool meta_f64(const weft_safetensors *st, const char *key, double *out) {
+    const char *s = weft_safetensors_meta(st, key);
+    if (!s) return false;
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end) return false;
+    *out = v;
     return true;
 }
 
@@ -120,12 +145,55 @@ static const weft_tensor *optim_lookup(const char *name, void *user) {
     return weft_safetensors_find((const weft_safetensors *)user, full);
 }
 
+// The model's parameters and buffers only (eval, sample); r->step becomes
+// the checkpoint's step, or -1 for a file that does not record one.
 weft_status weft_run_load_weights(weft_run *r, const char *path) {
     weft_safetensors *st = weft_safetensors_load(path);
     if (!st) return weft_last_status();
     weft_status s = load_model(r, st, path);
+    if (!meta_i64(st, "step", &r->step)) r->step = -1;
     weft_safetensors_free(st);
     return s;
+}
+
+// The optimiser whose state a file of optim.<param>.<state> tensors holds,
+// judged by a state name (files from before the "optimizer" metadata).
+static const char *kind_of_state(const char *state) {
+    static const char *const map[][2] = {{"exp_avg", "adam or adamw"},  {"exp_avg_sq", "adam or adamw"},
+                                         {"max_exp_avg_sq", "adam or adamw (amsgrad)"}, {"sum", "adagrad"},
+                                         {"square_avg", "rmsprop"},      {"grad_avg", "rmsprop (centered)"},
+                                         {"momentum_buffer", "an optimiser with momentum"}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (!strcmp(state, map[i][0])) return map[i][1];
+    return "another optimiser";
+}
+
+// The checkpoint's optimiser state must be the run's optimiser's: the kind
+// it records (if any) is the model file's, and it holds no state tensor that
+// this optimiser lacks (missing ones are weft_optim_load_state's error).
+// Without this, Adam's state resumed into an SGD model file (whose only
+// state is a step count) would load without a word.
+static weft_status check_optimizer(const weft_run *r, const weft_safetensors *st, const char *path) {
+    const char *mine = weft_optim_kind_name(weft_optim_get_opts(r->optim)->kind);
+    const char *theirs = weft_safetensors_meta(st, "optimizer");
+    if (theirs && strcmp(theirs, mine))
+        return weft_error(WEFT_ERR_FORMAT,
+                          "%s: checkpoint written by optimiser %s, but the model file's optimiser is %s (resume with "
+                          "the same optimiser, or start a new --ckpt-dir)", path, theirs, mine);
+    for (int i = 0; i < weft_safetensors_count(st); i++) {
+        const char *name = weft_safetensors_name_at(st, i);
+        if (strncmp(name, "optim.", 6) || weft_optim_state_find(r->optim, name + 6)) continue;
+        const char *dot = strrchr(name, '.'), *state = dot + 1;
+        if (theirs) // the same kind with other settings (momentum, amsgrad, centered)
+            return weft_error(WEFT_ERR_FORMAT,
+                              "%s: checkpoint holds optimiser state '%s' that the model file's %s does not keep "
+                              "(its settings differ from the checkpoint's)", path, name + 6, mine);
+        return weft_error(WEFT_ERR_FORMAT,
+                          "%s: checkpoint holds optimiser state '%s', written by %s, but the model file's optimiser "
+                          "is %s (resume with the same optimiser, or start a new --ckpt-dir)", path, name + 6,
+                          kind_of_state(state), mine);
+    }
+    return WEFT_OK;
 }
 
 weft_status weft_run_resume(weft_run *r) {
@@ -150,9 +218,19 @@ weft_status weft_run_resume_from(weft_run *r, const char *path) {
         weft_safetensors_free(st);
         return weft_error(WEFT_ERR_FORMAT, "%s: not a weft training checkpoint (metadata missing)", path);
     }
-    s = load_model(r, st, path);
+    s = check_optimizer(r, st, path);
+    if (!s) s = load_model(r, st, path);
     if (!s) {
         s = weft_optim_load_state(r->optim, optim_lookup, st);
+        if (s) s = weft_error(s, "%s: %s", path, weft_last_error());
+    }
+    // f16: the loss scale and its growth tracker continue where they were (a
+    // checkpoint without them, from an f32 / bf16 run, leaves the initial scale)
+    double scale;
+    int64_t good = 0;
+    if (!s && r->scaler && meta_f64(st, "loss_scale", &scale)) {
+        meta_i64(st, "loss_scale_good", &good);
+        s = weft_grad_scaler_set_state(r->scaler, scale, good);
         if (s) s = weft_error(s, "%s: %s", path, weft_last_error());
     }
     weft_safetensors_free(st);

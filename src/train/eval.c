@@ -31,9 +31,20 @@ weft_status weft_evaluate(const weft_model_cfg *cfg, const char *ckpt, const wef
         }
         clock_gettime(CLOCK_MONOTONIC, &ts1);
         out->seconds = (double)(ts1.tv_sec - ts0.tv_sec) + 1e-9 * (double)(ts1.tv_nsec - ts0.tv_nsec);
+        out->steps = run.step; // the checkpoint's (-1: not recorded)
     }
     weft_run_free(&run);
     return st;
+}
+
+// weft_evaluate's fields only: train_loss and the throughput belong to a
+// training run, and are left out rather than printed as nan / 0.
+void weft_eval_print_final(FILE *f, const weft_train_result *r) {
+    char steps[32] = "";
+    if (r->steps >= 0) snprintf(steps, sizeof steps, " steps=%lld", (long long)r->steps);
+    if (r->language_model) fprintf(f, "final: val_loss=%.4f%s seconds=%.1f\n", r->val_loss, steps, r->seconds);
+    else fprintf(f, "final: test_acc=%.4f test_loss=%.4f%s seconds=%.1f\n", r->test_acc, r->test_loss, steps, r->seconds);
+    fflush(f);
 }
 
 weft_status weft_sample(const weft_model_cfg *cfg, const char *ckpt, const char *prompt, int64_t n_tokens,

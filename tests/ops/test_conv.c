@@ -1,6 +1,6 @@
 // conv2d, max_pool2d, avg_pool2d: forward against naive loops written here,
-// gradients by finite differences (f64), f32 and non-contiguous inputs, and
-// the error cases.
+// gradients by finite differences (f64), f32 and non-contiguous inputs, the
+// error cases, and conv2d under autocast on the CPU and an accelerator.
 #include <stdlib.h>
 #include <string.h>
 
@@ -450,6 +450,154 @@ static void test_errors(void) {
     for (int i = 0; i < 8; i++) weft_tensor_free(ts[i]);
 }
 
+// ---- conv2d under autocast ----
+// The dispatcher's rule (src/ops/dispatch.c): under weft_autocast_set(bf16 /
+// f16), conv2d runs on its f32 inputs cast to that dtype where the device has
+// a conv2d kernel for it, and hands back f32; gradients of f32 leaves are f32.
+// The CPU has no half conv kernels, so there it runs in f32, unchanged. CUDA
+// has them (cuda/conv.c); the numbers of those kernels are checked in
+// tests/cuda/test_cuda_conv.c. Here, on the mock accelerator, kernels that do
+// what the CUDA ones do (half inputs, f32 sums, one rounding of each result)
+// through the CPU's f32 kernels stand in for them, so the plumbing (which
+// tensors get cast where, the backward ops in the low dtype, f32 gradients)
+// is checked bit for bit against that chain written out with casts.
+
+// v rounded to dt (f16 / bf16) and back.
+static float round_to(weft_dtype dt, float v) {
+    return dt == WEFT_BF16 ? weft_bf16_to_f32(weft_f32_to_bf16(v)) : weft_f16_to_f32(weft_f32_to_f16(v));
+}
+
+// A mock-device kernel for the conv ops in f16 / bf16: each half input
+// widened to f32 (exact), the CPU's f32 kernel, each output rounded once.
+// Mock memory is host memory, so it reads and writes tensors directly.
+static weft_status mock_half_conv(const weft_op_args *a) {
+    const weft_kernel_fn cpu_fn = a->op->kernel[WEFT_CPU].fn;
+    weft_dtype lo = (weft_dtype)a->out[0]->dtype;
+    if (lo != WEFT_F16 && lo != WEFT_BF16) return cpu_fn(a);
+    weft_tensor *in32[3] = {0}, *out32 = weft_tensor_new(a->out[0]->ndim, a->out[0]->sizes, WEFT_F32, WEFT_DEVICE_CPU);
+    weft_status st = out32 ? WEFT_OK : weft_last_status();
+    for (int i = 0; i < a->n_in && !st; i++) {
+        weft_tensor *c = weft_kernel_contiguous(a->in[i]);
+        in32[i] = c ? weft_tensor_new(c->ndim, c->sizes, WEFT_F32, WEFT_DEVICE_CPU) : NULL;
+        if (!in32[i]) st = weft_last_status();
+        for (int64_t k = 0; !st && k < c->numel; k++) {
+            uint16_t h = ((const uint16_t *)weft_tensor_ptr(c))[k];
+            ((float *)weft_tensor_ptr(in32[i]))[k] = lo == WEFT_BF16 ? weft_bf16_to_f32(h) : weft_f16_to_f32(h);
+        }
+        weft_tensor_free(c);
+    }
+    if (!st) {
+        weft_op_args b = *a;
+        b.in = in32;
+        b.out = &out32;
+        st = cpu_fn(&b);
+    }
+    for (int64_t k = 0; !st && k < out32->numel; k++) {
+        float v = ((const float *)weft_tensor_ptr(out32))[k];
+        ((uint16_t *)weft_tensor_ptr(a->out[0]))[k] = lo == WEFT_BF16 ? weft_f32_to_bf16(v) : weft_f32_to_f16(v);
+    }
+    for (int i = 0; i < 3; i++) weft_tensor_free(in32[i]);
+    weft_tensor_free(out32);
+    return st;
+}
+
+// y = conv2d(x, w, b) under autocast `ac` on x's device, and the gradients
+// of loss = sum(y * r) (r: f32 on the CPU); all returned as f32 CPU tensors
+// (out[0] = y, out[1..3] = dx, dw, db). Checks the dtypes and devices.
+static void conv_autocast_run(weft_tensor *const *in, weft_tensor *r, weft_device dev, weft_dtype ac,
+                              const weft_conv2d_params *p, weft_tensor **out) {
+    weft_tensor *leaf[3];
+    for (int i = 0; i < 3; i++) {
+        weft_tensor *t = weft_tensor_to(in[i], dev);
+        leaf[i] = weft_tensor_detach(t);
+        weft_tensor_free(t);
+        weft_tensor_set_requires_grad(leaf[i], true);
+    }
+    CHECK(weft_autocast_set(ac) == WEFT_OK);
+    weft_tensor *y = weft_conv2d(leaf[0], leaf[1], leaf[2], p);
+    weft_autocast_set(WEFT_F32);
+    CHECK(y && weft_tensor_dtype(y) == WEFT_F32 && weft_device_equal(weft_tensor_device(y), dev));
+    weft_tensor *rd = weft_tensor_to(r, dev), *m = weft_mul(y, rd), *l = weft_sum(m, 0, NULL, false);
+    CHECK(l && weft_backward(l, NULL, NULL) == WEFT_OK);
+    out[0] = weft_tensor_to(y, WEFT_DEVICE_CPU);
+    for (int i = 0; i < 3; i++) {
+        weft_tensor *g = weft_tensor_grad(leaf[i]);
+        CHECK(g && weft_tensor_dtype(g) == WEFT_F32 && weft_device_equal(weft_tensor_device(g), dev));
+        out[i + 1] = g ? weft_tensor_to(g, WEFT_DEVICE_CPU) : NULL;
+    }
+    weft_tensor *ts[] = {leaf[0], leaf[1], leaf[2], y, rd, m, l};
+    for (int i = 0; i < 7; i++) weft_tensor_free(ts[i]);
+}
+
+// f32 CPU tensor t with every element rounded to dt (f16 / bf16).
+static weft_tensor *rounded(weft_tensor *t, weft_dtype dt) {
+    weft_tensor *c = weft_tensor_contiguous(t), *r = weft_tensor_clone(c);
+    float *v = weft_tensor_data(r);
+    for (int64_t k = 0; k < weft_tensor_numel(r); k++) v[k] = round_to(dt, v[k]);
+    weft_tensor_free(c);
+    return r;
+}
+
+static void test_conv_autocast(void) {
+    weft_conv2d_params p = {{2, 1}, {1, 1}, {1, 1}, 2};
+    weft_tensor *in[3], *off[4], *on[4];
+    in[0] = weft_cast(wt_keep(wt_rand64(WEFT_DIMS(3, 4, 9, 8), -1, 1, 51, false)), WEFT_F32);
+    in[1] = weft_cast(wt_keep(wt_rand64(WEFT_DIMS(6, 2, 3, 3), -1, 1, 52, false)), WEFT_F32);
+    in[2] = weft_cast(wt_keep(wt_rand64(WEFT_DIMS(6), -1, 1, 53, false)), WEFT_F32);
+    weft_tensor *r = weft_cast(wt_keep(wt_rand64(WEFT_DIMS(3, 6, 5, 8), -1, 1, 54, false)), WEFT_F32);
+    // CPU: no half conv kernel, so autocast leaves conv2d in f32: bit-identical
+    conv_autocast_run(in, r, WEFT_DEVICE_CPU, WEFT_F32, &p, off);
+    for (int k = 0; k < 2; k++) {
+        conv_autocast_run(in, r, WEFT_DEVICE_CPU, k ? WEFT_F16 : WEFT_BF16, &p, on);
+        for (int i = 0; i < 4; i++) {
+            wt_check_same("cpu conv2d under autocast", on[i], off[i], 0);
+            weft_tensor_free(on[i]);
+        }
+    }
+    // the accelerator: its half kernels run (the mock's stand in where no GPU is present)
+    weft_device dev;
+    bool mock = false;
+    CHECK(wt_accelerator(&dev, &mock));
+    static const char *const conv_ops[] = {"conv2d", "conv2d_backward_input", "conv2d_backward_weight",
+                                           "conv2d_backward_bias"};
+    if (mock)
+        for (int i = 0; i < 4; i++)
+            CHECK(weft_op_register_kernel(conv_ops[i], WEFT_CUDA, mock_half_conv,
+                                          WEFT_DT_FLOAT | WEFT_DT(WEFT_F16) | WEFT_DT(WEFT_BF16)) == WEFT_OK);
+    for (int k = 0; k < 2; k++) {
+        weft_dtype lo = k ? WEFT_F16 : WEFT_BF16;
+        conv_autocast_run(in, r, dev, lo, &p, on);
+        // the chain written out: rounded inputs, f32 conv, y rounded; the
+        // incoming gradient rounded (the cast's backward), each gradient rounded
+        weft_tensor *rin[3], *want[4];
+        for (int i = 0; i < 3; i++) {
+            rin[i] = rounded(in[i], lo);
+            weft_tensor_set_requires_grad(rin[i], true);
+        }
+        weft_tensor *y = weft_conv2d(rin[0], rin[1], rin[2], &p), *rr = rounded(r, lo);
+        weft_tensor *m = weft_mul(y, rr), *l = weft_sum(m, 0, NULL, false);
+        CHECK(l && weft_backward(l, NULL, NULL) == WEFT_OK);
+        want[0] = rounded(y, lo);
+        for (int i = 0; i < 3; i++) want[i + 1] = rounded(weft_tensor_grad(rin[i]), lo);
+        // the low dtype ran: y differs from the f32 result
+        double d = 0;
+        const float *a = on[0] ? weft_tensor_data(on[0]) : NULL, *b = weft_tensor_data(off[0]);
+        for (int64_t j = 0; a && j < weft_tensor_numel(off[0]); j++) d = fmax(d, fabs(a[j] - b[j]));
+        CHECK(d > 0);
+        static const char *const what[] = {"autocast y", "autocast dx", "autocast dw", "autocast db"};
+        // on a GPU: cuBLAS sums in another order (test_cuda_conv checks those
+        // numbers against bounds); here the tolerance only keeps the check honest
+        for (int i = 0; i < 4; i++) wt_check_same(what[i], on[i], want[i], mock ? 0 : (k ? 1e-2 : 3e-2));
+        weft_tensor *ts[] = {y, rr, m, l, rin[0], rin[1], rin[2], want[0], want[1], want[2], want[3],
+                             on[0], on[1], on[2], on[3]};
+        for (int i = 0; i < 15; i++) weft_tensor_free(ts[i]);
+    }
+    for (int i = 0; i < 4; i++) weft_tensor_free(off[i]);
+    for (int i = 0; i < 3; i++) weft_tensor_free(in[i]);
+    weft_tensor_free(r);
+    wt_drop_all();
+}
+
 int main(void) {
     RUN(test_conv_forward);
     RUN(test_conv_grad);
@@ -458,5 +606,6 @@ int main(void) {
     RUN(test_pool);
     RUN(test_avg_pool_double_backward);
     RUN(test_errors);
+    RUN(test_conv_autocast); // last: it may install kernels on the mock accelerator
     return wt_summary();
 }

@@ -124,6 +124,53 @@ static void test_grad_scaler(void) {
     wt_drop_all();
 }
 
+// get_state / set_state carry a scaler over (a checkpoint): a copy made
+// mid-way, one good step after a backoff, grows on the same step as the
+// original (its growth tracker came along) and a fresh scaler given only the
+// scale grows a step later. Bad states are refused.
+static void test_grad_scaler_state(void) {
+    weft_tensor *p = rand32(4, 4, 9, true);
+    weft_optim_opts o = weft_optim_defaults(WEFT_OPTIM_SGD);
+    o.lr = 0.01;
+    weft_optim *op = weft_optim_create(&o, 1, &p, NULL);
+    weft_grad_scaler *gs = weft_grad_scaler_create(1024, 2, 0.5, 3);
+    weft_tensor *inf = wt_keep(weft_tensor_full(WEFT_DIMS(4, 4), WEFT_F32, INFINITY));
+    weft_tensor *one = wt_keep(weft_tensor_full(WEFT_DIMS(4, 4), WEFT_F32, 1));
+    bool stepped;
+    weft_tensor_set_grad(p, inf); // backoff: 512, tracker 0
+    CHECK(weft_grad_scaler_step(gs, op, &stepped) == WEFT_OK && !stepped);
+    weft_tensor_set_grad(p, one); // one good step: tracker 1
+    CHECK(weft_grad_scaler_step(gs, op, &stepped) == WEFT_OK && stepped);
+    double scale;
+    int64_t good;
+    weft_grad_scaler_get_state(gs, &scale, &good);
+    CHECK(scale == 512 && good == 1);
+    weft_grad_scaler *copy = weft_grad_scaler_create(1024, 2, 0.5, 3), *fresh = weft_grad_scaler_create(1024, 2, 0.5, 3);
+    CHECK(copy && fresh && weft_grad_scaler_set_state(copy, scale, good) == WEFT_OK);
+    CHECK(weft_grad_scaler_set_state(fresh, scale, 0) == WEFT_OK);
+    double want[3] = {512, 1024, 1024}, want_fresh[3] = {512, 512, 1024};
+    for (int k = 0; k < 3; k++) { // three more good steps each
+        weft_grad_scaler *all[3] = {gs, copy, fresh};
+        for (int j = 0; j < 3; j++) {
+            weft_tensor_set_grad(p, one);
+            CHECK(weft_grad_scaler_step(all[j], op, &stepped) == WEFT_OK && stepped);
+        }
+        CHECK(weft_grad_scaler_get_scale(gs) == want[k] && weft_grad_scaler_get_scale(copy) == want[k]);
+        CHECK(weft_grad_scaler_get_scale(fresh) == want_fresh[k]);
+    }
+    CHECK(weft_grad_scaler_set_state(copy, 0, 0) != WEFT_OK && wt_error_has("grad_scaler_set_state"));
+    CHECK(weft_grad_scaler_set_state(copy, INFINITY, 0) != WEFT_OK);
+    CHECK(weft_grad_scaler_set_state(copy, 8, -1) != WEFT_OK);
+    CHECK(weft_grad_scaler_set_state(NULL, 8, 0) != WEFT_OK);
+    CHECK(weft_grad_scaler_get_scale(copy) == 1024); // unchanged by the refusals
+    weft_grad_scaler_free(gs);
+    weft_grad_scaler_free(copy);
+    weft_grad_scaler_free(fresh);
+    weft_optim_free(op);
+    weft_tensor_free(p);
+    wt_drop_all();
+}
+
 // A small f16-autocast regression trained with loss scaling: the loss falls
 // and the master weights stay f32.
 static void test_train_f16(void) {
@@ -158,6 +205,7 @@ int main(void) {
     RUN(test_half_matmul);
     RUN(test_autocast_matmul);
     RUN(test_grad_scaler);
+    RUN(test_grad_scaler_state);
     RUN(test_train_f16);
     return wt_summary();
 }

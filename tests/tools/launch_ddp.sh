@@ -58,8 +58,8 @@ grep -q 'weft launch: .*not restarting' "$tmp/err4" && ok || bad "launcher did n
 "$weft" launch -n 2 2>"$tmp/e" ; [ $? -eq 2 ] && grep -q 'command is needed' "$tmp/e" && ok || bad "launch without a command"
 "$weft" launch -n 2 --servers 2 -- weft train "$cfg" 2>"$tmp/e" ; [ $? -eq 2 ] && grep -q 'no worker' "$tmp/e" && ok ||
     bad "servers >= ranks"
-"$weft" train "$cfg" --consistency ssp:x 2>"$tmp/e" ; [ $? -eq 1 ] && grep -q 'ssp:S' "$tmp/e" && ok || bad "bad --consistency"
-"$weft" train "$cfg" --straggle 1 2>"$tmp/e" ; [ $? -eq 1 ] && grep -q 'RANK:FACTOR' "$tmp/e" && ok || bad "bad --straggle"
+"$weft" train "$cfg" --consistency ssp:x 2>"$tmp/e" ; [ $? -eq 2 ] && grep -q 'ssp:S' "$tmp/e" && ok || bad "bad --consistency"
+"$weft" train "$cfg" --straggle 1 2>"$tmp/e" ; [ $? -eq 2 ] && grep -q 'RANK:FACTOR' "$tmp/e" && ok || bad "bad --straggle"
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -270,6 +270,145 @@ static void test_precision(void) {
     weft_model_cfg_free(clip);
 }
 
+// The metadata value `key` of a checkpoint file ("" when absent).
+static void ckpt_meta(const char *path, const char *key, char *out, size_t n) {
+    weft_safetensors *s = weft_safetensors_load(path);
+    const char *v = s ? weft_safetensors_meta(s, key) : NULL;
+    snprintf(out, n, "%s", v ? v : "");
+    weft_safetensors_free(s);
+}
+
+// precision = f16 resumed: the loss scale and its growth tracker come back
+// from the checkpoint, so N steps + resume + N equals 2N steps bit for bit
+// (parameters, Adam state, and the scale). The scale must have moved from
+// its initial 65536 by step N (f16 gradients of this model overflow at
+// first), else the comparison would not tell.
+static void test_f16_resume_scale(void) {
+    // k_mlp at lr 0.1: its f16 gradients overflow at scale 65536 and again
+    // later (8192 from step 4, 4096 from step 16)
+    const char *text = "[net]\ndataset = fmnist\nbatch = 32\nepochs = 3\noptimizer = adam\nlr = 0.1\nseed = 5\n"
+                       "precision = f16\n[flatten]\n[linear]\nout = 32\n[relu]\n[dropout]\np = 0.2\n[linear]\nout = 10\n";
+    weft_model_cfg *cfg = cfg_of(text);
+    CHECK(cfg != NULL);
+    if (!cfg) return;
+    char a[300], b[300], a12[512], b12[512], a24[512], b24[512];
+    snprintf(a, sizeof a, "%s/ck_f16a", g_dir);
+    snprintf(b, sizeof b, "%s/ck_f16b", g_dir);
+    snprintf(a12, sizeof a12, "%s/ckpt-000012.safetensors", a);
+    snprintf(b12, sizeof b12, "%s/ckpt-000012.safetensors", b);
+    snprintf(a24, sizeof a24, "%s/ckpt-000024.safetensors", a);
+    snprintf(b24, sizeof b24, "%s/ckpt-000024.safetensors", b);
+    weft_train_result r;
+    CHECK(weft_model_cfg_set(cfg, "steps", "24") == WEFT_OK);
+    weft_train_opts oa = opts_in(a);
+    oa.ckpt_every = 12;
+    CHECK(weft_train(cfg, &oa, &r) == WEFT_OK && r.steps == 24);
+    CHECK(weft_model_cfg_set(cfg, "steps", "12") == WEFT_OK);
+    weft_train_opts ob = opts_in(b);
+    CHECK(weft_train(cfg, &ob, &r) == WEFT_OK && r.steps == 12);
+    char sa[64], sb[64], ga[64], gb[64];
+    ckpt_meta(a12, "loss_scale", sa, sizeof sa);
+    ckpt_meta(b12, "loss_scale", sb, sizeof sb);
+    CHECK(sa[0] && !strcmp(sa, sb));
+    CHECK(sa[0] && atof(sa) != 65536); // the scale moved: the resume below has something to restore
+    CHECK(weft_model_cfg_set(cfg, "steps", "24") == WEFT_OK);
+    ob.resume = true;
+    CHECK(weft_train(cfg, &ob, &r) == WEFT_OK && r.steps == 24);
+    CHECK(same_ckpt(a24, b24));
+    ckpt_meta(a24, "loss_scale", sa, sizeof sa);
+    ckpt_meta(b24, "loss_scale", sb, sizeof sb);
+    ckpt_meta(a24, "loss_scale_good", ga, sizeof ga);
+    ckpt_meta(b24, "loss_scale_good", gb, sizeof gb);
+    if (strcmp(sa, sb) || strcmp(ga, gb)) fprintf(stderr, "scale %s/%s vs %s/%s\n", sa, ga, sb, gb);
+    CHECK(sa[0] && !strcmp(sa, sb) && ga[0] && !strcmp(ga, gb));
+    weft_model_cfg_free(cfg);
+}
+
+// `weft eval`'s numbers come with the checkpoint's step, and its final line
+// has no training fields (they would be nan / 0).
+static void test_eval_reports_step(void) {
+    weft_model_cfg *cfg = cfg_of(k_mlp);
+    char ck[300], path[512];
+    snprintf(ck, sizeof ck, "%s/ck_eval", g_dir);
+    CHECK(weft_model_cfg_set(cfg, "steps", "10") == WEFT_OK);
+    weft_train_opts o = opts_in(ck);
+    weft_train_result r, e;
+    CHECK(weft_train(cfg, &o, &r) == WEFT_OK && r.steps == 10);
+    snprintf(path, sizeof path, "%s/ckpt-000010.safetensors", ck);
+    CHECK(weft_evaluate(cfg, path, &o, &e) == WEFT_OK);
+    CHECK(e.steps == 10);
+    CHECK_NEAR(e.test_loss, r.test_loss, 1e-9);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    weft_eval_print_final(f, &e);
+    fclose(f);
+    CHECK(buf && !strncmp(buf, "final: test_acc=", 16) && strstr(buf, " steps=10 ") && !strstr(buf, "nan") &&
+          !strstr(buf, "train_loss") && !strstr(buf, "samples_per_s"));
+    if (buf && (strstr(buf, "nan") || !strstr(buf, " steps=10 "))) fprintf(stderr, "eval line: %s", buf);
+    free(buf);
+    weft_model_cfg_free(cfg);
+}
+
+// A checkpoint of one optimiser (Adam) resumed by a model file with another
+// (SGD, whose only state is a step count) is refused, naming both; so is a
+// checkpoint written before the optimiser was recorded (judged by its state
+// names), and one whose optimiser kept state this one's settings do not.
+static void test_resume_other_optimizer(void) {
+    // k_mlp with another optimiser line (momentum: a [net] key, not an override)
+    char text[3][512];
+    const char *opt = strstr(k_mlp, "optimizer = adam"), *rest = opt + strlen("optimizer = adam");
+    const char *lines[3] = {"optimizer = adam", "optimizer = sgd", "optimizer = sgd\nmomentum = 0.9"};
+    for (int i = 0; i < 3; i++) snprintf(text[i], sizeof text[i], "%.*s%s%s", (int)(opt - k_mlp), k_mlp, lines[i], rest);
+    weft_model_cfg *adam = cfg_of(text[0]), *sgd = cfg_of(text[1]), *sgdm = cfg_of(text[2]);
+    CHECK(adam && sgd && sgdm);
+    if (!adam || !sgd || !sgdm) return;
+    char ck[300], path[512];
+    snprintf(ck, sizeof ck, "%s/ck_optim", g_dir);
+    CHECK(weft_model_cfg_set(adam, "steps", "5") == WEFT_OK && weft_model_cfg_set(sgd, "steps", "10") == WEFT_OK);
+    weft_train_opts o = opts_in(ck);
+    weft_train_result r;
+    CHECK(weft_train(adam, &o, &r) == WEFT_OK);
+    snprintf(path, sizeof path, "%s/ckpt-000005.safetensors", ck);
+    char kind[32];
+    ckpt_meta(path, "optimizer", kind, sizeof kind);
+    CHECK(!strcmp(kind, "adam"));
+    o.resume = true;
+    CHECK(weft_train(sgd, &o, &r) != WEFT_OK && wt_error_has("ckpt-000005") &&
+          wt_error_has("written by optimiser adam, but the model file's optimiser is sgd"));
+    // the same file without the "optimizer" record (as written before it existed)
+    weft_safetensors *s = weft_safetensors_load(path);
+    CHECK(s != NULL);
+    if (s) {
+        int n = weft_safetensors_count(s), nm = 0;
+        const char *names[64], *keys[16], *vals[16];
+        weft_tensor *ts[64];
+        for (int i = 0; i < n && i < 64; i++) names[i] = weft_safetensors_name_at(s, i), ts[i] = weft_safetensors_tensor_at(s, i);
+        for (int i = 0; i < weft_safetensors_meta_count(s) && nm < 16; i++)
+            if (strcmp(weft_safetensors_meta_key_at(s, i), "optimizer"))
+                keys[nm] = weft_safetensors_meta_key_at(s, i), vals[nm++] = weft_safetensors_meta_value_at(s, i);
+        CHECK(n <= 64 && weft_safetensors_save(path, n, names, ts, nm, keys, vals) == WEFT_OK);
+        weft_safetensors_free(s);
+    }
+    ckpt_meta(path, "optimizer", kind, sizeof kind);
+    CHECK(kind[0] == 0);
+    CHECK(weft_train(sgd, &o, &r) != WEFT_OK && wt_error_has("written by adam or adamw") &&
+          wt_error_has("the model file's optimiser is sgd"));
+    // adam resumes its own old-format file
+    CHECK(weft_model_cfg_set(adam, "steps", "8") == WEFT_OK);
+    CHECK(weft_train(adam, &o, &r) == WEFT_OK && r.steps == 8);
+    // sgd with momentum, resumed without it: the momentum buffers would be dropped
+    char ck2[300];
+    snprintf(ck2, sizeof ck2, "%s/ck_momentum", g_dir);
+    weft_train_opts o2 = opts_in(ck2);
+    CHECK(weft_model_cfg_set(sgdm, "steps", "5") == WEFT_OK && weft_train(sgdm, &o2, &r) == WEFT_OK);
+    o2.resume = true;
+    CHECK(weft_train(sgd, &o2, &r) != WEFT_OK && wt_error_has("momentum_buffer") && wt_error_has("settings differ"));
+    weft_model_cfg_free(adam);
+    weft_model_cfg_free(sgd);
+    weft_model_cfg_free(sgdm);
+}
+
 int main(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/weft_test_train_XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
@@ -282,6 +421,9 @@ int main(void) {
     RUN(test_hinge_loss);
     RUN(test_device);
     RUN(test_precision);
+    RUN(test_f16_resume_scale);
+    RUN(test_eval_reports_step);
+    RUN(test_resume_other_optimizer);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);

@@ -13,6 +13,12 @@
 //                    (O, nb, L), so one GEMM per group sums over the images;
 //                    chunks accumulate (beta 1).
 //   backward bias    a reduction kernel (one block per channel, in double).
+// bf16 / f16 (the autocast path, src/ops/dispatch.c): the same steps with
+// cublasGemmEx (half operands, f32 accumulation). Every sum is formed in f32
+// and rounded to the half type once: the forward GEMM writes y directly
+// (one rounding of the f32 sum + bias); the input gradient's columns are f32
+// and col2im rounds its sums on store; the weight gradient accumulates its
+// chunks in an f32 buffer that is converted at the end.
 // Shapes: L = OH*OW, Cg = C/G, Og = O/G, Kg = Cg*KH*KW, R = C*KH*KW.
 #include <limits.h>
 #include <stdbool.h>
@@ -50,12 +56,17 @@ static weft_status zero(weft_tensor *t, const char *op) {
 }
 
 // Column-major C = op(A) op(B) + beta C for `batch` matrices at element
-// strides sa, sb, sc (alpha 1), in f32 or f64.
+// strides sa, sb, sc (alpha 1). A and B are of dtype ab, C of dtype c: f32 or
+// f64 (both = ab), or ab f16 / bf16 with c = ab or f32, computed in f32.
 typedef struct gemm_call {
     cublasHandle_t h;
     const char *op;
-    bool dbl;
+    weft_dtype ab, c;
 } gemm_call;
+
+static cudaDataType_t cu_type(weft_dtype dt) {
+    return dt == WEFT_BF16 ? CUDA_R_16BF : dt == WEFT_F16 ? CUDA_R_16F : dt == WEFT_F64 ? CUDA_R_64F : CUDA_R_32F;
+}
 
 static weft_status gemm(const gemm_call *c, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
                         int64_t k, const void *A, int64_t lda, int64_t sa, const void *B, int64_t ldb, int64_t sb,
@@ -66,21 +77,33 @@ static weft_status gemm(const gemm_call *c, cublasOperation_t ta, cublasOperatio
             return weft_error(WEFT_ERR_SHAPE, "%s: a GEMM dim (%lld) exceeds cuBLAS's int range", c->op,
                               (long long)dims[i]);
     cublasStatus_t s;
-    if (c->dbl) {
+    if (c->ab == WEFT_F64) {
         const double one = 1, b = beta;
         s = batch == 1 ? cublasDgemm(c->h, ta, tb, (int)m, (int)n, (int)k, &one, A, (int)lda, B, (int)ldb, &b, C,
                                      (int)ldc)
                        : cublasDgemmStridedBatched(c->h, ta, tb, (int)m, (int)n, (int)k, &one, A, (int)lda, sa, B,
                                                    (int)ldb, sb, &b, C, (int)ldc, sc, (int)batch);
-    } else {
+    } else if (c->ab == WEFT_F32) {
         const float one = 1, b = (float)beta;
         s = batch == 1 ? cublasSgemm(c->h, ta, tb, (int)m, (int)n, (int)k, &one, A, (int)lda, B, (int)ldb, &b, C,
                                      (int)ldc)
                        : cublasSgemmStridedBatched(c->h, ta, tb, (int)m, (int)n, (int)k, &one, A, (int)lda, sa, B,
                                                    (int)ldb, sb, &b, C, (int)ldc, sc, (int)batch);
+    } else { // f16 / bf16 operands, f32 scalars and accumulation
+        const float one = 1, b = (float)beta;
+        cudaDataType_t tab = cu_type(c->ab), tc = cu_type(c->c);
+        s = batch == 1 ? cublasGemmEx(c->h, ta, tb, (int)m, (int)n, (int)k, &one, A, tab, (int)lda, B, tab, (int)ldb,
+                                      &b, C, tc, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)
+                       : cublasGemmStridedBatchedEx(c->h, ta, tb, (int)m, (int)n, (int)k, &one, A, tab, (int)lda, sa,
+                                                    B, tab, (int)ldb, sb, &b, C, tc, (int)ldc, sc, (int)batch,
+                                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        return weft_cu_blas_check(s, c->op, batch == 1 ? "cublasGemmEx" : "cublasGemmStridedBatchedEx");
     }
     return weft_cu_blas_check(s, c->op, batch == 1 ? "cublas<t>gemm" : "cublas<t>gemmStridedBatched");
 }
+
+// f16 / bf16: the dtype that sums are formed in (f32); else dt itself.
+static weft_dtype acc_dtype(int dt) { return dt == WEFT_F16 || dt == WEFT_BF16 ? WEFT_F32 : (weft_dtype)dt; }
 
 // x (N,C,H,W) or NHWC (N,H,W,C), w (O,Cg,KH,KW), bias (O) -> y (N,O,OH,OW) or (N,OH,OW,O)
 static weft_status cu_conv2d(const weft_op_args *a) {
@@ -105,7 +128,7 @@ static weft_status cu_conv2d(const weft_op_args *a) {
     if (b) st = weft_cu_done(weft_cu_conv_bias_fill(dt, yp, y->numel, g.O, nhwc ? 1 : L, weft_tensor_ptr(b),
                                                     b->strides[0], s), op);
     if (st || Kg == 0) return st ? st : b ? WEFT_OK : zero(y, op); // no input channels: y is the bias
-    gemm_call gc = {NULL, op, dt == WEFT_F64};
+    gemm_call gc = {NULL, op, (weft_dtype)dt, (weft_dtype)dt}; // y in its own dtype: one rounding per element
     if ((st = weft_cu_blas_handle(y, op, &gc.h))) return st;
     weft_tensor *wc = weft_kernel_contiguous(w), *col = NULL;
     if (!wc) return weft_last_status();
@@ -154,7 +177,7 @@ static weft_status cu_conv2d_backward_input(const weft_op_args *a) {
     int64_t L = g.OH * g.OW, Og = g.O / g.G, Cg = g.C / g.G, Kg = Cg * g.KH * g.KW, R = g.C * g.KH * g.KW;
     int64_t HW = g.H * g.W;
     cudaStream_t s = weft_cu_stream(dx);
-    gemm_call gc = {NULL, op, dt == WEFT_F64};
+    gemm_call gc = {NULL, op, (weft_dtype)dt, acc_dtype(dt)};
     weft_status st = weft_cu_blas_handle(dx, op, &gc.h);
     if (st) return st;
     weft_tensor *wc = weft_kernel_contiguous(w), *gc_t = wc ? weft_kernel_contiguous(gy) : NULL, *col = NULL;
@@ -166,15 +189,18 @@ static weft_status cu_conv2d_backward_input(const weft_op_args *a) {
     char *xp = weft_tensor_ptr(dx);
     bool direct = g.KH == 1 && g.KW == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
     int64_t nb = direct ? g.N : chunk_images(&g);
-    if (!direct && !(col = weft_tensor_new(1, (const int64_t[]){nb * R * L}, (weft_dtype)dt, dx->device)))
+    if (direct) gc.c = (weft_dtype)dt; // the GEMM writes dx itself
+    // the columns (nb, R, L) in the accumulation dtype: col2im adds them before rounding
+    if (!direct && !(col = weft_tensor_new(1, (const int64_t[]){nb * R * L}, gc.c, dx->device)))
         st = weft_last_status();
+    size_t csz = weft_dtype_size(gc.c);
     for (int64_t n0 = 0; n0 < g.N && !st; n0 += nb) {
         int64_t cnt = g.N - n0 < nb ? g.N - n0 : nb;
         // dcol_g^T (L x Kg, ld L) = gy_g^T (L x Og) . w_g (Og x Kg), per image
         char *dcol = direct ? xp + (size_t)(n0 * g.C * HW) * esz : weft_tensor_ptr(col);
         for (int64_t gi = 0; gi < g.G && !st; gi++)
             st = gemm(&gc, CUBLAS_OP_N, CUBLAS_OP_T, L, Kg, Og, gp + (size_t)((n0 * g.O + gi * Og) * L) * esz, L,
-                      g.O * L, wp + (size_t)(gi * Og * Kg) * esz, Kg, 0, 0, dcol + (size_t)(gi * Kg * L) * esz, L,
+                      g.O * L, wp + (size_t)(gi * Og * Kg) * esz, Kg, 0, 0, dcol + (size_t)(gi * Kg * L) * csz, L,
                       R * L, cnt);
         if (!st && !direct)
             st = weft_cu_done(weft_cu_col2im(dt, dcol, R * L, L, g, cnt, xp + (size_t)(n0 * g.C * HW) * esz, s), op);
@@ -197,13 +223,16 @@ static weft_status cu_conv2d_backward_weight(const weft_op_args *a) {
     size_t esz = weft_dtype_size((weft_dtype)dt);
     int64_t L = g.OH * g.OW, Og = g.O / g.G, Kg = g.C / g.G * g.KH * g.KW, R = g.C * g.KH * g.KW;
     cudaStream_t s = weft_cu_stream(dw);
-    gemm_call gc = {NULL, op, dt == WEFT_F64};
+    gemm_call gc = {NULL, op, (weft_dtype)dt, acc_dtype(dt)};
     weft_status st = weft_cu_blas_handle(dw, op, &gc.h);
     if (st) return st;
     int64_t nb = chunk_images(&g);
     weft_tensor *col = weft_tensor_new(1, (const int64_t[]){nb * R * L}, (weft_dtype)dt, dw->device);
     weft_tensor *gyt = col ? weft_tensor_new(1, (const int64_t[]){g.O * nb * L}, (weft_dtype)dt, dw->device) : NULL;
-    if (!gyt) st = weft_last_status();
+    // f16 / bf16: the chunks accumulate in an f32 dw (O,Cg,KH,KW), converted into dw at the end
+    bool widen = gc.c != (weft_dtype)dt;
+    weft_tensor *acc = !gyt ? NULL : widen ? weft_tensor_new(4, dw->sizes, gc.c, dw->device) : weft_tensor_ref(dw);
+    if (!acc) st = weft_last_status();
     for (int64_t n0 = 0; n0 < g.N && !st; n0 += nb) {
         int64_t cnt = g.N - n0 < nb ? g.N - n0 : nb, K = cnt * L;
         // gy's images n0.. as (O, cnt, L): a strided copy through two views
@@ -216,11 +245,14 @@ static weft_status cu_conv2d_backward_weight(const weft_op_args *a) {
         if (!st)
             st = weft_cu_done(weft_cu_im2col(dt, weft_tensor_ptr(x) + (size_t)(n0 * x->strides[0]) * esz, x->strides,
                                              g, cnt, weft_tensor_ptr(col), L, K, s), op);
-        // dw_g^T (Kg x Og, ld Kg) = col_g (Kg x K) . gyt_g^T (K x Og), one call for all groups
+        // dw_g^T (Kg x Og, ld Kg) = col_g (Kg x K) . gyt_g^T (K x Og), one call for all groups;
+        // the first chunk writes (beta 0), later ones add (beta 1)
         if (!st)
             st = gemm(&gc, CUBLAS_OP_T, CUBLAS_OP_N, Kg, Og, K, weft_tensor_ptr(col), K, Kg * K, weft_tensor_ptr(gyt),
-                      K, Og * K, n0 ? 1 : 0, weft_tensor_ptr(dw), Kg, Og * Kg, g.G);
+                      K, Og * K, n0 ? 1 : 0, weft_tensor_ptr(acc), Kg, Og * Kg, g.G);
     }
+    if (!st && widen) st = weft_cuda_copy(dw, acc); // f32 -> f16 / bf16, rounded once
+    weft_tensor_free(acc);
     weft_tensor_free(gyt);
     weft_tensor_free(col);
     return st;
@@ -268,10 +300,12 @@ static weft_status cu_avg_pool2d_backward(const weft_op_args *a) {
 }
 
 void weft_cuda_register_conv(void) {
-    weft_cu_register("conv2d", cu_conv2d, WEFT_DT_FLOAT);
-    weft_cu_register("conv2d_backward_input", cu_conv2d_backward_input, WEFT_DT_FLOAT);
-    weft_cu_register("conv2d_backward_weight", cu_conv2d_backward_weight, WEFT_DT_FLOAT);
-    weft_cu_register("conv2d_backward_bias", cu_conv2d_backward_bias, WEFT_DT_FLOAT);
+    // conv2d and its backward ops also in f16 / bf16, so autocast runs them there
+    const uint32_t conv_dt = WEFT_DT_FLOAT | WEFT_DT(WEFT_F16) | WEFT_DT(WEFT_BF16);
+    weft_cu_register("conv2d", cu_conv2d, conv_dt);
+    weft_cu_register("conv2d_backward_input", cu_conv2d_backward_input, conv_dt);
+    weft_cu_register("conv2d_backward_weight", cu_conv2d_backward_weight, conv_dt);
+    weft_cu_register("conv2d_backward_bias", cu_conv2d_backward_bias, conv_dt);
     weft_cu_register("max_pool2d", cu_max_pool2d, WEFT_DT_FLOAT);
     weft_cu_register("max_pool2d_backward", cu_max_pool2d_backward, WEFT_DT_FLOAT);
     weft_cu_register("avg_pool2d", cu_avg_pool2d, WEFT_DT_FLOAT);

@@ -7,11 +7,32 @@
 // avg-pool backward need no atomics, are deterministic, and add in the same
 // order as the CPU.
 #include <cmath>
+#include <type_traits>
 
 #include "conv_kernels.h"
 #include "cu_common.cuh"
 
 // ---- conv2d ----
+// conv2d's kernels also run in bf16 / f16 (the autocast path): im2col and
+// the bias fill only move values, col2im adds in the column type (f32 for
+// the half types) and rounds once on store, the bias gradient adds in double.
+#define CONV_DISPATCH(dt, fn, ...)                                    \
+    switch (dt) {                                                     \
+    case WEFT_CU_F32: return fn<float>(__VA_ARGS__);                  \
+    case WEFT_CU_F64: return fn<double>(__VA_ARGS__);                 \
+    case WEFT_CU_F16: return fn<__half>(__VA_ARGS__);                 \
+    case WEFT_CU_BF16: return fn<__nv_bfloat16>(__VA_ARGS__);         \
+    default: return cudaErrorInvalidValue;                            \
+    }
+
+// A column value stored as the output type: exact for f32 -> f32 and
+// f64 -> f64, round to nearest even for f32 -> f16 / bf16.
+template <typename TO, typename TC> __device__ __forceinline__ TO conv_store(TC v) { return (TO)v; }
+template <> __device__ __forceinline__ __half conv_store<__half, float>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 conv_store<__nv_bfloat16, float>(float v) {
+    return __float2bfloat16_rn(v);
+}
+
 template <typename T>
 __global__ void im2col_kernel(const T *x, int64_t xs0, int64_t xs1, int64_t xs2, int64_t xs3, weft_cu_conv_geom g,
                               int64_t nb, T *col, int64_t cs_img, int64_t cs_row) {
@@ -21,7 +42,7 @@ __global__ void im2col_kernel(const T *x, int64_t xs0, int64_t xs1, int64_t xs2,
         int64_t ow = l % g.OW, oh = l / g.OW;
         int64_t kw = r % g.KW, kh = (r / g.KW) % g.KH, c = r / (g.KW * g.KH);
         int64_t ih = oh * g.sh - g.ph + kh * g.dh, iw = ow * g.sw - g.pw + kw * g.dw;
-        T v = 0;
+        T v = weft_cu_from_f64<T>(0.0);
         if (ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) v = x[n * xs0 + c * xs1 + ih * xs2 + iw * xs3];
         col[n * cs_img + r * cs_row + l] = v;
     }
@@ -39,16 +60,17 @@ static cudaError_t launch_im2col(const void *x, const int64_t *xs, weft_cu_conv_
 
 extern "C" cudaError_t weft_cu_im2col(int dtype, const void *x, const int64_t *xs, weft_cu_conv_geom g, int64_t nb,
                                       void *col, int64_t cs_img, int64_t cs_row, cudaStream_t s) {
-    WEFT_CU_DISPATCH_FLOAT(dtype, launch_im2col, x, xs, g, nb, col, cs_img, cs_row, s)
+    CONV_DISPATCH(dtype, launch_im2col, x, xs, g, nb, col, cs_img, cs_row, s)
 }
 
 // dx(n,c,h,w) = sum over (kh, kw) of col(n, (c,kh,kw), (oh,ow)) where
-// oh*sh - ph + kh*dh == h and ow*sw - pw + kw*dw == w.
-template <typename T>
-__global__ void col2im_kernel(const T *col, int64_t cs_img, int64_t cs_row, weft_cu_conv_geom g, int64_t nb, T *dx) {
+// oh*sh - ph + kh*dh == h and ow*sw - pw + kw*dw == w; added in TC (the
+// column type), stored as TX.
+template <typename TC, typename TX>
+__global__ void col2im_kernel(const TC *col, int64_t cs_img, int64_t cs_row, weft_cu_conv_geom g, int64_t nb, TX *dx) {
     WEFT_CU_GRID_LOOP(i, nb * g.C * g.H * g.W) {
         int64_t w = i % g.W, h = (i / g.W) % g.H, c = (i / (g.W * g.H)) % g.C, n = i / (g.W * g.H * g.C);
-        T acc = 0;
+        TC acc = 0;
         for (int64_t kh = 0; kh < g.KH; kh++) {
             int64_t th = h + g.ph - kh * g.dh;
             if (th < 0 || th % g.sh) continue;
@@ -62,22 +84,25 @@ __global__ void col2im_kernel(const T *col, int64_t cs_img, int64_t cs_row, weft
                 acc += col[n * cs_img + ((c * g.KH + kh) * g.KW + kw) * cs_row + oh * g.OW + ow];
             }
         }
-        dx[i] = acc;
+        dx[i] = conv_store<TX, TC>(acc);
     }
 }
 
-template <typename T>
+// TX: dx's type; the columns are TX for f32 / f64 and f32 for f16 / bf16.
+template <typename TX>
 static cudaError_t launch_col2im(const void *col, int64_t cs_img, int64_t cs_row, weft_cu_conv_geom g, int64_t nb,
                                  void *dx, cudaStream_t s) {
+    typedef typename std::conditional<sizeof(TX) < 4, float, TX>::type TC;
     int64_t n = nb * g.C * g.H * g.W;
     if (n == 0) return cudaSuccess;
-    col2im_kernel<T><<<weft_cu_blocks(n), WEFT_CU_THREADS, 0, s>>>((const T *)col, cs_img, cs_row, g, nb, (T *)dx);
+    col2im_kernel<TC, TX><<<weft_cu_blocks(n), WEFT_CU_THREADS, 0, s>>>((const TC *)col, cs_img, cs_row, g, nb,
+                                                                        (TX *)dx);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t weft_cu_col2im(int dtype, const void *col, int64_t cs_img, int64_t cs_row, weft_cu_conv_geom g,
                                       int64_t nb, void *dx, cudaStream_t s) {
-    WEFT_CU_DISPATCH_FLOAT(dtype, launch_col2im, col, cs_img, cs_row, g, nb, dx, s)
+    CONV_DISPATCH(dtype, launch_col2im, col, cs_img, cs_row, g, nb, dx, s)
 }
 
 template <typename T>
@@ -95,7 +120,7 @@ static cudaError_t launch_bias_fill(void *y, int64_t n, int64_t O, int64_t inner
 
 extern "C" cudaError_t weft_cu_conv_bias_fill(int dtype, void *y, int64_t n, int64_t O, int64_t inner, const void *b,
                                               int64_t bs, cudaStream_t s) {
-    WEFT_CU_DISPATCH_FLOAT(dtype, launch_bias_fill, y, n, O, inner, b, bs, s)
+    CONV_DISPATCH(dtype, launch_bias_fill, y, n, O, inner, b, bs, s)
 }
 
 // One block per channel o: its threads sum strided slices of the (N, OH*OW)
@@ -108,7 +133,7 @@ __global__ void bias_grad_kernel(weft_cu_tensor gy, T *db) {
     double s = 0;
     for (int64_t j = threadIdx.x; j < n_all; j += blockDim.x) {
         int64_t n = j / L, l = j % L;
-        s += (double)p[n * gy.strides[0] + o * gy.strides[1] + (l / OW) * gy.strides[2] + (l % OW) * gy.strides[3]];
+        s += weft_cu_to_f64(p[n * gy.strides[0] + o * gy.strides[1] + (l / OW) * gy.strides[2] + (l % OW) * gy.strides[3]]);
     }
     part[threadIdx.x] = s;
     __syncthreads();
@@ -116,7 +141,7 @@ __global__ void bias_grad_kernel(weft_cu_tensor gy, T *db) {
         if ((int)threadIdx.x < k) part[threadIdx.x] += part[threadIdx.x + k];
         __syncthreads();
     }
-    if (threadIdx.x == 0) db[o] = (T)part[0];
+    if (threadIdx.x == 0) db[o] = weft_cu_from_f64<T>(part[0]);
 }
 
 template <typename T>
@@ -129,7 +154,7 @@ static cudaError_t launch_bias_grad(weft_cu_tensor gy, void *db, cudaStream_t s)
 }
 
 extern "C" cudaError_t weft_cu_conv_bias_grad(weft_cu_tensor gy, void *db, cudaStream_t s) {
-    WEFT_CU_DISPATCH_FLOAT(gy.dtype, launch_bias_grad, gy, db, s)
+    CONV_DISPATCH(gy.dtype, launch_bias_grad, gy, db, s)
 }
 
 // ---- pooling ----

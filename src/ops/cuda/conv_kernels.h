@@ -1,6 +1,7 @@
 // Launchers of conv_kernels.cu (plain C prototypes): the data movement of
 // conv2d around cuBLAS (im2col, col2im, bias) and 2-D pooling. dtype is
-// WEFT_CU_F32 or WEFT_CU_F64.
+// WEFT_CU_F32 or WEFT_CU_F64, and for conv2d's launchers also WEFT_CU_F16 or
+// WEFT_CU_BF16.
 #ifndef WEFT_CU_CONV_KERNELS_H
 #define WEFT_CU_CONV_KERNELS_H
 
@@ -26,7 +27,9 @@ typedef struct weft_cu_conv_geom {
 cudaError_t weft_cu_im2col(int dtype, const void *x, const int64_t *xs, weft_cu_conv_geom g, int64_t nb, void *col,
                            int64_t cs_img, int64_t cs_row, cudaStream_t s);
 // dx (nb,C,H,W) contiguous = the adjoint of im2col applied to col: each
-// element sums the column entries that read it, in (kh, kw) order.
+// element sums the column entries that read it, in (kh, kw) order. dtype is
+// dx's; col is of that dtype for f32 / f64 and f32 for f16 / bf16 (the sum
+// is formed in f32 and rounded once).
 cudaError_t weft_cu_col2im(int dtype, const void *col, int64_t cs_img, int64_t cs_row, weft_cu_conv_geom g,
                            int64_t nb, void *dx, cudaStream_t s);
 // y (n contiguous elements) = b[(i / inner) % O] (b: O elements at stride bs).
