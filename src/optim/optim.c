@@ -233,7 +233,8 @@ static const scalar_pack *pack_for(const weft_optim *opt, scalar_pack *pk, int *
     scalar_pack *p = &pk[*n];
     *p = (scalar_pack){.step = step, .dev = dev};
     bool ok = true;
-    for (int k = 0; k < WEFT_OPTIM_NUM_SC; k++) ok &= (p->v[k] = weft_tensor_alias(all, 0, NULL, NULL, all->offset + k)) != NULL;
+    for (int k = 0; k < WEFT_OPTIM_NUM_SC; k++)
+        ok &= (p->v[k] = weft_tensor_alias(all, 0, NULL, NULL, all->offset + k)) != NULL;
     weft_tensor_free(all);
     if (!ok) {
         packs_free(p, 1);

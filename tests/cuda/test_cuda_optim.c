@@ -129,8 +129,8 @@ static void run_all(const char *what, weft_optim_opts o) {
         for (int mode = 0; mode < 4; mode++) {
             opt_case c = {o, mode & 1, (mode & 2) != 0, mode == 3 ? WEFT_F32 : WEFT_F64};
             char buf[96];
-            snprintf(buf, sizeof buf, "%s%s%s%s", what, c.inplace ? " in place" : "", c.strided_grad ? " strided grad" : "",
-                     mode == 3 ? " f32 scalars" : "");
+            snprintf(buf, sizeof buf, "%s%s%s%s", what, c.inplace ? " in place" : "",
+                     c.strided_grad ? " strided grad" : "", mode == 3 ? " f32 scalars" : "");
             run_case(buf, &c, dts[k], 7, 33);
             if (mode == 1) run_case(buf, &c, dts[k], 301, 1000); // many blocks
         }
@@ -227,7 +227,8 @@ static void test_scale(void) {
             weft_tensor *xh = strided ? weft_transpose(x, 0, 1) : weft_tensor_ref(x);
             weft_tensor *xd0 = weft_tensor_to(x, WT_CUDA0);
             weft_tensor *xd = strided ? weft_transpose(xd0, 0, 1) : weft_tensor_ref(xd0);
-            weft_tensor *ch = weft_tensor_scalar(0.3721, mode == 2 ? WEFT_F32 : WEFT_F64), *cd = weft_tensor_to(ch, WT_CUDA0);
+            weft_tensor *ch = weft_tensor_scalar(0.3721, mode == 2 ? WEFT_F32 : WEFT_F64);
+            weft_tensor *cd = weft_tensor_to(ch, WT_CUDA0);
             weft_tensor *oh, *od;
             if (inplace && !strided) { // written over the input
                 oh = weft_tensor_clone(xh), od = weft_tensor_to(oh, WT_CUDA0);

@@ -38,10 +38,10 @@ static bool combo(int i, weft_optim_opts *o, const char **what) {
                                         "adam amsgrad", "adamw",           "adamw amsgrad"};
     if (i >= (int)(sizeof names / sizeof *names)) return false;
     *what = names[i];
-    static const weft_optim_kind kinds[] = {WEFT_OPTIM_SGD,     WEFT_OPTIM_SGD,     WEFT_OPTIM_SGD,     WEFT_OPTIM_SGD,
-                                            WEFT_OPTIM_ADAGRAD, WEFT_OPTIM_ADAGRAD, WEFT_OPTIM_RMSPROP, WEFT_OPTIM_RMSPROP,
-                                            WEFT_OPTIM_RMSPROP, WEFT_OPTIM_RMSPROP, WEFT_OPTIM_ADAM,    WEFT_OPTIM_ADAM,
-                                            WEFT_OPTIM_ADAM,    WEFT_OPTIM_ADAMW,   WEFT_OPTIM_ADAMW};
+    static const weft_optim_kind kinds[] = {
+        WEFT_OPTIM_SGD,     WEFT_OPTIM_SGD,     WEFT_OPTIM_SGD,  WEFT_OPTIM_SGD,  WEFT_OPTIM_ADAGRAD,
+        WEFT_OPTIM_ADAGRAD, WEFT_OPTIM_RMSPROP, WEFT_OPTIM_RMSPROP, WEFT_OPTIM_RMSPROP, WEFT_OPTIM_RMSPROP,
+        WEFT_OPTIM_ADAM,    WEFT_OPTIM_ADAM,    WEFT_OPTIM_ADAM, WEFT_OPTIM_ADAMW, WEFT_OPTIM_ADAMW};
     *o = weft_optim_defaults(kinds[i]);
     o->lr = kinds[i] == WEFT_OPTIM_SGD || kinds[i] == WEFT_OPTIM_ADAGRAD ? 0.05 : 0.01;
     switch (i) {
@@ -192,7 +192,8 @@ static void clip_case(const char *what, double max_norm, double scale, bool nan,
     weft_tensor *ph[NC], *pd[NC], *before[NC];
     make_clip_params(ph, WEFT_DEVICE_CPU, scale, nan);
     make_clip_params(pd, g_dev, scale, nan);
-    for (int i = 0; i < NC; i++) before[i] = i == 2 ? NULL : weft_tensor_clone(weft_tensor_grad(ph[i])); // a copy: scaled in place below
+    for (int i = 0; i < NC; i++) // copies: the gradients are scaled in place below
+        before[i] = i == 2 ? NULL : weft_tensor_clone(weft_tensor_grad(ph[i]));
     double nh = weft_clip_grad_norm(NC, ph, max_norm), nd = weft_clip_grad_norm(NC, pd, max_norm);
     if (nan) CHECK(isnan(nh) && isnan(nd));
     else if (g_mock) CHECK(nd == nh);

@@ -95,7 +95,8 @@ static void check_vs_eager(weft_optim_opts o, weft_dtype dt, const char *what) {
         weft_tensor *ft[NP + WEFT_OPTIM_MAX_SC];
         int nf = 0;
         for (int i = 0; i < NP; i++) fv[nf] = gv[i], ft[nf++] = grads[i];
-        for (int k = 0; k < u.n_scalar; k++) fv[nf] = sc[u.scalar[k]], ft[nf++] = weft_tensor_scalar(v[u.scalar[k]], WEFT_F64);
+        for (int k = 0; k < u.n_scalar; k++)
+            fv[nf] = sc[u.scalar[k]], ft[nf++] = weft_tensor_scalar(v[u.scalar[k]], WEFT_F64);
         CHECK(weft_graph_run(g, nf, fv, ft, 0, NULL, NULL, nt, targets) == WEFT_OK);
         inplace += weft_graph_last_run_stats(g).inplace_writes;
         for (int k = 0; k < nf; k++) weft_tensor_free(ft[k]);

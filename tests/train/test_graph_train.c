@@ -277,7 +277,8 @@ static void test_every_optimizer_exact(void) {
     for (size_t k = 0; k < sizeof opts / sizeof *opts; k++) {
         char text[512], tag[32];
         snprintf(text, sizeof text,
-                 "[net]\ndataset = fmnist\nbatch = 32\nloss = cross_entropy\nseed = 3\n%s\n[flatten]\n[linear]\nin = 784\nout = 10\n",
+                 "[net]\ndataset = fmnist\nbatch = 32\nloss = cross_entropy\nseed = 3\n%s\n"
+                 "[flatten]\n[linear]\nin = 784\nout = 10\n",
                  opts[k]);
         snprintf(tag, sizeof tag, "exact%zu", k);
         weft_model_cfg *cfg = weft_model_cfg_parse(text, strlen(text), "exact.cfg");

@@ -165,7 +165,8 @@ weft_status weft_cpu_adam_update(const weft_op_args *a) {
 weft_status weft_cpu_grad_sumsq(const weft_op_args *a) {
     weft_tensor *x = weft_kernel_contiguous(a->in[0]);
     if (!x) return weft_last_status();
-    double s = x->dtype == WEFT_F32 ? sumsq_f32(x->numel, WEFT_PTR(float, x)) : sumsq_f64(x->numel, WEFT_PTR(double, x));
+    double s = x->dtype == WEFT_F32 ? sumsq_f32(x->numel, WEFT_PTR(float, x))
+                                    : sumsq_f64(x->numel, WEFT_PTR(double, x));
     *WEFT_PTR(double, a->out[0]) = s;
     weft_tensor_free(x);
     return WEFT_OK;
