@@ -38,9 +38,11 @@
 //                       step_size = lr / (1 - beta1^t), bc2_sqrt = sqrt(1 - beta2^t)
 //
 // Clipping (weft_clip_grad_norm, and graph mode's clip):
-//   grad_sumsq (x) -> s        sum of x*x in f64 (0-d f64), x any float tensor, any strides;
-//                              the CPU sums fixed chunks in order (independent of the thread count)
-//   grad_scale (g, c) -> g'    g * (T)c, c a 0-d float tensor; g' may be written over g
+//   grad_sumsq (acc, x) -> acc'  acc + sum of x*x, in f64: acc is 0-d f64, x any float tensor, any
+//                                strides; acc' may be written over acc, so one accumulator takes every
+//                                gradient in turn. The CPU sums fixed chunks in order (independent of
+//                                the thread count)
+//   grad_scale (g, c) -> g'      g * (T)c, c a 0-d float tensor; g' may be written over g
 #include "optim.h"
 
 // Update ops: n_like tensors shaped like the parameter (p, the state, g), then 0-d scalars.
@@ -70,7 +72,10 @@ static weft_status infer_update(const weft_op_args *a, weft_out_meta *o) {
 }
 
 static weft_status infer_sumsq(const weft_op_args *a, weft_out_meta *o) {
-    weft_status st = weft_check_dtype(a->op->name, a->in[0], WEFT_DT_FLOAT, "the input");
+    const weft_tensor *acc = a->in[0];
+    if (acc->ndim != 0 || acc->dtype != WEFT_F64)
+        return weft_error(WEFT_ERR_SHAPE, "%s: the accumulator (input 0) must be a 0-d f64 tensor", a->op->name);
+    weft_status st = weft_check_dtype(a->op->name, a->in[1], WEFT_DT_FLOAT, "the input");
     if (st) return st;
     weft_meta_set(o, 0, NULL, WEFT_F64);
     return WEFT_OK;
@@ -102,7 +107,8 @@ UPDATE(adam_update, 7, 3, 0, weft_cpu_adam_update)
 UPDATE(adam_amsgrad_update, 8, 4, AMS, weft_cpu_adam_update)
 #undef UPDATE
 
-weft_op_def weft_op_grad_sumsq = {.name = "grad_sumsq", .n_in = 1, .n_out = 1, .flags = WEFT_OPF_NONDIFF,
+// dispatched by x's dtype (input 1)
+weft_op_def weft_op_grad_sumsq = {.name = "grad_sumsq", .n_in = 2, .n_out = 1, .flags = F_OPT, .dispatch_in = 1,
                                   .infer = infer_sumsq, .kernel = {[WEFT_CPU] = {weft_cpu_grad_sumsq, WEFT_DT_FLOAT}}};
 weft_op_def weft_op_grad_scale = {.name = "grad_scale", .n_in = 2, .n_out = 1, .flags = F_OPT,
                                   .infer = infer_scale, .kernel = {[WEFT_CPU] = {weft_cpu_grad_scale, WEFT_DT_FLOAT}}};

@@ -368,27 +368,41 @@ weft_status weft_optim_load_state(weft_optim *opt, weft_optim_lookup_fn lookup, 
 }
 
 // ---- gradient clipping ----
-// The norm is summed on the gradients' device: one grad_sumsq op per
-// gradient (its sum of squares in f64) added up there in parameter order,
-// and read back once; the scaling is one grad_scale op per gradient, in
-// place. On the CPU this is bit-identical to summing on the host (0 + s0 = s0).
-static weft_status clip_sum(int n, weft_tensor *const *params, weft_tensor **total) {
-    *total = NULL;
-    for (int i = 0; i < n; i++) {
+// The norm is summed on the gradients' device: a 0-d f64 accumulator there
+// takes every gradient's sum of squares in parameter order (grad_sumsq, in
+// place) and is read back once; the scaling is one grad_scale op per
+// gradient, in place. On the CPU this is bit-identical to summing on the host.
+// Gradients on several devices: one accumulator each, added up on the host.
+typedef struct dev_acc {
+    weft_device dev;
+    weft_tensor *acc;
+} dev_acc;
+
+static weft_status clip_sum(int n, weft_tensor *const *params, double *sum) {
+    dev_acc *acc = calloc((size_t)n + 1, sizeof *acc);
+    if (!acc) return weft_error(WEFT_ERR_OOM, "out of memory");
+    int na = 0;
+    weft_status st = WEFT_OK;
+    for (int i = 0; i < n && st == WEFT_OK; i++) {
         weft_tensor *g = params[i]->grad;
         if (!g) continue;
-        weft_tensor *s = weft_op_apply1(&weft_op_grad_sumsq, 1, &g, NULL);
-        if (s && *total && !weft_device_equal(s->device, (*total)->device)) { // gradients on several devices
-            weft_tensor *m = weft_tensor_to(s, (*total)->device);
-            weft_tensor_free(s);
-            s = m;
+        int k = 0;
+        while (k < na && !weft_device_equal(acc[k].dev, g->device)) k++;
+        if (k == na && !(acc[na++] = (dev_acc){g->device, weft_tensor_full_on(0, NULL, WEFT_F64, 0, g->device)}).acc) {
+            st = weft_last_status();
+            break;
         }
-        weft_tensor *t = s && *total ? weft_add(*total, s) : s ? weft_tensor_ref(s) : NULL;
-        weft_tensor_free(s);
-        weft_tensor_free(*total);
-        if (!(*total = t)) return weft_last_status();
+        st = weft_op_apply_into(&weft_op_grad_sumsq, 2, (weft_tensor *[]){acc[k].acc, g}, NULL, &acc[k].acc);
     }
-    return WEFT_OK;
+    *sum = 0;
+    for (int k = 0; k < na && st == WEFT_OK; k++) { // the one read back to the host (per device)
+        double v = 0;
+        st = weft_tensor_to_f64(acc[k].acc, &v, 1);
+        *sum += v;
+    }
+    for (int k = 0; k < na; k++) weft_tensor_free(acc[k].acc);
+    free(acc);
+    return st;
 }
 
 static weft_status clip_scale(int n, weft_tensor *const *params, double coef) {
@@ -437,17 +451,12 @@ double weft_clip_grad_norm(int n, weft_tensor *const *params, double max_norm) {
             weft_tensor_free(c);
         }
     }
-    bool prev = weft_grad_set_enabled(false); // gradients of gradients (create_graph) record nothing here
-    weft_tensor *total;
-    weft_status st = clip_sum(n, params, &total);
     double sum = 0;
-    if (st == WEFT_OK && total) st = weft_tensor_to_f64(total, &sum, 1); // the one read back to the host
+    weft_status st = clip_sum(n, params, &sum);
     double norm = sqrt(sum);
-    weft_tensor_free(total);
     double coef = max_norm / (norm + 1e-6);
     // coef < 1 is false for a NaN norm: leave the gradients alone (the trainer checks the loss)
     if (st == WEFT_OK && coef < 1) st = clip_scale(n, params, coef);
-    weft_grad_set_enabled(prev);
     if (st != WEFT_OK) {
         weft_error(st, "clip_grad_norm: %s", weft_last_error());
         return -1;

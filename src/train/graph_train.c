@@ -101,16 +101,17 @@ static weft_value const_scalar(weft_graph *g, double v, weft_dtype dt) {
     return c;
 }
 
-// Clipping by global norm with weft_clip_grad_norm's own ops: grad_sumsq of
-// every gradient (f64) added in parameter order, coef = max_norm / (sqrt(total)
-// + 1e-6) in f64, every gradient scaled by min(coef, 1) with grad_scale
-// (scaling by exactly 1 leaves it bit-identical, as eager's "no scaling").
+// Clipping by global norm with weft_clip_grad_norm's own ops: every
+// gradient's sum of squares added to one f64 accumulator in parameter order
+// (grad_sumsq), coef = max_norm / (sqrt(total) + 1e-6) in f64, every gradient
+// scaled by min(coef, 1) with grad_scale (scaling by exactly 1 leaves it
+// bit-identical, as eager's "no scaling").
 static void add_clip(weft_graph *g, int n, weft_value *grad, double max_norm) {
     weft_value total = WEFT_VALUE_NONE;
     for (int i = 0; i < n; i++) {
         if (grad[i].id < 0) continue;
-        weft_value s = op1(g, "grad_sumsq", grad[i]);
-        total = total.id < 0 ? s : op2(g, "add", total, s);
+        if (total.id < 0) total = const_scalar(g, 0, WEFT_F64);
+        total = op2(g, "grad_sumsq", total, grad[i]);
     }
     if (total.id < 0) return;
     weft_value norm = opf(g, "add_scalar", op1(g, "sqrt", total), 1e-6);

@@ -5,8 +5,9 @@
 // gradients, parameters and state compared after each step; new outputs and
 // in-place updates (outputs over their inputs, as weft_optim_step and the
 // graph executor do); strided gradients; f32 and f64 host scalars. Then
-// clipping's grad_sumsq (many blocks, strided, empty) and grad_scale (in
-// place, strided), and a check that every op of the family was run.
+// clipping's grad_sumsq (many blocks, strided, empty, into its accumulator)
+// and grad_scale (in place, strided), and a check that every op of the
+// family was run.
 #include <stdlib.h>
 
 #include "cuda_test.h"
@@ -187,30 +188,40 @@ static void test_adam(void) {
     run_all("adamw amsgrad", o);
 }
 
-// grad_sumsq: (x) -> sum of x*x in f64 (the CUDA reduction sums in another order: tolerance).
+// grad_sumsq: (acc, x) -> acc + sum of x*x in f64, new output or in place over acc (the CUDA
+// reduction sums in another order: tolerance).
 static void test_sumsq(void) {
     const weft_op_def *op = weft_op_find("grad_sumsq");
     const int64_t ns[] = {0, 1, 1000, 262147, (1 << 21) + 5}; // the last: more than 1024 blocks' worth
     for (int dt = 0; dt < 2; dt++)
         for (size_t k = 0; k < sizeof ns / sizeof *ns; k++)
-            for (int strided = 0; strided < 2; strided++) {
-                weft_dtype d = dt ? WEFT_F64 : WEFT_F32;
+            for (int mode = 0; mode < 4; mode++) {
+                bool strided = mode & 1, inplace = mode & 2;
                 if (strided && ns[k] < 5) continue;
+                weft_dtype d = dt ? WEFT_F64 : WEFT_F32;
                 int64_t sz[2] = {ns[k] / 5, 5}, n1[1] = {ns[k]};
                 weft_tensor *x = strided ? rand_t(2, sz, d, -3, 3, 7 + k) : rand_t(1, n1, d, -3, 3, 7 + k);
                 weft_tensor *xh = strided ? weft_transpose(x, 0, 1) : weft_tensor_ref(x);
                 weft_tensor *xd0 = weft_tensor_to(x, WT_CUDA0);
                 weft_tensor *xd = strided ? weft_transpose(xd0, 0, 1) : weft_tensor_ref(xd0);
-                weft_tensor *sh = weft_op_apply1(op, 1, &xh, NULL), *sd = weft_op_apply1(op, 1, &xd, NULL);
+                weft_tensor *ah = weft_tensor_scalar(0.25, WEFT_F64), *ad = weft_tensor_to(ah, WT_CUDA0), *sh, *sd;
+                if (inplace) { // the accumulator takes the sum
+                    CHECK(weft_op_apply_into(op, 2, (weft_tensor *[]){ah, xh}, NULL, &ah) == WEFT_OK);
+                    CHECK(weft_op_apply_into(op, 2, (weft_tensor *[]){ad, xd}, NULL, &ad) == WEFT_OK);
+                    sh = weft_tensor_ref(ah), sd = weft_tensor_ref(ad);
+                } else {
+                    sh = weft_op_apply1(op, 2, (weft_tensor *[]){ah, xh}, NULL);
+                    sd = weft_op_apply1(op, 2, (weft_tensor *[]){ad, xd}, NULL);
+                }
                 CHECK(sh && sd && weft_tensor_ndim(sd) == 0 && weft_tensor_dtype(sd) == WEFT_F64);
                 CHECK(sd && weft_device_equal(weft_tensor_device(sd), WT_CUDA0));
                 char buf[96];
-                snprintf(buf, sizeof buf, "grad_sumsq %s n=%lld%s", weft_dtype_name(d), (long long)weft_tensor_numel(x),
-                         strided ? " strided" : "");
+                snprintf(buf, sizeof buf, "grad_sumsq %s n=%lld%s%s", weft_dtype_name(d),
+                         (long long)weft_tensor_numel(x), strided ? " strided" : "", inplace ? " in place" : "");
                 if (sh && sd) wt_check_same(buf, sd, sh, 1e-13);
-                if (sh && ns[k] == 0) CHECK(weft_tensor_item(sh) == 0 && weft_tensor_item(sd) == 0);
-                weft_tensor *ts[] = {x, xh, xd0, xd, sh, sd};
-                for (int i = 0; i < 6; i++) weft_tensor_free(ts[i]);
+                if (sh && sd && ns[k] == 0) CHECK(weft_tensor_item(sh) == 0.25 && weft_tensor_item(sd) == 0.25);
+                weft_tensor *ts[] = {x, xh, xd0, xd, ah, ad, sh, sd};
+                for (int i = 0; i < 8; i++) weft_tensor_free(ts[i]);
             }
     ran(op);
 }

@@ -58,8 +58,10 @@ static void vsqrt_f64(int n, double *x) {
 #undef T
 #undef SFX
 
-// A host scalar input (0-d, f32 or f64) as double.
-static double scalar(const weft_tensor *t) { return weft_load_f64(weft_tensor_ptr(t), (weft_dtype)t->dtype, 0); }
+// A host scalar input (0-d, f32 or f64: infer checked) as double.
+static double scalar(const weft_tensor *t) {
+    return t->dtype == WEFT_F64 ? *WEFT_PTR(double, t) : (double)*WEFT_PTR(float, t);
+}
 
 // Inputs [0, n_out) are the parameter and its state, in[n_out] the gradient,
 // then the host scalars. *g: the gradient, or its contiguous copy (*gc, to
@@ -161,13 +163,13 @@ weft_status weft_cpu_adam_update(const weft_op_args *a) {
     return WEFT_OK;
 }
 
-// (x) -> sum of x*x in f64, 0-d.
+// (acc, x) -> acc + sum of x*x in f64, 0-d; the output may be acc's own storage.
 weft_status weft_cpu_grad_sumsq(const weft_op_args *a) {
-    weft_tensor *x = weft_kernel_contiguous(a->in[0]);
+    weft_tensor *x = weft_kernel_contiguous(a->in[1]);
     if (!x) return weft_last_status();
     double s = x->dtype == WEFT_F32 ? sumsq_f32(x->numel, WEFT_PTR(float, x))
                                     : sumsq_f64(x->numel, WEFT_PTR(double, x));
-    *WEFT_PTR(double, a->out[0]) = s;
+    *WEFT_PTR(double, a->out[0]) = *WEFT_PTR(double, a->in[0]) + s;
     weft_tensor_free(x);
     return WEFT_OK;
 }

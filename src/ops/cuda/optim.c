@@ -69,13 +69,13 @@ static weft_status cu_adam(const weft_op_args *a) {
     return weft_cu_done(e, a->op->name);
 }
 
-// (x) -> sum of x*x (0-d f64), through a scratch of per-block partial sums.
+// (acc, x) -> acc + sum of x*x (0-d f64), through a scratch of per-block partial sums.
 static weft_status cu_sumsq(const weft_op_args *a) {
-    int64_t nb = weft_cu_sumsq_blocks(a->in[0]->numel);
+    int64_t nb = weft_cu_sumsq_blocks(a->in[1]->numel);
     weft_tensor *part = weft_tensor_new(1, &nb, WEFT_F64, a->out[0]->device);
     if (!part) return weft_last_status();
-    cudaError_t e = weft_cu_sumsq(weft_cu_desc(a->in[0]), WEFT_PTR(double, part), WEFT_PTR(double, a->out[0]),
-                                  weft_cu_stream(a->out[0]));
+    cudaError_t e = weft_cu_sumsq(weft_cu_desc(a->in[1]), WEFT_PTR(double, part), WEFT_PTR(double, a->in[0]),
+                                  WEFT_PTR(double, a->out[0]), weft_cu_stream(a->out[0]));
     weft_tensor_free(part); // the allocator reuses it only for work queued after the kernels on this stream
     return weft_cu_done(e, a->op->name);
 }

@@ -210,10 +210,11 @@ extern "C" cudaError_t weft_cu_adam_update(weft_cu_tensor p, weft_cu_tensor m, w
 }
 
 // ---- clipping ----
-// Sum of x*x in double: pass 1 gives each of nb blocks (a count fixed by
-// numel: weft_cu_sumsq_blocks) a grid-stride share and a tree sum in shared
-// memory, pass 2 sums the nb partials in one block the same way. The order
-// depends only on numel, so the result is the same on every run.
+// acc + sum of x*x in double: pass 1 gives each of nb blocks (a count fixed
+// by numel: weft_cu_sumsq_blocks) a grid-stride share and a tree sum in
+// shared memory, pass 2 sums the nb partials in one block the same way and
+// adds acc. The order depends only on numel, so the result is the same on
+// every run.
 static_assert((WEFT_CU_THREADS & (WEFT_CU_THREADS - 1)) == 0, "the tree sums need a power-of-two block");
 
 __device__ __forceinline__ double block_sum(double v, double *sh) {
@@ -237,12 +238,12 @@ template <typename T> __global__ void sumsq_partial(weft_cu_tensor x, double *pa
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
-__global__ void sumsq_final(const double *part, int nb, double *out) {
+__global__ void sumsq_final(const double *part, int nb, const double *acc, double *out) {
     __shared__ double sh[WEFT_CU_THREADS];
     double a = 0;
     for (int i = threadIdx.x; i < nb; i += WEFT_CU_THREADS) a += part[i];
     double s = block_sum(a, sh);
-    if (threadIdx.x == 0) *out = s;
+    if (threadIdx.x == 0) *out = *acc + s; // out may be acc: one thread reads it, then writes
 }
 
 extern "C" int weft_cu_sumsq_blocks(int64_t numel) {
@@ -250,17 +251,19 @@ extern "C" int weft_cu_sumsq_blocks(int64_t numel) {
     return (int)(b < 1 ? 1 : b > 1024 ? 1024 : b);
 }
 
-template <typename T> static cudaError_t launch_sumsq(weft_cu_tensor x, double *part, double *out, cudaStream_t s) {
+template <typename T>
+static cudaError_t launch_sumsq(weft_cu_tensor x, double *part, const double *acc, double *out, cudaStream_t s) {
     int nb = weft_cu_sumsq_blocks(x.numel);
     sumsq_partial<T><<<nb, WEFT_CU_THREADS, 0, s>>>(flat(x), part);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    sumsq_final<<<1, WEFT_CU_THREADS, 0, s>>>(part, nb, out);
+    sumsq_final<<<1, WEFT_CU_THREADS, 0, s>>>(part, nb, acc, out);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t weft_cu_sumsq(weft_cu_tensor x, double *part, double *out, cudaStream_t s) {
-    WEFT_CU_DISPATCH_FLOAT(x.dtype, launch_sumsq, x, part, out, s)
+extern "C" cudaError_t weft_cu_sumsq(weft_cu_tensor x, double *part, const double *acc, double *out,
+                                     cudaStream_t s) {
+    WEFT_CU_DISPATCH_FLOAT(x.dtype, launch_sumsq, x, part, acc, out, s)
 }
 
 template <typename T> __global__ void scale_kernel(weft_cu_tensor x, T *out, weft_cu_scalar c_s) {

@@ -44,9 +44,10 @@ cudaError_t weft_cu_adam_update(weft_cu_tensor p, weft_cu_tensor m, weft_cu_tens
                                 weft_cu_scalar lr, weft_cu_scalar step_size, weft_cu_scalar bc2_sqrt, double beta1,
                                 double beta2, double eps, double wd, int decoupled, cudaStream_t s);
 
-// *out (device, f64) = sum of x*x in f64; part: device scratch of weft_cu_sumsq_blocks(x.numel) doubles.
+// *out = *acc + sum of x*x, in f64 (acc, out: device doubles, out may be acc); part: device scratch of
+// weft_cu_sumsq_blocks(x.numel) doubles.
 int weft_cu_sumsq_blocks(int64_t numel);
-cudaError_t weft_cu_sumsq(weft_cu_tensor x, double *part, double *out, cudaStream_t s);
+cudaError_t weft_cu_sumsq(weft_cu_tensor x, double *part, const double *acc, double *out, cudaStream_t s);
 
 // out[i] = x[i] * (T)c (out contiguous, x.numel elements of x.dtype).
 cudaError_t weft_cu_scale(weft_cu_tensor x, void *out, weft_cu_scalar c, cudaStream_t s);
