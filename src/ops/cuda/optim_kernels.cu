@@ -26,9 +26,11 @@ static weft_cu_tensor flat(weft_cu_tensor t) {
     return t;
 }
 
-// Element i of t (row-major logical index), any strides.
+// Element i of t (row-major logical index), any strides; a flat() contiguous
+// tensor skips the per-dimension divisions (the branch is uniform per launch).
 template <typename T> __device__ __forceinline__ T at(const weft_cu_tensor &t, int64_t i) {
-    return ((const T *)t.data)[weft_cu_offset(t, i)];
+    const T *d = (const T *)t.data;
+    return t.ndim == 1 && t.strides[0] == 1 ? d[i] : d[weft_cu_offset(t, i)];
 }
 
 // ---- sgd ----
