@@ -1,10 +1,13 @@
 // weft/optim.h — optimisers, gradient clipping, learning-rate schedules.
 //
 // An optimiser updates a fixed list of named parameters (leaf tensors, f32 or
-// f64, contiguous, on the CPU) in place from their .grad, with the update
+// f64, contiguous, on any device) in place from their .grad, with the update
 // equations and defaults of PyTorch 1.13 (torch.optim.*). The update is not
 // recorded by autograd. A parameter without a gradient is skipped, as in
-// PyTorch (its per-parameter step count does not advance either).
+// PyTorch (its per-parameter step count does not advance either). Each
+// parameter's update is one fused op of the op table, run on the parameter's
+// device (the CPU's results do not depend on the thread count); graph mode
+// (weft train --graph) records the same op, so both give the same bits.
 //
 //     weft_optim_opts o = weft_optim_defaults(WEFT_OPTIM_ADAMW);
 //     o.lr = 3e-4;
@@ -22,8 +25,9 @@
 //   adam(w)  exp_avg, exp_avg_sq, max_exp_avg_sq (amsgrad)
 // and, for every kind, "<param name>.step": a 0-d int64 tensor counting the
 // updates this parameter received. State tensors have the parameter's shape
-// and dtype and exist from creation (zeros, or initial_accumulator_value), so
-// the list is fixed. Save them with the optimiser's step count; load them back
+// and dtype, live on its device and exist from creation (zeros, or
+// initial_accumulator_value), so the list is fixed; the ".step" counters are
+// host tensors whatever the device. Save them with the optimiser's step count; load them back
 // with weft_optim_load_state and continue bit-identically.
 #ifndef WEFT_OPTIM_H
 #define WEFT_OPTIM_H
@@ -78,12 +82,14 @@ weft_status weft_optim_kind_parse(const char *name, weft_optim_kind *kind);
 // the parameter's dotted name (names may be NULL: "0", "1", ...); names must
 // be unique. NULL with a message naming the optimiser for an empty list, a
 // bad hyper-parameter (negative lr, beta >= 1, ...), a parameter that is not
-// a contiguous f32/f64 CPU leaf, or a parameter listed twice.
+// a contiguous f32/f64 leaf, or a parameter listed twice.
 weft_optim *weft_optim_create(const weft_optim_opts *o, int n, weft_tensor *const *params,
                               const char *const *names);
 void weft_optim_free(weft_optim *opt);
 
-// One update of every parameter that has a gradient (fused loops, in place).
+// One update of every parameter that has a gradient (one fused op each, in
+// place, on the parameter's device). Every gradient is checked first (dtype,
+// shape, device), so a bad one leaves all parameters untouched.
 weft_status weft_optim_step(weft_optim *opt);
 // Drop every parameter's gradient (set_to_none).
 void weft_optim_zero_grad(weft_optim *opt);
@@ -147,6 +153,10 @@ weft_status weft_grad_scaler_set_state(weft_grad_scaler *gs, double scale, int64
 // gradient is scaled in place by max_norm / (norm + 1e-6). Returns the norm
 // before clipping (0 when no parameter has a gradient; NaN/Inf gradients give
 // a NaN/Inf norm and no scaling), or -1 with an error for bad arguments.
+// Gradients may be on any device: each one's sum of squares (f64) is computed
+// and summed there in parameter order, the norm is read back once, and the
+// scaling runs there. Non-contiguous gradients are replaced by contiguous
+// copies (then scaled in place).
 double weft_clip_grad_norm(int n, weft_tensor *const *params, double max_norm);
 
 // ---- learning-rate schedules ----

@@ -2,69 +2,27 @@
 // equations, gradient clipping by global norm, learning-rate schedules, and
 // the optimiser state as named tensors for checkpoints.
 //
-// The updates run in place on the parameters' storage through raw pointers
-// (fused loops in optim_kernels.h), so nothing is recorded by autograd and
-// one step makes one pass over each parameter and its state.
+// One step for every device: each parameter's update is one fused op of the
+// op table (src/ops/def_optim.c), described once in update.c and run in
+// place with weft_op_apply_into, so the dispatcher picks the kernel of the
+// parameter's device (the CPU's loops, CUDA's kernels) and graph mode
+// (src/train/graph_train.c) records the very same op. Nothing is recorded by
+// autograd, and one step makes one pass over each parameter and its state.
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
+#include "optim_impl.h"
 
-#include <weft/optim.h>
+extern weft_op_def weft_op_grad_sumsq, weft_op_grad_scale;
 
-#include "../tensor/tensor_impl.h"
-
-typedef weft_optim_opts optim_hp;
-
-// The kernels are compiled for several ISAs and picked at run time (the build
-// flags stay portable: -O3, no -march), as the op kernels do; not under the
-// sanitizers. sqrt must not set errno, or the loops do not vectorise.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define OPT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define OPT_CLONES
-#endif
-// Elements per block handed to a thread (fixed, so results do not depend on the thread count).
-#define OPT_BLOCK 16384
-// Elements per sub-block of the loops that take a sqrt (see optim_kernels.h).
-#define OPT_SUB 256
-
-// x[i] = sqrt(x[i]): correctly rounded, as sqrtf/sqrt (negative -> NaN, without errno).
-static void vsqrt_f32(int n, float *x) {
-    int i = 0;
-#ifdef __SSE2__
-    for (; i + 4 <= n; i += 4) _mm_storeu_ps(x + i, _mm_sqrt_ps(_mm_loadu_ps(x + i)));
-#endif
-    for (; i < n; i++) x[i] = sqrtf(x[i]);
-}
-static void vsqrt_f64(int n, double *x) {
-    int i = 0;
-#ifdef __SSE2__
-    for (; i + 2 <= n; i += 2) _mm_storeu_pd(x + i, _mm_sqrt_pd(_mm_loadu_pd(x + i)));
-#endif
-    for (; i < n; i++) x[i] = sqrt(x[i]);
-}
-
-#define T float
-#define SFX f32
-#include "optim_device.h"
-#include "optim_kernels.h"
-#undef T
-#undef SFX
-#define T double
-#define SFX f64
-#include "optim_kernels.h"
-#undef T
-#undef SFX
-
-// Per-parameter state: up to three tensors shaped like the parameter, plus a
-// 0-d int64 step count (slot 3). Which slots a kind uses is fixed at creation.
-enum { N_SLOTS = 4, SLOT_STEP = 3 };
+// Per-parameter state: the update op's state tensors, shaped like the
+// parameter and on its device (slots 0..n_state-1, in the op's input order),
+// plus a 0-d int64 step count on the host (slot 3). Which slots a kind uses
+// is fixed at creation.
+enum { N_SLOTS = WEFT_OPTIM_MAX_STATE + 1, SLOT_STEP = WEFT_OPTIM_MAX_STATE };
 
 typedef struct oparam {
     weft_tensor *param; // a reference
@@ -74,7 +32,8 @@ typedef struct oparam {
 
 struct weft_optim {
     weft_optim_opts o;
-    const char *kind; // "adam", ... for messages
+    weft_optim_update u; // the op, attrs, state and host scalars of every parameter's update
+    const char *kind;    // "adam", ... for messages
     int n;
     oparam *p;
     const char *slot_name[N_SLOTS]; // NULL: unused
@@ -154,24 +113,9 @@ static weft_status check_opts(const weft_optim_opts *o, const char *k) {
 
 // ---- creation ----
 static void set_slots(weft_optim *opt) {
-    const weft_optim_opts *o = &opt->o;
-    const char **s = opt->slot_name;
-    switch (o->kind) {
-    case WEFT_OPTIM_SGD:
-        if (o->momentum != 0) s[0] = "momentum_buffer";
-        break;
-    case WEFT_OPTIM_ADAGRAD: s[0] = "sum"; break;
-    case WEFT_OPTIM_RMSPROP:
-        s[0] = "square_avg";
-        if (o->momentum > 0) s[1] = "momentum_buffer";
-        if (o->centered) s[2] = "grad_avg";
-        break;
-    default: // adam, adamw
-        s[0] = "exp_avg", s[1] = "exp_avg_sq";
-        if (o->amsgrad) s[2] = "max_exp_avg_sq";
-        break;
-    }
-    s[SLOT_STEP] = "step";
+    weft_optim_update_of(&opt->o, &opt->u);
+    for (int s = 0; s < opt->u.n_state; s++) opt->slot_name[s] = opt->u.state[s];
+    opt->slot_name[SLOT_STEP] = "step";
 }
 
 weft_optim *weft_optim_create(const weft_optim_opts *o, int n, weft_tensor *const *params,
@@ -193,10 +137,6 @@ weft_optim *weft_optim_create(const weft_optim_opts *o, int n, weft_tensor *cons
         if (t->dtype != WEFT_F32 && t->dtype != WEFT_F64)
             return weft_error_null(WEFT_ERR_DTYPE, "%s: parameter %d '%s' is %s (need f32 or f64)", k, i, nm,
                                    weft_dtype_name((weft_dtype)t->dtype));
-        if (t->device.type != WEFT_CPU && !weft_optim_device_supports(o))
-            return weft_error_null(WEFT_ERR_DEVICE,
-                                   "%s: parameter %d '%s' is not on the CPU (on a device: sgd, adam and adamw "
-                                   "without amsgrad)", k, i, nm);
         if (!weft_tensor_is_contiguous(t))
             return weft_error_null(WEFT_ERR_ARG, "%s: parameter %d '%s' is not contiguous", k, i, nm);
         for (int j = 0; j < i; j++) {
@@ -229,13 +169,10 @@ weft_optim *weft_optim_create(const weft_optim_opts *o, int n, weft_tensor *cons
         ok = p->name != NULL;
         for (int s = 0; ok && s < N_SLOTS; s++) {
             if (!opt->slot_name[s]) continue;
-            if (s == SLOT_STEP) p->slot[s] = weft_tensor_scalar(0, WEFT_I64);
-            else {
-                // AdaGrad's sum starts at initial_accumulator_value (eagerly, as PyTorch); the rest at 0.
-                double init = o->kind == WEFT_OPTIM_ADAGRAD ? o->initial_accumulator_value : 0;
-                p->slot[s] = weft_tensor_full_on(p->param->ndim, p->param->sizes, (weft_dtype)p->param->dtype, init,
-                                                 p->param->device); // state beside its parameter
-            }
+            if (s == SLOT_STEP) p->slot[s] = weft_tensor_full_on(0, NULL, WEFT_I64, 0, WEFT_DEVICE_CPU); // host
+            else // beside its parameter (AdaGrad's sum starts at initial_accumulator_value, the rest at 0)
+                p->slot[s] = weft_tensor_full_on(p->param->ndim, p->param->sizes, (weft_dtype)p->param->dtype,
+                                                 opt->u.state_init, p->param->device);
             ok = p->slot[s] != NULL;
             opt->state_index[2 * si] = i, opt->state_index[2 * si + 1] = s;
             si++;
@@ -261,52 +198,62 @@ void weft_optim_free(weft_optim *opt) {
 }
 
 // ---- the update ----
-#define SLOT_PTR(T, p, s) ((p)->slot[s] ? WEFT_PTR(T, (p)->slot[s]) : NULL)
+// The host scalars of one step number on one device: every value of
+// weft_optim_scalar_values in one f64 tensor (one copy to an accelerator per
+// step, not one per parameter and scalar; the copy is queued, not waited
+// for) and a 0-d view of each, which the update ops take as inputs.
+typedef struct scalar_pack {
+    int64_t step;
+    weft_device dev;
+    weft_tensor *v[WEFT_OPTIM_NUM_SC];
+} scalar_pack;
+enum { MAX_PACKS = 8 }; // parameters of one step share a step number, save those that missed updates
 
-static weft_status update_one(weft_optim *opt, oparam *p, const weft_tensor *g) {
-    const weft_optim_opts *o = &opt->o;
-    int64_t *stepp = WEFT_PTR(int64_t, p->slot[SLOT_STEP]); // a host scalar on every device
-    int64_t step = ++*stepp; // this parameter's update count, 1 on its first update
-    if (p->param->device.type != WEFT_CPU) {
-        weft_status st = weft_optim_device_update(o, p->param, g, p->slot[0], p->slot[1], step);
-        if (st != WEFT_OK) --*stepp;
-        return st;
+static void packs_free(scalar_pack *pk, int n) {
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < WEFT_OPTIM_NUM_SC; k++) weft_tensor_free(pk[i].v[k]);
+}
+
+// The pack for (step, dev) among pk[0..*n), made when missing; NULL + error.
+static const scalar_pack *pack_for(const weft_optim *opt, scalar_pack *pk, int *n, int64_t step, weft_device dev) {
+    for (int i = 0; i < *n; i++)
+        if (pk[i].step == step && weft_device_equal(pk[i].dev, dev)) return &pk[i];
+    if (*n == MAX_PACKS) { // no longer needed: each parameter takes its pack's views for one op only
+        packs_free(pk, *n);
+        *n = 0;
     }
-    int64_t n = p->param->numel;
-    bool f32 = p->param->dtype == WEFT_F32;
-    void *pp = weft_tensor_ptr(p->param);
-    const void *gp = weft_tensor_ptr(g);
-    switch (o->kind) {
-    case WEFT_OPTIM_SGD:
-        if (f32) sgd_f32(n, pp, gp, SLOT_PTR(float, p, 0), o, step == 1);
-        else sgd_f64(n, pp, gp, SLOT_PTR(double, p, 0), o, step == 1);
-        break;
-    case WEFT_OPTIM_ADAGRAD: {
-        double clr = o->lr / (1 + (double)(step - 1) * o->lr_decay);
-        if (f32) adagrad_f32(n, pp, gp, SLOT_PTR(float, p, 0), o, clr);
-        else adagrad_f64(n, pp, gp, SLOT_PTR(double, p, 0), o, clr);
-        break;
+    int64_t ns = WEFT_OPTIM_NUM_SC;
+    weft_tensor *h = weft_tensor_empty_on(1, &ns, WEFT_F64, WEFT_DEVICE_CPU), *all = NULL;
+    if (h) {
+        weft_optim_scalar_values(&opt->o, step, WEFT_PTR(double, h));
+        all = dev.type == WEFT_CPU ? weft_tensor_ref(h) : weft_tensor_to(h, dev);
     }
-    case WEFT_OPTIM_RMSPROP:
-        if (f32)
-            rmsprop_f32(n, pp, gp, SLOT_PTR(float, p, 0), SLOT_PTR(float, p, 2), SLOT_PTR(float, p, 1), o);
-        else
-            rmsprop_f64(n, pp, gp, SLOT_PTR(double, p, 0), SLOT_PTR(double, p, 2), SLOT_PTR(double, p, 1), o);
-        break;
-    default: { // adam, adamw
-        double bc1 = 1 - pow(o->beta1, (double)step), bc2 = 1 - pow(o->beta2, (double)step);
-        double step_size = o->lr / bc1, bc2_sqrt = sqrt(bc2);
-        bool decoupled = o->kind == WEFT_OPTIM_ADAMW;
-        if (f32)
-            adam_f32(n, pp, gp, SLOT_PTR(float, p, 0), SLOT_PTR(float, p, 1), SLOT_PTR(float, p, 2), o, decoupled,
-                     step_size, bc2_sqrt);
-        else
-            adam_f64(n, pp, gp, SLOT_PTR(double, p, 0), SLOT_PTR(double, p, 1), SLOT_PTR(double, p, 2), o,
-                     decoupled, step_size, bc2_sqrt);
-        break;
+    weft_tensor_free(h);
+    if (!all) return NULL;
+    scalar_pack *p = &pk[*n];
+    *p = (scalar_pack){.step = step, .dev = dev};
+    bool ok = true;
+    for (int k = 0; k < WEFT_OPTIM_NUM_SC; k++)
+        ok &= (p->v[k] = weft_tensor_alias(all, 0, NULL, NULL, all->offset + k)) != NULL;
+    weft_tensor_free(all);
+    if (!ok) {
+        packs_free(p, 1);
+        return weft_error_null(WEFT_ERR_OOM, "%s: out of memory", opt->kind);
     }
-    }
-    return WEFT_OK;
+    (*n)++;
+    return p;
+}
+
+// op(p, state..., g, scalars...) -> (p, state...) in place, on p's device.
+static weft_status update_one(const weft_optim *opt, oparam *p, weft_tensor *g, const scalar_pack *sc) {
+    const weft_optim_update *u = &opt->u;
+    weft_tensor *in[2 + WEFT_OPTIM_MAX_STATE + WEFT_OPTIM_MAX_SC], *out[1 + WEFT_OPTIM_MAX_STATE];
+    int n = 0;
+    out[0] = in[n++] = p->param;
+    for (int k = 0; k < u->n_state; k++) out[1 + k] = in[n++] = p->slot[k];
+    in[n++] = g;
+    for (int k = 0; k < u->n_scalar; k++) in[n++] = sc->v[u->scalar[k]];
+    return weft_op_apply_into(u->op, n, in, &u->attrs, out);
 }
 
 weft_status weft_optim_step(weft_optim *opt) {
@@ -322,19 +269,22 @@ weft_status weft_optim_step(weft_optim *opt) {
                               weft_dtype_name((weft_dtype)t->dtype), weft_tensor_shape_str(t, b, sizeof b));
         }
     }
-    for (int i = 0; i < opt->n; i++) {
+    scalar_pack packs[MAX_PACKS];
+    int n_packs = 0;
+    weft_status st = WEFT_OK;
+    for (int i = 0; i < opt->n && st == WEFT_OK; i++) {
         oparam *p = &opt->p[i];
-        weft_tensor *g = p->param->grad;
-        if (!g) continue; // as PyTorch: no gradient, no update, no step
-        // A stolen gradient may be a strided view: read a contiguous copy.
-        weft_tensor *gc = weft_tensor_is_contiguous(g) ? weft_tensor_ref(g) : weft_tensor_contiguous(g);
-        if (!gc) return weft_error(weft_last_status(), "%s: %s", opt->kind, weft_last_error());
-        weft_status st = update_one(opt, p, gc);
-        weft_tensor_free(gc);
-        if (st != WEFT_OK) return weft_error(st, "%s: parameter '%s': %s", opt->kind, p->name, weft_last_error());
+        weft_tensor *g = p->param->grad; // may be a strided view (a stolen gradient): the kernels read strides
+        if (!g) continue;                // as PyTorch: no gradient, no update, no step
+        int64_t *step = WEFT_PTR(int64_t, p->slot[SLOT_STEP]); // on the host whatever the device
+        const scalar_pack *sc = pack_for(opt, packs, &n_packs, *step + 1, p->param->device);
+        st = sc ? update_one(opt, p, g, sc) : weft_last_status();
+        if (st == WEFT_OK) ++*step; // this parameter's update count, 1 after its first update
+        else st = weft_error(st, "%s: parameter '%s': %s", opt->kind, p->name, weft_last_error());
     }
-    opt->steps++;
-    return WEFT_OK;
+    packs_free(packs, n_packs);
+    if (st == WEFT_OK) opt->steps++;
+    return st;
 }
 
 void weft_optim_zero_grad(weft_optim *opt) {
@@ -418,6 +368,59 @@ weft_status weft_optim_load_state(weft_optim *opt, weft_optim_lookup_fn lookup, 
 }
 
 // ---- gradient clipping ----
+// The norm is summed on the gradients' device: a 0-d f64 accumulator there
+// takes every gradient's sum of squares in parameter order (grad_sumsq, in
+// place) and is read back once; the scaling is one grad_scale op per
+// gradient, in place. On the CPU this is bit-identical to summing on the host.
+// Gradients on several devices: one accumulator each, added up on the host.
+typedef struct dev_acc {
+    weft_device dev;
+    weft_tensor *acc;
+} dev_acc;
+
+static weft_status clip_sum(int n, weft_tensor *const *params, double *sum) {
+    dev_acc *acc = calloc((size_t)n + 1, sizeof *acc);
+    if (!acc) return weft_error(WEFT_ERR_OOM, "out of memory");
+    int na = 0;
+    weft_status st = WEFT_OK;
+    for (int i = 0; i < n && st == WEFT_OK; i++) {
+        weft_tensor *g = params[i]->grad;
+        if (!g) continue;
+        int k = 0;
+        while (k < na && !weft_device_equal(acc[k].dev, g->device)) k++;
+        if (k == na && !(acc[na++] = (dev_acc){g->device, weft_tensor_full_on(0, NULL, WEFT_F64, 0, g->device)}).acc) {
+            st = weft_last_status();
+            break;
+        }
+        st = weft_op_apply_into(&weft_op_grad_sumsq, 2, (weft_tensor *[]){acc[k].acc, g}, NULL, &acc[k].acc);
+    }
+    *sum = 0;
+    for (int k = 0; k < na && st == WEFT_OK; k++) { // the one read back to the host (per device)
+        double v = 0;
+        st = weft_tensor_to_f64(acc[k].acc, &v, 1);
+        *sum += v;
+    }
+    for (int k = 0; k < na; k++) weft_tensor_free(acc[k].acc);
+    free(acc);
+    return st;
+}
+
+static weft_status clip_scale(int n, weft_tensor *const *params, double coef) {
+    weft_tensor *c = NULL; // coef as a 0-d f64 tensor on the current gradient's device
+    weft_status st = WEFT_OK;
+    for (int i = 0; i < n && st == WEFT_OK; i++) {
+        weft_tensor *g = params[i]->grad;
+        if (!g) continue;
+        if (!c || !weft_device_equal(c->device, g->device)) {
+            weft_tensor_free(c);
+            if (!(c = weft_tensor_full_on(0, NULL, WEFT_F64, coef, g->device))) return weft_last_status();
+        }
+        st = weft_op_apply_into(&weft_op_grad_scale, 2, (weft_tensor *[]){g, c}, NULL, &g);
+    }
+    weft_tensor_free(c);
+    return st;
+}
+
 double weft_clip_grad_norm(int n, weft_tensor *const *params, double max_norm) {
     if (n < 0 || (n > 0 && !params)) {
         weft_error(WEFT_ERR_ARG, "clip_grad_norm: bad parameter list");
@@ -434,9 +437,9 @@ double weft_clip_grad_norm(int n, weft_tensor *const *params, double max_norm) {
             return -1;
         }
         if (!g) continue;
-        if ((g->dtype != WEFT_F32 && g->dtype != WEFT_F64) || g->device.type != WEFT_CPU) {
-            weft_error(WEFT_ERR_DTYPE, "clip_grad_norm: gradient of parameter %d is %s (need f32 or f64 on the CPU)",
-                       i, weft_dtype_name((weft_dtype)g->dtype));
+        if (g->dtype != WEFT_F32 && g->dtype != WEFT_F64) {
+            weft_error(WEFT_ERR_DTYPE, "clip_grad_norm: gradient of parameter %d is %s (need f32 or f64)", i,
+                       weft_dtype_name((weft_dtype)g->dtype));
             return -1;
         }
         if (!weft_tensor_is_contiguous(g)) { // scaled in place below: make the stored gradient contiguous
@@ -448,22 +451,15 @@ double weft_clip_grad_norm(int n, weft_tensor *const *params, double max_norm) {
             weft_tensor_free(c);
         }
     }
-    double total = 0; // summed in parameter order: deterministic
-    for (int i = 0; i < n; i++) {
-        const weft_tensor *g = params[i]->grad;
-        if (!g) continue;
-        total += g->dtype == WEFT_F32 ? sumsq_f32(g->numel, WEFT_PTR(float, g))
-                                      : sumsq_f64(g->numel, WEFT_PTR(double, g));
-    }
-    double norm = sqrt(total);
+    double sum = 0;
+    weft_status st = clip_sum(n, params, &sum);
+    double norm = sqrt(sum);
     double coef = max_norm / (norm + 1e-6);
-    if (coef < 1) { // false for a NaN norm: leave the gradients alone (the trainer checks the loss)
-        for (int i = 0; i < n; i++) {
-            weft_tensor *g = params[i]->grad;
-            if (!g) continue;
-            if (g->dtype == WEFT_F32) scale_f32(g->numel, WEFT_PTR(float, g), (float)coef);
-            else scale_f64(g->numel, WEFT_PTR(double, g), coef);
-        }
+    // coef < 1 is false for a NaN norm: leave the gradients alone (the trainer checks the loss)
+    if (st == WEFT_OK && coef < 1) st = clip_scale(n, params, coef);
+    if (st != WEFT_OK) {
+        weft_error(st, "clip_grad_norm: %s", weft_last_error());
+        return -1;
     }
     return norm;
 }
@@ -507,19 +503,4 @@ weft_status weft_lr_schedule_check(const weft_lr_schedule *s) {
         return WEFT_OK;
     default: return weft_error(WEFT_ERR_ARG, "lr schedule: unknown kind %d", (int)s->kind);
     }
-}
-
-// ---- the fused loops for graph mode (optim_fused.h) ----
-#include "optim_fused.h"
-
-void weft_optim_fused_sgd(weft_dtype dt, int64_t n, void *p, const void *g, void *buf, const weft_optim_opts *h,
-                          bool first) {
-    if (dt == WEFT_F32) sgd_f32(n, p, g, buf, h, first);
-    else sgd_f64(n, p, g, buf, h, first);
-}
-
-void weft_optim_fused_adam(weft_dtype dt, int64_t n, void *p, const void *g, void *m, void *v,
-                           const weft_optim_opts *h, bool decoupled, double step_size, double bc2_sqrt) {
-    if (dt == WEFT_F32) adam_f32(n, p, g, m, v, NULL, h, decoupled, step_size, bc2_sqrt);
-    else adam_f64(n, p, g, m, v, NULL, h, decoupled, step_size, bc2_sqrt);
 }

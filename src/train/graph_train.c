@@ -2,9 +2,10 @@
 // forward pass, the loss, the backward pass, gradient clipping and the
 // optimiser update (assigns into variables), so one weft_graph_run is one step.
 //
-// The update is one fused op per parameter (sgd_update, sgd_momentum_update,
-// adam_update: src/ops/def_optim.c), running the eager optimiser's own loop,
-// so parameters match weft_optim_step bit for bit. The executor writes it
+// The update is one fused op per parameter (src/ops/def_optim.c), taken with
+// its attrs, state and host scalars from the optimiser's own description
+// (src/optim/optim_impl.h) that weft_optim_step runs, so parameters match
+// the eager step bit for bit, for every optimiser kind. The executor writes it
 // straight into the variables (WEFT_OPF_INPLACE) and the assigns copy
 // nothing. Ordering is per variable: each update waits for exactly the
 // nodes that read its parameter or state (directly or through views), not
@@ -21,14 +22,15 @@
 // module and the eager optimiser: evaluation, checkpoints (parameters and
 // optimiser state), sampling and resume keep using the eager paths unchanged.
 // What stays on the host: the step count, the learning-rate schedule and the
-// bias corrections, fed each step as 0-d tensors, and the per-parameter
-// ".step" counters of the optimiser state (written after each run).
+// scalars that depend on it (bias corrections, AdaGrad's decayed rate), fed
+// each step as 0-d tensors, and the per-parameter ".step" counters of the
+// optimiser state (written after each run).
 //
 // Dropout draws a fresh mask each run (WEFT_OPF_RANDOM: the executor derives
 // the seed from the recorded one and the run number) and batch_norm's running
 // statistics are graph variables its kernel updates (docs/graph.md, "Stateful
 // ops"). Not supported (an error at the first step, naming the feature):
-// distributed runs, and optimisers other than SGD, Adam and AdamW (amsgrad off).
+// distributed runs.
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -42,12 +44,14 @@
 
 #include "../core/core_impl.h"
 #include "../graph/graph_impl.h"
+#include "../optim/optim_impl.h"
 #include "train_impl.h"
 
-// Host scalars fed each step (0-d tensors of the parameters' dtype).
-// f64, so the fused update ops round them to the dtype exactly as weft_optim_step does.
-enum { SC_LR = 0, SC_SS, SC_BC2S, SC_FIRST, N_SC };
-static const char *const sc_names[N_SC] = {"step.lr", "step.step_size", "step.bc2_sqrt", "step.first"};
+// Host scalars fed each step: the update op's weft_optim_scalar inputs as
+// placeholders "step.<name>" of 0-d f64 tensors, so the update ops round them
+// to the dtype exactly as weft_optim_step does.
+enum { N_SC = WEFT_OPTIM_NUM_SC };
+static void sc_name(int k, char *buf, size_t n) { snprintf(buf, n, "step.%s", weft_optim_scalar_name(k)); }
 
 // The step graph for one batch shape.
 typedef struct gstep {
@@ -65,7 +69,6 @@ typedef struct gstep {
 struct weft_graph_train {
     gstep s[MAX_SHAPES];
     int n;
-    weft_dtype dt;     // of every parameter
     bool *updated;     // [n_params] the parameter has a gradient (and an update) in the graph
     weft_graph_pass_stats pass_stats;
 };
@@ -75,15 +78,7 @@ struct weft_graph_train {
 // ---- what graph mode supports ----
 weft_status weft_graph_train_check(const weft_run *r) {
     if (r->dist) return GERR(WEFT_ERR_ARG, "distributed training is not supported in graph mode yet");
-    const weft_optim_opts *o = weft_optim_get_opts(r->optim);
-    if (!o) return GERR(WEFT_ERR_ARG, "no optimiser");
-    if (o->kind != WEFT_OPTIM_SGD && o->kind != WEFT_OPTIM_ADAM && o->kind != WEFT_OPTIM_ADAMW)
-        return GERR(WEFT_ERR_ARG, "optimiser '%s' is not supported in graph mode (sgd, adam, adamw)",
-                    weft_optim_kind_name(o->kind));
-    if (o->amsgrad) return GERR(WEFT_ERR_ARG, "amsgrad is not supported in graph mode");
-    for (int i = 0; i < r->n_params; i++)
-        if (weft_tensor_dtype(r->params[i]) != weft_tensor_dtype(r->params[0]))
-            return GERR(WEFT_ERR_DTYPE, "parameter '%s' has another dtype than '%s'", r->names[i], r->names[0]);
+    if (!weft_optim_get_opts(r->optim)) return GERR(WEFT_ERR_ARG, "no optimiser");
     return WEFT_OK;
 }
 
@@ -99,17 +94,6 @@ static weft_value op2(weft_graph *g, const char *op, weft_value a, weft_value b)
 static weft_value opf(weft_graph *g, const char *op, weft_value a, double f) { // mul_scalar, add_scalar
     return a.id < 0 ? WEFT_VALUE_NONE : weft_graph_op1(g, op, 1, &a, NULL, 0, &f, 1);
 }
-static weft_value sum_all(weft_graph *g, weft_value a) {
-    if (a.id < 0) return a;
-    int nd = weft_graph_value_ndim(g, a);
-    int64_t at[2] = {nd >= 32 ? -1 : (int64_t)((1u << nd) - 1), 0}; // axes mask: every axis; keepdim off
-    return nd == 0 ? a : weft_graph_op1(g, "sum", 1, &a, at, 2, NULL, 0);
-}
-static weft_value cast_to(weft_graph *g, weft_value a, weft_dtype dt) {
-    if (a.id < 0 || weft_graph_value_dtype(g, a) == dt) return a;
-    int64_t at = dt;
-    return weft_graph_op1(g, "cast", 1, &a, &at, 1, NULL, 0);
-}
 static weft_value const_scalar(weft_graph *g, double v, weft_dtype dt) {
     weft_tensor *t = weft_tensor_scalar(v, dt);
     weft_value c = t ? weft_graph_constant(g, NULL, t) : WEFT_VALUE_NONE;
@@ -117,23 +101,24 @@ static weft_value const_scalar(weft_graph *g, double v, weft_dtype dt) {
     return c;
 }
 
-// Clipping by global norm as clip_grad_norm does it: norm over every gradient
-// in f64, coef = max_norm / (norm + 1e-6), gradients scaled by min(coef, 1)
-// (scaling by exactly 1 leaves them bit-identical, as eager's "no scaling").
-static void add_clip(weft_graph *g, int n, weft_value *grad, double max_norm, weft_dtype dt) {
+// Clipping by global norm with weft_clip_grad_norm's own ops: every
+// gradient's sum of squares added to one f64 accumulator in parameter order
+// (grad_sumsq), coef = max_norm / (sqrt(total) + 1e-6) in f64, every gradient
+// scaled by min(coef, 1) with grad_scale (scaling by exactly 1 leaves it
+// bit-identical, as eager's "no scaling").
+static void add_clip(weft_graph *g, int n, weft_value *grad, double max_norm) {
     weft_value total = WEFT_VALUE_NONE;
     for (int i = 0; i < n; i++) {
         if (grad[i].id < 0) continue;
-        weft_value g64 = cast_to(g, grad[i], WEFT_F64);
-        weft_value s = sum_all(g, op2(g, "mul", g64, g64));
-        total = total.id < 0 ? s : op2(g, "add", total, s);
+        if (total.id < 0) total = const_scalar(g, 0, WEFT_F64);
+        total = op2(g, "grad_sumsq", total, grad[i]);
     }
     if (total.id < 0) return;
     weft_value norm = opf(g, "add_scalar", op1(g, "sqrt", total), 1e-6);
     weft_value coef = op2(g, "div", const_scalar(g, max_norm, WEFT_F64), norm);
-    coef = cast_to(g, op2(g, "minimum", coef, const_scalar(g, 1.0, WEFT_F64)), dt);
+    coef = op2(g, "minimum", coef, const_scalar(g, 1.0, WEFT_F64));
     for (int i = 0; i < n; i++)
-        if (grad[i].id >= 0) grad[i] = op2(g, "mul", grad[i], coef);
+        if (grad[i].id >= 0) grad[i] = op2(g, "grad_scale", grad[i], coef);
 }
 
 // WEFT_GRAPH_PASSES: "0" turns every pass off (handled by the caller); else a
@@ -262,11 +247,13 @@ static weft_status var_readers(const weft_graph *g, int n, int32_t **pairs, int 
 
 // Build the step graph for batch (x, y) into *s.
 static weft_status build_step(weft_run *r, struct weft_graph_train *gt, weft_tensor *x, weft_tensor *y, gstep *s) {
-    const weft_optim_opts *o = weft_optim_get_opts(r->optim);
+    weft_optim_update u; // the op, attrs, state and host scalars of every parameter's update
+    weft_optim_update_of(weft_optim_get_opts(r->optim), &u);
+    enum { MS = WEFT_OPTIM_MAX_STATE };
     int np = r->n_params;
-    weft_dtype dt = gt->dt;
     weft_graph *g = s->g = weft_graph_new();
-    weft_value *vp = calloc((size_t)np * 4 + 1, sizeof *vp), *vg = vp + np, *vm = vp + 2 * np, *vv = vp + 3 * np;
+    // vs[i * MS + k]: parameter i's state u.state[k]
+    weft_value *vp = calloc((size_t)np * (2 + MS) + 1, sizeof *vp), *vg = vp + np, *vs = vp + 2 * np;
     if (!g || !vp) {
         free(vp);
         return GERR(WEFT_ERR_OOM, "out of memory");
@@ -274,23 +261,19 @@ static weft_status build_step(weft_run *r, struct weft_graph_train *gt, weft_ten
     weft_status st = WEFT_OK;
     // 1. trace one eager forward + backward. Parameters and optimiser state are
     //    declared first, so they become named variables sharing eager storage.
-    bool sgd = o->kind == WEFT_OPTIM_SGD, mom = sgd && o->momentum != 0;
     weft_tensor *logits = NULL, *loss = NULL;
     if ((st = weft_graph_trace_begin(g))) goto done;
     s->x = weft_graph_trace_input(g, x, "x");
     s->y = weft_graph_trace_input(g, y, "y");
     for (int i = 0; i < np; i++) {
         vp[i] = weft_graph_trace_variable(g, r->params[i], r->names[i]);
-        vm[i] = vv[i] = WEFT_VALUE_NONE;
-        const char *slots[2] = {sgd ? (mom ? "momentum_buffer" : NULL) : "exp_avg", sgd ? NULL : "exp_avg_sq"};
-        for (int k = 0; k < 2; k++) {
-            if (!slots[k]) continue;
-            weft_tensor *t = state_of(r, i, slots[k]);
+        for (int k = 0; k < u.n_state; k++) {
+            weft_tensor *t = state_of(r, i, u.state[k]);
             char nm[512];
-            snprintf(nm, sizeof nm, "optim.%s.%s", r->names[i], slots[k]);
+            snprintf(nm, sizeof nm, "optim.%s.%s", r->names[i], u.state[k]);
             weft_value v = t ? weft_graph_trace_variable(g, t, nm) : WEFT_VALUE_NONE;
             if (v.id < 0 && !st) st = t ? weft_last_status() : GERR(WEFT_ERR_STATE, "no optimiser state %s", nm);
-            (k == 0 ? vm : vv)[i] = v;
+            vs[i * MS + k] = v;
         }
         if (vp[i].id < 0 && !st) st = weft_last_status();
     }
@@ -325,19 +308,20 @@ static weft_status build_step(weft_run *r, struct weft_graph_train *gt, weft_ten
     if (st) goto done;
     int n_traced = weft_graph_node_count(g);
 
-    // 2. host scalars
-    for (int k = 0; k < N_SC; k++) {
-        bool used = k == SC_LR || (k == SC_FIRST ? mom : k == SC_SS || k == SC_BC2S ? !sgd : false);
-        s->sc[k] = used ? weft_graph_placeholder(g, sc_names[k], 0, NULL, WEFT_F64) : WEFT_VALUE_NONE;
-        if (used && s->sc[k].id < 0) {
+    // 2. the host scalars the update reads
+    for (int k = 0; k < N_SC; k++) s->sc[k] = WEFT_VALUE_NONE;
+    for (int k = 0; k < u.n_scalar; k++) {
+        char nm[64];
+        sc_name(u.scalar[k], nm, sizeof nm);
+        if ((s->sc[u.scalar[k]] = weft_graph_placeholder(g, nm, 0, NULL, WEFT_F64)).id < 0) {
             st = weft_last_status();
             goto done;
         }
     }
 
     // 3. clipping, then one fused update op per parameter (src/ops/def_optim.c)
-    if (r->cfg->net.clip > 0) add_clip(g, np, vg, r->cfg->net.clip, dt);
-    s->targets = calloc((size_t)np * 3 + 1, sizeof *s->targets);
+    if (r->cfg->net.clip > 0) add_clip(g, np, vg, r->cfg->net.clip);
+    s->targets = calloc((size_t)np * (1 + MS) + 1, sizeof *s->targets);
     int32_t *rd = NULL;
     int n_rd = 0;
     if (!s->targets || (st = var_readers(g, n_traced, &rd, &n_rd))) {
@@ -347,46 +331,29 @@ static weft_status build_step(weft_run *r, struct weft_graph_train *gt, weft_ten
     for (int i = 0; !st && i < np; i++) {
         if (vg[i].id < 0) continue;
         const char *pname = r->names[i];
-        weft_value in[7], out[3];
-        int n_in = 0, n_out;
-        const char *opn;
-        double f[4] = {0};
-        int64_t at[1] = {0};
-        in[n_in++] = vp[i];
-        if (sgd && !mom) {
-            opn = "sgd_update", n_out = 1;
-            f[0] = o->weight_decay;
-            in[n_in++] = vg[i], in[n_in++] = s->sc[SC_LR];
-        } else if (sgd) {
-            opn = "sgd_momentum_update", n_out = 2;
-            f[0] = o->weight_decay, f[1] = o->momentum, f[2] = o->dampening, at[0] = o->nesterov;
-            in[n_in++] = vm[i], in[n_in++] = vg[i], in[n_in++] = s->sc[SC_LR], in[n_in++] = s->sc[SC_FIRST];
-        } else {
-            opn = "adam_update", n_out = 3;
-            f[0] = o->beta1, f[1] = o->beta2, f[2] = o->eps, f[3] = o->weight_decay;
-            at[0] = o->kind == WEFT_OPTIM_ADAMW;
-            in[n_in++] = vm[i], in[n_in++] = vv[i], in[n_in++] = vg[i];
-            in[n_in++] = s->sc[SC_LR], in[n_in++] = s->sc[SC_SS], in[n_in++] = s->sc[SC_BC2S];
-        }
+        // op(p, state..., g, scalars...) -> (p', state'...), as weft_optim_step runs it
+        weft_value in[2 + MS + WEFT_OPTIM_MAX_SC], out[1 + MS], var[1 + MS];
+        int n_in = 0, n_out = 1 + u.n_state;
+        var[0] = vp[i];
+        for (int k = 0; k < u.n_state; k++) var[1 + k] = vs[i * MS + k];
+        for (int k = 0; k < n_out; k++) in[n_in++] = var[k];
+        in[n_in++] = vg[i];
+        for (int k = 0; k < u.n_scalar; k++) in[n_in++] = s->sc[u.scalar[k]];
         char nm[560];
         snprintf(nm, sizeof nm, "update.%s", pname);
-        st = weft_graph_op_named(g, nm, opn, n_in, in, at, 1, f, 4, out);
+        st = weft_graph_op_named(g, nm, u.op->name, n_in, in, u.attrs.i, 16, u.attrs.f, 4, out);
         // Per-variable ordering: the update writes p (and its state) in place,
         // so it waits for exactly the nodes that read their old values.
         weft_node_id un = st ? WEFT_NODE_NONE : weft_graph_value_node(g, out[0]);
-        weft_value var[3] = {vp[i], vm[i], sgd ? WEFT_VALUE_NONE : vv[i]};
-        for (int k = 0; k < 3 && !st; k++) {
-            if (var[k].id < 0) continue;
+        for (int k = 0; k < n_out && !st; k++) {
             int32_t vn = g->values[var[k].id].node;
             for (int e = 0; e < n_rd && !st; e++)
                 if (rd[2 * e] == vn && rd[2 * e + 1] != un.id)
                     st = weft_graph_add_control_dep(g, un, (weft_node_id){rd[2 * e + 1]});
         }
-        weft_value src[3] = {out[0], out[1], out[2]};
         for (int k = 0; k < n_out && !st; k++) {
-            snprintf(nm, sizeof nm, "update.%s%s", pname,
-                     k == 0 ? ".param" : k == 1 ? (sgd ? ".momentum_buffer" : ".exp_avg") : ".exp_avg_sq");
-            weft_value a = weft_graph_assign(g, nm, var[k], src[k]);
+            snprintf(nm, sizeof nm, "update.%s.%s", pname, k == 0 ? "param" : u.state[k - 1]);
+            weft_value a = weft_graph_assign(g, nm, var[k], out[k]);
             if (a.id < 0) st = weft_last_status();
             else s->targets[s->n_targets++] = weft_graph_value_node(g, a);
         }
@@ -410,8 +377,11 @@ static weft_status build_step(weft_run *r, struct weft_graph_train *gt, weft_ten
         s->loss = keep[0];
         s->x = weft_graph_find_value(opt, "x");
         s->y = weft_graph_find_value(opt, "y");
-        for (int k = 0; k < N_SC; k++)
-            if (s->sc[k].id >= 0) s->sc[k] = weft_graph_find_value(opt, sc_names[k]);
+        for (int k = 0; k < N_SC; k++) {
+            char nm[64];
+            sc_name(k, nm, sizeof nm);
+            if (s->sc[k].id >= 0) s->sc[k] = weft_graph_find_value(opt, nm);
+        }
         weft_graph_free(g);
         s->g = opt;
     }
@@ -449,7 +419,6 @@ weft_status weft_graph_train_step(weft_run *r, weft_tensor *x, weft_tensor *y, d
             weft_graph_train_free(r);
             return GERR(WEFT_ERR_OOM, "out of memory");
         }
-        gt->dt = weft_tensor_dtype(r->params[0]);
     }
     gstep *s = NULL;
     for (int i = 0; i < gt->n && !s; i++)
@@ -462,8 +431,7 @@ weft_status weft_graph_train_step(weft_run *r, weft_tensor *x, weft_tensor *y, d
         s = &gt->s[gt->n++];
     }
 
-    // Host scalars of this step, computed as weft_optim_step does (double, rounded to the dtype by the cast).
-    const weft_optim_opts *o = weft_optim_get_opts(r->optim);
+    // Host scalars of this step, from the same description weft_optim_step uses.
     double lr = weft_lr_at(&r->sched, r->step + 1); // step k uses lr(k), k from 1
     weft_optim_set_lr(r->optim, lr);
     int64_t pstep = 1; // the parameters' update count after this step (all updated parameters step together)
@@ -473,11 +441,8 @@ weft_status weft_graph_train_step(weft_run *r, weft_tensor *x, weft_tensor *y, d
             pstep = t ? (int64_t)weft_tensor_item(t) + 1 : 1;
             break;
         }
-    double v[N_SC] = {0};
-    v[SC_LR] = lr;
-    v[SC_SS] = lr / (1 - pow(o->beta1, (double)pstep)); // as weft_optim_step's update_one
-    v[SC_BC2S] = sqrt(1 - pow(o->beta2, (double)pstep));
-    v[SC_FIRST] = pstep == 1; // SGD's momentum buffer starts as the first step's d
+    double v[N_SC];
+    weft_optim_scalar_values(weft_optim_get_opts(r->optim), pstep, v); // at lr, set above
     weft_value fv[2 + N_SC];
     weft_tensor *ft[2 + N_SC];
     int nf = 0;

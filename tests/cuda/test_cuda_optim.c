@@ -1,23 +1,23 @@
-// The fused optimiser updates on CUDA (sgd_update, sgd_momentum_update,
-// adam_update) against the CPU kernel, which runs the eager optimiser's own
-// loop (bit-identical to weft_optim_step, tests/graph/test_graph_train.c):
-// several steps from the same start with the same gradients, parameters and
-// state compared after each step; new outputs and in-place updates (outputs
-// over their inputs, as the graph executor does); strided gradients; f32 and
-// f64 host scalars.
+// The optimiser ops on CUDA against their CPU kernels (bit-identical to
+// weft_optim_step, tests/optim/): every update op, reached through the
+// optimiser's own description (src/optim/optim_impl.h) of every kind and
+// option set, over several steps from the same start with the same
+// gradients, parameters and state compared after each step; new outputs and
+// in-place updates (outputs over their inputs, as weft_optim_step and the
+// graph executor do); strided gradients; f32 and f64 host scalars. Then
+// clipping's grad_sumsq (many blocks, strided, empty, into its accumulator)
+// and grad_scale (in place, strided), and a check that every op of the
+// family was run.
 #include <stdlib.h>
 
 #include "cuda_test.h"
 #include "ops/op.h"
-
-// The graph executor's entry (src/graph/plan.h): outputs given by the caller.
-weft_status weft_op_apply_into(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
-                               weft_tensor *const *out);
+#include "optim/optim_impl.h"
 
 static weft_tensor *rand_t(int nd, const int64_t *sz, weft_dtype dt, double lo, double hi, uint64_t seed) {
     int64_t n = 1;
     for (int d = 0; d < nd; d++) n *= sz[d];
-    double *v = malloc(sizeof(double) * (size_t)n);
+    double *v = malloc(sizeof(double) * (size_t)(n ? n : 1));
     wt_vals(v, n, lo, hi, seed);
     weft_tensor *t64 = weft_tensor_from_data(v, nd, sz, WEFT_F64), *t = weft_cast(t64, dt);
     weft_tensor_free(t64);
@@ -25,83 +25,93 @@ static weft_tensor *rand_t(int nd, const int64_t *sz, weft_dtype dt, double lo, 
     return t;
 }
 
-enum { SGD, SGD_MOM, ADAM };
+// The ops run so far (every op of the family must be).
+static const weft_op_def *g_ran[32];
+static int g_n_ran;
+static void ran(const weft_op_def *op) {
+    for (int i = 0; i < g_n_ran; i++)
+        if (g_ran[i] == op) return;
+    if (g_n_ran < 32) g_ran[g_n_ran++] = op;
+}
+
 typedef struct opt_case {
-    int kind;
-    weft_attrs at;
+    weft_optim_opts o;
     bool inplace;       // outputs written over the inputs (weft_op_apply_into)
     bool strided_grad;  // the gradient is a transposed view
     weft_dtype scalars; // dtype of the 0-d host scalars
 } opt_case;
 
-// One side's state: p and up to two state tensors.
-typedef struct side {
-    weft_tensor *s[3];
-} side;
-
-// Run one update on one side; scalars are made on that side's device.
-static bool step(const opt_case *c, side *sd, weft_tensor *g, int t, weft_device dev) {
-    const char *name = c->kind == SGD ? "sgd_update" : c->kind == SGD_MOM ? "sgd_momentum_update" : "adam_update";
-    const weft_op_def *op = weft_op_find(name);
-    int n_out = op->n_out;
-    double lr = 0.01 + 0.002 * t, b1 = c->at.f[0], b2 = c->at.f[1];
-    double sc[3];
-    int n_sc = 0;
-    sc[n_sc++] = lr;
-    if (c->kind == SGD_MOM) sc[n_sc++] = t == 1 ? 1 : 0;
-    if (c->kind == ADAM) {
-        sc[n_sc++] = lr / (1 - pow(b1, t));
-        sc[n_sc++] = sqrt(1 - pow(b2, t));
-    }
-    weft_tensor *in[8], *scal[3];
-    int n = 0;
-    for (int j = 0; j < n_out; j++) in[n++] = sd->s[j];
+// One update of st[0..n_out) (the parameter, then its state) on dev with gradient g, step t.
+static bool step(const opt_case *c, const weft_optim_update *u, weft_tensor **st, weft_tensor *g, int t,
+                 weft_device dev) {
+    weft_optim_opts o = c->o;
+    o.lr *= 1 + 0.2 * t; // a schedule: the scalars change every step
+    double v[WEFT_OPTIM_NUM_SC];
+    weft_optim_scalar_values(&o, t, v);
+    int n_out = 1 + u->n_state, n = 0;
+    weft_tensor *in[8], *sc[WEFT_OPTIM_MAX_SC];
+    for (int j = 0; j < n_out; j++) in[n++] = st[j];
     in[n++] = g;
-    for (int k = 0; k < n_sc; k++) {
-        weft_tensor *h = weft_tensor_scalar(sc[k], c->scalars);
-        scal[k] = dev.type == WEFT_CPU ? h : weft_tensor_to(h, dev);
+    for (int k = 0; k < u->n_scalar; k++) {
+        weft_tensor *h = weft_tensor_scalar(v[u->scalar[k]], c->scalars);
+        sc[k] = dev.type == WEFT_CPU ? h : weft_tensor_to(h, dev);
         if (dev.type != WEFT_CPU) weft_tensor_free(h);
-        in[n++] = scal[k];
+        in[n++] = sc[k];
     }
     bool ok;
     if (c->inplace) {
-        ok = weft_op_apply_into(op, n, in, &c->at, sd->s) == WEFT_OK;
+        ok = weft_op_apply_into(u->op, n, in, &u->attrs, st) == WEFT_OK;
     } else {
-        weft_tensor *out[3] = {NULL, NULL, NULL};
-        ok = weft_op_apply(op, n, in, &c->at, out) == WEFT_OK;
+        weft_tensor *out[4] = {NULL, NULL, NULL, NULL};
+        ok = weft_op_apply(u->op, n, in, &u->attrs, out) == WEFT_OK;
         for (int j = 0; ok && j < n_out; j++) {
-            weft_tensor_free(sd->s[j]);
-            sd->s[j] = out[j];
+            weft_tensor_free(st[j]);
+            st[j] = out[j];
         }
     }
-    for (int k = 0; k < n_sc; k++) weft_tensor_free(scal[k]);
+    for (int k = 0; k < u->n_scalar; k++) weft_tensor_free(sc[k]);
+    ran(u->op);
     return ok;
 }
 
+// A state tensor's starting values (as after earlier steps): squares and their running maxima are
+// >= 0, and a centered RMSProp's grad_avg small enough that square_avg - grad_avg^2 stays >= 0.
+static void state_range(const char *name, double *lo, double *hi) {
+    if (!strcmp(name, "sum") || !strcmp(name, "square_avg") || !strcmp(name, "exp_avg_sq") ||
+        !strcmp(name, "max_exp_avg_sq"))
+        *lo = 0.5, *hi = 1.5;
+    else if (!strcmp(name, "grad_avg")) *lo = -0.3, *hi = 0.3;
+    else *lo = -1, *hi = 1;
+}
+
 static void run_case(const char *what, const opt_case *c, weft_dtype dt, int64_t rows, int64_t cols) {
-    int n_out = c->kind == SGD ? 1 : c->kind == SGD_MOM ? 2 : 3;
+    weft_optim_update u;
+    weft_optim_update_of(&c->o, &u);
+    int n_out = 1 + u.n_state;
     const int64_t sz[2] = {rows, cols}, tsz[2] = {cols, rows};
-    side h, d;
+    weft_tensor *h[4], *d[4];
     for (int j = 0; j < n_out; j++) {
-        // the state starts non-zero (as after earlier steps); v must be >= 0
-        h.s[j] = rand_t(2, sz, dt, j == 2 ? 0 : -1, 1, 100 + (uint64_t)j);
-        d.s[j] = weft_tensor_to(h.s[j], WT_CUDA0);
+        double lo = -1, hi = 1;
+        if (j > 0) state_range(u.state[j - 1], &lo, &hi);
+        h[j] = rand_t(2, sz, dt, lo, hi, 100 + (uint64_t)j);
+        d[j] = weft_tensor_to(h[j], WT_CUDA0);
     }
-    double tol = dt == WEFT_F32 ? 2e-6 : 1e-13;
-    char buf[96];
+    double tol = dt == WEFT_F32 ? 1e-5 : 1e-12;
+    char buf[160];
     for (int t = 1; t <= 4; t++) {
         // gradient: (rows, cols), or a transposed view of a (cols, rows) tensor
         weft_tensor *gs = rand_t(2, c->strided_grad ? tsz : sz, dt, -2, 2, 200 + (uint64_t)t);
         weft_tensor *gh = c->strided_grad ? weft_transpose(gs, 0, 1) : weft_tensor_ref(gs);
         weft_tensor *gds = weft_tensor_to(gs, WT_CUDA0);
         weft_tensor *gd = c->strided_grad ? weft_transpose(gds, 0, 1) : weft_tensor_ref(gds);
-        bool okh = step(c, &h, gh, t, (weft_device){WEFT_CPU, 0});
-        bool okd = step(c, &d, gd, t, WT_CUDA0);
+        bool okh = step(c, &u, h, gh, t, (weft_device){WEFT_CPU, 0});
+        bool okd = step(c, &u, d, gd, t, WT_CUDA0);
         CHECK(okh && okd);
         for (int j = 0; okh && okd && j < n_out; j++) {
-            CHECK(weft_device_equal(weft_tensor_device(d.s[j]), WT_CUDA0));
-            snprintf(buf, sizeof buf, "%s %s step %d tensor %d", what, weft_dtype_name(dt), t, j);
-            wt_check_same(buf, d.s[j], h.s[j], tol);
+            CHECK(weft_device_equal(weft_tensor_device(d[j]), WT_CUDA0));
+            snprintf(buf, sizeof buf, "%s (%s) %s step %d %s", what, u.op->name, weft_dtype_name(dt), t,
+                     j ? u.state[j - 1] : "param");
+            wt_check_same(buf, d[j], h[j], tol);
         }
         weft_tensor_free(gs);
         weft_tensor_free(gh);
@@ -109,41 +119,159 @@ static void run_case(const char *what, const opt_case *c, weft_dtype dt, int64_t
         weft_tensor_free(gd);
     }
     for (int j = 0; j < n_out; j++) {
-        weft_tensor_free(h.s[j]);
-        weft_tensor_free(d.s[j]);
+        weft_tensor_free(h[j]);
+        weft_tensor_free(d[j]);
     }
 }
 
-static void run_all(const char *what, opt_case c) {
+static void run_all(const char *what, weft_optim_opts o) {
     static const weft_dtype dts[] = {WEFT_F32, WEFT_F64};
     for (int k = 0; k < 2; k++)
         for (int mode = 0; mode < 4; mode++) {
-            c.inplace = mode & 1;
-            c.strided_grad = (mode & 2) != 0;
-            c.scalars = mode == 3 ? WEFT_F32 : WEFT_F64;
-            char buf[64];
-            snprintf(buf, sizeof buf, "%s%s%s", what, c.inplace ? " in place" : "",
-                     c.strided_grad ? " strided grad" : "");
+            opt_case c = {o, mode & 1, (mode & 2) != 0, mode == 3 ? WEFT_F32 : WEFT_F64};
+            char buf[96];
+            snprintf(buf, sizeof buf, "%s%s%s%s", what, c.inplace ? " in place" : "",
+                     c.strided_grad ? " strided grad" : "", mode == 3 ? " f32 scalars" : "");
             run_case(buf, &c, dts[k], 7, 33);
-            if (mode == 0) run_case(buf, &c, dts[k], 301, 1000); // many blocks
+            if (mode == 1) run_case(buf, &c, dts[k], 301, 1000); // many blocks
         }
 }
 
-static void test_sgd(void) {
-    run_all("sgd", (opt_case){SGD, .at = {.f = {0}}});
-    run_all("sgd wd", (opt_case){SGD, .at = {.f = {0.01}}});
+static weft_optim_opts opts(weft_optim_kind k, double wd) {
+    weft_optim_opts o = weft_optim_defaults(k);
+    o.weight_decay = wd;
+    return o;
 }
 
-static void test_sgd_momentum(void) {
-    run_all("momentum", (opt_case){SGD_MOM, .at = {.f = {0, 0.9, 0}}});
-    run_all("momentum wd dampening", (opt_case){SGD_MOM, .at = {.f = {0.05, 0.8, 0.25}}});
-    run_all("nesterov wd", (opt_case){SGD_MOM, .at = {.f = {0.01, 0.9, 0}, .i = {1}}});
+static void test_sgd(void) {
+    weft_optim_opts o = opts(WEFT_OPTIM_SGD, 0);
+    o.lr = 0.05;
+    run_all("sgd", o);
+    o.weight_decay = 0.01;
+    run_all("sgd wd", o);
+    o.momentum = 0.9;
+    run_all("momentum wd", o);
+    o.momentum = 0.8, o.dampening = 0.25, o.weight_decay = 0.05;
+    run_all("momentum wd dampening", o);
+    o.dampening = 0, o.nesterov = true;
+    run_all("nesterov wd", o);
+}
+
+static void test_adagrad(void) {
+    weft_optim_opts o = opts(WEFT_OPTIM_ADAGRAD, 0);
+    run_all("adagrad", o);
+    o.weight_decay = 0.01, o.lr_decay = 0.1, o.initial_accumulator_value = 0.2;
+    run_all("adagrad wd lr_decay", o);
+}
+
+static void test_rmsprop(void) {
+    for (int v = 0; v < 4; v++) {
+        weft_optim_opts o = opts(WEFT_OPTIM_RMSPROP, v == 3 ? 0.01 : 0);
+        o.alpha = 0.9;
+        o.momentum = (v & 1) ? 0.5 : 0;
+        o.centered = (v & 2) != 0;
+        const char *names[4] = {"rmsprop", "rmsprop momentum", "rmsprop centered", "rmsprop centered momentum wd"};
+        run_all(names[v], o);
+    }
 }
 
 static void test_adam(void) {
-    run_all("adam", (opt_case){ADAM, .at = {.f = {0.9, 0.999, 1e-8, 0}}});
-    run_all("adam l2", (opt_case){ADAM, .at = {.f = {0.8, 0.99, 1e-6, 0.02}}});
-    run_all("adamw", (opt_case){ADAM, .at = {.f = {0.9, 0.999, 1e-8, 0.01}, .i = {1}}});
+    run_all("adam", opts(WEFT_OPTIM_ADAM, 0));
+    weft_optim_opts o = opts(WEFT_OPTIM_ADAM, 0.02);
+    o.beta1 = 0.8, o.beta2 = 0.99, o.eps = 1e-6;
+    run_all("adam l2", o);
+    o.amsgrad = true;
+    run_all("adam l2 amsgrad", o);
+    run_all("adamw", opts(WEFT_OPTIM_ADAMW, 0.01));
+    o = opts(WEFT_OPTIM_ADAMW, 0.05);
+    o.amsgrad = true;
+    run_all("adamw amsgrad", o);
+}
+
+// grad_sumsq: (acc, x) -> acc + sum of x*x in f64, new output or in place over acc (the CUDA
+// reduction sums in another order: tolerance).
+static void test_sumsq(void) {
+    const weft_op_def *op = weft_op_find("grad_sumsq");
+    const int64_t ns[] = {0, 1, 1000, 262147, (1 << 21) + 5}; // the last: more than 1024 blocks' worth
+    for (int dt = 0; dt < 2; dt++)
+        for (size_t k = 0; k < sizeof ns / sizeof *ns; k++)
+            for (int mode = 0; mode < 4; mode++) {
+                bool strided = mode & 1, inplace = mode & 2;
+                if (strided && ns[k] < 5) continue;
+                weft_dtype d = dt ? WEFT_F64 : WEFT_F32;
+                int64_t sz[2] = {ns[k] / 5, 5}, n1[1] = {ns[k]};
+                weft_tensor *x = strided ? rand_t(2, sz, d, -3, 3, 7 + k) : rand_t(1, n1, d, -3, 3, 7 + k);
+                weft_tensor *xh = strided ? weft_transpose(x, 0, 1) : weft_tensor_ref(x);
+                weft_tensor *xd0 = weft_tensor_to(x, WT_CUDA0);
+                weft_tensor *xd = strided ? weft_transpose(xd0, 0, 1) : weft_tensor_ref(xd0);
+                weft_tensor *ah = weft_tensor_scalar(0.25, WEFT_F64), *ad = weft_tensor_to(ah, WT_CUDA0), *sh, *sd;
+                if (inplace) { // the accumulator takes the sum
+                    CHECK(weft_op_apply_into(op, 2, (weft_tensor *[]){ah, xh}, NULL, &ah) == WEFT_OK);
+                    CHECK(weft_op_apply_into(op, 2, (weft_tensor *[]){ad, xd}, NULL, &ad) == WEFT_OK);
+                    sh = weft_tensor_ref(ah), sd = weft_tensor_ref(ad);
+                } else {
+                    sh = weft_op_apply1(op, 2, (weft_tensor *[]){ah, xh}, NULL);
+                    sd = weft_op_apply1(op, 2, (weft_tensor *[]){ad, xd}, NULL);
+                }
+                CHECK(sh && sd && weft_tensor_ndim(sd) == 0 && weft_tensor_dtype(sd) == WEFT_F64);
+                CHECK(sd && weft_device_equal(weft_tensor_device(sd), WT_CUDA0));
+                char buf[96];
+                snprintf(buf, sizeof buf, "grad_sumsq %s n=%lld%s%s", weft_dtype_name(d),
+                         (long long)weft_tensor_numel(x), strided ? " strided" : "", inplace ? " in place" : "");
+                if (sh && sd) wt_check_same(buf, sd, sh, 1e-13);
+                if (sh && sd && ns[k] == 0) CHECK(weft_tensor_item(sh) == 0.25 && weft_tensor_item(sd) == 0.25);
+                weft_tensor *ts[] = {x, xh, xd0, xd, ah, ad, sh, sd};
+                for (int i = 0; i < 8; i++) weft_tensor_free(ts[i]);
+            }
+    ran(op);
+}
+
+// grad_scale: (g, c) -> g * (T)c, new output or in place, strided input, f32 or f64 factor.
+static void test_scale(void) {
+    const weft_op_def *op = weft_op_find("grad_scale");
+    for (int dt = 0; dt < 2; dt++)
+        for (int mode = 0; mode < 4; mode++) {
+            weft_dtype d = dt ? WEFT_F64 : WEFT_F32;
+            bool inplace = mode & 1, strided = mode & 2;
+            int64_t sz[2] = {301, 77};
+            weft_tensor *x = rand_t(2, sz, d, -3, 3, 40 + (uint64_t)mode);
+            weft_tensor *xh = strided ? weft_transpose(x, 0, 1) : weft_tensor_ref(x);
+            weft_tensor *xd0 = weft_tensor_to(x, WT_CUDA0);
+            weft_tensor *xd = strided ? weft_transpose(xd0, 0, 1) : weft_tensor_ref(xd0);
+            weft_tensor *ch = weft_tensor_scalar(0.3721, mode == 2 ? WEFT_F32 : WEFT_F64);
+            weft_tensor *cd = weft_tensor_to(ch, WT_CUDA0);
+            weft_tensor *oh, *od;
+            if (inplace && !strided) { // written over the input
+                oh = weft_tensor_clone(xh), od = weft_tensor_to(oh, WT_CUDA0);
+                CHECK(weft_op_apply_into(op, 2, (weft_tensor *[]){oh, ch}, NULL, &oh) == WEFT_OK);
+                CHECK(weft_op_apply_into(op, 2, (weft_tensor *[]){od, cd}, NULL, &od) == WEFT_OK);
+            } else {
+                oh = weft_op_apply1(op, 2, (weft_tensor *[]){xh, ch}, NULL);
+                od = weft_op_apply1(op, 2, (weft_tensor *[]){xd, cd}, NULL);
+            }
+            char buf[96];
+            snprintf(buf, sizeof buf, "grad_scale %s mode %d", weft_dtype_name(d), mode);
+            CHECK(oh && od);
+            if (oh && od) wt_check_same(buf, od, oh, 0); // one rounding of one product: exact on both
+            weft_tensor *ts[] = {x, xh, xd0, xd, ch, cd, oh, od};
+            for (int i = 0; i < 8; i++) weft_tensor_free(ts[i]);
+        }
+    ran(op);
+}
+
+// Every op of the family ran above.
+static void test_coverage(void) {
+    static const char *const names[] = {"sgd_update", "sgd_momentum_update", "adagrad_update", "rmsprop_update",
+                                        "rmsprop_momentum_update", "rmsprop_centered_update",
+                                        "rmsprop_centered_momentum_update", "adam_update", "adam_amsgrad_update",
+                                        "grad_sumsq", "grad_scale"};
+    for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+        const weft_op_def *op = weft_op_find(names[k]);
+        bool seen = false;
+        for (int i = 0; i < g_n_ran; i++) seen |= g_ran[i] == op;
+        if (!seen) fprintf(stderr, "%s: not run\n", names[k]);
+        CHECK(op && seen);
+    }
 }
 
 // Mismatched inputs are refused before any kernel (infer), on CUDA as on the CPU.
@@ -155,6 +283,8 @@ static void test_errors(void) {
     CHECK(r == NULL && wt_error_has("sgd_update"));
     r = weft_op_apply1(weft_op_find("sgd_update"), 3, (weft_tensor *[]){d, d, lr}, NULL);
     CHECK(r == NULL && wt_error_has("sgd_update") && wt_error_has("different devices"));
+    r = weft_op_apply1(weft_op_find("grad_scale"), 2, (weft_tensor *[]){d, d}, NULL);
+    CHECK(r == NULL && wt_error_has("grad_scale") && wt_error_has("0-d"));
     weft_tensor *objs[] = {p, d, g, dg, lr, dlr};
     for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++) weft_tensor_free(objs[i]);
 }
@@ -162,8 +292,12 @@ static void test_errors(void) {
 int main(void) {
     WT_CUDA_OR_SKIP();
     RUN(test_sgd);
-    RUN(test_sgd_momentum);
+    RUN(test_adagrad);
+    RUN(test_rmsprop);
     RUN(test_adam);
+    RUN(test_sumsq);
+    RUN(test_scale);
+    RUN(test_coverage);
     RUN(test_errors);
     return wt_summary();
 }

@@ -1,8 +1,9 @@
-// optim_kernels.h — the fused update loops, one per optimiser kind. Included
-// by optim.c once per element type with T (float/double) and SFX
-// defined. Each loop reads a parameter, its gradient and its state once and
-// writes them once: an optimiser step is memory bound, so one pass instead of
-// PyTorch's chain of mul_/add_/addcmul_/sqrt/addcdiv_ passes.
+// optim_loops.h — the fused update loops of the optimiser ops, one per
+// optimiser kind. Included by optim.c once per element type with T
+// (float/double) and SFX defined. Each loop reads a parameter, its gradient
+// and its state once and writes them once: an optimiser step is memory
+// bound, so one pass instead of PyTorch's chain of mul_/add_/addcmul_/sqrt/
+// addcdiv_ passes.
 //
 // The arithmetic follows torch/optim/*.py (_single_tensor_*) operation by
 // operation, with scalars computed in double and rounded to T as ATen does,
