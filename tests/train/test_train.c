@@ -232,6 +232,46 @@ static void test_device(void) {
     weft_model_cfg_free(cfg);
 }
 
+// clip on the accelerator (device gradients; the norm computed there): the run
+// ends where the CPU run ends (bit for bit on the mock), checkpoints included.
+static void test_device_clip(void) {
+    weft_device acc;
+    bool mock = false;
+    if (!wt_accelerator(&acc, &mock)) {
+        CHECK(!"no accelerator");
+        return;
+    }
+    const char *text = "[net]\ndataset = fmnist\nbatch = 32\nepochs = 2\noptimizer = sgd\nlr = 0.5\nclip = 0.25\n"
+                       "seed = 3\n[flatten]\n[linear]\nout = 16\n[relu]\n[linear]\nout = 10\n";
+    weft_model_cfg *cfg = cfg_of(text);
+    char a[300], b[300];
+    snprintf(a, sizeof a, "%s/ck_clip_cpu", g_dir);
+    snprintf(b, sizeof b, "%s/ck_clip_dev", g_dir);
+    weft_train_opts oa = opts_in(a), ob = opts_in(b);
+    ob.device = "cuda";
+    weft_train_result ra, rb;
+    CHECK(cfg && weft_train(cfg, &oa, &ra) == WEFT_OK);
+    CHECK(cfg && weft_train(cfg, &ob, &rb) == WEFT_OK);
+    if (mock) {
+        char pa[512], pb[512];
+        int64_t sa = 0, sb = 0;
+        CHECK(rb.test_loss == ra.test_loss && rb.train_loss == ra.train_loss);
+        CHECK(weft_ckpt_latest(a, &sa, pa, sizeof pa) == WEFT_OK && weft_ckpt_latest(b, &sb, pb, sizeof pb) == WEFT_OK);
+        CHECK(sa == sb && sa > 0 && same_ckpt(pa, pb));
+    } else {
+        CHECK_NEAR(rb.test_loss, ra.test_loss, 1e-3);
+    }
+    // the clip bit: without it the same run ends elsewhere
+    weft_model_cfg *noclip = cfg_of("[net]\ndataset = fmnist\nbatch = 32\nepochs = 2\noptimizer = sgd\nlr = 0.5\n"
+                                    "seed = 3\n[flatten]\n[linear]\nout = 16\n[relu]\n[linear]\nout = 10\n");
+    weft_train_opts oc = opts_in(NULL);
+    oc.device = "cuda";
+    weft_train_result rc;
+    CHECK(noclip && weft_train(noclip, &oc, &rc) == WEFT_OK && rc.train_loss != rb.train_loss);
+    weft_model_cfg_free(noclip);
+    weft_model_cfg_free(cfg);
+}
+
 // [net] precision = bf16 / f16: matmuls under autocast (f16 with loss
 // scaling), f32 parameters; both learn the task, and neither is the f32 run.
 static void test_precision(void) {
@@ -420,6 +460,7 @@ int main(void) {
     RUN(test_language_model);
     RUN(test_hinge_loss);
     RUN(test_device);
+    RUN(test_device_clip);
     RUN(test_precision);
     RUN(test_f16_resume_scale);
     RUN(test_eval_reports_step);
