@@ -355,13 +355,19 @@ static bool nccl_has(const weft_work *w) {
     }
 }
 
-// p (an address inside device tensor d, or MPI_IN_PLACE / NULL) moved to the
-// same element of h, d's host copy.
-static void rebase(void **p, const weft_tensor *d, const weft_tensor *h) {
-    if (!d || !h || !*p || *p == MPI_IN_PLACE) return;
-    char *base = dptr(d);
+// Whether p is an address inside device tensor d (its first element when empty).
+static bool inside(const void *p, const weft_tensor *d) {
+    const char *base = dptr(d);
     size_t n = (size_t)weft_tensor_numel(d) * weft_dtype_size(weft_tensor_dtype(d));
-    if ((char *)*p >= base && ((char *)*p < base + n || *p == base)) *p = dptr(h) + ((char *)*p - base);
+    return (const char *)p >= base && ((const char *)p < base + n || p == base);
+}
+
+// p (an address inside device tensor a or b, or MPI_IN_PLACE / NULL) moved
+// to the same element of that tensor's host copy (ha or hb; NULL: not copied).
+static void rebase(void **p, const weft_tensor *a, const weft_tensor *ha, const weft_tensor *b, const weft_tensor *hb) {
+    if (!*p || *p == MPI_IN_PLACE) return;
+    if (a && ha && inside(*p, a)) *p = dptr(ha) + ((char *)*p - dptr(a));
+    else if (b && hb && inside(*p, b)) *p = dptr(hb) + ((char *)*p - dptr(b));
 }
 
 // A host tensor of t's shape and dtype, holding t's values when `read`.
@@ -411,10 +417,8 @@ static weft_work *stage(weft_work *w) {
         weft_dist_work_release(w);
         return weft_error_null(weft_last_status(), "%s: staging through host memory: %s", fn, weft_last_error());
     }
-    rebase(&w->sbuf, w->a, ha);
-    rebase(&w->sbuf, w->b, hb);
-    rebase(&w->rbuf, w->a, ha);
-    rebase(&w->rbuf, w->b, hb);
+    rebase(&w->sbuf, w->a, ha, w->b, hb);
+    rebase(&w->rbuf, w->a, ha, w->b, hb);
     if (dst) {
         w->back_dst = weft_tensor_ref(dst);
         w->back_src = weft_tensor_ref(dst == w->a ? ha : hb);
