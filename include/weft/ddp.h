@@ -14,6 +14,13 @@
 // the same order on every rank (bucket k only after 0..k-1), as collectives
 // must be.
 //
+// The model may live on any one device: the buffers are on the parameters'
+// device and the all-reduce takes the path the collectives choose for it
+// (weft/dist.h): MPI on the CPU; on a GPU, NCCL on the communication stream
+// where every rank has a GPU of its own (the step after weft_ddp_wait is
+// ordered after it on the GPU, the host does not wait), else staged through
+// host memory.
+//
 //     weft_ddp *d = weft_ddp_create(weft_comm_world(), net, NULL);
 //     for (...) { loss = ...; weft_backward(loss, NULL, NULL);
 //                 weft_ddp_wait(d);          // .grad now averaged over ranks
@@ -43,7 +50,8 @@ typedef struct weft_ddp_opts {
 
 typedef struct weft_ddp weft_ddp;
 
-// Collective over c: broadcasts every parameter and buffer of m from rank 0,
+// Collective over c: broadcasts every parameter and buffer of m from rank 0
+// (parameters: contiguous f32/f64, all on one device),
 // groups the parameters into buckets (reverse parameter order, capacity
 // bucket_mb; one dtype per bucket) and registers grad hooks on them. m is
 // borrowed and must outlive the handle. opts may be NULL (defaults).

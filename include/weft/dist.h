@@ -6,10 +6,24 @@
 // mode checks that all ranks issue the same one; a watchdog turns a stuck
 // collective into an error naming the op and the ranks that have not arrived).
 //
-// Tensors passed to collectives are contiguous CPU tensors (f32, f64, i32,
-// i64, u8). A collective returns an error (never aborts) on bad arguments; a
-// watchdog timeout leaves the communicator unusable: report the error and
-// exit (weft_dist_abort ends every rank).
+// Tensors passed to collectives are contiguous (reductions: f32, f64, i32,
+// i64, u8; moves: also f16, bf16, bool), on the CPU or on a device; the
+// tensors of one call share a device, and every rank passes tensors on the
+// same kind of device. Where they live chooses the path: MPI for CPU
+// tensors; for CUDA tensors NCCL, on the communicator's own communication
+// stream, when weft is built with NCCL and every rank of the communicator has
+// a GPU of its own (decided collectively on the first collective over device
+// tensors; WEFT_DIST_NCCL=0 turns it off); otherwise (ranks sharing a GPU, no
+// NCCL) the tensors are staged through host memory over MPI. A collective
+// over device tensors is ordered after the work queued before it on the
+// calling thread's current stream, and its result is there for the work
+// queued there after it returns (blocking) or after weft_work_wait (async):
+// with NCCL the host does not wait for the GPU in either.
+//
+// A collective returns an error (never aborts) on bad arguments; a watchdog
+// timeout leaves the communicator unusable: report the error and exit
+// (weft_dist_abort ends every rank). The watchdog and the debug mode cover
+// the MPI paths (NCCL's collectives are not numbered).
 #ifndef WEFT_DIST_H
 #define WEFT_DIST_H
 
@@ -26,6 +40,11 @@ bool weft_dist_launched(void);   // this process was started by mpirun (its envi
 // argc/argv may be NULL.
 weft_status weft_dist_init(int *argc, char ***argv);
 bool weft_dist_is_initialized(void);
+// This process's rank among the ranks on its node, and how many share the
+// node (0 and 1 before weft_dist_init or without MPI). weft train gives rank
+// r the GPU (local rank mod GPUs) when it is asked for plain `--device cuda`.
+int weft_dist_local_rank(void);
+int weft_dist_local_size(void);
 // Waits for pending work, frees the world communicator, finalises MPI.
 weft_status weft_dist_finalize(void);
 // Asks MPI to end every rank of the job now (MPI_Abort) with this exit code.
@@ -85,12 +104,16 @@ weft_status weft_dist_recv(weft_comm *c, weft_tensor *t, int src, int tag);
 // Start the operation on the communication thread and return at once. The
 // tensors are referenced until it completes; do not touch their data before
 // weft_work_wait. Operations on one communicator run in the order issued.
+// Device tensors: a staged collective copies its inputs to the host before
+// returning, and weft_work_wait copies the result back; NCCL's is queued on
+// the communication stream, and weft_work_wait makes the caller's current
+// stream wait for it (issue and wait from one thread per communicator).
 typedef struct weft_work weft_work;
 weft_work *weft_dist_all_reduce_async(weft_comm *c, weft_tensor *t, weft_reduce_op op);
 weft_work *weft_dist_broadcast_async(weft_comm *c, weft_tensor *t, int root);
 weft_work *weft_dist_all_gather_async(weft_comm *c, const weft_tensor *in, weft_tensor *out);
 weft_work *weft_dist_reduce_scatter_async(weft_comm *c, const weft_tensor *in, weft_tensor *out, weft_reduce_op op);
-// 1: finished (call wait to collect the status), 0: still running.
+// 1: finished (call wait to collect the status), 0: still running. NCCL: the GPU has run it.
 int weft_work_test(weft_work *w);
 // Waits for completion, frees w and returns the operation's status.
 weft_status weft_work_wait(weft_work *w);

@@ -71,8 +71,11 @@ const char *weft_ps_mode_name(weft_ps_mode m);
 typedef struct weft_ps weft_ps;
 
 // Collective over c. params/names: the model's parameters (contiguous f32/f64
-// CPU tensors; same names, shapes and dtypes on every rank, checked: a
-// mismatch fails on every rank). On server ranks only shapes/dtypes/names
+// tensors on one device; same names, shapes and dtypes on every rank,
+// checked: a mismatch fails on every rank). A worker's parameters may be on
+// an accelerator: it pushes their gradients and pulls into them through
+// page-locked host memory. Servers keep their shards on the CPU (their
+// params give only names, shapes and dtypes). On server ranks only shapes/dtypes/names
 // matter; initial VALUES come from rank 0 (worker 0), and every worker's
 // params are set to them. names may be NULL ("0", "1", ...).
 weft_ps *weft_ps_create(weft_comm *c, int n, weft_tensor *const *params, const char *const *names,
@@ -103,7 +106,7 @@ weft_status weft_ps_step(weft_ps *ps, double lr);
 weft_status weft_ps_pull(weft_ps *ps);
 // Worker: sparse rows of param i (rows along its first dimension, e.g. an
 // embedding (V,D)). rows: i64 (K) ids in [0, V); grad and out: (K,D...) of the
-// param's dtype, contiguous.
+// param's dtype, contiguous (on a device: staged through host copies).
 weft_status weft_ps_push_rows(weft_ps *ps, int i, const weft_tensor *rows, const weft_tensor *grad, double lr);
 weft_status weft_ps_pull_rows(weft_ps *ps, int i, const weft_tensor *rows, weft_tensor *out);
 // Worker: no more requests from this worker.

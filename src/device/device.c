@@ -150,6 +150,25 @@ weft_status weft_device_copy(weft_device dd, void *dst, weft_device sd, const vo
     return s;
 }
 
+void *weft_device_host_alloc(weft_device d, size_t n) {
+    const weft_device_impl *im = weft_device_impl_get(d);
+    if (!im) return NULL;
+    void *p = im->host_alloc ? im->host_alloc(n ? n : 1) : malloc(n ? n : 1);
+    if (!p) {
+        char b[32];
+        return weft_error_null(WEFT_ERR_OOM, "%s: out of host memory allocating %zu staging bytes",
+                               weft_device_str(d, b, sizeof b), n);
+    }
+    return p;
+}
+
+void weft_device_host_free(weft_device d, void *p) {
+    if (!p) return;
+    const weft_device_impl *im = (unsigned)d.type < WEFT_NUM_DEVICE_TYPES ? g_impl[d.type] : NULL;
+    if (im && im->host_free) im->host_free(p);
+    else free(p);
+}
+
 weft_status weft_device_memset(weft_device d, void *p, int v, size_t n) {
     const weft_device_impl *im = weft_device_impl_get(d);
     return im ? im->memset(d.index, p, v, n) : weft_last_status();

@@ -35,11 +35,23 @@ typedef struct weft_device_impl {
     void (*memory_stats)(int index, weft_memory_stats *out);
     void (*memory_reset_peak)(int index);
     void (*memory_empty_cache)(int index);
+    // ---- page-locked host memory (distributed staging) ----
+    // Host memory the device copies to and from by DMA (CUDA: cudaHostAlloc):
+    // the parameter server stages device gradients and parameters through it.
+    // NULL members (the CPU): plain malloc/free serve.
+    void *(*host_alloc)(size_t nbytes);
+    void (*host_free)(void *p);
 } weft_device_impl;
 
 // A backend installs itself here (the CPU one is built in).
 weft_status weft_device_register(weft_device_type t, const weft_device_impl *impl);
 const weft_device_impl *weft_device_impl_get(weft_device d); // NULL + error when unavailable
+
+// Host memory for staging copies to and from device d: page-locked where d's
+// backend has it, else malloc. NULL + error on exhaustion or a missing device.
+// Free with weft_device_host_free on the same device (NULL is fine).
+void *weft_device_host_alloc(weft_device d, size_t nbytes);
+void weft_device_host_free(weft_device d, void *p);
 
 extern const weft_device_impl weft_cpu_device_impl;
 

@@ -4,6 +4,20 @@
 // through the same queue and state machine (weft_dist_run), so both kinds are
 // ordered together.
 //
+// Where the tensors live chooses the path (route()):
+//   CPU      MPI on the tensors' own memory.
+//   device   NCCL where the communicator has it for that device (cuda/nccl.c:
+//            a GPU per rank, weft built with NCCL): issued on the
+//            communication stream, ordered after the caller's stream and
+//            before it again at weft_work_wait, with no host wait. Otherwise
+//            (no NCCL, ranks sharing a GPU, the tests' mock accelerator, or a
+//            collective NCCL lacks: gather, scatter, all-to-all, uneven
+//            chunks, an integer average) staged: the work item's device
+//            tensors are swapped for host copies before it is queued (the
+//            inputs copied down on the caller's thread), MPI runs on those,
+//            and the waiting thread copies the result back up (stage()).
+// Every rank must pass tensors on the same kind of device to one collective.
+//
 // Uneven counts follow weft_dist_chunk (the first n % size ranks get one
 // more element) and use MPI's v-variants. AVG is SUM divided by the size
 // afterwards; for integer dtypes that division truncates toward zero.
@@ -23,8 +37,6 @@ static weft_status check_comm(const char *fn, weft_comm *c) {
 
 static weft_status check_tensor(const char *fn, const char *name, const weft_tensor *t) {
     if (!t) return weft_error(WEFT_ERR_ARG, "%s: %s is NULL", fn, name);
-    if (weft_tensor_device(t).type != WEFT_CPU)
-        return weft_error(WEFT_ERR_DEVICE, "%s: %s is not on the CPU", fn, name);
     if (!weft_tensor_is_contiguous(t)) return weft_error(WEFT_ERR_ARG, "%s: %s is not contiguous", fn, name);
     if (weft_dist_mpi_dtype(weft_tensor_dtype(t)) == MPI_DATATYPE_NULL)
         return weft_error(WEFT_ERR_DTYPE, "%s: %s has dtype %s, which cannot be sent", fn, name,
@@ -51,16 +63,27 @@ static weft_status check_root(const char *fn, const weft_comm *c, int root) {
     return WEFT_OK;
 }
 
+// Same dtype and same device (the in-place and overlap checks compare
+// addresses on that device).
 static weft_status check_same_dtype(const char *fn, const weft_tensor *in, const weft_tensor *out) {
     if (weft_tensor_dtype(in) != weft_tensor_dtype(out))
         return weft_error(WEFT_ERR_DTYPE, "%s: in is %s but out is %s", fn, weft_dtype_name(weft_tensor_dtype(in)),
                           weft_dtype_name(weft_tensor_dtype(out)));
+    if (!weft_device_equal(weft_tensor_device(in), weft_tensor_device(out))) {
+        char a[32], b[32];
+        return weft_error(WEFT_ERR_DEVICE, "%s: in is on %s but out is on %s", fn,
+                          weft_device_str(weft_tensor_device(in), a, sizeof a),
+                          weft_device_str(weft_tensor_device(out), b, sizeof b));
+    }
     return WEFT_OK;
 }
 
+// The address of t's first element on its own device (host memory for a CPU tensor).
+static char *dptr(const weft_tensor *t) { return t ? weft_tensor_device_ptr(t) : NULL; }
+
 static bool overlap(const weft_tensor *a, const weft_tensor *b) {
     size_t es = weft_dtype_size(weft_tensor_dtype(a));
-    const char *pa = weft_tensor_data(a), *pb = weft_tensor_data(b);
+    const char *pa = dptr(a), *pb = dptr(b);
     size_t na = (size_t)weft_tensor_numel(a) * es, nb = (size_t)weft_tensor_numel(b) * es;
     if (!pa || !pb || !na || !nb) return false;
     return pa < pb + nb && pb < pa + na;
@@ -104,7 +127,7 @@ static weft_work *inplace_op(const char *fn, int kind, weft_comm *c, weft_tensor
     w->dt = weft_tensor_dtype(t);
     w->rop = op;
     w->root = kind == WK_ALL_REDUCE ? -1 : root;
-    w->rbuf = weft_tensor_data(t);
+    w->rbuf = dptr(t);
     w->rcount = (int)weft_tensor_numel(t);
     w->n_total = w->n_local = w->rcount;
     return w;
@@ -127,7 +150,7 @@ static weft_work *reduce_build(weft_comm *c, weft_tensor *t, weft_reduce_op op, 
 static bool in_place_or_apart(const char *fn, const weft_tensor *part, const weft_tensor *whole, int64_t off,
                               void **buf) {
     size_t es = weft_dtype_size(weft_tensor_dtype(whole));
-    if (weft_tensor_numel(part) > 0 && weft_tensor_data(part) == (char *)weft_tensor_data(whole) + off * (int64_t)es) {
+    if (weft_tensor_numel(part) > 0 && dptr(part) == (char *)dptr(whole) + off * (int64_t)es) {
         *buf = MPI_IN_PLACE;
         return true;
     }
@@ -135,7 +158,7 @@ static bool in_place_or_apart(const char *fn, const weft_tensor *part, const wef
         weft_error(WEFT_ERR_ARG, "%s: in and out overlap (only in == this rank's chunk of out is allowed)", fn);
         return false;
     }
-    *buf = weft_tensor_data(part);
+    *buf = dptr(part);
     return true;
 }
 
@@ -161,7 +184,7 @@ static weft_work *all_gather_build(weft_comm *c, const weft_tensor *in, weft_ten
     w->dt = weft_tensor_dtype(out);
     w->sbuf = sbuf;
     w->scount = (int)k;
-    w->rbuf = weft_tensor_data(out);
+    w->rbuf = dptr(out);
     w->n_total = n;
     w->n_local = k;
     if (!chunks(n, c->size, &w->rcounts, &w->rdispls)) return oom(w, fn);
@@ -173,7 +196,7 @@ static weft_work *gather_build(weft_comm *c, const weft_tensor *in, weft_tensor 
     if (check_comm(fn, c) || check_root(fn, c, root) || check_tensor(fn, "in", in)) return NULL;
     bool is_root = c->rank == root;
     int64_t n = -1, off = 0;
-    void *sbuf = weft_tensor_data(in);
+    void *sbuf = dptr(in);
     if (is_root) {
         if (check_tensor(fn, "out (on the root)", out) || check_same_dtype(fn, in, out)) return NULL;
         int64_t k;
@@ -195,7 +218,7 @@ static weft_work *gather_build(weft_comm *c, const weft_tensor *in, weft_tensor 
     w->root = root;
     w->sbuf = sbuf;
     w->scount = (int)weft_tensor_numel(in);
-    w->rbuf = is_root ? weft_tensor_data(out) : NULL;
+    w->rbuf = is_root ? dptr(out) : NULL;
     w->n_total = n;
     w->n_local = w->scount;
     if (is_root && !chunks(n, c->size, &w->rcounts, &w->rdispls)) return oom(w, fn);
@@ -207,7 +230,7 @@ static weft_work *scatter_build(weft_comm *c, const weft_tensor *in, weft_tensor
     if (check_comm(fn, c) || check_root(fn, c, root) || check_tensor(fn, "out", out)) return NULL;
     bool is_root = c->rank == root;
     int64_t n = -1;
-    void *rbuf = weft_tensor_data(out);
+    void *rbuf = dptr(out);
     if (is_root) {
         if (check_tensor(fn, "in (on the root)", in) || check_same_dtype(fn, in, out)) return NULL;
         int64_t off, k;
@@ -227,7 +250,7 @@ static weft_work *scatter_build(weft_comm *c, const weft_tensor *in, weft_tensor
     w->b = weft_tensor_ref(out);
     w->dt = weft_tensor_dtype(out);
     w->root = root;
-    w->sbuf = is_root ? weft_tensor_data(in) : NULL;
+    w->sbuf = is_root ? dptr(in) : NULL;
     w->rbuf = rbuf;
     w->rcount = (int)weft_tensor_numel(out);
     w->n_total = n;
@@ -256,8 +279,8 @@ static weft_work *reduce_scatter_build(weft_comm *c, const weft_tensor *in, weft
     w->b = weft_tensor_ref(out);
     w->dt = weft_tensor_dtype(in);
     w->rop = op;
-    w->sbuf = weft_tensor_data(in);
-    w->rbuf = weft_tensor_data(out);
+    w->sbuf = dptr(in);
+    w->rbuf = dptr(out);
     w->n_total = n;
     w->n_local = k;
     if (!chunks(n, c->size, &w->rcounts, &w->rdispls)) return oom(w, fn);
@@ -286,8 +309,8 @@ static weft_work *all_to_all_build(weft_comm *c, const weft_tensor *in, weft_ten
     w->a = weft_tensor_ref((weft_tensor *)in);
     w->b = weft_tensor_ref(out);
     w->dt = weft_tensor_dtype(in);
-    w->sbuf = weft_tensor_data(in);
-    w->rbuf = weft_tensor_data(out);
+    w->sbuf = dptr(in);
+    w->rbuf = dptr(out);
     w->n_total = n;
     w->n_local = k;
     if (!chunks(n, c->size, &w->counts, &w->displs)) return oom(w, fn);
@@ -307,9 +330,158 @@ static weft_work *barrier_build(weft_comm *c) {
     return w;
 }
 
+// ---- device tensors ----
+
+// The tensor every rank passes (its device chooses the path for all ranks).
+static const weft_tensor *routed_by(const weft_work *w) {
+    switch (w->kind) {
+    case WK_SCATTER: return w->b;
+    default: return w->a;
+    }
+}
+
+// Whether NCCL has this collective: no gather, scatter or all-to-all, equal
+// chunks only, and an average of floats only (MPI's truncating integer
+// average is not NCCL's).
+static bool nccl_has(const weft_work *w) {
+    switch (w->kind) {
+    case WK_BROADCAST: return true;
+    case WK_ALL_REDUCE:
+    case WK_REDUCE: return w->rop != WEFT_REDUCE_AVG || w->dt == WEFT_F32 || w->dt == WEFT_F64;
+    case WK_ALL_GATHER: return w->n_total % w->c->size == 0;
+    case WK_REDUCE_SCATTER:
+        return w->n_total % w->c->size == 0 && (w->rop != WEFT_REDUCE_AVG || w->dt == WEFT_F32 || w->dt == WEFT_F64);
+    default: return false;
+    }
+}
+
+// Whether p is an address inside device tensor d (its first element when empty).
+static bool inside(const void *p, const weft_tensor *d) {
+    const char *base = dptr(d);
+    size_t n = (size_t)weft_tensor_numel(d) * weft_dtype_size(weft_tensor_dtype(d));
+    return (const char *)p >= base && ((const char *)p < base + n || p == base);
+}
+
+// p (an address inside device tensor a or b, or MPI_IN_PLACE / NULL) moved
+// to the same element of that tensor's host copy (ha or hb; NULL: not copied).
+static void rebase(void **p, const weft_tensor *a, const weft_tensor *ha, const weft_tensor *b, const weft_tensor *hb) {
+    if (!*p || *p == MPI_IN_PLACE) return;
+    if (a && ha && inside(*p, a)) *p = dptr(ha) + ((char *)*p - dptr(a));
+    else if (b && hb && inside(*p, b)) *p = dptr(hb) + ((char *)*p - dptr(b));
+}
+
+// A host tensor of t's shape and dtype, holding t's values when `read`.
+static weft_tensor *host_copy(weft_tensor *t, bool read) {
+    if (read) return weft_tensor_to(t, WEFT_DEVICE_CPU); // waits for the device's work on t
+    return weft_tensor_empty_on(weft_tensor_ndim(t), weft_tensor_sizes(t), weft_tensor_dtype(t), WEFT_DEVICE_CPU);
+}
+
+// Swaps w's device tensors for host copies (the inputs copied down now, on
+// the caller's thread); MPI then runs on those, and the waiting thread copies
+// the result into the device tensor (weft_dist_work_finish). Which tensor is
+// read and which written depends on the kind and the rank:
+//   broadcast a: read on the root, written elsewhere   all_reduce a: both
+//   reduce    a: read, written on the root
+//   all_gather / gather  a read; b written (and read where a is b's chunk, in place)
+//   scatter   a read (root); b written unless it is a's chunk (in place: already there)
+//   reduce_scatter / all_to_all  a read, b written
+static weft_work *stage(weft_work *w) {
+    const char *fn = w->fn;
+    bool root = w->c->rank == w->root, a_read = w->a != NULL, b_read = false;
+    weft_tensor *dst = NULL; // the device tensor the result goes to
+    switch (w->kind) {
+    case WK_BROADCAST:
+        a_read = root;
+        dst = root ? NULL : w->a;
+        break;
+    case WK_ALL_REDUCE: dst = w->a; break;
+    case WK_REDUCE: dst = root ? w->a : NULL; break;
+    case WK_ALL_GATHER:
+    case WK_GATHER:
+        b_read = w->sbuf == MPI_IN_PLACE;
+        a_read = !b_read;
+        dst = w->b;
+        break;
+    case WK_SCATTER: dst = w->rbuf == MPI_IN_PLACE ? NULL : w->b; break;
+    default: dst = w->b; break; // reduce_scatter, all_to_all
+    }
+    weft_tensor *ha = NULL, *hb = NULL;
+    bool ok = true;
+    if (w->a && a_read) ok = (ha = host_copy(w->a, true)) != NULL;
+    else if (w->a && dst == w->a) ok = (ha = host_copy(w->a, false)) != NULL;
+    if (ok && w->b && (b_read || dst == w->b)) ok = (hb = host_copy(w->b, b_read)) != NULL;
+    if (!ok) {
+        weft_tensor_free(ha);
+        weft_tensor_free(hb);
+        atomic_store(&w->refs, 1);
+        weft_dist_work_release(w);
+        return weft_error_null(weft_last_status(), "%s: staging through host memory: %s", fn, weft_last_error());
+    }
+    rebase(&w->sbuf, w->a, ha, w->b, hb);
+    rebase(&w->rbuf, w->a, ha, w->b, hb);
+    if (dst) {
+        w->back_dst = weft_tensor_ref(dst);
+        w->back_src = weft_tensor_ref(dst == w->a ? ha : hb);
+    }
+    weft_tensor_free(w->a);
+    weft_tensor_free(w->b);
+    w->a = ha;
+    w->b = hb;
+    return w;
+}
+
+// A built work item over device tensors goes to NCCL or is staged; one over
+// CPU tensors is left as it is. Every rank routes the same way: the path
+// depends on the communicator's (collective) decision and on what all ranks
+// share (kind, dtype, counts).
+static weft_work *route(weft_work *w) {
+    if (!w) return NULL;
+    const weft_tensor *t = routed_by(w);
+    if (!t || weft_tensor_device(t).type == WEFT_CPU) return w;
+#ifdef WEFT_HAVE_NCCL
+    int nccl = weft_nccl_wanted(w->c, weft_tensor_device(t), w->fn);
+    if (nccl < 0) {
+        atomic_store(&w->refs, 1);
+        weft_dist_work_release(w);
+        return NULL;
+    }
+    if (nccl && nccl_has(w)) {
+        weft_work *n = weft_nccl_issue(w->c, w->fn, w->kind, w->a, w->b, w->rop, w->root);
+        atomic_store(&w->refs, 1);
+        weft_dist_work_release(w);
+        return n;
+    }
+#else
+    (void)nccl_has;
+#endif
+    return stage(w);
+}
+
+weft_status weft_dist_work_finish(weft_work *w) {
+#ifdef WEFT_HAVE_NCCL
+    if (w->nccl_done) return weft_nccl_work_finish(w);
+#endif
+    if (!w->back_dst) return WEFT_OK;
+    weft_status st = weft_tensor_copy_(w->back_dst, w->back_src);
+    if (st != WEFT_OK) return weft_error(st, "%s: copying the result back to the device: %s", w->fn, weft_last_error());
+    return WEFT_OK;
+}
+
+bool weft_dist_work_query(weft_work *w) {
+#ifdef WEFT_HAVE_NCCL
+    if (w->nccl_done) return weft_nccl_work_query(w);
+#endif
+    (void)w;
+    return true;
+}
+
 // ---- async: queued for the communication thread ----
 
-static weft_work *submit(weft_work *w) { return w ? weft_dist_submit(w) : NULL; }
+// NCCL's items are issued already (route); the others go to the queue.
+static weft_work *submit(weft_work *w) {
+    w = route(w);
+    return !w || w->issued ? w : weft_dist_submit(w);
+}
 
 weft_work *weft_dist_all_reduce_async(weft_comm *c, weft_tensor *t, weft_reduce_op op) {
     return submit(all_reduce_build(c, t, op));
@@ -326,31 +498,23 @@ weft_work *weft_dist_reduce_scatter_async(weft_comm *c, const weft_tensor *in, w
 
 // ---- blocking ----
 
-static weft_status run(weft_work *w) { return w ? weft_dist_run(w) : weft_last_status(); }
-
-// Tensors on a CUDA device take the NCCL path (cuda/nccl.c) where weft has it.
-#ifdef WEFT_HAVE_NCCL
-#define ON_CUDA(t) ((t) && weft_tensor_device(t).type == WEFT_CUDA)
-#else
-#define ON_CUDA(t) false
-#define weft_nccl_broadcast(c, t, r) WEFT_ERR_UNSUPPORTED
-#define weft_nccl_all_reduce(c, t, o) WEFT_ERR_UNSUPPORTED
-#define weft_nccl_reduce(c, t, o, r) WEFT_ERR_UNSUPPORTED
-#define weft_nccl_all_gather(c, i, o) WEFT_ERR_UNSUPPORTED
-#define weft_nccl_reduce_scatter(c, i, o, op) WEFT_ERR_UNSUPPORTED
-#endif
-
-weft_status weft_dist_broadcast(weft_comm *c, weft_tensor *t, int root) {
-    return ON_CUDA(t) ? weft_nccl_broadcast(c, t, root) : run(broadcast_build(c, t, root));
+// NCCL's items: wait for them as for async ones (the caller's stream is then
+// ordered after the collective; the host does not wait).
+static weft_status run(weft_work *w) {
+    w = route(w);
+    if (!w) return weft_last_status();
+    return w->issued ? weft_work_wait(w) : weft_dist_run(w);
 }
+
+weft_status weft_dist_broadcast(weft_comm *c, weft_tensor *t, int root) { return run(broadcast_build(c, t, root)); }
 weft_status weft_dist_all_reduce(weft_comm *c, weft_tensor *t, weft_reduce_op op) {
-    return ON_CUDA(t) ? weft_nccl_all_reduce(c, t, op) : run(all_reduce_build(c, t, op));
+    return run(all_reduce_build(c, t, op));
 }
 weft_status weft_dist_reduce(weft_comm *c, weft_tensor *t, weft_reduce_op op, int root) {
-    return ON_CUDA(t) ? weft_nccl_reduce(c, t, op, root) : run(reduce_build(c, t, op, root));
+    return run(reduce_build(c, t, op, root));
 }
 weft_status weft_dist_all_gather(weft_comm *c, const weft_tensor *in, weft_tensor *out) {
-    return ON_CUDA(in) ? weft_nccl_all_gather(c, in, out) : run(all_gather_build(c, in, out));
+    return run(all_gather_build(c, in, out));
 }
 weft_status weft_dist_gather(weft_comm *c, const weft_tensor *in, weft_tensor *out, int root) {
     return run(gather_build(c, in, out, root));
@@ -359,7 +523,7 @@ weft_status weft_dist_scatter(weft_comm *c, const weft_tensor *in, weft_tensor *
     return run(scatter_build(c, in, out, root));
 }
 weft_status weft_dist_reduce_scatter(weft_comm *c, const weft_tensor *in, weft_tensor *out, weft_reduce_op op) {
-    return ON_CUDA(in) ? weft_nccl_reduce_scatter(c, in, out, op) : run(reduce_scatter_build(c, in, out, op));
+    return run(reduce_scatter_build(c, in, out, op));
 }
 weft_status weft_dist_all_to_all(weft_comm *c, const weft_tensor *in, weft_tensor *out) {
     return run(all_to_all_build(c, in, out));

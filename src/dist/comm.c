@@ -85,6 +85,7 @@ static struct {
 
 static weft_comm *g_world;
 static bool g_we_initialized;
+static int g_local_rank, g_local_size = 1; // this process among the ranks on its node
 
 bool weft_dist_available(void) { return true; }
 
@@ -129,8 +130,13 @@ weft_work *weft_dist_work_new(weft_comm *c, const char *fn, int kind) {
 
 static void work_free(weft_work *w) {
     weft_ring_free(w);
+#ifdef WEFT_HAVE_NCCL
+    if (w->nccl_done) weft_nccl_work_free(w);
+#endif
     weft_tensor_free(w->a);
     weft_tensor_free(w->b);
+    weft_tensor_free(w->back_dst);
+    weft_tensor_free(w->back_src);
     free(w->counts);
     free(w->displs);
     free(w->rcounts);
@@ -222,12 +228,16 @@ weft_status weft_dist_run(weft_work *w) {
     drive(w, false);
     weft_status s = w->status;
     if (s != WEFT_OK) weft_error(s, "%s", w->msg);
+    else s = weft_dist_work_finish(w);
     weft_dist_work_release(w); // the thread's reference (a stuck request holds a third)
     weft_dist_work_release(w);
     return s;
 }
 
-int weft_work_test(weft_work *w) { return w && atomic_load_explicit(&w->done, memory_order_acquire) ? 1 : 0; }
+int weft_work_test(weft_work *w) {
+    if (!w || !atomic_load_explicit(&w->done, memory_order_acquire)) return 0;
+    return !w->issued || weft_dist_work_query(w) ? 1 : 0; // issued (NCCL): done when the device is
+}
 
 weft_status weft_work_wait(weft_work *w) {
     if (!w) return weft_error(WEFT_ERR_ARG, "work_wait: handle is NULL");
@@ -256,6 +266,7 @@ weft_status weft_work_wait(weft_work *w) {
     }
     weft_status s = w->status;
     if (s != WEFT_OK) weft_error(s, "%s", w->msg);
+    else s = weft_dist_work_finish(w);
     weft_dist_work_release(w);
     return s;
 }
@@ -269,6 +280,7 @@ static void comm_destroy(weft_comm *c) {
     weft_nccl_comm_destroy(c);
 #endif
     pthread_cond_destroy(&c->cv_work);
+    pthread_mutex_destroy(&c->dev_mu);
     MPI_Comm_free(&c->user);
     MPI_Comm_free(&c->ctl);
     MPI_Comm_free(&c->coll);
@@ -315,6 +327,8 @@ static weft_comm *comm_wrap(MPI_Comm base, bool is_world, const weft_comm *paren
         atomic_init(&c->debug, d && *d && strcmp(d, "0") != 0);
     }
     pthread_cond_init(&c->cv_work, NULL);
+    pthread_mutex_init(&c->dev_mu, NULL);
+    c->dev_path = DEV_UNDECIDED;
     if (pthread_create(&c->thread, NULL, comm_thread, c) != 0) {
         weft_error(WEFT_ERR_STATE, "dist: cannot start a communication thread");
         comm_destroy(c);
@@ -362,6 +376,14 @@ weft_status weft_dist_init(int *argc, char ***argv) {
                               "dist_init: MPI was initialised with thread level %d, weft needs MPI_THREAD_MULTIPLE",
                               provided);
     }
+    // The ranks sharing this node (and its GPUs): a rank's device is its
+    // local rank modulo the device count (weft train --device cuda).
+    MPI_Comm node;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        MPI_Comm_rank(node, &g_local_rank);
+        MPI_Comm_size(node, &g_local_size);
+        MPI_Comm_free(&node);
+    }
     MPI_Comm w;
     MPI_Comm_dup(MPI_COMM_WORLD, &w);
     g_world = comm_wrap(w, true, NULL);
@@ -369,6 +391,8 @@ weft_status weft_dist_init(int *argc, char ***argv) {
 }
 
 bool weft_dist_is_initialized(void) { return g_world != NULL; }
+int weft_dist_local_rank(void) { return g_world ? g_local_rank : 0; }
+int weft_dist_local_size(void) { return g_world ? g_local_size : 1; }
 
 weft_status weft_dist_finalize(void) {
     if (!g_world) return WEFT_OK;
@@ -406,8 +430,10 @@ weft_comm *weft_comm_split(weft_comm *c, int color, int key) {
     if (!c) return weft_error_null(WEFT_ERR_ARG, "comm_split: communicator is NULL");
     // Exchange (color, key) as a numbered collective first: the watchdog and
     // the debug check cover it, and once it is done every rank is at the split.
-    weft_tensor *mine = weft_tensor_from_data((int32_t[]){color, key}, WEFT_DIMS(2), WEFT_I32);
-    weft_tensor *all = weft_tensor_empty(WEFT_DIMS(2 * (int64_t)c->size), WEFT_I32);
+    // Host tensors whatever the default device: the exchange is MPI's.
+    weft_tensor *mine = weft_tensor_empty_on(WEFT_DIMS(2), WEFT_I32, WEFT_DEVICE_CPU);
+    weft_tensor *all = weft_tensor_empty_on(WEFT_DIMS(2 * (int64_t)c->size), WEFT_I32, WEFT_DEVICE_CPU);
+    if (mine) memcpy(weft_tensor_data(mine), (int32_t[]){color, key}, 2 * sizeof(int32_t));
     weft_status s = mine && all ? weft_dist_all_gather(c, mine, all) : weft_last_status();
     weft_tensor_free(mine);
     weft_tensor_free(all);
@@ -602,12 +628,19 @@ static void finish_avg(weft_work *w) {
     int64_t n = w->kind == WK_REDUCE_SCATTER ? w->rcounts[w->c->rank] : w->rcount;
     int p = w->c->size;
     void *d = w->rbuf;
+    bool pow2 = (p & (p - 1)) == 0; // then the product by 1/p is the exact quotient, and faster
     switch (w->dt) {
     case WEFT_F32:
-        for (int64_t i = 0; i < n; i++) ((float *)d)[i] /= (float)p;
+        if (pow2)
+            for (int64_t i = 0; i < n; i++) ((float *)d)[i] *= 1.0f / (float)p;
+        else
+            for (int64_t i = 0; i < n; i++) ((float *)d)[i] /= (float)p;
         break;
     case WEFT_F64:
-        for (int64_t i = 0; i < n; i++) ((double *)d)[i] /= p;
+        if (pow2)
+            for (int64_t i = 0; i < n; i++) ((double *)d)[i] *= 1.0 / p;
+        else
+            for (int64_t i = 0; i < n; i++) ((double *)d)[i] /= p;
         break;
     case WEFT_I32:
         for (int64_t i = 0; i < n; i++) ((int32_t *)d)[i] /= p;
@@ -874,6 +907,8 @@ static void *comm_thread(void *arg) {
 bool weft_dist_available(void) { return false; }
 weft_status weft_dist_init(int *argc, char ***argv) { return NOMPI("dist_init"); }
 bool weft_dist_is_initialized(void) { return false; }
+int weft_dist_local_rank(void) { return 0; }
+int weft_dist_local_size(void) { return 1; }
 weft_status weft_dist_finalize(void) { return WEFT_OK; }
 void weft_dist_abort(int code) {}
 weft_comm *weft_comm_world(void) { return weft_error_null(WEFT_ERR_UNSUPPORTED, "comm_world: weft built without MPI"); }

@@ -26,15 +26,30 @@ typedef enum {
 
 const char *weft_dist_kind_name(int kind);
 
+// Collectives over device tensors (collectives.c chooses by where a tensor
+// lives): NCCL where weft has it and every rank of the communicator has a GPU
+// of its own (cuda/nccl.c), else staged through host memory over MPI.
+//
+// NCCL's path issues the collective on the communicator's communication
+// stream after the caller's current stream (which wrote the inputs) and
+// returns a work item already issued: its event, recorded after the
+// collective, is what weft_work_wait makes the caller's stream wait on (no
+// host wait). Every rank must decide the same way, so the decision is a
+// collective itself, made on the first collective over a device tensor.
+typedef enum { DEV_UNDECIDED, DEV_NCCL, DEV_STAGED } dev_path;
 #ifdef WEFT_HAVE_NCCL
-// Collectives over tensors on CUDA devices go through NCCL (cuda/nccl.c):
-// queued on the calling thread's current stream, so they return before the
-// GPU has run them, like any other op on a device tensor.
-weft_status weft_nccl_broadcast(weft_comm *c, weft_tensor *t, int root);
-weft_status weft_nccl_all_reduce(weft_comm *c, weft_tensor *t, weft_reduce_op op);
-weft_status weft_nccl_reduce(weft_comm *c, weft_tensor *t, weft_reduce_op op, int root);
-weft_status weft_nccl_all_gather(weft_comm *c, const weft_tensor *in, weft_tensor *out);
-weft_status weft_nccl_reduce_scatter(weft_comm *c, const weft_tensor *in, weft_tensor *out, weft_reduce_op op);
+// Whether c's collectives over tensors on device d go through NCCL: decided
+// (collectively, over MPI) on the first call, then cached; the NCCL
+// communicator and the communication stream are made then. -1 with an error.
+int weft_nccl_wanted(weft_comm *c, weft_device d, const char *fn);
+// Issues a collective whose arguments collectives.c has checked (kind: one of
+// WK_BROADCAST, WK_ALL_REDUCE, WK_REDUCE, WK_ALL_GATHER, WK_REDUCE_SCATTER;
+// a: in or in place, b: out). Returns an issued work item (done for the host).
+struct weft_work *weft_nccl_issue(weft_comm *c, const char *fn, int kind, weft_tensor *a, weft_tensor *b,
+                                  weft_reduce_op op, int root);
+weft_status weft_nccl_work_finish(struct weft_work *w); // the caller's stream waits for it
+bool weft_nccl_work_query(struct weft_work *w);         // the GPU has run it
+void weft_nccl_work_free(struct weft_work *w);
 void weft_nccl_comm_destroy(weft_comm *c);
 #endif
 
@@ -44,8 +59,13 @@ struct weft_comm {
     MPI_Comm coll; // weft's collectives
     MPI_Comm ctl;  // arrival announcements and the debug exchange
     MPI_Comm user; // the caller's point-to-point traffic (weft_comm_mpi)
-    void *nccl;    // ncclComm_t for collectives over CUDA tensors (cuda/nccl.c), made on first use
-    int nccl_device;
+    // Collectives over device tensors (cuda/nccl.c), set up on the first one.
+    pthread_mutex_t dev_mu;
+    int dev_path;          // dev_path: NCCL or staged, the same on every rank
+    weft_device dev;       // the device that decision was made for
+    void *nccl;            // ncclComm_t
+    void *nccl_stream;     // cudaStream_t: the communication stream
+    void *nccl_ready;      // cudaEvent_t: recorded on the caller's stream before each collective
     int rank, size;
     int *world_ranks;
     bool is_world;
@@ -100,6 +120,14 @@ struct weft_work {
     atomic_int done;
     atomic_int refs; // the caller's handle + the communication thread
     struct weft_work *next;
+    // Device tensors (collectives.c). Staged over MPI: the collective runs on
+    // host copies, and the waiting thread copies the result (back_src, on the
+    // host) into the device tensor back_dst. NCCL: issued already; nccl_done
+    // is its event on the communication stream (device nccl_device).
+    weft_tensor *back_dst, *back_src;
+    bool issued;
+    void *nccl_done;
+    int nccl_device;
 };
 
 // Queue w on its communicator (numbering it if it is a collective); NULL and
@@ -109,6 +137,12 @@ weft_work *weft_dist_submit(weft_work *w);
 weft_status weft_dist_run(weft_work *w);
 weft_work *weft_dist_work_new(weft_comm *c, const char *fn, int kind);
 void weft_dist_work_release(weft_work *w);
+// Run by the thread that waits, once w's collective has finished: a staged
+// result's copy back to its device tensor, or the caller's stream waiting on
+// NCCL's event (collectives.c).
+weft_status weft_dist_work_finish(weft_work *w);
+// Whether an issued (NCCL) item's collective has finished on the device.
+bool weft_dist_work_query(weft_work *w);
 double weft_dist_now(void);
 
 // All-reduces of at least this many bytes run as a ring (reduce-scatter then

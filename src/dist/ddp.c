@@ -12,10 +12,18 @@
 //   wait       buckets not ready (parameters unused by this backward) are
 //              filled now (a missing .grad counts as zero) and issued in
 //              order; then every all-reduce is waited for and the averages
-//              are copied back into .grad. The buckets are all-reduced as
-//              sums and divided by the size in that copy: one pass over the
-//              gradients instead of two (the collective's AVG divides in
-//              place, then we would copy).
+//              are copied back into .grad.
+//
+// One path for every device. A bucket's buffer lives on its parameters'
+// device, and each parameter's place in it is a view with the parameter's
+// shape (slot.flat), so flattening and the copy back are weft_tensor_copy_
+// on that device. The collective (an AVG all-reduce) is chosen by where the
+// buffer lives (collectives.c): MPI for CPU buffers; NCCL for GPU buffers
+// where the communicator has it, on its communication stream, ordered after
+// the stream backward runs on and, at weft_ddp_wait, before it again (the
+// optimiser step queued next waits for it on the GPU, the host does not);
+// otherwise staged through host memory over MPI.
+//
 // Only the thread that runs backward touches this state (hooks fire there),
 // so there is no locking; the communication thread only sees the buffers,
 // which we leave alone from issue to wait.
@@ -25,6 +33,7 @@
 
 #include <weft/autograd.h>
 #include <weft/ddp.h>
+#include <weft/device.h>
 
 #include "../core/core_impl.h"
 
@@ -39,13 +48,14 @@ typedef struct slot {
     char name[DDP_NAME_LEN];
     int bucket;
     int64_t off, numel; // elements in the bucket buffer
+    weft_tensor *flat;  // elements [off, off + numel) of the bucket buffer, viewed with p's shape
     int hook;           // handle, 0: none
     bool seen;          // hook fired in this step
 } slot;
 
 typedef struct bucket {
     int first, n; // slots [first, first + n)
-    weft_tensor *buf;
+    weft_tensor *buf; // (sum of its slots' numel), on the parameters' device
     int pending; // slots whose hook has not fired this step
     bool ready;  // buf holds this step's local gradients
     weft_work *work;
@@ -54,6 +64,7 @@ typedef struct bucket {
 struct weft_ddp {
     weft_comm *c;
     weft_module *m;
+    weft_device dev; // every parameter's
     weft_ddp_opts o;
     int ns, nb;
     slot *s;   // reverse parameter order, grouped by bucket
@@ -71,27 +82,25 @@ static void record_error(weft_ddp *d, weft_status st, const char *msg) {
 }
 
 // Flattens the bucket's current local gradients into its buffer (zeros for
-// a parameter without a .grad).
+// a parameter without a .grad), on the buffer's device.
 static weft_status fill_bucket(weft_ddp *d, bucket *b) {
-    char *base = weft_tensor_data(b->buf);
-    size_t es = weft_dtype_size(weft_tensor_dtype(b->buf));
     for (int k = b->first; k < b->first + b->n; k++) {
         slot *s = &d->s[k];
-        char *dst = base + (size_t)s->off * es;
         weft_tensor *g = weft_tensor_grad(s->p);
         if (!g) {
-            memset(dst, 0, (size_t)s->numel * es);
+            if (weft_tensor_zero_(s->flat) != WEFT_OK) return weft_last_status();
             continue;
         }
         if (weft_tensor_numel(g) != s->numel || weft_tensor_dtype(g) != weft_tensor_dtype(b->buf) ||
-            weft_tensor_device(g).type != WEFT_CPU)
-            return weft_error(WEFT_ERR_SHAPE, "ddp: gradient of %s has %lld %s elements, the parameter %lld %s",
+            !weft_device_equal(weft_tensor_device(g), d->dev)) {
+            char gd[32], pd[32];
+            return weft_error(WEFT_ERR_SHAPE, "ddp: gradient of %s has %lld %s elements on %s, the parameter %lld %s on %s",
                               s->name, (long long)weft_tensor_numel(g), weft_dtype_name(weft_tensor_dtype(g)),
-                              (long long)s->numel, weft_dtype_name(weft_tensor_dtype(b->buf)));
-        weft_tensor *gc = weft_tensor_contiguous(g); // g itself (new ref) in the usual case
-        if (!gc) return weft_last_status();
-        memcpy(dst, weft_tensor_data(gc), (size_t)s->numel * es);
-        weft_tensor_free(gc);
+                              weft_device_str(weft_tensor_device(g), gd, sizeof gd), (long long)s->numel,
+                              weft_dtype_name(weft_tensor_dtype(b->buf)), weft_device_str(d->dev, pd, sizeof pd));
+        }
+        weft_status st = weft_tensor_copy_(s->flat, g); // any strides
+        if (st != WEFT_OK) return weft_error(st, "ddp: gradient of %s: %s", s->name, weft_last_error());
     }
     b->ready = true;
     return WEFT_OK;
@@ -106,7 +115,7 @@ static weft_status fill_bucket(weft_ddp *d, bucket *b) {
 static void issue_ready(weft_ddp *d) {
     while (d->next < d->nb - 1 && d->b[d->next].ready) {
         bucket *b = &d->b[d->next++];
-        b->work = weft_dist_all_reduce_async(d->c, b->buf, WEFT_REDUCE_SUM);
+        b->work = weft_dist_all_reduce_async(d->c, b->buf, WEFT_REDUCE_AVG);
         if (!b->work) {
             char msg[480];
             snprintf(msg, sizeof msg, "ddp: all-reduce of bucket %d: %s", (int)(b - d->b), weft_last_error());
@@ -149,47 +158,22 @@ static void reset_step(weft_ddp *d) {
     d->next = 0;
 }
 
-// dst = src / size (f32 or f64).
-static void copy_scaled(void *dst, const void *src, int64_t n, weft_dtype dt, int size) {
-    if (dt == WEFT_F32) {
-        float *o = dst, inv = 1.0f / (float)size;
-        const float *x = src;
-        if ((size & (size - 1)) == 0) // a power of two: the product is the exact quotient
-            for (int64_t i = 0; i < n; i++) o[i] = x[i] * inv;
-        else
-            for (int64_t i = 0; i < n; i++) o[i] = x[i] / (float)size;
-    } else {
-        double *o = dst, inv = 1.0 / size;
-        const double *x = src;
-        if ((size & (size - 1)) == 0)
-            for (int64_t i = 0; i < n; i++) o[i] = x[i] * inv;
-        else
-            for (int64_t i = 0; i < n; i++) o[i] = x[i] / size;
-    }
-}
-
-// Copies a bucket's averages (sum / size) back into its parameters' .grad
-// (making a .grad where there was none, so every rank's optimiser sees every
-// parameter).
+// Copies a bucket's averages back into its parameters' .grad (making a .grad
+// where there was none, so every rank's optimiser sees every parameter).
 static weft_status unpack_bucket(weft_ddp *d, bucket *b) {
-    const char *base = weft_tensor_data(b->buf);
-    weft_dtype dt = weft_tensor_dtype(b->buf);
-    size_t es = weft_dtype_size(dt);
-    int size = weft_comm_size(d->c);
     for (int k = b->first; k < b->first + b->n; k++) {
         slot *s = &d->s[k];
-        const char *src = base + (size_t)s->off * es;
         weft_tensor *g = weft_tensor_grad(s->p);
-        if (g && weft_tensor_is_contiguous(g) && weft_tensor_numel(g) == s->numel && weft_tensor_dtype(g) == dt) {
-            copy_scaled(weft_tensor_data(g), src, s->numel, dt, size);
-            continue;
+        weft_status st;
+        if (g && weft_tensor_numel(g) == s->numel && weft_tensor_dtype(g) == weft_tensor_dtype(s->flat) &&
+            weft_device_equal(weft_tensor_device(g), d->dev)) {
+            st = weft_tensor_copy_(g, s->flat);
+        } else {
+            weft_tensor *ng = weft_tensor_clone(s->flat);
+            st = ng ? weft_tensor_set_grad(s->p, ng) : weft_last_status();
+            weft_tensor_free(ng);
         }
-        weft_tensor *ng = weft_tensor_empty(weft_tensor_ndim(s->p), weft_tensor_sizes(s->p), dt);
-        if (!ng) return weft_last_status();
-        copy_scaled(weft_tensor_data(ng), src, s->numel, dt, size);
-        weft_status st = weft_tensor_set_grad(s->p, ng);
-        weft_tensor_free(ng);
-        if (st != WEFT_OK) return st;
+        if (st != WEFT_OK) return weft_error(st, "ddp: gradient of %s: %s", s->name, weft_last_error());
     }
     return WEFT_OK;
 }
@@ -227,7 +211,7 @@ weft_status weft_ddp_wait(weft_ddp *d) {
     issue_ready(d);
     if (d->next == d->nb - 1) {
         bucket *b = &d->b[d->next++];
-        if (weft_dist_all_reduce(d->c, b->buf, WEFT_REDUCE_SUM) != WEFT_OK) {
+        if (weft_dist_all_reduce(d->c, b->buf, WEFT_REDUCE_AVG) != WEFT_OK) {
             char msg[480];
             snprintf(msg, sizeof msg, "ddp: all-reduce of bucket %d: %s", d->nb - 1, weft_last_error());
             record_error(d, weft_last_status(), msg);
@@ -256,6 +240,7 @@ void weft_ddp_free(weft_ddp *d) {
     wait_issued(d); // the buffers must outlive their collectives
     for (int k = 0; k < d->ns; k++)
         if (d->s[k].hook > 0) weft_tensor_remove_grad_hook(d->s[k].p, d->s[k].hook);
+    for (int k = 0; k < d->ns; k++) weft_tensor_free(d->s[k].flat);
     for (int k = 0; k < d->nb; k++) weft_tensor_free(d->b[k].buf);
     free(d->s);
     free(d->b);
@@ -289,7 +274,8 @@ weft_ddp *weft_ddp_create(weft_comm *c, weft_module *m, const weft_ddp_opts *opt
     // here must fail on all ranks alike (same model), not leave the others
     // waiting in a broadcast.
     int np = weft_module_param_count(m);
-    char name[DDP_NAME_LEN];
+    char name[DDP_NAME_LEN], first[DDP_NAME_LEN] = "";
+    weft_device dev = WEFT_DEVICE_CPU;
     for (int i = 0; i < np; i++) {
         weft_tensor *p = weft_module_param_at(m, i, name, sizeof name);
         if (!p) return weft_error_null(WEFT_ERR_STATE, "ddp_create: cannot read parameter %d", i);
@@ -297,8 +283,17 @@ weft_ddp *weft_ddp_create(weft_comm *c, weft_module *m, const weft_ddp_opts *opt
         if (dt != WEFT_F32 && dt != WEFT_F64)
             return weft_error_null(WEFT_ERR_DTYPE, "ddp_create: parameter %s is %s (f32 or f64 only)", name,
                                    weft_dtype_name(dt));
-        if (weft_tensor_device(p).type != WEFT_CPU || !weft_tensor_is_contiguous(p))
-            return weft_error_null(WEFT_ERR_ARG, "ddp_create: parameter %s must be a contiguous CPU tensor", name);
+        if (!weft_tensor_is_contiguous(p))
+            return weft_error_null(WEFT_ERR_ARG, "ddp_create: parameter %s is not contiguous", name);
+        if (i == 0) {
+            dev = weft_tensor_device(p);
+            snprintf(first, sizeof first, "%s", name);
+        } else if (!weft_device_equal(weft_tensor_device(p), dev)) {
+            char a[32], b[32];
+            return weft_error_null(WEFT_ERR_DEVICE, "ddp_create: parameter %s is on %s but %s is on %s (one device per replica)",
+                                   name, weft_device_str(weft_tensor_device(p), a, sizeof a), first,
+                                   weft_device_str(dev, b, sizeof b));
+        }
     }
     if (broadcast_state(c, m) != WEFT_OK) return NULL;
 
@@ -306,6 +301,7 @@ weft_ddp *weft_ddp_create(weft_comm *c, weft_module *m, const weft_ddp_opts *opt
     if (!d) return weft_error_null(WEFT_ERR_OOM, "ddp_create: out of memory");
     d->c = c;
     d->m = m;
+    d->dev = dev;
     d->o = o;
     d->sync = true;
     d->s = calloc((size_t)(np > 0 ? np : 1), sizeof(slot));
@@ -345,10 +341,20 @@ weft_ddp *weft_ddp_create(weft_comm *c, weft_module *m, const weft_ddp_opts *opt
         bucket *b = &d->b[k];
         slot *last = &d->s[b->first + b->n - 1];
         int64_t n = last->off + last->numel;
-        b->buf = weft_tensor_empty(1, &n, weft_tensor_dtype(last->p));
+        b->buf = weft_tensor_empty_on(1, &n, weft_tensor_dtype(last->p), dev);
         if (!b->buf) {
             weft_ddp_free(d);
             return NULL;
+        }
+        for (int k2 = b->first; k2 < b->first + b->n; k2++) {
+            slot *s = &d->s[k2];
+            weft_tensor *part = weft_narrow(b->buf, 0, s->off, s->numel);
+            s->flat = part ? weft_view(part, weft_tensor_ndim(s->p), weft_tensor_sizes(s->p)) : NULL;
+            weft_tensor_free(part);
+            if (!s->flat) {
+                weft_ddp_free(d);
+                return NULL;
+            }
         }
     }
     for (int k = 0; k < d->ns; k++) {

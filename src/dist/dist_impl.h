@@ -3,6 +3,7 @@
 #ifndef WEFT_DIST_IMPL_H
 #define WEFT_DIST_IMPL_H
 
+#include <weft/device.h>
 #include <weft/dist.h>
 
 #ifdef WEFT_HAVE_MPI

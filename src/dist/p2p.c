@@ -1,6 +1,8 @@
 // Point-to-point send/recv of tensors on the communicator's `user` dup, on
 // the caller's thread. Not numbered as collectives, but polled so that the
 // communicator's timeout turns a message that never comes into an error.
+// A device tensor travels through a host copy (sent from it, received into
+// it and then copied up).
 #include <sched.h>
 
 #include "../core/core_impl.h"
@@ -12,7 +14,6 @@ static weft_status p2p_check(const char *fn, weft_comm *c, const weft_tensor *t,
                              int tag) {
     if (!c) return weft_error(WEFT_ERR_ARG, "%s: communicator is NULL", fn);
     if (!t) return weft_error(WEFT_ERR_ARG, "%s: tensor is NULL", fn);
-    if (weft_tensor_device(t).type != WEFT_CPU) return weft_error(WEFT_ERR_DEVICE, "%s: tensor is not on the CPU", fn);
     if (!weft_tensor_is_contiguous(t)) return weft_error(WEFT_ERR_ARG, "%s: tensor is not contiguous", fn);
     if (weft_dist_mpi_dtype(weft_tensor_dtype(t)) == MPI_DATATYPE_NULL)
         return weft_error(WEFT_ERR_DTYPE, "%s: dtype %s cannot be sent", fn, weft_dtype_name(weft_tensor_dtype(t)));
@@ -40,9 +41,7 @@ static int poll(weft_comm *c, MPI_Request *req, MPI_Status *st) {
     }
 }
 
-weft_status weft_dist_send(weft_comm *c, const weft_tensor *t, int dst, int tag) {
-    weft_status s = p2p_check("dist_send", c, t, dst, "dst", tag);
-    if (s) return s;
+static weft_status send_host(weft_comm *c, const weft_tensor *t, int dst, int tag) {
     MPI_Request req;
     if (MPI_Isend(weft_tensor_data(t), (int)weft_tensor_numel(t), weft_dist_mpi_dtype(weft_tensor_dtype(t)), dst, tag,
                   c->user, &req) != MPI_SUCCESS)
@@ -60,9 +59,7 @@ weft_status weft_dist_send(weft_comm *c, const weft_tensor *t, int dst, int tag)
     return weft_error(WEFT_ERR_STATE, "dist_send: MPI error");
 }
 
-weft_status weft_dist_recv(weft_comm *c, weft_tensor *t, int src, int tag) {
-    weft_status s = p2p_check("dist_recv", c, t, src, "src", tag);
-    if (s) return s;
+static weft_status recv_host(weft_comm *c, weft_tensor *t, int src, int tag) {
     MPI_Request req;
     MPI_Datatype dt = weft_dist_mpi_dtype(weft_tensor_dtype(t));
     int n = (int)weft_tensor_numel(t);
@@ -85,6 +82,27 @@ weft_status weft_dist_recv(weft_comm *c, weft_tensor *t, int src, int tag) {
         return weft_error(WEFT_ERR_SHAPE, "dist_recv: got %d elements from rank %d (tag %d), expected %d", got, src,
                           tag, n);
     return WEFT_OK;
+}
+
+weft_status weft_dist_send(weft_comm *c, const weft_tensor *t, int dst, int tag) {
+    weft_status s = p2p_check("dist_send", c, t, dst, "dst", tag);
+    if (s) return s;
+    if (weft_tensor_device(t).type == WEFT_CPU) return send_host(c, t, dst, tag);
+    weft_tensor *h = weft_tensor_to((weft_tensor *)t, WEFT_DEVICE_CPU);
+    s = h ? send_host(c, h, dst, tag) : weft_error(weft_last_status(), "dist_send: %s", weft_last_error());
+    weft_tensor_free(h);
+    return s;
+}
+
+weft_status weft_dist_recv(weft_comm *c, weft_tensor *t, int src, int tag) {
+    weft_status s = p2p_check("dist_recv", c, t, src, "src", tag);
+    if (s) return s;
+    if (weft_tensor_device(t).type == WEFT_CPU) return recv_host(c, t, src, tag);
+    weft_tensor *h = weft_tensor_empty_on(weft_tensor_ndim(t), weft_tensor_sizes(t), weft_tensor_dtype(t), WEFT_DEVICE_CPU);
+    s = h ? recv_host(c, h, src, tag) : weft_last_status();
+    if (!s && (s = weft_tensor_copy_(t, h))) s = weft_error(s, "dist_recv: %s", weft_last_error());
+    weft_tensor_free(h);
+    return s;
 }
 
 #else

@@ -1,12 +1,21 @@
 // Parameter server: creation, placement of shards, and the worker side
 // (dense step/pull, sparse rows, checkpoints). The server loop is in
 // ps_server.c; the wire format in ps_proto.h.
+//
+// Device workers: a worker's parameters (and so its gradients) may live on
+// an accelerator. Its message buffers are then page-locked host memory
+// (weft_device_host_alloc): a push copies each gradient shard from the device
+// straight into the message (weft_device_copy, which waits for the stream
+// that computed it), and a pull copies each parameter shard from the reply
+// into the device parameter (queued on the caller's stream, ordered before
+// the next forward). Servers keep their shards on the CPU.
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "../device/device_impl.h"
 #include "ps_proto.h"
 
 weft_ps_opts weft_ps_defaults(void) {
@@ -140,14 +149,20 @@ static weft_status ps_waitall(weft_ps *ps, int n, MPI_Request *r, const char *fn
     }
 }
 
-static weft_status ps_reserve(char **buf, size_t *cap, size_t need, const char *fn) {
+// A message buffer of at least `need` bytes (its old contents are not kept):
+// host memory the worker's device copies to and from directly.
+static weft_status ps_reserve(weft_ps *ps, char **buf, size_t *cap, size_t need, const char *fn) {
     if (need <= *cap) return WEFT_OK;
-    char *b = realloc(*buf, need);
-    if (!b) return weft_error(WEFT_ERR_OOM, "%s: out of memory (%zu bytes)", fn, need);
-    *buf = b;
+    weft_device_host_free(ps->dev, *buf);
+    *cap = 0;
+    *buf = weft_device_host_alloc(ps->dev, need);
+    if (!*buf) return weft_error(WEFT_ERR_OOM, "%s: out of memory (%zu bytes): %s", fn, need, weft_last_error());
     *cap = need;
     return WEFT_OK;
 }
+
+// The address of element 0 of t on its device (host memory for a CPU tensor).
+static char *dptr(const weft_tensor *t) { return weft_tensor_device_ptr(t); }
 
 static weft_status worker_check(weft_ps *ps, const char *fn) {
     if (!ps) return weft_error(WEFT_ERR_ARG, "%s: NULL parameter server", fn);
@@ -164,8 +179,8 @@ static weft_status check_param(const weft_tensor *t, int i, const char *name) {
     if (dt != WEFT_F32 && dt != WEFT_F64)
         return weft_error(WEFT_ERR_DTYPE, "weft_ps_create: parameter %d '%s' is %s (need f32 or f64)", i, name,
                           weft_dtype_name(dt));
-    if (weft_tensor_device(t).type != WEFT_CPU || !weft_tensor_is_contiguous(t))
-        return weft_error(WEFT_ERR_ARG, "weft_ps_create: parameter %d '%s' is not a contiguous CPU tensor", i, name);
+    if (!weft_tensor_is_contiguous(t))
+        return weft_error(WEFT_ERR_ARG, "weft_ps_create: parameter %d '%s' is not contiguous", i, name);
     if (weft_tensor_numel(t) == 0)
         return weft_error(WEFT_ERR_SHAPE, "weft_ps_create: parameter %d '%s' is empty", i, name);
     return WEFT_OK;
@@ -178,6 +193,13 @@ static weft_status ps_fill_params(weft_ps *ps, weft_tensor *const *params, const
         const char *nm = names && names[i] ? names[i] : dflt;
         weft_status s = check_param(params ? params[i] : NULL, i, nm);
         if (s) return s;
+        if (i == 0) ps->dev = weft_tensor_device(params[0]);
+        else if (!weft_device_equal(weft_tensor_device(params[i]), ps->dev)) {
+            char a[32], b[32];
+            return weft_error(WEFT_ERR_DEVICE, "weft_ps_create: parameter %d '%s' is on %s, parameter 0 on %s (one device per rank)",
+                              i, nm, weft_device_str(weft_tensor_device(params[i]), a, sizeof a),
+                              weft_device_str(ps->dev, b, sizeof b));
+        }
         for (int j = 0; j < i; j++)
             if (!strcmp(ps->p[j].name, nm))
                 return weft_error(WEFT_ERR_ARG, "weft_ps_create: two parameters are named '%s'", nm);
@@ -258,7 +280,7 @@ static weft_status send_initial(weft_ps *ps) {
     for (int s = 0; s < S && !st; s++) {
         size_t bytes = 0;
         for (int j = 0; j < ps->nshards[s]; j++) bytes += ps_shard_bytes(&ps->p[ps->shards[s][j]], s);
-        bufs[s] = malloc(bytes + 1);
+        bufs[s] = weft_device_host_alloc(ps->dev, bytes + 1);
         if (!bufs[s]) {
             st = weft_error(WEFT_ERR_OOM, "weft_ps_create: out of memory");
             for (int k = s; k < S; k++) r[k] = MPI_REQUEST_NULL;
@@ -269,29 +291,48 @@ static weft_status send_initial(weft_ps *ps) {
             int i = ps->shards[s][j];
             const ps_param *p = &ps->p[i];
             size_t b = ps_shard_bytes(p, s);
-            memcpy(bufs[s] + off, (char *)weft_tensor_data(ps->params[i]) + (size_t)p->row_off[s] * ps_row_bytes(p), b);
+            weft_status cs = weft_device_copy(WEFT_DEVICE_CPU, bufs[s] + off, ps->dev,
+                                              dptr(ps->params[i]) + (size_t)p->row_off[s] * ps_row_bytes(p), b);
+            if (cs && !st) st = cs; // still sent: the server is waiting for it (all_ok then fails everywhere)
             off += b;
         }
         MPI_Isend(bufs[s], (int)bytes, MPI_BYTE, ps->workers + s, PS_TAG_INIT, ps->comm, &r[s]);
         ps->st.bytes_out += (double)bytes;
     }
     if (r) MPI_Waitall(S, r, MPI_STATUSES_IGNORE);
-    for (int s = 0; bufs && s < S; s++) free(bufs[s]);
+    for (int s = 0; bufs && s < S; s++) weft_device_host_free(ps->dev, bufs[s]);
     free(bufs);
     free(r);
     return st;
 }
 
-// Worker 0's values to every worker (the servers got theirs from send_initial).
-static void bcast_workers(weft_ps *ps) {
+// Worker 0's values to every worker (the servers got theirs from send_initial);
+// device parameters travel through one host buffer, as large as the largest.
+static bool bcast_workers(weft_ps *ps) {
+    bool on_host = ps->dev.type == WEFT_CPU;
+    size_t most = 0;
     for (int i = 0; i < ps->n; i++) {
-        char *d = weft_tensor_data(ps->params[i]);
         size_t bytes = (size_t)(ps->p[i].rows * ps->p[i].row_len) * ps->p[i].elsize;
+        if (bytes > most) most = bytes;
+    }
+    char *stage = on_host ? NULL : weft_device_host_alloc(ps->dev, most);
+    int ok = on_host || stage, all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, ps->wcomm); // no rank may skip the broadcasts alone
+    for (int i = 0; all && i < ps->n; i++) {
+        size_t bytes = (size_t)(ps->p[i].rows * ps->p[i].row_len) * ps->p[i].elsize;
+        char *d = on_host ? dptr(ps->params[i]) : stage;
+        if (!on_host && ps->rank == 0 && weft_device_copy(WEFT_DEVICE_CPU, stage, ps->dev, dptr(ps->params[i]), bytes))
+            ok = 0; // still broadcast: the others are waiting
         for (size_t off = 0; off < bytes; off += (size_t)1 << 30) {
             size_t b = bytes - off < (size_t)1 << 30 ? bytes - off : (size_t)1 << 30;
             MPI_Bcast(d + off, (int)b, MPI_BYTE, 0, ps->wcomm);
         }
+        if (!on_host && ps->rank != 0 && weft_device_copy(ps->dev, dptr(ps->params[i]), WEFT_DEVICE_CPU, stage, bytes))
+            ok = 0;
     }
+    weft_device_host_free(ps->dev, stage);
+    if (!all && ok) weft_error(WEFT_ERR_OOM, "weft_ps_create: a worker could not stage the parameters in host memory");
+    return all && ok;
 }
 
 weft_ps *weft_ps_create(weft_comm *c, int n, weft_tensor *const *params, const char *const *names,
@@ -345,7 +386,7 @@ weft_ps *weft_ps_create(weft_comm *c, int n, weft_tensor *const *params, const c
     for (int i = 0; i < n; i++) ps->params[i] = weft_tensor_ref(params[i]);
     if (rank == 0) ok = send_initial(ps) == WEFT_OK;
     if (ps->server >= 0) ok = ps_server_init(ps) == WEFT_OK;
-    else bcast_workers(ps);
+    else ok = bcast_workers(ps) && ok;
     if (!all_ok(ps->comm, rank, ok, 0, "setting up the servers")) {
         weft_ps_free(ps);
         return NULL;
@@ -372,8 +413,8 @@ void weft_ps_free(weft_ps *ps) {
         if (ps->params) weft_tensor_free(ps->params[i]);
     }
     for (int s = 0; ps->shards && s < ps->servers; s++) free(ps->shards[s]);
-    for (int s = 0; ps->sbuf && s < ps->servers; s++) free(ps->sbuf[s]);
-    for (int s = 0; ps->rbuf && s < ps->servers; s++) free(ps->rbuf[s]);
+    for (int s = 0; ps->sbuf && s < ps->servers; s++) weft_device_host_free(ps->dev, ps->sbuf[s]);
+    for (int s = 0; ps->rbuf && s < ps->servers; s++) weft_device_host_free(ps->dev, ps->rbuf[s]);
     free(ps->shards);
     free(ps->nshards);
     free(ps->sbuf);
@@ -396,8 +437,8 @@ static weft_status ps_dense(weft_ps *ps, int kind, double lr, const char *fn) {
     // Gradients first, all checked before anything is sent.
     weft_tensor **g = calloc((size_t)ps->n, sizeof *g);
     MPI_Request *req = malloc(sizeof(MPI_Request) * (size_t)(2 * S));
-    size_t *rsize = malloc(sizeof(size_t) * (size_t)S);
-    if (!g || !req || !rsize) {
+    size_t *rsize = malloc(sizeof(size_t) * (size_t)S), *ssize = malloc(sizeof(size_t) * (size_t)S);
+    if (!g || !req || !rsize || !ssize) {
         st = weft_error(WEFT_ERR_OOM, "%s: out of memory", fn);
         goto done;
     }
@@ -406,11 +447,13 @@ static weft_status ps_dense(weft_ps *ps, int kind, double lr, const char *fn) {
         weft_tensor *gi = weft_tensor_grad(ps->params[i]);
         if (!gi) continue;
         if (weft_tensor_dtype(gi) != ps->p[i].dt || weft_tensor_numel(gi) != ps->p[i].rows * ps->p[i].row_len ||
-            weft_tensor_device(gi).type != WEFT_CPU) {
-            char a[96];
-            st = weft_error(WEFT_ERR_SHAPE, "%s: gradient of '%s' is %s %s (parameter is %s with %lld elements)", fn,
-                            ps->p[i].name, weft_dtype_name(weft_tensor_dtype(gi)), weft_tensor_shape_str(gi, a, sizeof a),
-                            weft_dtype_name(ps->p[i].dt), (long long)(ps->p[i].rows * ps->p[i].row_len));
+            !weft_device_equal(weft_tensor_device(gi), ps->dev)) {
+            char a[96], gd[32], pd[32];
+            st = weft_error(WEFT_ERR_SHAPE, "%s: gradient of '%s' is %s %s on %s (parameter is %s with %lld elements on %s)",
+                            fn, ps->p[i].name, weft_dtype_name(weft_tensor_dtype(gi)),
+                            weft_tensor_shape_str(gi, a, sizeof a), weft_device_str(weft_tensor_device(gi), gd, sizeof gd),
+                            weft_dtype_name(ps->p[i].dt), (long long)(ps->p[i].rows * ps->p[i].row_len),
+                            weft_device_str(ps->dev, pd, sizeof pd));
             goto done;
         }
         g[i] = weft_tensor_contiguous(gi);
@@ -419,6 +462,8 @@ static weft_status ps_dense(weft_ps *ps, int kind, double lr, const char *fn) {
             goto done;
         }
     }
+    // Every message is built (gradients copied in from their device) before
+    // any is sent, so that a failure here leaves no server half-asked.
     for (int s = 0; s < S; s++) {
         int ns = ps->nshards[s];
         size_t sb = sizeof(ps_hdr) + ps_pad8((size_t)ns), rb = sizeof(ps_hdr);
@@ -427,7 +472,8 @@ static weft_status ps_dense(weft_ps *ps, int kind, double lr, const char *fn) {
             if (g[i]) sb += ps_shard_bytes(&ps->p[i], s);
             if (!ps->p[i].sparse) rb += ps_shard_bytes(&ps->p[i], s);
         }
-        if ((st = ps_reserve(&ps->sbuf[s], &ps->scap[s], sb, fn)) || (st = ps_reserve(&ps->rbuf[s], &ps->rcap[s], rb, fn)))
+        if ((st = ps_reserve(ps, &ps->sbuf[s], &ps->scap[s], sb, fn)) ||
+            (st = ps_reserve(ps, &ps->rbuf[s], &ps->rcap[s], rb, fn)))
             goto done;
         rsize[s] = rb;
         ps_hdr h = {.kind = kind, .clock = ps->clock, .lr = lr};
@@ -443,12 +489,20 @@ static weft_status ps_dense(weft_ps *ps, int kind, double lr, const char *fn) {
             if (!g[i]) continue;
             flags[j] |= PS_F_GRAD;
             size_t bytes = ps_shard_bytes(p, s);
-            memcpy(b + off, (char *)weft_tensor_data(g[i]) + (size_t)p->row_off[s] * ps_row_bytes(p), bytes);
+            st = weft_device_copy(WEFT_DEVICE_CPU, b + off, ps->dev, dptr(g[i]) + (size_t)p->row_off[s] * ps_row_bytes(p),
+                                  bytes);
+            if (st) {
+                st = weft_error(st, "%s: gradient of '%s': %s", fn, p->name, weft_last_error());
+                goto done;
+            }
             off += bytes;
         }
-        MPI_Irecv(ps->rbuf[s], (int)rb, MPI_BYTE, W + s, PS_TAG_REP, ps->comm, &req[S + s]);
-        MPI_Isend(b, (int)off, MPI_BYTE, W + s, PS_TAG_REQ, ps->comm, &req[s]);
-        ps->st.bytes_out += (double)off;
+        ssize[s] = off;
+    }
+    for (int s = 0; s < S; s++) {
+        MPI_Irecv(ps->rbuf[s], (int)rsize[s], MPI_BYTE, W + s, PS_TAG_REP, ps->comm, &req[S + s]);
+        MPI_Isend(ps->sbuf[s], (int)ssize[s], MPI_BYTE, W + s, PS_TAG_REQ, ps->comm, &req[s]);
+        ps->st.bytes_out += (double)ssize[s];
     }
     if ((st = ps_waitall(ps, 2 * S, req, fn))) goto done;
     int64_t clock = INT64_MAX;
@@ -462,8 +516,9 @@ static weft_status ps_dense(weft_ps *ps, int kind, double lr, const char *fn) {
             const ps_param *p = &ps->p[i];
             if (p->sparse) continue;
             size_t bytes = ps_shard_bytes(p, s);
-            memcpy((char *)weft_tensor_data(ps->params[i]) + (size_t)p->row_off[s] * ps_row_bytes(p), ps->rbuf[s] + off,
-                   bytes);
+            weft_status cs = weft_device_copy(ps->dev, dptr(ps->params[i]) + (size_t)p->row_off[s] * ps_row_bytes(p),
+                                              WEFT_DEVICE_CPU, ps->rbuf[s] + off, bytes);
+            if (cs && !st) st = weft_error(cs, "%s: parameter '%s': %s", fn, p->name, weft_last_error());
             off += bytes;
         }
         ps->st.bytes_in += (double)rsize[s];
@@ -479,6 +534,7 @@ done:
     free(g);
     free(req);
     free(rsize);
+    free(ssize);
     return st;
 }
 
@@ -507,14 +563,14 @@ static weft_status check_rows(weft_ps *ps, int i, const weft_tensor *rows, const
     if (!rows || !vals) return weft_error(WEFT_ERR_ARG, "%s: NULL rows or %s", fn, what);
     if (weft_tensor_dtype(rows) != WEFT_I64 || weft_tensor_ndim(rows) != 1 || !weft_tensor_is_contiguous(rows) ||
         weft_tensor_device(rows).type != WEFT_CPU)
-        return weft_error(WEFT_ERR_DTYPE, "%s: rows must be a contiguous 1-d i64 CPU tensor (got %s, %d-d)", fn,
+        return weft_error(WEFT_ERR_DTYPE, "%s: rows must be a contiguous 1-d i64 tensor (got %s, %d-d)", fn,
                           weft_dtype_name(weft_tensor_dtype(rows)), weft_tensor_ndim(rows));
     *k = weft_tensor_numel(rows);
     if (weft_tensor_dtype(vals) != p->dt)
         return weft_error(WEFT_ERR_DTYPE, "%s: %s is %s, parameter '%s' is %s", fn, what,
                           weft_dtype_name(weft_tensor_dtype(vals)), p->name, weft_dtype_name(p->dt));
     if (!weft_tensor_is_contiguous(vals) || weft_tensor_device(vals).type != WEFT_CPU)
-        return weft_error(WEFT_ERR_ARG, "%s: %s must be a contiguous CPU tensor", fn, what);
+        return weft_error(WEFT_ERR_ARG, "%s: %s must be a contiguous tensor", fn, what);
     if (weft_tensor_ndim(vals) < 1 || weft_tensor_size(vals, 0) != *k || weft_tensor_numel(vals) != *k * p->row_len) {
         char a[96];
         return weft_error(WEFT_ERR_SHAPE, "%s: %s is %s, expected %lld rows of %lld elements of '%s'", fn, what,
@@ -580,7 +636,8 @@ static weft_status ps_rows(weft_ps *ps, int i, const weft_tensor *rows, const we
             st = weft_error(WEFT_ERR_ARG, "%s: %lld rows for server %d exceed one message (2 GiB)", fn, (long long)ks, s);
             goto done;
         }
-        if ((st = ps_reserve(&ps->sbuf[s], &ps->scap[s], sb, fn)) || (st = ps_reserve(&ps->rbuf[s], &ps->rcap[s], rb, fn)))
+        if ((st = ps_reserve(ps, &ps->sbuf[s], &ps->scap[s], sb, fn)) ||
+            (st = ps_reserve(ps, &ps->rbuf[s], &ps->rcap[s], rb, fn)))
             goto done;
     }
     for (int s = 0; s < S; s++) {
@@ -631,13 +688,42 @@ done:
     return st;
 }
 
+// t itself (a new reference) on the CPU, else a contiguous host copy
+// (`read`: of its values); NULL stays NULL. Row ids and values on a device
+// travel through these.
+static weft_tensor *on_host(const weft_tensor *t, bool read, bool *failed) {
+    if (!t) return NULL;
+    if (weft_tensor_device(t).type == WEFT_CPU) return weft_tensor_ref((weft_tensor *)t);
+    if (!weft_tensor_is_contiguous(t)) return weft_tensor_ref((weft_tensor *)t); // check_rows says what is wrong
+    weft_tensor *h = read ? weft_tensor_to((weft_tensor *)t, WEFT_DEVICE_CPU)
+                          : weft_tensor_empty_on(weft_tensor_ndim(t), weft_tensor_sizes(t), weft_tensor_dtype(t),
+                                                 WEFT_DEVICE_CPU);
+    if (!h) *failed = true;
+    return h;
+}
+
 weft_status weft_ps_push_rows(weft_ps *ps, int i, const weft_tensor *rows, const weft_tensor *grad, double lr) {
-    if (ps && !grad) return weft_error(WEFT_ERR_ARG, "weft_ps_push_rows: NULL grad");
-    return ps_rows(ps, i, rows, grad, NULL, lr, "weft_ps_push_rows");
+    const char *fn = "weft_ps_push_rows";
+    if (ps && !grad) return weft_error(WEFT_ERR_ARG, "%s: NULL grad", fn);
+    bool failed = false;
+    weft_tensor *hr = on_host(rows, true, &failed), *hg = on_host(grad, true, &failed);
+    weft_status st = failed ? weft_error(weft_last_status(), "%s: %s", fn, weft_last_error())
+                            : ps_rows(ps, i, hr, hg, NULL, lr, fn);
+    weft_tensor_free(hr);
+    weft_tensor_free(hg);
+    return st;
 }
 weft_status weft_ps_pull_rows(weft_ps *ps, int i, const weft_tensor *rows, weft_tensor *out) {
-    if (ps && !out) return weft_error(WEFT_ERR_ARG, "weft_ps_pull_rows: NULL out");
-    return ps_rows(ps, i, rows, NULL, out, 0, "weft_ps_pull_rows");
+    const char *fn = "weft_ps_pull_rows";
+    if (ps && !out) return weft_error(WEFT_ERR_ARG, "%s: NULL out", fn);
+    bool failed = false;
+    weft_tensor *hr = on_host(rows, true, &failed), *ho = on_host(out, false, &failed);
+    weft_status st = failed ? weft_error(weft_last_status(), "%s: %s", fn, weft_last_error())
+                            : ps_rows(ps, i, hr, NULL, ho, 0, fn);
+    if (!st && ho != out && (st = weft_tensor_copy_(out, ho))) st = weft_error(st, "%s: %s", fn, weft_last_error());
+    weft_tensor_free(hr);
+    weft_tensor_free(ho);
+    return st;
 }
 
 // ---- worker: control messages ----
@@ -654,8 +740,8 @@ static weft_status ps_control(weft_ps *ps, ps_hdr h, const char *text, bool repl
     if (!req) return weft_error(WEFT_ERR_OOM, "%s: out of memory", fn);
     weft_status st = WEFT_OK;
     for (int s = 0; s < S && !st; s++)
-        if (!(st = ps_reserve(&ps->sbuf[s], &ps->scap[s], sizeof h + tl, fn)))
-            st = ps_reserve(&ps->rbuf[s], &ps->rcap[s], sizeof h + PS_ERRMSG, fn);
+        if (!(st = ps_reserve(ps, &ps->sbuf[s], &ps->scap[s], sizeof h + tl, fn)))
+            st = ps_reserve(ps, &ps->rbuf[s], &ps->rcap[s], sizeof h + PS_ERRMSG, fn);
     if (st) {
         free(req);
         return st;

@@ -65,6 +65,7 @@ struct weft_ps {
     int n;
     ps_param *p;
     weft_tensor **params; // workers: references to the caller's tensors
+    weft_device dev;      // where params live (one device; servers: unused); message buffers are its host memory
     int rank, size, workers, servers;
     int server;           // this rank's server index, -1 on workers
     int64_t clock;

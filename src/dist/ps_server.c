@@ -110,8 +110,9 @@ weft_status ps_server_init(weft_ps *ps) {
         int64_t sz[WEFT_MAX_DIMS];
         memcpy(sz, p->sizes, sizeof sz);
         if (p->ndim > 0) sz[0] = p->row_cnt[s];
-        v->shard[j] = weft_tensor_empty(p->ndim, sz, p->dt);
-        v->acc[j] = weft_tensor_zeros(p->ndim, sz, p->dt);
+        // Servers keep their shards on the CPU, whatever the default device.
+        v->shard[j] = weft_tensor_empty_on(p->ndim, sz, p->dt, WEFT_DEVICE_CPU);
+        v->acc[j] = weft_tensor_full_on(p->ndim, sz, p->dt, 0, WEFT_DEVICE_CPU);
         if (!v->shard[j] || !v->acc[j]) {
             st = weft_error(WEFT_ERR_OOM, "weft_ps_create: out of memory for the shard of '%s'", p->name);
             break;

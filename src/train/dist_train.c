@@ -1,6 +1,13 @@
 // The distributed side of `weft train`: what changes when the run is one rank
 // of an MPI job (data parallel or parameter server). train.c calls these
 // hooks only when r->dist is set, so a single process runs exactly as before.
+//
+// Devices (--device cuda): DDP ranks and parameter-server workers hold their
+// parameters, optimiser state and batches on their device; plain `cuda` on a
+// machine with several GPUs gives each rank GPU (local rank mod GPUs), an
+// explicit cuda:N is kept. Servers keep their shards on the CPU. The numbers
+// the ranks agree on (loss checks, checkpoint status, throughput) are host
+// tensors, whatever the device.
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -26,7 +33,35 @@ struct weft_dist_run {
     int servers;          // ps: the last `servers` ranks
     bool server;          // ps: this rank is a server
     int64_t kill_at_step; // test hook: this rank kills itself after this step (-1: never)
+    char device[32];      // this rank's --device when chosen here (local rank mod GPUs)
 };
+
+// A one-element host f64 tensor (MPI's side of an agreement between ranks).
+static weft_tensor *host_f64(double v) {
+    int64_t one = 1;
+    return weft_tensor_full_on(1, &one, WEFT_F64, v, WEFT_DEVICE_CPU);
+}
+static double host_value(const weft_tensor *t) { return ((const double *)weft_tensor_data(t))[0]; }
+
+// --device for this rank. A server trains nothing and keeps its shards on the
+// CPU (a device that is missing is still reported, by run_device, as on every
+// rank). Plain `cuda` with several GPUs on the node: GPU (local rank mod GPUs),
+// so that the ranks of one machine spread over its GPUs; NCCL needs one per rank.
+static void pick_device(weft_run *r, struct weft_dist_run *d) {
+    const char *s = r->opts.device;
+    weft_device dev;
+    if (!s || !*s || weft_device_parse(s, &dev) != WEFT_OK || dev.type == WEFT_CPU) return; // run_device reports bad names
+    if (!weft_device_available(dev)) return;
+    if (d->server) {
+        r->opts.device = NULL;
+        return;
+    }
+    int n = weft_device_count((weft_device_type)dev.type);
+    if (strchr(s, ':') || n < 2) return;
+    dev.index = (int16_t)(weft_dist_local_rank() % n);
+    weft_device_str(dev, d->device, sizeof d->device);
+    r->opts.device = d->device;
+}
 
 weft_status weft_train_parse_consistency(const char *s, weft_train_consistency *c, int *staleness) {
     if (!s || !c || !staleness) return weft_error(WEFT_ERR_ARG, "train_parse_consistency: NULL argument");
@@ -86,6 +121,7 @@ weft_status weft_dist_run_init(weft_run *r) {
     } else if (r->opts.servers > 0 || r->opts.backup > 0 || r->opts.consistency != WEFT_TRAIN_BSP || r->opts.staleness) {
         return weft_error(WEFT_ERR_ARG, "train: --servers, --consistency and --backup need --dist ps");
     }
+    pick_device(r, d);
     // Rank 0 (worker 0 under ps) reports; the others train silently and write no metrics.
     r->printer = d->rank == 0;
     if (!r->printer) {
@@ -147,11 +183,10 @@ weft_status weft_dist_run_check_loss(weft_run *r, double loss) {
     if (d->mode == WEFT_TRAIN_DIST_PS) return WEFT_OK;
     // code: 2 * (rank + 1) + (NaN ? 1 : 0); the maximum names the highest failing rank
     double code = isfinite(loss) ? 0 : 2.0 * (d->rank + 1) + (isnan(loss) ? 1 : 0);
-    int64_t one = 1;
-    weft_tensor *t = weft_tensor_from_data(&code, 1, &one, WEFT_F64);
+    weft_tensor *t = host_f64(code);
     if (!t) return weft_last_status();
     weft_status st = weft_dist_all_reduce(d->world, t, WEFT_REDUCE_MAX);
-    double got = st ? 0 : ((const double *)weft_tensor_data(t))[0];
+    double got = st ? 0 : host_value(t);
     weft_tensor_free(t);
     if (st) return st;
     if (got == 0) return WEFT_OK;
@@ -236,12 +271,10 @@ weft_status weft_dist_run_save(weft_run *r) {
     if (d->mode == WEFT_TRAIN_DIST_PS) return ps_save(r, st);
     // Every part is on disk before the manifest says so. An error on any rank
     // is shared, so that no rank writes a manifest for a missing part.
-    double bad = st ? 1 : 0;
-    int64_t one = 1;
-    weft_tensor *t = weft_tensor_from_data(&bad, 1, &one, WEFT_F64);
+    weft_tensor *t = host_f64(st ? 1 : 0);
     if (!t) return weft_last_status();
     weft_status cs = weft_dist_all_reduce(d->world, t, WEFT_REDUCE_MAX);
-    bad = cs ? 1 : ((const double *)weft_tensor_data(t))[0];
+    double bad = cs ? 1 : host_value(t);
     weft_tensor_free(t);
     if (cs) return cs;
     if (st) return st;
@@ -267,11 +300,10 @@ weft_status weft_dist_run_resume(weft_run *r) {
         weft_status st = weft_manifest_latest(r->opts.ckpt_dir, &s);
         step = st ? -2 : (double)s;
     }
-    int64_t one = 1;
-    weft_tensor *t = weft_tensor_from_data(&step, 1, &one, WEFT_F64);
+    weft_tensor *t = host_f64(step);
     if (!t) return weft_last_status();
     weft_status st = weft_dist_broadcast(d->world, t, 0);
-    step = ((const double *)weft_tensor_data(t))[0];
+    step = host_value(t);
     weft_tensor_free(t);
     if (st) return st;
     if (step == -2) {
@@ -304,14 +336,12 @@ weft_status weft_dist_run_finish(weft_run *r, double samples, double train_s, we
     weft_status fs = ps_worker_done(d);
     d->finished = true;
     if (fs) return fs;
-    double v[2] = {samples, train_s};
-    int64_t one = 1;
-    weft_tensor *a = weft_tensor_from_data(&v[0], 1, &one, WEFT_F64), *b = weft_tensor_from_data(&v[1], 1, &one, WEFT_F64);
+    weft_tensor *a = host_f64(samples), *b = host_f64(train_s);
     weft_status st = a && b ? WEFT_OK : weft_last_status();
     if (!st) st = weft_dist_all_reduce(d->world, a, WEFT_REDUCE_SUM);
     if (!st) st = weft_dist_all_reduce(d->world, b, WEFT_REDUCE_MAX);
     if (!st) {
-        double total = ((const double *)weft_tensor_data(a))[0], secs = ((const double *)weft_tensor_data(b))[0];
+        double total = host_value(a), secs = host_value(b);
         double rate = secs > 0 ? total / secs : 0; // every rank's samples over the slowest rank's training time
         if (out->language_model) out->tokens_per_s = rate;
         else out->samples_per_s = rate;

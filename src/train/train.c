@@ -88,7 +88,6 @@ static weft_status run_device(weft_run *r) {
         return weft_error(WEFT_ERR_DEVICE, "--device %s: %s", d, weft_last_error());
     }
     if (r->opts.graph) return weft_error(WEFT_ERR_UNSUPPORTED, "train: --graph runs on the CPU only (not --device %s)", d);
-    if (r->dist) return weft_error(WEFT_ERR_UNSUPPORTED, "train: distributed runs use the CPU only (not --device %s)", d);
     return WEFT_OK;
 }
 

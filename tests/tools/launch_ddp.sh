@@ -53,7 +53,22 @@ rc=$?
 [ "$(grep -c 'the loss is NaN on rank' "$tmp/err4")" -eq 1 ] && ok || bad "expected one NaN message: $(cat "$tmp/err4")"
 grep -q 'weft launch: .*not restarting' "$tmp/err4" && ok || bad "launcher did not say it is not restarting"
 
-# 5. Launcher usage errors: exit 2 and one line.
+# 5. --device cuda. Where a one-process run has no GPU, every rank fails saying only that the
+#    device is missing (not "not supported" or "CPU only"); where it has one, the ddp run works there.
+if "$weft" train "$cfg" --steps 1 --device cuda --quiet >/dev/null 2>&1; then
+    "$weft" launch -n 2 -- weft train "$cfg" --steps 20 --dist ddp --device cuda --quiet >"$tmp/outd" 2>"$tmp/errd"
+    rc=$?
+    [ $rc -eq 0 ] && grep -q '^final: .*steps=20 .*ranks=2' "$tmp/outd" && ok ||
+        { bad "ddp on cuda: exit $rc, out: $(cat "$tmp/outd")"; cat "$tmp/errd" >&2; }
+else
+    "$weft" launch -n 2 -- weft train "$cfg" --steps 20 --dist ddp --device cuda --quiet >"$tmp/outd" 2>"$tmp/errd"
+    rc=$?
+    [ $rc -ne 0 ] && [ "$(grep -c 'rank [0-9]*): --device cuda: device cuda:0 is not available' "$tmp/errd")" -ge 1 ] &&
+        ! grep -qi 'not supported\|cpu only\|use the cpu' "$tmp/errd" && ok ||
+        bad "ddp --device cuda without a GPU: exit $rc, $(grep 'weft train' "$tmp/errd")"
+fi
+
+# 6. Launcher usage errors: exit 2 and one line.
 "$weft" launch -- weft train "$cfg" 2>"$tmp/e" ; [ $? -eq 2 ] && grep -q -- '-n N' "$tmp/e" && ok || bad "launch without -n"
 "$weft" launch -n 2 2>"$tmp/e" ; [ $? -eq 2 ] && grep -q 'command is needed' "$tmp/e" && ok || bad "launch without a command"
 "$weft" launch -n 2 --servers 2 -- weft train "$cfg" 2>"$tmp/e" ; [ $? -eq 2 ] && grep -q 'no worker' "$tmp/e" && ok ||

@@ -48,5 +48,20 @@ close "$(acc "$tmp/ft")" "$(acc "$tmp/ref")" 0.005 && ok || bad "accuracy after 
 "$weft" launch -n 3 --servers 1 -- weft train "$cfg" --steps 5 --dist ps --consistency asp --backup 1 >/dev/null 2>"$tmp/err"
 [ $? -ne 0 ] && grep -q 'backup workers need --consistency bsp' "$tmp/err" && ok || bad "--backup with asp: $(cat "$tmp/err")"
 
+# 6. --device cuda. Where a one-process run has no GPU, every rank fails saying only that the
+#    device is missing (not "not supported" or "CPU only"); where it has one, the ps run works there.
+if "$weft" train "$cfg" --steps 1 --device cuda --quiet >/dev/null 2>&1; then
+    "$weft" launch -n 3 --servers 1 -- weft train "$cfg" --steps 20 --dist ps --device cuda --quiet >"$tmp/outd" 2>"$tmp/errd"
+    rc=$?
+    [ $rc -eq 0 ] && grep -q '^final: .*steps=20 .*ranks=3' "$tmp/outd" && ok ||
+        { bad "ps on cuda: exit $rc, out: $(cat "$tmp/outd")"; cat "$tmp/errd" >&2; }
+else
+    "$weft" launch -n 3 --servers 1 -- weft train "$cfg" --steps 20 --dist ps --device cuda --quiet >"$tmp/outd" 2>"$tmp/errd"
+    rc=$?
+    [ $rc -ne 0 ] && [ "$(grep -c 'rank [0-9]*): --device cuda: device cuda:0 is not available' "$tmp/errd")" -ge 1 ] &&
+        ! grep -qi 'not supported\|cpu only\|use the cpu' "$tmp/errd" && ok ||
+        bad "ps --device cuda without a GPU: exit $rc, $(grep 'weft train' "$tmp/errd")"
+fi
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -331,6 +331,19 @@ static void cu_empty_cache(int index) {
     if (d) weft_block_alloc_empty_cache(d->alloc);
 }
 
+// Page-locked host memory, portable (usable with every device of the process).
+static void *cu_host_alloc(size_t n) {
+    void *p = NULL;
+    if (cudaHostAlloc(&p, n, cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+static void cu_host_free(void *p) {
+    if (cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
+}
+
 static const weft_device_impl k_cuda_impl = {
     .name = "cuda",
     .count = cu_count,
@@ -353,6 +366,8 @@ static const weft_device_impl k_cuda_impl = {
     .memory_stats = cu_stats,
     .memory_reset_peak = cu_reset_peak,
     .memory_empty_cache = cu_empty_cache,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
 };
 
 void weft_cuda_backend_init(void) {
