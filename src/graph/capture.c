@@ -102,7 +102,7 @@ void weft_capture_free(weft_capture *k) {
 static void turn_off(weft_capture *k, const weft_graph *g) {
     release(k);
     k->state = K_OFF;
-    if (debug_on()) fprintf(stderr, "graph_run: CUDA graphs: off for this run set: %s\n", k->why);
+    if (debug_on()) fprintf(stderr, "graph_run: CUDA graphs: not for these fetches of this graph: %s\n", k->why);
     (void)g;
 }
 
@@ -240,10 +240,11 @@ static bool probe(weft_capture *k, run_ctx *c, int32_t id) {
     uint64_t iw = g->stats.inplace_writes;
     weft_tensor *tmp[WEFT_MAX_OP_OUT] = {0};
     char msg[256] = "";
+    bool named = false; // the message names the node already
     weft_status st = weft_device_capture_begin(k->dev);
     if (st == WEFT_OK) {
         st = weft_run_exec_node(c, id, tmp);
-        if (st != WEFT_OK) snprintf(msg, sizeof msg, "%s", weft_last_error());
+        if (st != WEFT_OK) snprintf(msg, sizeof msg, "%s", weft_last_error()), named = true;
         for (int j = 0; j < WEFT_MAX_OP_OUT; j++) weft_tensor_free(tmp[j]);
         weft_status se = weft_device_capture_end(k->dev, false, NULL);
         if (st == WEFT_OK && se != WEFT_OK) st = se, snprintf(msg, sizeof msg, "%s", weft_last_error());
@@ -253,7 +254,8 @@ static bool probe(weft_capture *k, run_ctx *c, int32_t id) {
     g->stats.inplace_writes = iw;
     if (st == WEFT_OK) return true;
     const weft_gnode *n = &g->nodes[id];
-    note(k, "'%s' (%s): %s", n->name, n->op ? n->op->name : weft_graph_kind_name(n->kind), msg);
+    if (named) note(k, "%s", msg);
+    else note(k, "'%s' (%s): %s", n->name, n->op ? n->op->name : weft_graph_kind_name(n->kind), msg);
     weft_clear_error();
     return false;
 }

@@ -378,6 +378,20 @@ static weft_status check_feeds(run_ctx *c, int n_feeds, const weft_value *feed_v
     return WEFT_OK;
 }
 
+// Co-scheduled matmul pairs (coschedule.c) use two CPU threads: only for a
+// run on the CPU. The device is known after pruning (resolve_device); the
+// order is made before it, so this looks at what decides it: the first fed
+// tensor, else the first variable (a graph on two devices fails anyway).
+static bool pairs_wanted(const run_ctx *c) {
+    if (!weft_coschedule_enabled(weft_num_threads())) return false;
+    const weft_graph *g = c->g;
+    for (int v = 0; v < g->n_values; v++)
+        if (c->feed[v]) return c->feed[v]->device.type == WEFT_CPU;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].kind == WEFT_NODE_VARIABLE && g->nodes[i].tensor) return g->nodes[i].tensor->device.type == WEFT_CPU;
+    return true;
+}
+
 // Prune to the ancestors of fetches and targets, build successor lists and
 // in-degrees, and find the serial order (Kahn, FIFO over node ids) — which
 // is also the cycle check, done before anything runs (an assign must not run
@@ -460,7 +474,7 @@ static weft_status prepare(run_ctx *c, bool feeding, int n_fetch, const weft_val
     const char *sched = getenv("WEFT_GRAPH_SCHEDULE");
     if (st == WEFT_OK && !(sched && !strcmp(sched, "0"))) st = weft_schedule_memory(g, c->order, c->n_order, c->fetched);
     // Independent matmuls in pairs, one core each (coschedule.c).
-    if (st == WEFT_OK && weft_coschedule_enabled(weft_num_threads()) &&
+    if (st == WEFT_OK && pairs_wanted(c) &&
         weft_schedule_pairs(g, c->order, c->n_order, c->co) < 0)
         st = weft_error(WEFT_ERR_OOM, "%s: out of memory", fn);
     free(deg);
@@ -527,12 +541,13 @@ static uint64_t mix(uint64_t h, uint64_t x) {
 // outputs, variable) and values (shape, dtype). O(nodes + edges + values).
 // The switches the schedule and the plan read are part of it, so changing
 // them between runs in one process takes effect.
-static uint64_t graph_fingerprint(const weft_graph *g) {
+static uint64_t graph_fingerprint(const run_ctx *c) {
+    const weft_graph *g = c->g;
     uint64_t h = mix((uint64_t)g->n_nodes, (uint64_t)g->n_values);
     static const char *const env[] = {"WEFT_GRAPH_SCHEDULE", "WEFT_GRAPH_INPLACE", "WEFT_GRAPH_COSCHEDULE"};
     for (size_t k = 0; k < sizeof env / sizeof *env; k++)
         for (const char *e = getenv(env[k]); e && *e; e++) h = mix(h, (uint64_t)(unsigned char)*e + (k << 8));
-    h = mix(h, (uint64_t)weft_coschedule_enabled(weft_num_threads())); // pairs or not
+    h = mix(h, (uint64_t)pairs_wanted(c)); // pairs or not
     for (int i = 0; i < g->n_nodes; i++) {
         const weft_gnode *n = &g->nodes[i];
         h = mix(h, (uint64_t)n->kind ^ ((uint64_t)(uintptr_t)n->op << 8));
@@ -644,7 +659,7 @@ static weft_status prepare_cached(run_ctx *c, int n_fetch, const weft_value *fet
     *entry = NULL;
     if (!g->run_cache && !(g->run_cache = calloc(1, sizeof *g->run_cache)))
         return weft_error(WEFT_ERR_OOM, "graph_run: out of memory");
-    uint64_t fp = graph_fingerprint(g);
+    uint64_t fp = graph_fingerprint(c);
     struct weft_run_cache *rc = g->run_cache;
     for (int k = 0; k < RUN_CACHE_SLOTS; k++) {
         run_entry *e = &rc->e[k];
