@@ -24,6 +24,12 @@
 // bias corrections, fed each step as 0-d tensors, and the per-parameter
 // ".step" counters of the optimiser state (written after each run).
 //
+// On a device (--device cuda) the batch is moved to the run's device before
+// the step (the trace and every run see device feeds), the host scalars are
+// 0-d tensors there, refilled each step by an asynchronous copy, and the
+// executor replays the step as CUDA graphs (src/graph/capture.c), copying
+// these feeds into its fixed buffers first.
+//
 // Dropout draws a fresh mask each run (WEFT_OPF_RANDOM: the executor derives
 // the seed from the recorded one and the run number) and batch_norm's running
 // statistics are graph variables its kernel updates (docs/graph.md, "Stateful
