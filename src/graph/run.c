@@ -821,6 +821,16 @@ static int env_int(const char *name, int dflt) {
 
 static const char *dev_str(weft_device d, char *b) { return weft_device_str(d, b, 32); }
 
+// Value v is a placeholder's, or a view of one (through view ops).
+static bool of_feed(const weft_graph *g, int32_t v) {
+    for (;;) {
+        const weft_gnode *n = &g->nodes[g->values[v].node];
+        if (n->kind == WEFT_NODE_PLACEHOLDER) return true;
+        if (n->kind != WEFT_NODE_OP || !(n->op->flags & WEFT_OPF_VIEW) || n->n_in < 1) return false;
+        v = n->in[0];
+    }
+}
+
 // The device this run happens on: the needed variables' and the fed
 // placeholders' (state and inputs decide, and must agree: a graph runs on
 // one device, and moving them behind the caller's back would copy every
@@ -950,13 +960,15 @@ static weft_status run_impl(run_ctx *c, int n_feeds, const weft_value *feed_vals
     g->stats.peak_bytes = c->peak;
 
     // Fetches: new references; a variable's value is a snapshot (later runs
-    // write into it), and so is a value in the arena (freed after the run).
+    // write into it), and so is a value in the arena (freed after the run)
+    // or in a captured run's fixed feed buffer (the next run's feed goes there).
     for (int k = 0; k < n_fetch; k++) {
         int32_t v = fetch[k].id;
         weft_node_kind kind = g->nodes[g->values[v].node].kind;
         bool stateful = kind == WEFT_NODE_VARIABLE || kind == WEFT_NODE_ASSIGN || kind == WEFT_NODE_ASSIGN_ADD;
         bool in_arena = c->use_plan && c->plan.root[v] >= 0;
-        out[k] = stateful || in_arena ? weft_tensor_clone(c->vals[v]) : weft_tensor_ref(c->vals[v]);
+        out[k] = stateful || in_arena || (capture && of_feed(g, v)) ? weft_tensor_clone(c->vals[v])
+                                                                     : weft_tensor_ref(c->vals[v]);
         if (!out[k]) return weft_last_status();
     }
     return WEFT_OK;

@@ -121,7 +121,7 @@ static weft_value cast_to(weft_graph *g, weft_value a, weft_dtype dt) {
     return weft_graph_op1(g, "cast", 1, &a, &at, 1, NULL, 0);
 }
 static weft_value const_scalar(weft_graph *g, double v, weft_dtype dt) {
-    weft_tensor *t = weft_tensor_scalar(v, dt);
+    weft_tensor *t = weft_tensor_full_on(0, NULL, dt, v, weft_graph_device(g)); // beside the parameters
     weft_value c = t ? weft_graph_constant(g, NULL, t) : WEFT_VALUE_NONE;
     weft_tensor_free(t);
     return c;

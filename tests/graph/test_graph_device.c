@@ -377,6 +377,30 @@ static void test_capture_dropout(void) {
     weft_graph_free(gs[0]), weft_graph_free(gs[1]);
 }
 
+// A fetched feed (or a view of one) is the caller's to keep: replays copy
+// each run's feed into one fixed buffer, so a fetch out of it is a copy.
+static void test_capture_fetch_feed(void) {
+    weft_graph *g = weft_graph_new();
+    weft_value x = weft_graph_placeholder(g, "x", WEFT_DIMS(8, 6), WEFT_F32);
+    weft_value xt = weft_graph_op1(g, "permute", 1, &x, (int64_t[]){1, 0}, 2, NULL, 0);
+    weft_value y = scal(g, "mul_scalar", op1(g, "exp", scal(g, "add_scalar", xt, 1)), 2);
+    weft_value f[3] = {x, xt, y};
+    weft_tensor *feeds[5], *got[5][3];
+    for (int run = 0; run < 5; run++) {
+        feeds[run] = on(rand32(WEFT_DIMS(8, 6), -1, 1, 700 + run), g_dev);
+        CHECK(weft_graph_run(g, 1, &x, &feeds[run], 3, f, got[run], 0, NULL) == WEFT_OK);
+    }
+    CHECK(weft_graph_capture_last(g).mode == 3);
+    for (int run = 0; run < 5; run++) {
+        identical("fetched feed", got[run][0], feeds[run]);
+        weft_tensor *t = weft_transpose(feeds[run], 0, 1);
+        identical("fetched view of the feed", got[run][1], t);
+        weft_tensor_free(t), weft_tensor_free(feeds[run]);
+        for (int k = 0; k < 3; k++) weft_tensor_free(got[run][k]);
+    }
+    weft_graph_free(g);
+}
+
 // WEFT_CUDA_GRAPHS=0 records nothing; a CPU graph never tries.
 static void test_capture_switch(void) {
     if (g_mock) sim_reset_counts();
@@ -413,6 +437,7 @@ int main(void) {
     RUN(test_capture_refused_node);
     RUN(test_capture_fallback);
     RUN(test_capture_dropout);
+    RUN(test_capture_fetch_feed);
     RUN(test_capture_switch);
     if (g_mock) sim_uninstall();
     return wt_summary();
