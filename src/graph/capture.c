@@ -99,11 +99,10 @@ void weft_capture_free(weft_capture *k) {
 }
 
 // Stop capturing this entry for good (its runs are plain from now on), keeping why.
-static void turn_off(weft_capture *k, const weft_graph *g) {
+static void turn_off(weft_capture *k) {
     release(k);
     k->state = K_OFF;
     if (debug_on()) fprintf(stderr, "graph_run: CUDA graphs: not for these fetches of this graph: %s\n", k->why);
-    (void)g;
 }
 
 bool weft_capture_wanted(const run_ctx *c, weft_capture **kp, const char **why) {
@@ -323,7 +322,7 @@ static weft_status run_probe(weft_capture *k, run_ctx *c) {
     g->cap_stats.plain_steps = n_plain;
     if (k->n_seg == 0) {
         note(k, "no two steps in a row can be captured");
-        turn_off(k, g);
+        turn_off(k);
     } else {
         k->state = K_RECORD;
         if (debug_on()) {
@@ -413,7 +412,7 @@ static weft_status run_record(weft_capture *k, run_ctx *c) {
         st = run_step(c, c->order[s]);
     }
     if (st != WEFT_OK) return st;
-    if (failed) turn_off(k, g); // after the run's launches (destroying a graph waits for its run)
+    if (failed) turn_off(k); // after the run's launches (destroying a graph waits for its run)
     else k->state = K_REPLAY;
     return WEFT_OK;
 }

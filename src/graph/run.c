@@ -9,6 +9,11 @@
 // done; bookkeeping (use counts, liveness, ready queue) is under one mutex,
 // kernels run outside it. Parallel runs allocate per op, since a static plan
 // is only valid for one order.
+//
+// A run happens on one device, its variables' and feeds' (resolve_device):
+// every node runs there and the arena is allocated there. On a device that
+// can capture, serial planned runs are recorded and replayed as CUDA graphs
+// (capture.c drives the same node functions through run_impl.h).
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>

@@ -334,6 +334,15 @@ static void graph_device_case(weft_model_cfg *cfg, const char *overrides, const 
     unsetenv("WEFT_GRAPH_COSCHEDULE");
     unsetenv("WEFT_FUSED_ATTENTION");
     run_out gd = train_dev(cfg, true, "cuda", t2), ed = train_dev(cfg, false, "cuda", t3);
+    // Replays are plain launches recorded: the same run with WEFT_CUDA_GRAPHS=0 ends on the same bits.
+    char t4[64];
+    snprintf(t4, sizeof t4, "%s_graph_dev_plain", tag);
+    setenv("WEFT_CUDA_GRAPHS", "0", 1);
+    int kept = sim.kept;
+    run_out gp = train_dev(cfg, true, "cuda", t4);
+    unsetenv("WEFT_CUDA_GRAPHS");
+    CHECK(gp.st == WEFT_OK && gp.n_loss == gd.n_loss && sim.kept == kept);
+    for (int i = 0; i < gd.n_loss && i < gp.n_loss; i++) CHECK(gd.loss[i] == gp.loss[i]);
     CHECK(gc.st == WEFT_OK && gd.st == WEFT_OK && ed.st == WEFT_OK);
     CHECK(gd.r.steps == steps && gd.n_loss == gc.n_loss && gd.n_loss == ed.n_loss && gd.n_loss >= steps);
     double worst = 0;
@@ -346,6 +355,7 @@ static void graph_device_case(weft_model_cfg *cfg, const char *overrides, const 
     double md;
     int nt;
     int64_t bad, all;
+    CHECK(gd.ckpt[0] && gp.ckpt[0] && ckpt_close(gd.ckpt, gp.ckpt, 0, 0, 0, &md, &nt, &bad, &all));
     if (mock) CHECK(gd.ckpt[0] && gc.ckpt[0] && ckpt_close(gd.ckpt, gc.ckpt, 0, 0, 0, &md, &nt, &bad, &all));
     else CHECK(gd.ckpt[0] && gc.ckpt[0] && ckpts_agree(gd.ckpt, gc.ckpt, cfg->net.lr, steps, t1));
     CHECK(gd.ckpt[0] && ed.ckpt[0] && ckpts_agree(gd.ckpt, ed.ckpt, cfg->net.lr, steps, t3));
