@@ -5,6 +5,7 @@
 #define WEFT_BENCH_RUN_H
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "../src/train/train_impl.h"
 #include "bench_model.h"
@@ -34,6 +35,7 @@ static inline int bench_run_open(bench_run *b, const char *name, const char *pat
     }
     b->run.cfg = b->cfg;
     b->run.total_steps = 100000;
+    b->run.opts.device = getenv("WEFT_BENCH_DEVICE"); // e.g. cuda: parameters there (the batch stays on the host)
     if (weft_run_build(&b->run, true) != WEFT_OK || !(b->gen = weft_generator_create(7))) {
         fprintf(stderr, "%s: %s\n", name, weft_last_error());
         bench_run_close(b);

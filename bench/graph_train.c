@@ -8,7 +8,9 @@
 //                                     better: the graph's planned arena, peer eager's
 //                                     allocator peak above what was live before the step
 // Synthetic batches of the model file's shape; the graph path is the real one
-// (weft_graph_train_step in src/train/graph_train.c).
+// (weft_graph_train_step in src/train/graph_train.c). WEFT_BENCH_DEVICE=cuda
+// runs both on the GPU (graph steps with CUDA graphs unless
+// WEFT_CUDA_GRAPHS=0); every timed step then ends with the device idle.
 #include <weft.h>
 #include <weft/device.h>
 #include <weft/graph.h>
@@ -25,6 +27,7 @@ static void eager_step(weft_run *r, weft_tensor *x, weft_tensor *y, int *fail) {
     weft_tensor_free(lg);
     weft_tensor_free(l);
     r->step++;
+    if (r->device.type != WEFT_CPU && weft_device_synchronize(r->device)) *fail = 1; // the graph step reads its loss
 }
 
 static int run(int argc, char **argv, const char *name, const char *torch_name, const char *path, int min_steps,
@@ -34,17 +37,17 @@ static int run(int argc, char **argv, const char *name, const char *torch_name, 
     bench_run b;
     if (bench_run_open(&b, name, path)) return 1;
     weft_run *r = &b.run;
-    weft_tensor *x = b.x, *y = b.y;
-    int fail = 0;
-    weft_device cpu = {.type = WEFT_CPU};
+    weft_tensor *x = weft_run_to_device(r, b.x), *y = weft_run_to_device(r, b.y);
+    int fail = !x || !y;
+    weft_device dev = r->device; // where the step's memory is measured
     double l, te = 0, tg = 0;
     // eager: warm-up (caches, allocator), then the peak of one step
     if (!fail) eager_step(r, x, y, &fail);
     weft_memory_stats m0, m1;
-    weft_memory_stats_get(cpu, &m0);
-    weft_memory_reset_peak(cpu);
+    weft_memory_stats_get(dev, &m0);
+    weft_memory_reset_peak(dev);
     if (!fail) eager_step(r, x, y, &fail);
-    weft_memory_stats_get(cpu, &m1);
+    weft_memory_stats_get(dev, &m1);
     double eager_peak = (double)m1.peak_bytes_in_use - (double)m0.bytes_in_use;
     // graph: the first step traces and builds; then eager and graph alternate (noisy machine)
     r->opts.graph = true;
@@ -65,6 +68,8 @@ static int run(int argc, char **argv, const char *name, const char *torch_name, 
         else fprintf(stderr, "%s: graph arena %zu bytes (planned=%d), eager peak %.0f bytes\n", name, rs.peak_bytes,
                      rs.planned, eager_peak);
     }
+    weft_tensor_free(x);
+    weft_tensor_free(y);
     bench_run_close(&b);
     return fail;
 }

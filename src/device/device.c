@@ -257,3 +257,42 @@ void weft_memory_empty_cache(weft_device d) {
     const weft_device_impl *im = weft_device_impl_get(d);
     if (im) im->memory_empty_cache(d.index);
 }
+
+// ---- graph capture (device_impl.h) ----
+static const weft_device_impl *capture_impl(weft_device d) {
+    const weft_device_impl *im = weft_device_impl_get(d);
+    if (!im) return NULL;
+    if (!im->capture_begin || !im->capture_end || !im->graph_launch || !im->graph_destroy) {
+        char b[32];
+        return weft_error_null(WEFT_ERR_UNSUPPORTED, "%s: the device cannot capture graphs",
+                               weft_device_str(d, b, sizeof b));
+    }
+    return im;
+}
+bool weft_device_can_capture(weft_device d) {
+    backends_init();
+    if (!weft_device_available(d)) return false;
+    const weft_device_impl *im = g_impl[d.type];
+    return im->capture_begin && im->capture_end && im->graph_launch && im->graph_destroy;
+}
+weft_status weft_device_capture_begin(weft_device d) {
+    const weft_device_impl *im = capture_impl(d);
+    return im ? im->capture_begin(d.index) : weft_last_status();
+}
+weft_status weft_device_capture_end(weft_device d, bool keep, void **graph) {
+    if (graph) *graph = NULL;
+    const weft_device_impl *im = capture_impl(d);
+    if (!im) return weft_last_status();
+    void *tmp = NULL;
+    return im->capture_end(d.index, keep && graph, graph ? graph : &tmp);
+}
+weft_status weft_device_graph_launch(weft_device d, void *graph) {
+    const weft_device_impl *im = capture_impl(d);
+    if (!im) return weft_last_status();
+    if (!graph) return weft_error(WEFT_ERR_ARG, "graph_launch: NULL graph");
+    return im->graph_launch(d.index, graph);
+}
+void weft_device_graph_destroy(weft_device d, void *graph) {
+    if (!graph || (unsigned)d.type >= WEFT_NUM_DEVICE_TYPES || !g_impl[d.type] || !g_impl[d.type]->graph_destroy) return;
+    g_impl[d.type]->graph_destroy(d.index, graph);
+}

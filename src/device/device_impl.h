@@ -41,6 +41,22 @@ typedef struct weft_device_impl {
     // NULL members (the CPU): plain malloc/free serve.
     void *(*host_alloc)(size_t nbytes);
     void (*host_free)(void *p);
+    // ---- graph capture (CUDA Graphs); all NULL where the device has none (the CPU) ----
+    // Record, instead of running, the work the calling thread queues on its
+    // current stream of device `index` until capture_end. While recording,
+    // device memory that is allocated or freed on that device stays reserved
+    // for the captured graph (a replay writes where the recorded kernels
+    // did), and copies between host and device memory fail (a replay would
+    // not redo the host's part): a step that needs the host cannot be captured.
+    weft_status (*capture_begin)(int index);
+    // Stop recording. keep: *graph = what was recorded, ready to launch (an
+    // opaque handle). !keep, or an error (something in the recording failed,
+    // e.g. a kernel waited for the device): nothing is kept, *graph = NULL.
+    weft_status (*capture_end)(int index, bool keep, void **graph);
+    // Queue one run of a captured graph on the calling thread's current stream.
+    weft_status (*graph_launch)(int index, void *graph);
+    // Release a captured graph and the memory it reserved, once its runs are done.
+    void (*graph_destroy)(int index, void *graph);
 } weft_device_impl;
 
 // A backend installs itself here (the CPU one is built in).
@@ -54,6 +70,15 @@ void *weft_device_host_alloc(weft_device d, size_t nbytes);
 void weft_device_host_free(weft_device d, void *p);
 
 extern const weft_device_impl weft_cpu_device_impl;
+
+// Graph capture through the registry (the members above): can_capture is
+// false where the device has no capture (then the others fail naming it).
+// Used by the graph executor (src/graph/capture.c).
+bool weft_device_can_capture(weft_device d);
+weft_status weft_device_capture_begin(weft_device d);
+weft_status weft_device_capture_end(weft_device d, bool keep, void **graph);
+weft_status weft_device_graph_launch(weft_device d, void *graph);
+void weft_device_graph_destroy(weft_device d, void *graph);
 
 #ifdef WEFT_HAVE_CUDA
 // src/device/cuda/cuda_device.c: run once before the registry is first used.

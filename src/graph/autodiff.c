@@ -45,6 +45,7 @@ typedef struct ad_ctx {
     uint8_t *rg;      // [V0] value requires grad: reached from wrt through differentiable nodes
     weft_tensor **sv; // [V0] stand-ins of forward values
     weft_tensor **gb; // [V0] accumulated gradients (stand-ins of backward values or data constants)
+    weft_device dev;  // where the graph's state lives: stand-ins and seeds are made there
 } ad_ctx;
 
 static const char *node_op(const weft_gnode *n) {
@@ -100,7 +101,7 @@ static weft_tensor *standin(ad_ctx *c, int32_t v) {
         for (int j = 1; j < n->op->n_out; j++) weft_tensor_free(out[j]);
         t = out[0];
     } else { // placeholders, op results, assigns, control flow: contiguous
-        t = weft_tensor_symbolic(gv->ndim, gv->sizes, (weft_dtype)gv->dtype, WEFT_DEVICE_CPU);
+        t = weft_tensor_symbolic(gv->ndim, gv->sizes, (weft_dtype)gv->dtype, c->dev);
     }
     if (!t) return NULL;
     if (!weft_graph_trace_map(g, t, v)) {
@@ -133,7 +134,7 @@ static weft_status accumulate(ad_ctx *c, int32_t v, weft_tensor *t) {
 // data-less stand-in mapped to gv.
 static weft_status accumulate_value(ad_ctx *c, int32_t v, int32_t gv) {
     const weft_gvalue *ov = &c->g->values[gv];
-    weft_tensor *t = weft_tensor_symbolic(ov->ndim, ov->sizes, (weft_dtype)ov->dtype, WEFT_DEVICE_CPU);
+    weft_tensor *t = weft_tensor_symbolic(ov->ndim, ov->sizes, (weft_dtype)ov->dtype, c->dev);
     if (!t || !weft_graph_trace_map(c->g, t, gv)) {
         weft_tensor_free(t);
         return weft_error(WEFT_ERR_OOM, "%s: out of memory", c->fn);
@@ -356,7 +357,7 @@ static weft_status while_backward(ad_ctx *c, int32_t id) {
             v = value_of(c, t);
         } else { // this output does not reach y
             const weft_gvalue *gv = &g->values[ov];
-            weft_tensor *z = weft_tensor_zeros(gv->ndim, gv->sizes, (weft_dtype)gv->dtype);
+            weft_tensor *z = weft_tensor_full_on(gv->ndim, gv->sizes, (weft_dtype)gv->dtype, 0, c->dev);
             v = z ? weft_graph_constant(g, NULL, z).id : -1;
             weft_tensor_free(z);
         }
@@ -417,7 +418,7 @@ static weft_status grad_impl(weft_graph *g, const char *fn, int n_y, const int32
                              int n_wrt, const int32_t *wrt, int32_t *grads) {
     if (g->tracing || g->n_held)
         return weft_error(WEFT_ERR_STATE, "%s: the graph is being traced (call trace_end first)", fn);
-    ad_ctx c = {.g = g, .fn = fn, .N0 = g->n_nodes, .V0 = g->n_values};
+    ad_ctx c = {.g = g, .fn = fn, .N0 = g->n_nodes, .V0 = g->n_values, .dev = weft_graph_device(g)};
     size_t nv = (size_t)(c.V0 ? c.V0 : 1);
     c.rg = calloc(nv, 1);
     c.sv = calloc(nv, sizeof *c.sv);
@@ -446,7 +447,7 @@ static weft_status grad_impl(weft_graph *g, const char *fn, int n_y, const int32
         if (!c.rg[ys[i]]) continue; // y does not depend on wrt: every gradient is zero
         const weft_gvalue *yv = &g->values[ys[i]];
         weft_tensor *s = seeds[i] >= 0 ? weft_tensor_ref(standin(&c, seeds[i]))
-                                       : weft_tensor_ones(yv->ndim, yv->sizes, (weft_dtype)yv->dtype);
+                                       : weft_tensor_full_on(yv->ndim, yv->sizes, (weft_dtype)yv->dtype, 1, c.dev);
         if (!s) st = weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
         else st = accumulate(&c, ys[i], s);
     }
@@ -469,7 +470,7 @@ static weft_status grad_impl(weft_graph *g, const char *fn, int n_y, const int32
             grads[k] = value_of(&c, t);
         } else { // y does not depend on it (or it is not floating point): zeros
             const weft_gvalue *wv = &g->values[wrt[k]];
-            weft_tensor *z = weft_tensor_zeros(wv->ndim, wv->sizes, (weft_dtype)wv->dtype);
+            weft_tensor *z = weft_tensor_full_on(wv->ndim, wv->sizes, (weft_dtype)wv->dtype, 0, c.dev);
             grads[k] = z ? weft_graph_constant(g, NULL, z).id : -1;
             weft_tensor_free(z);
         }

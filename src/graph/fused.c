@@ -1,17 +1,16 @@
-// Fused nodes: program helpers and the tiled executor (see fused.h).
+// Fused nodes: program helpers, and running a node through the op table's
+// fused_elementwise kernel of its device (see fused.h).
 #include "fused.h"
 
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ops/cpu/iter.h"
 #include "../ops/elementwise.h"
-#include "plan.h"
+#include "../ops/fused.h"
 
-// Below this many elements one thread runs every tile (thread start-up costs more).
-#define PAR_MIN_ELEMS 32768
-
+// Membership of the elementwise family is a property of the op (its CPU
+// column names the family's kernel); every device's fused_elementwise
+// kernel runs each variant in the dtypes the family's loops have.
 bool weft_fused_op_ok(const weft_op_def *op, weft_dtype dt) {
     if (!op || op->kernel[WEFT_CPU].fn != weft_cpu_elementwise || (op->flags & WEFT_OPF_VIEW)) return false;
     if (op->n_in != 1 && op->n_in != 2) return false;
@@ -40,106 +39,58 @@ const char *weft_fused_prog_str(const weft_fused_prog *p, char *buf, size_t n) {
     return buf;
 }
 
-// How one node input is read for a tile: directly (contiguous, full group
-// shape) or gathered with broadcast byte strides over the group's dims.
-typedef struct in_read {
-    const char *base;
-    bool direct;
-    bool used; // read by an elementwise instruction (matmul operands need not be)
-    int64_t st[WEFT_MAX_DIMS]; // bytes, 0 on broadcast dims
-} in_read;
 
-typedef struct fctx {
-    const weft_gnode *n;
-    const weft_fused_prog *p;
-    int ndim;
-    int64_t sizes[WEFT_MAX_DIMS];
-    int64_t numel;
-    size_t es;
-    in_read rd[WEFT_FUSED_MAX_IN + 1]; // + the matmul result when it is read like an input
-    int n_rd;
-    int mm_rd; // index in rd of the matmul result, -1
-    char *outp[WEFT_MAX_OP_OUT];
-    weft_ew_loop_fn loop[WEFT_FUSED_MAX_INSTR];
-    char *scratch;
-    size_t slot_bytes, thread_bytes;
-} fctx;
-
-// Copy the group elements [t0, t0+len) of input r into dst (contiguous).
-static void gather(const fctx *c, const in_read *r, int64_t t0, int64_t len, char *dst) {
-    int nd = c->ndim;
-    int64_t idx[WEFT_MAX_DIMS], rem = t0;
-    for (int d = nd - 1; d >= 0; d--) {
-        idx[d] = c->sizes[d] ? rem % c->sizes[d] : 0;
-        rem = c->sizes[d] ? rem / c->sizes[d] : 0;
-    }
-    size_t es = c->es;
-    int64_t inner = nd ? c->sizes[nd - 1] : 1, sin = nd ? r->st[nd - 1] : 0;
-    while (len > 0) {
-        int64_t off = 0;
-        for (int d = 0; d < nd; d++) off += idx[d] * r->st[d];
-        int64_t run = nd ? inner - idx[nd - 1] : 1;
-        if (run > len) run = len;
-        const char *src = r->base + off;
-        if (sin == (int64_t)es) memcpy(dst, src, (size_t)run * es);
-        else if (es == 4)
-            for (int64_t i = 0; i < run; i++) memcpy(dst + i * 4, src + i * sin, 4);
-        else
-            for (int64_t i = 0; i < run; i++) memcpy(dst + i * 8, src + i * sin, 8);
-        dst += run * (int64_t)es;
-        len -= run;
-        if (!nd) break;
-        idx[nd - 1] += run;
-        for (int d = nd - 1; d > 0 && idx[d] >= c->sizes[d]; d--) idx[d] = 0, idx[d - 1]++;
-    }
-}
-
-static void run_tile(const fctx *c, int64_t t0, int64_t len, char *scratch) {
-    const weft_fused_prog *p = c->p;
-    const char *rv[WEFT_FUSED_MAX_IN + 1];
-    for (int k = 0; k < c->n_rd; k++) {
-        const in_read *r = &c->rd[k];
-        if (!r->used) {
-            rv[k] = NULL;
-        } else if (r->direct) {
-            rv[k] = r->base + t0 * (int64_t)c->es;
-        } else {
-            char *dst = scratch + (size_t)k * c->slot_bytes;
-            gather(c, r, t0, len, dst);
-            rv[k] = dst;
-        }
-    }
-    char *iv[WEFT_FUSED_MAX_INSTR];
-    int64_t s[1 + WEFT_FUSED_MAX_ARGS];
-    for (int k = 0; k <= WEFT_FUSED_MAX_ARGS; k++) s[k] = (int64_t)c->es;
-    for (int j = 0; j < p->n_instr; j++) {
-        const weft_fused_instr *x = &p->instr[j];
-        if (j == 0 && p->matmul_head) {
-            iv[0] = (char *)rv[c->mm_rd];
-            continue;
-        }
-        char *dst = x->export_idx >= 0 ? c->outp[x->export_idx] + t0 * (int64_t)c->es
-                                       : scratch + (size_t)(c->n_rd + j) * c->slot_bytes;
-        char *ptr[1 + WEFT_FUSED_MAX_ARGS];
-        ptr[0] = dst;
+// A node's program as the fused_elementwise kernel takes it. Kernel inputs
+// are the node inputs the elementwise instructions read (kin_of[k] = node
+// input, in node order: a matmul head's operands need not broadcast to the
+// group), then the product of a matmul head (kernel input *n_kin - 1), which
+// replaces instruction 0 as an operand. Kernel outputs are the node outputs
+// the elementwise instructions write (kout[k] = node output, in node order).
+static weft_status kernel_prog(const weft_gnode *n, weft_ew_prog *kp, int *kin_of, int *n_kin, int *kout,
+                               int *n_kout) {
+    const weft_fused_prog *p = n->prog;
+    int first = p->matmul_head ? 1 : 0, omap[WEFT_MAX_OP_OUT], imap[WEFT_FUSED_MAX_IN];
+    for (int j = 0; j < WEFT_MAX_OP_OUT; j++) omap[j] = -1;
+    for (int k = 0; k < WEFT_FUSED_MAX_IN; k++) imap[k] = -1;
+    for (int i = first; i < p->n_instr; i++) {
+        const weft_fused_instr *x = &p->instr[i];
+        if (x->n_args < 1 || x->n_args > 2 || x->export_idx >= n->n_out)
+            return weft_error(WEFT_ERR_STATE, "fused: malformed program");
         for (int a = 0; a < x->n_args; a++) {
             int32_t o = x->args[a];
-            ptr[1 + a] = o >= 0 ? (char *)rv[o] : iv[-1 - o];
+            if (o >= n->n_in || o < -i)
+                return weft_error(WEFT_ERR_STATE, "fused: instruction %d operand %d out of range", i, a);
+            if (o >= 0) imap[o] = 0;
         }
-        double sc = x->attrs.f[0];
-        c->loop[j](ptr, s, len, &sc);
-        iv[j] = dst;
     }
-}
-
-static void fill_read(fctx *c, in_read *r, const weft_tensor *t) {
-    int nd = c->ndim, lead = nd - t->ndim;
-    r->base = weft_tensor_ptr(t);
-    for (int d = 0; d < nd; d++) {
-        int td = d - lead;
-        r->st[d] = (td < 0 || t->sizes[td] == 1) ? 0 : t->strides[td] * (int64_t)c->es;
+    *n_kin = 0;
+    for (int k = 0; k < n->n_in; k++)
+        if (imap[k] == 0) imap[k] = *n_kin, kin_of[(*n_kin)++] = k;
+    int mm_in = first ? (*n_kin)++ : -1;
+    *n_kout = 0;
+    for (int j = 0; j < n->n_out; j++) {
+        bool epi = false;
+        for (int i = first; i < p->n_instr; i++) epi |= p->instr[i].export_idx == j;
+        if (epi) omap[j] = *n_kout, kout[(*n_kout)++] = j;
     }
-    r->direct = weft_tensor_is_contiguous(t) && weft_shape_equal(t->ndim, t->sizes, nd, c->sizes);
+    kp->n_instr = p->n_instr - first;
+    for (int i = first; i < p->n_instr; i++) {
+        const weft_fused_instr *x = &p->instr[i];
+        weft_ew_instr *y = &kp->instr[i - first];
+        y->variant = x->op->variant;
+        y->n_args = x->n_args;
+        y->scalar = x->attrs.f[0];
+        y->out = x->export_idx >= 0 ? omap[x->export_idx] : -1;
+        for (int a = 0; a < 2; a++) {
+            int32_t o = a < x->n_args ? x->args[a] : 0;
+            if (a >= x->n_args) o = 0;                // unused
+            else if (o >= 0) o = imap[o];             // node input -> kernel input
+            else if (first && o == -1) o = mm_in;     // instruction 0: the product
+            else o = -1 - ((-1 - o) - first);         // instruction j -> j - first
+            y->args[a] = o;
+        }
+    }
+    return WEFT_OK;
 }
 
 weft_status weft_fused_exec(const weft_gnode *n, const weft_gvalue *out_meta, weft_tensor *const *in,
@@ -147,68 +98,42 @@ weft_status weft_fused_exec(const weft_gnode *n, const weft_gvalue *out_meta, we
     const weft_fused_prog *p = n->prog;
     if (!p || p->n_instr < 1 || n->n_in > WEFT_FUSED_MAX_IN || n->n_out < 1 || n->n_out > WEFT_MAX_OP_OUT)
         return weft_error(WEFT_ERR_STATE, "fused: malformed program");
-    fctx c = {.n = n, .p = p, .ndim = out_meta[0].ndim, .mm_rd = -1};
-    memcpy(c.sizes, out_meta[0].sizes, sizeof c.sizes);
     weft_dtype dt = (weft_dtype)out_meta[0].dtype;
-    c.es = weft_dtype_size(dt);
-    c.numel = weft_shape_numel(c.ndim, c.sizes);
-    for (int j = 0; j < n->n_out; j++) {
+    for (int j = 0; j < n->n_out; j++)
         if (!weft_tensor_is_contiguous(out[j]) || out[j]->dtype != dt ||
-            !weft_shape_equal(out[j]->ndim, out[j]->sizes, c.ndim, c.sizes))
+            !weft_shape_equal(out[j]->ndim, out[j]->sizes, out_meta[0].ndim, out_meta[0].sizes))
             return weft_error(WEFT_ERR_STATE, "fused: output %d is not a contiguous tensor of the group shape", j);
-        c.outp[j] = weft_tensor_ptr(out[j]);
-    }
-    for (int k = 0; k < n->n_in; k++) {
-        if (in[k]->dtype != dt && !(p->matmul_head && (p->instr[0].args[0] == k || p->instr[0].args[1] == k)))
-            return weft_error(WEFT_ERR_DTYPE, "fused: input %d is %s, the group computes in %s", k,
-                              weft_dtype_name((weft_dtype)in[k]->dtype), weft_dtype_name(dt));
-        fill_read(&c, &c.rd[k], in[k]);
-    }
-    c.n_rd = n->n_in;
-    for (int j = 0; j < p->n_instr; j++) {
-        if (j == 0 && p->matmul_head) continue;
-        for (int a = 0; a < p->instr[j].n_args; a++) {
-            int32_t o = p->instr[j].args[a];
-            if (o >= n->n_in || o < -1 - j)
-                return weft_error(WEFT_ERR_STATE, "fused: instruction %d operand %d out of range", j, a);
-            if (o >= 0) c.rd[o].used = true;
-        }
-        c.loop[j] = weft_cpu_ew_loop(p->instr[j].op->variant, dt);
-        if (!c.loop[j])
-            return weft_error(WEFT_ERR_UNSUPPORTED, "fused: no cpu loop for %s in %s", p->instr[j].op->name,
-                              weft_dtype_name(dt));
-    }
+    weft_ew_prog kp;
+    int kin_of[WEFT_FUSED_MAX_IN], n_kin = 0, kout[WEFT_MAX_OP_OUT], n_kout = 0;
+    weft_status st = kernel_prog(n, &kp, kin_of, &n_kin, kout, &n_kout);
+    if (st != WEFT_OK) return st;
+    weft_tensor *kin[WEFT_EW_PROG_MAX_IN], *kout_t[WEFT_MAX_OP_OUT];
+    for (int k = 0; k < n_kin; k++) kin[k] = p->matmul_head && k == n_kin - 1 ? NULL : in[kin_of[k]];
     if (p->matmul_head) {
         // The product goes into its own output when it is exported, else into
-        // output 0 (overwritten tile by tile by the epilogue: each tile copies
-        // the product into scratch before anything writes that tile).
+        // output 0, which the epilogue then overwrites (the kernel reads
+        // element i of every input before it writes element i).
         const weft_fused_instr *m = &p->instr[0];
-        int ox = m->export_idx >= 0 ? m->export_idx : 0;
+        if (m->n_args != 2 || m->args[0] < 0 || m->args[1] < 0 || m->args[0] >= n->n_in || m->args[1] >= n->n_in)
+            return weft_error(WEFT_ERR_STATE, "fused: malformed matmul head");
         weft_tensor *mi[2] = {in[m->args[0]], in[m->args[1]]};
-        weft_tensor *mo = out[ox];
-        weft_status st = weft_op_apply_into(m->op, 2, mi, &m->attrs, &mo);
-        if (st != WEFT_OK) return st;
-        c.mm_rd = c.n_rd++;
-        fill_read(&c, &c.rd[c.mm_rd], out[ox]);
-        c.rd[c.mm_rd].direct = m->export_idx >= 0; // in place: gather (copy) it first
-        c.rd[c.mm_rd].used = true;
+        weft_tensor *mo = out[m->export_idx >= 0 ? m->export_idx : 0];
+        if ((st = weft_op_apply_into(m->op, 2, mi, &m->attrs, &mo)) != WEFT_OK) return st;
         if (p->n_instr == 1) return WEFT_OK;
+        kin[n_kin - 1] = mo;
     }
-    if (c.numel == 0) return WEFT_OK;
-
-    int64_t tile = WEFT_FUSED_TILE, n_tiles = (c.numel + tile - 1) / tile;
-    int threads = c.numel >= PAR_MIN_ELEMS ? weft_num_threads() : 1;
-    if (threads < 1) threads = 1;
-    if (threads > n_tiles) threads = (int)n_tiles;
-    c.slot_bytes = (size_t)tile * c.es;
-    c.thread_bytes = (size_t)(c.n_rd + p->n_instr) * c.slot_bytes;
-    c.scratch = aligned_alloc(64, (size_t)threads * c.thread_bytes);
-    if (!c.scratch) return weft_error(WEFT_ERR_OOM, "fused: out of memory for tiles");
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-    for (int64_t t = 0; t < n_tiles; t++) {
-        int64_t t0 = t * tile, len = c.numel - t0 < tile ? c.numel - t0 : tile;
-        run_tile(&c, t0, len, c.scratch + (size_t)omp_get_thread_num() * c.thread_bytes);
+    if (n_kout < 1) return weft_error(WEFT_ERR_STATE, "fused: the elementwise instructions write no output");
+    for (int k = 0; k < n_kout; k++) kout_t[k] = out[kout[k]];
+    // Dispatch like any op: fused_elementwise's kernel for the outputs' device.
+    const weft_op_def *op = &weft_op_fused_elementwise;
+    weft_device dev = out[0]->device;
+    const weft_kernel *kr = &op->kernel[dev.type];
+    if (!kr->fn || !(kr->dtypes & WEFT_DT(dt))) {
+        char d[32];
+        return weft_error(WEFT_ERR_UNSUPPORTED, "fused_elementwise: no kernel for device %s and dtype %s",
+                          weft_device_str(dev, d, sizeof d), weft_dtype_name(dt));
     }
-    free(c.scratch);
-    return WEFT_OK;
+    weft_attrs at = weft_ew_prog_attrs(&kp);
+    weft_op_args args = {.op = op, .n_in = n_kin, .in = kin, .attrs = &at, .n_out = n_kout, .out = kout_t};
+    return kr->fn(&args);
 }

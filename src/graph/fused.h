@@ -9,17 +9,17 @@
 // still needed outside the group); the others live only in per-thread tiles.
 //
 // Execution (weft_fused_exec): a leading matmul runs whole into an output
-// buffer (BLAS is the fast path for it); the elementwise rest then runs over
-// the group shape in tiles of WEFT_FUSED_TILE elements, threads over tiles:
-// each tile gathers its inputs (strided / broadcast reads), runs each
-// instruction's inner loop (the same loop the elementwise kernel runs, so
-// results are bit-identical to the unfused ops) and writes exported values.
+// buffer through the dispatcher (BLAS or cuBLAS is the fast path for it);
+// the elementwise rest becomes a program of the op table's
+// fused_elementwise op (src/ops/fused.h), whose kernel for the outputs'
+// device runs it: on the CPU in tiles, each instruction calling the same
+// inner loop as the unfused op (bit-identical results); on CUDA one
+// interpreting kernel (src/ops/cuda/fused.c).
 #ifndef WEFT_GRAPH_FUSED_H
 #define WEFT_GRAPH_FUSED_H
 
 #include "graph_impl.h"
 
-#define WEFT_FUSED_TILE 1024
 #define WEFT_FUSED_MAX_INSTR 32
 #define WEFT_FUSED_MAX_IN 16
 #define WEFT_FUSED_MAX_ARGS 2

@@ -90,6 +90,21 @@ void weft_graph_free(weft_graph *g) {
     free(g);
 }
 
+weft_device weft_graph_device(const weft_graph *g) {
+    for (int pass = 0; g && pass < 2; pass++) // variables first: they are the graph's state
+        for (int i = 0; i < g->n_nodes; i++) {
+            const weft_gnode *n = &g->nodes[i];
+            if (n->tensor && n->kind == (pass ? WEFT_NODE_CONSTANT : WEFT_NODE_VARIABLE)) return n->tensor->device;
+        }
+    for (int i = 0; g && i < g->n_nodes; i++) // control flow: its subgraphs' state
+        for (int b = 0; b < 2; b++)
+            if (g->nodes[i].sub[b]) {
+                weft_device d = weft_graph_device(g->nodes[i].sub[b]);
+                if (d.type != WEFT_CPU) return d;
+            }
+    return WEFT_DEVICE_CPU;
+}
+
 const char *weft_graph_kind_name(weft_node_kind k) {
     static const char *names[] = {"placeholder", "constant", "variable", "op",      "assign",
                                   "assign_add",  "cond",     "while_loop", "enqueue", "dequeue", "fused"};

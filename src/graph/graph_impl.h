@@ -47,6 +47,18 @@ typedef struct weft_gnode {
     bool while_grad;
 } weft_gnode;
 
+// CUDA-graph capture in the last run (src/graph/capture.c): for tests and
+// WEFT_CUDA_GRAPHS_DEBUG=1.
+typedef struct weft_graph_capture_stats {
+    int mode;           // 0: not captured (why says why), 1: probed (a plain run trying each
+                        // node alone), 2: recorded, 3: replayed
+    int graphs;         // captured graphs launched by the run
+    int captured_steps; // steps inside them
+    int plain_steps;    // steps that queue device work and run plainly (modes 2 and 3)
+    char why[320];      // why not captured / the first nodes that run plainly and why
+} weft_graph_capture_stats;
+weft_graph_capture_stats weft_graph_capture_last(const weft_graph *g);
+
 // A pointer-keyed open-addressing map (tensor -> value id) for tracing.
 typedef struct weft_ptrmap {
     const void **keys;
@@ -82,6 +94,7 @@ struct weft_graph {
     // What weft_graph_run's prepare computed per (fetches, targets) set, reused
     // while the graph's structure is unchanged (run.c; freed by weft_graph_free).
     struct weft_run_cache *run_cache;
+    weft_graph_capture_stats cap_stats; // of the last run
 };
 
 // Append a node of `kind` with n_out outputs (shapes filled by the caller);
@@ -90,6 +103,10 @@ int32_t weft_graph_add_node(weft_graph *g, const char *fn, weft_node_kind kind, 
                             int n_in, const int32_t *in, int n_out);
 bool weft_graph_value_ok(const weft_graph *g, weft_value v);
 const char *weft_graph_kind_name(weft_node_kind k);
+// The device of g's state: its first variable's (else constant's, else a
+// subgraph's) tensor, the CPU without any. Passes make their constants
+// there (the executor copies a constant on another device to the run's once).
+weft_device weft_graph_device(const weft_graph *g);
 
 // ptrmap
 bool weft_ptrmap_put(weft_ptrmap *m, const void *key, int32_t val);

@@ -9,6 +9,11 @@
 // done; bookkeeping (use counts, liveness, ready queue) is under one mutex,
 // kernels run outside it. Parallel runs allocate per op, since a static plan
 // is only valid for one order.
+//
+// A run happens on one device, its variables' and feeds' (resolve_device):
+// every node runs there and the arena is allocated there. On a device that
+// can capture, serial planned runs are recorded and replayed as CUDA graphs
+// (capture.c drives the same node functions through run_impl.h).
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,50 +21,10 @@
 #include "fused.h"
 #include "graph_impl.h"
 #include "plan.h"
+#include "run_impl.h"
 #include "schedule.h"
 #include "trace_hook.h"
 
-typedef struct run_ctx {
-    weft_graph *g;
-    uint8_t *needed;    // [nodes]
-    int32_t *indeg;     // [nodes] predecessors not yet run (data edges + control deps)
-    int32_t *succ_off;  // [nodes+1] CSR of successors
-    int32_t *succ;      // [edges]
-    int32_t *uses;      // [values] consumers (input edges) still to run
-    uint8_t *fetched;   // [values]
-    weft_tensor **vals; // [values] live tensors
-    weft_tensor **feed; // [values] fed tensors (placeholders)
-    int32_t *queue;     // [nodes] ready queue (FIFO)
-    int32_t *order;     // [nodes] serial execution order (from the cycle check)
-    uint8_t *co;        // [nodes] co[s]: step s runs together with step s-1 (coschedule.c)
-    int n_order;
-    int32_t *live;      // [values] ids of values holding a tensor
-    int32_t *live_pos;  // [values] index in live, -1
-    int n_live;
-    const void **ext; // sorted storages that are not intermediates (feeds, constants, variables)
-    int n_ext;
-    const void **scratch; // [values]
-    size_t peak;
-    // memory plan (serial runs)
-    bool use_plan;
-    weft_plan plan;
-    weft_tensor *arena;
-    // parallel runs
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int head, tail, done;
-    weft_status err;
-    char errmsg[1024];
-    uint64_t run_no; // this run's number (g->rng_runs before it): random ops' seeds
-    // in-place updates: [values] the VARIABLE node an OP output is written
-    // into (-1: none); borrowed from the run cache
-    const int32_t *inplace;
-    // peak accounting: storage -> live values using it (-1: not an
-    // intermediate), an open-addressing map, and the bytes of live storages
-    const void **skey;
-    int32_t *scount;
-    size_t scap, cur_bytes;
-} run_ctx;
 
 // ---- storage use counts (the peak in O(1) per value instead of a sort per node) ----
 static size_t smap_slot(const run_ctx *c, const void *key) {
@@ -72,6 +37,11 @@ static void smap_mark_ext(run_ctx *c, const void *key) {
     size_t h = smap_slot(c, key);
     c->skey[h] = key;
     c->scount[h] = -1;
+}
+
+void weft_run_mark_ext(run_ctx *c, const void *storage) {
+    c->ext[c->n_ext++] = storage;
+    smap_mark_ext(c, storage);
 }
 
 // +1 / -1 use of value v's storage when v is made by an op (views of a
@@ -88,7 +58,7 @@ static void smap_use(run_ctx *c, int32_t v, int delta) {
     if (delta < 0 && c->scount[h] == 0) c->cur_bytes -= st->nbytes;
 }
 
-static void set_val(run_ctx *c, int32_t v, weft_tensor *t) {
+void weft_run_set_val(run_ctx *c, int32_t v, weft_tensor *t) {
     c->vals[v] = t;
     smap_use(c, v, +1);
     c->live_pos[v] = c->n_live;
@@ -141,7 +111,7 @@ static weft_status exec_fused(run_ctx *c, int32_t id, weft_tensor **outs) {
         const weft_gvalue *v = &g->values[n->out0 + j];
         outs[j] = c->use_plan ? weft_plan_tensor_at(c->arena, c->plan.offset[n->out0 + j], v->ndim, v->sizes,
                                                     (weft_dtype)v->dtype)
-                              : weft_tensor_new(v->ndim, v->sizes, (weft_dtype)v->dtype, inl[0]->device);
+                              : weft_tensor_new(v->ndim, v->sizes, (weft_dtype)v->dtype, c->dev);
         if (!outs[j]) st = weft_last_status();
     }
     if (st == WEFT_OK) st = weft_fused_exec(n, &g->values[n->out0], inl, outs);
@@ -158,7 +128,7 @@ static weft_status exec_fused(run_ctx *c, int32_t id, weft_tensor **outs) {
 // The variable tensor value v is written into in place this run, or NULL:
 // marked by the run cache, and the variable still fits (a variable's tensor
 // is fixed, but check: it costs nothing and keeps a stale mark harmless).
-static weft_tensor *inplace_var(const run_ctx *c, int32_t v) {
+weft_tensor *weft_run_inplace_var(const run_ctx *c, int32_t v) {
     int32_t vn = c->inplace[v];
     if (vn < 0) return NULL;
     weft_tensor *t = c->g->nodes[vn].tensor;
@@ -170,7 +140,7 @@ static weft_tensor *inplace_var(const run_ctx *c, int32_t v) {
 
 // Run one node into outs[0..n_out) (new references; not yet published in
 // c->vals). Reads c->vals of its inputs only, so several nodes may run at once.
-static weft_status exec_node(run_ctx *c, int32_t id, weft_tensor **outs) {
+weft_status weft_run_exec_node(run_ctx *c, int32_t id, weft_tensor **outs) {
     weft_graph *g = c->g;
     weft_gnode *n = &g->nodes[id];
     switch (n->kind) {
@@ -216,7 +186,7 @@ static weft_status exec_node(run_ctx *c, int32_t id, weft_tensor **outs) {
         }
         weft_status st;
         bool inplace = false;
-        for (int j = 0; j < n->n_out && c->inplace; j++) inplace |= inplace_var(c, n->out0 + j) != NULL;
+        for (int j = 0; j < n->n_out && c->inplace; j++) inplace |= weft_run_inplace_var(c, n->out0 + j) != NULL;
         if ((c->use_plan || inplace) && !(n->op->flags & WEFT_OPF_VIEW)) {
             // Outputs are tensors over the arena at their planned offsets, or
             // the variable an output is assigned to (written in place).
@@ -224,14 +194,14 @@ static weft_status exec_node(run_ctx *c, int32_t id, weft_tensor **outs) {
             for (int j = 0; j < n->n_out; j++) out[j] = NULL;
             for (int j = 0; j < n->n_out && st == WEFT_OK; j++) {
                 const weft_gvalue *v = &g->values[n->out0 + j];
-                weft_tensor *var = inplace ? inplace_var(c, n->out0 + j) : NULL;
+                weft_tensor *var = inplace ? weft_run_inplace_var(c, n->out0 + j) : NULL;
                 if (var) __atomic_fetch_add(&g->stats.inplace_writes, 1, __ATOMIC_RELAXED); // parallel runs too
                 // (offset -1: planned into a variable that no longer fits; its own allocation then)
                 out[j] = var ? weft_tensor_ref(var)
                          : c->use_plan && c->plan.offset[n->out0 + j] >= 0
                              ? weft_plan_tensor_at(c->arena, c->plan.offset[n->out0 + j], v->ndim, v->sizes,
                                                    (weft_dtype)v->dtype)
-                                       : weft_tensor_new(v->ndim, v->sizes, (weft_dtype)v->dtype, n->n_in ? in[0]->device : weft_device_get_default());
+                                       : weft_tensor_new(v->ndim, v->sizes, (weft_dtype)v->dtype, c->dev);
                 if (!out[j]) st = weft_last_status();
             }
             if (st == WEFT_OK) st = weft_op_apply_into(n->op, n->n_in, in, at, out);
@@ -277,19 +247,31 @@ static weft_status exec_node(run_ctx *c, int32_t id, weft_tensor **outs) {
     }
 }
 
+// A value with no consumer left: dropped now, or after the recording (c->defer_drops).
+static void dead_val(run_ctx *c, int32_t v) {
+    if (c->defer_drops && c->vals[v]) c->pending[c->n_pending++] = v;
+    else if (!c->defer_drops) drop_val(c, v);
+}
+
+void weft_run_flush_drops(run_ctx *c) {
+    for (int k = 0; k < c->n_pending; k++)
+        if (c->vals[c->pending[k]]) drop_val(c, c->pending[k]);
+    c->n_pending = 0;
+}
+
 // Publish a run node's outputs, then liveness: an input dies with its last
 // consumer, an unused output at once. (Under c->mu in parallel runs.)
-static void commit_node(run_ctx *c, int32_t x, weft_tensor **outs) {
+void weft_run_commit_node(run_ctx *c, int32_t x, weft_tensor **outs) {
     const weft_gnode *n = &c->g->nodes[x];
-    for (int j = 0; j < n->n_out; j++) set_val(c, n->out0 + j, outs[j]);
+    for (int j = 0; j < n->n_out; j++) weft_run_set_val(c, n->out0 + j, outs[j]);
     account_peak(c);
     for (int k = 0; k < n->n_in; k++) {
         int32_t v = n->in[k];
-        if (--c->uses[v] == 0 && !c->fetched[v]) drop_val(c, v);
+        if (--c->uses[v] == 0 && !c->fetched[v]) dead_val(c, v);
     }
     for (int j = 0; j < n->n_out; j++) {
         int32_t v = n->out0 + j;
-        if (c->uses[v] == 0 && !c->fetched[v]) drop_val(c, v);
+        if (c->uses[v] == 0 && !c->fetched[v]) dead_val(c, v);
     }
 }
 
@@ -346,6 +328,7 @@ static void ctx_free(run_ctx *c) {
     free(c->live_pos);
     free(c->ext);
     free(c->scratch);
+    free(c->pending);
     free(c->skey);
     free(c->scount);
 }
@@ -365,10 +348,11 @@ static weft_status ctx_alloc(run_ctx *c, int n_feeds) {
     c->co = calloc(nN, 1);
     c->live = malloc(nV * sizeof *c->live);
     c->live_pos = malloc(nV * sizeof *c->live_pos);
-    c->ext = malloc((nV + (size_t)n_feeds) * sizeof *c->ext);
+    c->ext = malloc((nV + 2 * (size_t)n_feeds) * sizeof *c->ext); // + the capture's fixed feed buffers
     c->scratch = malloc(nV * sizeof *c->scratch);
+    c->pending = malloc(nV * sizeof *c->pending);
     if (!c->needed || !c->indeg || !c->succ_off || !c->uses || !c->fetched || !c->vals || !c->feed || !c->queue ||
-        !c->order || !c->co || !c->live || !c->live_pos || !c->ext || !c->scratch)
+        !c->order || !c->co || !c->live || !c->live_pos || !c->ext || !c->scratch || !c->pending)
         return weft_error(WEFT_ERR_OOM, "graph_run: out of memory");
     for (int v = 0; v < g->n_values; v++) c->live_pos[v] = -1;
     return WEFT_OK;
@@ -397,6 +381,20 @@ static weft_status check_feeds(run_ctx *c, int n_feeds, const weft_value *feed_v
         c->feed[fv.id] = t;
     }
     return WEFT_OK;
+}
+
+// Co-scheduled matmul pairs (coschedule.c) use two CPU threads: only for a
+// run on the CPU. The device is known after pruning (resolve_device); the
+// order is made before it, so this looks at what decides it: the first fed
+// tensor, else the first variable (a graph on two devices fails anyway).
+static bool pairs_wanted(const run_ctx *c) {
+    if (!weft_coschedule_enabled(weft_num_threads())) return false;
+    const weft_graph *g = c->g;
+    for (int v = 0; v < g->n_values; v++)
+        if (c->feed[v]) return c->feed[v]->device.type == WEFT_CPU;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].kind == WEFT_NODE_VARIABLE && g->nodes[i].tensor) return g->nodes[i].tensor->device.type == WEFT_CPU;
+    return true;
 }
 
 // Prune to the ancestors of fetches and targets, build successor lists and
@@ -481,7 +479,7 @@ static weft_status prepare(run_ctx *c, bool feeding, int n_fetch, const weft_val
     const char *sched = getenv("WEFT_GRAPH_SCHEDULE");
     if (st == WEFT_OK && !(sched && !strcmp(sched, "0"))) st = weft_schedule_memory(g, c->order, c->n_order, c->fetched);
     // Independent matmuls in pairs, one core each (coschedule.c).
-    if (st == WEFT_OK && weft_coschedule_enabled(weft_num_threads()) &&
+    if (st == WEFT_OK && pairs_wanted(c) &&
         weft_schedule_pairs(g, c->order, c->n_order, c->co) < 0)
         st = weft_error(WEFT_ERR_OOM, "%s: out of memory", fn);
     free(deg);
@@ -508,6 +506,7 @@ typedef struct run_entry {
     int n_order;
     bool has_plan;
     weft_plan plan;
+    weft_capture *cap; // CUDA-graph capture of planned serial runs (capture.c)
 } run_entry;
 
 struct weft_run_cache {
@@ -527,6 +526,7 @@ static void entry_free(run_entry *e) {
     free(e->co);
     free(e->inplace);
     weft_plan_free(&e->plan);
+    weft_capture_free(e->cap);
     memset(e, 0, sizeof *e);
 }
 
@@ -546,12 +546,13 @@ static uint64_t mix(uint64_t h, uint64_t x) {
 // outputs, variable) and values (shape, dtype). O(nodes + edges + values).
 // The switches the schedule and the plan read are part of it, so changing
 // them between runs in one process takes effect.
-static uint64_t graph_fingerprint(const weft_graph *g) {
+static uint64_t graph_fingerprint(const run_ctx *c) {
+    const weft_graph *g = c->g;
     uint64_t h = mix((uint64_t)g->n_nodes, (uint64_t)g->n_values);
     static const char *const env[] = {"WEFT_GRAPH_SCHEDULE", "WEFT_GRAPH_INPLACE", "WEFT_GRAPH_COSCHEDULE"};
     for (size_t k = 0; k < sizeof env / sizeof *env; k++)
         for (const char *e = getenv(env[k]); e && *e; e++) h = mix(h, (uint64_t)(unsigned char)*e + (k << 8));
-    h = mix(h, (uint64_t)weft_coschedule_enabled(weft_num_threads())); // pairs or not
+    h = mix(h, (uint64_t)pairs_wanted(c)); // pairs or not
     for (int i = 0; i < g->n_nodes; i++) {
         const weft_gnode *n = &g->nodes[i];
         h = mix(h, (uint64_t)n->kind ^ ((uint64_t)(uintptr_t)n->op << 8));
@@ -663,7 +664,7 @@ static weft_status prepare_cached(run_ctx *c, int n_fetch, const weft_value *fet
     *entry = NULL;
     if (!g->run_cache && !(g->run_cache = calloc(1, sizeof *g->run_cache)))
         return weft_error(WEFT_ERR_OOM, "graph_run: out of memory");
-    uint64_t fp = graph_fingerprint(g);
+    uint64_t fp = graph_fingerprint(c);
     struct weft_run_cache *rc = g->run_cache;
     for (int k = 0; k < RUN_CACHE_SLOTS; k++) {
         run_entry *e = &rc->e[k];
@@ -741,7 +742,7 @@ static weft_status exec_pair(run_ctx *c, int32_t a, int32_t b) {
 #pragma omp parallel for num_threads(nt) schedule(static, 1)
     for (int k = 0; k < 2; k++) {
         bool prev = weft_grad_set_enabled(false); // per thread: a pool thread starts with grad on
-        st[k] = exec_node(c, ids[k], outs[k]);
+        st[k] = weft_run_exec_node(c, ids[k], outs[k]);
         if (st[k] != WEFT_OK) snprintf(msg[k], sizeof msg[k], "%s", weft_last_error());
         weft_grad_set_enabled(prev);
     }
@@ -751,8 +752,8 @@ static weft_status exec_pair(run_ctx *c, int32_t a, int32_t b) {
         int k = st[0] != WEFT_OK ? 0 : 1;
         return weft_error(st[k], "%s", msg[k]);
     }
-    commit_node(c, a, outs[0]);
-    commit_node(c, b, outs[1]);
+    weft_run_commit_node(c, a, outs[0]);
+    weft_run_commit_node(c, b, outs[1]);
     c->g->stats.co_pairs++;
     return WEFT_OK;
 }
@@ -769,7 +770,7 @@ static void *worker(void *arg) {
         int32_t x = c->queue[c->head++];
         pthread_mutex_unlock(&c->mu);
         for (int j = 0; j < WEFT_MAX_OP_OUT; j++) outs[j] = NULL;
-        weft_status st = exec_node(c, x, outs);
+        weft_status st = weft_run_exec_node(c, x, outs);
         pthread_mutex_lock(&c->mu);
         if (st != WEFT_OK) {
             if (c->err == WEFT_OK) {
@@ -779,7 +780,7 @@ static void *worker(void *arg) {
             pthread_cond_broadcast(&c->cv);
             break;
         }
-        commit_node(c, x, outs); // also when another node failed meanwhile: ctx_free releases the outputs
+        weft_run_commit_node(c, x, outs); // also when another node failed meanwhile: ctx_free releases the outputs
         c->done++;
         int pushed = 0;
         for (int32_t e = c->succ_off[x]; e < c->succ_off[x + 1]; e++)
@@ -823,6 +824,70 @@ static int env_int(const char *name, int dflt) {
     return (*end || v < 0 || v > 1024) ? dflt : (int)v;
 }
 
+static const char *dev_str(weft_device d, char *b) { return weft_device_str(d, b, 32); }
+
+// Value v is a placeholder's, or a view of one (through view ops).
+static bool of_feed(const weft_graph *g, int32_t v) {
+    for (;;) {
+        const weft_gnode *n = &g->nodes[g->values[v].node];
+        if (n->kind == WEFT_NODE_PLACEHOLDER) return true;
+        if (n->kind != WEFT_NODE_OP || !(n->op->flags & WEFT_OPF_VIEW) || n->n_in < 1) return false;
+        v = n->in[0];
+    }
+}
+
+// The device this run happens on: the needed variables' and the fed
+// placeholders' (state and inputs decide, and must agree: a graph runs on
+// one device, and moving them behind the caller's back would copy every
+// run or break the storage a variable shares with its eager parameter);
+// without either, the needed constants'; without any, the CPU. Constants
+// are values: one on another device is copied to the run's device once (the
+// node then holds the copy), so constants made by passes or by hand never
+// stop a run.
+static weft_status resolve_device(run_ctx *c, int n_feeds, const weft_value *feed_vals, weft_tensor *const *feeds) {
+    weft_graph *g = c->g;
+    const char *by = NULL, *by_kind = NULL;
+    weft_device dev = WEFT_DEVICE_CPU;
+    char a[32], b[32];
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+        const weft_gnode *n = &g->nodes[i];
+        if (!c->needed[i] || n->kind != WEFT_NODE_VARIABLE || !n->tensor) continue;
+        if (!by) by = n->name, by_kind = "variable", dev = n->tensor->device;
+        else if (!weft_device_equal(n->tensor->device, dev))
+            return weft_error(WEFT_ERR_DEVICE, "graph_run: variable '%s' is on %s, but %s '%s' is on %s: a graph runs "
+                              "on one device", n->name, dev_str(n->tensor->device, a), by_kind, by, dev_str(dev, b));
+    }
+    for (int k = 0; k < n_feeds; k++) {
+        const weft_gnode *n = &g->nodes[g->values[feed_vals[k].id].node];
+        if (!c->needed[g->values[feed_vals[k].id].node]) continue;
+        if (!by) by = n->name, by_kind = "placeholder", dev = feeds[k]->device;
+        else if (!weft_device_equal(feeds[k]->device, dev))
+            return weft_error(WEFT_ERR_DEVICE, "graph_run: placeholder '%s' is fed a tensor on %s, but %s '%s' is on "
+                              "%s: a graph runs on one device (move the feed there with weft_tensor_to)", n->name,
+                              dev_str(feeds[k]->device, a), by_kind, by, dev_str(dev, b));
+    }
+    for (int32_t i = 0; i < g->n_nodes && !by; i++) {
+        const weft_gnode *n = &g->nodes[i];
+        if (c->needed[i] && n->kind == WEFT_NODE_CONSTANT && n->tensor) by = n->name, dev = n->tensor->device;
+    }
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+        weft_gnode *n = &g->nodes[i];
+        if (!c->needed[i] || n->kind != WEFT_NODE_CONSTANT || !n->tensor || weft_device_equal(n->tensor->device, dev))
+            continue;
+        weft_tensor *m = weft_tensor_to(n->tensor, dev);
+        if (!m) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", weft_last_error());
+            return weft_error(weft_last_status(), "graph_run: constant '%s': copying it to %s: %s", n->name,
+                              dev_str(dev, a), msg);
+        }
+        weft_tensor_free(n->tensor);
+        n->tensor = m;
+    }
+    c->dev = dev;
+    return WEFT_OK;
+}
+
 static weft_status run_impl(run_ctx *c, int n_feeds, const weft_value *feed_vals, weft_tensor *const *feeds,
                             int n_fetch, const weft_value *fetch, weft_tensor **out, int n_targets,
                             const weft_node_id *targets, const weft_graph_run_options *opts) {
@@ -831,6 +896,7 @@ static weft_status run_impl(run_ctx *c, int n_feeds, const weft_value *feed_vals
     run_entry *entry = NULL;
     if (st == WEFT_OK) st = check_feeds(c, n_feeds, feed_vals, feeds);
     if (st == WEFT_OK) st = prepare_cached(c, n_fetch, fetch, n_targets, targets, &entry);
+    if (st == WEFT_OK) st = resolve_device(c, n_feeds, feed_vals, feeds);
     if (st != WEFT_OK) return st;
 
     // Storages that are not intermediates.
@@ -848,7 +914,7 @@ static weft_status run_impl(run_ctx *c, int n_feeds, const weft_value *feed_vals
     int threads = opts && opts->interop_threads > 0 ? opts->interop_threads : env_int("WEFT_INTEROP_THREADS", 1);
     if (threads < 1) threads = 1;
     int plan_opt = opts ? opts->memory_plan : 0;
-    bool want_plan = plan_opt > 0 || (plan_opt == 0 && env_int("WEFT_GRAPH_PLAN", 1) != 0);
+    bool want_plan = plan_opt > 0 || (plan_opt == 0 && env_int("WEFT_GRAPH_PLAN", 1) != 0), capture = false;
     if (threads == 1 && want_plan && c->n_order > 0) {
         size_t nV = (size_t)(g->n_values ? g->n_values : 1);
         if (entry && entry->has_plan) {
@@ -858,10 +924,14 @@ static weft_status run_impl(run_ctx *c, int n_feeds, const weft_value *feed_vals
             if (st != WEFT_OK) return st;
             if (entry && plan_copy(&entry->plan, &c->plan, nV)) entry->has_plan = true;
         }
-        if (c->plan.stats.n_buffers > 0) {
-            // One allocation for every intermediate; the device is the inputs' (CPU today).
+        // CUDA graphs (capture.c): the capture keeps its arena from run to run.
+        const char *why = NULL;
+        capture = entry && weft_capture_wanted(c, &entry->cap, &why);
+        if (!capture && why) snprintf(g->cap_stats.why, sizeof g->cap_stats.why, "%s", why);
+        if (c->plan.stats.n_buffers > 0 || capture) {
+            // One allocation for every intermediate, on the run's device.
             int64_t sz = c->plan.arena_bytes ? c->plan.arena_bytes : 1;
-            c->arena = weft_tensor_new(1, &sz, WEFT_U8, weft_device_get_default());
+            c->arena = capture ? weft_capture_arena(&entry->cap, c, sz) : weft_tensor_new(1, &sz, WEFT_U8, c->dev);
             if (!c->arena) return weft_last_status();
             c->use_plan = true;
             g->stats.planned = true;
@@ -869,35 +939,41 @@ static weft_status run_impl(run_ctx *c, int n_feeds, const weft_value *feed_vals
         }
     }
 
-    if (threads > 1) {
+    if (capture) {
+        g->stats.interop_threads = 1;
+        if ((st = weft_capture_run(&entry->cap, c)) != WEFT_OK) return st;
+    } else if (threads > 1) {
         st = run_parallel(c, threads);
         if (st != WEFT_OK) return st;
     } else {
         g->stats.interop_threads = 1;
         weft_tensor *outs[WEFT_MAX_OP_OUT];
         for (int s = 0; s < c->n_order; s++) {
-            if (s + 1 < c->n_order && c->co[s + 1]) { // a co-scheduled pair
+            // A co-scheduled pair: two CPU threads; a device runs the two one after the other.
+            if (s + 1 < c->n_order && c->co[s + 1] && c->dev.type == WEFT_CPU) {
                 if ((st = exec_pair(c, c->order[s], c->order[s + 1])) != WEFT_OK) return st;
                 s++;
                 continue;
             }
             for (int j = 0; j < WEFT_MAX_OP_OUT; j++) outs[j] = NULL;
-            st = exec_node(c, c->order[s], outs);
+            st = weft_run_exec_node(c, c->order[s], outs);
             if (st != WEFT_OK) return st;
-            commit_node(c, c->order[s], outs);
+            weft_run_commit_node(c, c->order[s], outs);
         }
     }
     g->stats.nodes_executed = c->n_order;
     g->stats.peak_bytes = c->peak;
 
     // Fetches: new references; a variable's value is a snapshot (later runs
-    // write into it), and so is a value in the arena (freed after the run).
+    // write into it), and so is a value in the arena (freed after the run)
+    // or in a captured run's fixed feed buffer (the next run's feed goes there).
     for (int k = 0; k < n_fetch; k++) {
         int32_t v = fetch[k].id;
         weft_node_kind kind = g->nodes[g->values[v].node].kind;
         bool stateful = kind == WEFT_NODE_VARIABLE || kind == WEFT_NODE_ASSIGN || kind == WEFT_NODE_ASSIGN_ADD;
         bool in_arena = c->use_plan && c->plan.root[v] >= 0;
-        out[k] = stateful || in_arena ? weft_tensor_clone(c->vals[v]) : weft_tensor_ref(c->vals[v]);
+        out[k] = stateful || in_arena || (capture && of_feed(g, v)) ? weft_tensor_clone(c->vals[v])
+                                                                     : weft_tensor_ref(c->vals[v]);
         if (!out[k]) return weft_last_status();
     }
     return WEFT_OK;
@@ -913,6 +989,7 @@ weft_status weft_graph_run_ex(weft_graph *g, int n_feeds, const weft_value *feed
     if (g->tracing) return weft_error(WEFT_ERR_STATE, "graph_run: the graph is being traced");
     for (int k = 0; k < n_fetch; k++) out[k] = NULL;
     g->stats = (weft_graph_run_stats){0};
+    memset(&g->cap_stats, 0, sizeof g->cap_stats);
     // Run outside any trace on this thread and without recording autograd.
     struct weft_graph *tracing = weft_trace_active;
     weft_trace_active = NULL;
@@ -938,6 +1015,10 @@ weft_status weft_graph_run(weft_graph *g, int n_feeds, const weft_value *feed_va
 
 weft_graph_run_stats weft_graph_last_run_stats(const weft_graph *g) {
     return g ? g->stats : (weft_graph_run_stats){0};
+}
+
+weft_graph_capture_stats weft_graph_capture_last(const weft_graph *g) {
+    return g ? g->cap_stats : (weft_graph_capture_stats){0};
 }
 
 weft_status weft_graph_plan(weft_graph *g, int n_fetch, const weft_value *fetch, int n_targets,

@@ -26,6 +26,12 @@
 // each step as 0-d tensors, and the per-parameter ".step" counters of the
 // optimiser state (written after each run).
 //
+// On a device (--device cuda) the batch is moved to the run's device before
+// the step (the trace and every run see device feeds), the host scalars are
+// 0-d tensors there, refilled each step by an asynchronous copy, and the
+// executor replays the step as CUDA graphs (src/graph/capture.c), copying
+// these feeds into its fixed buffers first.
+//
 // Dropout draws a fresh mask each run (WEFT_OPF_RANDOM: the executor derives
 // the seed from the recorded one and the run number) and batch_norm's running
 // statistics are graph variables its kernel updates (docs/graph.md, "Stateful
@@ -71,6 +77,10 @@ struct weft_graph_train {
     int n;
     bool *updated;     // [n_params] the parameter has a gradient (and an update) in the graph
     weft_graph_pass_stats pass_stats;
+    // The host scalars' tensors on the run's device, refilled each step (a
+    // device fill is an asynchronous copy from the host: no wait), so the
+    // step's feeds keep their addresses (CUDA graphs copy them each run).
+    weft_tensor *sc[N_SC];
 };
 
 #define GERR(code, ...) weft_error(code, "train --graph: " __VA_ARGS__)
@@ -95,7 +105,7 @@ static weft_value opf(weft_graph *g, const char *op, weft_value a, double f) { /
     return a.id < 0 ? WEFT_VALUE_NONE : weft_graph_op1(g, op, 1, &a, NULL, 0, &f, 1);
 }
 static weft_value const_scalar(weft_graph *g, double v, weft_dtype dt) {
-    weft_tensor *t = weft_tensor_scalar(v, dt);
+    weft_tensor *t = weft_tensor_full_on(0, NULL, dt, v, weft_graph_device(g)); // beside the parameters
     weft_value c = t ? weft_graph_constant(g, NULL, t) : WEFT_VALUE_NONE;
     weft_tensor_free(t);
     return c;
@@ -403,12 +413,25 @@ void weft_graph_train_free(weft_run *r) {
     struct weft_graph_train *gt = r->graph;
     if (!gt) return;
     for (int i = 0; i < gt->n; i++) gstep_free(&gt->s[i]);
+    for (int k = 0; k < N_SC; k++) weft_tensor_free(gt->sc[k]);
     free(gt->updated);
     free(gt);
     r->graph = NULL;
 }
 
+static weft_status graph_step(weft_run *r, weft_tensor *x, weft_tensor *y, double *loss_out);
+
+// The step on the run's device: the batch (host memory from the loader) is
+// moved there first, so the trace and every run see device feeds.
 weft_status weft_graph_train_step(weft_run *r, weft_tensor *x, weft_tensor *y, double *loss_out) {
+    weft_tensor *xd = weft_run_to_device(r, x), *yd = xd ? weft_run_to_device(r, y) : NULL;
+    weft_status st = yd ? graph_step(r, xd, yd, loss_out) : weft_last_status();
+    weft_tensor_free(xd);
+    weft_tensor_free(yd);
+    return st;
+}
+
+static weft_status graph_step(weft_run *r, weft_tensor *x, weft_tensor *y, double *loss_out) {
     weft_status st;
     struct weft_graph_train *gt = r->graph;
     if (!gt) {
@@ -449,15 +472,14 @@ weft_status weft_graph_train_step(weft_run *r, weft_tensor *x, weft_tensor *y, d
     fv[nf] = s->x, ft[nf++] = x;
     fv[nf] = s->y, ft[nf++] = y;
     st = WEFT_OK;
-    for (int k = 0; k < N_SC; k++) {
+    for (int k = 0; k < N_SC && !st; k++) {
         if (s->sc[k].id < 0) continue;
-        fv[nf] = s->sc[k];
-        ft[nf] = weft_tensor_scalar(v[k], WEFT_F64);
-        if (!ft[nf++]) st = weft_last_status();
+        if (!gt->sc[k] && !(gt->sc[k] = weft_tensor_empty_on(0, NULL, WEFT_F64, r->device))) st = weft_last_status();
+        else st = weft_tensor_fill_(gt->sc[k], v[k]);
+        fv[nf] = s->sc[k], ft[nf++] = gt->sc[k];
     }
     weft_tensor *loss = NULL;
     if (!st) st = weft_graph_run(s->g, nf, fv, ft, 1, &s->loss, &loss, s->n_targets, s->targets);
-    for (int k = 2; k < nf; k++) weft_tensor_free(ft[k]);
     if (st) return st;
     double l = weft_tensor_item(loss);
     weft_tensor_free(loss);

@@ -87,7 +87,6 @@ static weft_status run_device(weft_run *r) {
         weft_device_synchronize(r->device); // leaves the registry's message (which device, and why)
         return weft_error(WEFT_ERR_DEVICE, "--device %s: %s", d, weft_last_error());
     }
-    if (r->opts.graph) return weft_error(WEFT_ERR_UNSUPPORTED, "train: --graph runs on the CPU only (not --device %s)", d);
     return WEFT_OK;
 }
 

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "graph/capture_sim.h"
 #include "weft_test.h"
 
 static char g_dir[256], g_models[512], g_text[300];
@@ -299,6 +300,118 @@ static void test_every_optimizer_exact(void) {
     }
 }
 
+// ---- --graph on a device (graph mode on CUDA) ----
+// The accelerator of tests/mock_device.c: the real cuda:0 on a GPU machine,
+// else the mock (the CPU's kernels in the CUDA column), with the simulated
+// CUDA-graph capture of tests/graph/capture_sim.h, in which cross_entropy
+// cannot be recorded (its target check reads a value back on a GPU), so the
+// step is probed, recorded and replayed in segments around it as on a GPU.
+
+static run_out train_dev(const weft_model_cfg *cfg, bool graph, const char *device, const char *tag) {
+    run_out o = {0};
+    char ck[400], logd[400];
+    snprintf(ck, sizeof ck, "%s/ck_%s", g_dir, tag);
+    snprintf(logd, sizeof logd, "%s/log_%s", g_dir, tag);
+    weft_train_opts t = {.ckpt_dir = ck, .quiet = true, .data_dir = g_dir, .text_path = g_text, .eval_batches = 2,
+                         .log_dir = logd, .graph = graph, .device = device};
+    o.st = weft_train(cfg, &t, &o.r);
+    if (o.st) fprintf(stderr, "%s: %s\n", tag, weft_last_error());
+    o.n_loss = read_losses(logd, o.loss, 64);
+    int64_t step;
+    if (weft_ckpt_latest(ck, &step, o.ckpt, sizeof o.ckpt) != WEFT_OK) o.ckpt[0] = 0;
+    return o;
+}
+
+// Graph training on the accelerator ends where graph training on the CPU
+// ends (bit for bit on the mock: the same kernels, captured and replayed) and
+// where eager training on the accelerator ends (to fp tolerance, as graph
+// and eager agree on the CPU).
+static bool accelerator(bool *mock) { // once: a second wt_accelerator call would take the mock for a GPU
+    static int have = -1;
+    static bool is_mock;
+    weft_device acc;
+    if (have < 0) have = wt_accelerator(&acc, &is_mock);
+    *mock = is_mock;
+    return have;
+}
+
+static void graph_device_case(weft_model_cfg *cfg, const char *overrides, const char *tag, int steps) {
+    bool mock = false;
+    CHECK(cfg != NULL && accelerator(&mock));
+    if (!cfg) return;
+    if (mock) {
+        sim_install();
+        sim_reset_counts();
+        sim.refuse = "cross_entropy";
+    }
+    char kv[512], t1[64], t2[64], t3[64];
+    snprintf(kv, sizeof kv, "%s;steps=%d;log_every=1;ckpt_every=%d", overrides, steps, steps);
+    CHECK(set_all(cfg, kv));
+    snprintf(t1, sizeof t1, "%s_graph_cpu", tag);
+    snprintf(t2, sizeof t2, "%s_graph_dev", tag);
+    snprintf(t3, sizeof t3, "%s_eager_dev", tag);
+    // The CPU graph as a device builds and runs it: the fused attention op
+    // (what attention uses on CUDA), no co-scheduled matmul pairs (a pair
+    // runs each product on one CPU thread, which can sum in another order; a
+    // device runs its nodes one after the other).
+    setenv("WEFT_GRAPH_COSCHEDULE", "0", 1);
+    setenv("WEFT_FUSED_ATTENTION", "1", 1);
+    run_out gc = train_dev(cfg, true, "cpu", t1);
+    unsetenv("WEFT_GRAPH_COSCHEDULE");
+    unsetenv("WEFT_FUSED_ATTENTION");
+    run_out gd = train_dev(cfg, true, "cuda", t2), ed = train_dev(cfg, false, "cuda", t3);
+    // Replays are plain launches recorded: the same run with WEFT_CUDA_GRAPHS=0 ends on the same bits.
+    char t4[64];
+    snprintf(t4, sizeof t4, "%s_graph_dev_plain", tag);
+    setenv("WEFT_CUDA_GRAPHS", "0", 1);
+    int kept = sim.kept;
+    run_out gp = train_dev(cfg, true, "cuda", t4);
+    unsetenv("WEFT_CUDA_GRAPHS");
+    CHECK(gp.st == WEFT_OK && gp.n_loss == gd.n_loss && sim.kept == kept);
+    for (int i = 0; i < gd.n_loss && i < gp.n_loss; i++) CHECK(gd.loss[i] == gp.loss[i]);
+    CHECK(gc.st == WEFT_OK && gd.st == WEFT_OK && ed.st == WEFT_OK);
+    CHECK(gd.r.steps == steps && gd.n_loss == gc.n_loss && gd.n_loss == ed.n_loss && gd.n_loss >= steps);
+    double worst = 0;
+    for (int i = 0; i < gd.n_loss && i < gc.n_loss && i < ed.n_loss; i++) {
+        if (mock) CHECK(gd.loss[i] == gc.loss[i]);
+        else CHECK(close_to(gd.loss[i], gc.loss[i], 1e-4, 0));
+        CHECK(close_to(gd.loss[i], ed.loss[i], mock ? 1e-5 : 1e-4, 0));
+        worst = fmax(worst, fabs(gd.loss[i] - ed.loss[i]) / fabs(ed.loss[i]));
+    }
+    double md;
+    int nt;
+    int64_t bad, all;
+    CHECK(gd.ckpt[0] && gp.ckpt[0] && ckpt_close(gd.ckpt, gp.ckpt, 0, 0, 0, &md, &nt, &bad, &all));
+    if (mock) CHECK(gd.ckpt[0] && gc.ckpt[0] && ckpt_close(gd.ckpt, gc.ckpt, 0, 0, 0, &md, &nt, &bad, &all));
+    else CHECK(gd.ckpt[0] && gc.ckpt[0] && ckpts_agree(gd.ckpt, gc.ckpt, cfg->net.lr, steps, t1));
+    CHECK(gd.ckpt[0] && ed.ckpt[0] && ckpts_agree(gd.ckpt, ed.ckpt, cfg->net.lr, steps, t3));
+    fprintf(stderr, "  %s: %d steps on the %s, worst rel loss diff to eager %.2e\n", tag, steps, mock ? "mock" : "GPU", worst);
+    if (mock) {
+        CHECK(sim.kept >= 2 && sim.launches >= (steps - 2) * sim.kept); // recorded in step 2, replayed after
+        sim.refuse = NULL;
+        sim_uninstall();
+    }
+    weft_model_cfg_free(cfg);
+}
+
+static void test_graph_device_mlp(void) { graph_device_case(load_model("fmnist-mlp.cfg"), "batch=32", "dmlp", 5); }
+static void test_graph_device_gpt(void) {
+    graph_device_case(load_model_edit("kjv-gpt.cfg", "context = 128", "context = 16"), "batch=4", "dgpt", 4);
+}
+
+// A device that does not exist fails before any data is read, naming it
+// (never "not supported").
+static void test_graph_device_missing(void) {
+    weft_model_cfg *cfg = load_model("fmnist-mlp.cfg");
+    CHECK(cfg && set_all(cfg, "batch=32;steps=2"));
+    if (!cfg) return;
+    weft_train_opts t = {.quiet = true, .data_dir = g_dir, .graph = true, .device = "cuda:15"};
+    weft_train_result r;
+    CHECK(weft_train(cfg, &t, &r) != WEFT_OK);
+    CHECK(wt_error_has("cuda:15") && !wt_error_has("not supported") && !wt_error_has("CPU only"));
+    weft_model_cfg_free(cfg);
+}
+
 int main(void) {
     const char *env = getenv("WEFT_MODELS_DIR");
     if (env) snprintf(g_models, sizeof g_models, "%s/", env);
@@ -327,6 +440,9 @@ int main(void) {
     RUN(test_resume);
     RUN(test_passes_env);
     RUN(test_every_optimizer_exact);
+    RUN(test_graph_device_mlp);
+    RUN(test_graph_device_gpt);
+    RUN(test_graph_device_missing);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);

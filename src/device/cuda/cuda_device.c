@@ -41,6 +41,13 @@ static dev_state g_dev[WEFT_CUDA_MAX_DEVICES];
 static pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local cudaStream_t tl_stream[WEFT_CUDA_MAX_DEVICES]; // NULL: the device's default
 
+// Graph capture (the capture members of weft_device_impl; see "graph capture" below).
+typedef struct cu_capture cu_capture;
+static _Thread_local cu_capture *tl_cap; // this thread's recording, NULL: none
+static bool capture_track_alloc(int index, void *p);
+static bool capture_hold_free(int index, void *p);
+static weft_status capture_refuses(int index, const char *what);
+
 int weft_cuda_device_count(void) { return g_count; }
 const char *weft_cuda_unavailable_reason(void) { return g_reason; }
 
@@ -154,12 +161,17 @@ static int cu_count(void) { return g_count; }
 
 static void *cu_alloc(int index, size_t n) {
     dev_state *d = dev_get(index);
-    return d ? weft_block_alloc_malloc(d->alloc, n, weft_cuda_stream(index)) : NULL;
+    void *p = d ? weft_block_alloc_malloc(d->alloc, n, weft_cuda_stream(index)) : NULL;
+    if (p && !capture_track_alloc(index, p)) { // recording, and no room to remember p: fail the allocation
+        weft_block_alloc_free(d->alloc, p);
+        return NULL;
+    }
+    return p;
 }
 static void cu_free(int index, void *p, size_t n) {
     (void)n;
     dev_state *d = dev_get(index);
-    if (d) weft_block_alloc_free(d->alloc, p);
+    if (d && p && !capture_hold_free(index, p)) weft_block_alloc_free(d->alloc, p);
 }
 
 // A free pinned buffer of at least n bytes (d->mu held), or NULL.
@@ -199,6 +211,8 @@ static weft_status cu_copy(int index, void *dst, const void *src, size_t n, weft
     dev_state *d = dev_get(index);
     if (!d) return weft_error(WEFT_ERR_DEVICE, "cuda:%d: device not usable", index);
     if (!n) return WEFT_OK;
+    if (kind != WEFT_COPY_D2D && capture_refuses(index, "a copy between host and device memory") != WEFT_OK)
+        return weft_last_status();
     cudaStream_t s = weft_cuda_stream(index);
     switch (kind) {
     case WEFT_COPY_H2D: {
@@ -246,6 +260,7 @@ static weft_status cu_memset(int index, void *p, int v, size_t n) {
 
 static weft_status cu_sync(int index) {
     if (!dev_get(index)) return weft_error(WEFT_ERR_DEVICE, "cuda:%d: device not usable", index);
+    if (capture_refuses(index, "waiting for the device") != WEFT_OK) return weft_last_status();
     cudaSetDevice(index);
     return weft_cuda_check(cudaDeviceSynchronize(), "cuda synchronize");
 }
@@ -344,6 +359,219 @@ static void cu_host_free(void *p) {
     if (cudaFreeHost(p) != cudaSuccess) cudaGetLastError();
 }
 
+// ---- graph capture (CUDA Graphs) ----
+// capture_begin puts the calling thread's current stream into capture mode
+// (relaxed, so the caching allocator may still cudaMalloc); kernels queued
+// there are recorded, not run. A replay writes and reads exactly the
+// addresses the recorded kernels saw, so that memory must not go to anyone
+// else while the graph exists:
+// - memory freed on the device by the recording thread while it records is
+//   held back (rec->freed) and released when the graph is destroyed (or at
+//   capture_end when nothing is kept: the recorded work never ran);
+// - memory allocated while recording (rec->made; a kernel's temporaries, an
+//   op's output) belongs to its owner as usual, but when the owner frees it
+//   while the graph exists, the free is held back too (capture_hold_free)
+//   and done when the graph is destroyed.
+// Copies between host and device memory and device-wide waits fail while
+// recording (capture_refuses): a replay would not redo their host side, so
+// a step that needs them cannot be captured; CUDA itself rejects a stream
+// synchronisation in a capture (the capture then ends invalidated).
+typedef struct ptrvec {
+    void **p;
+    size_t n, cap;
+} ptrvec;
+
+static bool pv_push(ptrvec *v, void *x) {
+    if (v->n == v->cap) {
+        size_t cap = v->cap ? 2 * v->cap : 64;
+        void **q = realloc(v->p, cap * sizeof *q);
+        if (!q) return false;
+        v->p = q, v->cap = cap;
+    }
+    v->p[v->n++] = x;
+    return true;
+}
+
+static int cmp_ptr(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t) * (void *const *)a, y = (uintptr_t) * (void *const *)b;
+    return x < y ? -1 : x > y;
+}
+
+struct cu_capture {
+    int index;
+    cudaStream_t s;
+    ptrvec made, freed;
+    bool broken; // a free could not be held back: the capture must not be kept
+};
+
+typedef struct cu_graph {
+    int index;
+    cudaGraphExec_t exec;
+    cudaStream_t last; // stream of the last launch
+    bool launched, many_streams;
+    ptrvec hold;        // released at destroy
+    void **made;        // [n_made] sorted: allocated while recording, still owned elsewhere
+    uint8_t *made_freed; // [n_made] its owner freed it since (released at destroy)
+    size_t n_made;
+    struct cu_graph *next;
+} cu_graph;
+
+static pthread_mutex_t g_graph_mu = PTHREAD_MUTEX_INITIALIZER; // g_graphs and every made_freed
+static cu_graph *g_graphs[WEFT_CUDA_MAX_DEVICES];             // live graphs per device
+static int g_n_graphs[WEFT_CUDA_MAX_DEVICES];                 // their count (read without the lock)
+
+static weft_status capture_refuses(int index, const char *what) {
+    cu_capture *c = tl_cap;
+    if (!c || c->index != index) return WEFT_OK;
+    return weft_error(WEFT_ERR_STATE, "cuda:%d: %s cannot be captured in a CUDA graph (a replay would skip it)",
+                      index, what);
+}
+
+static bool capture_track_alloc(int index, void *p) {
+    cu_capture *c = tl_cap;
+    return !c || c->index != index || pv_push(&c->made, p);
+}
+
+// True when the free of p is held back (recording, or p belongs to a live graph).
+static bool capture_hold_free(int index, void *p) {
+    cu_capture *c = tl_cap;
+    if (c && c->index == index) {
+        if (pv_push(&c->freed, p)) return true;
+        c->broken = true; // no room to hold it: free it now and fail the capture
+        return false;
+    }
+    if (__atomic_load_n(&g_n_graphs[index], __ATOMIC_ACQUIRE) == 0) return false;
+    bool held = false;
+    pthread_mutex_lock(&g_graph_mu);
+    for (cu_graph *g = g_graphs[index]; g && !held; g = g->next) {
+        void **at = g->n_made ? bsearch(&p, g->made, g->n_made, sizeof *g->made, cmp_ptr) : NULL;
+        if (at && !g->made_freed[at - g->made]) g->made_freed[at - g->made] = 1, held = true;
+    }
+    pthread_mutex_unlock(&g_graph_mu);
+    return held;
+}
+
+static weft_status cu_capture_begin(int index) {
+    if (!dev_get(index)) return weft_error(WEFT_ERR_DEVICE, "cuda:%d: device not usable", index);
+    if (tl_cap) return weft_error(WEFT_ERR_STATE, "cuda:%d: this thread is already recording a graph", index);
+    cu_capture *c = calloc(1, sizeof *c);
+    if (!c) return weft_error(WEFT_ERR_OOM, "cuda graph capture: out of memory");
+    c->index = index;
+    c->s = weft_cuda_stream(index);
+    weft_status st = weft_cuda_check(cudaStreamBeginCapture(c->s, cudaStreamCaptureModeRelaxed), "cuda graph capture");
+    if (st != WEFT_OK) {
+        free(c);
+        return st;
+    }
+    tl_cap = c;
+    return WEFT_OK;
+}
+
+static void release_all(int index, void **p, size_t n) {
+    dev_state *d = dev_get(index);
+    for (size_t i = 0; d && i < n; i++) weft_block_alloc_free(d->alloc, p[i]);
+}
+
+// The graph of recording c (instantiated), its memory bookkeeping moved in; NULL + error.
+static cu_graph *graph_make(cu_capture *c, cudaGraph_t cg) {
+    cu_graph *g = calloc(1, sizeof *g);
+    if (!g) return weft_error_null(WEFT_ERR_OOM, "cuda graph capture: out of memory");
+    g->index = c->index;
+    qsort(c->freed.p, c->freed.n, sizeof *c->freed.p, cmp_ptr);
+    g->made = malloc((c->made.n + 1) * sizeof *g->made);
+    g->made_freed = calloc(c->made.n + 1, 1);
+    if (!g->made || !g->made_freed) {
+        free(g->made);
+        free(g->made_freed);
+        free(g);
+        return weft_error_null(WEFT_ERR_OOM, "cuda graph capture: out of memory");
+    }
+    for (size_t i = 0; i < c->made.n; i++) // made and freed while recording: already in hold
+        if (!(c->freed.n && bsearch(&c->made.p[i], c->freed.p, c->freed.n, sizeof *c->freed.p, cmp_ptr)))
+            g->made[g->n_made++] = c->made.p[i];
+    qsort(g->made, g->n_made, sizeof *g->made, cmp_ptr);
+    cudaError_t e = cudaGraphInstantiate(&g->exec, cg, 0);
+    if (e != cudaSuccess) {
+        weft_cuda_check(e, "cuda graph instantiate");
+        free(g->made);
+        free(g->made_freed);
+        free(g);
+        return NULL;
+    }
+    g->hold = c->freed;
+    c->freed = (ptrvec){0};
+    pthread_mutex_lock(&g_graph_mu);
+    g->next = g_graphs[g->index];
+    g_graphs[g->index] = g;
+    __atomic_add_fetch(&g_n_graphs[g->index], 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&g_graph_mu);
+    return g;
+}
+
+static weft_status cu_capture_end(int index, bool keep, void **graph) {
+    *graph = NULL;
+    cu_capture *c = tl_cap;
+    if (!c || c->index != index) return weft_error(WEFT_ERR_STATE, "cuda:%d: this thread is not recording a graph", index);
+    tl_cap = NULL;
+    cudaGraph_t cg = NULL;
+    cudaError_t e = cudaStreamEndCapture(c->s, &cg);
+    weft_status st = WEFT_OK;
+    if (e != cudaSuccess || !cg)
+        st = weft_cuda_check(e != cudaSuccess ? e : cudaErrorStreamCaptureInvalidated, "cuda graph capture");
+    else if (c->broken)
+        st = weft_error(WEFT_ERR_OOM, "cuda graph capture: out of host memory holding the graph's device memory");
+    cu_graph *g = st == WEFT_OK && keep ? graph_make(c, cg) : NULL;
+    if (st == WEFT_OK && keep && !g) st = weft_last_status();
+    if (cg) cudaGraphDestroy(cg);
+    cudaGetLastError(); // an invalidated capture leaves its error behind
+    release_all(index, c->freed.p, c->freed.n); // nothing kept them (empty when g took them)
+    free(c->freed.p);
+    free(c->made.p);
+    free(c);
+    *graph = g;
+    return st;
+}
+
+static weft_status cu_graph_launch(int index, void *h) {
+    cu_graph *g = h;
+    if (tl_cap) return weft_error(WEFT_ERR_STATE, "cuda:%d: launching a captured graph while recording one", index);
+    cudaStream_t s = weft_cuda_stream(index);
+    if (!s) return weft_error(WEFT_ERR_DEVICE, "cuda:%d: device not usable", index);
+    weft_status st = weft_cuda_check(cudaGraphLaunch(g->exec, s), "cuda graph launch");
+    if (st == WEFT_OK) {
+        if (g->launched && g->last != s) g->many_streams = true;
+        g->last = s, g->launched = true;
+    }
+    return st;
+}
+
+static void cu_graph_destroy(int index, void *h) {
+    cu_graph *g = h;
+    pthread_mutex_lock(&g_graph_mu);
+    for (cu_graph **pp = &g_graphs[index]; *pp; pp = &(*pp)->next)
+        if (*pp == g) {
+            *pp = g->next;
+            __atomic_sub_fetch(&g_n_graphs[index], 1, __ATOMIC_RELEASE);
+            break;
+        }
+    pthread_mutex_unlock(&g_graph_mu);
+    // Its last run must be over before the memory it held goes back.
+    cudaSetDevice(index);
+    if (g->launched) {
+        if (g->many_streams) cudaDeviceSynchronize();
+        else cudaStreamSynchronize(g->last);
+        cudaGetLastError();
+    }
+    cudaGraphExecDestroy(g->exec);
+    release_all(index, g->hold.p, g->hold.n);
+    for (size_t i = 0; i < g->n_made; i++)
+        if (g->made_freed[i]) release_all(index, &g->made[i], 1);
+    free(g->hold.p);
+    free(g->made);
+    free(g->made_freed);
+    free(g);
+}
+
 static const weft_device_impl k_cuda_impl = {
     .name = "cuda",
     .count = cu_count,
@@ -368,6 +596,10 @@ static const weft_device_impl k_cuda_impl = {
     .memory_empty_cache = cu_empty_cache,
     .host_alloc = cu_host_alloc,
     .host_free = cu_host_free,
+    .capture_begin = cu_capture_begin,
+    .capture_end = cu_capture_end,
+    .graph_launch = cu_graph_launch,
+    .graph_destroy = cu_graph_destroy,
 };
 
 void weft_cuda_backend_init(void) {

@@ -49,7 +49,7 @@ static int to_value(alg *a, int32_t x) {
 // Replace the node by a zeros constant of its own shape.
 static int to_zeros(alg *a) {
     const weft_gvalue *v = &a->rw->src->values[a->out];
-    weft_tensor *z = weft_tensor_zeros(v->ndim, v->sizes, (weft_dtype)v->dtype);
+    weft_tensor *z = weft_tensor_full_on(v->ndim, v->sizes, (weft_dtype)v->dtype, 0, weft_graph_device(a->rw->src));
     if (!z) return -1;
     int32_t dv = weft_rw_constant(a->rw, a->s, a->n->name, z);
     if (dv < 0) return -1;

@@ -11,7 +11,9 @@
 // The decision is measured once per shape at optimisation time (auto-tune):
 // both forms run on dummy data of the node's shapes, conversions included,
 // and the pass rewrites only when NHWC is more than 10% faster. Decisions are
-// cached per (shapes, attrs, dtype) for the life of the process.
+// cached per (shapes, attrs, dtype, device) for the life of the process. The
+// dummy data lives on the graph's device (weft_graph_device), and a device
+// run is timed up to its end (synchronised).
 // WEFT_GRAPH_LAYOUT=nhwc / nchw forces the decision (tests, experiments).
 //
 // Boundaries: a conv whose input is already the NCHW copy of an NHWC conv
@@ -30,6 +32,8 @@ static const int64_t to_nhwc[4] = {0, 2, 3, 1}, to_nchw[4] = {0, 3, 1, 2};
 typedef struct layout_key {
     int64_t x[4], w[4], at[7];
     int dtype, bias;
+    weft_device dev; // measured where the graph runs (its state's device)
+    int32_t pad;     // no implicit padding: keys are compared with memcmp
 } layout_key;
 
 #define CACHE_N 64
@@ -74,17 +78,26 @@ static double time_once(bool nhwc, weft_tensor *x, weft_tensor *w, weft_tensor *
     return y ? dt : -1;
 }
 
+// One forward, waited for: a device queues its kernels and returns at once.
+static double time_synced(bool nhwc, weft_tensor *x, weft_tensor *w, weft_tensor *b, const weft_attrs *at) {
+    weft_device d = weft_tensor_device(x);
+    if (weft_device_synchronize(d) != WEFT_OK) return -1;
+    double t0 = now_s(), t = time_once(nhwc, x, w, b, at);
+    if (t < 0 || weft_device_synchronize(d) != WEFT_OK) return -1;
+    return now_s() - t0;
+}
+
 // Measure both layouts on dummy data (best of a few runs each, alternating).
 static int measure(const layout_key *k, const weft_attrs *at) {
     weft_dtype dt = (weft_dtype)k->dtype;
-    weft_tensor *x = weft_tensor_full(4, k->x, dt, 0.5), *w = weft_tensor_full(4, k->w, dt, 0.01);
-    weft_tensor *b = k->bias ? weft_tensor_full(1, k->w, dt, 0.1) : NULL;
+    weft_tensor *x = weft_tensor_full_on(4, k->x, dt, 0.5, k->dev), *w = weft_tensor_full_on(4, k->w, dt, 0.01, k->dev);
+    weft_tensor *b = k->bias ? weft_tensor_full_on(1, k->w, dt, 0.1, k->dev) : NULL;
     int r = 0;
     if (x && w && (b || !k->bias)) {
         double best[2] = {1e30, 1e30};
         for (int it = 0; it < 6; it++) // the first round warms caches and the allocator
             for (int m = 0; m < 2; m++) {
-                double t = time_once(m, x, w, b, at);
+                double t = k->dev.type == WEFT_CPU ? time_once(m, x, w, b, at) : time_synced(m, x, w, b, at);
                 if (t < 0) {
                     weft_clear_error();
                     best[1] = 1e30; // NHWC failed: keep NCHW
@@ -133,7 +146,7 @@ static int rewrite(weft_rw *rw, int32_t s) {
     if (n->attrs.i[7] != 0 || n->attrs.i[6] != 1 || xv->ndim != 4 || wv->ndim != 4 ||
         (xv->dtype != WEFT_F32 && xv->dtype != WEFT_F64))
         return 0;
-    layout_key k = {.dtype = xv->dtype, .bias = n->n_in == 3};
+    layout_key k = {.dtype = xv->dtype, .bias = n->n_in == 3, .dev = weft_graph_device(rw->src)};
     memcpy(k.x, xv->sizes, sizeof k.x);
     memcpy(k.w, wv->sizes, sizeof k.w);
     memcpy(k.at, n->attrs.i, sizeof k.at);
