@@ -67,12 +67,12 @@ static weft_device_impl g_mock;
 
 bool wt_accelerator(weft_device *dev, bool *mock) {
     *dev = (weft_device){WEFT_CUDA, 0};
+    if (mock) *mock = true;
+    if (g_mock.name) return true;           // installed already (it counts as one CUDA device now)
     if (weft_device_count(WEFT_CUDA) > 0) { // a real GPU: test on it
         if (mock) *mock = false;
         return true;
     }
-    if (mock) *mock = true;
-    if (g_mock.name) return true; // installed already
     g_mock = weft_cpu_device_impl; // host memcpy, one stream, events always done
     g_mock.name = "cuda";
     g_mock.count = mock_count;

@@ -326,13 +326,9 @@ static run_out train_dev(const weft_model_cfg *cfg, bool graph, const char *devi
 // ends (bit for bit on the mock: the same kernels, captured and replayed) and
 // where eager training on the accelerator ends (to fp tolerance, as graph
 // and eager agree on the CPU).
-static bool accelerator(bool *mock) { // once: a second wt_accelerator call would take the mock for a GPU
-    static int have = -1;
-    static bool is_mock;
+static bool accelerator(bool *mock) {
     weft_device acc;
-    if (have < 0) have = wt_accelerator(&acc, &is_mock);
-    *mock = is_mock;
-    return have;
+    return wt_accelerator(&acc, mock);
 }
 
 static void graph_device_case(weft_model_cfg *cfg, const char *overrides, const char *tag, int steps) {
