@@ -60,3 +60,31 @@ weft_status weft_cu_done(cudaError_t e, const char *op) {
 void weft_cu_register(const char *name, weft_kernel_fn fn, uint32_t dtypes) {
     (void)weft_op_register_kernel(name, WEFT_CUDA, fn, dtypes);
 }
+
+// n descriptors of one shape (out's): drop size-1 dims and merge dim d into
+// the (already merged) dim inside it when stride[d] == stride[inner] *
+// size[inner] for every operand. Keeps each operand's elements and order.
+void weft_cu_coalesce(int n, weft_cu_tensor *t) {
+    int64_t sz[WEFT_CU_MAX_DIMS], st[WEFT_CU_COALESCE_MAX][WEFT_CU_MAX_DIMS]; // innermost first
+    int m = 0;
+    for (int d = t[0].ndim - 1; d >= 0; d--) {
+        int64_t s = t[0].sizes[d];
+        if (s == 1) continue;
+        bool merge = m > 0;
+        for (int k = 0; k < n && merge; k++) merge = t[k].strides[d] == st[k][m - 1] * sz[m - 1];
+        if (merge) {
+            sz[m - 1] *= s;
+            continue;
+        }
+        sz[m] = s;
+        for (int k = 0; k < n; k++) st[k][m] = t[k].strides[d];
+        m++;
+    }
+    for (int k = 0; k < n; k++) {
+        t[k].ndim = m;
+        for (int j = 0; j < WEFT_CU_MAX_DIMS; j++) {
+            t[k].sizes[j] = j < m ? sz[m - 1 - j] : 0;
+            t[k].strides[j] = j < m ? st[k][m - 1 - j] : 0;
+        }
+    }
+}

@@ -22,40 +22,12 @@ SAME(MUL_SCALAR) SAME(ADD) SAME(SUB) SAME(MUL) SAME(DIV) SAME(POW) SAME(MAXIMUM)
 SAME(NE) SAME(LT) SAME(LE) SAME(GT) SAME(GE) SAME(RELU_BW) SAME(COUNT)
 #undef SAME
 
-// n descriptors of one shape (out's): drop size-1 dims and merge dim d into
-// the (already merged) dim inside it when stride[d] == stride[inner] *
-// size[inner] for every operand. Keeps each operand's elements and order.
-static void coalesce(int n, weft_cu_tensor *t) {
-    int64_t sz[WEFT_CU_MAX_DIMS], st[4][WEFT_CU_MAX_DIMS]; // innermost first
-    int m = 0;
-    for (int d = t[0].ndim - 1; d >= 0; d--) {
-        int64_t s = t[0].sizes[d];
-        if (s == 1) continue;
-        bool merge = m > 0;
-        for (int k = 0; k < n && merge; k++) merge = t[k].strides[d] == st[k][m - 1] * sz[m - 1];
-        if (merge) {
-            sz[m - 1] *= s;
-            continue;
-        }
-        sz[m] = s;
-        for (int k = 0; k < n; k++) st[k][m] = t[k].strides[d];
-        m++;
-    }
-    for (int k = 0; k < n; k++) {
-        t[k].ndim = m;
-        for (int j = 0; j < WEFT_CU_MAX_DIMS; j++) {
-            t[k].sizes[j] = j < m ? sz[m - 1 - j] : 0;
-            t[k].strides[j] = j < m ? st[k][m - 1 - j] : 0;
-        }
-    }
-}
-
 // Descriptors of out and the inputs read at out's shape, coalesced.
 static void descs(const weft_op_args *a, weft_cu_tensor *d) {
     const weft_tensor *out = a->out[0];
     d[0] = weft_cu_desc(out);
     for (int i = 0; i < a->n_in; i++) d[1 + i] = weft_cu_desc_bcast(a->in[i], out->ndim, out->sizes);
-    coalesce(1 + a->n_in, d);
+    weft_cu_coalesce(1 + a->n_in, d);
 }
 
 // Every unary and binary variant: the entry's variant says which (WEFT_EW_*);

@@ -11,6 +11,8 @@
 #include "elementwise_kernels.h"
 #include "fused_kernels.h"
 
+_Static_assert(1 + WEFT_CU_FUSED_MAX_IN <= WEFT_CU_COALESCE_MAX, "weft_cu_coalesce takes every operand");
+
 _Static_assert(WEFT_CU_FUSED_MAX_INSTR == WEFT_EW_PROG_MAX_INSTR && WEFT_CU_FUSED_MAX_IN == WEFT_EW_PROG_MAX_IN &&
                    WEFT_CU_FUSED_MAX_OUT == WEFT_EW_PROG_MAX_OUT,
                "the CUDA program holds what fused.h allows");
@@ -24,34 +26,6 @@ static bool float_only(int v) {
         return true;
     default:
         return false;
-    }
-}
-
-// d[0..n) have one shape (d[0]'s): drop size-1 dims and merge dim d into the
-// (merged) dim inside it when stride[d] == stride[inner] * size[inner] for
-// every operand. Keeps each operand's elements and order.
-static void coalesce(int n, weft_cu_tensor *d) {
-    int64_t sz[WEFT_CU_MAX_DIMS], st[WEFT_CU_FUSED_MAX_IN + 1][WEFT_CU_MAX_DIMS]; // innermost first
-    int m = 0;
-    for (int k = d[0].ndim - 1; k >= 0; k--) {
-        int64_t s = d[0].sizes[k];
-        if (s == 1) continue;
-        bool merge = m > 0;
-        for (int o = 0; o < n && merge; o++) merge = d[o].strides[k] == st[o][m - 1] * sz[m - 1];
-        if (merge) {
-            sz[m - 1] *= s;
-            continue;
-        }
-        sz[m] = s;
-        for (int o = 0; o < n; o++) st[o][m] = d[o].strides[k];
-        m++;
-    }
-    for (int o = 0; o < n; o++) {
-        d[o].ndim = m;
-        for (int j = 0; j < WEFT_CU_MAX_DIMS; j++) {
-            d[o].sizes[j] = j < m ? sz[m - 1 - j] : 0;
-            d[o].strides[j] = j < m ? st[o][m - 1 - j] : 0;
-        }
     }
 }
 
@@ -86,7 +60,7 @@ static weft_status cu_fused(const weft_op_args *a) {
     weft_cu_tensor d[1 + WEFT_CU_FUSED_MAX_IN];
     d[0] = weft_cu_desc(o0);
     for (int k = 0; k < a->n_in; k++) d[1 + k] = weft_cu_desc_bcast(a->in[k], o0->ndim, o0->sizes);
-    coalesce(1 + a->n_in, d);
+    weft_cu_coalesce(1 + a->n_in, d);
     f.ndim = d[0].ndim;
     for (int j = 0; j < f.ndim; j++) f.sizes[j] = d[0].sizes[j];
     for (int k = 0; k < a->n_in; k++) {
