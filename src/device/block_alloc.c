@@ -513,6 +513,20 @@ weft_status weft_block_alloc_record_stream(weft_block_alloc *a, void *p, void *s
     return st;
 }
 
+void weft_block_alloc_forget_stream(weft_block_alloc *a, void *stream) {
+    if (!a) return;
+    pthread_mutex_lock(&a->mu);
+    for (size_t i = 0; i < ((size_t)1 << a->live_bits); i++) {
+        block *b = a->live[i];
+        if (!b) continue;
+        int w = 0;
+        for (int k = 0; k < b->n_uses; k++)
+            if (b->uses[k] != stream) b->uses[w++] = b->uses[k];
+        b->n_uses = w;
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
 void weft_block_alloc_stats(weft_block_alloc *a, weft_memory_stats *out) {
     if (!a || !out) return;
     pthread_mutex_lock(&a->mu);

@@ -73,6 +73,11 @@ weft_status weft_block_alloc_free(weft_block_alloc *a, void *p);
 // p is also used on stream: when freed, it waits for an event recorded there
 // before reuse. A no-op for p's own stream or when the backend has no events.
 weft_status weft_block_alloc_record_stream(weft_block_alloc *a, void *p, void *stream);
+// stream's work has all finished and the handle is about to be destroyed:
+// live blocks recorded on it no longer wait for it when freed (an event
+// recorded on a destroyed stream is undefined). Pending blocks keep the
+// events they already have.
+void weft_block_alloc_forget_stream(weft_block_alloc *a, void *stream);
 
 // bytes_in_use: sizes of live blocks (blocks freed but waiting for events are
 // not live); bytes_cached: reserved (all segments) - in use; n_system_*: raw

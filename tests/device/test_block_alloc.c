@@ -337,6 +337,32 @@ static void test_record_stream(void) {
     weft_block_alloc_destroy(e);
 }
 
+// A stream about to be destroyed (its work done: NCCL's communication stream
+// at communicator teardown) is forgotten: a live block recorded on it no
+// longer records an event there when freed, and is reusable at once; other
+// streams it was recorded on still count, and pending blocks keep their events.
+static void test_forget_stream(void) {
+    fake_dev d;
+    weft_block_alloc *a = make(&d, 0, true);
+    char *p = weft_block_alloc_malloc(a, 512, SA), *q = weft_block_alloc_malloc(a, 512, SA);
+    char *r = weft_block_alloc_malloc(a, 512, SA);
+    CHECK(weft_block_alloc_record_stream(a, p, SB) == WEFT_OK);
+    CHECK(weft_block_alloc_record_stream(a, q, SB) == WEFT_OK && weft_block_alloc_record_stream(a, q, SC) == WEFT_OK);
+    CHECK(weft_block_alloc_record_stream(a, r, SB) == WEFT_OK);
+    CHECK(weft_block_alloc_free(a, r) == WEFT_OK && d.n_events_made == 1); // pending on SB's event
+    weft_block_alloc_forget_stream(a, SB);
+    CHECK(weft_block_alloc_free(a, p) == WEFT_OK);
+    CHECK(d.n_events_made == 1);                                     // no event recorded on SB for p
+    CHECK(weft_block_alloc_malloc(a, 512, SA) == p);                 // p reusable at once
+    CHECK(weft_block_alloc_free(a, q) == WEFT_OK && d.n_events_made == 2); // q still waits for SC
+    CHECK(weft_block_alloc_malloc(a, 512, SA) != q);
+    CHECK(d.n_events == 2); // r's event (recorded before) is kept until done
+    flip_all(&d);
+    CHECK(weft_block_alloc_malloc(a, 512, SA) != NULL && d.n_events == 0);
+    weft_block_alloc_forget_stream(NULL, SB); // no-op
+    weft_block_alloc_destroy(a);
+}
+
 static void test_oom(void) {
     fake_dev d;
     // fits only once the cache is emptied: 2 MiB cached + a 24 MiB segment > 24 MiB
@@ -645,6 +671,7 @@ int main(void) {
     RUN(test_best_fit);
     RUN(test_streams);
     RUN(test_record_stream);
+    RUN(test_forget_stream);
     RUN(test_oom);
     RUN(test_stats);
     RUN(test_bad_input);

@@ -156,6 +156,11 @@ void weft_cuda_record_stream(int index, void *p, cudaStream_t s) {
     if (d) weft_block_alloc_record_stream(d->alloc, p, s);
 }
 
+void weft_cuda_forget_stream(int index, cudaStream_t s) {
+    dev_state *d = dev_get(index);
+    if (d) weft_block_alloc_forget_stream(d->alloc, s);
+}
+
 // ---- weft_device_impl ----
 static int cu_count(void) { return g_count; }
 

@@ -29,6 +29,9 @@ weft_status weft_cuda_check(cudaError_t e, const char *what);
 // Tell the allocator that device memory p (from weft_device_alloc) is also
 // used on stream s, so it is not reused before s reaches this point.
 void weft_cuda_record_stream(int index, void *p, cudaStream_t s);
+// Before destroying stream s (whose work has finished: synchronise it
+// first): the allocator stops waiting for s when memory recorded on it is freed.
+void weft_cuda_forget_stream(int index, cudaStream_t s);
 
 // Kernels of every op family register here (src/ops/cuda/register.c).
 void weft_cuda_register_kernels(void);

@@ -194,6 +194,9 @@ int weft_nccl_wanted(weft_comm *c, weft_device d, const char *fn) {
 void weft_nccl_comm_destroy(weft_comm *c) {
     if (c->nccl) {
         cudaStreamSynchronize((cudaStream_t)c->nccl_stream); // collectives still queued there
+        // Tensors that went through a collective are recorded on the stream
+        // (used_on); freed after it is gone, they must not record an event there.
+        weft_cuda_forget_stream(c->dev.index, (cudaStream_t)c->nccl_stream);
         ncclCommDestroy((ncclComm_t)c->nccl);
     }
     c->nccl = NULL;
