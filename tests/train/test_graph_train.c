@@ -331,7 +331,13 @@ static bool accelerator(bool *mock) {
     return wt_accelerator(&acc, mock);
 }
 
-static void graph_device_case(weft_model_cfg *cfg, const char *overrides, const char *tag, int steps) {
+// deterministic: the model's CUDA kernels give the same bits on every run (no
+// float atomics). kjv-gpt's are not: embedding_backward adds repeated token
+// rows with atomicAdd (src/ops/cuda/index.c), in an order that varies from
+// run to run on a GPU, so there two runs of one graph, captured or not, agree
+// only to rounding (as graph and eager do), while on the mock they are exact.
+static void graph_device_case(weft_model_cfg *cfg, const char *overrides, const char *tag, int steps,
+                              bool deterministic) {
     bool mock = false;
     CHECK(cfg != NULL && accelerator(&mock));
     if (!cfg) return;
@@ -356,7 +362,8 @@ static void graph_device_case(weft_model_cfg *cfg, const char *overrides, const 
     unsetenv("WEFT_GRAPH_COSCHEDULE");
     unsetenv("WEFT_FUSED_ATTENTION");
     run_out gd = train_dev(cfg, true, "cuda", t2), ed = train_dev(cfg, false, "cuda", t3);
-    // Replays are plain launches recorded: the same run with WEFT_CUDA_GRAPHS=0 ends on the same bits.
+    // Replays are plain launches recorded: the same run with WEFT_CUDA_GRAPHS=0 ends on the same bits
+    // (where the kernels are deterministic).
     char t4[64];
     snprintf(t4, sizeof t4, "%s_graph_dev_plain", tag);
     setenv("WEFT_CUDA_GRAPHS", "0", 1);
@@ -364,7 +371,9 @@ static void graph_device_case(weft_model_cfg *cfg, const char *overrides, const 
     run_out gp = train_dev(cfg, true, "cuda", t4);
     unsetenv("WEFT_CUDA_GRAPHS");
     CHECK(gp.st == WEFT_OK && gp.n_loss == gd.n_loss && sim.kept == kept);
-    for (int i = 0; i < gd.n_loss && i < gp.n_loss; i++) CHECK(gd.loss[i] == gp.loss[i]);
+    bool exact = mock || deterministic;
+    for (int i = 0; i < gd.n_loss && i < gp.n_loss; i++)
+        CHECK(exact ? gd.loss[i] == gp.loss[i] : close_to(gd.loss[i], gp.loss[i], 1e-4, 0));
     CHECK(gc.st == WEFT_OK && gd.st == WEFT_OK && ed.st == WEFT_OK);
     CHECK(gd.r.steps == steps && gd.n_loss == gc.n_loss && gd.n_loss == ed.n_loss && gd.n_loss >= steps);
     double worst = 0;
@@ -377,7 +386,8 @@ static void graph_device_case(weft_model_cfg *cfg, const char *overrides, const 
     double md;
     int nt;
     int64_t bad, all;
-    CHECK(gd.ckpt[0] && gp.ckpt[0] && ckpt_close(gd.ckpt, gp.ckpt, 0, 0, 0, &md, &nt, &bad, &all));
+    if (exact) CHECK(gd.ckpt[0] && gp.ckpt[0] && ckpt_close(gd.ckpt, gp.ckpt, 0, 0, 0, &md, &nt, &bad, &all));
+    else CHECK(gd.ckpt[0] && gp.ckpt[0] && ckpts_agree(gd.ckpt, gp.ckpt, cfg->net.lr, steps, t4));
     if (mock) CHECK(gd.ckpt[0] && gc.ckpt[0] && ckpt_close(gd.ckpt, gc.ckpt, 0, 0, 0, &md, &nt, &bad, &all));
     else CHECK(gd.ckpt[0] && gc.ckpt[0] && ckpts_agree(gd.ckpt, gc.ckpt, cfg->net.lr, steps, t1));
     CHECK(gd.ckpt[0] && ed.ckpt[0] && ckpts_agree(gd.ckpt, ed.ckpt, cfg->net.lr, steps, t3));
@@ -390,9 +400,9 @@ static void graph_device_case(weft_model_cfg *cfg, const char *overrides, const 
     weft_model_cfg_free(cfg);
 }
 
-static void test_graph_device_mlp(void) { graph_device_case(load_model("fmnist-mlp.cfg"), "batch=32", "dmlp", 5); }
+static void test_graph_device_mlp(void) { graph_device_case(load_model("fmnist-mlp.cfg"), "batch=32", "dmlp", 5, true); }
 static void test_graph_device_gpt(void) {
-    graph_device_case(load_model_edit("kjv-gpt.cfg", "context = 128", "context = 16"), "batch=4", "dgpt", 4);
+    graph_device_case(load_model_edit("kjv-gpt.cfg", "context = 128", "context = 16"), "batch=4", "dgpt", 4, false);
 }
 
 // A device that does not exist fails before any data is read, naming it
