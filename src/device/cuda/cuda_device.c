@@ -482,7 +482,7 @@ static cu_graph *graph_make(cu_capture *c, cudaGraph_t cg) {
     cu_graph *g = calloc(1, sizeof *g);
     if (!g) return weft_error_null(WEFT_ERR_OOM, "cuda graph capture: out of memory");
     g->index = c->index;
-    qsort(c->freed.p, c->freed.n, sizeof *c->freed.p, cmp_ptr);
+    if (c->freed.n) qsort(c->freed.p, c->freed.n, sizeof *c->freed.p, cmp_ptr); // p is NULL when empty
     g->made = malloc((c->made.n + 1) * sizeof *g->made);
     g->made_freed = calloc(c->made.n + 1, 1);
     if (!g->made || !g->made_freed) {
@@ -495,7 +495,12 @@ static cu_graph *graph_make(cu_capture *c, cudaGraph_t cg) {
         if (!(c->freed.n && bsearch(&c->made.p[i], c->freed.p, c->freed.n, sizeof *c->freed.p, cmp_ptr)))
             g->made[g->n_made++] = c->made.p[i];
     qsort(g->made, g->n_made, sizeof *g->made, cmp_ptr);
-    cudaError_t e = cudaGraphInstantiate(&g->exec, cg, 0);
+    // A library may allocate stream-ordered memory inside the capture (since
+    // CUDA 12.2 cuBLAS is said to take its workspace with cudaMallocAsync; as
+    // PyTorch, instantiate for that): an allocation the graph leaves unfreed
+    // makes the next launch fail with cudaErrorInvalidValue, unless the graph
+    // is instantiated to free it before relaunching. Harmless otherwise.
+    cudaError_t e = cudaGraphInstantiate(&g->exec, cg, cudaGraphInstantiateFlagAutoFreeOnLaunch);
     if (e != cudaSuccess) {
         weft_cuda_check(e, "cuda graph instantiate");
         free(g->made);
