@@ -12,12 +12,15 @@
 //   wait       buckets not ready (parameters unused by this backward) are
 //              filled now (a missing .grad counts as zero) and issued in
 //              order; then every all-reduce is waited for and the averages
-//              are copied back into .grad.
+//              are copied back into .grad. The buckets are all-reduced as
+//              sums and divided by the size in that copy: one pass over the
+//              gradients instead of two.
 //
 // One path for every device. A bucket's buffer lives on its parameters'
 // device, and each parameter's place in it is a view with the parameter's
-// shape (slot.flat), so flattening and the copy back are weft_tensor_copy_
-// on that device. The collective (an AVG all-reduce) is chosen by where the
+// shape (slot.flat), so flattening and the copy back are ops on that device
+// (weft_tensor_copy_, and mul_scalar or div into .grad). The collective (a
+// sum all-reduce) is chosen by where the
 // buffer lives (collectives.c): MPI for CPU buffers; NCCL for GPU buffers
 // where the communicator has it, on its communication stream, ordered after
 // the stream backward runs on and, at weft_ddp_wait, before it again (the
@@ -36,6 +39,9 @@
 #include <weft/device.h>
 
 #include "../core/core_impl.h"
+#include "../ops/op.h"
+
+extern weft_op_def weft_op_mul_scalar, weft_op_div;
 
 #define DDP_DEFAULT_BUCKET_MB 25.0
 #define DDP_NAME_LEN 160
@@ -71,6 +77,7 @@ struct weft_ddp {
     bucket *b;
     int next;  // buckets 0..next-1 are issued this step
     bool sync;
+    weft_tensor *size_t0; // 0-d: the communicator's size on dev, the divisor of the averages (lazily)
     weft_status err; // first error of the step (hooks cannot return one)
     char errmsg[512];
 };
@@ -115,7 +122,7 @@ static weft_status fill_bucket(weft_ddp *d, bucket *b) {
 static void issue_ready(weft_ddp *d) {
     while (d->next < d->nb - 1 && d->b[d->next].ready) {
         bucket *b = &d->b[d->next++];
-        b->work = weft_dist_all_reduce_async(d->c, b->buf, WEFT_REDUCE_AVG);
+        b->work = weft_dist_all_reduce_async(d->c, b->buf, WEFT_REDUCE_SUM); // averaged in the copy back
         if (!b->work) {
             char msg[480];
             snprintf(msg, sizeof msg, "ddp: all-reduce of bucket %d: %s", (int)(b - d->b), weft_last_error());
@@ -158,6 +165,24 @@ static void reset_step(weft_ddp *d) {
     d->next = 0;
 }
 
+// dst = src / size, the average of the summed gradients, in one pass (the
+// collective sums; dividing in the copy back saves a pass over the bucket):
+// src * (1/size) where size is a power of two (the product is the exact
+// quotient), else src / size through a 0-d divisor on the device.
+static weft_status copy_average(weft_ddp *d, weft_tensor *dst, weft_tensor *src) {
+    int size = weft_comm_size(d->c);
+    weft_attrs at = {0};
+    if ((size & (size - 1)) == 0) {
+        at.f[0] = 1.0 / size;
+        return weft_op_apply_into(&weft_op_mul_scalar, 1, &src, &at, &dst);
+    }
+    if (!d->size_t0 || weft_tensor_dtype(d->size_t0) != weft_tensor_dtype(src))
+        weft_tensor_free(d->size_t0), d->size_t0 = weft_tensor_full_on(0, NULL, weft_tensor_dtype(src), size, d->dev);
+    if (!d->size_t0) return weft_last_status();
+    weft_tensor *in[2] = {src, d->size_t0};
+    return weft_op_apply_into(&weft_op_div, 2, in, NULL, &dst);
+}
+
 // Copies a bucket's averages back into its parameters' .grad (making a .grad
 // where there was none, so every rank's optimiser sees every parameter).
 static weft_status unpack_bucket(weft_ddp *d, bucket *b) {
@@ -165,12 +190,14 @@ static weft_status unpack_bucket(weft_ddp *d, bucket *b) {
         slot *s = &d->s[k];
         weft_tensor *g = weft_tensor_grad(s->p);
         weft_status st;
-        if (g && weft_tensor_numel(g) == s->numel && weft_tensor_dtype(g) == weft_tensor_dtype(s->flat) &&
-            weft_device_equal(weft_tensor_device(g), d->dev)) {
-            st = weft_tensor_copy_(g, s->flat);
+        if (g && weft_tensor_is_contiguous(g) && weft_tensor_numel(g) == s->numel &&
+            weft_tensor_dtype(g) == weft_tensor_dtype(s->flat) && weft_device_equal(weft_tensor_device(g), d->dev)) {
+            st = copy_average(d, g, s->flat);
         } else {
-            weft_tensor *ng = weft_tensor_clone(s->flat);
-            st = ng ? weft_tensor_set_grad(s->p, ng) : weft_last_status();
+            weft_tensor *ng = weft_tensor_empty_on(weft_tensor_ndim(s->p), weft_tensor_sizes(s->p),
+                                                   weft_tensor_dtype(s->flat), d->dev);
+            st = ng ? copy_average(d, ng, s->flat) : weft_last_status();
+            if (!st) st = weft_tensor_set_grad(s->p, ng);
             weft_tensor_free(ng);
         }
         if (st != WEFT_OK) return weft_error(st, "ddp: gradient of %s: %s", s->name, weft_last_error());
@@ -211,7 +238,7 @@ weft_status weft_ddp_wait(weft_ddp *d) {
     issue_ready(d);
     if (d->next == d->nb - 1) {
         bucket *b = &d->b[d->next++];
-        if (weft_dist_all_reduce(d->c, b->buf, WEFT_REDUCE_AVG) != WEFT_OK) {
+        if (weft_dist_all_reduce(d->c, b->buf, WEFT_REDUCE_SUM) != WEFT_OK) {
             char msg[480];
             snprintf(msg, sizeof msg, "ddp: all-reduce of bucket %d: %s", d->nb - 1, weft_last_error());
             record_error(d, weft_last_status(), msg);
@@ -241,6 +268,7 @@ void weft_ddp_free(weft_ddp *d) {
     for (int k = 0; k < d->ns; k++)
         if (d->s[k].hook > 0) weft_tensor_remove_grad_hook(d->s[k].p, d->s[k].hook);
     for (int k = 0; k < d->ns; k++) weft_tensor_free(d->s[k].flat);
+    weft_tensor_free(d->size_t0);
     for (int k = 0; k < d->nb; k++) weft_tensor_free(d->b[k].buf);
     free(d->s);
     free(d->b);
