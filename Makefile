@@ -7,6 +7,9 @@
 #                   train the Fashion-MNIST MLP (models/fmnist-mlp.cfg) and print its final line
 #   make check-gpu  on a machine with a GPU: build with CUDA, run the CUDA tests and the suite,
 #                   train every standard model on cuda and the CPU, compare (tools/check-gpu.sh)
+#   make fuzz       libFuzzer harnesses of every parser (clang, ASan + UBSan, build-fuzz/), each run for
+#                   FUZZ_SECONDS (default 60), one line per harness (FUZZ=graph: that one only);
+#                   see docs/reliability.md
 #   make install    install to PREFIX (default /usr/local)
 
 BUILD ?= build
@@ -18,8 +21,11 @@ DEPS = build-essential cmake pkg-config libopenblas-dev libopenblas0-openmp zlib
 BENCH_DEPS = python3-torch python3-numpy
 RUN_DEPS = dataset-fashion-mnist bible-kjv
 MODEL ?= models/fmnist-mlp.cfg
+FUZZ_SECONDS ?= 60
+FUZZ ?=
+FUZZ_DEPS = clang libclang-rt-14-dev libomp-14-dev
 
-.PHONY: all build deps bench-deps run-deps test test-asan bench run install clean check-gpu
+.PHONY: all build deps bench-deps run-deps test test-asan bench run install clean check-gpu fuzz
 
 all: build
 
@@ -62,8 +68,16 @@ run: deps run-deps
 check-gpu: deps run-deps
 	bash tools/check-gpu.sh
 
+# CPU only (the parsers are host code), tests off: the harnesses and the library they fuzz.
+fuzz: deps
+	@$(MAKE) --no-print-directory deps DEPS="$(FUZZ_DEPS)"
+	cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_FUZZ=ON \
+	      -DWEFT_CUDA=OFF -DWEFT_BUILD_TESTS=OFF
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_all
+	sh tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ)
+
 install: build
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-fuzz

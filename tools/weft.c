@@ -10,6 +10,11 @@
 // Errors are one line on stderr: exit 2 for bad usage (an unknown command or
 // option, an option another command takes, a missing or unusable option
 // value, a missing model file or --ckpt), 1 for everything else that fails.
+//
+// main = parse_cli (the whole command line, the model file included, into a
+// `cli`; it runs nothing and never exits) + run_cli. weft_cli_parse_only
+// gives the parsing alone to tests/fuzz/fuzz_cli.c (built with
+// -DWEFT_CLI_NO_MAIN).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,8 +23,11 @@
 
 int weft_cli_launch(int argc, char **argv); // launch.c
 
+static FILE *g_errf; // where messages go (NULL: stderr)
+static FILE *errf(void) { return g_errf ? g_errf : stderr; }
+
 static int usage(void) {
-    fprintf(stderr,
+    fprintf(errf(),
             "usage: weft <command> ...\n"
             "  train MODEL.cfg [--epochs N] [--steps N] [--batch B] [--lr X] [--clip X] [--threads T] [--seed S]\n"
             "                  [--ckpt-dir DIR] [--ckpt-every N] [--keep K] [--resume] [--log-dir DIR] [--quiet]\n"
@@ -41,7 +49,7 @@ static char g_err[512]; // a command-line problem (library errors come from weft
 
 static int fail(const char *what) {
     const char *msg = g_err[0] ? g_err : weft_last_error()[0] ? weft_last_error() : "failed";
-    fprintf(stderr, "weft %s: %s\n", what, msg);
+    fprintf(errf(), "weft %s: %s\n", what, msg);
     return 1;
 }
 
@@ -113,12 +121,22 @@ static bool check_args(const char *cmd, int argc, char **argv, const char **ckpt
     return true;
 }
 
+// A parsed command line: what run_cli runs.
+typedef enum { CLI_VERSION, CLI_OPS, CLI_INFO, CLI_INFO_FILE, CLI_LAUNCH, CLI_GRAPH, CLI_TRAIN, CLI_EVAL, CLI_SAMPLE } cli_kind;
 typedef struct cli {
-    const char *cfg_path, *ckpt, *prompt;
+    cli_kind kind;
+    const char *cmd;                  // argv[1]
+    const char *file, *ckpt, *prompt; // file: info's FILE, or the model file
+    weft_model_cfg *cfg;              // graph, train, eval, sample: the model file, read (owned)
     int64_t tokens;
     double temperature;
     uint64_t sample_seed;
+    int threads; // --threads (0: not given)
     weft_train_opts t;
+    const char *dot, *save; // graph
+    bool optimize;
+    int argc; // launch: its own arguments
+    char **argv;
 } cli;
 
 // The distributed-training options of `weft train` (a is one of them).
@@ -197,7 +215,7 @@ static bool parse(int argc, char **argv, weft_model_cfg *cfg, cli *c) {
                 snprintf(g_err, sizeof g_err, "--threads: expected a positive number, got '%s'", v);
                 return false;
             }
-            weft_set_num_threads((int)n), i++;
+            c->threads = (int)n, i++; // set by run_cli
         } else if (!strcmp(a, "--ckpt-dir")) c->t.ckpt_dir = v, i++;
         else if (!strcmp(a, "--ckpt-every")) {
             if (!int_opt(a, v, &c->t.ckpt_every)) return false;
@@ -292,13 +310,12 @@ static bool write_dot_marked(const weft_graph *g, int n_fwd, FILE *f) {
 //   of weft_graph_passes_all, fused groups marked), keeping the loss and the
 //   parameters' gradients; --save always saves the traced graph (fused nodes
 //   are not stored in graph files).
-static int cmd_graph(const char *cfg_path, int argc, char **argv) {
-    const char *dot = NULL, *save = NULL;
-    bool optimize = false;
+// Its options, then the model file (parse_cli's part).
+static int parse_graph(int argc, char **argv, cli *c) {
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--optimize")) {
-            optimize = true;
+            c->optimize = true;
             continue;
         }
         if (strcmp(a, "--dot") && strcmp(a, "--save")) {
@@ -309,14 +326,20 @@ static int cmd_graph(const char *cfg_path, int argc, char **argv) {
             snprintf(g_err, sizeof g_err, "option '%s' needs a value", a);
             return usage_fail("graph");
         }
-        *(a[2] == 'd' ? &dot : &save) = argv[++i];
+        *(a[2] == 'd' ? &c->dot : &c->save) = argv[++i];
     }
-    if (!dot && !save) {
-        fprintf(stderr, "weft graph: --dot FILE or --save FILE is needed\n");
+    if (!c->dot && !c->save) {
+        fprintf(errf(), "weft graph: --dot FILE or --save FILE is needed\n");
         return 2;
     }
-    weft_model_cfg *cfg = weft_model_cfg_load(cfg_path);
-    if (!cfg) return fail("graph");
+    if (!(c->cfg = weft_model_cfg_load(c->file))) return fail("graph");
+    return -1;
+}
+
+static int cmd_graph(const cli *c) {
+    const weft_model_cfg *cfg = c->cfg;
+    const char *dot = c->dot, *save = c->save;
+    bool optimize = c->optimize;
     const weft_net_cfg *n = &cfg->net;
     int rc = 1;
     weft_generator *ig = weft_generator_create(n->seed), *dg = weft_generator_create(n->seed + 1);
@@ -403,7 +426,6 @@ out:
     weft_module_free(net);
     weft_generator_free(ig);
     weft_generator_free(dg);
-    weft_model_cfg_free(cfg);
     return rc;
 }
 
@@ -430,9 +452,13 @@ static int cmd_train(const weft_model_cfg *cfg, const weft_train_opts *t) {
     return 0;
 }
 
-int main(int argc, char **argv) {
+// The whole command line into *c (zeroed first): -1 when there is something
+// to run, else the exit status, its message written. Runs nothing and never
+// exits; c->cfg is the caller's to free (cli_free).
+static int parse_cli(int argc, char **argv, cli *c) {
+    *c = (cli){.tokens = 200, .temperature = 1.0, .sample_seed = 1};
     if (argc < 2) return usage();
-    const char *cmd = argv[1];
+    const char *cmd = c->cmd = argv[1];
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
         usage();
         return 0;
@@ -442,10 +468,8 @@ int main(int argc, char **argv) {
             snprintf(g_err, sizeof g_err, "takes no arguments (got '%s')", argv[2]);
             return usage_fail(cmd);
         }
-        if (!strcmp(cmd, "version")) printf("weft %s\n", weft_version());
-        else
-            for (int i = 0; i < weft_op_count(); i++) printf("%s\n", weft_op_name(i));
-        return 0;
+        c->kind = !strcmp(cmd, "version") ? CLI_VERSION : CLI_OPS;
+        return -1;
     }
     if (!strcmp(cmd, "info")) {
         if (argc > 3 || (argc == 3 && argv[2][0] == '-')) { // info has no options: a flag is not a file name
@@ -453,44 +477,93 @@ int main(int argc, char **argv) {
             else snprintf(g_err, sizeof g_err, "unknown option '%s' (usage: weft info [FILE.safetensors])", argv[2]);
             return usage_fail("info");
         }
-        if (argc == 3) return cmd_info_file(argv[2]);
+        c->kind = argc == 3 ? CLI_INFO_FILE : CLI_INFO;
+        c->file = argc == 3 ? argv[2] : NULL;
+        return -1;
+    }
+    if (!strcmp(cmd, "launch")) { // launch.c reads its own arguments when it runs
+        c->kind = CLI_LAUNCH;
+        c->argc = argc - 2, c->argv = argv + 2;
+        return -1;
+    }
+    if (strcmp(cmd, "train") && strcmp(cmd, "eval") && strcmp(cmd, "sample") && strcmp(cmd, "graph")) {
+        fprintf(errf(), "weft: unknown command '%s' (see weft --help)\n", cmd);
+        return 2;
+    }
+    if (argc < 3 || argv[2][0] == '-') {
+        fprintf(errf(), "weft %s: a model file is needed (e.g. models/fmnist-mlp.cfg)\n", cmd);
+        return 2;
+    }
+    c->file = argv[2];
+    if (!strcmp(cmd, "graph")) {
+        c->kind = CLI_GRAPH;
+        return parse_graph(argc - 3, argv + 3, c);
+    }
+    c->kind = !strcmp(cmd, "train") ? CLI_TRAIN : !strcmp(cmd, "eval") ? CLI_EVAL : CLI_SAMPLE;
+    if (!check_args(cmd, argc - 3, argv + 3, &c->ckpt)) return usage_fail(cmd);
+    if (strcmp(cmd, "train") && !c->ckpt) { // a usage error, reported before the model file is read
+        fprintf(errf(), "weft %s: --ckpt FILE is needed\n", cmd);
+        return 2;
+    }
+    if (!(c->cfg = weft_model_cfg_load(c->file))) return fail(cmd);
+    if (!parse(argc - 3, argv + 3, c->cfg, c)) return usage_fail(cmd);
+    return -1;
+}
+
+static void cli_free(cli *c) {
+    weft_model_cfg_free(c->cfg);
+    c->cfg = NULL;
+}
+
+int run_cli(const cli *c); // external: the fuzz build (no main) would call it unused
+int run_cli(const cli *c) {
+    if (c->threads) weft_set_num_threads(c->threads);
+    switch (c->kind) {
+    case CLI_VERSION: printf("weft %s\n", weft_version()); return 0;
+    case CLI_OPS:
+        for (int i = 0; i < weft_op_count(); i++) printf("%s\n", weft_op_name(i));
+        return 0;
+    case CLI_INFO_FILE: return cmd_info_file(c->file);
+    case CLI_INFO:
         printf("weft %s\n", weft_version());
         printf("threads: %d\n", weft_num_threads());
         printf("devices: cpu x%d, cuda x%d\n", weft_device_count(WEFT_CPU), weft_device_count(WEFT_CUDA));
         printf("ops: %d\n", weft_op_count());
         return 0;
-    }
-    if (!strcmp(cmd, "launch")) return weft_cli_launch(argc - 2, argv + 2);
-    if (strcmp(cmd, "train") && strcmp(cmd, "eval") && strcmp(cmd, "sample") && strcmp(cmd, "graph")) {
-        fprintf(stderr, "weft: unknown command '%s' (see weft --help)\n", cmd);
-        return 2;
-    }
-    if (argc < 3 || argv[2][0] == '-') {
-        fprintf(stderr, "weft %s: a model file is needed (e.g. models/fmnist-mlp.cfg)\n", cmd);
-        return 2;
-    }
-    if (!strcmp(cmd, "graph")) return cmd_graph(argv[2], argc - 3, argv + 3);
-    cli c = {.tokens = 200, .temperature = 1.0, .sample_seed = 1};
-    if (!check_args(cmd, argc - 3, argv + 3, &c.ckpt)) return usage_fail(cmd);
-    if (strcmp(cmd, "train") && !c.ckpt) { // a usage error, reported before the model file is read
-        fprintf(stderr, "weft %s: --ckpt FILE is needed\n", cmd);
-        return 2;
-    }
-    weft_model_cfg *cfg = weft_model_cfg_load(argv[2]);
-    if (!cfg) return fail(cmd);
-    int rc = 0;
-    if (!parse(argc - 3, argv + 3, cfg, &c)) {
-        rc = usage_fail(cmd);
-    } else if (!strcmp(cmd, "train")) {
-        rc = cmd_train(cfg, &c.t);
-    } else if (!strcmp(cmd, "eval")) {
+    case CLI_LAUNCH: return weft_cli_launch(c->argc, c->argv);
+    case CLI_GRAPH: return cmd_graph(c);
+    case CLI_TRAIN: return cmd_train(c->cfg, &c->t);
+    case CLI_EVAL: {
         weft_train_result r;
-        if (weft_evaluate(cfg, c.ckpt, &c.t, &r) != WEFT_OK) rc = fail("eval");
-        else weft_eval_print_final(stdout, &r);
-    } else {
-        if (weft_sample(cfg, c.ckpt, c.prompt, c.tokens, c.temperature, c.sample_seed, stdout) != WEFT_OK)
-            rc = fail("sample");
+        if (weft_evaluate(c->cfg, c->ckpt, &c->t, &r) != WEFT_OK) return fail("eval");
+        weft_eval_print_final(stdout, &r);
+        return 0;
     }
-    weft_model_cfg_free(cfg);
+    case CLI_SAMPLE:
+        if (weft_sample(c->cfg, c->ckpt, c->prompt, c->tokens, c->temperature, c->sample_seed, stdout) != WEFT_OK)
+            return fail("sample");
+        return 0;
+    }
+    return 1;
+}
+
+int weft_cli_parse_only(int argc, char **argv, FILE *err);
+int weft_cli_parse_only(int argc, char **argv, FILE *err) {
+    g_errf = err;
+    g_err[0] = 0;
+    cli c;
+    int rc = parse_cli(argc, argv, &c);
+    cli_free(&c);
+    g_errf = NULL;
+    return rc < 0 ? 0 : rc;
+}
+
+#ifndef WEFT_CLI_NO_MAIN
+int main(int argc, char **argv) {
+    cli c;
+    int rc = parse_cli(argc, argv, &c);
+    if (rc < 0) rc = run_cli(&c);
+    cli_free(&c);
     return rc;
 }
+#endif

@@ -102,31 +102,38 @@ weft_tensor *weft_idx_load(const char *path, int expect_ndim) {
         total *= sizes[d];
     }
     int64_t data_off = 4 + 4 * nd;
-    t = weft_tensor_empty_on(nd, sizes, WEFT_U8, WEFT_DEVICE_CPU); // read into host memory
-    if (!t) goto done;
-    got = read_full(f, weft_tensor_data(t), total, &zerr);
-    if (zerr) {
+    // The header's promise is only a promise (8 bytes can claim 4 GB), and a
+    // gzipped file's size says nothing about what it inflates to: read into a
+    // buffer that grows with the bytes actually there, and allocate the
+    // tensor once they are all in.
+    int64_t cap = total < (1 << 20) ? total : (1 << 20);
+    unsigned char *buf = malloc((size_t)cap), extra;
+    got = 0;
+    zerr = NULL;
+    while (buf) {
+        got += read_full(f, buf + got, cap - got, &zerr);
+        if (zerr || got < cap || cap == total) break;
+        int64_t nc = cap < total / 2 ? 2 * cap : total;
+        unsigned char *nb = realloc(buf, (size_t)nc);
+        if (!nb) break;
+        buf = nb;
+        cap = nc;
+    }
+    if (!buf || (!zerr && got == cap && cap < total)) // the realloc failed
+        weft_error(WEFT_ERR_OOM, "idx_load: %s: out of memory after %lld bytes of data", path, (long long)got);
+    else if (zerr)
         weft_error(WEFT_ERR_IO, "idx_load: %s: read error at byte offset %lld: %s", path, (long long)(data_off + got),
                    zerr);
-        weft_tensor_free(t);
-        t = NULL;
-        goto done;
-    }
-    if (got < total) {
+    else if (got < total)
         weft_error(WEFT_ERR_FORMAT,
                    "idx_load: %s: truncated data at byte offset %lld (the header promises %lld bytes, up to offset %lld)",
                    path, (long long)(data_off + got), (long long)total, (long long)(data_off + total));
-        weft_tensor_free(t);
-        t = NULL;
-        goto done;
-    }
-    unsigned char extra;
-    if (read_full(f, &extra, 1, &zerr) != 0) {
+    else if (read_full(f, &extra, 1, &zerr) != 0)
         weft_error(WEFT_ERR_FORMAT, "idx_load: %s: unexpected trailing data at byte offset %lld", path,
                    (long long)(data_off + total));
-        weft_tensor_free(t);
-        t = NULL;
-    }
+    else if ((t = weft_tensor_empty_on(nd, sizes, WEFT_U8, WEFT_DEVICE_CPU))) // host memory
+        memcpy(weft_tensor_data(t), buf, (size_t)total);
+    free(buf);
 done:
     gzclose(f);
     return t;

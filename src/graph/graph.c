@@ -186,13 +186,9 @@ static void set_value_meta(weft_graph *g, int32_t vid, int ndim, const int64_t *
 // ---- builder ----
 weft_value weft_graph_placeholder(weft_graph *g, const char *name, int ndim, const int64_t *sizes, weft_dtype dt) {
     if (!g) return weft_error(WEFT_ERR_ARG, "graph_placeholder: NULL graph"), WEFT_VALUE_NONE;
-    if (ndim < 0 || ndim > WEFT_MAX_DIMS || (ndim && !sizes))
-        return weft_error(WEFT_ERR_ARG, "graph_placeholder: '%s': bad shape (%d dims)", name ? name : "?", ndim),
-               WEFT_VALUE_NONE;
-    for (int d = 0; d < ndim; d++)
-        if (sizes[d] < 0)
-            return weft_error(WEFT_ERR_SHAPE, "graph_placeholder: '%s': negative size", name ? name : "?"),
-                   WEFT_VALUE_NONE;
+    char what[160];
+    snprintf(what, sizeof what, "graph_placeholder: '%s'", name ? name : "?");
+    if (weft_shape_check(what, ndim, sizes)) return WEFT_VALUE_NONE; // as any tensor's shape
     if ((unsigned)dt >= WEFT_NUM_DTYPES)
         return weft_error(WEFT_ERR_DTYPE, "graph_placeholder: '%s': bad dtype %d", name ? name : "?", (int)dt),
                WEFT_VALUE_NONE;
@@ -268,28 +264,23 @@ weft_status weft_graph_op_named(weft_graph *g, const char *name, const char *op_
     // contiguous layout), so builder and eager mode agree by construction.
     weft_tensor *sym = calloc((size_t)n_in, sizeof *sym);
     weft_tensor **symp = calloc((size_t)n_in, sizeof *symp);
-    weft_storage nostore = {.refcount = 1, .device = WEFT_DEVICE_CPU};
+    weft_storage nostore; // the stand-ins' shared (empty) storage
     if (!sym || !symp) {
         free(sym);
         free(symp);
         return weft_error(WEFT_ERR_OOM, "graph_op: out of memory");
     }
-    for (int i = 0; i < n_in; i++) {
+    weft_status st = WEFT_OK;
+    for (int i = 0; i < n_in && !st; i++) { // values passed weft_shape_check when they were made
         const weft_gvalue *v = &g->values[in[i].id];
-        weft_tensor *t = &sym[i];
-        t->refcount = 1;
-        t->ndim = v->ndim;
-        t->dtype = v->dtype;
-        t->device = WEFT_DEVICE_CPU;
-        memcpy(t->sizes, v->sizes, sizeof t->sizes);
-        weft_contiguous_strides(v->ndim, v->sizes, t->strides);
-        t->numel = weft_shape_numel(v->ndim, v->sizes);
-        t->storage = &nostore;
-        symp[i] = t;
+        st = weft_tensor_stub(&sym[i], &nostore, v->ndim, v->sizes, (weft_dtype)v->dtype);
+        symp[i] = &sym[i];
     }
     weft_op_args args = {.op = op, .n_in = n_in, .in = symp, .attrs = &at, .n_out = op->n_out, .out = NULL};
     weft_out_meta meta[WEFT_MAX_OP_OUT];
-    weft_status st = op->infer(&args, meta);
+    if (!st) st = op->infer(&args, meta);
+    for (int j = 0; j < op->n_out && !st; j++) // a value is held to the shape rules of a tensor
+        st = weft_shape_check("output", meta[j].ndim, meta[j].sizes);
     weft_dtype kdt = n_in ? (weft_dtype)sym[op->dispatch_in].dtype : WEFT_F32;
     free(sym);
     free(symp);

@@ -676,19 +676,6 @@ static weft_status parse_attrs(const loader *L, const cJSON *o, weft_attrs *at, 
     return WEFT_OK;
 }
 
-// A metadata-only tensor (no data, contiguous) for running an op's infer.
-static void sym_tensor(weft_tensor *t, weft_storage *st, int ndim, const int64_t *sizes, weft_dtype dt) {
-    memset(t, 0, sizeof *t);
-    t->refcount = 1;
-    t->ndim = (int8_t)ndim;
-    t->dtype = (uint8_t)dt;
-    t->device = WEFT_DEVICE_CPU;
-    memcpy(t->sizes, sizes, sizeof t->sizes);
-    weft_contiguous_strides(ndim, sizes, t->strides);
-    t->numel = weft_shape_numel(ndim, sizes);
-    t->storage = st;
-}
-
 // Rebuilds the program of FUSED node L->name and checks it as fusion would have
 // built it: each op is in the op table and is a tile-loop elementwise op (or the
 // leading matmul), operands are node inputs or earlier instructions, each
@@ -712,15 +699,18 @@ static weft_status load_fused(const loader *L, const cJSON *o, int n_in, const i
     if (!p) return lfail(L, WEFT_ERR_OOM, "out of memory");
     p->n_instr = n_instr;
     p->matmul_head = cJSON_IsTrue(jmh);
-    weft_storage nostore = {.refcount = 1, .device = WEFT_DEVICE_CPU};
+    weft_storage nostore; // the stand-ins' (empty) storage
     weft_tensor sin[WEFT_FUSED_MAX_IN], sres[WEFT_FUSED_MAX_INSTR];
-    for (int k = 0; k < n_in; k++) {
-        const weft_gvalue *gv = &g->values[in[k]];
-        sym_tensor(&sin[k], &nostore, gv->ndim, gv->sizes, (weft_dtype)gv->dtype);
-    }
     weft_out_meta grp = {0}; // the group's shape and dtype: instruction 0's result
     bool exported[WEFT_MAX_OP_OUT] = {0};
     weft_status s = WEFT_OK;
+    for (int k = 0; k < n_in; k++) {
+        const weft_gvalue *gv = &g->values[in[k]];
+        if (weft_tensor_stub(&sin[k], &nostore, gv->ndim, gv->sizes, (weft_dtype)gv->dtype)) {
+            s = lfail_inner(L);
+            goto fail;
+        }
+    }
     int j = 0;
     const cJSON *xo;
     cJSON_ArrayForEach(xo, jins) {
@@ -745,7 +735,7 @@ static weft_status load_fused(const loader *L, const cJSON *o, int n_in, const i
         int na;
         int32_t *args;
         if ((s = parse_ids(L, xo, "args", WEFT_FUSED_MAX_ARGS, &na, &args))) goto fail;
-        memcpy(x->args, args, (size_t)na * sizeof *args);
+        if (na) memcpy(x->args, args, (size_t)na * sizeof *args); // no "args": no buffer either
         free(args);
         x->n_args = na;
         if (na != x->op->n_in) {
@@ -808,7 +798,10 @@ static weft_status load_fused(const loader *L, const cJSON *o, int n_in, const i
                       weft_dtype_name(dt));
             goto fail;
         }
-        sym_tensor(&sres[j], &nostore, m[0].ndim, m[0].sizes, m[0].dtype);
+        if (weft_tensor_stub(&sres[j], &nostore, m[0].ndim, m[0].sizes, m[0].dtype)) {
+            s = lfail_inner(L);
+            goto fail;
+        }
         j++;
     }
     for (int k = 0; k < n_out; k++)

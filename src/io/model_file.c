@@ -720,11 +720,12 @@ static bool resolve_net(parser *p) {
             n->input_ndim = 3;
             n->input[0] = 1, n->input[1] = n->input[2] = 28;
         }
-        int64_t numel = 1;
-        for (int i = 0; i < n->input_ndim; i++) numel *= n->input[i]; // <= 4 dims of <= 2^24: fits
+        int64_t numel = 1; // sizes are >= 1: stop before the product could overflow
+        for (int i = 0; i < n->input_ndim && numel <= 28 * 28; i++) numel *= n->input[i];
         if (numel != 28 * 28)
-            return fail(p, NL("input"), "[net] key 'input': %s has %lld values, fmnist images have 784 (1,28,28)",
-                        shape_str(n->input, n->input_ndim, sb, sizeof sb), (long long)numel);
+            return fail(p, NL("input"), "[net] key 'input': %s has %s%lld values, fmnist images have 784 (1,28,28)",
+                        shape_str(n->input, n->input_ndim, sb, sizeof sb), numel > 28 * 28 ? "more than " : "",
+                        (long long)(numel > 28 * 28 ? 28 * 28 : numel));
     } else {
         n->classes = n->vocab = WEFT_CFG_BYTE_VOCAB;
         if (n->loss == WEFT_CFG_HINGE)
@@ -871,6 +872,69 @@ static bool resolve_layer(parser *p, int idx, int64_t *shape, int *nd) {
     return true;
 }
 
+// A value as weft_model_cfg_write writes it is in its key's range: what
+// parses also parses again once written. Values the file gave were checked
+// when read; this catches the ones resolve inferred (a layer's `in` or `dim`
+// from the shapes, kjv's context from `input`). line: where to point.
+static bool check_writable(parser *p, int line, const char *sec, const keydef *k, const void *base) {
+    const char *src = (const char *)base + k->off;
+    double v[4];
+    int n = 1;
+    switch (k->kind) {
+    case K_INT:
+    case K_OUT: {
+        int64_t x;
+        memcpy(&x, src, sizeof x);
+        v[0] = (double)x;
+        break;
+    }
+    case K_I32:
+    case K_PAIR: {
+        int x[2];
+        memcpy(x, src, k->kind == K_PAIR ? sizeof x : sizeof x[0]);
+        n = k->kind == K_PAIR ? 2 : 1;
+        for (int i = 0; i < n; i++) v[i] = x[i];
+        break;
+    }
+    case K_FLOAT:
+    case K_FLOAT2:
+        n = k->kind == K_FLOAT2 ? 2 : 1;
+        memcpy(v, src, sizeof(double) * (size_t)n);
+        break;
+    case K_SHAPE: {
+        const weft_net_cfg *net = base;
+        n = net->input_ndim;
+        for (int i = 0; i < n; i++) v[i] = (double)net->input[i];
+        break;
+    }
+    default: return true; // strings, enums, booleans: read only from the file
+    }
+    char rb[96];
+    bool integer = k->kind != K_FLOAT && k->kind != K_FLOAT2;
+    for (int i = 0; i < n; i++)
+        if (!in_range(k, v[i]))
+            return fail(p, line, "[%s] key '%s' = %.17g (inferred from the shapes) is out of range (expected %s)", sec,
+                        k->name, v[i], range_str(k, rb, sizeof rb, integer));
+    return true;
+}
+
+static bool check_all_writable(parser *p) {
+    const weft_model_cfg *c = p->cfg;
+    for (int i = 0; i < N_NET_KEYS; i++) {
+        const keydef *k = &NET_KEYS[i];
+        if (net_key_inapplicable(&c->net, k->name)) continue; // the writer leaves these out
+        if (!strcmp(k->name, "input") && c->net.dataset == WEFT_CFG_KJV) continue;
+        int line = p->net_lines[i] ? p->net_lines[i] : p->net_lines[key_index(&NET_SEC, "input")];
+        if (!check_writable(p, line ? line : p->net_line, "net", k, &c->net)) return false;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        const secdef *s = &LAYER_SECS[c->layers[l].type];
+        for (int i = 0; i < s->nkeys; i++)
+            if (!check_writable(p, c->layers[l].line, s->name, &s->keys[i], &c->layers[l])) return false;
+    }
+    return true;
+}
+
 static bool resolve(parser *p) {
     if (!resolve_net(p)) return false;
     const weft_net_cfg *net = &p->cfg->net;
@@ -890,7 +954,7 @@ static bool resolve(parser *p) {
                     shape_str(shape, nd, sb, sizeof sb), weft_cfg_dataset_name(net->dataset),
                     net->dataset == WEFT_CFG_FMNIST ? shape_str(want + 1, 1, eb, sizeof eb)
                                                     : shape_str(want, 2, eb, sizeof eb));
-    return true;
+    return check_all_writable(p);
 }
 
 // ---------------------------------------------------------------- public
@@ -1060,7 +1124,11 @@ static void write_value(FILE *f, const keydef *k, const void *base) {
 
 weft_status weft_model_cfg_write(const weft_model_cfg *cfg, FILE *f) {
     if (!cfg || !f) return weft_error(WEFT_ERR_ARG, "weft_model_cfg_write: NULL argument");
-    fprintf(f, "# %s, written by weft %s with every default spelled out\n[net]\n", cfg->path, weft_version());
+    char path[sizeof cfg->path]; // a comment line: no control characters from the name
+    size_t n = 0;
+    for (; cfg->path[n] && n + 1 < sizeof path; n++) path[n] = isprint((unsigned char)cfg->path[n]) ? cfg->path[n] : '?';
+    path[n] = 0;
+    fprintf(f, "# %s, written by weft %s with every default spelled out\n[net]\n", path, weft_version());
     for (int i = 0; i < N_NET_KEYS; i++) {
         const keydef *k = &NET_KEYS[i];
         if (net_key_inapplicable(&cfg->net, k->name)) continue;

@@ -246,21 +246,19 @@ static weft_status parse_entry(const char *path, const cJSON *o, st_entry *e, ui
         return weft_error(WEFT_ERR_FORMAT, "safetensors %s: tensor '%s': %d dims (at most %d)", path, nm, nd,
                           WEFT_MAX_DIMS);
     e->ndim = nd;
-    // Element count, refusing overflow: a corrupt shape must not wrap around
-    // to a small number that happens to match the offsets.
-    uint64_t numel = 1;
-    bool big = false;
     for (int d = 0; d < nd; d++) {
         uint64_t s;
         if (!json_uint(cJSON_GetArrayItem(sh, d), &s))
             return weft_error(WEFT_ERR_FORMAT, "safetensors %s: tensor '%s': shape[%d] is not a non-negative integer",
                               path, nm, d);
-        e->sizes[d] = (int64_t)s;
-        if (s != 0 && numel > UINT64_MAX / 16 / s) big = true;
-        else numel *= s;
+        e->sizes[d] = (int64_t)s; // < 2^53
     }
-    for (int d = 0; d < nd; d++)
-        if (e->sizes[d] == 0) big = false, numel = 0;
+    // Element count, refusing overflow (weft_shape_numel: the rule every
+    // tensor's shape meets, a zero size not excusing huge others): a corrupt
+    // shape must not wrap around to a small number that matches the offsets.
+    int64_t n_el = weft_shape_numel(nd, e->sizes);
+    bool big = n_el < 0;
+    uint64_t numel = big ? 0 : (uint64_t)n_el;
     if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 || !json_uint(cJSON_GetArrayItem(off, 0), &e->begin) ||
         !json_uint(cJSON_GetArrayItem(off, 1), &e->end))
         return weft_error(WEFT_ERR_FORMAT, "safetensors %s: tensor '%s': data_offsets must be [begin, end]", path, nm);

@@ -27,10 +27,21 @@ extern weft_op_def weft_op_conv2d, weft_op_conv2d_backward_input, weft_op_conv2d
     weft_op_conv2d_backward_bias;
 extern weft_op_def weft_op_max_pool2d, weft_op_max_pool2d_backward, weft_op_avg_pool2d, weft_op_avg_pool2d_backward;
 
+// The largest stride, padding, dilation, group count and kernel size taken
+// (also for the (H,W) / (KH,KW) attrs of the backward ops): far past any real
+// network, and small enough that window arithmetic on checked shapes cannot
+// overflow.
+#define CONV_ATTR_MAX INT32_MAX
+
+static bool attr_in(int64_t v, int64_t lo) { return v >= lo && v <= CONV_ATTR_MAX; }
+
 // Output length of a sliding window: (in + 2 pad - dil (k - 1) - 1) / stride + 1,
-// or -1 when the (dilated) kernel does not fit the padded input.
+// or -1 when the (dilated) kernel does not fit the padded input. Attrs are
+// checked (CONV_ATTR_MAX); in and k come from shapes (at most WEFT_MAX_NUMEL).
 static int64_t out_len(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil) {
-    int64_t span = dil * (k - 1) + 1;
+    int64_t span;
+    if (k < 1 || __builtin_mul_overflow(dil, k - 1, &span) || span > WEFT_MAX_NUMEL) return -1;
+    span += 1;
     if (in + 2 * pad < span) return -1;
     return (in + 2 * pad - span) / stride + 1;
 }
@@ -57,9 +68,12 @@ static weft_status check_conv_4d(const char *op, const weft_tensor *t, const cha
 
 // ---- conv2d ----
 static weft_status check_conv_attrs(const char *op, const weft_attrs *at) {
-    if (at->i[0] < 1 || at->i[1] < 1 || at->i[4] < 1 || at->i[5] < 1 || at->i[6] < 1)
-        return weft_error(WEFT_ERR_ARG, "%s: stride, dilation and groups must be positive", op);
-    if (at->i[2] < 0 || at->i[3] < 0) return weft_error(WEFT_ERR_ARG, "%s: padding must be non-negative", op);
+    if (!attr_in(at->i[0], 1) || !attr_in(at->i[1], 1) || !attr_in(at->i[4], 1) || !attr_in(at->i[5], 1) ||
+        !attr_in(at->i[6], 1))
+        return weft_error(WEFT_ERR_ARG, "%s: stride, dilation and groups must be positive (at most %d)", op,
+                          CONV_ATTR_MAX);
+    if (!attr_in(at->i[2], 0) || !attr_in(at->i[3], 0))
+        return weft_error(WEFT_ERR_ARG, "%s: padding must be non-negative (at most %d)", op, CONV_ATTR_MAX);
     if (at->i[7] < 0 || at->i[7] > 1) return weft_error(WEFT_ERR_ARG, "%s: layout must be 0 (NCHW) or 1 (NHWC)", op);
     if (at->i[7] == 1 && at->i[6] != 1) return weft_error(WEFT_ERR_ARG, "%s: the NHWC layout needs groups 1", op);
     return WEFT_OK;
@@ -112,11 +126,14 @@ static weft_status infer_conv2d_bw_input(const weft_op_args *a, weft_out_meta *o
         (st = check_conv_4d(op, w, "the weight")) || (st = weft_check_same_dtype(op, 2, a->in)))
         return st;
     const weft_attrs *at = a->attrs;
-    int64_t H = at->i[8], W = at->i[9];
+    int64_t H = at->i[8], W = at->i[9], C;
+    if (!attr_in(H, 1) || !attr_in(W, 1))
+        return weft_error(WEFT_ERR_ARG, "%s: input size (%lld,%lld) out of range", op, (long long)H, (long long)W);
     if (gy->sizes[1] != w->sizes[0] || out_len(H, w->sizes[2], at->i[0], at->i[2], at->i[4]) != gy->sizes[2] ||
-        out_len(W, w->sizes[3], at->i[1], at->i[3], at->i[5]) != gy->sizes[3])
+        out_len(W, w->sizes[3], at->i[1], at->i[3], at->i[5]) != gy->sizes[3] ||
+        __builtin_mul_overflow(w->sizes[1], at->i[6], &C))
         return weft_error(WEFT_ERR_SHAPE, "%s: gradient, weight and input size do not agree", op);
-    weft_meta_set(o, 4, (int64_t[]){gy->sizes[0], w->sizes[1] * at->i[6], H, W}, (weft_dtype)gy->dtype);
+    weft_meta_set(o, 4, (int64_t[]){gy->sizes[0], C, H, W}, (weft_dtype)gy->dtype);
     return WEFT_OK;
 }
 
@@ -130,6 +147,8 @@ static weft_status infer_conv2d_bw_weight(const weft_op_args *a, weft_out_meta *
         return st;
     const weft_attrs *at = a->attrs;
     int64_t KH = at->i[8], KW = at->i[9], G = at->i[6];
+    if (!attr_in(KH, 1) || !attr_in(KW, 1))
+        return weft_error(WEFT_ERR_ARG, "%s: kernel size (%lld,%lld) out of range", op, (long long)KH, (long long)KW);
     if (gy->sizes[0] != x->sizes[0] || x->sizes[1] % G || gy->sizes[1] % G ||
         out_len(x->sizes[2], KH, at->i[0], at->i[2], at->i[4]) != gy->sizes[2] ||
         out_len(x->sizes[3], KW, at->i[1], at->i[3], at->i[5]) != gy->sizes[3])
@@ -263,17 +282,21 @@ weft_tensor *weft_conv2d(weft_tensor *x, weft_tensor *w, weft_tensor *bias, cons
 }
 
 // ---- pooling ----
+static weft_status check_pool_attrs(const char *op, const weft_attrs *at) {
+    if (!attr_in(at->i[0], 1) || !attr_in(at->i[1], 1) || !attr_in(at->i[2], 1) || !attr_in(at->i[3], 1))
+        return weft_error(WEFT_ERR_ARG, "%s: kernel and stride must be positive (at most %d)", op, CONV_ATTR_MAX);
+    // As in PyTorch: a window must always overlap the real input.
+    if (at->i[4] < 0 || at->i[5] < 0 || at->i[4] > at->i[0] / 2 || at->i[5] > at->i[1] / 2)
+        return weft_error(WEFT_ERR_ARG, "%s: padding must be between 0 and half the kernel size", op);
+    return weft_check_flags(op, at, 6, 1, "count_include_pad");
+}
+
 static weft_status infer_pool(const weft_op_args *a, weft_out_meta *o) {
     const char *op = a->op->name;
     const weft_attrs *at = a->attrs;
     const weft_tensor *x = a->in[0];
     weft_status st;
-    if ((st = check_4d(op, x, "the input"))) return st;
-    if (at->i[0] < 1 || at->i[1] < 1 || at->i[2] < 1 || at->i[3] < 1)
-        return weft_error(WEFT_ERR_ARG, "%s: kernel and stride must be positive", op);
-    // As in PyTorch: a window must always overlap the real input.
-    if (at->i[4] < 0 || at->i[5] < 0 || 2 * at->i[4] > at->i[0] || 2 * at->i[5] > at->i[1])
-        return weft_error(WEFT_ERR_ARG, "%s: padding must be between 0 and half the kernel size", op);
+    if ((st = check_4d(op, x, "the input")) || (st = check_pool_attrs(op, at))) return st;
     int64_t OH = out_len(x->sizes[2], at->i[0], at->i[2], at->i[4], 1);
     int64_t OW = out_len(x->sizes[3], at->i[1], at->i[3], at->i[5], 1);
     if (OH < 1 || OW < 1) {
@@ -301,9 +324,12 @@ static weft_status infer_max_pool_bw(const weft_op_args *a, weft_out_meta *o) {
 // gy (N,C,OH,OW) -> dx (N,C,H,W) with (H,W) from attrs
 static weft_status infer_avg_pool_bw(const weft_op_args *a, weft_out_meta *o) {
     const weft_tensor *gy = a->in[0];
-    weft_status st;
-    if ((st = check_4d(a->op->name, gy, "the output gradient"))) return st;
     const weft_attrs *at = a->attrs;
+    weft_status st;
+    if ((st = check_4d(a->op->name, gy, "the output gradient")) || (st = check_pool_attrs(a->op->name, at))) return st;
+    if (!attr_in(at->i[8], 1) || !attr_in(at->i[9], 1))
+        return weft_error(WEFT_ERR_ARG, "%s: input size (%lld,%lld) out of range", a->op->name, (long long)at->i[8],
+                          (long long)at->i[9]);
     if (out_len(at->i[8], at->i[0], at->i[2], at->i[4], 1) != gy->sizes[2] ||
         out_len(at->i[9], at->i[1], at->i[3], at->i[5], 1) != gy->sizes[3])
         return weft_error(WEFT_ERR_SHAPE, "%s: gradient does not match the pooled shape", a->op->name);

@@ -30,8 +30,9 @@ static weft_status infer_where(const weft_op_args *a, weft_out_meta *o) {
     return WEFT_OK;
 }
 static weft_status infer_cast(const weft_op_args *a, weft_out_meta *o) {
+    if (a->attrs->i[0] < 0 || a->attrs->i[0] >= WEFT_NUM_DTYPES)
+        return weft_error(WEFT_ERR_DTYPE, "cast: bad target dtype %lld", (long long)a->attrs->i[0]);
     weft_dtype dt = (weft_dtype)a->attrs->i[0];
-    if ((unsigned)dt >= WEFT_NUM_DTYPES) return weft_error(WEFT_ERR_DTYPE, "cast: bad target dtype %d", (int)dt);
     weft_meta_set(o, a->in[0]->ndim, a->in[0]->sizes, dt);
     return WEFT_OK;
 }

@@ -41,15 +41,17 @@ static weft_status infer_embedding_bw(const weft_op_args *a, weft_out_meta *o) {
         return weft_error(WEFT_ERR_SHAPE, "embedding_backward: gradient %s does not match indices %s plus one dim",
                           weft_tensor_shape_str(g, s, sizeof s), weft_tensor_shape_str(ix, t, sizeof t));
     }
+    if (a->attrs->i[0] < 0) // the rows V; the kernel checks each index against it
+        return weft_error(WEFT_ERR_ARG, "embedding_backward: %lld rows", (long long)a->attrs->i[0]);
     int64_t sz[2] = {a->attrs->i[0], g->sizes[g->ndim - 1]};
     weft_meta_set(o, 2, sz, (weft_dtype)g->dtype);
     return WEFT_OK;
 }
 static weft_status infer_index_select(const weft_op_args *a, weft_out_meta *o) {
     const weft_tensor *t = a->in[0], *ix = a->in[1];
-    int dim = (int)a->attrs->i[0];
     weft_status st = check_index("index_select", ix);
-    if (st || (st = check_dim("index_select", t, dim))) return st;
+    if (st || (st = check_dim("index_select", t, a->attrs->i[0]))) return st;
+    int dim = (int)a->attrs->i[0];
     if (ix->ndim > 1) return weft_error(WEFT_ERR_SHAPE, "index_select: index must be 1-D, got %d dims", ix->ndim);
     weft_meta_set(o, t->ndim, t->sizes, (weft_dtype)t->dtype);
     o->sizes[dim] = ix->numel;
@@ -57,11 +59,13 @@ static weft_status infer_index_select(const weft_op_args *a, weft_out_meta *o) {
 }
 static weft_status infer_index_select_bw(const weft_op_args *a, weft_out_meta *o) {
     const weft_tensor *g = a->in[0], *ix = a->in[1];
-    int dim = (int)a->attrs->i[0];
     weft_status st = check_index("index_select_backward", ix);
-    if (st) return st;
-    if (ix->ndim > 1 || dim >= g->ndim || g->sizes[dim] != ix->numel)
+    if (st || (st = check_dim("index_select_backward", g, a->attrs->i[0]))) return st;
+    int dim = (int)a->attrs->i[0];
+    if (ix->ndim > 1 || g->sizes[dim] != ix->numel)
         return weft_error(WEFT_ERR_SHAPE, "index_select_backward: gradient and index do not match");
+    if (a->attrs->i[1] < 0) // the input's size along dim; the kernel checks each index against it
+        return weft_error(WEFT_ERR_ARG, "index_select_backward: size %lld", (long long)a->attrs->i[1]);
     weft_meta_set(o, g->ndim, g->sizes, (weft_dtype)g->dtype);
     o->sizes[dim] = a->attrs->i[1];
     return WEFT_OK;
@@ -104,9 +108,9 @@ static weft_status infer_scatter_add(const weft_op_args *a, weft_out_meta *o) {
 }
 static weft_status infer_concat(const weft_op_args *a, weft_out_meta *o) {
     const weft_tensor *t0 = a->in[0];
-    int dim = (int)a->attrs->i[0];
     weft_status st = weft_check_same_dtype("concat", a->n_in, a->in);
-    if (st || (st = check_dim("concat", t0, dim))) return st;
+    if (st || (st = check_dim("concat", t0, a->attrs->i[0]))) return st;
+    int dim = (int)a->attrs->i[0];
     weft_meta_set(o, t0->ndim, t0->sizes, (weft_dtype)t0->dtype);
     o->sizes[dim] = 0;
     for (int i = 0; i < a->n_in; i++) {
@@ -118,6 +122,8 @@ static weft_status infer_concat(const weft_op_args *a, weft_out_meta *o) {
             return weft_error(WEFT_ERR_SHAPE, "concat: input %d has shape %s, which does not match %s outside dim %d", i,
                               weft_tensor_shape_str(t, s, sizeof s), weft_tensor_shape_str(t0, u, sizeof u), dim);
         }
+        if (t->sizes[dim] > WEFT_MAX_NUMEL - o->sizes[dim]) // the sum is checked in full later; keep it from overflowing
+            return weft_error(WEFT_ERR_SHAPE, "concat: the inputs add up to too many elements along dim %d", dim);
         o->sizes[dim] += t->sizes[dim];
     }
     return WEFT_OK;

@@ -22,11 +22,15 @@ static weft_status ok_if(const weft_bw_args *b) {
 }
 
 // ---- softmax / log_softmax ----
+// i[0]: the dim, normalised (the kernels take it as it is): 0..ndim-1, 0 for a 0-d tensor.
+static weft_status check_softmax_dim(const char *op, const weft_attrs *at, int ndim) {
+    if (at->i[0] >= 0 && at->i[0] < (ndim ? ndim : 1)) return WEFT_OK;
+    return weft_error(WEFT_ERR_ARG, "%s: dim %lld out of range for a %d-d tensor", op, (long long)at->i[0], ndim);
+}
 static weft_status infer_softmax(const weft_op_args *a, weft_out_meta *o) {
     const weft_tensor *x = a->in[0];
     weft_status st = weft_check_dtype(a->op->name, x, WEFT_DT_FLOAT, "the input");
-    if (st) return st;
-    if (weft_axis(a->op->name, (int)a->attrs->i[0], x->ndim) < 0) return weft_last_status();
+    if (st || (st = check_softmax_dim(a->op->name, a->attrs, x->ndim))) return st;
     weft_meta_set(o, x->ndim, x->sizes, (weft_dtype)x->dtype);
     return WEFT_OK;
 }
@@ -41,7 +45,7 @@ static weft_status infer_softmax_bw(const weft_op_args *a, weft_out_meta *o) {
         return weft_error(WEFT_ERR_SHAPE, "%s: gradient %s and output %s differ in shape", a->op->name,
                           weft_tensor_shape_str(g, s1, sizeof s1), weft_tensor_shape_str(y, s2, sizeof s2));
     }
-    if (weft_axis(a->op->name, (int)a->attrs->i[0], y->ndim) < 0) return weft_last_status();
+    if ((st = check_softmax_dim(a->op->name, a->attrs, y->ndim))) return st;
     weft_meta_set(o, y->ndim, y->sizes, (weft_dtype)y->dtype);
     return WEFT_OK;
 }

@@ -42,12 +42,15 @@ static weft_status bad_count(const weft_op_args *a, int want) {
 static weft_status infer_layer_norm(const weft_op_args *a, weft_out_meta *o) {
     const char *op = a->op->name;
     const weft_tensor *x = a->in[0];
-    int n = (int)a->attrs->i[0], hw = a->attrs->i[1] != 0, hb = a->attrs->i[2] != 0;
-    if (a->n_in != 1 + hw + hb) return bad_count(a, 1 + hw + hb);
-    weft_status st = weft_check_dtype(op, x, WEFT_DT_FLOAT, "the input");
+    weft_status st = weft_check_flags(op, a->attrs, 1, 2, "has weight / has bias");
     if (st) return st;
-    if (n < 1 || n > x->ndim)
-        return weft_error(WEFT_ERR_ARG, "%s: n_norm_dims %d out of range for a %d-d input", op, n, x->ndim);
+    int hw = (int)a->attrs->i[1], hb = (int)a->attrs->i[2];
+    if (a->n_in != 1 + hw + hb) return bad_count(a, 1 + hw + hb);
+    if ((st = weft_check_dtype(op, x, WEFT_DT_FLOAT, "the input"))) return st;
+    if (a->attrs->i[0] < 1 || a->attrs->i[0] > x->ndim)
+        return weft_error(WEFT_ERR_ARG, "%s: n_norm_dims %lld out of range for a %d-d input", op,
+                          (long long)a->attrs->i[0], x->ndim);
+    int n = (int)a->attrs->i[0];
     if ((st = need_contiguous(op, x, "the input"))) return st;
     const int lead = x->ndim - n;
     for (int k = 1; k < a->n_in; k++) {
@@ -69,16 +72,20 @@ static weft_status infer_layer_norm(const weft_op_args *a, weft_out_meta *o) {
 
 static weft_status infer_ln_bw(const weft_op_args *a, weft_out_meta *o) {
     const char *op = a->op->name;
+    if (a->n_in < 2) return bad_count(a, 4);
     const weft_tensor *gy = a->in[0], *x = a->in[1];
-    int n = (int)a->attrs->i[0], hw = a->attrs->i[1] != 0;
-    if (a->n_in != 4 + hw) return bad_count(a, 4 + hw);
-    weft_status st = weft_check_dtype(op, x, WEFT_DT_FLOAT, "the input");
+    weft_status st = weft_check_flags(op, a->attrs, 1, 2, "has weight / compute dweight");
     if (st) return st;
+    int hw = (int)a->attrs->i[1];
+    if (a->n_in != 4 + hw) return bad_count(a, 4 + hw);
+    if ((st = weft_check_dtype(op, x, WEFT_DT_FLOAT, "the input"))) return st;
     for (int k = 0; k < a->n_in; k++)
         if ((st = check_like(op, x, a->in[k], "an input")) || (st = need_contiguous(op, a->in[k], "every input")))
             return st;
-    if (n < 1 || n > x->ndim)
-        return weft_error(WEFT_ERR_ARG, "%s: n_norm_dims %d out of range for a %d-d input", op, n, x->ndim);
+    if (a->attrs->i[0] < 1 || a->attrs->i[0] > x->ndim)
+        return weft_error(WEFT_ERR_ARG, "%s: n_norm_dims %lld out of range for a %d-d input", op,
+                          (long long)a->attrs->i[0], x->ndim);
+    int n = (int)a->attrs->i[0];
     const int lead = x->ndim - n;
     if (!weft_shape_equal(gy->ndim, gy->sizes, x->ndim, x->sizes) ||
         !weft_shape_equal(a->in[2]->ndim, a->in[2]->sizes, lead, x->sizes) ||
@@ -154,10 +161,11 @@ static weft_status infer_batch_norm(const weft_op_args *a, weft_out_meta *o) {
     const char *op = a->op->name;
     const weft_tensor *x = a->in[0];
     const int64_t *at = a->attrs->i;
-    int want = 1 + (at[0] != 0) + (at[1] != 0) + (at[2] != 0) + (at[3] != 0);
-    if (a->n_in != want) return bad_count(a, want);
-    weft_status st = weft_check_dtype(op, x, WEFT_DT_FLOAT, "the input");
+    weft_status st = weft_check_flags(op, a->attrs, 0, 5, "the has-input flags and training");
     if (st) return st;
+    int want = 1 + (int)(at[0] + at[1] + at[2] + at[3]);
+    if (a->n_in != want) return bad_count(a, want);
+    if ((st = weft_check_dtype(op, x, WEFT_DT_FLOAT, "the input"))) return st;
     if (x->ndim < 2) return weft_error(WEFT_ERR_SHAPE, "%s: input must be (N,C,...), got %d dims", op, x->ndim);
     if ((st = need_contiguous(op, x, "the input"))) return st;
     int64_t C = x->sizes[1];
@@ -186,11 +194,13 @@ static weft_status infer_batch_norm(const weft_op_args *a, weft_out_meta *o) {
 
 static weft_status infer_bn_bw(const weft_op_args *a, weft_out_meta *o) {
     const char *op = a->op->name;
+    if (a->n_in < 2) return bad_count(a, 4);
     const weft_tensor *gy = a->in[0], *x = a->in[1];
-    int hw = a->attrs->i[0] != 0;
-    if (a->n_in != 4 + hw) return bad_count(a, 4 + hw);
-    weft_status st = weft_check_dtype(op, x, WEFT_DT_FLOAT, "the input");
+    weft_status st = weft_check_flags(op, a->attrs, 0, 3, "has weight / training / compute dweight");
     if (st) return st;
+    int hw = (int)a->attrs->i[0];
+    if (a->n_in != 4 + hw) return bad_count(a, 4 + hw);
+    if ((st = weft_check_dtype(op, x, WEFT_DT_FLOAT, "the input"))) return st;
     if (x->ndim < 2) return weft_error(WEFT_ERR_SHAPE, "%s: input must be (N,C,...), got %d dims", op, x->ndim);
     int64_t C = x->sizes[1];
     for (int k = 0; k < a->n_in; k++)

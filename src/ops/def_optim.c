@@ -51,7 +51,7 @@ static weft_status infer_update(const weft_op_args *a, weft_out_meta *o) {
     const weft_tensor *p = a->in[0];
     int n_like = a->op->n_out + 1; // outputs are p and the state; the gradient follows them
     weft_status st = weft_check_dtype(nm, p, WEFT_DT_FLOAT, "the parameter");
-    if (st) return st;
+    if (st || (st = weft_check_flags(nm, a->attrs, 0, 1, "nesterov / decoupled"))) return st;
     for (int i = 1; i < n_like; i++) {
         const weft_tensor *t = a->in[i];
         if (t->dtype != p->dtype || !weft_shape_equal(t->ndim, t->sizes, p->ndim, p->sizes)) {

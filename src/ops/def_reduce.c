@@ -3,9 +3,19 @@
 #include "reduce.h"
 
 static weft_status infer_reduce(const weft_op_args *a, weft_out_meta *o) {
+    const char *op = a->op->name;
     const weft_tensor *x = a->in[0];
-    uint32_t mask = (uint32_t)a->attrs->i[0];
-    weft_reduce_out_shape(x, mask, a->attrs->i[1] != 0, &o->ndim, o->sizes);
+    const int64_t *at = a->attrs->i;
+    // a mask of x's dims; argmax takes one (none for a 0-d x); var's correction as an int (N - correction stays exact)
+    if (at[0] < 0 || at[0] >= (INT64_C(1) << x->ndim) ||
+        (a->op->variant == WEFT_RED_ARGMAX && x->ndim && __builtin_popcountll((unsigned long long)at[0]) != 1))
+        return weft_error(WEFT_ERR_ARG, "%s: axes mask 0x%llx is not %s of a %d-d input's dims", op,
+                          (unsigned long long)at[0], a->op->variant == WEFT_RED_ARGMAX ? "one" : "a set", x->ndim);
+    if (at[1] != 0 && at[1] != 1) return weft_error(WEFT_ERR_ARG, "%s: keepdim must be 0 or 1", op);
+    if (at[2] < 0 || at[2] > INT32_MAX)
+        return weft_error(WEFT_ERR_ARG, "%s: correction %lld out of range", op, (long long)at[2]);
+    uint32_t mask = (uint32_t)at[0];
+    weft_reduce_out_shape(x, mask, at[1] != 0, &o->ndim, o->sizes);
     o->dtype = a->op->variant == WEFT_RED_ARGMAX ? WEFT_I64 : (weft_dtype)x->dtype;
     if (a->op->variant == WEFT_RED_MEAN || a->op->variant == WEFT_RED_VAR || a->op->variant == WEFT_RED_LOGSUMEXP) {
         weft_status st = weft_check_dtype(a->op->name, x, WEFT_DT_FLOAT, "the input");

@@ -11,10 +11,7 @@
 // run of new dims must map onto a run of old dims that is contiguous in itself).
 static bool view_strides(int ond, const int64_t *osz, const int64_t *ost, int nnd, const int64_t *nsz, int64_t *nst) {
     int64_t numel = weft_shape_numel(ond, osz);
-    if (numel == 0 || ond == 0) {
-        weft_contiguous_strides(nnd, nsz, nst);
-        return true;
-    }
+    if (numel == 0 || ond == 0) return weft_contiguous_strides(nnd, nsz, nst);
     int view_d = nnd - 1;
     int64_t chunk_base = ost[ond - 1], tensor_numel = 1, view_numel = 1;
     for (int d = ond - 1; d >= 0; d--) {
@@ -37,10 +34,12 @@ static bool view_strides(int ond, const int64_t *osz, const int64_t *ost, int nn
 }
 
 // Resolve one -1 in sizes; checks the element count.
-static weft_status resolve_shape(const char *op, const weft_tensor *t, int nnd, const int64_t *in, int64_t *out) {
-    if (nnd < 0 || nnd > WEFT_MAX_DIMS) return weft_error(WEFT_ERR_ARG, "%s: %d dims (at most %d)", op, nnd, WEFT_MAX_DIMS);
+static weft_status resolve_shape(const char *op, const weft_tensor *t, int64_t nnd, const int64_t *in, int64_t *out) {
+    if (nnd < 0 || nnd > WEFT_MAX_DIMS)
+        return weft_error(WEFT_ERR_ARG, "%s: %lld dims (at most %d)", op, (long long)nnd, WEFT_MAX_DIMS);
     int infer = -1;
-    int64_t prod = 1;
+    int64_t prod = 1; // of the sizes given, zeros left out (checked against overflow)
+    bool zero = false;
     for (int d = 0; d < nnd; d++) {
         out[d] = in[d];
         if (in[d] == -1) {
@@ -48,29 +47,34 @@ static weft_status resolve_shape(const char *op, const weft_tensor *t, int nnd, 
             infer = d;
         } else if (in[d] < 0) {
             return weft_error(WEFT_ERR_ARG, "%s: bad size %lld", op, (long long)in[d]);
+        } else if (in[d] == 0) {
+            zero = true;
+        } else if (prod > WEFT_MAX_NUMEL / in[d]) {
+            goto bad; // more elements than any tensor holds
         } else {
             prod *= in[d];
         }
     }
     if (infer >= 0) {
-        if (prod == 0 || t->numel % prod) goto bad;
+        if (zero || t->numel % prod) goto bad;
         out[infer] = t->numel / prod;
-    } else if (prod != t->numel) {
+    } else if ((zero ? 0 : prod) != t->numel) {
         goto bad;
     }
     return WEFT_OK;
 bad:;
-    char a[96], b[96];
+    char a[96], b[200];
     return weft_error(WEFT_ERR_SHAPE, "%s: cannot reshape %s (%lld elements) to %s", op,
-                      weft_tensor_shape_str(t, a, sizeof a), (long long)t->numel, weft_shape_fmt(nnd, in, b, sizeof b));
+                      weft_tensor_shape_str(t, a, sizeof a), (long long)t->numel,
+                      weft_shape_fmt((int)nnd, in, b, sizeof b));
 }
 
 // ---- view: attrs i[0] = ndim, i[1..] = sizes (already resolved) ----
 static weft_status infer_view(const weft_op_args *a, weft_out_meta *o) {
     const weft_tensor *t = a->in[0];
-    int nnd = (int)a->attrs->i[0];
-    weft_status st = resolve_shape("view", t, nnd, &a->attrs->i[1], o->sizes);
+    weft_status st = resolve_shape("view", t, a->attrs->i[0], &a->attrs->i[1], o->sizes);
     if (st) return st;
+    int nnd = (int)a->attrs->i[0]; // in range: resolve_shape checked it
     if (!view_strides(t->ndim, t->sizes, t->strides, nnd, o->sizes, o->strides)) {
         char s[96], b[96];
         return weft_error(WEFT_ERR_SHAPE, "view: a tensor of shape %s with these strides cannot be viewed as %s "
@@ -120,16 +124,38 @@ static weft_status bw_permute(const weft_bw_args *b) {
 weft_op_def weft_op_permute = {.name = "permute", .n_in = 1, .n_out = 1, .flags = WEFT_OPF_VIEW,
                                .infer = infer_permute, .backward = bw_permute};
 
-// ---- slice: attrs i[0] = dim, i[1] = start, i[2] = end, i[3] = step (normalised, in range) ----
-static weft_status infer_slice(const weft_op_args *a, weft_out_meta *o) {
-    const weft_tensor *t = a->in[0];
-    int d = (int)a->attrs->i[0];
-    int64_t start = a->attrs->i[1], end = a->attrs->i[2], step = a->attrs->i[3];
+// ---- slice: attrs i[0] = dim, i[1] = start, i[2] = end, i[3] = step ----
+// weft_slice normalises them (0 <= start <= end <= size, step >= 1); a graph
+// file or a C caller may not, so infer takes nothing else. *len: the sliced size.
+static weft_status slice_check(const char *op, int ndim, const int64_t *sizes, const weft_attrs *at, int64_t *len) {
+    int64_t d = at->i[0], start = at->i[1], end = at->i[2], step = at->i[3];
+    if (ndim == 0) return weft_error(WEFT_ERR_ARG, "%s: cannot slice a 0-d tensor", op);
+    if (d < 0 || d >= ndim)
+        return weft_error(WEFT_ERR_ARG, "%s: dim %lld out of range for %d dims", op, (long long)d, ndim);
+    if (step < 1) return weft_error(WEFT_ERR_ARG, "%s: step must be positive (got %lld)", op, (long long)step);
+    if (start < 0 || start > end || end > sizes[d])
+        return weft_error(WEFT_ERR_ARG, "%s: [%lld, %lld) is not a range within dim %lld of size %lld", op,
+                          (long long)start, (long long)end, (long long)d, (long long)sizes[d]);
+    *len = end == start ? 0 : (end - start - 1) / step + 1;
+    return WEFT_OK;
+}
+
+// The slice of t (sizes, strides, offset); attrs passed slice_check.
+static void slice_meta(const weft_tensor *t, const weft_attrs *at, int64_t len, weft_out_meta *o) {
+    int d = (int)at->i[0];
     weft_meta_set(o, t->ndim, t->sizes, (weft_dtype)t->dtype);
     memcpy(o->strides, t->strides, sizeof(int64_t) * (size_t)t->ndim);
-    o->sizes[d] = end > start ? (end - start + step - 1) / step : 0;
-    o->strides[d] = t->strides[d] * step;
-    o->offset = t->offset + start * t->strides[d];
+    o->sizes[d] = len;
+    if (len > 1) o->strides[d] = t->strides[d] * at->i[3]; // step < size: the stride stays inside t
+    o->offset = t->offset + at->i[1] * t->strides[d];
+}
+
+static weft_status infer_slice(const weft_op_args *a, weft_out_meta *o) {
+    const weft_tensor *t = a->in[0];
+    int64_t len = 0;
+    weft_status st = slice_check("slice", t->ndim, t->sizes, a->attrs, &len);
+    if (st) return st;
+    slice_meta(t, a->attrs, len, o);
     return WEFT_OK;
 }
 static weft_status bw_slice(const weft_bw_args *b) {
@@ -144,22 +170,40 @@ static weft_status bw_slice(const weft_bw_args *b) {
 weft_op_def weft_op_slice = {.name = "slice", .n_in = 1, .n_out = 1, .flags = WEFT_OPF_VIEW, .infer = infer_slice,
                              .backward = bw_slice};
 
-// slice_backward: zeros of shape attrs i[4], i[5..] with g written into the slice
+// slice_backward: zeros of shape attrs i[4] (ndim), i[5..] (sizes) with g
+// written into the slice i[0..3] of it; g must be exactly that slice.
 static weft_status infer_slice_bw(const weft_op_args *a, weft_out_meta *o) {
-    weft_meta_set(o, (int)a->attrs->i[4], &a->attrs->i[5], (weft_dtype)a->in[0]->dtype);
+    const char *op = "slice_backward";
+    const weft_tensor *g = a->in[0];
+    int64_t nd = a->attrs->i[4], len = 0;
+    const int64_t *sizes = &a->attrs->i[5];
+    if (nd < 1 || nd > WEFT_MAX_DIMS) // 5 + 8 attrs: they fit in i[16]
+        return weft_error(WEFT_ERR_ARG, "%s: %lld output dims (1 to %d)", op, (long long)nd, WEFT_MAX_DIMS);
+    weft_status st = weft_shape_check(op, (int)nd, sizes);
+    if (st || (st = slice_check(op, (int)nd, sizes, a->attrs, &len))) return st;
+    bool ok = g->ndim == nd;
+    for (int d = 0; ok && d < nd; d++) ok = g->sizes[d] == (d == a->attrs->i[0] ? len : sizes[d]);
+    if (!ok) {
+        char s1[96], s2[96];
+        return weft_error(WEFT_ERR_SHAPE, "%s: gradient %s is not the slice [%lld:%lld:%lld] of dim %lld of %s", op,
+                          weft_tensor_shape_str(g, s1, sizeof s1), (long long)a->attrs->i[1],
+                          (long long)a->attrs->i[2], (long long)a->attrs->i[3], (long long)a->attrs->i[0],
+                          weft_shape_fmt((int)nd, sizes, s2, sizeof s2));
+    }
+    weft_meta_set(o, (int)nd, sizes, (weft_dtype)g->dtype);
     return WEFT_OK;
 }
 static weft_status cpu_slice_bw(const weft_op_args *a) {
     weft_tensor *out = a->out[0];
     memset(weft_tensor_ptr(out), 0, (size_t)out->numel * weft_dtype_size((weft_dtype)out->dtype));
+    int64_t len = 0;
+    weft_status st = slice_check("slice_backward", out->ndim, out->sizes, a->attrs, &len);
+    if (st) return st;
     weft_out_meta m;
-    weft_op_args sa = *a;
-    weft_tensor *in0 = out;
-    sa.in = &in0;
-    infer_slice(&sa, &m);
+    slice_meta(out, a->attrs, len, &m);
     weft_tensor *view = weft_tensor_alias(out, m.ndim, m.sizes, m.strides, m.offset);
     if (!view) return weft_last_status();
-    weft_status st = weft_cpu_copy(view, a->in[0]);
+    st = weft_cpu_copy(view, a->in[0]);
     weft_tensor_free(view);
     return st;
 }
@@ -175,9 +219,10 @@ weft_op_def weft_op_slice_backward = {.name = "slice_backward", .n_in = 1, .n_ou
 // ---- expand: attrs i[0] = ndim, i[1..] = sizes (-1 keeps) ----
 static weft_status infer_expand(const weft_op_args *a, weft_out_meta *o) {
     const weft_tensor *t = a->in[0];
+    if (a->attrs->i[0] < t->ndim || a->attrs->i[0] > WEFT_MAX_DIMS)
+        return weft_error(WEFT_ERR_ARG, "expand: cannot expand a %d-d tensor to %lld dims", t->ndim,
+                          (long long)a->attrs->i[0]);
     int nd = (int)a->attrs->i[0], lead = nd - t->ndim;
-    if (nd > WEFT_MAX_DIMS || lead < 0)
-        return weft_error(WEFT_ERR_ARG, "expand: cannot expand a %d-d tensor to %d dims", t->ndim, nd);
     for (int d = 0; d < nd; d++) {
         int64_t want = a->attrs->i[1 + d];
         int td = d - lead;
@@ -295,9 +340,9 @@ weft_tensor *weft_narrow(weft_tensor *t, int dim, int64_t start, int64_t length)
     if (d < 0) return NULL;
     if (t->ndim == 0) return weft_error_null(WEFT_ERR_ARG, "narrow: cannot narrow a 0-d tensor");
     if (start < 0) start += t->sizes[d];
-    if (start < 0 || length < 0 || start + length > t->sizes[d])
-        return weft_error_null(WEFT_ERR_ARG, "narrow: [%lld, %lld) is outside dim %d of size %lld", (long long)start,
-                               (long long)(start + length), d, (long long)t->sizes[d]);
+    if (start < 0 || start > t->sizes[d] || length < 0 || length > t->sizes[d] - start)
+        return weft_error_null(WEFT_ERR_ARG, "narrow: %lld elements from %lld are outside dim %d of size %lld",
+                               (long long)length, (long long)start, d, (long long)t->sizes[d]);
     return weft_slice(t, d, start, start + length, 1);
 }
 
@@ -363,6 +408,9 @@ weft_status weft_split(weft_tensor *t, int dim, int n, const int64_t *sizes, wef
     int64_t total = 0;
     for (int k = 0; k < n; k++) {
         if (sizes[k] < 0) return weft_error(WEFT_ERR_ARG, "split: negative size %lld", (long long)sizes[k]);
+        if (sizes[k] > t->sizes[d] - total) // (checked before adding, so the sum cannot overflow)
+            return weft_error(WEFT_ERR_SHAPE, "split: sizes add up to more than dim %d's %lld", d,
+                              (long long)t->sizes[d]);
         total += sizes[k];
     }
     if (total != t->sizes[d])

@@ -10,6 +10,14 @@ void weft_meta_set(weft_out_meta *m, int ndim, const int64_t *sizes, weft_dtype 
     m->offset = 0;
 }
 
+weft_status weft_check_flags(const char *op, const weft_attrs *at, int first, int n, const char *what) {
+    for (int k = first; k < first + n; k++)
+        if (at->i[k] != 0 && at->i[k] != 1)
+            return weft_error(WEFT_ERR_ARG, "%s: %s must be 0 or 1 (attr i[%d] is %lld)", op, what, k,
+                              (long long)at->i[k]);
+    return WEFT_OK;
+}
+
 weft_status weft_broadcast_shapes(const char *op, int n, weft_tensor *const *ts, int *ndim, int64_t *sizes) {
     int nd = 0;
     for (int k = 0; k < n; k++)

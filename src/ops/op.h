@@ -147,6 +147,9 @@ const weft_op_def *weft_op_at(int i);
 weft_status weft_op_register_kernel(const char *op, weft_device_type dev, weft_kernel_fn fn, uint32_t dtypes);
 
 // ---- helpers for infer functions ----
+// Every infer function checks its own attrs (and its inputs), trusting
+// nothing a constructor would have normalised: a graph file or a C caller
+// may pass anything, and the kernel that runs after it takes them as given.
 // Broadcast shapes of n tensors (NumPy rules) into out; error names op.
 weft_status weft_broadcast_shapes(const char *op, int n, weft_tensor *const *ts, int *ndim, int64_t *sizes);
 // Same dtype for all inputs, else an error naming op and both dtypes.
@@ -156,6 +159,8 @@ weft_status weft_check_dtype(const char *op, const weft_tensor *t, uint32_t mask
 // Parse an axes list into a bit mask (all axes when n == 0); error on duplicates/range.
 weft_status weft_axes_mask(const char *op, int ndim, int n, const int *axes, uint32_t *mask);
 void weft_meta_set(weft_out_meta *m, int ndim, const int64_t *sizes, weft_dtype dt);
+// Attrs i[first..first+n) are flags: 0 or 1, else an error naming op and them.
+weft_status weft_check_flags(const char *op, const weft_attrs *at, int first, int n, const char *what);
 // For backward rules: sum a broadcast gradient back to input i's shape.
 // Takes ownership of g (NULL passes through).
 weft_tensor *weft_bw_unbroadcast(const weft_bw_args *b, int i, weft_tensor *g);

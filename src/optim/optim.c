@@ -343,7 +343,26 @@ static weft_status check_fits(const weft_optim *opt, const char *name, const wef
         return weft_error(WEFT_ERR_SHAPE, "%s: optimiser state '%s' has shape %s, expected %s", opt->kind, name,
                           weft_tensor_shape_str(v, a, sizeof a), weft_tensor_shape_str(dst, b, sizeof b));
     }
-    return WEFT_OK;
+    // Its values must mean the same in dst's dtype. Float state takes any
+    // float dtype (float-to-float conversion is exact or rounds). The step
+    // count (i64) takes integers, or floats holding whole numbers (PyTorch
+    // keeps its step as a float tensor); either way in [0, 2^53], where the
+    // step's scalars (bias corrections) are exact and step + 1 cannot overflow.
+    weft_dtype dt = (weft_dtype)dst->dtype, vt = (weft_dtype)v->dtype;
+    if (weft_dtype_is_float(dt) ? !weft_dtype_is_float(vt) : vt == WEFT_BOOL)
+        return weft_error(WEFT_ERR_DTYPE, "%s: optimiser state '%s' is %s, expected %s", opt->kind, name,
+                          weft_dtype_name(vt), weft_dtype_name(dt));
+    if (weft_dtype_is_float(dt)) return WEFT_OK;
+    int64_t n = v->numel;
+    double *x = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    if (!x) return weft_error(WEFT_ERR_OOM, "%s: out of memory", opt->kind);
+    weft_status st = weft_tensor_to_f64(v, x, n); // exact for floats; i64 past 2^53 rounds, still past it
+    for (int64_t i = 0; i < n && st == WEFT_OK; i++)
+        if (!(x[i] >= 0 && x[i] <= 0x1p53 && x[i] == floor(x[i])))
+            st = weft_error(WEFT_ERR_FORMAT, "%s: optimiser state '%s' holds %g, not a count in [0, 2^53]", opt->kind,
+                            name, x[i]);
+    free(x);
+    return st;
 }
 
 weft_status weft_optim_state_set(weft_optim *opt, const char *name, const weft_tensor *value) {

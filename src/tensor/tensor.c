@@ -16,18 +16,47 @@ static void storage_release(weft_storage *s) {
     free(s);
 }
 
-void weft_contiguous_strides(int ndim, const int64_t *sizes, int64_t *strides) {
+// The one place shapes are checked for size: every tensor, view and graph
+// value passes through here, so no parser has to bound its own products.
+int64_t weft_shape_numel(int ndim, const int64_t *sizes) {
+    if (ndim < 0 || ndim > WEFT_MAX_DIMS || (ndim && !sizes)) return -1;
+    int64_t span = 1; // the product with each 0 counted as 1: what contiguous strides reach
+    bool empty = false;
+    for (int d = 0; d < ndim; d++) {
+        int64_t s = sizes[d];
+        if (s < 0) return -1;
+        if (s == 0) empty = true;
+        else if (span > WEFT_MAX_NUMEL / s) return -1;
+        else span *= s;
+    }
+    return empty ? 0 : span;
+}
+
+bool weft_contiguous_strides(int ndim, const int64_t *sizes, int64_t *strides) {
+    if (weft_shape_numel(ndim, sizes) < 0) { // no stride to give: leave none half-made
+        for (int d = 0; d < ndim && d < WEFT_MAX_DIMS; d++) strides[d] = 0;
+        return false;
+    }
     int64_t st = 1;
     for (int d = ndim - 1; d >= 0; d--) {
         strides[d] = st;
-        st *= sizes[d] > 1 ? sizes[d] : 1;
+        st *= sizes[d] > 1 ? sizes[d] : 1; // <= WEFT_MAX_NUMEL: checked above
     }
+    return true;
 }
 
-int64_t weft_shape_numel(int ndim, const int64_t *sizes) {
-    int64_t n = 1;
-    for (int d = 0; d < ndim; d++) n *= sizes[d];
-    return n;
+weft_status weft_shape_check(const char *what, int ndim, const int64_t *sizes) {
+    if (ndim < 0 || ndim > WEFT_MAX_DIMS)
+        return weft_error(WEFT_ERR_SHAPE, "%s: %d dims (at most %d)", what, ndim, WEFT_MAX_DIMS);
+    if (ndim && !sizes) return weft_error(WEFT_ERR_ARG, "%s: NULL sizes", what);
+    for (int d = 0; d < ndim; d++)
+        if (sizes[d] < 0) return weft_error(WEFT_ERR_SHAPE, "%s: negative size %lld", what, (long long)sizes[d]);
+    if (weft_shape_numel(ndim, sizes) < 0) {
+        char b[200];
+        return weft_error(WEFT_ERR_SHAPE, "%s: shape %s has too many elements (at most %lld, a 0 counted as 1)",
+                          what, weft_shape_fmt(ndim, sizes, b, sizeof b), (long long)WEFT_MAX_NUMEL);
+    }
+    return WEFT_OK;
 }
 
 bool weft_shape_equal(int na, const int64_t *a, int nb, const int64_t *b) {
@@ -84,17 +113,10 @@ static weft_tensor *tensor_over(int ndim, const int64_t *sizes, int64_t numel, w
 }
 
 weft_tensor *weft_tensor_new(int ndim, const int64_t *sizes, weft_dtype dt, weft_device dev) {
-    if (ndim < 0 || ndim > WEFT_MAX_DIMS)
-        return weft_error_null(WEFT_ERR_ARG, "tensor: %d dims (at most %d)", ndim, WEFT_MAX_DIMS);
     if ((unsigned)dt >= WEFT_NUM_DTYPES) return weft_error_null(WEFT_ERR_DTYPE, "tensor: bad dtype %d", (int)dt);
-    int64_t numel = 1;
-    for (int d = 0; d < ndim; d++) {
-        if (sizes[d] < 0) return weft_error_null(WEFT_ERR_SHAPE, "tensor: negative size %lld", (long long)sizes[d]);
-        if (sizes[d] && numel > INT64_MAX / 16 / sizes[d])
-            return weft_error_null(WEFT_ERR_SHAPE, "tensor: too many elements");
-        numel *= sizes[d];
-    }
-    size_t nbytes = (size_t)numel * weft_dtype_size(dt);
+    if (weft_shape_check("tensor", ndim, sizes)) return NULL;
+    int64_t numel = weft_shape_numel(ndim, sizes);
+    size_t nbytes = (size_t)numel * weft_dtype_size(dt); // < 2^63: numel <= WEFT_MAX_NUMEL
     void *data = weft_device_alloc(dev, nbytes);
     if (!data) return NULL;
     weft_tensor *t = tensor_over(ndim, sizes, numel, dt, dev, data, nbytes);
@@ -105,12 +127,61 @@ weft_tensor *weft_tensor_new(int ndim, const int64_t *sizes, weft_dtype dt, weft
 // Graph autodiff's stand-ins (symbolic mode): shape and dtype, no data (any
 // kernel touching one would fault at once; freeing it frees nothing).
 weft_tensor *weft_tensor_symbolic(int ndim, const int64_t *sizes, weft_dtype dt, weft_device dev) {
+    if ((unsigned)dt >= WEFT_NUM_DTYPES) return weft_error_null(WEFT_ERR_DTYPE, "tensor: bad dtype %d", (int)dt);
+    if (weft_shape_check("tensor", ndim, sizes)) return NULL;
     int64_t numel = weft_shape_numel(ndim, sizes);
     return tensor_over(ndim, sizes, numel, dt, dev, NULL, (size_t)numel * weft_dtype_size(dt));
 }
 
+weft_status weft_tensor_stub(weft_tensor *t, weft_storage *st, int ndim, const int64_t *sizes, weft_dtype dt) {
+    memset(t, 0, sizeof *t);
+    if ((unsigned)dt >= WEFT_NUM_DTYPES) return weft_error(WEFT_ERR_DTYPE, "tensor: bad dtype %d", (int)dt);
+    weft_status s = weft_shape_check("tensor", ndim, sizes);
+    if (s) return s;
+    *st = (weft_storage){.refcount = 1, .device = WEFT_DEVICE_CPU};
+    t->refcount = 1;
+    t->ndim = (int8_t)ndim;
+    t->dtype = (uint8_t)dt;
+    t->device = WEFT_DEVICE_CPU;
+    if (ndim) memcpy(t->sizes, sizes, sizeof(int64_t) * (size_t)ndim);
+    weft_contiguous_strides(ndim, sizes, t->strides);
+    t->numel = weft_shape_numel(ndim, sizes);
+    t->storage = st;
+    return WEFT_OK;
+}
+
+// [lo, hi]: the first and last element (relative to offset) that a layout
+// reaches, for a non-empty shape; false when that overflows.
+static bool layout_extent(int ndim, const int64_t *sizes, const int64_t *strides, int64_t *lo, int64_t *hi) {
+    *lo = *hi = 0;
+    for (int d = 0; d < ndim; d++) {
+        if (sizes[d] <= 1) continue;
+        int64_t step;
+        if (__builtin_mul_overflow(sizes[d] - 1, strides[d], &step)) return false;
+        if (__builtin_add_overflow(step < 0 ? *lo : *hi, step, step < 0 ? lo : hi)) return false;
+    }
+    return true;
+}
+
 weft_tensor *weft_tensor_alias(const weft_tensor *base, int ndim, const int64_t *sizes, const int64_t *strides,
                                int64_t offset) {
+    // A view never reaches outside its storage, whatever made its layout
+    // (an op's infer on a loaded graph's attributes included).
+    if (weft_shape_check("view", ndim, sizes)) return NULL;
+    int64_t numel = weft_shape_numel(ndim, sizes), lo, hi;
+    int64_t cap = (int64_t)(base->storage->nbytes / weft_dtype_size((weft_dtype)base->dtype)); // elements
+    if (ndim && !strides) return weft_error_null(WEFT_ERR_ARG, "view: NULL strides");
+    // An empty view reads nothing (x[:, 3:] of a (0,5) tensor starts past its zero bytes).
+    bool inside = numel == 0 ? offset >= 0 && offset <= WEFT_MAX_NUMEL
+                             : offset >= 0 && offset < cap && layout_extent(ndim, sizes, strides, &lo, &hi) &&
+                                   lo >= -offset && hi < cap - offset;
+    if (!inside) {
+        char a[200], b[200];
+        return weft_error_null(WEFT_ERR_SHAPE,
+                               "view: sizes %s with strides %s at offset %lld reach outside the storage (%lld elements)",
+                               weft_shape_fmt(ndim, sizes, a, sizeof a), weft_shape_fmt(ndim, strides, b, sizeof b),
+                               (long long)offset, (long long)cap);
+    }
     weft_tensor *t = tensor_struct();
     if (!t) return NULL;
     ref_inc(&base->storage->refcount);
@@ -123,7 +194,7 @@ weft_tensor *weft_tensor_alias(const weft_tensor *base, int ndim, const int64_t 
         memcpy(t->sizes, sizes, sizeof(int64_t) * (size_t)ndim);
         memcpy(t->strides, strides, sizeof(int64_t) * (size_t)ndim);
     }
-    t->numel = weft_shape_numel(ndim, sizes);
+    t->numel = numel;
     return t;
 }
 
@@ -208,14 +279,21 @@ double weft_load_f64(const void *p, weft_dtype dt, int64_t i) {
     }
 }
 
+// Float to integer saturating (NaN -> 0, out of range -> the nearest end), as
+// a GPU converts: C leaves those cases undefined, and a value read from a file
+// must not decide what the program does.
+static double sat(double v, double lo, double hi) { return v != v ? 0 : v < lo ? lo : v > hi ? hi : v; }
+
 void weft_store_f64(void *p, weft_dtype dt, int64_t i, double v) {
     switch (dt) {
     case WEFT_F32: ((float *)p)[i] = (float)v; break;
     case WEFT_F64: ((double *)p)[i] = v; break;
-    case WEFT_I32: ((int32_t *)p)[i] = (int32_t)v; break;
-    case WEFT_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+    case WEFT_I32: ((int32_t *)p)[i] = (int32_t)sat(v, INT32_MIN, INT32_MAX); break;
+    case WEFT_I64: // 2^63 itself is out of range; the largest double below it is in
+        ((int64_t *)p)[i] = v >= 0x1p63 ? INT64_MAX : (int64_t)sat(v, -0x1p63, 0x1p63);
+        break;
     case WEFT_BOOL: ((uint8_t *)p)[i] = v != 0; break;
-    case WEFT_U8: ((uint8_t *)p)[i] = (uint8_t)v; break;
+    case WEFT_U8: ((uint8_t *)p)[i] = (uint8_t)sat(v, 0, 255); break;
     case WEFT_F16: ((uint16_t *)p)[i] = weft_f32_to_f16(weft_f64_to_f32_odd(v)); break;
     case WEFT_BF16: ((uint16_t *)p)[i] = weft_f32_to_bf16(weft_f64_to_f32_odd(v)); break;
     default: break;

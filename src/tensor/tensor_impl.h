@@ -49,15 +49,33 @@ static inline char *weft_tensor_ptr(const weft_tensor *t) {
 }
 #define WEFT_PTR(T, t) ((T *)weft_tensor_ptr(t))
 
+// The most elements a shape may span (its sizes' product with each 0 counted
+// as 1, which is what contiguous strides reach). Times the largest element
+// size it leaves int64 room for byte counts and offsets, so code that works
+// with checked shapes cannot overflow. Every tensor and graph value is held
+// to it (weft_shape_check); parsers get the check by making tensors.
+#define WEFT_MAX_NUMEL (INT64_MAX / 16)
+
+// Shape checks, all in tensor.c. weft_shape_numel: the element count, or -1
+// for a bad ndim, a negative size or a span past WEFT_MAX_NUMEL.
+// weft_contiguous_strides: row-major strides; false (strides 0) for such a
+// shape. weft_shape_check: the same as an error "WHAT: ..." for the caller.
+int64_t weft_shape_numel(int ndim, const int64_t *sizes);
+bool weft_contiguous_strides(int ndim, const int64_t *sizes, int64_t *strides);
+weft_status weft_shape_check(const char *what, int ndim, const int64_t *sizes);
+
 // Allocate a new contiguous tensor (storage from the device allocator).
 weft_tensor *weft_tensor_new(int ndim, const int64_t *sizes, weft_dtype dt, weft_device dev);
 // A data-less stand-in of this shape and dtype (graph autodiff's symbolic mode).
 weft_tensor *weft_tensor_symbolic(int ndim, const int64_t *sizes, weft_dtype dt, weft_device dev);
-// A new tensor struct viewing `base`'s storage with the given layout.
+// A metadata-only tensor in caller memory (contiguous, no data, CPU) over the
+// storage stand-in st, which the caller also provides: graph building runs an
+// op's infer on these. Nothing to free. Fails on a bad shape or dtype.
+weft_status weft_tensor_stub(weft_tensor *t, weft_storage *st, int ndim, const int64_t *sizes, weft_dtype dt);
+// A new tensor struct viewing `base`'s storage with the given layout; NULL +
+// error when the layout reaches outside the storage.
 weft_tensor *weft_tensor_alias(const weft_tensor *base, int ndim, const int64_t *sizes, const int64_t *strides,
                                int64_t offset);
-void weft_contiguous_strides(int ndim, const int64_t *sizes, int64_t *strides);
-int64_t weft_shape_numel(int ndim, const int64_t *sizes);
 bool weft_shape_equal(int na, const int64_t *a, int nb, const int64_t *b);
 // Format "(2,3)" into buf.
 const char *weft_shape_fmt(int ndim, const int64_t *sizes, char *buf, size_t n);

@@ -218,6 +218,11 @@ weft_status weft_run_resume_from(weft_run *r, const char *path) {
         weft_safetensors_free(st);
         return weft_error(WEFT_ERR_FORMAT, "%s: not a weft training checkpoint (metadata missing)", path);
     }
+    if (step > INT64_C(1) << 53 || epoch > INT64_C(1) << 53) { // counts the loop adds to and turns into doubles
+        weft_safetensors_free(st);
+        return weft_error(WEFT_ERR_FORMAT, "%s: step %lld / epoch %lld out of range (at most 2^53)", path,
+                          (long long)step, (long long)epoch);
+    }
     s = check_optimizer(r, st, path);
     if (!s) s = load_model(r, st, path);
     if (!s) {
