@@ -50,6 +50,22 @@ typedef void (*weft_grad_hook_fn)(weft_tensor *leaf, void *user);
 int weft_tensor_add_grad_hook(weft_tensor *leaf, weft_grad_hook_fn fn, void *user);
 weft_status weft_tensor_remove_grad_hook(weft_tensor *leaf, int handle);
 
+// Custom autograd functions (as torch.autograd.Function): compute the
+// outputs yourself (grad disabled, or detached: fresh tensors without
+// history), then record them so backward reaches `backward`. It gets the
+// outputs' gradients (gout[j] NULL: none reached output j) and fills gin[i]
+// (a new reference, of input i's shape, on its device; NULL means zero) for
+// each input with needs[i]. ctx is the callback's; ctx_free(ctx) runs once,
+// when the node is freed, or at once when nothing was recorded (grad mode
+// off, no input requiring grad) or on error. Eager mode only: graph tracing
+// does not see these. Tensor parallelism's f/g operators and pipeline sends
+// are built on it.
+typedef weft_status (*weft_function_backward_fn)(void *ctx, int n_out, weft_tensor *const *gout, int n_in,
+                                                 const bool *needs, weft_tensor **gin);
+weft_status weft_function_record(const char *name, int n_in, weft_tensor *const *in, int n_out,
+                                 weft_tensor *const *out, weft_function_backward_fn backward, void *ctx,
+                                 void (*ctx_free)(void *ctx));
+
 // Finite-difference check of every op's backward: f maps n inputs (f64
 // leaves that require grad) to one output; compares the analytic gradient of
 // sum(out * w) (w random, fixed) with central differences.

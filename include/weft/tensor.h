@@ -99,6 +99,9 @@ weft_status weft_tensor_copy_(weft_tensor *dst, const weft_tensor *src);
 // ---- copies and moves ----
 weft_tensor *weft_tensor_clone(weft_tensor *t);      // fresh contiguous copy (differentiable)
 weft_tensor *weft_tensor_contiguous(weft_tensor *t); // t itself (new ref) if already contiguous
+// t on dev: t itself (a new reference) when it is already there, else a
+// contiguous copy. Differentiable: the copy's backward moves the gradient
+// back to t's device (a model split over two devices trains).
 weft_tensor *weft_tensor_to(weft_tensor *t, weft_device dev);
 weft_tensor *weft_tensor_detach(weft_tensor *t); // same storage, no autograd history
 

@@ -47,6 +47,7 @@ void weft_node_release(weft_node *n) {
             if (d->next[i].fn) weft_node_release(d->next[i].fn);
             weft_tensor_free(d->next[i].leaf);
         }
+        if (d->op->node_release) d->op->node_release(d->op, &d->attrs);
         free(d);
     }
     g_draining = false;

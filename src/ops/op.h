@@ -114,6 +114,10 @@ typedef struct weft_op_def {
     // WEFT_OPF_STATEFUL ops: bit i set when the kernel may write input i in
     // place (given the attrs and input count; variadic ops differ by attrs).
     uint32_t (*state_inputs)(const weft_attrs *attrs, int n_in);
+    // Called once when an autograd node recorded with this op is freed (NULL:
+    // nothing to do). Custom autograd functions (weft_function_record) own a
+    // heap op def each, freed here.
+    void (*node_release)(const struct weft_op_def *op, const weft_attrs *attrs);
 } weft_op_def;
 
 // Run an op: infer, allocate outputs, dispatch the kernel, record for autograd.

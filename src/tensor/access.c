@@ -72,7 +72,7 @@ static weft_status to_host(const weft_tensor *t, int64_t n, void *out, bool as_f
     if (n < t->numel) return weft_error(WEFT_ERR_ARG, "to_host: buffer of %lld for %lld elements", (long long)n, (long long)t->numel);
     weft_tensor *h = NULL;
     if (t->device.type != WEFT_CPU) {
-        h = weft_tensor_to((weft_tensor *)t, WEFT_DEVICE_CPU);
+        h = weft_tensor_to_raw((weft_tensor *)t, WEFT_DEVICE_CPU);
         if (!h) return weft_last_status();
         t = h;
     }

@@ -63,7 +63,7 @@ weft_tensor *weft_tensor_arange(double start, double end, double step, weft_dtyp
     for (int64_t i = 0; i < n; i++) weft_store_f64(weft_tensor_ptr(t), dt, i, start + (double)i * step);
     weft_device dev = weft_device_get_default();
     if (dev.type == WEFT_CPU) return t;
-    weft_tensor *r = weft_tensor_to(t, dev);
+    weft_tensor *r = weft_tensor_to_raw(t, dev);
     weft_tensor_free(t);
     return r;
 }
@@ -191,7 +191,7 @@ weft_status weft_tensor_copy_(weft_tensor *dst, const weft_tensor *src) {
     return copy_staged(dst, src);
 }
 
-weft_tensor *weft_tensor_to(weft_tensor *t, weft_device dev) {
+weft_tensor *weft_tensor_to_raw(weft_tensor *t, weft_device dev) {
     if (!t) return weft_error_null_input("to");
     if (weft_device_equal(t->device, dev)) return weft_tensor_ref(t);
     weft_tensor *c = weft_tensor_contiguous(t);

@@ -92,6 +92,10 @@ void weft_store_f64(void *p, weft_dtype dt, int64_t i, double v);
 // when it finds a device (the tensor layer calls no backend by name).
 typedef weft_status (*weft_copy_fn)(weft_tensor *dst, const weft_tensor *src);
 void weft_tensor_copy_register(weft_device_type t, weft_copy_fn fn);
+// t on dev (t itself, a new reference, when already there), recording no
+// autograd node: the tensor layer's own moves. The public weft_tensor_to
+// (src/autograd/function.c) is this plus a node that moves the gradient back.
+weft_tensor *weft_tensor_to_raw(weft_tensor *t, weft_device dev);
 
 #ifdef WEFT_HAVE_CUDA
 // dst = src on one CUDA device (any strides, broadcast, dtype conversion): src/ops/cuda/copy.c.
