@@ -42,6 +42,18 @@ void weft_parallel_free(weft_parallel *p);
 // The world rank at coordinates (dp_rank, tp_rank, pp_rank) of layout p.
 int weft_parallel_rank_of(const weft_parallel *p, int dp_rank, int tp_rank, int pp_rank);
 
+// ==== tensor parallel (weft_tp_*, src/dist/tp.c) ====
+
+// ==== end of tensor parallel ====
+
+// ==== pipeline parallel (weft_pp_*, src/dist/pp.c) ====
+
+// ==== end of pipeline parallel ====
+
+// ==== sharded optimiser state (weft_zero_*, src/dist/zero.c) ====
+
+// ==== end of sharded optimiser state ====
+
 #ifdef __cplusplus
 }
 #endif
