@@ -50,6 +50,53 @@ int weft_parallel_rank_of(const weft_parallel *p, int dp_rank, int tp_rank, int 
 
 // ==== end of pipeline parallel ====
 
+// ==== checkpoints across layouts (weft_shard_*, src/train/shard_ckpt.c) ====
+// As PyTorch's distributed checkpoint: each rank writes the pieces it holds
+// of each global tensor, with where they sit; any layout reads them back,
+// each rank taking from whichever pieces overlap the piece it now holds. So a
+// checkpoint written with TP=2 x PP=2 resumes on one process or on TP=4, and
+// a one-process checkpoint (a plain ckpt-STEP.safetensors) on any layout.
+//
+//   DIR/ckpt-STEP.rR.safetensors   rank R's pieces; "weft.shards" metadata maps
+//                                  each name to {"global": [...], "offset": [...]}
+//   DIR/ckpt-STEP.manifest.json    written last by rank 0, once every part is on
+//                                  disk (weft launch's kill -9 recovery resumes
+//                                  from the newest complete manifest)
+
+// This rank's piece of one global tensor.
+typedef struct weft_shard {
+    const char *name;   // the global tensor's name, as a one-process checkpoint names it
+    weft_tensor *local; // this rank's piece (any device, contiguous or not); read writes into it
+    int ndim;           // the global tensor's dims; 0: local is the whole tensor
+    int64_t global[WEFT_MAX_DIMS]; // the global shape
+    int64_t offset[WEFT_MAX_DIMS]; // where local starts in it (local's sizes give the extent)
+    bool skip_write;    // a copy another rank writes (a data-parallel replica): save leaves it out
+} weft_shard;
+
+// Collective over c (every rank of the job): each rank writes its part (the
+// shards without skip_write; metadata pairs go into rank 0's part), then rank
+// 0 writes the manifest naming `layout` (free text, e.g. "tp=2 pp=2 dp=1")
+// once every rank has succeeded. Every rank gets the same status.
+weft_status weft_shard_save(weft_comm *c, const char *dir, int64_t step, const char *layout, int n,
+                            const weft_shard *shards, int n_meta, const char *const *meta_keys,
+                            const char *const *meta_values);
+
+typedef struct weft_shard_ckpt weft_shard_ckpt;
+// Opens checkpoint `step` of dir (-1: the newest complete one, manifest or
+// plain file): reads every part (each rank reads the whole checkpoint into
+// host memory). NULL with an error when there is none or it is malformed.
+weft_shard_ckpt *weft_shard_open(const char *dir, int64_t step);
+int64_t weft_shard_step(const weft_shard_ckpt *k);
+const char *weft_shard_layout(const weft_shard_ckpt *k); // the manifest's layout ("" for a plain file)
+const char *weft_shard_meta(const weft_shard_ckpt *k, const char *key); // rank 0's metadata; NULL if absent
+// Fills s->local (converting dtype and moving to its device) from every piece
+// overlapping it. Errors name the tensor: missing, a different global shape,
+// or part of the local piece covered by no piece of the checkpoint.
+weft_status weft_shard_read(const weft_shard_ckpt *k, const weft_shard *s);
+void weft_shard_close(weft_shard_ckpt *k);
+
+// ==== end of checkpoints across layouts ====
+
 // ==== sharded optimiser state (weft_zero_*, src/dist/zero.c) ====
 
 // ==== end of sharded optimiser state ====

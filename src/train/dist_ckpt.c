@@ -61,12 +61,20 @@ weft_status weft_manifest_write(const char *dir, int64_t step, int ranks, const 
     return st;
 }
 
-// Whether the manifest of `step` exists and every part it lists is there.
-static bool manifest_complete(const char *dir, int64_t step) {
+void weft_manifest_clear(weft_manifest *m) {
+    for (int i = 0; i < m->n_parts; i++) free(m->parts[i]);
+    free(m->parts);
+    *m = (weft_manifest){0};
+}
+
+// Reads and checks a manifest: its format and step, and that every part it
+// lists is a plain file name present in dir.
+weft_status weft_manifest_read(const char *dir, int64_t step, weft_manifest *m) {
+    *m = (weft_manifest){0};
     char path[4096];
-    if (!weft_manifest_path(dir, step, path, sizeof path)) return false;
+    if (!weft_manifest_path(dir, step, path, sizeof path)) return weft_last_status();
     FILE *f = fopen(path, "rb");
-    if (!f) return false;
+    if (!f) return weft_error(WEFT_ERR_IO, "checkpoint manifest %s: %s", path, strerror(errno));
     char buf[65536];
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
@@ -74,8 +82,17 @@ static bool manifest_complete(const char *dir, int64_t step) {
     cJSON *j = cJSON_Parse(buf);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format"), *s = cJSON_GetObjectItemCaseSensitive(j, "step");
     const cJSON *parts = cJSON_GetObjectItemCaseSensitive(j, "parts"), *p;
+    const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(j, "ranks"), *dist = cJSON_GetObjectItemCaseSensitive(j, "dist");
     bool ok = cJSON_IsString(fmt) && !strcmp(fmt->valuestring, MANIFEST_FORMAT) && cJSON_IsNumber(s) &&
-              (int64_t)s->valuedouble == step && cJSON_IsArray(parts) && cJSON_GetArraySize(parts) > 0;
+              (int64_t)s->valuedouble == step && cJSON_IsArray(parts) && cJSON_GetArraySize(parts) > 0 &&
+              cJSON_GetArraySize(parts) <= 65536;
+    if (ok) {
+        m->step = step;
+        m->ranks = cJSON_IsNumber(ranks) && ranks->valuedouble >= 1 && ranks->valuedouble <= 1e6 ? (int)ranks->valuedouble : 1;
+        snprintf(m->dist, sizeof m->dist, "%s", cJSON_IsString(dist) ? dist->valuestring : "");
+        m->parts = calloc((size_t)cJSON_GetArraySize(parts), sizeof *m->parts);
+        ok = m->parts != NULL;
+    }
     cJSON_ArrayForEach(p, parts) {
         if (!ok) break;
         struct stat sb;
@@ -83,9 +100,21 @@ static bool manifest_complete(const char *dir, int64_t step) {
         ok = cJSON_IsString(p) && !strchr(p->valuestring, '/') &&
              snprintf(path, sizeof path, "%s%s%s", dir, dl && dir[dl - 1] == '/' ? "" : "/", p->valuestring) <
                  (int)sizeof path &&
-             stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+             stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && (m->parts[m->n_parts] = strdup(p->valuestring));
+        if (ok) m->n_parts++;
     }
     cJSON_Delete(j);
+    if (ok) return WEFT_OK;
+    weft_manifest_clear(m);
+    return weft_error(WEFT_ERR_FORMAT, "checkpoint manifest %s: not a complete manifest of step %lld (bad format, or a "
+                      "part it lists is missing)", dir, (long long)step);
+}
+
+// Whether the manifest of `step` exists and every part it lists is there.
+static bool manifest_complete(const char *dir, int64_t step) {
+    weft_manifest m;
+    bool ok = weft_manifest_read(dir, step, &m) == WEFT_OK;
+    weft_manifest_clear(&m);
     return ok;
 }
 

@@ -82,5 +82,15 @@ weft_status weft_manifest_write(const char *dir, int64_t step, int ranks, const 
                                 const char *const *parts);
 weft_status weft_manifest_latest(const char *dir, int64_t *step); // -1: none complete
 weft_status weft_manifest_keep_last(const char *dir, int k);     // every file of older steps goes
+typedef struct weft_manifest {
+    int64_t step;
+    int ranks;
+    char dist[64];
+    int n_parts;
+    char **parts; // file names in the checkpoint directory, each present
+} weft_manifest;
+// Reads a complete manifest (error: missing, malformed, or a part missing).
+weft_status weft_manifest_read(const char *dir, int64_t step, weft_manifest *m);
+void weft_manifest_clear(weft_manifest *m);
 
 #endif
