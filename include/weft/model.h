@@ -60,6 +60,13 @@ typedef enum weft_cfg_precision {
     WEFT_CFG_F16,
 } weft_cfg_precision;
 
+// Pipeline schedule of a model-parallel run (docs/parallelism.md).
+typedef enum weft_cfg_pp_schedule {
+    WEFT_CFG_PP_1F1B = 0,     // PipeDream-Flush
+    WEFT_CFG_PP_GPIPE,        // all forwards, then all backwards
+    WEFT_CFG_PP_INTERLEAVED,  // Megatron's interleaved 1F1B, virtual_stages chunks per rank
+} weft_cfg_pp_schedule;
+
 typedef enum weft_cfg_loss {
     WEFT_CFG_CROSS_ENTROPY = 0,
     WEFT_CFG_HINGE, // multi-class hinge (PyTorch's multi_margin_loss, margin 1)
@@ -117,6 +124,7 @@ typedef struct weft_layer_cfg {
         struct { int64_t in, hidden; int layers; } lstm;
         struct { int64_t dim, heads; int blocks; } attn; // attention (blocks = 1) and transformer
     };
+    int stage; // `stage = K` (any layer): its pipeline stage; -1 (not given): placed by the split
 } weft_layer_cfg;
 
 typedef struct weft_net_cfg {
@@ -141,6 +149,13 @@ typedef struct weft_net_cfg {
     double clip;               // max global gradient norm, 0 = off
     weft_cfg_precision precision; // matmul/conv precision of training steps (f32 = off)
     int64_t eval_every, ckpt_every, log_every; // in steps, 0 = once per epoch
+    // Model parallelism (a job of N ranks: data parallel N / (tp * pp)); docs/parallelism.md
+    int tp, pp;                // tensor- and pipeline-parallel sizes (1: off)
+    int microbatches;          // per global batch (pipeline; 0: pp, at least 1)
+    weft_cfg_pp_schedule pp_schedule;
+    int virtual_stages;        // interleaved: chunks per rank (0: 2)
+    int zero;                  // sharded optimiser state over the data-parallel group: 0 (off), 1, 2
+    bool recompute;            // pipeline stages keep only their input and recompute in backward
 } weft_net_cfg;
 
 typedef struct weft_model_cfg {

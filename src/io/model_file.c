@@ -25,7 +25,7 @@
 
 #include "../core/core_impl.h"
 
-#define MAXK 32                      // keys per section (the key-seen bitmask is 32 bits)
+#define MAXK 48                      // keys per section (+1: a layer's `stage`)
 #define MAX_FILE (16u << 20)         // a model file is a few hundred bytes; refuse silly ones
 #define MAX_SIZE ((int64_t)1 << 24)  // largest single size (channels, features, ...)
 #define MAX_NUMEL ((int64_t)1 << 40) // largest per-sample activation, keeps products in int64
@@ -63,6 +63,7 @@ static const char *const SCHEDULES[] = {"constant", "step", "cosine", NULL};
 static const char *const LOSSES[] = {"cross_entropy", "hinge", NULL};
 static const char *const POSITIONS[] = {"none", "learned", NULL};
 static const char *const PRECISIONS[] = {"f32", "bf16", "f16", NULL};
+static const char *const PP_SCHEDULES[] = {"1f1b", "gpipe", "interleaved", NULL};
 
 #define NK(n, k, field, lo, hi, fl, nm) {n, k, offsetof(weft_net_cfg, field), sizeof(((weft_net_cfg *)0)->field), lo, hi, fl, nm}
 #define LK(n, k, field, lo, hi, fl, nm) {n, k, offsetof(weft_layer_cfg, field), sizeof(((weft_layer_cfg *)0)->field), lo, hi, fl, nm}
@@ -99,8 +100,19 @@ static const keydef NET_KEYS[] = {
     NK("eval_every", K_INT, eval_every, 0, BIG, 0, NULL),
     NK("ckpt_every", K_INT, ckpt_every, 0, BIG, 0, NULL),
     NK("log_every", K_INT, log_every, 0, BIG, 0, NULL),
+    NK("tp", K_I32, tp, 1, 1024, 0, NULL),
+    NK("pp", K_I32, pp, 1, 1024, 0, NULL),
+    NK("microbatches", K_I32, microbatches, 0, 1 << 20, 0, NULL),
+    NK("pp_schedule", K_ENUM, pp_schedule, 0, 0, 0, PP_SCHEDULES),
+    NK("virtual_stages", K_I32, virtual_stages, 0, 1024, 0, NULL),
+    NK("zero", K_I32, zero, 0, 2, 0, NULL),
+    NK("recompute", K_BOOL, recompute, 0, 0, 0, NULL),
 };
 #define N_NET_KEYS ((int)(sizeof NET_KEYS / sizeof NET_KEYS[0]))
+_Static_assert(N_NET_KEYS < MAXK, "MAXK too small for [net]");
+// Every layer section also takes `stage` (its pipeline stage; -1 = not given,
+// placed by the split), kept after the section's own keys (index nkeys).
+static const keydef STAGE_KEY = LK("stage", K_I32, stage, 0, 1023, 0, NULL);
 
 #define SZ (double)MAX_SIZE
 static const keydef LINEAR_KEYS[] = {
@@ -476,12 +488,14 @@ static void net_defaults(weft_net_cfg *n) {
     n->schedule = WEFT_CFG_CONSTANT;
     n->gamma = 0.1;
     n->log_every = 100;
+    n->tp = n->pp = 1;
 }
 
 static void layer_defaults(weft_layer_cfg *l, weft_cfg_layer_type t, int line) {
     memset(l, 0, sizeof *l);
     l->type = t;
     l->line = line;
+    l->stage = -1;
     switch (t) {
     case WEFT_CFG_LINEAR: l->linear.bias = true; break;
     case WEFT_CFG_CONV2D:
@@ -648,10 +662,13 @@ static bool parse_lines(parser *p, const char *text, size_t len) {
             break;
         }
         int ki = key_index(sec, key);
+        const keydef *kd = ki >= 0 ? &sec->keys[ki] : NULL;
+        if (ki < 0 && sec != &NET_SEC && !strcmp(key, STAGE_KEY.name)) ki = sec->nkeys, kd = &STAGE_KEY;
         if (ki < 0) {
             char acc[400];
             list_keys(sec, acc, sizeof acc);
-            ok = fail(p, lineno, "[%s] unknown key '%s' (accepted: %s)", sec->name, shown(key, vb), acc);
+            ok = fail(p, lineno, "[%s] unknown key '%s' (accepted: %s%s)", sec->name, shown(key, vb), acc,
+                      sec != &NET_SEC ? ", stage" : "");
             break;
         }
         if (lines[ki]) {
@@ -663,7 +680,7 @@ static bool parse_lines(parser *p, const char *text, size_t len) {
             break;
         }
         lines[ki] = lineno;
-        ok = set_value(p, lineno, sec->name, &sec->keys[ki], value, base);
+        ok = set_value(p, lineno, sec->name, kd, value, base);
     }
     free(buf);
     if (!ok) return false;
@@ -945,6 +962,16 @@ static bool resolve(parser *p) {
         if (nd >= WEFT_MAX_DIMS) return fail(p, p->cfg->layers[i].line, "too many dimensions");
         if (!resolve_layer(p, i, shape, &nd)) return false;
     }
+    // Pipeline placement by hand: every layer or none, non-decreasing from stage 0.
+    const weft_layer_cfg *ls = p->cfg->layers;
+    for (int i = 0; i < p->cfg->n_layers; i++) {
+        if ((ls[i].stage < 0) != (ls[0].stage < 0))
+            return fail(p, ls[i].line, "[%s] `stage` is given for some layers but not for this one (give it for every "
+                        "layer, or for none)", weft_cfg_layer_name(ls[i].type));
+        if (ls[i].stage >= 0 && (i ? ls[i].stage < ls[i - 1].stage || ls[i].stage > ls[i - 1].stage + 1 : ls[i].stage != 0))
+            return fail(p, ls[i].line, "[%s] stage = %d: stages start at 0 and go up by at most 1 from layer to layer",
+                        weft_cfg_layer_name(ls[i].type), ls[i].stage);
+    }
     const weft_layer_cfg *last = &p->cfg->layers[p->cfg->n_layers - 1];
     char sb[128], eb[64];
     int64_t want[2] = {net->context, net->classes};
@@ -1008,9 +1035,11 @@ void weft_model_cfg_free(weft_model_cfg *cfg) {
 }
 
 weft_status weft_model_cfg_set(weft_model_cfg *cfg, const char *key, const char *value) {
-    static const char *const OK_KEYS[] = {"name",       "batch",      "epochs",    "steps", "seed",
-                                          "lr",         "clip",       "warmup",    "shuffle",
-                                          "eval_every", "ckpt_every", "log_every", NULL};
+    static const char *const OK_KEYS[] = {"name",       "batch",      "epochs",         "steps", "seed",
+                                          "lr",         "clip",       "warmup",         "shuffle",
+                                          "eval_every", "ckpt_every", "log_every",      "tp",
+                                          "pp",         "microbatches", "pp_schedule",  "virtual_stages",
+                                          "zero",       "recompute",  NULL};
     if (!cfg || !key || !value) return weft_error(WEFT_ERR_ARG, "weft_model_cfg_set: NULL argument");
     char vb[48];
     int ok = 0;
@@ -1147,6 +1176,7 @@ weft_status weft_model_cfg_write(const weft_model_cfg *cfg, FILE *f) {
             write_value(f, &s->keys[j], l);
             fputc('\n', f);
         }
+        if (l->stage >= 0) fprintf(f, "stage = %d\n", l->stage);
     }
     return ferror(f) ? weft_error(WEFT_ERR_IO, "weft_model_cfg_write: write error") : WEFT_OK;
 }

@@ -359,6 +359,54 @@ static void test_syntax(void) {
     weft_model_cfg_free(c);
 }
 
+// Model-parallel settings: [net] keys, `stage` on layers, their checks,
+// overrides, and a write/parse round trip that keeps them.
+static void test_parallel_keys(void) {
+    const char *gpt = "[net]\ndataset = kjv\ncontext = 16\ntp = 2\npp = 2\nmicrobatches = 4\n"
+                      "pp_schedule = interleaved\nvirtual_stages = 2\nzero = 1\nrecompute = true\n"
+                      "[embedding]\ndim = 32\nposition = learned\nstage = 0\n"
+                      "[transformer]\nheads = 4\nblocks = 2\nstage = 0\n"
+                      "[layernorm]\nstage = 1\n[linear]\nout = vocab\nstage = 1\n";
+    weft_model_cfg *c = parse(gpt);
+    CHECK(c);
+    if (!c) return;
+    CHECK(c->net.tp == 2 && c->net.pp == 2 && c->net.microbatches == 4 && c->net.pp_schedule == WEFT_CFG_PP_INTERLEAVED &&
+          c->net.virtual_stages == 2 && c->net.zero == 1 && c->net.recompute);
+    CHECK(c->layers[0].stage == 0 && c->layers[1].stage == 0 && c->layers[2].stage == 1 && c->layers[3].stage == 1);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    CHECK(weft_model_cfg_write(c, f) == WEFT_OK);
+    fclose(f);
+    weft_model_cfg *d = weft_model_cfg_parse(text, len, "w.cfg");
+    CHECK(d && d->net.tp == 2 && d->net.pp_schedule == WEFT_CFG_PP_INTERLEAVED && d->net.recompute &&
+          d->layers[2].stage == 1 && d->layers[1].stage == 0);
+    free(text);
+    weft_model_cfg_free(d);
+    CHECK(weft_model_cfg_set(c, "tp", "4") == WEFT_OK && c->net.tp == 4);
+    CHECK(weft_model_cfg_set(c, "pp_schedule", "gpipe") == WEFT_OK && c->net.pp_schedule == WEFT_CFG_PP_GPIPE);
+    CHECK(weft_model_cfg_set(c, "zero", "3") == WEFT_ERR_ARG && strstr(weft_last_error(), "zero"));
+    CHECK(weft_model_cfg_set(c, "pp", "0") == WEFT_ERR_ARG && strstr(weft_last_error(), "pp"));
+    weft_model_cfg_free(c);
+    // defaults: one rank's worth of everything, no stage given
+    c = parse("[net]\ndataset = fmnist\ninput = 784\n[linear]\nin = 784\nout = 10\n");
+    CHECK(c && c->net.tp == 1 && c->net.pp == 1 && c->net.zero == 0 && c->net.pp_schedule == WEFT_CFG_PP_1F1B &&
+          c->layers[0].stage == -1);
+    weft_model_cfg_free(c);
+    // stages: all or none, from 0, up by at most 1
+    CHECK(!parse("[net]\ndataset = fmnist\ninput = 784\n[linear]\nin = 784\nout = 32\nstage = 0\n[linear]\nout = 10\n") &&
+          strstr(weft_last_error(), "t.cfg:8:") && strstr(weft_last_error(), "for some layers"));
+    CHECK(!parse("[net]\ndataset = fmnist\ninput = 784\n[linear]\nin = 784\nout = 32\nstage = 1\n[linear]\nout = 10\nstage = 1\n") &&
+          strstr(weft_last_error(), "stage = 1"));
+    CHECK(!parse("[net]\ndataset = fmnist\ninput = 784\n[linear]\nin = 784\nout = 32\nstage = 0\n[linear]\nout = 10\nstage = 2\n") &&
+          strstr(weft_last_error(), "t.cfg:8:"));
+    CHECK(!parse("[net]\ndataset = fmnist\ninput = 784\n[linear]\nin = 784\nout = 32\nstage = 1\n[relu]\nstage = 0\n[linear]\nout = 10\nstage = 1\n"));
+    CHECK(!parse("[net]\ndataset = fmnist\ninput = 784\n[relu]\nstage = x\n[linear]\nin = 784\nout = 10\n") && strstr(weft_last_error(), "stage"));
+    CHECK(!parse("[net]\ndataset = fmnist\ninput = 784\n[relu]\nstage = 0\nstage = 0\n[linear]\nin = 784\nout = 10\n") &&
+          strstr(weft_last_error(), "duplicate"));
+    CHECK(!parse("[net]\ndataset = fmnist\nstage = 0\n[linear]\nin = 784\nout = 10\n") && strstr(weft_last_error(), "unknown key"));
+}
+
 static void test_override(void) {
     weft_model_cfg *c = load_model("fmnist-mlp.cfg");
     CHECK(c);
@@ -484,7 +532,10 @@ static void test_docs(void) {
     // a cfg with one layer of each type and nets with each optimiser/schedule/dataset
     weft_model_cfg c = {0};
     weft_layer_cfg layers[WEFT_CFG_NUM_LAYER_TYPES] = {0};
-    for (int t = 0; t < WEFT_CFG_NUM_LAYER_TYPES; t++) layers[t].type = (weft_cfg_layer_type)t;
+    for (int t = 0; t < WEFT_CFG_NUM_LAYER_TYPES; t++) {
+        layers[t].type = (weft_cfg_layer_type)t;
+        layers[t].stage = -1; // not given (its row is in the layer sections' introduction)
+    }
     c.layers = layers;
     c.n_layers = WEFT_CFG_NUM_LAYER_TYPES;
     int checked = 0;
@@ -552,6 +603,7 @@ int main(void) {
     RUN(test_syntax);
     RUN(test_override);
     RUN(test_fuzz);
+    RUN(test_parallel_keys);
     RUN(test_docs);
     return wt_summary();
 }
