@@ -181,7 +181,28 @@ static void test_operators(void) {
     CHECK_GRAD(fn_scatter_reduce, 1, &x, NULL);
     // the check can fail: an f without its all-reduce is wrong as soon as there are two ranks
     if (size > 1) CHECK(weft_gradcheck(fn_wrong_copy_reduce, 1, &x, NULL, NULL) != WEFT_OK);
-    // a second backward through the recorded graph (create_graph records the conjugates)
+    // second derivatives: under create_graph each backward is the conjugate operator, recorded in turn.
+    // G(X) = sum_r h_r(X): dG/dX = sum_r (r+1) sech^2((r+1) X); d/dX of sum(dG/dX) = sum_r -2 (r+1)^2 t (1 - t^2)
+    weft_tensor_zero_grad(x);
+    weft_tensor *g1 = fn_copy_reduce(&x, NULL), *s1 = weft_sum(g1, 0, NULL, false);
+    CHECK(s1 && weft_backward(s1, NULL, &(weft_backward_opts){.create_graph = true}) == WEFT_OK);
+    weft_tensor *dx = weft_tensor_ref(weft_tensor_grad(x));
+    weft_tensor_zero_grad(x);
+    weft_tensor *s2 = dx ? weft_sum(dx, 0, NULL, false) : NULL;
+    CHECK(s2 && weft_tensor_requires_grad(s2) && weft_backward(s2, NULL, NULL) == WEFT_OK);
+    for (int i = 0; i < 3 * cols; i++) {
+        double s = 0;
+        for (int r = 0; r < size; r++) {
+            double t = tanh((r + 1) * xv[i]);
+            s += -2.0 * (r + 1) * (r + 1) * t * (1 - t * t);
+        }
+        yv[i] = s;
+    }
+    wt_check_values("second derivative through f and g", weft_tensor_grad(x), yv, 3 * cols, 1e-12);
+    weft_tensor_free(g1);
+    weft_tensor_free(s1);
+    weft_tensor_free(dx);
+    weft_tensor_free(s2);
     weft_tensor_free(x);
 }
 
@@ -347,8 +368,13 @@ static void test_vocab_embedding(void) {
     weft_tensor *l = weighted_sum(y, 61), *lr = weighted_sum(yr, 61);
     CHECK(weft_backward(l, NULL, NULL) == WEFT_OK && weft_backward(lr, NULL, NULL) == WEFT_OK);
     check_params("vocab embedding", m, ref, true, 0);
-    weft_tensor *t[] = {idx, i32, y, yr, y32, l, lr};
-    for (int i = 0; i < 7; i++) weft_tensor_free(t[i]);
+    // ids outside the vocabulary give zero rows on every rank (no rank holds them)
+    int64_t bad[2] = {-1, V};
+    weft_tensor *bi = weft_tensor_from_data(bad, WEFT_DIMS(2), WEFT_I64), *by = weft_module_forward(m, bi);
+    double zeros[2 * D] = {0};
+    wt_check_values("vocab embedding out of range", by, zeros, 2 * D, 0);
+    weft_tensor *t[] = {idx, i32, y, yr, y32, l, lr, bi, by};
+    for (int i = 0; i < 9; i++) weft_tensor_free(t[i]);
     weft_module_free(m);
     weft_module_free(ref);
     weft_generator_free(g1);
