@@ -102,7 +102,8 @@ int main(int argc, char **argv) {
     }
     weft_dist_barrier(world);
     weft_generator *gi = weft_generator_create(cfg->net.seed);
-    weft_module *net = weft_tp_model_build(p->tp_comm, cfg, gi, NULL);
+    weft_tp_opts to = {.sequence_parallel = getenv("SEQ") && atoi(getenv("SEQ"))};
+    weft_module *net = weft_tp_model_build(p->tp_comm, cfg, gi, NULL, &to);
     fail |= !net || measure(cfg, p->tp_comm, net, x, y, &two);
     // the job's figure is its larger rank
     weft_tensor *t = weft_tensor_from_data((double[]){two.params + two.step}, WEFT_DIMS(1), WEFT_F64);

@@ -62,6 +62,14 @@ weft_tensor *weft_tp_copy(weft_comm *tp, weft_tensor *x);
 weft_tensor *weft_tp_reduce(weft_comm *tp, weft_tensor *x);
 weft_tensor *weft_tp_gather(weft_comm *tp, weft_tensor *x, int dim);
 weft_tensor *weft_tp_scatter(weft_comm *tp, weft_tensor *x, int dim);
+// Sequence parallelism (Korthikanti et al. 2022): where activations are
+// split along the sequence instead of replicated, these replace f and g:
+//   seq_gather          all-gather along dim forward, reduce-scatter (sum,
+//                       then this rank's slice) of the gradient backward
+//   seq_reduce_scatter  reduce-scatter along dim forward (size divisible by
+//                       the group), all-gather of the gradient backward
+weft_tensor *weft_tp_seq_gather(weft_comm *tp, weft_tensor *x, int dim);
+weft_tensor *weft_tp_seq_reduce_scatter(weft_comm *tp, weft_tensor *x, int dim);
 
 // Cross-entropy (mean over N) of logits split over the vocabulary: rank r
 // holds columns [r*V/T, (r+1)*V/T) of the (N, V) logits as (N, V/T); targets
@@ -123,8 +131,18 @@ weft_tensor *weft_tp_param_gather(weft_comm *tp, const weft_module *m, int i);
 // linear -> column with gather_output; layer norms, activations, flatten and
 // dropout replicated. Other layers (conv, pools, batch norm, LSTM) are an
 // error naming the layer.
+//
+// opts (NULL: defaults) sequence_parallel: the activations outside the split
+// layers (embedding output, layer norms, residuals) are split along the
+// tokens as well (Korthikanti et al. 2022), so a rank holds about 1/T of all
+// activations; the sequence length must then be divisible by T. Only for
+// token models: an embedding first, a linear last, transformer, attention
+// and layernorm layers between.
+typedef struct weft_tp_opts {
+    bool sequence_parallel;
+} weft_tp_opts;
 weft_module *weft_tp_model_build(weft_comm *tp, const weft_model_cfg *cfg, weft_generator *init_gen,
-                                 weft_generator *dropout_gen);
+                                 weft_generator *dropout_gen, const weft_tp_opts *opts);
 // The model's loss (as weft_model_loss): vocab-parallel cross-entropy when
 // the logits' last dim is classes/T, else weft_model_loss.
 weft_tensor *weft_tp_model_loss(weft_comm *tp, const weft_model_cfg *cfg, weft_tensor *logits,

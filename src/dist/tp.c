@@ -7,6 +7,10 @@
 //   g  weft_tp_reduce   all-reduce SUM      backward: identity       (= f)
 //      weft_tp_gather   all-gather on dim   backward: own slice      (= scatter)
 //      weft_tp_scatter  own slice of dim    backward: all-gather     (= gather)
+// and, for sequence parallelism (activations outside the split layers split
+// along the sequence instead of replicated):
+//      weft_tp_seq_gather          all-gather on dim   backward: reduce-scatter
+//      weft_tp_seq_reduce_scatter  reduce-scatter      backward: all-gather
 //
 // Each backward is the conjugate operator itself, called on the gradient, so
 // under create_graph the backward is recorded too. Every rank of the group
@@ -21,6 +25,7 @@
 #include <weft/parallel.h>
 
 #include "../core/core_impl.h"
+#include "tp_impl.h"
 
 // ---- checks ----
 static weft_status check_comm(const char *op, weft_comm *c, const weft_tensor *x) {
@@ -114,9 +119,8 @@ weft_tensor *weft_tp_reduce(weft_comm *c, weft_tensor *x) {
     return record("tp_reduce", x, y, reduce_bw, c, 0);
 }
 
-weft_tensor *weft_tp_gather(weft_comm *c, weft_tensor *x, int dim) {
-    int d;
-    if (check_comm("tp_gather", c, x) || norm_dim("tp_gather", x, dim, &d)) return NULL;
+// All-gather along dim d: the ranks' x concatenated in rank order (fresh, no history).
+static weft_tensor *all_gather_dim(weft_comm *c, weft_tensor *x, int d) {
     int n = weft_comm_size(c), nd = weft_tensor_ndim(x);
     int64_t bsz[WEFT_MAX_DIMS + 1], osz[WEFT_MAX_DIMS];
     if (nd + 1 > WEFT_MAX_DIMS) return weft_error_null(WEFT_ERR_SHAPE, "tp_gather: too many dims (%d)", nd);
@@ -131,7 +135,7 @@ weft_tensor *weft_tp_gather(weft_comm *c, weft_tensor *x, int dim) {
     for (int i = d; i < nd; i++) perm[k++] = i + 1;
     weft_tensor *y = NULL;
     WEFT_NO_GRAD {
-        weft_tensor *xc = weft_tensor_contiguous(x);
+        weft_tensor *xd = weft_tensor_detach(x), *xc = weft_tensor_contiguous(xd);
         weft_tensor *buf = xc ? weft_tensor_empty_on(nd + 1, bsz, weft_tensor_dtype(x), weft_tensor_device(x)) : NULL;
         if (buf && weft_dist_all_gather(c, xc, buf) == WEFT_OK) {
             weft_tensor *p = weft_permute(buf, perm);
@@ -140,13 +144,45 @@ weft_tensor *weft_tp_gather(weft_comm *c, weft_tensor *x, int dim) {
         }
         weft_tensor_free(buf);
         weft_tensor_free(xc);
+        weft_tensor_free(xd);
     }
-    if (y && weft_tensor_requires_grad(y)) { // a view of a detached buffer never is; be sure
-        weft_tensor *yd = weft_tensor_detach(y);
-        weft_tensor_free(y);
-        y = yd;
+    return y;
+}
+
+// Reduce-scatter along dim d: the ranks' x summed, this rank's slice of dim d kept.
+static weft_tensor *reduce_scatter_dim(weft_comm *c, weft_tensor *x, int d) {
+    int n = weft_comm_size(c), nd = weft_tensor_ndim(x);
+    int64_t S = weft_tensor_size(x, d);
+    if (S % n)
+        return weft_error_null(WEFT_ERR_SHAPE, "tp_reduce_scatter: dim %d of size %lld is not divisible by the "
+                               "tensor-parallel size %d", d, (long long)S, n);
+    // dim d first and contiguous, so rank r's chunk (weft_dist_chunk) is rows [r S/n, (r+1) S/n) of it
+    int perm[WEFT_MAX_DIMS], inv[WEFT_MAX_DIMS], k = 0;
+    int64_t osz[WEFT_MAX_DIMS];
+    perm[k++] = d;
+    for (int i = 0; i < nd; i++)
+        if (i != d) perm[k++] = i;
+    for (int i = 0; i < nd; i++) {
+        inv[perm[i]] = i;
+        osz[i] = weft_tensor_size(x, perm[i]);
     }
-    return record("tp_gather", x, y, gather_bw, c, d);
+    osz[0] = S / n;
+    weft_tensor *y = NULL;
+    WEFT_NO_GRAD {
+        weft_tensor *xd = weft_tensor_detach(x), *xp = weft_permute(xd, perm);
+        weft_tensor *xc = xp ? weft_tensor_contiguous(xp) : NULL;
+        weft_tensor *out = xc ? weft_tensor_empty_on(nd, osz, weft_tensor_dtype(x), weft_tensor_device(x)) : NULL;
+        if (out && weft_dist_reduce_scatter(c, xc, out, WEFT_REDUCE_SUM) == WEFT_OK) y = weft_permute(out, inv);
+        weft_tensor *t[] = {xd, xp, xc, out};
+        for (int i = 0; i < 4; i++) weft_tensor_free(t[i]);
+    }
+    return y;
+}
+
+weft_tensor *weft_tp_gather(weft_comm *c, weft_tensor *x, int dim) {
+    int d;
+    if (check_comm("tp_gather", c, x) || norm_dim("tp_gather", x, dim, &d)) return NULL;
+    return record("tp_gather", x, all_gather_dim(c, x, d), gather_bw, c, d);
 }
 
 weft_tensor *weft_tp_scatter(weft_comm *c, weft_tensor *x, int dim) {
@@ -164,6 +200,124 @@ weft_tensor *weft_tp_scatter(weft_comm *c, weft_tensor *x, int dim) {
         weft_tensor_free(xd);
     }
     return record("tp_scatter", x, y, scatter_bw, c, d);
+}
+
+// ---- the sequence-parallel pair ----
+static weft_status seq_gather_bw(void *ctx, int n_out, weft_tensor *const *gout, int n_in, const bool *needs,
+                                 weft_tensor **gin) {
+    (void)n_out, (void)n_in;
+    if (!needs[0] || !gout[0]) return WEFT_OK;
+    const tp_ctx *k = ctx;
+    gin[0] = weft_tp_seq_reduce_scatter(k->c, gout[0], k->dim);
+    return gin[0] ? WEFT_OK : weft_last_status();
+}
+
+static weft_status seq_rs_bw(void *ctx, int n_out, weft_tensor *const *gout, int n_in, const bool *needs,
+                             weft_tensor **gin) {
+    (void)n_out, (void)n_in;
+    if (!needs[0] || !gout[0]) return WEFT_OK;
+    const tp_ctx *k = ctx;
+    gin[0] = weft_tp_seq_gather(k->c, gout[0], k->dim);
+    return gin[0] ? WEFT_OK : weft_last_status();
+}
+
+weft_tensor *weft_tp_seq_gather(weft_comm *c, weft_tensor *x, int dim) {
+    int d;
+    if (check_comm("tp_seq_gather", c, x) || norm_dim("tp_seq_gather", x, dim, &d)) return NULL;
+    return record("tp_seq_gather", x, all_gather_dim(c, x, d), seq_gather_bw, c, d);
+}
+
+weft_tensor *weft_tp_seq_reduce_scatter(weft_comm *c, weft_tensor *x, int dim) {
+    int d;
+    if (check_comm("tp_seq_reduce_scatter", c, x) || norm_dim("tp_seq_reduce_scatter", x, dim, &d)) return NULL;
+    return record("tp_seq_reduce_scatter", x, reduce_scatter_dim(c, x, d), seq_rs_bw, c, d);
+}
+
+// ---- the sequence-parallel column layer's product ----
+// y = seq_gather(x) W^T + b, as one function that saves x's own tokens only:
+// the backward gathers them again (Megatron does the same), so the gathered
+// (.., T, in) input is never kept. Once differentiable.
+//   x (.., T/n, in), w (out_l, in), b (out_l) or NULL -> y (.., T, out_l)
+typedef struct seq_col_ctx {
+    weft_comm *c;
+    int d;           // token dim
+    weft_tensor *x;  // this rank's tokens (detached)
+    weft_tensor *w;  // detached
+} seq_col_ctx;
+
+static void seq_col_free(void *p) {
+    seq_col_ctx *k = p;
+    if (!k) return;
+    weft_tensor_free(k->x);
+    weft_tensor_free(k->w);
+    free(k);
+}
+
+static weft_status seq_col_bw(void *ctx, int n_out, weft_tensor *const *gout, int n_in, const bool *needs,
+                              weft_tensor **gin) {
+    (void)n_out;
+    const seq_col_ctx *k = ctx;
+    weft_tensor *g = gout[0];
+    if (!g) return WEFT_OK;
+    int64_t in = weft_tensor_size(k->w, 1), out = weft_tensor_size(k->w, 0);
+    weft_status st = WEFT_OK;
+    if (needs[0]) { // dx = reduce-scatter(g W) over the tokens
+        weft_tensor *dxf = weft_matmul(g, k->w);
+        gin[0] = dxf ? reduce_scatter_dim(k->c, dxf, k->d) : NULL;
+        weft_tensor_free(dxf);
+        if (!gin[0]) st = weft_last_status();
+    }
+    if (!st && needs[1]) { // dW = g^T gather(x), over every token of the batch
+        weft_tensor *xg = all_gather_dim(k->c, k->x, k->d);
+        weft_tensor *g2 = xg ? weft_reshape(g, WEFT_DIMS(-1, out)) : NULL;
+        weft_tensor *x2 = g2 ? weft_reshape(xg, WEFT_DIMS(-1, in)) : NULL;
+        weft_tensor *g2t = x2 ? weft_transpose(g2, 0, 1) : NULL;
+        gin[1] = g2t ? weft_matmul(g2t, x2) : NULL;
+        weft_tensor *t[] = {xg, g2, x2, g2t};
+        for (int i = 0; i < 4; i++) weft_tensor_free(t[i]);
+        if (!gin[1]) st = weft_last_status();
+    }
+    if (!st && n_in > 2 && needs[2]) { // db = g summed over every token
+        int nd = weft_tensor_ndim(g), axes[WEFT_MAX_DIMS];
+        for (int i = 0; i < nd - 1; i++) axes[i] = i;
+        gin[2] = weft_sum(g, nd - 1, axes, false);
+        if (!gin[2]) st = weft_last_status();
+    }
+    return st;
+}
+
+weft_tensor *weft_tp_seq_column_product(weft_comm *c, weft_tensor *x, weft_tensor *w, weft_tensor *b) {
+    const char *op = "tp_seq_column_linear";
+    if (check_comm(op, c, x)) return NULL;
+    if (!w) return weft_error_null_input(op);
+    int nd = weft_tensor_ndim(x);
+    if (nd < 2) return weft_error_null(WEFT_ERR_SHAPE, "%s: x must be (..., tokens, features)", op);
+    int d = nd - 2;
+    weft_tensor *y = NULL;
+    WEFT_NO_GRAD {
+        weft_tensor *xg = all_gather_dim(c, x, d), *wd = weft_tensor_detach(w), *wt = weft_transpose(wd, 0, 1);
+        weft_tensor *p = xg && wt ? weft_matmul(xg, wt) : NULL;
+        y = p && b ? weft_add(p, b) : p ? weft_tensor_ref(p) : NULL;
+        weft_tensor *t[] = {xg, wd, wt, p};
+        for (int i = 0; i < 4; i++) weft_tensor_free(t[i]);
+    }
+    if (!y) return NULL;
+    weft_tensor *ins[3] = {x, w, b};
+    int n_in = b ? 3 : 2;
+    bool any = false;
+    for (int i = 0; i < n_in; i++) any |= weft_tensor_requires_grad(ins[i]);
+    if (!any || !weft_grad_is_enabled()) return y;
+    seq_col_ctx *k = calloc(1, sizeof *k);
+    if (!k) {
+        weft_tensor_free(y);
+        return weft_error_null(WEFT_ERR_OOM, "%s: out of memory", op);
+    }
+    *k = (seq_col_ctx){c, d, weft_tensor_detach(x), weft_tensor_detach(w)};
+    if (weft_function_record(op, n_in, ins, 1, &y, seq_col_bw, k, seq_col_free) != WEFT_OK) {
+        weft_tensor_free(y);
+        return NULL;
+    }
+    return y;
 }
 
 // ---- vocab-parallel cross-entropy ----

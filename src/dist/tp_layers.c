@@ -29,6 +29,7 @@ typedef struct tp_layer {
     int w_dim;     // split dim of "weight" (-1: replicated)
     int w_groups;  // blocks of the weight's split dim (qkv: 3)
     int b_dim;     // split dim of "bias" (-1: replicated)
+    bool seq;      // sequence parallel: activations outside arrive and leave split along the tokens
 } tp_layer;
 
 typedef struct tp_linear {
@@ -61,11 +62,20 @@ static weft_module *shard_params(weft_comm *c, const char *kind, weft_module_for
     return m;
 }
 
-static tp_linear *linear_impl(weft_comm *c, int w_dim, int groups, int b_dim) {
+static tp_linear *linear_impl(weft_comm *c, int w_dim, int groups, int b_dim, bool seq) {
     tp_linear *l = calloc(1, sizeof *l);
     if (!l) return weft_error_null(WEFT_ERR_OOM, "tensor parallel: out of memory");
-    l->h = (tp_layer){c, w_dim, groups, b_dim};
+    l->h = (tp_layer){c, w_dim, groups, b_dim, seq};
     return l;
+}
+
+// The token dim of x (..., tokens, features): where sequence parallelism splits.
+static int token_dim(const weft_tensor *x) { return weft_tensor_ndim(x) - 2; }
+
+// A replicated parameter as a sequence-parallel region uses it: through f, so
+// its gradient (from this rank's tokens only) is summed over the group.
+static weft_tensor *seq_param(const tp_layer *h, weft_tensor *p) {
+    return h->seq ? weft_tp_copy(h->c, p) : weft_tensor_ref(p);
 }
 
 // y = x W^T (+ b), as weft_nn_linear does it.
@@ -85,9 +95,14 @@ static weft_tensor *affine(weft_module *m, weft_tensor *x, bool with_bias) {
 // ---- column-parallel linear ----
 static weft_tensor *column_forward(weft_module *m, weft_tensor *x) {
     const tp_linear *l = weft_module_impl(m);
-    weft_tensor *xf = weft_tp_copy(l->h.c, x); // f
-    weft_tensor *y = xf ? affine(m, xf, true) : NULL;
-    weft_tensor_free(xf);
+    weft_tensor *y = NULL;
+    if (l->h.seq) // the tokens gathered (backward: reduce-scatter), fused so only this rank's are saved
+        y = weft_tp_seq_column_product(l->h.c, x, weft_module_get(m, "weight"), weft_module_get(m, "bias"));
+    else { // f
+        weft_tensor *xf = weft_tp_copy(l->h.c, x);
+        y = xf ? affine(m, xf, true) : NULL;
+        weft_tensor_free(xf);
+    }
     if (y && l->gather_output) {
         weft_tensor *yg = weft_tp_gather(l->h.c, y, -1);
         weft_tensor_free(y);
@@ -97,8 +112,8 @@ static weft_tensor *column_forward(weft_module *m, weft_tensor *x) {
 }
 
 // groups > 1: the output features are that many blocks, each split (qkv).
-static weft_module *column_from(weft_comm *c, const weft_module *whole, int groups, bool gather_output) {
-    tp_linear *l = linear_impl(c, 0, groups, 0);
+static weft_module *column_from(weft_comm *c, const weft_module *whole, int groups, bool gather_output, bool seq) {
+    tp_linear *l = linear_impl(c, 0, groups, 0, seq);
     if (!l) return NULL;
     l->gather_output = gather_output;
     return shard_params(c, "tp_column_linear", column_forward, &l->h, whole);
@@ -117,7 +132,7 @@ weft_module *weft_tp_column_linear(weft_comm *c, int64_t in, int64_t out, bool b
                                    weft_generator *g) {
     if (check_divides("tp_column_linear", c, "out", out)) return NULL;
     weft_module *whole = weft_nn_linear(in, out, bias, g);
-    weft_module *m = whole ? column_from(c, whole, 1, gather_output) : NULL;
+    weft_module *m = whole ? column_from(c, whole, 1, gather_output, false) : NULL;
     weft_module_free(whole);
     return m;
 }
@@ -128,19 +143,23 @@ static weft_tensor *row_forward(weft_module *m, weft_tensor *x) {
     weft_tensor *xs = l->input_is_parallel ? weft_tensor_ref(x) : weft_tp_scatter(l->h.c, x, -1);
     weft_tensor *y = xs ? affine(m, xs, false) : NULL; // partial sums over this rank's inputs
     weft_tensor_free(xs);
-    weft_tensor *yr = y ? weft_tp_reduce(l->h.c, y) : NULL; // g
+    // g, or with sequence parallelism summed and split along the tokens
+    weft_tensor *yr = !y ? NULL
+                      : l->h.seq ? weft_tp_seq_reduce_scatter(l->h.c, y, token_dim(y))
+                                 : weft_tp_reduce(l->h.c, y);
     weft_tensor_free(y);
     weft_tensor *b = weft_module_get(m, "bias");
     if (yr && b) { // once, after the reduce
-        weft_tensor *yb = weft_add(yr, b);
+        weft_tensor *bb = seq_param(&l->h, b), *yb = weft_add(yr, bb);
+        weft_tensor_free(bb);
         weft_tensor_free(yr);
         yr = yb;
     }
     return yr;
 }
 
-static weft_module *row_from(weft_comm *c, const weft_module *whole, bool input_is_parallel) {
-    tp_linear *l = linear_impl(c, 1, 1, -1);
+static weft_module *row_from(weft_comm *c, const weft_module *whole, bool input_is_parallel, bool seq) {
+    tp_linear *l = linear_impl(c, 1, 1, -1, seq);
     if (!l) return NULL;
     l->input_is_parallel = input_is_parallel;
     return shard_params(c, "tp_row_linear", row_forward, &l->h, whole);
@@ -150,20 +169,41 @@ weft_module *weft_tp_row_linear(weft_comm *c, int64_t in, int64_t out, bool bias
                                 weft_generator *g) {
     if (check_divides("tp_row_linear", c, "in", in)) return NULL;
     weft_module *whole = weft_nn_linear(in, out, bias, g);
-    weft_module *m = whole ? row_from(c, whole, input_is_parallel) : NULL;
+    weft_module *m = whole ? row_from(c, whole, input_is_parallel, false) : NULL;
     weft_module_free(whole);
     return m;
 }
 
-// ---- replicated layers copied from the whole model ----
-static weft_module *layer_norm_from(const weft_module *whole) {
-    weft_module *m = weft_nn_layer_norm(weft_tensor_size(weft_module_get(whole, "weight"), 0), 1e-5);
-    if (m && (weft_tensor_copy_(weft_module_get(m, "weight"), weft_module_get(whole, "weight")) ||
-              weft_tensor_copy_(weft_module_get(m, "bias"), weft_module_get(whole, "bias")))) {
-        weft_module_free(m);
-        return NULL;
+// ---- layer norm: replicated; with sequence parallelism on this rank's tokens ----
+typedef struct tp_norm {
+    tp_layer h;
+    double eps;
+} tp_norm;
+
+static weft_tensor *seq_norm_forward(weft_module *m, weft_tensor *x) {
+    const tp_norm *n = weft_module_impl(m);
+    weft_tensor *w = seq_param(&n->h, weft_module_get(m, "weight")), *b = seq_param(&n->h, weft_module_get(m, "bias"));
+    weft_tensor *y = weft_layer_norm(x, 1, w, b, n->eps);
+    weft_tensor_free(w);
+    weft_tensor_free(b);
+    return y;
+}
+
+weft_module *weft_tp_layer_norm_from(weft_comm *c, const weft_module *whole, double eps, bool seq) {
+    if (!seq) { // weft's own layer, a copy
+        weft_module *m = weft_nn_layer_norm(weft_tensor_size(weft_module_get(whole, "weight"), 0), eps);
+        if (m && (weft_tensor_copy_(weft_module_get(m, "weight"), weft_module_get(whole, "weight")) ||
+                  weft_tensor_copy_(weft_module_get(m, "bias"), weft_module_get(whole, "bias")))) {
+            weft_module_free(m);
+            return NULL;
+        }
+        return m;
     }
-    return m;
+    tp_norm *n = calloc(1, sizeof *n);
+    if (!n) return weft_error_null(WEFT_ERR_OOM, "tp_layer_norm: out of memory");
+    n->h = (tp_layer){c, -1, 1, -1, true};
+    n->eps = eps;
+    return shard_params(c, "tp_seq_layer_norm", seq_norm_forward, &n->h, whole);
 }
 
 // ---- mlp: fc (column) -> gelu -> proj (row) ----
@@ -177,11 +217,11 @@ static weft_tensor *mlp_forward(weft_module *m, weft_tensor *x) {
 }
 
 // whole: weft's block "mlp" (children fc, proj).
-static weft_module *mlp_from(weft_comm *c, const weft_module *whole) {
+static weft_module *mlp_from(weft_comm *c, const weft_module *whole, bool seq) {
     weft_module *m = weft_module_new("tp_mlp", mlp_forward, NULL, NULL);
     if (!m) return NULL;
-    if (weft_module_add_child(m, "fc", column_from(c, weft_module_child_at(whole, 0), 1, false)) ||
-        weft_module_add_child(m, "proj", row_from(c, weft_module_child_at(whole, 1), true))) {
+    if (weft_module_add_child(m, "fc", column_from(c, weft_module_child_at(whole, 0), 1, false, seq)) ||
+        weft_module_add_child(m, "proj", row_from(c, weft_module_child_at(whole, 1), true, seq))) {
         weft_module_free(m);
         return NULL;
     }
@@ -195,8 +235,8 @@ weft_module *weft_tp_mlp(weft_comm *c, int64_t C, weft_generator *g) {
     weft_module *proj = fc ? weft_nn_linear(4 * C, C, true, g) : NULL;
     weft_module *m = NULL;
     if (proj && (m = weft_module_new("tp_mlp", mlp_forward, NULL, NULL)) &&
-        (weft_module_add_child(m, "fc", column_from(c, fc, 1, false)) ||
-         weft_module_add_child(m, "proj", row_from(c, proj, true)))) {
+        (weft_module_add_child(m, "fc", column_from(c, fc, 1, false, false)) ||
+         weft_module_add_child(m, "proj", row_from(c, proj, true, false)))) {
         weft_module_free(m);
         m = NULL;
     }
@@ -258,13 +298,14 @@ static weft_tensor *attn_forward(weft_module *m, weft_tensor *x) {
     weft_dtype dt = weft_tensor_dtype(x);
     if (dt != WEFT_F32 && dt != WEFT_F64)
         return weft_error_null(WEFT_ERR_DTYPE, "tp_causal_self_attention: input must be f32 or f64");
-    int64_t B = weft_tensor_size(x, 0), T = weft_tensor_size(x, 1), Cl = nh * hd;
+    int64_t Cl = nh * hd;
     bool fused = use_fused(weft_tensor_device(x));
-    weft_tensor *mask = fused ? NULL : causal_mask(a, T, dt, weft_tensor_device(x));
-    if (!fused && !mask) return NULL;
-    weft_tensor *qkv = weft_module_forward(weft_module_child_at(m, 0), x); // (B,T,3Cl)
+    // (B,T,3Cl); with sequence parallelism x holds T/tp tokens and qkv gathers them
+    weft_tensor *qkv = weft_module_forward(weft_module_child_at(m, 0), x);
+    int64_t B = weft_tensor_size(x, 0), T = qkv ? weft_tensor_size(qkv, 1) : 0;
+    weft_tensor *mask = fused || !qkv ? NULL : causal_mask(a, T, dt, weft_tensor_device(x));
     weft_tensor *parts[3] = {NULL, NULL, NULL};
-    if (!qkv || weft_split(qkv, 2, 3, (const int64_t[]){Cl, Cl, Cl}, parts) != WEFT_OK) {
+    if (!qkv || (!fused && !mask) || weft_split(qkv, 2, 3, (const int64_t[]){Cl, Cl, Cl}, parts) != WEFT_OK) {
         weft_tensor_free(qkv);
         return NULL;
     }
@@ -312,7 +353,7 @@ static weft_status check_heads(const char *op, weft_comm *c, int64_t C, int64_t 
 }
 
 // whole: a weft_nn_causal_self_attention (children qkv, proj).
-static weft_module *attn_from(weft_comm *c, const weft_module *whole, int64_t C, int64_t nh) {
+static weft_module *attn_from(weft_comm *c, const weft_module *whole, int64_t C, int64_t nh, bool seq) {
     tp_attn *a = calloc(1, sizeof *a);
     if (!a) return weft_error_null(WEFT_ERR_OOM, "tp_causal_self_attention: out of memory");
     a->d_model = C;
@@ -321,18 +362,18 @@ static weft_module *attn_from(weft_comm *c, const weft_module *whole, int64_t C,
     weft_module *m = weft_module_new("tp_causal_self_attention", attn_forward, a, tp_attn_free);
     if (!m) return NULL;
     // qkv's rows are q, k, v (C each), each ordered by head: three blocks split by heads
-    if (weft_module_add_child(m, "qkv", column_from(c, weft_module_child_at(whole, 0), 3, false)) ||
-        weft_module_add_child(m, "proj", row_from(c, weft_module_child_at(whole, 1), true))) {
+    if (weft_module_add_child(m, "qkv", column_from(c, weft_module_child_at(whole, 0), 3, false, seq)) ||
+        weft_module_add_child(m, "proj", row_from(c, weft_module_child_at(whole, 1), true, seq))) {
         weft_module_free(m);
         return NULL;
     }
     return m;
 }
 
-weft_module *weft_tp_causal_self_attention(weft_comm *c, int64_t C, int64_t nh, weft_generator *g) {
+weft_module *weft_tp_attention_make(weft_comm *c, int64_t C, int64_t nh, weft_generator *g, bool seq) {
     if (check_heads("tp_causal_self_attention", c, C, nh)) return NULL;
     weft_module *whole = weft_nn_causal_self_attention(C, nh, g);
-    weft_module *m = whole ? attn_from(c, whole, C, nh) : NULL;
+    weft_module *m = whole ? attn_from(c, whole, C, nh, seq) : NULL;
     weft_module_free(whole);
     return m;
 }
@@ -355,23 +396,41 @@ static weft_tensor *block_forward(weft_module *m, weft_tensor *x) {
 }
 
 // whole: a weft_nn_transformer_block (children ln1, attn, ln2, mlp).
-static weft_module *block_from(weft_comm *c, const weft_module *whole, int64_t C, int64_t nh) {
+static weft_module *block_from(weft_comm *c, const weft_module *whole, int64_t C, int64_t nh, bool seq) {
     weft_module *m = weft_module_new("tp_transformer_block", block_forward, NULL, NULL);
     if (!m) return NULL;
-    if (weft_module_add_child(m, "ln1", layer_norm_from(weft_module_child_at(whole, 0))) ||
-        weft_module_add_child(m, "attn", attn_from(c, weft_module_child_at(whole, 1), C, nh)) ||
-        weft_module_add_child(m, "ln2", layer_norm_from(weft_module_child_at(whole, 2))) ||
-        weft_module_add_child(m, "mlp", mlp_from(c, weft_module_child_at(whole, 3)))) {
+    // eps 1e-5: weft_nn_transformer_block's
+    if (weft_module_add_child(m, "ln1", weft_tp_layer_norm_from(c, weft_module_child_at(whole, 0), 1e-5, seq)) ||
+        weft_module_add_child(m, "attn", attn_from(c, weft_module_child_at(whole, 1), C, nh, seq)) ||
+        weft_module_add_child(m, "ln2", weft_tp_layer_norm_from(c, weft_module_child_at(whole, 2), 1e-5, seq)) ||
+        weft_module_add_child(m, "mlp", mlp_from(c, weft_module_child_at(whole, 3), seq))) {
         weft_module_free(m);
         return NULL;
     }
     return m;
 }
 
-weft_module *weft_tp_transformer_block(weft_comm *c, int64_t C, int64_t nh, weft_generator *g) {
+weft_module *weft_tp_block_make(weft_comm *c, int64_t C, int64_t nh, weft_generator *g, bool seq) {
     if (check_heads("tp_transformer_block", c, C, nh)) return NULL;
     weft_module *whole = weft_nn_transformer_block(C, nh, g);
-    weft_module *m = whole ? block_from(c, whole, C, nh) : NULL;
+    weft_module *m = whole ? block_from(c, whole, C, nh, seq) : NULL;
+    weft_module_free(whole);
+    return m;
+}
+
+weft_module *weft_tp_causal_self_attention(weft_comm *c, int64_t C, int64_t nh, weft_generator *g) {
+    return weft_tp_attention_make(c, C, nh, g, false);
+}
+
+weft_module *weft_tp_transformer_block(weft_comm *c, int64_t C, int64_t nh, weft_generator *g) {
+    return weft_tp_block_make(c, C, nh, g, false);
+}
+
+weft_module *weft_tp_column_make(weft_comm *c, int64_t in, int64_t out, bool bias, bool gather_output,
+                                 weft_generator *g, bool seq) {
+    if (check_divides("tp_column_linear", c, "out", out)) return NULL;
+    weft_module *whole = weft_nn_linear(in, out, bias, g);
+    weft_module *m = whole ? column_from(c, whole, 1, gather_output, seq) : NULL;
     weft_module_free(whole);
     return m;
 }
@@ -396,13 +455,19 @@ static weft_tensor *vocab_forward(weft_module *m, weft_tensor *idx) {
     weft_tensor *ge = weft_ge(idx, lo_t), *lt = weft_lt(idx, hi_t), *sh = weft_sub(idx, lo_t);
     weft_tensor *in = weft_where(lt, sh, zero), *local = weft_where(ge, in, zero);
     weft_tensor *gef = weft_cast(ge, dt), *ltf = weft_cast(lt, dt), *ok = weft_mul(gef, ltf);
-    weft_tensor *ok1 = weft_unsqueeze(ok, -1); // (..., 1)
-    weft_tensor *e = weft_embedding(w, local), *em = weft_mul(e, ok1); // (..., D): zeros off this rank
-    weft_tensor *y = em ? weft_tp_reduce(h->c, em) : NULL;             // g: each row from its one rank
-    weft_tensor *tmp[] = {lo_t, hi_t, zero, ge, lt, sh, in, local, gef, ltf, ok, ok1, e, em};
+    weft_tensor *zf = weft_tensor_full_on(0, NULL, dt, 0, dev), *okb = weft_gt(ok, zf), *ok1 = weft_unsqueeze(okb, -1);
+    // (..., D): zeros off this rank; where saves only the (..., 1) mask, not the rows
+    weft_tensor *e = weft_embedding(w, local), *em = ok1 ? weft_where(ok1, e, zf) : NULL;
+    // g: each row from its one rank; with sequence parallelism also split along the tokens
+    weft_tensor *y = !em       ? NULL
+                     : h->seq ? weft_tp_seq_reduce_scatter(h->c, em, weft_tensor_ndim(em) - 2)
+                              : weft_tp_reduce(h->c, em);
+    weft_tensor *tmp[] = {lo_t, hi_t, zero, ge, lt, sh, in, local, gef, ltf, ok, zf, okb, ok1, e, em};
     for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++) weft_tensor_free(tmp[i]);
-    if (y && pos) { // as weft's embedding with positions: + pos[:T], after the reduce
-        weft_tensor *p = weft_narrow(pos, 0, 0, weft_tensor_size(idx, -1));
+    if (y && pos) { // as weft's embedding with positions: + pos[:T] (this rank's tokens of them), after the reduce
+        int64_t Tl = weft_tensor_size(y, -2), t0 = h->seq ? Tl * weft_comm_rank(h->c) : 0;
+        weft_tensor *pp = seq_param(h, pos), *p = weft_narrow(pp, 0, t0, Tl);
+        weft_tensor_free(pp);
         weft_tensor *yp = weft_add(y, p);
         weft_tensor_free(p);
         weft_tensor_free(y);
@@ -412,28 +477,28 @@ static weft_tensor *vocab_forward(weft_module *m, weft_tensor *idx) {
 }
 
 // whole: a module with "weight" (num, dim) and optionally "pos" (context, dim).
-static weft_module *vocab_from(weft_comm *c, const weft_module *whole) {
+static weft_module *vocab_from(weft_comm *c, const weft_module *whole, bool seq) {
     tp_layer *h = calloc(1, sizeof *h);
     if (!h) return weft_error_null(WEFT_ERR_OOM, "tp_vocab_embedding: out of memory");
-    *h = (tp_layer){c, 0, 1, -1};
+    *h = (tp_layer){c, 0, 1, -1, seq};
     return shard_params(c, "tp_vocab_embedding", vocab_forward, h, whole);
 }
 
 weft_module *weft_tp_vocab_embedding(weft_comm *c, int64_t num, int64_t dim, weft_generator *g) {
     if (check_divides("tp_vocab_embedding", c, "the vocabulary size num", num)) return NULL;
     weft_module *whole = weft_nn_embedding(num, dim, g);
-    weft_module *m = whole ? vocab_from(c, whole) : NULL;
+    weft_module *m = whole ? vocab_from(c, whole, false) : NULL;
     weft_module_free(whole);
     return m;
 }
 
-weft_module *weft_tp_vocab_embedding_from(weft_comm *c, weft_tensor *w, weft_tensor *pos) {
+weft_module *weft_tp_vocab_embedding_from(weft_comm *c, weft_tensor *w, weft_tensor *pos, bool seq) {
     if (check_divides("tp_vocab_embedding", c, "the vocabulary size", w ? weft_tensor_size(w, 0) : 0)) return NULL;
     weft_module *whole = weft_module_new("embedding", NULL, NULL, NULL);
     weft_tensor *wd = weft_tensor_detach(w), *pd = pos ? weft_tensor_detach(pos) : NULL;
     weft_module *m = NULL;
     if (whole && !weft_module_add_param(whole, "weight", wd) && (!pos || !weft_module_add_param(whole, "pos", pd)))
-        m = vocab_from(c, whole);
+        m = vocab_from(c, whole, seq);
     else if (!whole) weft_tensor_free(wd), weft_tensor_free(pd);
     weft_module_free(whole);
     return m;

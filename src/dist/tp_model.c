@@ -31,9 +31,16 @@ static bool feeds_linear(const weft_model_cfg *cfg, int i) {
     return false;
 }
 
-static weft_module *tp_linear(weft_comm *c, const weft_model_cfg *cfg, int i, bool *parallel, weft_generator *g) {
+static weft_module *tp_linear(weft_comm *c, const weft_model_cfg *cfg, int i, bool *parallel, weft_generator *g,
+                              bool seq) {
     const weft_layer_cfg *L = &cfg->layers[i];
     int n = weft_comm_size(c);
+    if (seq) { // the head: tokens gathered, logits left split over the classes
+        if (L->linear.out % n)
+            return weft_error_null(WEFT_ERR_ARG, "the tensor-parallel size tp = %d does not divide out = %lld", n,
+                                   (long long)L->linear.out);
+        return weft_tp_column_make(c, L->linear.in, L->linear.out, L->linear.bias, false, g, true);
+    }
     if (*parallel) {
         *parallel = false;
         return weft_tp_row_linear(c, L->linear.in, L->linear.out, L->linear.bias, true, g);
@@ -51,37 +58,64 @@ static weft_module *tp_linear(weft_comm *c, const weft_model_cfg *cfg, int i, bo
 }
 
 // Token embedding (+ learned positions, drawn after the table as weft_model_build does).
-static weft_module *tp_embedding(weft_comm *c, const weft_layer_cfg *L, weft_generator *g) {
+static weft_module *tp_embedding(weft_comm *c, const weft_layer_cfg *L, weft_generator *g, bool seq) {
     int n = weft_comm_size(c);
     if (L->embedding.vocab % n)
         return weft_error_null(WEFT_ERR_ARG, "the tensor-parallel size tp = %d does not divide the vocabulary %lld", n,
                                (long long)L->embedding.vocab);
-    if (!L->embedding.learned_position) return weft_tp_vocab_embedding(c, L->embedding.vocab, L->embedding.dim, g);
-    weft_tensor *w = weft_tensor_randn(WEFT_DIMS(L->embedding.vocab, L->embedding.dim), WEFT_F32, g);
-    weft_tensor *p = weft_tensor_randn(WEFT_DIMS(L->embedding.context, L->embedding.dim), WEFT_F32, g);
-    weft_module *m = weft_tp_vocab_embedding_from(c, w, p);
+    // drawn as weft_nn_embedding (table) or weft_model_build's embedding with positions (table, then positions)
+    weft_tensor *w = NULL, *p = NULL;
+    if (L->embedding.learned_position) {
+        w = weft_tensor_randn(WEFT_DIMS(L->embedding.vocab, L->embedding.dim), WEFT_F32, g);
+        p = w ? weft_tensor_randn(WEFT_DIMS(L->embedding.context, L->embedding.dim), WEFT_F32, g) : NULL;
+    } else {
+        w = weft_tensor_empty(WEFT_DIMS(L->embedding.vocab, L->embedding.dim), WEFT_F32);
+        if (w && weft_tensor_normal_(w, 0.0, 1.0, g)) weft_tensor_free(w), w = NULL;
+    }
+    weft_module *m = w && (p || !L->embedding.learned_position) ? weft_tp_vocab_embedding_from(c, w, p, seq) : NULL;
     weft_tensor_free(w);
     weft_tensor_free(p);
     return m;
 }
 
+// With sequence parallelism the tokens are split from the embedding to the
+// head: layer 0 an embedding, the last a linear, transformer / attention /
+// layer norm between.
+static weft_status check_seq(const weft_model_cfg *cfg, int i) {
+    weft_cfg_layer_type t = cfg->layers[i].type;
+    bool ok = i == 0 ? t == WEFT_CFG_EMBEDDING
+              : i == cfg->n_layers - 1
+                  ? t == WEFT_CFG_LINEAR
+                  : t == WEFT_CFG_TRANSFORMER || t == WEFT_CFG_ATTENTION || t == WEFT_CFG_LAYERNORM;
+    if (!ok)
+        return weft_error(WEFT_ERR_ARG, "sequence parallel needs a token model: an embedding first, a linear last, "
+                          "transformer, attention and layernorm layers between");
+    return WEFT_OK;
+}
+
 static weft_module *tp_layer(weft_comm *c, const weft_model_cfg *cfg, int i, bool *parallel, weft_generator *g,
-                             weft_generator *dg) {
+                             weft_generator *dg, bool seq) {
     const weft_layer_cfg *L = &cfg->layers[i];
+    if (seq && check_seq(cfg, i)) return NULL;
     switch (L->type) {
-    case WEFT_CFG_LINEAR: return tp_linear(c, cfg, i, parallel, g);
-    case WEFT_CFG_EMBEDDING: return tp_embedding(c, L, g);
-    case WEFT_CFG_ATTENTION: return weft_tp_causal_self_attention(c, L->attn.dim, L->attn.heads, g);
+    case WEFT_CFG_LINEAR: return tp_linear(c, cfg, i, parallel, g, seq);
+    case WEFT_CFG_EMBEDDING: return tp_embedding(c, L, g, seq);
+    case WEFT_CFG_ATTENTION: return weft_tp_attention_make(c, L->attn.dim, L->attn.heads, g, seq);
     case WEFT_CFG_TRANSFORMER: {
         weft_module *s = weft_nn_sequential();
         for (int b = 0; s && b < L->attn.blocks; b++)
-            if (weft_nn_sequential_append(s, weft_tp_transformer_block(c, L->attn.dim, L->attn.heads, g))) {
+            if (weft_nn_sequential_append(s, weft_tp_block_make(c, L->attn.dim, L->attn.heads, g, seq))) {
                 weft_module_free(s);
                 return NULL;
             }
         return s;
     }
-    case WEFT_CFG_LAYERNORM: return weft_nn_layer_norm(L->layernorm.dim, L->layernorm.eps);
+    case WEFT_CFG_LAYERNORM: {
+        weft_module *whole = weft_nn_layer_norm(L->layernorm.dim, L->layernorm.eps);
+        weft_module *m = whole ? weft_tp_layer_norm_from(c, whole, L->layernorm.eps, seq) : NULL;
+        weft_module_free(whole);
+        return m;
+    }
     case WEFT_CFG_FLATTEN: return weft_nn_flatten();
     case WEFT_CFG_DROPOUT: return weft_nn_dropout(L->dropout.p, dg); // replicated: the same mask on every rank
     case WEFT_CFG_RELU: return weft_nn_activation(WEFT_ACT_RELU);
@@ -94,14 +128,16 @@ static weft_module *tp_layer(weft_comm *c, const weft_model_cfg *cfg, int i, boo
     return weft_error_null(WEFT_ERR_ARG, "this layer has no tensor-parallel form (use tp = 1)");
 }
 
-weft_module *weft_tp_model_build(weft_comm *c, const weft_model_cfg *cfg, weft_generator *g, weft_generator *dg) {
+weft_module *weft_tp_model_build(weft_comm *c, const weft_model_cfg *cfg, weft_generator *g, weft_generator *dg,
+                                 const weft_tp_opts *opts) {
+    bool seq = opts && opts->sequence_parallel;
     if (!cfg) return weft_error_null(WEFT_ERR_ARG, "tp_model_build: NULL config");
     if (!c) return weft_error_null(WEFT_ERR_ARG, "tp_model_build: no tensor-parallel communicator");
     weft_module *net = weft_nn_sequential();
     bool parallel = false;
     for (int i = 0; net && i < cfg->n_layers; i++) {
         const weft_layer_cfg *L = &cfg->layers[i];
-        weft_module *m = tp_layer(c, cfg, i, &parallel, g, dg);
+        weft_module *m = tp_layer(c, cfg, i, &parallel, g, dg, seq);
         if (!m) {
             char msg[512];
             snprintf(msg, sizeof msg, "%s:%d: [%s]: %s", cfg->path, L->line, weft_cfg_layer_name(L->type),

@@ -122,6 +122,18 @@ static weft_tensor *fn_scatter_reduce(weft_tensor *const *in, void *u) {
     return y;
 }
 
+// G(X) = sum_r h_r(X) through the sequence-parallel pair: X's tokens (dim 0)
+// split, seq_gather (backward: reduce-scatter), h_r, seq_reduce_scatter
+// (backward: all-gather), then the tokens gathered back.
+static weft_tensor *fn_seq(weft_tensor *const *in, void *u) {
+    (void)u;
+    weft_tensor *a = weft_tp_scatter(tp, in[0], 0), *b = weft_tp_seq_gather(tp, a, 0), *c = h_rank(b);
+    weft_tensor *d = weft_tp_seq_reduce_scatter(tp, c, 0), *y = weft_tp_gather(tp, d, 0);
+    weft_tensor *t[] = {a, b, c, d};
+    for (int i = 0; i < 4; i++) weft_tensor_free(t[i]);
+    return y;
+}
+
 // A wrong f: identity forward and identity backward (the missing all-reduce).
 static weft_status wrong_bw(void *ctx, int n_out, weft_tensor *const *gout, int n_in, const bool *needs,
                             weft_tensor **gin) {
@@ -174,6 +186,20 @@ static void test_operators(void) {
         }
     wt_check_values("scatter/reduce", y, yv, 6, 1e-13);
     weft_tensor_free(y);
+    // the sequence-parallel pair: X (2T, cols) split along its tokens
+    weft_tensor *xs = rand64(WEFT_DIMS(2 * size, cols), 8, true);
+    double xsv[256];
+    weft_tensor_to_f64(xs, xsv, 2 * size * cols);
+    y = fn_seq(&xs, NULL);
+    for (int i = 0; i < 2 * size * cols; i++) {
+        double s = 0;
+        for (int r = 0; r < size; r++) s += tanh((r + 1) * xsv[i]);
+        yv[i] = s;
+    }
+    wt_check_values("seq gather/reduce-scatter", y, yv, 2 * size * cols, 1e-13);
+    weft_tensor_free(y);
+    CHECK_GRAD(fn_seq, 1, &xs, NULL);
+    weft_tensor_free(xs);
     // gradients by finite differences
     CHECK_GRAD(fn_copy_reduce, 1, &x, NULL);
     CHECK_GRAD(fn_scatter_gather, 1, &x, NULL);

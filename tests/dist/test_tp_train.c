@@ -93,12 +93,13 @@ static void batch(const weft_model_cfg *cfg, int step, weft_tensor **x, weft_ten
     }
 }
 
-static void train_compare(const char *what, const char *text, int steps) {
+static void train_compare(const char *what, const char *text, int steps, bool seq) {
     weft_model_cfg *cfg = weft_model_cfg_parse(text, strlen(text), what);
     CHECK(cfg != NULL);
     if (!cfg) return;
     weft_generator *g1 = weft_generator_create(cfg->net.seed), *g2 = weft_generator_create(cfg->net.seed);
-    weft_module *ref = weft_model_build(cfg, g1, NULL), *m = weft_tp_model_build(tp, cfg, g2, NULL);
+        weft_tp_opts to = {.sequence_parallel = seq};
+    weft_module *ref = weft_model_build(cfg, g1, NULL), *m = weft_tp_model_build(tp, cfg, g2, NULL, &to);
     CHECK(ref && m);
     if (!ref || !m) return;
     CHECK(weft_module_param_count(m) == weft_module_param_count(ref));
@@ -144,8 +145,10 @@ static void train_compare(const char *what, const char *text, int steps) {
     weft_model_cfg_free(cfg);
 }
 
-static void test_gpt(void) { train_compare("gpt", gpt_cfg, 6); }
-static void test_mlp(void) { train_compare("mlp", mlp_cfg, 5); }
+static void test_gpt(void) { train_compare("gpt", gpt_cfg, 6, false); }
+static void test_mlp(void) { train_compare("mlp", mlp_cfg, 5, false); }
+// sequence parallel: the same GPT with its tokens split between the split layers
+static void test_gpt_seq(void) { train_compare("gpt-seq", gpt_cfg, 6, true); }
 
 // Settings the group cannot split are errors naming them, before anything trains.
 static void test_bad_model(void) {
@@ -159,7 +162,23 @@ static void test_bad_model(void) {
     weft_model_cfg *cfg = weft_model_cfg_parse(text, strlen(text), "bad");
     CHECK(cfg != NULL);
     weft_generator *g = weft_generator_create(1);
-    CHECK(weft_tp_model_build(tp, cfg, g, NULL) == NULL && wt_error_has("n_heads = 3") && wt_error_has("[transformer]"));
+    CHECK(weft_tp_model_build(tp, cfg, g, NULL, NULL) == NULL && wt_error_has("n_heads = 3") &&
+          wt_error_has("[transformer]"));
+    weft_model_cfg_free(cfg);
+    // sequence parallelism is for token models
+    cfg = weft_model_cfg_parse(mlp_cfg, strlen(mlp_cfg), "mlp");
+    CHECK(weft_tp_model_build(tp, cfg, g, NULL, &(weft_tp_opts){.sequence_parallel = true}) == NULL &&
+          wt_error_has("sequence parallel") && wt_error_has("[flatten]"));
+    weft_model_cfg_free(cfg);
+    // and needs the tokens divisible by the group
+    cfg = weft_model_cfg_parse(gpt_cfg, strlen(gpt_cfg), "gpt");
+    weft_module *m = weft_tp_model_build(tp, cfg, g, NULL, &(weft_tp_opts){.sequence_parallel = true});
+    CHECK(m != NULL);
+    int64_t ids[5] = {1, 2, 3, 4, 5};
+    weft_tensor *x = weft_tensor_from_data(ids, WEFT_DIMS(1, 5), WEFT_I64), *y = weft_module_forward(m, x);
+    CHECK(y == NULL && wt_error_has("not divisible by the tensor-parallel size"));
+    weft_tensor_free(x);
+    weft_module_free(m);
     weft_model_cfg_free(cfg);
     weft_generator_free(g);
 }
@@ -277,6 +296,7 @@ int main(int argc, char **argv) {
     weft_comm_set_timeout(tp, 60);
     RUN(test_gpt);
     RUN(test_mlp);
+    RUN(test_gpt_seq);
     RUN(test_bad_model);
     RUN(test_device_block);
     RUN(test_device_vocab);
