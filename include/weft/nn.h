@@ -38,6 +38,11 @@ weft_tensor *weft_module_find(const weft_module *m, const char *dotted_name);
 int64_t weft_module_num_elements(const weft_module *m);
 // Drop the gradients of all parameters.
 void weft_module_zero_grad(weft_module *m);
+// Converts every floating-point parameter and buffer of m and its children to
+// dt (as PyTorch's module.double()): each becomes a new tensor (parameters
+// stay leaves that require grad; gradients are dropped). Borrowed pointers
+// from weft_module_param_at are stale afterwards.
+weft_status weft_module_to_dtype(weft_module *m, weft_dtype dt);
 
 // ---- writing a module ----
 typedef weft_tensor *(*weft_module_forward_fn)(weft_module *m, weft_tensor *x);

@@ -226,6 +226,36 @@ void weft_module_zero_grad(weft_module *m) {
     for (int i = 0; i < np; i++) weft_tensor_zero_grad(weft_module_param_at(m, i, NULL, 0));
 }
 
+static bool is_float(weft_dtype dt) { return dt == WEFT_F32 || dt == WEFT_F64 || dt == WEFT_F16 || dt == WEFT_BF16; }
+
+// Each floating entry of arr replaced by a cast copy (made without history).
+static weft_status cast_entries(entry *arr, int n, weft_dtype dt, bool params) {
+    for (int i = 0; i < n; i++) {
+        weft_tensor *t = arr[i].t;
+        if (!is_float(weft_tensor_dtype(t)) || weft_tensor_dtype(t) == dt) continue;
+        weft_tensor *d = weft_tensor_detach(t), *c = weft_cast(d, dt);
+        weft_tensor_free(d);
+        if (!c) return weft_last_status();
+        weft_status st = params ? weft_tensor_set_requires_grad(c, true) : WEFT_OK;
+        if (st) {
+            weft_tensor_free(c);
+            return st;
+        }
+        weft_tensor_free(t);
+        arr[i].t = c;
+    }
+    return WEFT_OK;
+}
+
+weft_status weft_module_to_dtype(weft_module *m, weft_dtype dt) {
+    if (!m) return weft_error(WEFT_ERR_ARG, "module_to_dtype: NULL module");
+    if (!is_float(dt)) return weft_error(WEFT_ERR_DTYPE, "module_to_dtype: %s: the dtype must be floating point", m->kind);
+    weft_status st = cast_entries(m->params, m->n_params, dt, true);
+    if (!st) st = cast_entries(m->buffers, m->n_buffers, dt, false);
+    for (int c = 0; !st && c < m->n_children; c++) st = weft_module_to_dtype(m->children[c].m, dt);
+    return st;
+}
+
 // ---- sequential ----
 static weft_tensor *seq_forward(weft_module *m, weft_tensor *x) {
     weft_tensor *h = weft_tensor_ref(x);
