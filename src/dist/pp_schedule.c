@@ -267,7 +267,7 @@ weft_status weft_pp_step(weft_pp *p, weft_tensor *x, weft_tensor *y, weft_pp_los
         return weft_error(WEFT_ERR_OOM, "pp_step: out of memory");
     }
     bool grad_was = weft_grad_set_enabled(true);
-    double loss_sum = 0, busy = 0, t0 = weft_pp_now(), w0 = weft_pp_wait_seconds();
+    double loss_sum = 0, busy = 0, t0 = weft_pp_now();
     for (int i = 0; i < 2 * n && !st; i++) {
         double ta = weft_pp_now(), wa = weft_pp_wait_seconds();
         slot *s = &slots[a[i].v * p->M + a[i].m];
@@ -286,20 +286,21 @@ weft_status weft_pp_step(weft_pp *p, weft_tensor *x, weft_tensor *y, weft_pp_los
     // wait for this rank's sends so that their buffers are not in flight.
     weft_status ws = weft_pp_wait_sends(p->comm);
     if (!st) st = ws;
+    // The loss lives on the last chunk's rank: an all-reduce (the others add
+    // zeros, exactly) gives it to every rank and ends the step together, so
+    // that each rank's step time is the pipeline's, flush included.
+    if (!st && p->comm && p->P > 1) {
+        weft_tensor *t = weft_tensor_scalar(p->rank == (p->P * p->V - 1) % p->P ? loss_sum : 0, WEFT_F64);
+        st = t ? weft_dist_all_reduce(p->comm, t, WEFT_REDUCE_SUM) : weft_last_status();
+        if (!st) loss_sum = weft_tensor_item(t);
+        weft_tensor_free(t);
+        if (st) st = weft_error(st, "pp_step: %s", weft_last_error());
+    }
     double t1 = weft_pp_now();
-    (void)w0;
     p->stats = (weft_pp_stats){.step_s = t1 - t0, .busy_s = busy,
                                .idle_fraction = t1 > t0 ? 1 - busy / (t1 - t0) : 0,
                                .theory = weft_pp_bubble_theory(p->schedule, p->P, p->M, p->V)};
     if (st) return st;
-    // The loss lives on the last chunk's rank: everyone gets it.
-    if (p->comm && p->P > 1) {
-        weft_tensor *t = weft_tensor_scalar(loss_sum, WEFT_F64);
-        st = t ? weft_dist_broadcast(p->comm, t, (p->P * p->V - 1) % p->P) : weft_last_status();
-        if (!st) loss_sum = weft_tensor_item(t);
-        weft_tensor_free(t);
-        if (st) return weft_error(st, "pp_step: %s", weft_last_error());
-    }
     if (loss_out) *loss_out = loss_sum;
     return WEFT_OK;
 }
