@@ -94,12 +94,15 @@ static weft_tensor *run_chunk(weft_pp *p, int k, weft_tensor *x) {
     return cur;
 }
 
-// Where chunk k's inputs live: the device of its first parameter (CPU if none).
+// Where chunk k's inputs live: the device of its first parameter; for a
+// chunk without parameters (activations only), the model's first one's; CPU
+// if the model has none.
 static weft_device chunk_device(const weft_pp *p, int k) {
     for (int i = p->first[k]; i < p->first[k] + p->count[k]; i++) {
         weft_module *ch = weft_module_child_at(p->seq, i);
         if (weft_module_param_count(ch)) return weft_tensor_device(weft_module_param_at(ch, 0, NULL, 0));
     }
+    if (weft_module_param_count(p->seq)) return weft_tensor_device(weft_module_param_at(p->seq, 0, NULL, 0));
     return WEFT_DEVICE_CPU;
 }
 

@@ -319,6 +319,7 @@ int main(int argc, char **argv) {
     }
     size = weft_comm_size(weft_comm_world());
     rank = weft_comm_rank(weft_comm_world());
+    weft_comm_set_timeout(weft_comm_world(), 60); // a broken schedule must fail, not hang the suite
     g_full = reference_full();
     RUN(test_partition);
     RUN(test_schedules);
