@@ -201,7 +201,8 @@ weft_tensor *weft_pp_take(weft_comm *c, int ndim, const int64_t *sizes, weft_dty
     add_wait(weft_pp_now() - t0);
     if (s) {
         weft_tensor_free(t);
-        return weft_error_null(s, "pp_recv: %s", weft_last_error());
+        return weft_error_null(s, "pp_recv: the %s with tag %d (wire tag %d) from rank %d: %s",
+                               dir == PP_DIR_ACT ? "tensor" : "gradient", tag, wire_tag(tag, dir), src, weft_last_error());
     }
     return t;
 }

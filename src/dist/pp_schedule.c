@@ -3,18 +3,23 @@
 //
 // A schedule is, for each rank, a list of actions F(v, m) / B(v, m): the
 // forward or backward of micro-batch m through this rank's local chunk v
-// (global chunk k = v * P + rank). With P = 4, M = 4 (one column per
-// forward or backward time, bubbles as dots):
+// (global chunk k = v * P + rank). With P = 4, M = 4, a forward and a
+// backward taking one column each (dots: the bubble):
 //
-//   GPipe    rank 0  F0 F1 F2 F3 .  .  .  .  .  .  B0 B1 B2 B3
-//            rank 3  .  .  .  F0 F1 F2 F3 B0 B1 B2 B3 .  .  .     (backwards: later
-//   1F1B     rank 0  F0 F1 F2 F3 .  .  B0 .  B1 .  B2 .  B3        start on rank 0)
-//            rank 3  .  .  .  F0 B0 F1 B1 F2 B2 F3 B3
+//   GPipe   rank 0  F0 F1 F2 F3 .  .  .  .  .  .  B0 B1 B2 B3
+//           rank 1  .  F0 F1 F2 F3 .  .  .  .  B0 B1 B2 B3 .
+//           rank 2  .  .  F0 F1 F2 F3 .  .  B0 B1 B2 B3 .  .
+//           rank 3  .  .  .  F0 F1 F2 F3 B0 B1 B2 B3 .  .  .
+//   1F1B    rank 0  F0 F1 F2 F3 .  .  .  B0 .  B1 .  B2 .  B3
+//           rank 1  .  F0 F1 F2 .  .  B0 F3 B1 .  B2 .  B3 .
+//           rank 2  .  .  F0 F1 .  B0 F2 B1 F3 B2 .  B3 .  .
+//           rank 3  .  .  .  F0 B0 F1 B1 F2 B2 F3 B3 .  .  .
 //
-// GPipe keeps all M micro-batches' activations; 1F1B (PipeDream-Flush) at
-// most P - rank of them, with the same bubble. Interleaved 1F1B (Megatron)
-// gives each rank V chunks k = rank, rank + P, ...; a micro-batch passes
-// every rank V times, and the bubble shrinks by V.
+// Both idle (p-1)/(m+p-1) of the step; 1F1B (PipeDream-Flush) holds at most
+// P - rank micro-batches' activations instead of M. Interleaved 1F1B
+// (Megatron) gives each rank V chunks k = rank, rank + P, ...; a
+// micro-batch passes every rank V times, each pass 1/V of the work, and the
+// bubble shrinks to (p-1)/(v*m+p-1). docs/parallelism.md draws it.
 //
 // Every rank's backwards of one chunk run in micro-batch order 0, 1, ...,
 // so the gradients accumulate in the same order under every schedule (and
@@ -37,6 +42,15 @@ typedef struct {
     int v, m;
 } action;
 
+// The i-th forward (or backward) of an interleaved rank (Megatron's
+// get_model_chunk_id): micro-batches go in groups of P through local chunk
+// 0, then the same group through chunk 1, ...; backwards visit the chunks
+// in reverse.
+static action nth(const weft_pp *p, int i, bool fwd) {
+    int P = p->P, V = p->V, v = (i % (P * V)) / P;
+    return (action){fwd, fwd ? v : V - 1 - v, i / (P * V) * P + i % P};
+}
+
 // The actions of this rank, in order: 2 * V * M of them.
 static action *schedule(const weft_pp *p) {
     int P = p->P, r = p->rank, V = p->V, M = p->M, n = V * M;
@@ -48,28 +62,17 @@ static action *schedule(const weft_pp *p) {
         for (int m = 0; m < M; m++) a[k++] = (action){false, 0, m};
         return a;
     }
-    // 1F1B and interleaved: warm-up forwards, then one forward, one
-    // backward, then the remaining backwards. The i-th forward / backward
-    // of this rank (Megatron's get_model_chunk_id): micro-batches go in
-    // groups of P through chunk 0, then the same group through chunk 1, ...;
-    // backwards visit the chunks in reverse.
+    // 1F1B and interleaved: warm-up forwards (as many as the ranks after
+    // this one need to fill the pipe), then one forward, one backward, then
+    // the remaining backwards. Interleaved with M == P: all forwards first.
     int warm;
     if (p->schedule == WEFT_PP_1F1B) warm = P - r - 1;
     else warm = M == P ? n : (P - r - 1) * 2 + (V - 1) * P;
     if (warm > n) warm = n;
-#define FWD(i) ((action){true, ((i) % (P * V)) / P, (i) / (P * V) * P + (i) % P})
-#define BWD(i) ((action){false, V - 1 - ((i) % (P * V)) / P, (i) / (P * V) * P + (i) % P})
-    if (p->schedule == WEFT_PP_1F1B) { // V = 1: the i-th micro-batch in order
-        for (int i = 0; i < warm; i++) a[k++] = (action){true, 0, i};
-        for (int i = 0; i < n - warm; i++) a[k++] = (action){true, 0, warm + i}, a[k++] = (action){false, 0, i};
-        for (int i = n - warm; i < n; i++) a[k++] = (action){false, 0, i};
-        return a;
-    }
-    for (int i = 0; i < warm; i++) a[k++] = FWD(i);
-    for (int i = 0; i < n - warm; i++) a[k++] = FWD(warm + i), a[k++] = BWD(i);
-    for (int i = n - warm; i < n; i++) a[k++] = BWD(i);
-#undef FWD
-#undef BWD
+    // (1F1B is the interleaved order with V = 1: the i-th micro-batch.)
+    for (int i = 0; i < warm; i++) a[k++] = nth(p, i, true);
+    for (int i = 0; i < n - warm; i++) a[k++] = nth(p, warm + i, true), a[k++] = nth(p, i, false);
+    for (int i = n - warm; i < n; i++) a[k++] = nth(p, i, false);
     return a;
 }
 

@@ -264,6 +264,78 @@ static void test_with_dp(void) {
     weft_parallel_free(l);
 }
 
+// The autograd-aware messages alone: rank 0 sends y = 2x, the last rank
+// receives r and backpropagates sum(r * r), whose gradient 2r goes back and
+// through y: x.grad = 2 * 2r = 8x (closed form). With one process the same
+// pair talks through the mailbox (receive and its backward before the
+// send's backward, as a schedule orders them).
+static void test_p2p(void) {
+    weft_comm *c = weft_comm_world();
+    int last = size - 1;
+    double xv[6] = {1, -2, 3, 0.5, -0.25, 4};
+    if (rank == 0) {
+        weft_tensor *x = weft_tensor_from_data(xv, WEFT_DIMS(2, 3), WEFT_F64);
+        weft_tensor_set_requires_grad(x, true);
+        weft_tensor *y = weft_mul_scalar(x, 2);
+        weft_tensor *tok = weft_pp_send(c, y, last, 5);
+        CHECK(tok && weft_tensor_requires_grad(tok) && !strcmp(weft_tensor_grad_fn_name(tok), "pp_send"));
+        if (size == 1) { // the receiving side, here
+            weft_tensor *r = weft_pp_recv(c, WEFT_DIMS(2, 3), WEFT_F64, WEFT_DEVICE_CPU, 0, 5, true);
+            weft_tensor *rr = weft_mul(r, r), *z = weft_sum(rr, 0, NULL, false);
+            CHECK(weft_backward(z, NULL, NULL) == WEFT_OK);
+            weft_tensor_free(r);
+            weft_tensor_free(rr);
+            weft_tensor_free(z);
+        }
+        CHECK(weft_backward(tok, NULL, NULL) == WEFT_OK);
+        double g[6] = {0};
+        for (int i = 0; i < 6; i++) g[i] = 8 * xv[i];
+        wt_check_values("x.grad", weft_tensor_grad(x), g, 6, 0);
+        CHECK(weft_pp_wait_sends(c) == WEFT_OK);
+        // a tensor without history: a token without one, nothing comes back
+        weft_tensor *plain = weft_tensor_ones(WEFT_DIMS(2), WEFT_F64);
+        weft_tensor *t2 = weft_pp_send(c, plain, last, 6);
+        CHECK(t2 && !weft_tensor_requires_grad(t2));
+        if (size == 1) weft_tensor_free(weft_pp_recv(c, WEFT_DIMS(2), WEFT_F64, WEFT_DEVICE_CPU, 0, 6, false));
+        CHECK(weft_pp_wait_sends(c) == WEFT_OK);
+        weft_tensor_free(t2);
+        weft_tensor_free(plain);
+        weft_tensor_free(tok);
+        weft_tensor_free(y);
+        weft_tensor_free(x);
+    } else if (rank == last) {
+        weft_tensor *r = weft_pp_recv(c, WEFT_DIMS(2, 3), WEFT_F64, WEFT_DEVICE_CPU, 0, 5, true);
+        double want[6];
+        for (int i = 0; i < 6; i++) want[i] = 2 * xv[i];
+        CHECK(r && weft_tensor_requires_grad(r) && !strcmp(weft_tensor_grad_fn_name(r), "pp_recv"));
+        wt_check_values("received", r, want, 6, 0);
+        weft_tensor *rr = weft_mul(r, r), *z = weft_sum(rr, 0, NULL, false);
+        CHECK(weft_backward(z, NULL, NULL) == WEFT_OK);
+        CHECK(weft_pp_wait_sends(c) == WEFT_OK);
+        weft_tensor *p2 = weft_pp_recv(c, WEFT_DIMS(2), WEFT_F64, WEFT_DEVICE_CPU, 0, 6, false);
+        CHECK(p2 && !weft_tensor_requires_grad(p2));
+        weft_tensor_free(p2);
+        weft_tensor_free(r);
+        weft_tensor_free(rr);
+        weft_tensor_free(z);
+    }
+    // errors, not crashes
+    CHECK(weft_pp_send(c, NULL, 0, 1) == NULL);
+    weft_tensor *one = weft_tensor_ones(WEFT_DIMS(2), WEFT_F64);
+    CHECK(weft_pp_send(c, one, size, 1) == NULL && wt_error_has("dst"));
+    CHECK(weft_pp_recv(c, WEFT_DIMS(2), WEFT_F64, WEFT_DEVICE_CPU, rank, 99, false) == NULL &&
+          wt_error_has("no message from this rank itself"));
+    CHECK(weft_pp_recv(c, WEFT_DIMS(2), WEFT_F64, WEFT_DEVICE_CPU, 0, -1, false) == NULL && wt_error_has("tag"));
+    if (size > 1 && rank == 1) { // a message that never comes: an error after the timeout, not a hang
+        weft_comm_set_timeout(c, 0.5);
+        CHECK(weft_pp_recv(c, WEFT_DIMS(2), WEFT_F64, WEFT_DEVICE_CPU, 0, 98, false) == NULL &&
+              wt_error_has("no message from rank 0"));
+        weft_comm_set_timeout(c, 60);
+    }
+    weft_tensor_free(one);
+    CHECK(weft_dist_barrier(c) == WEFT_OK);
+}
+
 static void test_partition(void) {
     int part[6];
     CHECK(weft_pp_partition(5, (double[]){1, 1, 8, 1, 1}, 3, part) == WEFT_OK);
@@ -321,6 +393,7 @@ int main(int argc, char **argv) {
     rank = weft_comm_rank(weft_comm_world());
     weft_comm_set_timeout(weft_comm_world(), 60); // a broken schedule must fail, not hang the suite
     g_full = reference_full();
+    RUN(test_p2p);
     RUN(test_partition);
     RUN(test_schedules);
     RUN(test_splits);
