@@ -26,6 +26,16 @@ double weft_pp_wait_seconds(void);
 weft_tensor *weft_pp_send_token(weft_comm *c, weft_tensor *x, int dst, int tag, bool post);
 double weft_pp_now(void);
 
+// One entry of a rank's schedule: the forward or backward of micro-batch m
+// through local chunk v (global chunk v * P + rank).
+typedef struct {
+    bool fwd;
+    int v, m;
+} weft_pp_action;
+// Rank r's actions under schedule s (V = 1 unless interleaved), in order:
+// fills a[0 .. 2 * V * M) and returns 2 * V * M.
+int weft_pp_actions(weft_pp_schedule s, int P, int V, int M, int r, weft_pp_action *a);
+
 struct weft_pp {
     weft_comm *comm; // borrowed; NULL: one process
     int P, rank;     // pipeline size and this rank's stage

@@ -37,43 +37,34 @@
 #include "../core/core_impl.h"
 #include "pp_impl.h"
 
-typedef struct {
-    bool fwd;
-    int v, m;
-} action;
-
 // The i-th forward (or backward) of an interleaved rank (Megatron's
 // get_model_chunk_id): micro-batches go in groups of P through local chunk
 // 0, then the same group through chunk 1, ...; backwards visit the chunks
 // in reverse.
-static action nth(const weft_pp *p, int i, bool fwd) {
-    int P = p->P, V = p->V, v = (i % (P * V)) / P;
-    return (action){fwd, fwd ? v : V - 1 - v, i / (P * V) * P + i % P};
+static weft_pp_action nth(int P, int V, int i, bool fwd) {
+    int v = (i % (P * V)) / P;
+    return (weft_pp_action){fwd, fwd ? v : V - 1 - v, i / (P * V) * P + i % P};
 }
 
-// The actions of this rank, in order: 2 * V * M of them.
-static action *schedule(const weft_pp *p) {
-    int P = p->P, r = p->rank, V = p->V, M = p->M, n = V * M;
-    action *a = malloc(sizeof(action) * (size_t)(2 * n));
-    if (!a) return weft_error_null(WEFT_ERR_OOM, "pp_step: out of memory");
-    int k = 0;
-    if (p->schedule == WEFT_PP_GPIPE) {
-        for (int m = 0; m < M; m++) a[k++] = (action){true, 0, m};
-        for (int m = 0; m < M; m++) a[k++] = (action){false, 0, m};
-        return a;
+int weft_pp_actions(weft_pp_schedule s, int P, int V, int M, int r, weft_pp_action *a) {
+    int n = V * M, k = 0;
+    if (s == WEFT_PP_GPIPE) {
+        for (int m = 0; m < M; m++) a[k++] = (weft_pp_action){true, 0, m};
+        for (int m = 0; m < M; m++) a[k++] = (weft_pp_action){false, 0, m};
+        return k;
     }
     // 1F1B and interleaved: warm-up forwards (as many as the ranks after
     // this one need to fill the pipe), then one forward, one backward, then
     // the remaining backwards. Interleaved with M == P: all forwards first.
     int warm;
-    if (p->schedule == WEFT_PP_1F1B) warm = P - r - 1;
+    if (s == WEFT_PP_1F1B) warm = P - r - 1;
     else warm = M == P ? n : (P - r - 1) * 2 + (V - 1) * P;
     if (warm > n) warm = n;
     // (1F1B is the interleaved order with V = 1: the i-th micro-batch.)
-    for (int i = 0; i < warm; i++) a[k++] = nth(p, i, true);
-    for (int i = 0; i < n - warm; i++) a[k++] = nth(p, warm + i, true), a[k++] = nth(p, i, false);
-    for (int i = n - warm; i < n; i++) a[k++] = nth(p, i, false);
-    return a;
+    for (int i = 0; i < warm; i++) a[k++] = nth(P, V, i, true);
+    for (int i = 0; i < n - warm; i++) a[k++] = nth(P, V, warm + i, true), a[k++] = nth(P, V, i, false);
+    for (int i = n - warm; i < n; i++) a[k++] = nth(P, V, i, false);
+    return k;
 }
 
 double weft_pp_bubble_theory(weft_pp_schedule s, int p, int m, int v) {
@@ -265,7 +256,8 @@ weft_status weft_pp_step(weft_pp *p, weft_tensor *x, weft_tensor *y, weft_pp_los
     if (st) return st;
     int64_t b = batch / p->M;
     int n = p->V * p->M;
-    action *a = schedule(p);
+    weft_pp_action *a = malloc(sizeof(weft_pp_action) * (size_t)(2 * n));
+    if (a) weft_pp_actions(p->schedule, p->P, p->V, p->M, p->rank, a);
     slot *slots = calloc((size_t)n, sizeof(slot));
     if (!a || !slots) {
         free(a);
