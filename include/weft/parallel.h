@@ -151,6 +151,105 @@ weft_tensor *weft_tp_model_loss(weft_comm *tp, const weft_model_cfg *cfg, weft_t
 // ==== end of tensor parallel ====
 
 // ==== pipeline parallel (weft_pp_*, src/dist/pp.c) ====
+// Inter-layer model parallelism: a weft_nn_sequential is cut into P stages
+// (one per rank of a pipeline communicator), each global batch into M
+// micro-batches, and a schedule decides the order in which every rank runs
+// the forward (F) and backward (B) of its micro-batches. Activations go
+// forward and their gradients back over point-to-point messages that are
+// themselves autograd ops, so a stage's backward is an ordinary
+// weft_backward. Sends never block (they complete in the background); only
+// receives wait, so any schedule in which each rank's receives come after
+// the matching sends of the ranks it depends on is deadlock-free. A receive
+// that never comes fails after the communicator's timeout.
+
+// Autograd-aware point to point. weft_pp_send posts x (any device; copied to
+// the host while in flight) to rank dst of c with this tag and returns a
+// one-element f64 token: weft_backward(token, NULL, NULL) receives the
+// gradient of x from dst (same tag, the other direction) and backpropagates
+// it through x's graph. When x does not require grad the token does not
+// either (then nothing comes back). weft_pp_recv receives a tensor of
+// (ndim, sizes, dt) on dev from src; with requires_grad its backward sends
+// the gradient back to src (same tag). dst/src may be this rank itself
+// (delivered through a local mailbox). c NULL means a job of one process.
+weft_tensor *weft_pp_send(weft_comm *c, weft_tensor *x, int dst, int tag);
+weft_tensor *weft_pp_recv(weft_comm *c, int ndim, const int64_t *sizes, weft_dtype dt, weft_device dev, int src,
+                          int tag, bool requires_grad);
+// Waits until every send this process posted on c (forward or from a
+// backward) has been received, or the communicator's timeout.
+weft_status weft_pp_wait_sends(weft_comm *c);
+
+typedef enum {
+    WEFT_PP_GPIPE,      // all M forwards, then all M backwards
+    WEFT_PP_1F1B,       // PipeDream-Flush: P-1-rank warm-up forwards, then one forward / one backward
+    WEFT_PP_INTERLEAVED // Megatron's interleaved 1F1B: V chunks per rank, chunk k on rank k % P
+} weft_pp_schedule;
+
+typedef enum {
+    WEFT_PP_SPLIT_LAYERS, // the same number of children per stage (the first ones get one more)
+    WEFT_PP_SPLIT_PARAMS, // contiguous, minimising the largest stage's parameter count
+    WEFT_PP_SPLIT_COST    // contiguous, minimising the largest stage's measured forward+backward time
+} weft_pp_split;
+
+typedef struct weft_pp_opts {
+    weft_pp_schedule schedule;
+    int microbatches;   // M >= 1 (0: 1); must divide the batch; interleaved: a multiple of P
+    int virtual_stages; // V, interleaved only (0: 2); the model is cut into P * V chunks
+    weft_pp_split split;
+    // Manual placement (overrides split): chunk number of each child of the
+    // sequential, non-decreasing, every chunk 0 .. P*V-1 used. With V = 1 a
+    // chunk is a stage; interleaved, chunk k runs on rank k % P.
+    const int *stage_of;
+    weft_tensor *cost_sample; // SPLIT_COST: a micro-batch of inputs, the same on every rank
+    bool recompute;           // keep only each chunk's input; rerun its forward in the backward
+} weft_pp_opts;
+
+typedef struct weft_pp weft_pp;
+typedef struct weft_module weft_module; // weft/nn.h
+// Collective over c (the pipeline group: layout->pp_comm, or NULL for one
+// process): this rank's stage(s) of seq, whose children are cut into
+// P * V contiguous chunks. seq stays the caller's (every rank may hold all
+// of it; only this rank's chunks are run and get gradients). Errors name
+// the setting: P * V greater than the number of children, a bad stage_of.
+// opts NULL: GPipe, M = 1, split by layers.
+weft_pp *weft_pp_create(weft_comm *c, weft_module *seq, const weft_pp_opts *opts);
+void weft_pp_free(weft_pp *p);
+// Chunk number of child i of the sequential (-1 out of range), and whether
+// this rank runs it; this rank's parameters (depth first, the sequential's
+// order): returns their number, fills params[0..] when params is not NULL.
+int weft_pp_chunk_of(const weft_pp *p, int child);
+bool weft_pp_holds(const weft_pp *p, int child);
+int weft_pp_params(const weft_pp *p, weft_tensor **params);
+
+// The per-micro-batch loss: a one-element tensor (a mean over the
+// micro-batch, so that the mean over micro-batches is the batch's mean).
+typedef weft_tensor *(*weft_pp_loss_fn)(weft_tensor *out, weft_tensor *target, void *user);
+// One global batch through the pipeline, forward and backward: x (batch on
+// dim 0) is read on the rank holding chunk 0, y (targets, batch on dim 0) on
+// the rank holding the last chunk; either may be NULL elsewhere. Each
+// micro-batch's loss is scaled by 1/M before its backward, so the gradients
+// accumulated into this rank's parameters' .grad (added to what is there:
+// zero them before) are those of the batch's mean loss. *loss_out (may be
+// NULL) gets that mean loss on every rank. The caller then steps its own
+// optimiser over weft_pp_params (and all-reduces over a data-parallel group
+// first, if any). Collective over c.
+weft_status weft_pp_step(weft_pp *p, weft_tensor *x, weft_tensor *y, weft_pp_loss_fn loss, void *user,
+                         double *loss_out);
+
+// The last step on this rank: wall time, time spent computing (forwards and
+// backwards, not waiting for messages), idle fraction 1 - busy/step, and the
+// schedule's theoretical bubble fraction (weft_pp_bubble_theory).
+typedef struct weft_pp_stats {
+    double step_s, busy_s, idle_fraction, theory;
+} weft_pp_stats;
+weft_pp_stats weft_pp_last_stats(const weft_pp *p);
+// Idle fraction of an ideal pipeline with equal stages: (p-1)/(m+p-1) for
+// GPipe and 1F1B, (p-1)/(v*m+p-1) interleaved (Narayanan et al. 2021, the
+// bubble (p-1)/v micro-batch times against m of work).
+double weft_pp_bubble_theory(weft_pp_schedule s, int p, int m, int v);
+// Contiguous split of n items with costs cost[0..n) into parts non-empty
+// runs, minimising the largest run's total (ties: earlier cuts). part_of[i]
+// gets item i's run. Errors when parts > n or parts < 1.
+weft_status weft_pp_partition(int n, const double *cost, int parts, int *part_of);
 
 // ==== end of pipeline parallel ====
 
