@@ -44,7 +44,7 @@ int weft_parallel_rank_of(const weft_parallel *p, int dp_rank, int tp_rank, int 
 
 // ==== tensor parallel (weft_tp_*, src/dist/tp.c) ====
 // Megatron-LM's intra-layer model parallelism over a TP group (p->tp_comm):
-// weights split by rows or columns, joined by four autograd operators. Every
+// weights split by rows or columns, joined by autograd operators. Every
 // function here is collective over the group (all its ranks call it in the
 // same order, with tensors of the same shape on the same kind of device).
 // Tensors may live on any device: the collectives of weft/dist.h move them.
@@ -128,7 +128,8 @@ weft_tensor *weft_tp_param_gather(weft_comm *tp, const weft_module *m, int i);
 // the blocks above, a linear followed (through activations) by another
 // linear -> column then row, the last linear of a cross-entropy model ->
 // column-parallel with its logits left split (N, ..., classes/T), any other
-// linear -> column with gather_output; layer norms, activations, flatten and
+// linear -> column with gather_output (whole where T does not divide its
+// outputs); layer norms, activations, flatten and
 // dropout replicated. Other layers (conv, pools, batch norm, LSTM) are an
 // error naming the layer.
 //
