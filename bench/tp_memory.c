@@ -6,8 +6,10 @@
 // statistics (weft_memory_stats_get): parameters' bytes, plus the peak of
 // bytes in use during forward + backward above what was in use before it.
 // Rank 0 first runs the whole model alone (rank 1 waits), then both run the
-// TP = 2 model (weft_tp_model_build) on the same batch.
-//   tp_memory_gpt  <per-rank MB at TP=2> MB 0 <one-process MB>
+// TP = 2 model (weft_tp_model_build) on the same batch, without and with
+// sequence parallelism:
+//   tp_memory_gpt      <per-rank MB at TP=2> MB 0 <one-process MB>
+//   tp_memory_gpt_seq  the same with sequence parallelism
 // so bench/run.sh's ratio column is one-process / per-rank (goal >= 1.82,
 // i.e. a rank holds <= 0.55x). BATCH=b overrides the batch (default 8 x 128
 // tokens: the ratio does not depend on it much). Run as
@@ -75,7 +77,7 @@ static int relaunch(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     if (!weft_dist_launched()) return relaunch(argc, argv);
-    if (!bench_selected(argc, argv, "tp_memory_gpt")) return 0;
+    if (!bench_selected(argc, argv, "tp_memory_gpt") && !bench_selected(argc, argv, "tp_memory_gpt_seq")) return 0;
     if (weft_dist_init(&argc, &argv) != WEFT_OK) {
         fprintf(stderr, "tp_memory: %s\n", weft_last_error());
         return 1;
@@ -92,7 +94,7 @@ int main(int argc, char **argv) {
     weft_generator *g = weft_generator_create(1);
     weft_tensor *x, *y;
     bench_model_batch(&cfg->net, g, &x, &y);
-    mem one = {0, 0}, two = {0, 0};
+    mem one = {0, 0};
     if (rank == 0) { // the one-process reference, alone
         weft_generator *gi = weft_generator_create(cfg->net.seed);
         weft_module *net = weft_model_build(cfg, gi, NULL);
@@ -101,26 +103,31 @@ int main(int argc, char **argv) {
         weft_generator_free(gi);
     }
     weft_dist_barrier(world);
-    weft_generator *gi = weft_generator_create(cfg->net.seed);
-    weft_tp_opts to = {.sequence_parallel = getenv("SEQ") && atoi(getenv("SEQ"))};
-    weft_module *net = weft_tp_model_build(p->tp_comm, cfg, gi, NULL, &to);
-    fail |= !net || measure(cfg, p->tp_comm, net, x, y, &two);
-    // the job's figure is its larger rank
-    weft_tensor *t = weft_tensor_from_data((double[]){two.params + two.step}, WEFT_DIMS(1), WEFT_F64);
-    weft_dist_all_reduce(world, t, WEFT_REDUCE_MAX);
-    if (fail) fprintf(stderr, "tp_memory: rank %d: %s\n", rank, weft_last_error());
-    else if (rank == 0) {
-        double per_rank = weft_tensor_item(t), whole = one.params + one.step;
-        bench_report_peer("tp_memory_gpt", per_rank / 1e6, "MB", 0, whole / 1e6);
-        fprintf(stderr,
-                "tp_memory_gpt: batch %lld x %lld: one process %.2f MB params + %.2f MB step; TP=2 rank 0 %.2f + %.2f "
-                "MB; per rank / one process = %.3f (params %.3f, step %.3f)\n",
-                (long long)cfg->net.batch, (long long)cfg->net.context, one.params / 1e6, one.step / 1e6,
-                two.params / 1e6, two.step / 1e6, per_rank / whole, two.params / one.params, two.step / one.step);
+    for (int seq = 0; seq < 2 && !fail; seq++) {
+        const char *name = seq ? "tp_memory_gpt_seq" : "tp_memory_gpt";
+        if (!bench_selected(argc, argv, name)) continue;
+        mem two = {0, 0};
+        weft_generator *gi = weft_generator_create(cfg->net.seed);
+        weft_tp_opts to = {.sequence_parallel = seq};
+        weft_module *net = weft_tp_model_build(p->tp_comm, cfg, gi, NULL, &to);
+        fail |= !net || measure(cfg, p->tp_comm, net, x, y, &two);
+        // the job's figure is its larger rank
+        weft_tensor *t = weft_tensor_from_data((double[]){two.params + two.step}, WEFT_DIMS(1), WEFT_F64);
+        weft_dist_all_reduce(world, t, WEFT_REDUCE_MAX);
+        if (fail) fprintf(stderr, "%s: rank %d: %s\n", name, rank, weft_last_error());
+        else if (rank == 0) {
+            double per_rank = weft_tensor_item(t), whole = one.params + one.step;
+            bench_report_peer(name, per_rank / 1e6, "MB", 0, whole / 1e6);
+            fprintf(stderr,
+                    "%s: batch %lld x %lld: one process %.2f MB params + %.2f MB step; TP=2 rank 0 %.2f + %.2f MB; "
+                    "per rank / one process = %.3f (params %.3f, step %.3f)\n",
+                    name, (long long)cfg->net.batch, (long long)cfg->net.context, one.params / 1e6, one.step / 1e6,
+                    two.params / 1e6, two.step / 1e6, per_rank / whole, two.params / one.params, two.step / one.step);
+        }
+        weft_tensor_free(t);
+        weft_module_free(net);
+        weft_generator_free(gi);
     }
-    weft_tensor_free(t);
-    weft_module_free(net);
-    weft_generator_free(gi);
     weft_tensor_free(x);
     weft_tensor_free(y);
     weft_generator_free(g);

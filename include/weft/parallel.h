@@ -44,7 +44,7 @@ int weft_parallel_rank_of(const weft_parallel *p, int dp_rank, int tp_rank, int 
 
 // ==== tensor parallel (weft_tp_*, src/dist/tp.c) ====
 // Megatron-LM's intra-layer model parallelism over a TP group (p->tp_comm):
-// weights split by rows or columns, joined by four autograd operators. Every
+// weights split by rows or columns, joined by autograd operators. Every
 // function here is collective over the group (all its ranks call it in the
 // same order, with tensors of the same shape on the same kind of device).
 // Tensors may live on any device: the collectives of weft/dist.h move them.
@@ -128,7 +128,8 @@ weft_tensor *weft_tp_param_gather(weft_comm *tp, const weft_module *m, int i);
 // the blocks above, a linear followed (through activations) by another
 // linear -> column then row, the last linear of a cross-entropy model ->
 // column-parallel with its logits left split (N, ..., classes/T), any other
-// linear -> column with gather_output; layer norms, activations, flatten and
+// linear -> column with gather_output (whole where T does not divide its
+// outputs); layer norms, activations, flatten and
 // dropout replicated. Other layers (conv, pools, batch norm, LSTM) are an
 // error naming the layer.
 //
@@ -167,10 +168,11 @@ weft_tensor *weft_tp_model_loss(weft_comm *tp, const weft_model_cfg *cfg, weft_t
 // one-element f64 token: weft_backward(token, NULL, NULL) receives the
 // gradient of x from dst (same tag, the other direction) and backpropagates
 // it through x's graph. When x does not require grad the token does not
-// either (then nothing comes back). weft_pp_recv receives a tensor of
-// (ndim, sizes, dt) on dev from src; with requires_grad its backward sends
-// the gradient back to src (same tag). dst/src may be this rank itself
-// (delivered through a local mailbox). c NULL means a job of one process.
+// either, and the receiver must not ask for a gradient. weft_pp_recv
+// receives a tensor of (ndim, sizes, dt) on dev from src; with
+// requires_grad its backward sends the gradient back to src (same tag).
+// dst/src may be this rank itself (delivered through a local mailbox). c
+// NULL means a job of one process. Tags are 0 .. 2^28.
 weft_tensor *weft_pp_send(weft_comm *c, weft_tensor *x, int dst, int tag);
 weft_tensor *weft_pp_recv(weft_comm *c, int ndim, const int64_t *sizes, weft_dtype dt, weft_device dev, int src,
                           int tag, bool requires_grad);
@@ -185,7 +187,7 @@ typedef enum {
 } weft_pp_schedule;
 
 typedef enum {
-    WEFT_PP_SPLIT_LAYERS, // the same number of children per stage (the first ones get one more)
+    WEFT_PP_SPLIT_LAYERS, // the same number of layers per stage (the first ones get one more)
     WEFT_PP_SPLIT_PARAMS, // contiguous, minimising the largest stage's parameter count
     WEFT_PP_SPLIT_COST    // contiguous, minimising the largest stage's measured forward+backward time
 } weft_pp_split;
@@ -195,29 +197,35 @@ typedef struct weft_pp_opts {
     int microbatches;   // M >= 1 (0: 1); must divide the batch; interleaved: a multiple of P
     int virtual_stages; // V, interleaved only (0: 2); the model is cut into P * V chunks
     weft_pp_split split;
-    // Manual placement (overrides split): chunk number of each child of the
-    // sequential, non-decreasing, every chunk 0 .. P*V-1 used. With V = 1 a
-    // chunk is a stage; interleaved, chunk k runs on rank k % P.
+    // Manual placement (overrides split): chunk number of each layer,
+    // non-decreasing, every chunk 0 .. P*V-1 used. With V = 1 a chunk is a
+    // stage; interleaved, chunk k runs on rank k % P.
     const int *stage_of;
     weft_tensor *cost_sample; // SPLIT_COST: a micro-batch of inputs, the same on every rank
     bool recompute;           // keep only each chunk's input; rerun its forward in the backward
+                              // (dropout would draw new masks in the rerun)
 } weft_pp_opts;
 
 typedef struct weft_pp weft_pp;
 typedef struct weft_module weft_module; // weft/nn.h
 // Collective over c (the pipeline group: layout->pp_comm, or NULL for one
-// process): this rank's stage(s) of seq, whose children are cut into
-// P * V contiguous chunks. seq stays the caller's (every rank may hold all
-// of it; only this rank's chunks are run and get gradients). Errors name
-// the setting: P * V greater than the number of children, a bad stage_of.
-// opts NULL: GPipe, M = 1, split by layers.
+// process): this rank's stage(s) of seq, whose layers are cut into P * V
+// contiguous chunks. The layers are seq's children, a child that is itself
+// a sequential counting as its own children (weft_model_build's stack of
+// transformer blocks: one layer per block). seq stays the caller's (every
+// rank may hold all of it; only this rank's chunks run and get gradients).
+// Errors name the setting: P * V greater than the number of layers, a bad
+// stage_of. opts NULL: GPipe, M = 1, split by layers.
 weft_pp *weft_pp_create(weft_comm *c, weft_module *seq, const weft_pp_opts *opts);
 void weft_pp_free(weft_pp *p);
-// Chunk number of child i of the sequential (-1 out of range), and whether
-// this rank runs it; this rank's parameters (depth first, the sequential's
-// order): returns their number, fills params[0..] when params is not NULL.
-int weft_pp_chunk_of(const weft_pp *p, int child);
-bool weft_pp_holds(const weft_pp *p, int child);
+// The layers (borrowed; NULL out of range), the chunk of layer i (-1 out
+// of range) and whether this rank runs it; this rank's parameters (the
+// layers' order, depth first): returns their number, fills params[0..] when
+// params is not NULL.
+int weft_pp_num_layers(const weft_pp *p);
+weft_module *weft_pp_layer(const weft_pp *p, int i);
+int weft_pp_chunk_of(const weft_pp *p, int layer);
+bool weft_pp_holds(const weft_pp *p, int layer);
 int weft_pp_params(const weft_pp *p, weft_tensor **params);
 
 // The per-micro-batch loss: a one-element tensor (a mean over the
@@ -225,7 +233,9 @@ int weft_pp_params(const weft_pp *p, weft_tensor **params);
 typedef weft_tensor *(*weft_pp_loss_fn)(weft_tensor *out, weft_tensor *target, void *user);
 // One global batch through the pipeline, forward and backward: x (batch on
 // dim 0) is read on the rank holding chunk 0, y (targets, batch on dim 0) on
-// the rank holding the last chunk; either may be NULL elsewhere. Each
+// the rank holding the last chunk; either may be NULL elsewhere. Each lives
+// where its chunk's layers do; activations are received onto the device of
+// their chunk's first parameter. The chunks pass one tensor each. Each
 // micro-batch's loss is scaled by 1/M before its backward, so the gradients
 // accumulated into this rank's parameters' .grad (added to what is there:
 // zero them before) are those of the batch's mean loss. *loss_out (may be
@@ -247,8 +257,8 @@ weft_pp_stats weft_pp_last_stats(const weft_pp *p);
 // bubble (p-1)/v micro-batch times against m of work).
 double weft_pp_bubble_theory(weft_pp_schedule s, int p, int m, int v);
 // Contiguous split of n items with costs cost[0..n) into parts non-empty
-// runs, minimising the largest run's total (ties: earlier cuts). part_of[i]
-// gets item i's run. Errors when parts > n or parts < 1.
+// runs, minimising the largest run's total (deterministic: the same cut on
+// every rank). part_of[i] gets item i's run. Errors when parts > n or parts < 1.
 weft_status weft_pp_partition(int n, const double *cost, int parts, int *part_of);
 
 // ==== end of pipeline parallel ====

@@ -32,6 +32,12 @@ double weft_pp_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+weft_tensor *weft_pp_host(const void *data, int64_t n, weft_dtype dt) {
+    weft_tensor *t = weft_tensor_empty_on(1, &n, dt, WEFT_DEVICE_CPU);
+    if (t) memcpy(weft_tensor_data(t), data, (size_t)n * weft_dtype_size(dt));
+    return t;
+}
+
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static double g_wait_s; // seconds in blocking receives (the bubble's measure)
 
@@ -381,11 +387,12 @@ weft_status weft_pp_partition(int n, const double *cost, int parts, int *part_of
 
 // Forward + backward time of each child on a micro-batch flowing through the
 // whole sequential (best of 3), the same on every rank (rank 0's numbers).
-static weft_status measure_costs(weft_comm *c, weft_module *seq, weft_tensor *sample, int n, double *cost) {
+static weft_status measure_costs(weft_comm *c, weft_module *seq, weft_module **layers, weft_tensor *sample, int n,
+                                 double *cost) {
     weft_status st = WEFT_OK;
     weft_tensor *cur = weft_tensor_detach(sample);
     for (int i = 0; i < n && !st; i++) {
-        weft_module *ch = weft_module_child_at(seq, i);
+        weft_module *ch = layers[i];
         weft_tensor *next = NULL;
         cost[i] = -1;
         for (int r = 0; r < 3 && !st; r++) {
@@ -413,7 +420,7 @@ static weft_status measure_costs(weft_comm *c, weft_module *seq, weft_tensor *sa
     if (size_of(c) == 1) return st;
     // Every rank must cut the same way: rank 0's timings for all. A failed
     // rank still joins the broadcast and returns its own error.
-    weft_tensor *t = weft_tensor_from_data(cost, WEFT_DIMS(n), WEFT_F64);
+    weft_tensor *t = weft_pp_host(cost, n, WEFT_F64);
     weft_status bs = t ? weft_dist_broadcast(c, t, 0) : weft_last_status();
     if (!bs) bs = weft_tensor_to_f64(t, cost, n);
     weft_tensor_free(t);
@@ -422,18 +429,36 @@ static weft_status measure_costs(weft_comm *c, weft_module *seq, weft_tensor *sa
 
 void weft_pp_free(weft_pp *p) {
     if (!p) return;
+    free(p->layers);
     free(p->chunk_of);
     free(p->first);
     free(p->count);
     free(p);
 }
 
+static bool is_seq(const weft_module *m) { return !strcmp(weft_module_kind(m), "sequential"); }
+
+// The layers of seq in order, a nested sequential's children in its place
+// (its forward applies them in order, so the model computes the same).
+// Returns their number; fills out when not NULL.
+static int flatten(weft_module *seq, weft_module **out, int n) {
+    for (int i = 0; i < weft_module_child_count(seq); i++) {
+        weft_module *ch = weft_module_child_at(seq, i);
+        if (is_seq(ch)) n = flatten(ch, out, n);
+        else {
+            if (out) out[n] = ch;
+            n++;
+        }
+    }
+    return n;
+}
+
 weft_pp *weft_pp_create(weft_comm *c, weft_module *seq, const weft_pp_opts *opts) {
     weft_pp_opts o = opts ? *opts : (weft_pp_opts){0};
-    if (!seq || strcmp(weft_module_kind(seq), "sequential"))
+    if (!seq || !is_seq(seq))
         return weft_error_null(WEFT_ERR_ARG, "pp_create: the model must be a sequential (got %s)",
                                seq ? weft_module_kind(seq) : "NULL");
-    int n = weft_module_child_count(seq), P = size_of(c), rank = rank_of(c);
+    int n = flatten(seq, NULL, 0), P = size_of(c), rank = rank_of(c);
     if (o.schedule != WEFT_PP_GPIPE && o.schedule != WEFT_PP_1F1B && o.schedule != WEFT_PP_INTERLEAVED)
         return weft_error_null(WEFT_ERR_ARG, "pp_create: unknown schedule %d", (int)o.schedule);
     int M = o.microbatches ? o.microbatches : 1;
@@ -460,11 +485,13 @@ weft_pp *weft_pp_create(weft_comm *c, weft_module *seq, const weft_pp_opts *opts
     if (!p) return weft_error_null(WEFT_ERR_OOM, "pp_create: out of memory");
     *p = (weft_pp){.comm = c, .P = P, .rank = rank, .V = V, .M = M, .schedule = o.schedule,
                    .recompute = o.recompute, .seq = seq, .n = n};
-    p->chunk_of = malloc(sizeof(int) * (size_t)n);
+    p->layers = malloc(sizeof(weft_module *) * (size_t)(n ? n : 1));
+    if (p->layers) flatten(seq, p->layers, 0);
+    p->chunk_of = malloc(sizeof(int) * (size_t)(n ? n : 1));
     p->first = calloc((size_t)K, sizeof(int));
     p->count = calloc((size_t)K, sizeof(int));
     double *cost = malloc(sizeof(double) * (size_t)n);
-    weft_status st = p->chunk_of && p->first && p->count && cost ? WEFT_OK
+    weft_status st = p->layers && p->chunk_of && p->first && p->count && cost ? WEFT_OK
                                                                   : weft_error(WEFT_ERR_OOM, "pp_create: out of memory");
     if (!st && o.stage_of) {
         for (int i = 0; i < n && !st; i++) {
@@ -483,11 +510,11 @@ weft_pp *weft_pp_create(weft_comm *c, weft_module *seq, const weft_pp_opts *opts
         if (o.split == WEFT_PP_SPLIT_LAYERS)
             for (int i = 0; i < n; i++) cost[i] = 1;
         else if (o.split == WEFT_PP_SPLIT_PARAMS)
-            for (int i = 0; i < n; i++) cost[i] = (double)weft_module_num_elements(weft_module_child_at(seq, i));
+            for (int i = 0; i < n; i++) cost[i] = (double)weft_module_num_elements(p->layers[i]);
         else if (o.split == WEFT_PP_SPLIT_COST) {
             if (!o.cost_sample)
                 st = weft_error(WEFT_ERR_ARG, "pp_create: split by cost needs cost_sample (a micro-batch of inputs)");
-            else st = measure_costs(c, seq, o.cost_sample, n, cost);
+            else st = measure_costs(c, seq, p->layers, o.cost_sample, n, cost);
         } else
             st = weft_error(WEFT_ERR_ARG, "pp_create: unknown split %d", (int)o.split);
         if (!st && o.split == WEFT_PP_SPLIT_LAYERS) // as weft_dist_chunk: the first n % K chunks get one more
@@ -511,12 +538,16 @@ weft_pp *weft_pp_create(weft_comm *c, weft_module *seq, const weft_pp_opts *opts
     return p;
 }
 
-int weft_pp_chunk_of(const weft_pp *p, int child) {
-    return p && child >= 0 && child < p->n ? p->chunk_of[child] : -1;
+int weft_pp_num_layers(const weft_pp *p) { return p ? p->n : 0; }
+
+weft_module *weft_pp_layer(const weft_pp *p, int i) { return p && i >= 0 && i < p->n ? p->layers[i] : NULL; }
+
+int weft_pp_chunk_of(const weft_pp *p, int layer) {
+    return p && layer >= 0 && layer < p->n ? p->chunk_of[layer] : -1;
 }
 
-bool weft_pp_holds(const weft_pp *p, int child) {
-    int k = weft_pp_chunk_of(p, child);
+bool weft_pp_holds(const weft_pp *p, int layer) {
+    int k = weft_pp_chunk_of(p, layer);
     return k >= 0 && k % p->P == p->rank;
 }
 
@@ -524,7 +555,7 @@ int weft_pp_params(const weft_pp *p, weft_tensor **params) {
     int n = 0;
     for (int i = 0; p && i < p->n; i++) {
         if (!weft_pp_holds(p, i)) continue;
-        weft_module *ch = weft_module_child_at(p->seq, i);
+        weft_module *ch = p->layers[i];
         for (int j = 0; j < weft_module_param_count(ch); j++, n++)
             if (params) params[n] = weft_module_param_at(ch, j, NULL, 0);
     }

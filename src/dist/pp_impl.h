@@ -25,6 +25,9 @@ double weft_pp_wait_seconds(void);
 // activation recomputation).
 weft_tensor *weft_pp_send_token(weft_comm *c, weft_tensor *x, int dst, int tag, bool post);
 double weft_pp_now(void);
+// A CPU tensor (whatever the default device) holding a copy of n values of
+// dt from host memory: what the host reads back after a collective.
+weft_tensor *weft_pp_host(const void *data, int64_t n, weft_dtype dt);
 
 // One entry of a rank's schedule: the forward or backward of micro-batch m
 // through local chunk v (global chunk v * P + rank).
@@ -42,10 +45,11 @@ struct weft_pp {
     int V, M;        // chunks per rank, micro-batches
     weft_pp_schedule schedule;
     bool recompute;
-    weft_module *seq; // borrowed
-    int n;            // children of seq
-    int *chunk_of;    // (n) chunk of each child
-    int *first, *count; // (P*V) children [first, first+count) of each chunk
+    weft_module *seq;     // borrowed
+    int n;                // layers: the children of seq, nested sequentials flattened
+    weft_module **layers; // (n) borrowed
+    int *chunk_of;        // (n) chunk of each layer
+    int *first, *count;   // (P*V) layers [first, first+count) of each chunk
     weft_pp_stats stats;
 };
 

@@ -79,9 +79,9 @@ weft_pp_stats weft_pp_last_stats(const weft_pp *p) { return p ? p->stats : (weft
 static weft_tensor *run_chunk(weft_pp *p, int k, weft_tensor *x) {
     weft_tensor *cur = weft_tensor_ref(x);
     for (int i = p->first[k]; i < p->first[k] + p->count[k] && cur; i++) {
-        weft_tensor *y = weft_module_forward(weft_module_child_at(p->seq, i), cur);
-        if (!y) weft_error(weft_last_status(), "pp_step: layer %d (%s): %s", i,
-                           weft_module_kind(weft_module_child_at(p->seq, i)), weft_last_error());
+        weft_tensor *y = weft_module_forward(p->layers[i], cur);
+        if (!y) weft_error(weft_last_status(), "pp_step: layer %d (%s): %s", i, weft_module_kind(p->layers[i]),
+                           weft_last_error());
         weft_tensor_free(cur);
         cur = y;
     }
@@ -93,7 +93,7 @@ static weft_tensor *run_chunk(weft_pp *p, int k, weft_tensor *x) {
 // if the model has none.
 static weft_device chunk_device(const weft_pp *p, int k) {
     for (int i = p->first[k]; i < p->first[k] + p->count[k]; i++) {
-        weft_module *ch = weft_module_child_at(p->seq, i);
+        weft_module *ch = p->layers[i];
         if (weft_module_param_count(ch)) return weft_tensor_device(weft_module_param_at(ch, 0, NULL, 0));
     }
     if (weft_module_param_count(p->seq)) return weft_tensor_device(weft_module_param_at(p->seq, 0, NULL, 0));
@@ -177,7 +177,7 @@ static weft_status forward(weft_pp *p, slot *s, int v, int m, int64_t b, weft_te
     } else if (!st) {
         int64_t h[2 + WEFT_MAX_DIMS] = {weft_tensor_ndim(out), weft_tensor_dtype(out)};
         memcpy(h + 2, weft_tensor_sizes(out), sizeof(int64_t) * (size_t)weft_tensor_ndim(out));
-        weft_tensor *ht = weft_tensor_from_data(h, WEFT_DIMS(2 + WEFT_MAX_DIMS), WEFT_I64);
+        weft_tensor *ht = weft_pp_host(h, 2 + WEFT_MAX_DIMS, WEFT_I64);
         s->ndim = weft_tensor_ndim(out);
         memcpy(s->sizes, weft_tensor_sizes(out), sizeof(int64_t) * (size_t)s->ndim);
         s->dt = weft_tensor_dtype(out);
@@ -230,7 +230,7 @@ static weft_status agree_batch(weft_pp *p, weft_tensor *x, weft_tensor *y, weft_
         else v[3] = 1;
     }
     if (p->comm && p->P > 1) {
-        weft_tensor *t = weft_tensor_from_data(v, WEFT_DIMS(4), WEFT_I64);
+        weft_tensor *t = weft_pp_host(v, 4, WEFT_I64);
         weft_status st = t ? weft_dist_all_reduce(p->comm, t, WEFT_REDUCE_MAX) : weft_last_status();
         if (!st) memcpy(v, weft_tensor_data(t), sizeof v);
         weft_tensor_free(t);
@@ -288,7 +288,8 @@ weft_status weft_pp_step(weft_pp *p, weft_tensor *x, weft_tensor *y, weft_pp_los
     // zeros, exactly) gives it to every rank and ends the step together, so
     // that each rank's step time is the pipeline's, flush included.
     if (!st && p->comm && p->P > 1) {
-        weft_tensor *t = weft_tensor_scalar(p->rank == (p->P * p->V - 1) % p->P ? loss_sum : 0, WEFT_F64);
+        double mine = p->rank == (p->P * p->V - 1) % p->P ? loss_sum : 0;
+        weft_tensor *t = weft_pp_host(&mine, 1, WEFT_F64);
         st = t ? weft_dist_all_reduce(p->comm, t, WEFT_REDUCE_SUM) : weft_last_status();
         if (!st) loss_sum = weft_tensor_item(t);
         weft_tensor_free(t);

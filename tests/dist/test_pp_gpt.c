@@ -1,7 +1,8 @@
 // mpirun: 1 2 4
 // Pipeline parallelism on a small GPT (f32): token embedding, a learned
 // position embedding, 4 pre-LN transformer blocks (d = 64, 4 heads), a final
-// layer norm and the vocabulary head, as 8 children of a sequential, trained
+// layer norm and the vocabulary head (the blocks in a nested sequential, as
+// weft_model_build stacks them: 8 layers for the pipeline), trained
 // 5 steps with SGD through weft_pp_step. As in test_pp.c, compared with
 //   (a) the whole batch in one process (every rank computes it from the same
 //       seed): losses within 2e-6 and parameters within 2e-6 relative (f32;
@@ -32,7 +33,9 @@ static weft_module *gpt(void) {
     weft_init_normal(pw, 0, 0.1, g);
     weft_module_add_param(pos, "weight", pw);
     weft_nn_sequential_append(s, pos);
-    for (int i = 0; i < BLOCKS; i++) weft_nn_sequential_append(s, weft_nn_transformer_block(D, HEADS, g));
+    weft_module *blocks = weft_nn_sequential(); // nested, as weft_model_build stacks them: one layer per block
+    for (int i = 0; i < BLOCKS; i++) weft_nn_sequential_append(blocks, weft_nn_transformer_block(D, HEADS, g));
+    weft_nn_sequential_append(s, blocks);
     weft_nn_sequential_append(s, weft_nn_layer_norm(D, 1e-5));
     weft_nn_sequential_append(s, weft_nn_linear(D, VOCAB, true, g));
     weft_generator_free(g);
@@ -109,9 +112,16 @@ static run train(weft_comm *c, const weft_pp_opts *o, weft_pp **keep) {
     return r;
 }
 
-// max |a - b| / max |b| over child i's parameters.
-static double rel_diff(weft_module *a, weft_module *b, int child) {
-    weft_module *ca = weft_module_child_at(a, child), *cb = weft_module_child_at(b, child);
+// Layer i of the model: the children, the nested blocks counted one by one.
+static weft_module *layer(weft_module *net, int i) {
+    if (i < 2) return weft_module_child_at(net, i);
+    if (i < 2 + BLOCKS) return weft_module_child_at(weft_module_child_at(net, 2), i - 2);
+    return weft_module_child_at(net, i - BLOCKS + 1);
+}
+
+// max |a - b| / max |b| over layer i's parameters.
+static double rel_diff(weft_module *a, weft_module *b, int i) {
+    weft_module *ca = layer(a, i), *cb = layer(b, i);
     double num = 0, den = 0;
     for (int j = 0; j < weft_module_param_count(ca); j++) {
         weft_tensor *ta = weft_module_param_at(ca, j, NULL, 0), *tb = weft_module_param_at(cb, j, NULL, 0);
@@ -119,7 +129,7 @@ static double rel_diff(weft_module *a, weft_module *b, int child) {
         double *va = malloc(sizeof(double) * (size_t)n), *vb = malloc(sizeof(double) * (size_t)n);
         weft_tensor_to_f64(ta, va, n);
         weft_tensor_to_f64(tb, vb, n);
-        for (int64_t i = 0; i < n; i++) num = fmax(num, fabs(va[i] - vb[i])), den = fmax(den, fabs(vb[i]));
+        for (int64_t k = 0; k < n; k++) num = fmax(num, fabs(va[k] - vb[k])), den = fmax(den, fabs(vb[k]));
         free(va);
         free(vb);
     }
@@ -139,7 +149,9 @@ static void check_config(const char *what, const weft_pp_opts *o) {
         if (got.loss[s] != local.loss[s])
             bad++, fprintf(stderr, "%s: step %d loss %.9g, one process %.9g\n", what, s, got.loss[s], local.loss[s]);
     }
-    for (int i = 0; p && i < weft_module_child_count(got.net); i++) {
+    CHECK(!p || weft_pp_num_layers(p) == 4 + BLOCKS);
+    for (int i = 0; p && i < weft_pp_num_layers(p); i++) {
+        CHECK(weft_pp_layer(p, i) == layer(got.net, i));
         if (!weft_pp_holds(p, i)) continue;
         double e = rel_diff(got.net, g_full.net, i), e1 = rel_diff(got.net, local.net, i);
         if (!(e <= 2e-6)) bad++, fprintf(stderr, "%s: rank %d layer %d: %.3g from the full batch\n", what, rank, i, e);
@@ -156,7 +168,7 @@ static void test_gpt(void) {
     // comparison would prove nothing)
     weft_module *init = gpt();
     double moved = 0;
-    for (int i = 0; i < weft_module_child_count(init); i++) moved = fmax(moved, rel_diff(g_full.net, init, i));
+    for (int i = 0; i < 4 + BLOCKS; i++) moved = fmax(moved, rel_diff(g_full.net, init, i));
     CHECK(moved > 1e-3);
     weft_module_free(init);
     if (size <= 2) check_config("1f1b", &(weft_pp_opts){.schedule = WEFT_PP_1F1B, .microbatches = 4});
