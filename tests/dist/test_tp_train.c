@@ -114,12 +114,14 @@ static void train_compare(const char *what, const char *text, int steps, bool se
         batch(cfg, s, &x, &y);
         weft_tensor *lr_ = weft_module_forward(ref, x), *l = weft_module_forward(m, x);
         weft_tensor *lossr = weft_model_loss(cfg, lr_, y), *loss = weft_tp_model_loss(tp, cfg, l, y);
-        CHECK(lossr && loss && weft_backward(lossr, NULL, NULL) == WEFT_OK && weft_backward(loss, NULL, NULL) == WEFT_OK);
+        CHECK(lossr && loss);
+        CHECK(weft_backward(lossr, NULL, NULL) == WEFT_OK && weft_backward(loss, NULL, NULL) == WEFT_OK);
         CHECK(weft_optim_step(oref) == WEFT_OK && weft_optim_step(om) == WEFT_OK);
         weft_optim_zero_grad(oref);
         weft_optim_zero_grad(om);
         double a = weft_tensor_item(loss), b = weft_tensor_item(lossr);
-        if (rank == 0 && s == steps - 1) printf("%s tp=%d step %d loss %.15g (one process %.15g)\n", what, size, s, a, b);
+        if (rank == 0 && s == steps - 1)
+            printf("%s tp=%d step %d loss %.15g (one process %.15g)\n", what, size, s, a, b);
         CHECK_NEAR(a, b, 1e-10);
         weft_tensor *t[] = {x, y, lr_, l, lossr, loss};
         for (int i = 0; i < 6; i++) weft_tensor_free(t[i]);
@@ -207,7 +209,8 @@ static void test_device_block(void) {
         weft_device_set_default(prev);
         CHECK(ms[d] != NULL);
         if (!ms[d]) return;
-        CHECK(weft_device_equal(weft_tensor_device(weft_module_param_at(ms[d], 0, NULL, 0)), d ? dev : WEFT_DEVICE_CPU));
+        weft_device pd = weft_tensor_device(weft_module_param_at(ms[d], 0, NULL, 0));
+        CHECK(weft_device_equal(pd, d ? dev : WEFT_DEVICE_CPU));
         weft_manual_seed(5); // the same input on both passes
         weft_tensor *xh = weft_tensor_randn(WEFT_DIMS(2, 5, C), WEFT_F32, NULL);
         weft_tensor *x = d ? weft_tensor_to(xh, dev) : weft_tensor_ref(xh);
@@ -256,13 +259,16 @@ static void test_device_vocab(void) {
         weft_device prev = weft_device_get_default();
         if (d) weft_device_set_default(dev);
         weft_generator *g = weft_generator_create(4);
-        weft_module *emb = weft_tp_vocab_embedding(tp, V, D, g), *head = weft_tp_column_linear(tp, D, V, true, false, g);
+        weft_module *emb = weft_tp_vocab_embedding(tp, V, D, g);
+        weft_module *head = weft_tp_column_linear(tp, D, V, true, false, g);
         weft_generator_free(g);
         weft_device_set_default(prev);
         CHECK(emb && head);
         if (!emb || !head) return;
-        weft_tensor *ih = weft_tensor_from_data(ids, WEFT_DIMS(N), WEFT_I64), *th = weft_tensor_from_data(tg, WEFT_DIMS(N), WEFT_I64);
-        weft_tensor *i = weft_tensor_to(ih, d ? dev : WEFT_DEVICE_CPU), *t = weft_tensor_to(th, d ? dev : WEFT_DEVICE_CPU);
+        weft_device on = d ? dev : WEFT_DEVICE_CPU;
+        weft_tensor *ih = weft_tensor_from_data(ids, WEFT_DIMS(N), WEFT_I64);
+        weft_tensor *th = weft_tensor_from_data(tg, WEFT_DIMS(N), WEFT_I64);
+        weft_tensor *i = weft_tensor_to(ih, on), *t = weft_tensor_to(th, on);
         weft_tensor *e = weft_module_forward(emb, i), *z = weft_module_forward(head, e); // z (N, V/T)
         weft_tensor *l = weft_tp_vocab_cross_entropy(tp, z, t);
         CHECK(l && weft_backward(l, NULL, NULL) == WEFT_OK);
