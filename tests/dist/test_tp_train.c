@@ -287,6 +287,61 @@ static void test_device_vocab(void) {
     for (int k = 0; k < 4; k++) weft_tensor_free(gw[k / 2][k % 2]);
 }
 
+// The sequence-parallel GPT (reduce-scatters, the fused column product) on the device against the CPU:
+// one step's loss and every parameter gradient, f32.
+static void test_device_gpt_seq(void) {
+    weft_device dev;
+    bool mock = false;
+    if (!wt_accelerator(&dev, &mock)) {
+        CHECK(0);
+        return;
+    }
+    weft_model_cfg *cfg = weft_model_cfg_parse(gpt_cfg, strlen(gpt_cfg), "gpt");
+    CHECK(cfg != NULL);
+    if (!cfg) return;
+    setenv("WEFT_FUSED_ATTENTION", "1", 1); // what a CUDA device always runs
+    weft_tensor *grads[2][64] = {{NULL}};
+    double loss[2] = {0, 0};
+    int np = 0;
+    for (int d = 0; d < 2; d++) {
+        weft_device on = d ? dev : WEFT_DEVICE_CPU, prev = weft_device_get_default();
+        weft_device_set_default(on);
+        weft_generator *g = weft_generator_create(2);
+        weft_module *m = weft_tp_model_build(tp, cfg, g, NULL, &(weft_tp_opts){.sequence_parallel = true});
+        weft_generator_free(g);
+        weft_device_set_default(prev);
+        CHECK(m != NULL);
+        if (!m) break;
+        weft_manual_seed(8);
+        weft_tensor *xh, *yh;
+        batch(cfg, 0, &xh, &yh);
+        weft_tensor *x = weft_tensor_to(xh, on), *y = weft_tensor_to(yh, on);
+        weft_tensor *lg = weft_module_forward(m, x), *l = weft_tp_model_loss(tp, cfg, lg, y);
+        CHECK(l && weft_backward(l, NULL, NULL) == WEFT_OK);
+        loss[d] = l ? weft_tensor_item(l) : NAN;
+        np = weft_module_param_count(m);
+        for (int i = 0; i < np && i < 64; i++) {
+            weft_tensor *gi = weft_tensor_grad(weft_module_param_at(m, i, NULL, 0));
+            grads[d][i] = gi ? weft_tensor_to(gi, WEFT_DEVICE_CPU) : NULL;
+        }
+        weft_tensor *t[] = {xh, yh, x, y, lg, l};
+        for (int i = 0; i < 6; i++) weft_tensor_free(t[i]);
+        weft_module_free(m);
+    }
+    unsetenv("WEFT_FUSED_ATTENTION");
+    double tol = mock ? 0 : 1e-4;
+    CHECK_NEAR(loss[1], loss[0], tol);
+    for (int i = 0; i < np && i < 64; i++) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "device seq gpt grad %d", i);
+        CHECK(grads[0][i] && grads[1][i]);
+        if (grads[0][i] && grads[1][i]) wt_check_same(msg, grads[1][i], grads[0][i], tol);
+        weft_tensor_free(grads[0][i]);
+        weft_tensor_free(grads[1][i]);
+    }
+    weft_model_cfg_free(cfg);
+}
+
 int main(int argc, char **argv) {
     if (weft_dist_init(&argc, &argv) != WEFT_OK) {
         fprintf(stderr, "dist init: %s\n", weft_last_error());
@@ -306,6 +361,7 @@ int main(int argc, char **argv) {
     RUN(test_bad_model);
     RUN(test_device_block);
     RUN(test_device_vocab);
+    RUN(test_device_gpt_seq);
     int rc = wt_summary();
     weft_parallel_free(p);
     weft_dist_finalize();
