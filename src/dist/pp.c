@@ -141,6 +141,11 @@ weft_status weft_pp_post(weft_comm *c, weft_tensor *t, int dst, int tag, int dir
     if (dt == MPI_DATATYPE_NULL)
         return weft_error(WEFT_ERR_DTYPE, "pp_send: dtype %s cannot be sent", weft_dtype_name(weft_tensor_dtype(t)));
     if (weft_tensor_numel(t) > 0x7fffffff) return weft_error(WEFT_ERR_ARG, "pp_send: tensor too large for MPI");
+    int *ub = NULL, flag = 0; // MPI promises tags up to 32767 only
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    if (flag && wire_tag(tag, dir) > *ub)
+        return weft_error(WEFT_ERR_ARG, "pp_send: tag %d is too large for this MPI (wire tag %d > MPI_TAG_UB %d)", tag,
+                          wire_tag(tag, dir), *ub);
     weft_tensor *h = NULL;
     WEFT_NO_GRAD {
         // A host copy owned by the send: the caller may free or (for a
