@@ -326,6 +326,7 @@ static void test_p2p(void) {
     CHECK(weft_pp_recv(c, WEFT_DIMS(2), WEFT_F64, WEFT_DEVICE_CPU, rank, 99, false) == NULL &&
           wt_error_has("no message from this rank itself"));
     CHECK(weft_pp_recv(c, WEFT_DIMS(2), WEFT_F64, WEFT_DEVICE_CPU, 0, -1, false) == NULL && wt_error_has("tag"));
+    CHECK(weft_pp_recv(c, WEFT_DIMS(2), WEFT_I64, WEFT_DEVICE_CPU, 0, 1, true) == NULL && wt_error_has("i64"));
     if (size > 1 && rank == 1) { // a message that never comes: an error after the timeout, not a hang
         weft_comm_set_timeout(c, 0.5);
         CHECK(weft_pp_recv(c, WEFT_DIMS(2), WEFT_F64, WEFT_DEVICE_CPU, 0, 98, false) == NULL &&
