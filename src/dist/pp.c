@@ -141,12 +141,16 @@ weft_status weft_pp_post(weft_comm *c, weft_tensor *t, int dst, int tag, int dir
     if (dt == MPI_DATATYPE_NULL)
         return weft_error(WEFT_ERR_DTYPE, "pp_send: dtype %s cannot be sent", weft_dtype_name(weft_tensor_dtype(t)));
     if (weft_tensor_numel(t) > 0x7fffffff) return weft_error(WEFT_ERR_ARG, "pp_send: tensor too large for MPI");
+    int *ub = NULL, flag = 0; // MPI promises tags up to 32767 only
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    if (flag && wire_tag(tag, dir) > *ub)
+        return weft_error(WEFT_ERR_ARG, "pp_send: tag %d is too large for this MPI (wire tag %d > MPI_TAG_UB %d)", tag,
+                          wire_tag(tag, dir), *ub);
     weft_tensor *h = NULL;
     WEFT_NO_GRAD {
-        // A host copy owned by the send: the caller may free or (for a
-        // device tensor) overwrite t at once.
-        // A CPU tensor is copied too: a gradient handed to a backward may be
-        // accumulated into in place after it returns.
+        // A host copy owned by the send: the caller may free or overwrite t
+        // at once (a gradient handed to a backward may be accumulated into
+        // in place after it returns).
         weft_tensor *d = weft_tensor_detach(t);
         if (d && weft_tensor_device(d).type == WEFT_CPU) h = weft_tensor_clone(d);
         else if (d) {
@@ -216,9 +220,16 @@ weft_tensor *weft_pp_take(weft_comm *c, int ndim, const int64_t *sizes, weft_dty
 weft_status weft_pp_wait_sends(weft_comm *c) {
     weft_status st = WEFT_OK;
     pthread_mutex_lock(&g_mu);
-    for (mail *m = g_mail; m; m = m->next)
-        if (m->c == c) st = weft_error(WEFT_ERR_STATE, "pp_wait_sends: a message to this rank itself (tag %d) was "
-                                                       "never received", m->tag);
+    for (mail **e = &g_mail; *e;) // dropped: reported once
+        if ((*e)->c == c) {
+            mail *m = *e;
+            *e = m->next;
+            st = weft_error(WEFT_ERR_STATE, "pp_wait_sends: a message to this rank itself (tag %d) was never received",
+                            m->tag);
+            weft_tensor_free(m->t);
+            free(m);
+        } else
+            e = &(*e)->next;
 #ifdef WEFT_HAVE_MPI
     double t0 = weft_pp_now(), to = c ? atomic_load(&c->timeout) : 0;
     for (;;) {
@@ -322,12 +333,10 @@ weft_tensor *weft_pp_recv(weft_comm *c, int ndim, const int64_t *sizes, weft_dty
     if (ndim < 0 || ndim > WEFT_MAX_DIMS || (ndim && !sizes))
         return weft_error_null(WEFT_ERR_ARG, "pp_recv: bad shape (ndim %d)", ndim);
     if (tag < 0 || tag > (1 << 28)) return weft_error_null(WEFT_ERR_ARG, "pp_recv: bad tag %d", tag);
+    if (requires_grad && !weft_dtype_is_float(dt))
+        return weft_error_null(WEFT_ERR_DTYPE, "pp_recv: a %s tensor cannot require grad", weft_dtype_name(dt));
     weft_tensor *t = weft_pp_take(c, ndim, sizes, dt, dev, src, tag, PP_DIR_ACT);
     if (!t || !requires_grad || !weft_grad_is_enabled()) return t;
-    if (!weft_dtype_is_float(dt)) {
-        weft_tensor_free(t);
-        return weft_error_null(WEFT_ERR_DTYPE, "pp_recv: a %s tensor cannot require grad", weft_dtype_name(dt));
-    }
     weft_tensor *anchor = weft_tensor_scalar(0, WEFT_F64);
     p2p_ctx *cx = anchor ? ctx_new(c, src, tag, t) : NULL;
     weft_status s = cx ? weft_tensor_set_requires_grad(anchor, true) : weft_last_status();

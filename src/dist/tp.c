@@ -191,7 +191,8 @@ weft_tensor *weft_tp_scatter(weft_comm *c, weft_tensor *x, int dim) {
     int n = weft_comm_size(c), r = weft_comm_rank(c);
     int64_t s = weft_tensor_size(x, d);
     if (s % n)
-        return weft_error_null(WEFT_ERR_SHAPE, "tp_scatter: dim %d of size %lld is not divisible by the tensor-parallel "
+        return weft_error_null(WEFT_ERR_SHAPE,
+                               "tp_scatter: dim %d of size %lld is not divisible by the tensor-parallel "
                                "size %d", d, (long long)s, n);
     weft_tensor *y = NULL;
     WEFT_NO_GRAD {

@@ -10,6 +10,12 @@
 //   attention       f -> qkv (column: this rank's heads of q, k, v) -> heads -> proj (row) -> g
 //   vocab embedding rows [lo, hi) of the table; other tokens 0 -> g
 //
+// With sequence parallelism (seq) the activations between the split layers
+// hold T/tp tokens: f becomes seq_gather (fused into the column product, so
+// only this rank's tokens are saved), g becomes seq_reduce_scatter, and the
+// replicated parameters used there (layer norms, row biases, positions) go
+// through f so their gradients are summed over the group.
+//
 // A TP layer's impl starts with tp_layer, which says how its parameters are
 // split (weft_tp_param_split reads it back for gathering and checkpoints).
 #include <math.h>

@@ -249,7 +249,8 @@ static weft_status cast_entries(entry *arr, int n, weft_dtype dt, bool params) {
 
 weft_status weft_module_to_dtype(weft_module *m, weft_dtype dt) {
     if (!m) return weft_error(WEFT_ERR_ARG, "module_to_dtype: NULL module");
-    if (!is_float(dt)) return weft_error(WEFT_ERR_DTYPE, "module_to_dtype: %s: the dtype must be floating point", m->kind);
+    if (!is_float(dt))
+        return weft_error(WEFT_ERR_DTYPE, "module_to_dtype: %s: the dtype must be floating point", m->kind);
     weft_status st = cast_entries(m->params, m->n_params, dt, true);
     if (!st) st = cast_entries(m->buffers, m->n_buffers, dt, false);
     for (int c = 0; !st && c < m->n_children; c++) st = weft_module_to_dtype(m->children[c].m, dt);

@@ -5,10 +5,10 @@
 //       on every rank from the same seed): losses and every parameter this
 //       rank holds within 1e-10 relative (the micro-batches regroup the
 //       batch sums), and
-//   (b) the same pipeline run in this one process (weft_pp_create with no
-//       communicator: every chunk here, messages through the mailbox), bit
-//       for bit: every schedule runs each chunk's backwards in micro-batch
-//       order, so stages, schedule and recomputation change no sum.
+//   (b) GPipe with the same micro-batches in this one process (weft_pp_create
+//       with no communicator), bit for bit: every schedule runs each chunk's
+//       backwards in micro-batch order, so stages, schedule, split and
+//       recomputation change no sum.
 // With 1 process the pipelines are one stage (interleaved: 2 chunks talking
 // through the mailbox); with 2, PP = 2 under GPipe, 1F1B, interleaved (V = 2)
 // and 1F1B with recomputation, split by layers, parameters, measured cost and
@@ -187,8 +187,9 @@ static void check_config(const char *what, weft_comm *c, weft_comm *dp, const we
         weft_module_free(got.net);
         return;
     }
-    weft_pp_opts lo = *o; // (b); with a dp group this takes the whole batch
-    lo.stage_of = NULL;    // (placed by hand for P chunks; how chunks are cut changes no sum)
+    // (b): one process, GPipe, no recomputation, the default split, the same
+    // M (with a dp group it takes the whole batch: compared within 1e-10 only)
+    weft_pp_opts lo = {.schedule = WEFT_PP_GPIPE, .microbatches = o->microbatches};
     run local = pipeline(NULL, NULL, &lo, NULL);
     int bad = 0;
     for (int s = 0; s < STEPS; s++) {
@@ -326,6 +327,7 @@ static void test_p2p(void) {
     CHECK(weft_pp_recv(c, WEFT_DIMS(2), WEFT_F64, WEFT_DEVICE_CPU, rank, 99, false) == NULL &&
           wt_error_has("no message from this rank itself"));
     CHECK(weft_pp_recv(c, WEFT_DIMS(2), WEFT_F64, WEFT_DEVICE_CPU, 0, -1, false) == NULL && wt_error_has("tag"));
+    CHECK(weft_pp_recv(c, WEFT_DIMS(2), WEFT_I64, WEFT_DEVICE_CPU, 0, 1, true) == NULL && wt_error_has("i64"));
     if (size > 1 && rank == 1) { // a message that never comes: an error after the timeout, not a hang
         weft_comm_set_timeout(c, 0.5);
         CHECK(weft_pp_recv(c, WEFT_DIMS(2), WEFT_F64, WEFT_DEVICE_CPU, 0, 98, false) == NULL &&

@@ -7,7 +7,8 @@
 //   (a) the whole batch in one process (every rank computes it from the same
 //       seed): losses within 2e-6 and parameters within 2e-6 relative (f32;
 //       the micro-batches regroup the batch sums), and
-//   (b) the same pipeline in this one process (no communicator): bit for bit.
+//   (b) GPipe with the same micro-batches in this one process (no
+//       communicator, no recomputation): bit for bit.
 // 1 process: 1F1B and interleaved (V = 2, chunks talking through the
 // mailbox); 2: GPipe, 1F1B, interleaved V = 2 and 1F1B with recomputation;
 // 4: GPipe, 1F1B and interleaved V = 2 (8 chunks, one layer each).
@@ -140,7 +141,9 @@ static run g_full;
 
 static void check_config(const char *what, const weft_pp_opts *o) {
     weft_pp *p = NULL;
-    run got = train(weft_comm_world(), o, &p), local = train(NULL, o, NULL);
+    // (b): one process, GPipe, no recomputation, the same micro-batches
+    run got = train(weft_comm_world(), o, &p),
+        local = train(NULL, &(weft_pp_opts){.schedule = WEFT_PP_GPIPE, .microbatches = o->microbatches}, NULL);
     int bad = 0;
     for (int s = 0; p && s < STEPS; s++) {
         double e = fabs(got.loss[s] - g_full.loss[s]) / fabs(g_full.loss[s]);

@@ -296,7 +296,8 @@ static void compare_layer(const char *what, weft_module *m, weft_module *ref, we
     CHECK(l && lr && weft_backward(l, NULL, NULL) == WEFT_OK && weft_backward(lr, NULL, NULL) == WEFT_OK);
     CHECK_NEAR(weft_tensor_item(l), weft_tensor_item(lr), 1e-10);
     check_params(what, m, ref, true, 1e-10);
-    weft_tensor *gx = x_sharded ? weft_tp_shard(tp, weft_tensor_grad(xr), -1, 1) : weft_tensor_ref(weft_tensor_grad(xr));
+    weft_tensor *gxr = weft_tensor_grad(xr);
+    weft_tensor *gx = x_sharded ? weft_tp_shard(tp, gxr, -1, 1) : weft_tensor_ref(gxr);
     snprintf(msg, sizeof msg, "%s input grad", what);
     wt_check_same(msg, weft_tensor_grad(x), gx, 1e-10);
     weft_tensor *t[] = {y, yr, ys, yg, l, lr, gx};
@@ -350,7 +351,8 @@ static void test_blocks(void) {
     enum { C = 16, NH = 4 };
     for (int kind = 0; kind < 3; kind++) {
         const char *names[] = {"mlp", "attention", "block"};
-        weft_generator *g1 = weft_generator_create(40 + (uint64_t)kind), *g2 = weft_generator_create(40 + (uint64_t)kind);
+        uint64_t seed = 40 + (uint64_t)kind;
+        weft_generator *g1 = weft_generator_create(seed), *g2 = weft_generator_create(seed);
         weft_module *m = NULL, *ref = NULL;
         if (kind == 0) {
             m = weft_tp_mlp(tp, C, g1);
@@ -425,6 +427,16 @@ static void test_errors(void) {
     weft_tensor *x = weft_tensor_zeros(WEFT_DIMS(2, 2), WEFT_F64);
     CHECK(weft_tp_gather(tp, x, 2) == NULL && wt_error_has("dim 2 out of range"));
     weft_tensor_free(x);
+    // weft_module_to_dtype (used above for the f64 comparisons): parameters become new f64 leaves, values kept
+    weft_module *lin = weft_nn_linear(3, 2, true, g);
+    double w32[6];
+    weft_tensor_to_f64(weft_module_get(lin, "weight"), w32, 6);
+    CHECK(weft_module_to_dtype(lin, WEFT_F64) == WEFT_OK);
+    weft_tensor *w64 = weft_module_get(lin, "weight");
+    CHECK(weft_tensor_dtype(w64) == WEFT_F64 && weft_tensor_requires_grad(w64) && weft_tensor_is_leaf(w64));
+    wt_check_values("to_dtype values", w64, w32, 6, 0);
+    CHECK(weft_module_to_dtype(lin, WEFT_I32) != WEFT_OK && wt_error_has("floating point"));
+    weft_module_free(lin);
     weft_generator_free(g);
 }
 

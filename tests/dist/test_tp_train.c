@@ -114,12 +114,14 @@ static void train_compare(const char *what, const char *text, int steps, bool se
         batch(cfg, s, &x, &y);
         weft_tensor *lr_ = weft_module_forward(ref, x), *l = weft_module_forward(m, x);
         weft_tensor *lossr = weft_model_loss(cfg, lr_, y), *loss = weft_tp_model_loss(tp, cfg, l, y);
-        CHECK(lossr && loss && weft_backward(lossr, NULL, NULL) == WEFT_OK && weft_backward(loss, NULL, NULL) == WEFT_OK);
+        CHECK(lossr && loss);
+        CHECK(weft_backward(lossr, NULL, NULL) == WEFT_OK && weft_backward(loss, NULL, NULL) == WEFT_OK);
         CHECK(weft_optim_step(oref) == WEFT_OK && weft_optim_step(om) == WEFT_OK);
         weft_optim_zero_grad(oref);
         weft_optim_zero_grad(om);
         double a = weft_tensor_item(loss), b = weft_tensor_item(lossr);
-        if (rank == 0 && s == steps - 1) printf("%s tp=%d step %d loss %.15g (one process %.15g)\n", what, size, s, a, b);
+        if (rank == 0 && s == steps - 1)
+            printf("%s tp=%d step %d loss %.15g (one process %.15g)\n", what, size, s, a, b);
         CHECK_NEAR(a, b, 1e-10);
         weft_tensor *t[] = {x, y, lr_, l, lossr, loss};
         for (int i = 0; i < 6; i++) weft_tensor_free(t[i]);
@@ -207,7 +209,8 @@ static void test_device_block(void) {
         weft_device_set_default(prev);
         CHECK(ms[d] != NULL);
         if (!ms[d]) return;
-        CHECK(weft_device_equal(weft_tensor_device(weft_module_param_at(ms[d], 0, NULL, 0)), d ? dev : WEFT_DEVICE_CPU));
+        weft_device pd = weft_tensor_device(weft_module_param_at(ms[d], 0, NULL, 0));
+        CHECK(weft_device_equal(pd, d ? dev : WEFT_DEVICE_CPU));
         weft_manual_seed(5); // the same input on both passes
         weft_tensor *xh = weft_tensor_randn(WEFT_DIMS(2, 5, C), WEFT_F32, NULL);
         weft_tensor *x = d ? weft_tensor_to(xh, dev) : weft_tensor_ref(xh);
@@ -256,13 +259,16 @@ static void test_device_vocab(void) {
         weft_device prev = weft_device_get_default();
         if (d) weft_device_set_default(dev);
         weft_generator *g = weft_generator_create(4);
-        weft_module *emb = weft_tp_vocab_embedding(tp, V, D, g), *head = weft_tp_column_linear(tp, D, V, true, false, g);
+        weft_module *emb = weft_tp_vocab_embedding(tp, V, D, g);
+        weft_module *head = weft_tp_column_linear(tp, D, V, true, false, g);
         weft_generator_free(g);
         weft_device_set_default(prev);
         CHECK(emb && head);
         if (!emb || !head) return;
-        weft_tensor *ih = weft_tensor_from_data(ids, WEFT_DIMS(N), WEFT_I64), *th = weft_tensor_from_data(tg, WEFT_DIMS(N), WEFT_I64);
-        weft_tensor *i = weft_tensor_to(ih, d ? dev : WEFT_DEVICE_CPU), *t = weft_tensor_to(th, d ? dev : WEFT_DEVICE_CPU);
+        weft_device on = d ? dev : WEFT_DEVICE_CPU;
+        weft_tensor *ih = weft_tensor_from_data(ids, WEFT_DIMS(N), WEFT_I64);
+        weft_tensor *th = weft_tensor_from_data(tg, WEFT_DIMS(N), WEFT_I64);
+        weft_tensor *i = weft_tensor_to(ih, on), *t = weft_tensor_to(th, on);
         weft_tensor *e = weft_module_forward(emb, i), *z = weft_module_forward(head, e); // z (N, V/T)
         weft_tensor *l = weft_tp_vocab_cross_entropy(tp, z, t);
         CHECK(l && weft_backward(l, NULL, NULL) == WEFT_OK);
@@ -279,6 +285,61 @@ static void test_device_vocab(void) {
     wt_check_same("device vocab embedding grad", gw[1][0], gw[0][0], tol);
     wt_check_same("device head grad", gw[1][1], gw[0][1], tol);
     for (int k = 0; k < 4; k++) weft_tensor_free(gw[k / 2][k % 2]);
+}
+
+// The sequence-parallel GPT (reduce-scatters, the fused column product) on the device against the CPU:
+// one step's loss and every parameter gradient, f32.
+static void test_device_gpt_seq(void) {
+    weft_device dev;
+    bool mock = false;
+    if (!wt_accelerator(&dev, &mock)) {
+        CHECK(0);
+        return;
+    }
+    weft_model_cfg *cfg = weft_model_cfg_parse(gpt_cfg, strlen(gpt_cfg), "gpt");
+    CHECK(cfg != NULL);
+    if (!cfg) return;
+    setenv("WEFT_FUSED_ATTENTION", "1", 1); // what a CUDA device always runs
+    weft_tensor *grads[2][64] = {{NULL}};
+    double loss[2] = {0, 0};
+    int np = 0;
+    for (int d = 0; d < 2; d++) {
+        weft_device on = d ? dev : WEFT_DEVICE_CPU, prev = weft_device_get_default();
+        weft_device_set_default(on);
+        weft_generator *g = weft_generator_create(2);
+        weft_module *m = weft_tp_model_build(tp, cfg, g, NULL, &(weft_tp_opts){.sequence_parallel = true});
+        weft_generator_free(g);
+        weft_device_set_default(prev);
+        CHECK(m != NULL);
+        if (!m) break;
+        weft_manual_seed(8);
+        weft_tensor *xh, *yh;
+        batch(cfg, 0, &xh, &yh);
+        weft_tensor *x = weft_tensor_to(xh, on), *y = weft_tensor_to(yh, on);
+        weft_tensor *lg = weft_module_forward(m, x), *l = weft_tp_model_loss(tp, cfg, lg, y);
+        CHECK(l && weft_backward(l, NULL, NULL) == WEFT_OK);
+        loss[d] = l ? weft_tensor_item(l) : NAN;
+        np = weft_module_param_count(m);
+        for (int i = 0; i < np && i < 64; i++) {
+            weft_tensor *gi = weft_tensor_grad(weft_module_param_at(m, i, NULL, 0));
+            grads[d][i] = gi ? weft_tensor_to(gi, WEFT_DEVICE_CPU) : NULL;
+        }
+        weft_tensor *t[] = {xh, yh, x, y, lg, l};
+        for (int i = 0; i < 6; i++) weft_tensor_free(t[i]);
+        weft_module_free(m);
+    }
+    unsetenv("WEFT_FUSED_ATTENTION");
+    double tol = mock ? 0 : 1e-4;
+    CHECK_NEAR(loss[1], loss[0], tol);
+    for (int i = 0; i < np && i < 64; i++) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "device seq gpt grad %d", i);
+        CHECK(grads[0][i] && grads[1][i]);
+        if (grads[0][i] && grads[1][i]) wt_check_same(msg, grads[1][i], grads[0][i], tol);
+        weft_tensor_free(grads[0][i]);
+        weft_tensor_free(grads[1][i]);
+    }
+    weft_model_cfg_free(cfg);
 }
 
 int main(int argc, char **argv) {
@@ -300,6 +361,7 @@ int main(int argc, char **argv) {
     RUN(test_bad_model);
     RUN(test_device_block);
     RUN(test_device_vocab);
+    RUN(test_device_gpt_seq);
     int rc = wt_summary();
     weft_parallel_free(p);
     weft_dist_finalize();
