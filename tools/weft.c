@@ -33,7 +33,8 @@ static int usage(void) {
             "                  [--ckpt-dir DIR] [--ckpt-every N] [--keep K] [--resume] [--log-dir DIR] [--quiet]\n"
             "                  [--data-dir DIR] [--text FILE] [--eval-batches N] [--graph] [--device D]\n"
             "                  [--dist ddp|ps] [--servers S] [--consistency bsp|asp|ssp:S] [--backup K]\n"
-            "                  [--bucket-mb M] [--straggle RANK:FACTOR]\n"
+            "                  [--bucket-mb M] [--straggle RANK:FACTOR] [--tp T] [--pp P] [--microbatches M]\n"
+            "                  [--schedule gpipe|1f1b|interleaved] [--virtual-stages V] [--zero 1|2] [--recompute]\n"
             "  launch -n N [--servers S] [--max-restarts R] [--hostfile F] -- weft train MODEL.cfg [...]\n"
             "  eval MODEL.cfg --ckpt FILE [--threads T] [--data-dir DIR] [--text FILE] [--eval-batches N]\n"
             "                  [--batch B] [--device D]\n"
@@ -90,6 +91,9 @@ static const cli_opt k_opts[] = {
     {"--servers", true, TRAIN},       {"--consistency", true, TRAIN},   {"--backup", true, TRAIN},
     {"--bucket-mb", true, TRAIN},     {"--straggle", true, TRAIN},      {"--ckpt", true, EVAL | SAMPLE},
     {"--prompt", true, SAMPLE},       {"--tokens", true, SAMPLE},       {"--temperature", true, SAMPLE},
+    {"--tp", true, TRAIN},            {"--pp", true, TRAIN},            {"--microbatches", true, TRAIN},
+    {"--schedule", true, TRAIN},      {"--virtual-stages", true, TRAIN}, {"--zero", true, TRAIN},
+    {"--recompute", false, TRAIN},
 };
 
 static int cmd_bit(const char *cmd) { return !strcmp(cmd, "train") ? TRAIN : !strcmp(cmd, "eval") ? EVAL : SAMPLE; }
@@ -188,8 +192,11 @@ static bool parse_dist(const char *a, const char *v, weft_train_opts *t) {
 // it cannot take, with the reason in g_err.
 static bool parse(int argc, char **argv, weft_model_cfg *cfg, cli *c) {
     // [net] keys that flags override, with the same validation as the file
-    static const char *const net_flags[][2] = {{"--epochs", "epochs"}, {"--steps", "steps"}, {"--batch", "batch"},
-                                               {"--lr", "lr"},         {"--seed", "seed"},   {"--clip", "clip"}};
+    static const char *const net_flags[][2] = {
+        {"--epochs", "epochs"}, {"--steps", "steps"}, {"--batch", "batch"},           {"--lr", "lr"},
+        {"--seed", "seed"},     {"--clip", "clip"},   {"--tp", "tp"},                 {"--pp", "pp"},
+        {"--microbatches", "microbatches"},           {"--schedule", "pp_schedule"},  {"--virtual-stages", "virtual_stages"},
+        {"--zero", "zero"}};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool net = false;
@@ -207,6 +214,12 @@ static bool parse(int argc, char **argv, weft_model_cfg *cfg, cli *c) {
             continue;
         }
         if (!strcmp(a, "--resume")) c->t.resume = true;
+        else if (!strcmp(a, "--recompute")) { // [net] recompute = true
+            if (weft_model_cfg_set(cfg, "recompute", "true")) {
+                snprintf(g_err, sizeof g_err, "%s", weft_last_error());
+                return false;
+            }
+        }
         else if (!strcmp(a, "--quiet")) c->t.quiet = true;
         else if (!strcmp(a, "--graph")) c->t.graph = true; // train in graph mode
         else if (!strcmp(a, "--threads")) {

@@ -158,6 +158,12 @@ weft_status weft_grad_scaler_set_state(weft_grad_scaler *gs, double scale, int64
 // scaling runs there. Non-contiguous gradients are replaced by contiguous
 // copies (then scaled in place).
 double weft_clip_grad_norm(int n, weft_tensor *const *params, double max_norm);
+// Its two halves, for a norm over several processes (model parallelism: sum
+// the ranks' sums of squares, then scale): the sum of squares of params'
+// gradients (f64, on their devices, read back once), and every gradient
+// scaled in place by coef.
+weft_status weft_grad_sum_squares(int n, weft_tensor *const *params, double *sum);
+weft_status weft_grad_scale(int n, weft_tensor *const *params, double coef);
 
 // ---- learning-rate schedules ----
 typedef enum weft_lr_kind {

@@ -245,6 +245,15 @@ typedef weft_tensor *(*weft_pp_loss_fn)(weft_tensor *out, weft_tensor *target, v
 weft_status weft_pp_step(weft_pp *p, weft_tensor *x, weft_tensor *y, weft_pp_loss_fn loss, void *user,
                          double *loss_out);
 
+// Forward only (evaluation; nothing is recorded): the batch through the
+// pipeline in M micro-batches. On the rank of the last chunk, fn gets each
+// micro-batch's output and targets and adds what it measures into acc[0..n_acc)
+// (n_acc <= 64); the sums over micro-batches are added to acc on every rank.
+// x and y as for weft_pp_step. Collective over the pipeline group.
+typedef weft_status (*weft_pp_eval_fn)(weft_tensor *out, weft_tensor *target, void *user, double *acc);
+weft_status weft_pp_forward(weft_pp *p, weft_tensor *x, weft_tensor *y, weft_pp_eval_fn fn, void *user, int n_acc,
+                            double *acc);
+
 // The last step on this rank: wall time, time spent computing (forwards and
 // backwards, not waiting for messages), idle fraction 1 - busy/step, and the
 // schedule's theoretical bubble fraction (weft_pp_bubble_theory).
@@ -305,7 +314,15 @@ const char *weft_shard_meta(const weft_shard_ckpt *k, const char *key); // rank 
 // Fills s->local (converting dtype and moving to its device) from every piece
 // overlapping it. Errors name the tensor: missing, a different global shape,
 // or part of the local piece covered by no piece of the checkpoint.
+// A tensor may be read in another view of the same values (the same element
+// count, e.g. (3 n, m) and (3, n, m)): a piece stored whole is reshaped to
+// the reader's view, and a reader asking for the whole tensor reads through
+// a reshape of its own; other pieces in another view are an error.
 weft_status weft_shard_read(const weft_shard_ckpt *k, const weft_shard *s);
+// The stored pieces, one per (part, tensor): name, and the global shape
+// (global: WEFT_MAX_DIMS entries; may be NULL). NULL when i is out of range.
+int weft_shard_count(const weft_shard_ckpt *k);
+const char *weft_shard_name_at(const weft_shard_ckpt *k, int i, int *ndim, int64_t *global);
 void weft_shard_close(weft_shard_ckpt *k);
 
 // ==== end of checkpoints across layouts ====
@@ -358,6 +375,13 @@ weft_status weft_zero_reduce_grads(weft_zero *z);
 // norm, and every shard's gradient is scaled by max_norm / (norm + 1e-6)
 // when that is below 1. Returns the norm before clipping, -1 on error.
 double weft_zero_clip_grad_norm(weft_zero *z, double max_norm);
+// Its halves, for a norm over more than the dp group (model parallelism:
+// the caller sums over the model-parallel ranks too): the sum of squares of
+// the shards' averaged gradients over the parameters i with count[i] (NULL:
+// all), summed over dp (NaN when a rank failed); and every shard gradient
+// scaled by coef. Collective / not collective respectively.
+weft_status weft_zero_grad_sum_squares(weft_zero *z, const bool *count, double *sum);
+weft_status weft_zero_grad_scale(weft_zero *z, double coef);
 // Collective: one optimiser step over this rank's shard, then the shards are
 // all-gathered into every replica's parameters.
 weft_status weft_zero_update(weft_zero *z);

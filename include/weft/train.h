@@ -72,6 +72,7 @@ typedef struct weft_train_result {
     weft_train_dist dist;
     weft_train_consistency consistency;
     int staleness, backup;
+    int tp, pp, dp, zero;  // model-parallel runs ([net] tp, pp, zero): the layout; 0 otherwise
     bool printer;          // this rank reports (rank 0, or a single process); others print nothing
     bool collective_error; // a failure every rank knows of (e.g. a NaN loss on one rank stops them all)
 } weft_train_result;

@@ -29,6 +29,7 @@
 // 2 * (k * M + m), preceded by a header (tag + 1: ndim, dtype, sizes) so
 // that the receiver knows its shape; its gradient comes back with the same
 // tag in the other direction.
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -301,5 +302,77 @@ weft_status weft_pp_step(weft_pp *p, weft_tensor *x, weft_tensor *y, weft_pp_los
                                .theory = weft_pp_bubble_theory(p->schedule, p->P, p->M, p->V)};
     if (st) return st;
     if (loss_out) *loss_out = loss_sum;
+    return WEFT_OK;
+}
+
+// ---- forward only (evaluation) ----
+// Each rank runs its (micro-batch, chunk) pairs in micro-batch order, chunks
+// in order within one: every receive waits on a pair that comes earlier in
+// that order on another rank, so no rank waits on one that waits on it.
+// The tags differ from a training step's (odd tags, above theirs).
+static int eval_tag(const weft_pp *p, int k, int m) { return 2 * (p->P * p->V * p->M) + 2 * (k * p->M + m) + 2; }
+
+weft_status weft_pp_forward(weft_pp *p, weft_tensor *x, weft_tensor *y, weft_pp_eval_fn fn, void *user, int n_acc,
+                            double *acc) {
+    if (!p || !fn || n_acc < 1 || n_acc > 64 || !acc) return weft_error(WEFT_ERR_ARG, "pp_forward: bad arguments");
+    int64_t batch = 0;
+    weft_status st = agree_batch(p, x, y, (weft_pp_loss_fn)1, &batch); // any non-NULL loss: y must be there
+    if (st) return weft_error(st, "%s", weft_last_error());
+    int P = p->P, K = P * p->V;
+    int64_t b = batch / p->M;
+    double local[64] = {0};
+    bool grad_was = weft_grad_set_enabled(false);
+    for (int m = 0; m < p->M && !st; m++)
+        for (int v = 0; v < p->V && !st; v++) {
+            int k = v * P + p->rank;
+            weft_tensor *in = NULL, *out = NULL;
+            if (k == 0) in = rows(x, m, b);
+            else {
+                int64_t h[2 + WEFT_MAX_DIMS];
+                weft_tensor *ht = weft_pp_take(p->comm, WEFT_DIMS(2 + WEFT_MAX_DIMS), WEFT_I64, WEFT_DEVICE_CPU,
+                                               (k - 1) % P, eval_tag(p, k, m) + 1, PP_DIR_ACT);
+                if (ht) memcpy(h, weft_tensor_data(ht), sizeof h);
+                weft_tensor_free(ht);
+                in = ht ? weft_pp_take(p->comm, (int)h[0], h + 2, (weft_dtype)h[1], chunk_device(p, k), (k - 1) % P,
+                                       eval_tag(p, k, m), PP_DIR_ACT)
+                        : NULL;
+            }
+            out = in ? run_chunk(p, k, in) : NULL;
+            if (!out) st = weft_last_status();
+            else if (k == K - 1) {
+                weft_tensor *tgt = rows(y, m, b);
+                st = tgt ? fn(out, tgt, user, local) : weft_last_status();
+                weft_tensor_free(tgt);
+            } else {
+                int64_t h[2 + WEFT_MAX_DIMS] = {weft_tensor_ndim(out), weft_tensor_dtype(out)};
+                memcpy(h + 2, weft_tensor_sizes(out), sizeof(int64_t) * (size_t)weft_tensor_ndim(out));
+                int64_t hs = 2 + WEFT_MAX_DIMS;
+                weft_tensor *ht = weft_pp_host(h, hs, WEFT_I64);
+                st = ht ? weft_pp_post(p->comm, ht, (k + 1) % P, eval_tag(p, k + 1, m) + 1, PP_DIR_ACT) : weft_last_status();
+                if (!st) st = weft_pp_post(p->comm, out, (k + 1) % P, eval_tag(p, k + 1, m), PP_DIR_ACT);
+                weft_tensor_free(ht);
+            }
+            weft_tensor_free(in);
+            weft_tensor_free(out);
+        }
+    weft_grad_set_enabled(grad_was);
+    weft_status ws = weft_pp_wait_sends(p->comm);
+    if (!st) st = ws;
+    // The sums live on the last chunk's rank; every rank gets them (and they
+    // all fail together: a failed rank adds NaN).
+    if (p->comm && P > 1) {
+        int last = (K - 1) % P;
+        for (int i = 0; i < n_acc; i++) local[i] = st ? NAN : p->rank == last ? local[i] : 0;
+        int64_t na = n_acc;
+        weft_tensor *t = weft_pp_host(local, na, WEFT_F64);
+        weft_status cs = t ? weft_dist_all_reduce(p->comm, t, WEFT_REDUCE_SUM) : weft_last_status();
+        if (!cs) memcpy(local, weft_tensor_data(t), sizeof(double) * (size_t)n_acc);
+        weft_tensor_free(t);
+        if (!st && cs) st = cs;
+        if (!st && isnan(local[0]))
+            st = weft_error(WEFT_ERR_STATE, "pp_forward: another stage of the pipeline failed");
+    }
+    if (st) return st;
+    for (int i = 0; i < n_acc; i++) acc[i] += local[i];
     return WEFT_OK;
 }

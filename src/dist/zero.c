@@ -343,40 +343,48 @@ weft_status weft_zero_reduce_grads(weft_zero *z) {
     return first == WEFT_OK ? WEFT_OK : weft_error(first, "%s", msg);
 }
 
-double weft_zero_clip_grad_norm(weft_zero *z, double max_norm) {
-    if (!z || !(max_norm >= 0)) {
-        weft_error(WEFT_ERR_ARG, "zero_clip_grad_norm: %s", !z ? "handle is NULL" : "invalid max_norm (need >= 0)");
-        return -1;
-    }
-    if (!z->reduced) {
-        weft_error(WEFT_ERR_STATE, "zero_clip_grad_norm: call weft_zero_reduce_grads first");
-        return -1;
-    }
+weft_status weft_zero_grad_sum_squares(weft_zero *z, const bool *count, double *sum) {
+    if (!z || !sum) return weft_error(WEFT_ERR_ARG, "zero_grad_sum_squares: NULL argument");
+    *sum = NAN;
+    if (!z->reduced) return weft_error(WEFT_ERR_STATE, "zero_grad_sum_squares: call weft_zero_reduce_grads first");
     // This shard's sum of squares, on the device in f64, then over the ranks on the host.
     weft_tensor *acc = weft_tensor_full_on(0, NULL, WEFT_F64, 0, z->dev);
     weft_status st = acc ? WEFT_OK : weft_last_status();
     for (int i = 0; i < z->np && st == WEFT_OK; i++) {
-        weft_tensor *gr = z->p[i].piece ? weft_tensor_grad(z->p[i].piece) : NULL;
+        weft_tensor *gr = z->p[i].piece && (!count || count[i]) ? weft_tensor_grad(z->p[i].piece) : NULL;
         if (gr) st = weft_op_apply_into(&weft_op_grad_sumsq, 2, (weft_tensor *[]){acc, gr}, NULL, &acc);
     }
     double local = 0;
     if (st == WEFT_OK) st = weft_tensor_to_f64(acc, &local, 1);
     weft_tensor_free(acc);
-    weft_tensor *sum = weft_tensor_full_on(0, NULL, WEFT_F64, st == WEFT_OK ? local : NAN, WEFT_DEVICE_CPU); // NaN: every rank skips the scaling
-    weft_status cst = sum ? weft_dist_all_reduce(z->c, sum, WEFT_REDUCE_SUM) : weft_last_status();
-    double norm = cst == WEFT_OK ? sqrt(weft_tensor_item(sum)) : NAN;
-    weft_tensor_free(sum);
-    if (st == WEFT_OK) st = cst;
-    double coef = max_norm / (norm + 1e-6);
-    if (st == WEFT_OK && coef < 1) { // false for a NaN norm, as weft_clip_grad_norm
-        weft_tensor *c = weft_tensor_full_on(0, NULL, WEFT_F64, coef, z->dev);
-        st = c ? WEFT_OK : weft_last_status();
-        for (int i = 0; i < z->np && st == WEFT_OK; i++) {
-            weft_tensor *gr = z->p[i].piece ? weft_tensor_grad(z->p[i].piece) : NULL;
-            if (gr) st = weft_op_apply_into(&weft_op_grad_scale, 2, (weft_tensor *[]){gr, c}, NULL, &gr);
-        }
-        weft_tensor_free(c);
+    weft_tensor *t = weft_tensor_full_on(0, NULL, WEFT_F64, st == WEFT_OK ? local : NAN, WEFT_DEVICE_CPU); // NaN: every rank skips the scaling
+    weft_status cst = t ? weft_dist_all_reduce(z->c, t, WEFT_REDUCE_SUM) : weft_last_status();
+    if (cst == WEFT_OK) *sum = weft_tensor_item(t);
+    weft_tensor_free(t);
+    return st != WEFT_OK ? st : cst;
+}
+
+weft_status weft_zero_grad_scale(weft_zero *z, double coef) {
+    if (!z) return weft_error(WEFT_ERR_ARG, "zero_grad_scale: NULL handle");
+    weft_tensor *c = weft_tensor_full_on(0, NULL, WEFT_F64, coef, z->dev);
+    weft_status st = c ? WEFT_OK : weft_last_status();
+    for (int i = 0; i < z->np && st == WEFT_OK; i++) {
+        weft_tensor *gr = z->p[i].piece ? weft_tensor_grad(z->p[i].piece) : NULL;
+        if (gr) st = weft_op_apply_into(&weft_op_grad_scale, 2, (weft_tensor *[]){gr, c}, NULL, &gr);
     }
+    weft_tensor_free(c);
+    return st;
+}
+
+double weft_zero_clip_grad_norm(weft_zero *z, double max_norm) {
+    if (!z || !(max_norm >= 0)) {
+        weft_error(WEFT_ERR_ARG, "zero_clip_grad_norm: %s", !z ? "handle is NULL" : "invalid max_norm (need >= 0)");
+        return -1;
+    }
+    double sum = NAN;
+    weft_status st = weft_zero_grad_sum_squares(z, NULL, &sum);
+    double norm = sqrt(sum), coef = max_norm / (norm + 1e-6);
+    if (st == WEFT_OK && coef < 1) st = weft_zero_grad_scale(z, coef); // false for a NaN norm, as weft_clip_grad_norm
     if (st != WEFT_OK) {
         weft_error(st, "zero_clip_grad_norm: %s", weft_last_error());
         return -1;

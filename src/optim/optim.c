@@ -440,44 +440,56 @@ static weft_status clip_scale(int n, weft_tensor *const *params, double coef) {
     return st;
 }
 
-double weft_clip_grad_norm(int n, weft_tensor *const *params, double max_norm) {
-    if (n < 0 || (n > 0 && !params)) {
-        weft_error(WEFT_ERR_ARG, "clip_grad_norm: bad parameter list");
-        return -1;
+// The gradients clip_sum and clip_scale may run over: f32/f64, contiguous
+// (a non-contiguous one is replaced by a contiguous copy, scaled in place later).
+static weft_status clip_check(const char *what, int n, weft_tensor *const *params) {
+    if (n < 0 || (n > 0 && !params)) return weft_error(WEFT_ERR_ARG, "%s: bad parameter list", what);
+    for (int i = 0; i < n; i++) {
+        weft_tensor *t = params[i], *g = t ? t->grad : NULL;
+        if (!t) return weft_error(WEFT_ERR_ARG, "%s: parameter %d is NULL", what, i);
+        if (!g) continue;
+        if (g->dtype != WEFT_F32 && g->dtype != WEFT_F64)
+            return weft_error(WEFT_ERR_DTYPE, "%s: gradient of parameter %d is %s (need f32 or f64)", what, i,
+                              weft_dtype_name((weft_dtype)g->dtype));
+        if (!weft_tensor_is_contiguous(g)) {
+            weft_tensor *c = weft_tensor_contiguous(g);
+            weft_status st = c ? weft_tensor_set_grad(t, c) : weft_last_status();
+            weft_tensor_free(c);
+            if (st) return st;
+        }
     }
+    return WEFT_OK;
+}
+
+weft_status weft_grad_sum_squares(int n, weft_tensor *const *params, double *sum) {
+    if (!sum) return weft_error(WEFT_ERR_ARG, "grad_sum_squares: NULL result");
+    *sum = 0;
+    weft_status st = clip_check("grad_sum_squares", n, params);
+    if (!st) st = clip_sum(n, params, sum);
+    return st;
+}
+
+weft_status weft_grad_scale(int n, weft_tensor *const *params, double coef) {
+    weft_status st = clip_check("grad_scale", n, params);
+    if (!st && !isfinite(coef)) st = weft_error(WEFT_ERR_ARG, "grad_scale: coefficient %g is not finite", coef);
+    if (!st) st = clip_scale(n, params, coef);
+    return st;
+}
+
+double weft_clip_grad_norm(int n, weft_tensor *const *params, double max_norm) {
     if (!(max_norm >= 0)) {
         weft_error(WEFT_ERR_ARG, "clip_grad_norm: invalid max_norm %g (need >= 0)", max_norm);
         return -1;
     }
-    for (int i = 0; i < n; i++) {
-        weft_tensor *t = params[i], *g = t ? t->grad : NULL;
-        if (!t) {
-            weft_error(WEFT_ERR_ARG, "clip_grad_norm: parameter %d is NULL", i);
-            return -1;
-        }
-        if (!g) continue;
-        if (g->dtype != WEFT_F32 && g->dtype != WEFT_F64) {
-            weft_error(WEFT_ERR_DTYPE, "clip_grad_norm: gradient of parameter %d is %s (need f32 or f64)", i,
-                       weft_dtype_name((weft_dtype)g->dtype));
-            return -1;
-        }
-        if (!weft_tensor_is_contiguous(g)) { // scaled in place below: make the stored gradient contiguous
-            weft_tensor *c = weft_tensor_contiguous(g);
-            if (!c || weft_tensor_set_grad(t, c) != WEFT_OK) {
-                weft_tensor_free(c);
-                return -1;
-            }
-            weft_tensor_free(c);
-        }
-    }
     double sum = 0;
-    weft_status st = clip_sum(n, params, &sum);
+    weft_status st = clip_check("clip_grad_norm", n, params);
+    if (st == WEFT_OK) st = clip_sum(n, params, &sum);
     double norm = sqrt(sum);
     double coef = max_norm / (norm + 1e-6);
     // coef < 1 is false for a NaN norm: leave the gradients alone (the trainer checks the loss)
     if (st == WEFT_OK && coef < 1) st = clip_scale(n, params, coef);
     if (st != WEFT_OK) {
-        weft_error(st, "clip_grad_norm: %s", weft_last_error());
+        if (strncmp(weft_last_error(), "clip_grad_norm", 14)) weft_error(st, "clip_grad_norm: %s", weft_last_error());
         return -1;
     }
     return norm;

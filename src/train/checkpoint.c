@@ -38,6 +38,35 @@ static void list_free(list *l) {
     free(l->ts);
 }
 
+int weft_run_meta(weft_run *r, const char **keys, char (*v)[32]) {
+    int64_t le = 0, li = 0;
+    if (r->loader) weft_loader_position(r->loader, &le, &li);
+    uint64_t dseed, doff;
+    weft_generator_get_state(r->dropout_gen, &dseed, &doff);
+    static const char *const names[] = {"step", "epoch", "loader_epoch", "loader_index", "dropout_seed",
+                                        "dropout_offset", "model", "optimizer"};
+    snprintf(v[0], 32, "%" PRId64, r->step);
+    snprintf(v[1], 32, "%" PRId64, r->epoch);
+    snprintf(v[2], 32, "%" PRId64, le);
+    snprintf(v[3], 32, "%" PRId64, li);
+    snprintf(v[4], 32, "%" PRIu64, dseed);
+    snprintf(v[5], 32, "%" PRIu64, doff);
+    snprintf(v[6], 32, "%.31s", r->cfg->net.name);
+    snprintf(v[7], 32, "%.31s", weft_optim_kind_name(weft_optim_get_opts(r->optim)->kind));
+    int nk = 8;
+    for (int i = 0; i < nk; i++) keys[i] = names[i];
+    if (r->scaler) { // f16: the scale as "%.17g" reads back as the same double
+        double scale;
+        int64_t good;
+        weft_grad_scaler_get_state(r->scaler, &scale, &good);
+        snprintf(v[8], 32, "%.17g", scale);
+        snprintf(v[9], 32, "%" PRId64, good);
+        keys[nk++] = "loss_scale";
+        keys[nk++] = "loss_scale_good";
+    }
+    return nk;
+}
+
 weft_status weft_run_save(weft_run *r) {
     list l = {0};
     char name[512];
@@ -59,32 +88,9 @@ weft_status weft_run_save(weft_run *r) {
         list_free(&l);
         return weft_error(WEFT_ERR_OOM, "checkpoint: out of memory");
     }
-    int64_t le = 0, li = 0;
-    if (r->loader) weft_loader_position(r->loader, &le, &li);
-    uint64_t dseed, doff;
-    weft_generator_get_state(r->dropout_gen, &dseed, &doff);
-    char v[10][32];
-    snprintf(v[0], 32, "%" PRId64, r->step);
-    snprintf(v[1], 32, "%" PRId64, r->epoch);
-    snprintf(v[2], 32, "%" PRId64, le);
-    snprintf(v[3], 32, "%" PRId64, li);
-    snprintf(v[4], 32, "%" PRIu64, dseed);
-    snprintf(v[5], 32, "%" PRIu64, doff);
-    snprintf(v[6], 32, "%.31s", r->cfg->net.name);
-    snprintf(v[7], 32, "%.31s", weft_optim_kind_name(weft_optim_get_opts(r->optim)->kind));
-    const char *keys[10] = {"step", "epoch", "loader_epoch", "loader_index", "dropout_seed", "dropout_offset", "model",
-                            "optimizer"};
-    int nk = 8;
-    if (r->scaler) { // f16: the scale as "%.17g" reads back as the same double
-        double scale;
-        int64_t good;
-        weft_grad_scaler_get_state(r->scaler, &scale, &good);
-        snprintf(v[8], 32, "%.17g", scale);
-        snprintf(v[9], 32, "%" PRId64, good);
-        keys[nk++] = "loss_scale";
-        keys[nk++] = "loss_scale_good";
-    }
-    const char *vals[10];
+    char v[WEFT_RUN_META_MAX][32];
+    const char *keys[WEFT_RUN_META_MAX], *vals[WEFT_RUN_META_MAX];
+    int nk = weft_run_meta(r, keys, v);
     for (int i = 0; i < nk; i++) vals[i] = v[i];
     char path[1024];
     weft_status st = weft_mkdirs(r->opts.ckpt_dir);
@@ -96,8 +102,8 @@ weft_status weft_run_save(weft_run *r) {
     return st;
 }
 
-static bool meta_u64(const weft_safetensors *st, const char *key, uint64_t *out) {
-    const char *s = weft_safetensors_meta(st, key);
+static bool meta_u64(const weft_meta_src *m, const char *key, uint64_t *out) {
+    const char *s = m->get(m->src, key);
     if (!s || *s == '-') return false;
     char *end;
     unsigned long long v = strtoull(s, &end, 10); // generator seeds use all 64 bits
@@ -105,15 +111,15 @@ static bool meta_u64(const weft_safetensors *st, const char *key, uint64_t *out)
     *out = v;
     return true;
 }
-static bool meta_i64(const weft_safetensors *st, const char *key, int64_t *out) {
+static bool meta_i64(const weft_meta_src *m, const char *key, int64_t *out) {
     uint64_t v;
-    if (!meta_u64(st, key, &v) || v > (uint64_t)INT64_MAX) return false;
+    if (!meta_u64(m, key, &v) || v > (uint64_t)INT64_MAX) return false;
     *out = (int64_t)v;
     return true;
 }
 
-static bool meta_f64(const weft_safetensors *st, const char *key, double *out) {
-    const char *s = weft_safetensors_meta(st, key);
+static bool meta_f64(const weft_meta_src *m, const char *key, double *out) {
+    const char *s = m->get(m->src, key);
     if (!s) return false;
     char *end;
     double v = strtod(s, &end);
@@ -121,6 +127,8 @@ static bool meta_f64(const weft_safetensors *st, const char *key, double *out) {
     *out = v;
     return true;
 }
+
+static const char *st_meta(const void *src, const char *key) { return weft_safetensors_meta(src, key); }
 
 // Copy every parameter and buffer of the model from the file.
 static weft_status load_model(weft_run *r, const weft_safetensors *st, const char *path) {
@@ -151,7 +159,8 @@ weft_status weft_run_load_weights(weft_run *r, const char *path) {
     weft_safetensors *st = weft_safetensors_load(path);
     if (!st) return weft_last_status();
     weft_status s = load_model(r, st, path);
-    if (!meta_i64(st, "step", &r->step)) r->step = -1;
+    weft_meta_src m = {st_meta, st};
+    if (!meta_i64(&m, "step", &r->step)) r->step = -1;
     weft_safetensors_free(st);
     return s;
 }
@@ -173,13 +182,13 @@ static const char *kind_of_state(const char *state) {
 // this optimiser lacks (missing ones are weft_optim_load_state's error).
 // Without this, Adam's state resumed into an SGD model file (whose only
 // state is a step count) would load without a word.
+weft_status weft_run_check_optimizer(const weft_run *r, const char *theirs, const char *what);
+
 static weft_status check_optimizer(const weft_run *r, const weft_safetensors *st, const char *path) {
     const char *mine = weft_optim_kind_name(weft_optim_get_opts(r->optim)->kind);
     const char *theirs = weft_safetensors_meta(st, "optimizer");
-    if (theirs && strcmp(theirs, mine))
-        return weft_error(WEFT_ERR_FORMAT,
-                          "%s: checkpoint written by optimiser %s, but the model file's optimiser is %s (resume with "
-                          "the same optimiser, or start a new --ckpt-dir)", path, theirs, mine);
+    weft_status ks = weft_run_check_optimizer(r, theirs, path);
+    if (ks) return ks;
     for (int i = 0; i < weft_safetensors_count(st); i++) {
         const char *name = weft_safetensors_name_at(st, i);
         if (strncmp(name, "optim.", 6) || weft_optim_state_find(r->optim, name + 6)) continue;
@@ -200,50 +209,74 @@ weft_status weft_run_resume(weft_run *r) {
     int64_t step;
     char path[1024];
     weft_status s = weft_ckpt_latest(r->opts.ckpt_dir, &step, path, sizeof path);
+    int64_t ms = -1;
+    if (!s) s = weft_manifest_latest(r->opts.ckpt_dir, &ms);
     if (s) return s;
-    if (step < 0) return WEFT_OK; // nothing to resume from: start fresh
+    if (ms > step) return weft_mp_resume(r); // a newer model-parallel checkpoint: its pieces, read whole
+    if (step < 0) return WEFT_OK;            // nothing to resume from: start fresh
     return weft_run_resume_from(r, path);
 }
 
+// The checkpoint's counters: read and checked before anything is loaded.
+typedef struct {
+    int64_t step, epoch, le, li;
+    uint64_t dseed, doff;
+} run_meta;
+
+static weft_status read_meta(const weft_meta_src *m, const char *what, run_meta *out) {
+    if (!meta_i64(m, "step", &out->step) || !meta_i64(m, "epoch", &out->epoch) || !meta_i64(m, "loader_epoch", &out->le) ||
+        !meta_i64(m, "loader_index", &out->li) || !meta_u64(m, "dropout_seed", &out->dseed) ||
+        !meta_u64(m, "dropout_offset", &out->doff))
+        return weft_error(WEFT_ERR_FORMAT, "%s: not a weft training checkpoint (metadata missing)", what);
+    if (out->step > INT64_C(1) << 53 || out->epoch > INT64_C(1) << 53) // counts the loop adds to and turns into doubles
+        return weft_error(WEFT_ERR_FORMAT, "%s: step %lld / epoch %lld out of range (at most 2^53)", what,
+                          (long long)out->step, (long long)out->epoch);
+    return WEFT_OK;
+}
+
+weft_status weft_run_apply_meta(weft_run *r, const weft_meta_src *m, const char *what) {
+    run_meta rm = {0};
+    weft_status s = read_meta(m, what, &rm);
+    // f16: the loss scale and its growth tracker continue where they were (a
+    // checkpoint without them, from an f32 / bf16 run, leaves the initial scale)
+    double scale;
+    int64_t good = 0;
+    if (!s && r->scaler && meta_f64(m, "loss_scale", &scale)) {
+        meta_i64(m, "loss_scale_good", &good);
+        s = weft_grad_scaler_set_state(r->scaler, scale, good);
+        if (s) s = weft_error(s, "%s: %s", what, weft_last_error());
+    }
+    if (s) return s;
+    weft_optim_set_step_count(r->optim, rm.step);
+    weft_generator_set_state(r->dropout_gen, rm.dseed, rm.doff);
+    r->step = rm.step;
+    r->epoch = rm.epoch;
+    if (r->loader) return weft_loader_set_position(r->loader, rm.le, rm.li);
+    return WEFT_OK;
+}
+
+weft_status weft_run_check_optimizer(const weft_run *r, const char *theirs, const char *what) {
+    const char *mine = weft_optim_kind_name(weft_optim_get_opts(r->optim)->kind);
+    if (theirs && strcmp(theirs, mine))
+        return weft_error(WEFT_ERR_FORMAT,
+                          "%s: checkpoint written by optimiser %s, but the model file's optimiser is %s (resume with "
+                          "the same optimiser, or start a new --ckpt-dir)", what, theirs, mine);
+    return WEFT_OK;
+}
+
 weft_status weft_run_resume_from(weft_run *r, const char *path) {
-    int64_t step;
-    weft_status s;
     weft_safetensors *st = weft_safetensors_load(path);
     if (!st) return weft_last_status();
-    int64_t epoch, le, li;
-    uint64_t dseed, doff;
-    if (!meta_i64(st, "step", &step) || !meta_i64(st, "epoch", &epoch) || !meta_i64(st, "loader_epoch", &le) ||
-        !meta_i64(st, "loader_index", &li) || !meta_u64(st, "dropout_seed", &dseed) ||
-        !meta_u64(st, "dropout_offset", &doff)) {
-        weft_safetensors_free(st);
-        return weft_error(WEFT_ERR_FORMAT, "%s: not a weft training checkpoint (metadata missing)", path);
-    }
-    if (step > INT64_C(1) << 53 || epoch > INT64_C(1) << 53) { // counts the loop adds to and turns into doubles
-        weft_safetensors_free(st);
-        return weft_error(WEFT_ERR_FORMAT, "%s: step %lld / epoch %lld out of range (at most 2^53)", path,
-                          (long long)step, (long long)epoch);
-    }
-    s = check_optimizer(r, st, path);
+    weft_meta_src m = {st_meta, st};
+    run_meta rm = {0};
+    weft_status s = read_meta(&m, path, &rm);
+    if (!s) s = check_optimizer(r, st, path);
     if (!s) s = load_model(r, st, path);
     if (!s) {
         s = weft_optim_load_state(r->optim, optim_lookup, st);
         if (s) s = weft_error(s, "%s: %s", path, weft_last_error());
     }
-    // f16: the loss scale and its growth tracker continue where they were (a
-    // checkpoint without them, from an f32 / bf16 run, leaves the initial scale)
-    double scale;
-    int64_t good = 0;
-    if (!s && r->scaler && meta_f64(st, "loss_scale", &scale)) {
-        meta_i64(st, "loss_scale_good", &good);
-        s = weft_grad_scaler_set_state(r->scaler, scale, good);
-        if (s) s = weft_error(s, "%s: %s", path, weft_last_error());
-    }
+    if (!s) s = weft_run_apply_meta(r, &m, path);
     weft_safetensors_free(st);
-    if (s) return s;
-    weft_optim_set_step_count(r->optim, step);
-    weft_generator_set_state(r->dropout_gen, dseed, doff);
-    r->step = step;
-    r->epoch = epoch;
-    if (r->loader) return weft_loader_set_position(r->loader, le, li);
-    return WEFT_OK;
+    return s;
 }

@@ -18,6 +18,7 @@
 #include <weft.h>
 #include <weft/ddp.h>
 #include <weft/dist.h>
+#include <weft/parallel.h>
 #include <weft/ps.h>
 
 #include "../core/core_impl.h"
@@ -90,7 +91,23 @@ static int64_t test_kill_step(int rank) {
     return atoll(k);
 }
 
+static weft_status dist_init(weft_run *r);
+
 weft_status weft_dist_run_init(weft_run *r) {
+    weft_status st = dist_init(r);
+    if (st || !weft_mp_requested(r->cfg)) return st;
+    const weft_net_cfg *n = &r->cfg->net;
+    if (!r->dist) {
+        if (n->tp * n->pp == 1) return WEFT_OK; // zero alone in one process: nothing to shard
+        return weft_error(WEFT_ERR_ARG, "train: tp = %d and pp = %d need at least %d processes (start the job with "
+                          "weft launch -n N or mpirun)", n->tp, n->pp, n->tp * n->pp);
+    }
+    if (r->dist->mode == WEFT_TRAIN_DIST_PS)
+        return weft_error(WEFT_ERR_ARG, "train: tp, pp and zero combine with data parallelism (ddp), not --dist ps");
+    return weft_mp_run_init(r, r->dist->world);
+}
+
+static weft_status dist_init(weft_run *r) {
     weft_train_dist mode = r->opts.dist;
     r->printer = true;
     if (mode == WEFT_TRAIN_DIST_NONE) return WEFT_OK;
@@ -134,8 +151,17 @@ weft_status weft_dist_run_init(weft_run *r) {
 void weft_dist_run_loader(const weft_run *r, weft_loader_opts *lo) {
     const struct weft_dist_run *d = r->dist;
     if (!d || d->server) return; // a server's loader is never read
-    lo->num_replicas = d->size - d->servers; // workers are ranks 0..W-1
-    lo->rank = d->rank;
+    const weft_parallel *L = weft_mp_layout(r);
+    lo->num_replicas = L ? L->dp : d->size - d->servers; // workers are ranks 0..W-1
+    lo->rank = L ? L->dp_rank : d->rank;                  // the ranks of one model replica read the same batches
+}
+
+// Language models: each data-parallel replica draws its own windows (the
+// first keeps the single-process stream).
+uint64_t weft_dist_run_lm_seed(const weft_run *r) {
+    const weft_parallel *L = weft_mp_layout(r);
+    int replica = L ? L->dp_rank : r->dist->server ? 0 : r->dist->rank;
+    return r->cfg->net.seed + 0x9e3779b97f4a7c15ULL * (uint64_t)replica;
 }
 
 // The dropout generator's seed on this rank (rank 0 keeps the single-process seed).
@@ -145,6 +171,7 @@ static uint64_t dropout_seed(const weft_run *r) {
 
 weft_status weft_dist_run_attach(weft_run *r) {
     struct weft_dist_run *d = r->dist;
+    if (r->mp) return weft_mp_attach(r); // DDP over the data-parallel group, or ZeRO
     // Dropout masks differ between ranks, as they would across the samples of one big batch.
     weft_generator_set_state(r->dropout_gen, dropout_seed(r), 0);
     if (d->mode == WEFT_TRAIN_DIST_DDP) {
@@ -206,6 +233,7 @@ weft_status weft_dist_run_after_backward(weft_run *r, double compute_s) {
     struct weft_dist_run *d = r->dist;
     if (r->opts.straggle_factor > 1 && r->opts.straggle_rank == d->rank)
         sleep_s((r->opts.straggle_factor - 1) * compute_s);
+    if (r->mp) return weft_mp_after_backward(r);
     return d->ddp ? weft_ddp_wait(d->ddp) : WEFT_OK;
 }
 
@@ -216,8 +244,9 @@ weft_status weft_dist_run_step(weft_run *r, double lr) { return weft_ps_step(r->
 
 bool weft_dist_run_evaluates(const weft_run *r) {
     // DDP: every rank evaluates its identical replica (keeps them in step);
-    // only rank 0 reports. ps: worker 0 alone (the others keep training).
-    return r->dist->mode == WEFT_TRAIN_DIST_DDP || r->dist->rank == 0;
+    // only rank 0 reports. Model parallel: every rank holds a part of the
+    // model. ps: worker 0 alone (the others keep training).
+    return r->mp || r->dist->mode == WEFT_TRAIN_DIST_DDP || r->dist->rank == 0;
 }
 
 void weft_dist_run_after_step(weft_run *r) {
@@ -265,6 +294,7 @@ static weft_status ps_save(weft_run *r, weft_status rank0_st) {
 
 weft_status weft_dist_run_save(weft_run *r) {
     struct weft_dist_run *d = r->dist;
+    if (r->mp) return weft_mp_save(r); // pieces of every rank, resharded when loading
     const char *dir = r->opts.ckpt_dir;
     weft_status st = WEFT_OK;
     if (d->rank == 0) st = weft_run_save(r); // the replicated state, in the single-process format
@@ -293,6 +323,7 @@ weft_status weft_dist_run_save(weft_run *r) {
 
 weft_status weft_dist_run_resume(weft_run *r) {
     struct weft_dist_run *d = r->dist;
+    if (r->mp) return weft_mp_resume(r);
     // Rank 0 picks the step, so that every rank loads the same one.
     double step = -1;
     if (d->rank == 0) {
@@ -336,7 +367,7 @@ weft_status weft_dist_run_finish(weft_run *r, double samples, double train_s, we
     weft_status fs = ps_worker_done(d);
     d->finished = true;
     if (fs) return fs;
-    weft_tensor *a = host_f64(samples), *b = host_f64(train_s);
+    weft_tensor *a = host_f64(weft_mp_counts_samples(r) ? samples : 0), *b = host_f64(train_s);
     weft_status st = a && b ? WEFT_OK : weft_last_status();
     if (!st) st = weft_dist_all_reduce(d->world, a, WEFT_REDUCE_SUM);
     if (!st) st = weft_dist_all_reduce(d->world, b, WEFT_REDUCE_MAX);
@@ -353,6 +384,7 @@ weft_status weft_dist_run_finish(weft_run *r, double samples, double train_s, we
     out->consistency = r->opts.consistency;
     out->staleness = r->opts.staleness;
     out->backup = r->opts.backup;
+    weft_mp_result(r, out);
     return st;
 }
 
@@ -360,6 +392,7 @@ void weft_dist_run_free(weft_run *r) {
     struct weft_dist_run *d = r->dist;
     if (!d) return;
     if (!d->finished) ps_worker_done(d); // after an error: release the servers (the CLI then ends the job)
+    weft_mp_run_free(r);
     weft_ddp_free(d->ddp);
     weft_ps_free(d->ps);
     free(d);

@@ -254,6 +254,15 @@ weft_shard_ckpt *weft_shard_open(const char *dir, int64_t step) {
 }
 
 int64_t weft_shard_step(const weft_shard_ckpt *k) { return k ? k->step : -1; }
+
+int weft_shard_count(const weft_shard_ckpt *k) { return k ? k->n_pieces : 0; }
+const char *weft_shard_name_at(const weft_shard_ckpt *k, int i, int *ndim, int64_t *global) {
+    if (!k || i < 0 || i >= k->n_pieces) return NULL;
+    const piece *q = &k->pieces[i];
+    if (ndim) *ndim = q->ndim;
+    if (global) memcpy(global, q->global, sizeof(int64_t) * (size_t)q->ndim);
+    return q->name;
+}
 const char *weft_shard_layout(const weft_shard_ckpt *k) { return k ? k->layout : ""; }
 const char *weft_shard_meta(const weft_shard_ckpt *k, const char *key) {
     return k && k->n_files && key ? weft_safetensors_meta(k->files[0], key) : NULL;
@@ -262,17 +271,21 @@ const char *weft_shard_meta(const weft_shard_ckpt *k, const char *key) {
 static bool same_box(const piece *a, const piece *b) {
     if (a->ndim != b->ndim) return false;
     for (int d = 0; d < a->ndim; d++)
-        if (a->offset[d] != b->offset[d] || weft_tensor_size(a->t, d) != weft_tensor_size(b->t, d)) return false;
+        if (a->offset[d] != b->offset[d] || weft_tensor_size(a->t, d) != weft_tensor_size(b->t, d) ||
+            a->global[d] != b->global[d])
+            return false;
     return true;
 }
 
-// Copies the part of q that overlaps s's piece into it; *covered += its element count.
-static weft_status copy_overlap(const weft_shard *s, const int64_t *goff, const piece *q, int64_t *covered) {
+// Copies the part of q that overlaps the piece dst (at goff in the global
+// tensor, in q's coordinates) into it; *covered += its element count.
+static weft_status copy_overlap(weft_tensor *dst0, const int64_t *goff, const piece *q, weft_tensor *src0,
+                                int64_t *covered) {
     int nd = q->ndim;
     int64_t lo[WEFT_MAX_DIMS], len[WEFT_MAX_DIMS], count = 1;
     for (int d = 0; d < nd; d++) {
         int64_t a = goff[d] > q->offset[d] ? goff[d] : q->offset[d];
-        int64_t e1 = goff[d] + weft_tensor_size(s->local, d), e2 = q->offset[d] + weft_tensor_size(q->t, d);
+        int64_t e1 = goff[d] + weft_tensor_size(dst0, d), e2 = q->offset[d] + weft_tensor_size(src0, d);
         int64_t b = e1 < e2 ? e1 : e2;
         if (b <= a) return WEFT_OK;
         lo[d] = a;
@@ -281,7 +294,7 @@ static weft_status copy_overlap(const weft_shard *s, const int64_t *goff, const 
     }
     weft_status st = WEFT_OK;
     bool prev = weft_grad_set_enabled(false); // narrowing a parameter records nothing
-    weft_tensor *dst = weft_tensor_ref(s->local), *src = weft_tensor_ref(q->t);
+    weft_tensor *dst = weft_tensor_ref(dst0), *src = weft_tensor_ref(src0);
     for (int d = 0; d < nd && dst && src; d++) {
         weft_tensor *a = weft_narrow(dst, d, lo[d] - goff[d], len[d]), *b = weft_narrow(src, d, lo[d] - q->offset[d], len[d]);
         weft_tensor_free(dst);
@@ -296,6 +309,56 @@ static weft_status copy_overlap(const weft_shard *s, const int64_t *goff, const 
     return st;
 }
 
+static int64_t numel_of(int nd, const int64_t *s) {
+    int64_t n = 1;
+    for (int d = 0; d < nd; d++) n *= s[d];
+    return n;
+}
+
+static bool is_whole(const piece *q) {
+    for (int d = 0; d < q->ndim; d++)
+        if (q->offset[d] || weft_tensor_size(q->t, d) != q->global[d]) return false;
+    return true;
+}
+
+// A tensor stored in another view of the same values: the global shapes
+// differ but hold as many elements (attention's qkv, written by tensor-
+// parallel ranks as (3, rows, cols) blocks, read whole as (3 rows, cols), and
+// back). A whole stored piece is read through a reshape of it; a request for
+// the whole tensor reads through a reshape of the destination. Other pieces
+// cannot be placed and are an error naming the tensor.
+static weft_status copy_piece(const weft_shard *s, int nd, const int64_t *global, const int64_t *goff, bool whole_request,
+                              const piece *q, int64_t *covered, const char *stepname) {
+    bool same = q->ndim == nd;
+    for (int d = 0; same && d < nd; d++) same = q->global[d] == global[d];
+    if (same) return copy_overlap(s->local, goff, q, q->t, covered);
+    char a[96], b[96];
+    if (numel_of(q->ndim, q->global) == numel_of(nd, global)) {
+        weft_status st = WEFT_OK;
+        bool prev = weft_grad_set_enabled(false);
+        if (is_whole(q)) { // the stored tensor, reshaped to this view
+            weft_tensor *v = weft_reshape(q->t, nd, global);
+            piece p2 = {.name = q->name, .t = v, .ndim = nd};
+            for (int d = 0; d < nd; d++) p2.global[d] = global[d];
+            st = v ? copy_overlap(s->local, goff, &p2, v, covered) : weft_last_status();
+            weft_tensor_free(v);
+        } else if (whole_request && weft_tensor_is_contiguous(s->local)) { // this rank's tensor, in the stored view
+            weft_tensor *v = weft_reshape(s->local, q->ndim, q->global);
+            int64_t zero[WEFT_MAX_DIMS] = {0};
+            st = v ? copy_overlap(v, zero, q, q->t, covered) : weft_last_status();
+            weft_tensor_free(v);
+        } else {
+            st = weft_error(WEFT_ERR_SHAPE, "checkpoint %s: tensor %s is stored as pieces of %s, which cannot be placed in "
+                            "%s here", stepname, s->name, weft_shape_fmt(q->ndim, q->global, a, sizeof a),
+                            weft_shape_fmt(nd, global, b, sizeof b));
+        }
+        weft_grad_set_enabled(prev);
+        return st;
+    }
+    return weft_error(WEFT_ERR_SHAPE, "checkpoint %s: tensor %s is %s there, %s here", stepname, s->name,
+                      weft_shape_fmt(q->ndim, q->global, a, sizeof a), weft_shape_fmt(nd, global, b, sizeof b));
+}
+
 weft_status weft_shard_read(const weft_shard_ckpt *k, const weft_shard *s) {
     if (!k || !s) return weft_error(WEFT_ERR_ARG, "checkpoint: NULL argument to weft_shard_read");
     weft_status st = check_shard(s);
@@ -307,26 +370,21 @@ weft_status weft_shard_read(const weft_shard_ckpt *k, const weft_shard *s) {
         goff[d] = s->ndim ? s->offset[d] : 0;
     }
     int64_t covered = 0, want = weft_tensor_numel(s->local);
-    bool found = false;
+    bool found = false, whole = true;
+    for (int d = 0; d < nd; d++) whole &= goff[d] == 0 && weft_tensor_size(s->local, d) == global[d];
+    char stepname[32];
+    snprintf(stepname, sizeof stepname, "step %" PRId64, k->step);
     int n_used = 0, *used = malloc(sizeof *used * (size_t)(k->n_pieces + 1)); // pieces of this name copied so far
     if (!used) return weft_error(WEFT_ERR_OOM, "checkpoint: out of memory");
     for (int i = 0; !st && i < k->n_pieces; i++) {
         const piece *q = &k->pieces[i];
         if (strcmp(q->name, s->name)) continue;
-        bool same = q->ndim == nd;
-        for (int d = 0; same && d < nd; d++) same = q->global[d] == global[d];
-        if (!same) {
-            char a[96], b[96];
-            st = weft_error(WEFT_ERR_SHAPE, "checkpoint step %" PRId64 ": tensor %s is %s there, %s here", k->step,
-                            s->name, weft_shape_fmt(q->ndim, q->global, a, sizeof a), weft_shape_fmt(nd, global, b, sizeof b));
-            break;
-        }
         found = true;
         bool dup = false; // the same piece written by two ranks counts once
         for (int j = 0; !dup && j < n_used; j++) dup = same_box(&k->pieces[used[j]], q);
         if (dup) continue;
         used[n_used++] = i;
-        st = copy_overlap(s, goff, q, &covered);
+        st = copy_piece(s, nd, global, goff, whole, q, &covered, stepname);
     }
     free(used);
     if (st) return st;

@@ -116,19 +116,27 @@ weft_status weft_run_build(weft_run *r, bool with_optim) {
     // same random streams as on the CPU, so both start from the same values).
     weft_device prev = weft_device_get_default();
     if (r->device.type != WEFT_CPU) weft_device_set_default(r->device);
-    r->net = weft_model_build(r->cfg, r->init_gen, r->dropout_gen);
+    bool *held = NULL; // model parallel: the parameters of this rank's pipeline stage
+    r->net = r->mp ? weft_mp_build(r, &held) : weft_model_build(r->cfg, r->init_gen, r->dropout_gen);
     weft_device_set_default(prev);
     if (!r->net) return weft_last_status();
-    r->n_params = weft_module_param_count(r->net);
-    r->params = calloc((size_t)r->n_params + 1, sizeof *r->params);
-    r->names = calloc((size_t)r->n_params + 1, sizeof *r->names);
-    if (!r->params || !r->names) return weft_error(WEFT_ERR_OOM, "train: out of memory");
-    for (int i = 0; i < r->n_params; i++) {
-        char name[256] = "model.";
-        r->params[i] = weft_module_param_at(r->net, i, name + 6, sizeof name - 6);
-        r->names[i] = strdup(name);
-        if (!r->names[i]) return weft_error(WEFT_ERR_OOM, "train: out of memory");
+    int np = weft_module_param_count(r->net);
+    r->params = calloc((size_t)np + 1, sizeof *r->params);
+    r->names = calloc((size_t)np + 1, sizeof *r->names);
+    if (!r->params || !r->names) {
+        free(held);
+        return weft_error(WEFT_ERR_OOM, "train: out of memory");
     }
+    for (int i = 0; i < np; i++) {
+        if (held && !held[i]) continue;
+        char name[256] = "model.";
+        r->params[r->n_params] = weft_module_param_at(r->net, i, name + 6, sizeof name - 6);
+        if (!(r->names[r->n_params++] = strdup(name))) {
+            free(held);
+            return weft_error(WEFT_ERR_OOM, "train: out of memory");
+        }
+    }
+    free(held);
     if (!with_optim) return WEFT_OK;
     weft_optim_opts o = weft_run_optim_opts(n);
     r->optim = weft_optim_create(&o, r->n_params, r->params, (const char *const *)r->names);
@@ -173,6 +181,40 @@ static weft_dtype autocast_of(const weft_run *r) {
     }
 }
 
+// A model-parallel run's evaluation: the same batches as below, each
+// through weft_mp_eval_batch (acc: loss x samples, samples, correct).
+static weft_status mp_evaluate(weft_run *r, double *acc) {
+    const weft_net_cfg *n = &r->cfg->net;
+    weft_status st = WEFT_OK;
+    if (n->dataset == WEFT_CFG_FMNIST) {
+        int64_t N = weft_dataset_len(r->test), B = 1000;
+        for (int64_t i = 0; i < N && !st; i += B) {
+            int64_t b = N - i < B ? N - i : B;
+            weft_tensor *xh = weft_narrow(r->test->inputs, 0, i, b), *yh = weft_narrow(r->test->labels, 0, i, b);
+            weft_tensor *x = weft_run_to_device(r, xh), *y = weft_run_to_device(r, yh);
+            st = x && y ? weft_mp_eval_batch(r, x, y, acc) : weft_last_status();
+            weft_tensor *t[] = {xh, yh, x, y};
+            for (int k = 0; k < 4; k++) weft_tensor_free(t[k]);
+        }
+        return st;
+    }
+    int64_t nb = r->opts.eval_batches > 0 ? r->opts.eval_batches : 50;
+    for (int64_t i = 0; i < nb && !st; i++) {
+        weft_tensor *xh = NULL, *yh = NULL, *x = NULL, *y = NULL;
+        st = weft_lm_batch(r->val_tokens, n->batch, n->context, 0xe7a1, (uint64_t)i, &xh, &yh);
+        if (!st) {
+            x = weft_run_to_device(r, xh), y = weft_run_to_device(r, yh);
+            double a[3] = {0, 0, 0};
+            st = x && y ? weft_mp_eval_batch(r, x, y, a) : weft_last_status();
+            acc[0] += a[1] > 0 ? a[0] / a[1] : 0; // the batch's mean loss, as the single-process path sums
+            acc[1] += 1;
+        }
+        weft_tensor *t[] = {xh, yh, x, y};
+        for (int k = 0; k < 4; k++) weft_tensor_free(t[k]);
+    }
+    return st;
+}
+
 weft_status weft_run_evaluate(weft_run *r, double *loss, double *acc) {
     const weft_net_cfg *n = &r->cfg->net;
     bool was_training = weft_module_is_training(r->net);
@@ -182,7 +224,11 @@ weft_status weft_run_evaluate(weft_run *r, double *loss, double *acc) {
     weft_autocast_set(autocast_of(r)); // evaluate the model as it trains
     weft_status st = WEFT_OK;
     double sum_loss = 0, correct = 0, count = 0;
-    if (n->dataset == WEFT_CFG_FMNIST) {
+    if (r->mp) { // through the pipeline and the tensor-parallel shards: every rank takes part
+        double acc[3] = {0, 0, 0};
+        st = mp_evaluate(r, acc);
+        sum_loss = acc[0], count = acc[1], correct = acc[2];
+    } else if (n->dataset == WEFT_CFG_FMNIST) {
         int64_t N = weft_dataset_len(r->test), B = 1000;
         for (int64_t i = 0; i < N && !st; i += B) {
             int64_t b = N - i < B ? N - i : B;
@@ -230,15 +276,16 @@ weft_status weft_run_evaluate(weft_run *r, double *loss, double *acc) {
     weft_autocast_set(prev_ac);
     weft_module_set_training(r->net, was_training);
     if (st) return st;
+    // fmnist sums loss x samples over the test set; kjv sums the batches' mean losses (count = batches)
     *loss = count > 0 ? sum_loss / count : NAN;
     if (acc) *acc = n->dataset == WEFT_CFG_FMNIST && count > 0 ? correct / count : NAN;
     return WEFT_OK;
 }
 
 // ---- one optimiser step ----
+static weft_status finish_step(weft_run *r, double t0, double l, double *loss_out);
 static weft_status train_step(weft_run *r, weft_tensor *x, weft_tensor *y, double *loss_out) {
     if (r->opts.graph) return weft_graph_train_step(r, x, y, loss_out); // --graph: one graph run per step
-    const weft_net_cfg *n = &r->cfg->net;
     double t0 = now_s();
     weft_tensor *xd = weft_run_to_device(r, x), *yd = weft_run_to_device(r, y);
     if (!xd || !yd) {
@@ -247,6 +294,16 @@ static weft_status train_step(weft_run *r, weft_tensor *x, weft_tensor *y, doubl
     }
     weft_dtype prev_ac = weft_autocast_get();
     weft_autocast_set(autocast_of(r));
+    double l = 0;
+    weft_status st;
+    if (r->mp) { // the pipeline's micro-batches, tensor-parallel shards (mp_train.c)
+        st = weft_mp_forward_backward(r, xd, yd, &l);
+        weft_autocast_set(prev_ac);
+        weft_tensor_free(xd);
+        weft_tensor_free(yd);
+        if (st) return st;
+        return finish_step(r, t0, l, loss_out);
+    }
     weft_tensor *logits = weft_module_forward(r->net, xd);
     weft_tensor *loss = weft_model_loss(r->cfg, logits, yd);
     weft_autocast_set(prev_ac);
@@ -254,8 +311,8 @@ static weft_status train_step(weft_run *r, weft_tensor *x, weft_tensor *y, doubl
     weft_tensor_free(xd);
     weft_tensor_free(yd);
     if (!loss) return weft_last_status();
-    double l = weft_tensor_item(loss);
-    weft_status st = r->dist ? weft_dist_run_check_loss(r, l) : WEFT_OK;
+    l = weft_tensor_item(loss);
+    st = r->dist ? weft_dist_run_check_loss(r, l) : WEFT_OK;
     if (st) {
         weft_tensor_free(loss);
         return st;
@@ -274,10 +331,25 @@ static weft_status train_step(weft_run *r, weft_tensor *x, weft_tensor *y, doubl
     }
     weft_tensor_free(loss);
     if (st) return st;
+    return finish_step(r, t0, l, loss_out);
+}
+
+// After the backward: gradients averaged across ranks, clipped, one optimiser step.
+static weft_status finish_step(weft_run *r, double t0, double l, double *loss_out) {
+    const weft_net_cfg *n = &r->cfg->net;
+    weft_status st;
     if (r->dist && (st = weft_dist_run_after_backward(r, now_s() - t0))) return st;
-    if (n->clip > 0 && weft_clip_grad_norm(r->n_params, r->params, n->clip) < 0) return weft_last_status();
+    if (n->clip > 0) {
+        if (r->mp) {
+            if ((st = weft_mp_clip(r, n->clip))) return st;
+        } else if (weft_clip_grad_norm(r->n_params, r->params, n->clip) < 0) {
+            return weft_last_status();
+        }
+    }
     double lr = weft_lr_at(&r->sched, r->step + 1); // step k uses lr(k), k from 1
-    if (r->dist && weft_dist_run_owns_step(r)) {
+    if (r->mp && weft_mp_owns_step(r)) {
+        if ((st = weft_mp_step(r, lr))) return st;
+    } else if (r->dist && weft_dist_run_owns_step(r)) {
         if ((st = weft_dist_run_step(r, lr))) return st;
     } else {
         weft_optim_set_lr(r->optim, lr);
@@ -431,7 +503,8 @@ weft_status weft_train(const weft_model_cfg *cfg, const weft_train_opts *opts, w
             }
             if (got == 0) continue; // the loader's end-of-epoch mark; epochs are counted in steps below
         } else {
-            st = weft_lm_batch(r->train_tokens, n->batch, n->context, n->seed, (uint64_t)r->step, &x, &y);
+            st = weft_lm_batch(r->train_tokens, n->batch, n->context, r->dist ? weft_dist_run_lm_seed(r) : n->seed,
+                               (uint64_t)r->step, &x, &y);
         }
         double l = 0;
         if (!st) st = train_step(r, x, y, &l);
@@ -488,8 +561,10 @@ void weft_train_print_final(FILE *f, const weft_train_result *r) {
             const char *c = r->consistency == WEFT_TRAIN_BSP ? "bsp" : r->consistency == WEFT_TRAIN_ASP ? "asp" : "ssp";
             k += snprintf(dist + k, sizeof dist - (size_t)k, " consistency=%s", c);
             if (r->consistency == WEFT_TRAIN_SSP) k += snprintf(dist + k, sizeof dist - (size_t)k, ":%d", r->staleness);
-            if (r->backup > 0) snprintf(dist + k, sizeof dist - (size_t)k, " backup=%d", r->backup);
+            if (r->backup > 0) k += snprintf(dist + k, sizeof dist - (size_t)k, " backup=%d", r->backup);
         }
+        if (r->tp > 0) // model parallel: the layout
+            snprintf(dist + k, sizeof dist - (size_t)k, " tp=%d pp=%d dp=%d zero=%d", r->tp, r->pp, r->dp, r->zero);
     }
     if (r->language_model)
         fprintf(f, "final: val_loss=%.4f train_loss=%.4f tokens_per_s=%.0f steps=%lld seconds=%.1f%s\n", r->val_loss,

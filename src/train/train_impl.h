@@ -30,6 +30,7 @@ typedef struct weft_run {
     struct weft_graph_train *graph; // opts.graph: the step graphs (graph_train.c)
     weft_device device;             // opts.device parsed (weft_run_build)
     weft_grad_scaler *scaler;       // [net] precision = f16: dynamic loss scaling
+    struct weft_mp_run *mp;         // [net] tp, pp or zero in a distributed run (mp_train.c); NULL: none
 } weft_run;
 
 // x on the run's device: a new reference (x itself on the CPU), NULL + error on failure.
@@ -47,6 +48,18 @@ weft_status weft_run_save(weft_run *r);
 weft_status weft_run_resume(weft_run *r);                    // from the latest in opts.ckpt_dir, if any
 weft_status weft_run_resume_from(weft_run *r, const char *path); // from this checkpoint file
 weft_status weft_run_load_weights(weft_run *r, const char *path); // model only (eval, sample)
+// The checkpoint metadata (step, epoch, loader position, dropout stream,
+// model, optimiser kind; f16's loss scale): keys and values (at most
+// WEFT_RUN_META_MAX); and applying them on resume, read through get.
+#define WEFT_RUN_META_MAX 10
+int weft_run_meta(weft_run *r, const char **keys, char (*vals)[32]);
+typedef struct weft_meta_src {
+    const char *(*get)(const void *src, const char *key); // NULL when absent
+    const void *src;
+} weft_meta_src;
+weft_status weft_run_apply_meta(weft_run *r, const weft_meta_src *m, const char *what);
+// The checkpoint's optimiser kind (theirs, may be NULL) must be the model file's.
+weft_status weft_run_check_optimizer(const weft_run *r, const char *theirs, const char *what);
 
 // Graph mode (graph_train.c): one step is one weft_graph_run of a traced
 // forward + backward + optimiser update; the graph's variables share the
@@ -71,10 +84,39 @@ bool weft_dist_run_owns_step(const weft_run *r); // the optimiser step happens e
 weft_status weft_dist_run_step(weft_run *r, double lr);
 bool weft_dist_run_evaluates(const weft_run *r);
 void weft_dist_run_after_step(weft_run *r);      // test hooks
+uint64_t weft_dist_run_lm_seed(const weft_run *r); // language models: this replica's window stream
 weft_status weft_dist_run_save(weft_run *r);     // every part, then the manifest
 weft_status weft_dist_run_resume(weft_run *r);   // from the latest complete checkpoint
 weft_status weft_dist_run_finish(weft_run *r, double samples, double train_s, weft_train_result *out);
 void weft_dist_run_free(weft_run *r);
+
+// Model parallelism (mp_train.c): [net] tp, pp, zero. weft_dist_run_init
+// calls weft_mp_run_init when the model file asks for it (r->mp is set from
+// then on, with the layout); the other hooks run only when r->mp is set.
+bool weft_mp_requested(const weft_model_cfg *cfg);
+weft_status weft_mp_run_init(weft_run *r, weft_comm *world); // layout and checks, before the data is read
+const struct weft_parallel *weft_mp_layout(const weft_run *r);
+weft_module *weft_mp_build(weft_run *r, bool **is_held); // the network; is_held[i]: this rank runs parameter i
+weft_status weft_mp_attach(weft_run *r);                 // DDP over the dp group, or ZeRO
+weft_status weft_mp_forward_backward(weft_run *r, weft_tensor *x, weft_tensor *y, double *loss_out);
+weft_status weft_mp_after_backward(weft_run *r);         // gradients averaged over the dp group
+weft_status weft_mp_clip(weft_run *r, double max_norm);  // the norm over the whole model
+bool weft_mp_owns_step(const weft_run *r);               // ZeRO steps the optimiser
+weft_status weft_mp_step(weft_run *r, double lr);
+weft_tensor *weft_mp_loss(const weft_run *r, weft_tensor *logits, weft_tensor *labels);
+weft_status weft_mp_eval_batch(const weft_run *r, weft_tensor *x, weft_tensor *y, double *acc); // acc[3]
+bool weft_mp_counts_samples(const weft_run *r);
+void weft_mp_result(const weft_run *r, weft_train_result *out);
+void weft_mp_run_free(weft_run *r);
+int weft_mp_param_index(const weft_run *r, int k);          // r->params[k]'s index in the network
+bool weft_mp_holds_buffer(const weft_run *r, const weft_tensor *b);
+weft_status weft_mp_gather_optim(weft_run *r);  // ZeRO: the whole state into r->optim (dp rank 0)
+weft_status weft_mp_after_resume(weft_run *r);  // ZeRO: shards from r->optim; the dropout stream
+// Checkpoints across layouts (mp_ckpt.c, weft_shard_*): a model-parallel
+// run's save and resume; weft_mp_resume also serves a single process
+// (r->mp NULL) resuming from a model-parallel checkpoint.
+weft_status weft_mp_save(weft_run *r);
+weft_status weft_mp_resume(weft_run *r);
 
 // Manifests of distributed checkpoints (dist_ckpt.c).
 const char *weft_manifest_path(const char *dir, int64_t step, char *buf, size_t n);
