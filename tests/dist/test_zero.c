@@ -467,9 +467,25 @@ static void test_errors(void) {
         // root without an optimiser: an error there, after the collectives (no rank hangs)
         weft_status st = weft_zero_gather_state(z, NULL, 0);
         CHECK(g_rank == 0 ? st != WEFT_OK && wt_error_has("no optimiser") : st == WEFT_OK);
+        // a bad gradient on rank 0 only (on another device): an error there naming the
+        // parameter; the other ranks step, and no rank is left waiting in a collective
+        weft_tensor *p0 = weft_module_param_at(net, 0, NULL, 0);
+        weft_tensor *gd = weft_tensor_full_on(weft_tensor_ndim(p0), weft_tensor_sizes(p0), WEFT_F64, 1.0,
+                                              g_rank == 0 ? g_dev : WEFT_DEVICE_CPU);
+        CHECK(weft_tensor_set_grad(p0, gd) == WEFT_OK);
+        weft_tensor_free(gd);
+        st = weft_zero_step(z);
+        CHECK(g_rank == 0 ? st != WEFT_OK && wt_error_has("w1") : st == WEFT_OK);
+        weft_zero_zero_grad(z);
+        CHECK(weft_tensor_grad(p0) == NULL);
+        weft_zero_free(z);
+        weft_module_free(net);
+        net = make_mlp(1, WEFT_DEVICE_CPU, false);
+        z = weft_zero_create(g_c, net, &o, 2);
+        CHECK(z != NULL);
         // no backward at all: every gradient counts as zero; Adam then leaves the parameters alone
         weft_module *before = make_mlp(1, WEFT_DEVICE_CPU, false);
-        CHECK(weft_zero_step(z) == WEFT_OK);
+        CHECK(z && weft_zero_step(z) == WEFT_OK);
         CHECK(params_diff(net, before) == 0);
         weft_module_free(before);
     }
