@@ -90,7 +90,8 @@ void weft_zero_free(weft_zero *z);
 // after backward, one collective per dtype (not bucketed during backward as
 // DDP's are), so after backward each rank holds its full local .grad in both
 // stages; stage 2 saves on the averaged gradient held through the update.
-// A rank whose reduce_grads fails after its collectives (a bad gradient)
+// A rank whose reduce_grads fails after its collectives (a gradient of the
+// wrong shape, dtype or device)
 // still calls update's collectives, which then fail there without stepping:
 // every rank's collectives match, none is left waiting.
 weft_status weft_zero_step(weft_zero *z);

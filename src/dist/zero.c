@@ -290,12 +290,18 @@ static weft_status flatten_grads(weft_zero *z, int g) {
         if (zp->group != g) continue;
         weft_tensor *dst = flat_part(G->flat, zp->off, zp->numel, weft_tensor_ndim(zp->p), weft_tensor_sizes(zp->p));
         weft_tensor *gr = weft_tensor_grad(zp->p);
-        weft_status st = !dst ? weft_last_status() : gr ? weft_tensor_copy_(dst, gr) : weft_tensor_zero_(dst);
-        if (gr && st == WEFT_OK && (!weft_shape_equal(weft_tensor_ndim(gr), weft_tensor_sizes(gr), weft_tensor_ndim(zp->p),
-                                                      weft_tensor_sizes(zp->p)) ||
-                                    !weft_device_equal(weft_tensor_device(gr), z->dev)))
-            st = weft_error(WEFT_ERR_SHAPE, "zero: the gradient of %s does not match the parameter's shape or device", zp->name);
-        else if (st != WEFT_OK)
+        weft_status st;
+        if (!dst) st = weft_last_status();
+        else if (!gr) st = weft_tensor_zero_(dst);
+        else if (!weft_shape_equal(weft_tensor_ndim(gr), weft_tensor_sizes(gr), weft_tensor_ndim(zp->p),
+                                   weft_tensor_sizes(zp->p)) ||
+                 weft_tensor_dtype(gr) != G->dt || !weft_device_equal(weft_tensor_device(gr), z->dev)) {
+            char a[96], b[96], da[32], db[32];
+            st = weft_error(WEFT_ERR_SHAPE, "zero: the gradient of %s is %s %s on %s, the parameter %s %s on %s",
+                            zp->name, weft_dtype_name(weft_tensor_dtype(gr)), weft_tensor_shape_str(gr, a, sizeof a),
+                            weft_device_str(weft_tensor_device(gr), da, sizeof da), weft_dtype_name(G->dt),
+                            weft_tensor_shape_str(zp->p, b, sizeof b), weft_device_str(z->dev, db, sizeof db));
+        } else if ((st = weft_tensor_copy_(dst, gr)) != WEFT_OK) // any strides
             st = weft_error(st, "zero: gradient of %s: %s", zp->name, weft_last_error());
         weft_tensor_free(dst);
         weft_tensor_zero_grad(zp->p);
