@@ -363,7 +363,14 @@ typedef struct weft_zero weft_zero;
 // Every argument is checked before the first collective.
 weft_zero *weft_zero_create(weft_comm *dp, weft_module *m, const weft_optim_opts *o, int stage);
 void weft_zero_free(weft_zero *z);
-// weft_zero_reduce_grads + weft_zero_update.
+// weft_zero_reduce_grads + weft_zero_update. The gradients are communicated
+// after backward, one collective per dtype (not bucketed during backward as
+// DDP's are), so after backward each rank holds its full local .grad in both
+// stages; stage 2 saves on the averaged gradient held through the update.
+// A rank whose reduce_grads fails after its collectives (a gradient of the
+// wrong shape, dtype or device)
+// still calls update's collectives, which then fail there without stepping:
+// every rank's collectives match, none is left waiting.
 weft_status weft_zero_step(weft_zero *z);
 // Collective: flattens every parameter's .grad (accumulated over any number
 // of backward passes; missing ones count as zero), averages it over dp
@@ -401,12 +408,15 @@ weft_status weft_zero_shard_of(const weft_zero *z, int i, int64_t *off, int64_t 
 
 // Bytes this rank holds, and what one unsharded process (plain DDP and a
 // weft_optim over the whole model) holds for the same model and optimiser.
+// Between steps a rank holds its parameters and its optimiser state only;
+// the gradient buffers exist inside weft_zero_step (reduce_grads to update).
 typedef struct weft_zero_mem {
     int64_t param_bytes;  // the full parameters (every rank keeps a replica in stages 1 and 2)
     int64_t grad_bytes;   // the averaged gradient held through the update: all N (stage 1), the shard (stage 2)
     int64_t optim_bytes;  // the optimiser state: the shard's state tensors and a step counter per piece
-    int64_t buffer_bytes; // transient, inside a step: the flat buffer gradients are flattened into
-                          // (stage 2) and parameters gathered into (both stages; stage 1's is its gradient)
+    int64_t buffer_bytes; // further bytes inside a step: stage 2's flat buffer (N), which the gradients
+                          // are reduce-scattered from and the parameters gathered into (stage 1 uses
+                          // its gradient buffer for that)
     int64_t full_param_bytes, full_grad_bytes, full_optim_bytes; // the unsharded run's
 } weft_zero_mem;
 weft_status weft_zero_memory(const weft_zero *z, weft_zero_mem *out);

@@ -62,7 +62,7 @@ typedef struct zgroup {
     int64_t n;          // elements of all its parameters
     int64_t off, cnt;   // this rank's shard of [0, n)
     weft_tensor *flat;  // (n) inside a step only: gradients in, parameters out
-    weft_tensor *gshard; // stage 2: (cnt) the shard's averaged gradient
+    weft_tensor *gshard; // stage 2, inside a step only: (cnt) the shard's averaged gradient
 } zgroup;
 
 struct weft_zero {
@@ -187,7 +187,6 @@ static weft_status build_layout(weft_zero *z, weft_module *m) {
     for (int g = 0; g < z->ng; g++) {
         zgroup *G = &z->g[g];
         weft_dist_chunk(G->n, z->size, z->rank, &G->off, &G->cnt);
-        if (z->stage == 2 && !(G->gshard = weft_tensor_empty_on(1, &G->cnt, G->dt, z->dev))) return weft_last_status();
     }
     for (int i = 0; i < z->np; i++) {
         zparam *zp = &z->p[i];
@@ -264,7 +263,8 @@ static void drop_step(weft_zero *z) {
         if (z->p[i].piece) weft_tensor_set_grad(z->p[i].piece, NULL);
     for (int g = 0; g < z->ng; g++) {
         weft_tensor_free(z->g[g].flat);
-        z->g[g].flat = NULL;
+        weft_tensor_free(z->g[g].gshard);
+        z->g[g].flat = z->g[g].gshard = NULL;
     }
     z->reduced = z->bad = false;
 }
@@ -274,7 +274,6 @@ void weft_zero_free(weft_zero *z) {
     if (z->p) drop_step(z);
     weft_optim_free(z->opt);
     for (int i = 0; z->p && i < z->np; i++) weft_tensor_free(z->p[i].piece);
-    for (int g = 0; g < z->ng; g++) weft_tensor_free(z->g[g].gshard);
     free(z->p);
     free(z);
 }
@@ -291,12 +290,18 @@ static weft_status flatten_grads(weft_zero *z, int g) {
         if (zp->group != g) continue;
         weft_tensor *dst = flat_part(G->flat, zp->off, zp->numel, weft_tensor_ndim(zp->p), weft_tensor_sizes(zp->p));
         weft_tensor *gr = weft_tensor_grad(zp->p);
-        weft_status st = !dst ? weft_last_status() : gr ? weft_tensor_copy_(dst, gr) : weft_tensor_zero_(dst);
-        if (gr && st == WEFT_OK && (!weft_shape_equal(weft_tensor_ndim(gr), weft_tensor_sizes(gr), weft_tensor_ndim(zp->p),
-                                                      weft_tensor_sizes(zp->p)) ||
-                                    !weft_device_equal(weft_tensor_device(gr), z->dev)))
-            st = weft_error(WEFT_ERR_SHAPE, "zero: the gradient of %s does not match the parameter's shape or device", zp->name);
-        else if (st != WEFT_OK)
+        weft_status st;
+        if (!dst) st = weft_last_status();
+        else if (!gr) st = weft_tensor_zero_(dst);
+        else if (!weft_shape_equal(weft_tensor_ndim(gr), weft_tensor_sizes(gr), weft_tensor_ndim(zp->p),
+                                   weft_tensor_sizes(zp->p)) ||
+                 weft_tensor_dtype(gr) != G->dt || !weft_device_equal(weft_tensor_device(gr), z->dev)) {
+            char a[96], b[96], da[32], db[32];
+            st = weft_error(WEFT_ERR_SHAPE, "zero: the gradient of %s is %s %s on %s, the parameter %s %s on %s",
+                            zp->name, weft_dtype_name(weft_tensor_dtype(gr)), weft_tensor_shape_str(gr, a, sizeof a),
+                            weft_device_str(weft_tensor_device(gr), da, sizeof da), weft_dtype_name(G->dt),
+                            weft_tensor_shape_str(zp->p, b, sizeof b), weft_device_str(z->dev, db, sizeof db));
+        } else if ((st = weft_tensor_copy_(dst, gr)) != WEFT_OK) // any strides
             st = weft_error(st, "zero: gradient of %s: %s", zp->name, weft_last_error());
         weft_tensor_free(dst);
         weft_tensor_zero_grad(zp->p);
@@ -312,7 +317,9 @@ weft_status weft_zero_reduce_grads(weft_zero *z) {
     char msg[480] = "";
     for (int g = 0; g < z->ng; g++) {
         zgroup *G = &z->g[g];
-        if (!(G->flat = weft_tensor_empty_on(1, &G->n, G->dt, z->dev))) return weft_last_status(); // out of memory
+        if (!(G->flat = weft_tensor_empty_on(1, &G->n, G->dt, z->dev)) ||
+            (z->stage == 2 && !(G->gshard = weft_tensor_empty_on(1, &G->cnt, G->dt, z->dev))))
+            return weft_last_status(); // out of memory
         weft_status st = flatten_grads(z, g);
         if (st != WEFT_OK && first == WEFT_OK) first = st, snprintf(msg, sizeof msg, "%s", weft_last_error());
         // Taken part in even after a local failure: the other ranks wait for it.
@@ -442,7 +449,12 @@ weft_status weft_zero_update(weft_zero *z) {
 
 weft_status weft_zero_step(weft_zero *z) {
     weft_status st = weft_zero_reduce_grads(z);
-    return st != WEFT_OK ? st : weft_zero_update(z);
+    if (st == WEFT_OK) return weft_zero_update(z);
+    if (!z || !z->reduced) return st; // failed before its collectives
+    char msg[480];
+    snprintf(msg, sizeof msg, "%s", weft_last_error());
+    weft_zero_update(z); // its collectives still, as on the other ranks (it skips the update here)
+    return weft_error(st, "%s", msg);
 }
 
 void weft_zero_zero_grad(weft_zero *z) {

@@ -266,6 +266,55 @@ static void test_two_dtypes(void) {
     }
 }
 
+// Over the dp_comm of a 3D layout (TP = 2 where the world allows it): the
+// ranks of one DP group shard among themselves; the TP pairs run alike.
+static void test_over_dp_comm(void) {
+    int tp = weft_comm_size(weft_comm_world()) % 2 == 0 ? 2 : 1;
+    weft_parallel *p = weft_parallel_create(weft_comm_world(), tp, 1);
+    CHECK(p != NULL);
+    if (!p) return;
+    weft_comm *c = g_c;
+    int r = g_rank, n = g_size;
+    g_c = p->dp_comm, g_rank = p->dp_rank, g_size = p->dp;
+    train_vs_reference(2, opts(WEFT_OPTIM_ADAMW), 0.5);
+    train_vs_reference(1, opts(WEFT_OPTIM_SGD), 0.5);
+    g_c = c, g_rank = r, g_size = n;
+    weft_parallel_free(p);
+}
+
+// Gradient accumulation: two backward passes (two batches) before one
+// step, against the reference accumulating the same two whole batches.
+static void test_accumulation(void) {
+    for (int stage = 1; stage <= 2; stage++) {
+        weft_module *net = make_mlp(2, WEFT_DEVICE_CPU, false), *ref = make_mlp(2, WEFT_DEVICE_CPU, false);
+        weft_optim_opts o = opts(WEFT_OPTIM_ADAMW);
+        weft_zero *z = weft_zero_create(g_c, net, &o, stage);
+        weft_optim *ropt = make_opt(ref, &o);
+        CHECK(z && ropt);
+        if (!z || !ropt) return;
+        int fails = 0;
+        for (int s = 0; s < 4; s++) {
+            for (int k = 0; k < 2; k++) {
+                weft_tensor *x, *y;
+                make_batch(20 + 2 * s + k, &x, &y);
+                fails += isnan(backward_on(net, x, y, (int64_t)g_rank * B, B, WEFT_DEVICE_CPU));
+                fails += isnan(backward_on(ref, x, y, 0, (int64_t)g_size * B, WEFT_DEVICE_CPU));
+                weft_tensor_free(x);
+                weft_tensor_free(y);
+            }
+            fails += weft_zero_step(z) != WEFT_OK;
+            fails += weft_optim_step(ropt) != WEFT_OK;
+            weft_optim_zero_grad(ropt);
+        }
+        CHECK(fails == 0);
+        CHECK(params_diff(net, ref) < TOL);
+        weft_optim_free(ropt);
+        weft_zero_free(z);
+        weft_module_free(net);
+        weft_module_free(ref);
+    }
+}
+
 // ---- memory: this rank holds exactly its 1/DP shard of the state ----
 static int64_t state_bytes(const weft_optim *o) {
     int64_t b = 0;
@@ -467,9 +516,25 @@ static void test_errors(void) {
         // root without an optimiser: an error there, after the collectives (no rank hangs)
         weft_status st = weft_zero_gather_state(z, NULL, 0);
         CHECK(g_rank == 0 ? st != WEFT_OK && wt_error_has("no optimiser") : st == WEFT_OK);
+        // a bad gradient on rank 0 only (on another device): an error there naming the
+        // parameter; the other ranks step, and no rank is left waiting in a collective
+        weft_tensor *p0 = weft_module_param_at(net, 0, NULL, 0);
+        weft_tensor *gd = weft_tensor_full_on(weft_tensor_ndim(p0), weft_tensor_sizes(p0), WEFT_F64, 1.0,
+                                              g_rank == 0 ? g_dev : WEFT_DEVICE_CPU);
+        CHECK(weft_tensor_set_grad(p0, gd) == WEFT_OK);
+        weft_tensor_free(gd);
+        st = weft_zero_step(z);
+        CHECK(g_rank == 0 ? st != WEFT_OK && wt_error_has("w1") : st == WEFT_OK);
+        weft_zero_zero_grad(z);
+        CHECK(weft_tensor_grad(p0) == NULL);
+        weft_zero_free(z);
+        weft_module_free(net);
+        net = make_mlp(1, WEFT_DEVICE_CPU, false);
+        z = weft_zero_create(g_c, net, &o, 2);
+        CHECK(z != NULL);
         // no backward at all: every gradient counts as zero; Adam then leaves the parameters alone
         weft_module *before = make_mlp(1, WEFT_DEVICE_CPU, false);
-        CHECK(weft_zero_step(z) == WEFT_OK);
+        CHECK(z && weft_zero_step(z) == WEFT_OK);
         CHECK(params_diff(net, before) == 0);
         weft_module_free(before);
     }
@@ -496,6 +561,8 @@ int main(int argc, char **argv) {
     RUN(test_zero2_adamw);
     RUN(test_every_kind);
     RUN(test_two_dtypes);
+    RUN(test_over_dp_comm);
+    RUN(test_accumulation);
     RUN(test_memory);
     RUN(test_device);
     RUN(test_checkpoint);
