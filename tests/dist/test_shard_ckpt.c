@@ -176,6 +176,51 @@ static void test_incomplete_ignored(void) {
     weft_dist_barrier(W);
 }
 
+// Another view of the same values: attention's qkv (3 n, m) is written by
+// tensor-parallel ranks as boxes of its (3, n, m) view (each rank a slice of
+// every block). Read whole as (3 n, m) through a reshape of the reader's
+// tensor; and a whole (3 n, m) piece read into (3, n, m) boxes through a
+// reshape of the stored one.
+enum { G = 3, NB = 4 };
+static weft_tensor *grouped_piece(int64_t r0, int64_t nr) { // (G, nr, C): rows r0.. of each block
+    weft_tensor *t = weft_tensor_zeros(WEFT_DIMS(G, nr, C), WEFT_F64);
+    for (int g = 0; g < G; g++)
+        for (int64_t i = 0; i < nr; i++)
+            for (int64_t j = 0; j < C; j++) weft_tensor_set(t, (int64_t[]){g, i, j}, f(g * NB + r0 + i, j));
+    return t;
+}
+
+static void test_other_view(void) {
+    int64_t r0, nr;
+    split(NB, size, rank, &r0, &nr);
+    weft_shard s = {.name = "qkv", .local = grouped_piece(r0, nr), .ndim = 3, .global = {G, NB, C}, .offset = {0, r0, 0}};
+    CHECK(weft_shard_save(W, dir, 60, "grouped", 1, &s, 0, NULL, NULL) == WEFT_OK);
+    weft_shard_ckpt *k = weft_shard_open(dir, 60);
+    CHECK(k != NULL);
+    weft_shard whole = {.name = "qkv", .local = weft_tensor_zeros(WEFT_DIMS(G * NB, C), WEFT_F64)};
+    CHECK(k && weft_shard_read(k, &whole) == WEFT_OK);
+    whole.ndim = 2, whole.global[0] = G * NB, whole.global[1] = C;
+    check_block(&whole, 0);
+    // a part of the (3 n, m) view cannot be cut out of (3, n, m) boxes: an error naming the tensor
+    weft_shard part = block("qkv", 0, 2, 0, C, WEFT_F64, false);
+    part.global[0] = G * NB;
+    if (size > 1) CHECK(k && weft_shard_read(k, &part) == WEFT_ERR_SHAPE && wt_error_has("qkv"));
+    weft_tensor_free(part.local);
+    weft_shard_close(k);
+    // back: the whole (3 n, m) written by rank 0, read as (3, n, m) boxes
+    whole.ndim = 0;
+    whole.skip_write = rank != 0;
+    CHECK(weft_shard_save(W, dir, 61, "whole", 1, &whole, 0, NULL, NULL) == WEFT_OK);
+    k = weft_shard_open(dir, 61);
+    weft_tensor *want = grouped_piece(r0, nr), *got = weft_tensor_zeros(WEFT_DIMS(G, nr, C), WEFT_F64);
+    weft_shard back = {.name = "qkv", .local = got, .ndim = 3, .global = {G, NB, C}, .offset = {0, r0, 0}};
+    CHECK(k && weft_shard_read(k, &back) == WEFT_OK);
+    wt_check_same("(3, n, m) boxes from a whole (3 n, m)", got, want, 0);
+    weft_shard_close(k);
+    weft_tensor *ts[] = {s.local, whole.local, want, got};
+    for (int i = 0; i < 4; i++) weft_tensor_free(ts[i]);
+}
+
 static void test_errors(void) {
     weft_shard_ckpt *k = weft_shard_open(dir, 10);
     CHECK(k != NULL);
@@ -220,6 +265,7 @@ int main(int argc, char **argv) {
     RUN(test_round_trip);
     RUN(test_plain_checkpoint);
     RUN(test_incomplete_ignored);
+    RUN(test_other_view);
     RUN(test_errors);
     weft_dist_barrier(W);
     if (rank == 0) {

@@ -398,6 +398,18 @@ static void test_clip_grad_norm(void) {
     CHECK(weft_clip_grad_norm(1, &C, 1.0) == 0);
     CHECK(weft_clip_grad_norm(3, ps, -1.0) == -1 && strstr(weft_last_error(), "clip_grad_norm"));
     CHECK(weft_clip_grad_norm(2, NULL, 1.0) == -1 && strstr(weft_last_error(), "clip_grad_norm"));
+    // its halves (a norm summed over processes): the sum of squares, then the scaling
+    double sum = -1, g1[6] = {1, -2, 3, 0.5, -0.25, 4};
+    set_grad_values(A, g1);
+    CHECK(weft_grad_sum_squares(2, (weft_tensor *[]){A, C}, &sum) == WEFT_OK); // C has no gradient
+    CHECK_NEAR(sum, 1 + 4 + 9 + 0.25 + 0.0625 + 16, 1e-14);
+    CHECK(weft_grad_scale(1, &A, -0.5) == WEFT_OK);
+    double w1[6];
+    for (int i = 0; i < 6; i++) w1[i] = -0.5 * g1[i];
+    wt_check_values("grad_scale", weft_tensor_grad(A), w1, 6, 0);
+    CHECK(weft_grad_sum_squares(1, &A, NULL) == WEFT_ERR_ARG);
+    CHECK(weft_grad_scale(1, &A, NAN) == WEFT_ERR_ARG && strstr(weft_last_error(), "grad_scale"));
+    CHECK(weft_grad_sum_squares(-1, NULL, &sum) == WEFT_ERR_ARG);
     weft_tensor *ts[] = {A, B, C, P, g23, Q};
     for (int i = 0; i < 6; i++) weft_tensor_free(ts[i]);
 }

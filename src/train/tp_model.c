@@ -20,7 +20,7 @@
 #include <weft/train.h>
 
 #include "../core/core_impl.h"
-#include "tp_impl.h"
+#include "../dist/tp_impl.h"
 
 static bool elementwise(weft_cfg_layer_type t) { return t >= WEFT_CFG_RELU && t <= WEFT_CFG_SILU; }
 
