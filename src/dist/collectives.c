@@ -25,8 +25,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <weft/nn.h>
+
 #include "../core/core_impl.h"
 #include "comm_impl.h"
+#include "dist_impl.h"
 
 #ifdef WEFT_HAVE_MPI
 
@@ -564,3 +567,17 @@ weft_work *weft_dist_reduce_scatter_async(weft_comm *c, const weft_tensor *in, w
     return NOMPI_NULL("dist_reduce_scatter");
 }
 #endif
+
+weft_status weft_dist_broadcast_module(weft_comm *c, struct weft_module *m, const char *who) {
+    char name[256];
+    int np = weft_module_param_count(m), nbuf = weft_module_buffer_count(m);
+    for (int i = 0; i < np + nbuf; i++) {
+        weft_tensor *t = i < np ? weft_module_param_at(m, i, name, sizeof name)
+                                : weft_module_buffer_at(m, i - np, name, sizeof name);
+        if (!t) return weft_error(WEFT_ERR_STATE, "%s: cannot read %s %d", who, i < np ? "parameter" : "buffer",
+                                  i < np ? i : i - np);
+        if (weft_dist_broadcast(c, t, 0) != WEFT_OK)
+            return weft_error(weft_last_status(), "%s: broadcast of %s: %s", who, name, weft_last_error());
+    }
+    return WEFT_OK;
+}

@@ -39,6 +39,7 @@
 #include <weft/device.h>
 
 #include "../core/core_impl.h"
+#include "dist_impl.h"
 #include "../ops/op.h"
 
 extern weft_op_def weft_op_mul_scalar, weft_op_div;
@@ -275,21 +276,6 @@ void weft_ddp_free(weft_ddp *d) {
     free(d);
 }
 
-// Every parameter and buffer takes rank 0's values.
-static weft_status broadcast_state(weft_comm *c, weft_module *m) {
-    char name[DDP_NAME_LEN];
-    int np = weft_module_param_count(m), nbuf = weft_module_buffer_count(m);
-    for (int i = 0; i < np + nbuf; i++) {
-        weft_tensor *t = i < np ? weft_module_param_at(m, i, name, sizeof name)
-                                : weft_module_buffer_at(m, i - np, name, sizeof name);
-        if (!t) return weft_error(WEFT_ERR_STATE, "ddp_create: cannot read %s %d", i < np ? "parameter" : "buffer",
-                                  i < np ? i : i - np);
-        if (weft_dist_broadcast(c, t, 0) != WEFT_OK)
-            return weft_error(weft_last_status(), "ddp_create: broadcast of %s: %s", name, weft_last_error());
-    }
-    return WEFT_OK;
-}
-
 weft_ddp *weft_ddp_create(weft_comm *c, weft_module *m, const weft_ddp_opts *opts) {
     if (!c || !m) return weft_error_null(WEFT_ERR_ARG, "ddp_create: %s is NULL", !c ? "communicator" : "module");
     weft_ddp_opts o = opts ? *opts : (weft_ddp_opts){0};
@@ -323,7 +309,7 @@ weft_ddp *weft_ddp_create(weft_comm *c, weft_module *m, const weft_ddp_opts *opt
                                    weft_device_str(dev, b, sizeof b));
         }
     }
-    if (broadcast_state(c, m) != WEFT_OK) return NULL;
+    if (weft_dist_broadcast_module(c, m, "ddp_create") != WEFT_OK) return NULL;
 
     weft_ddp *d = calloc(1, sizeof *d);
     if (!d) return weft_error_null(WEFT_ERR_OOM, "ddp_create: out of memory");

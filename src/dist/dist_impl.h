@@ -6,6 +6,11 @@
 #include <weft/device.h>
 #include <weft/dist.h>
 
+struct weft_module;
+// Every parameter and buffer of m takes rank 0's values (collective over c):
+// how DDP and ZeRO start their replicas equal. Errors name `who` and the tensor.
+weft_status weft_dist_broadcast_module(weft_comm *c, struct weft_module *m, const char *who);
+
 #ifdef WEFT_HAVE_MPI
 #include <mpi.h>
 

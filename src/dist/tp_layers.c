@@ -27,6 +27,7 @@
 #include <weft/parallel.h>
 
 #include "../core/core_impl.h"
+#include "../nn/nn_impl.h"
 #include "tp_impl.h"
 
 // ---- what every TP layer's impl starts with ----
@@ -265,34 +266,6 @@ static void tp_attn_free(void *p) {
     free(a);
 }
 
-// (T,T): 0 on and below the diagonal, -inf above (as weft_nn_causal_self_attention).
-static weft_tensor *causal_mask(tp_attn *a, int64_t T, weft_dtype dt, weft_device dev) {
-    if (a->mask && weft_tensor_size(a->mask, 0) == T && weft_tensor_dtype(a->mask) == dt &&
-        weft_tensor_device(a->mask).type == dev.type && weft_tensor_device(a->mask).index == dev.index)
-        return a->mask;
-    weft_tensor_free(a->mask);
-    a->mask = NULL;
-    weft_tensor *host = weft_tensor_full_on(WEFT_DIMS(T, T), WEFT_F64, 0, WEFT_DEVICE_CPU);
-    if (!host) return NULL;
-    double *v = weft_tensor_data(host);
-    for (int64_t i = 0; i < T; i++)
-        for (int64_t j = i + 1; j < T; j++) v[i * T + j] = -INFINITY;
-    weft_tensor *m = weft_cast(host, dt);
-    weft_tensor_free(host);
-    if (m && dev.type != WEFT_CPU) {
-        weft_tensor *md = weft_tensor_to(m, dev);
-        weft_tensor_free(m);
-        m = md;
-    }
-    return a->mask = m;
-}
-
-static bool use_fused(weft_device dev) { // the same rule as weft's attention
-    if (dev.type == WEFT_CUDA) return true;
-    const char *e = getenv("WEFT_FUSED_ATTENTION");
-    return e && !strcmp(e, "1");
-}
-
 // x (B,T,C) -> qkv (B,T,3C/T) -> this rank's nh/T heads -> (B,T,C/T) -> proj (row) -> (B,T,C)
 static weft_tensor *attn_forward(weft_module *m, weft_tensor *x) {
     tp_attn *a = weft_module_impl(m);
@@ -304,43 +277,11 @@ static weft_tensor *attn_forward(weft_module *m, weft_tensor *x) {
     weft_dtype dt = weft_tensor_dtype(x);
     if (dt != WEFT_F32 && dt != WEFT_F64)
         return weft_error_null(WEFT_ERR_DTYPE, "tp_causal_self_attention: input must be f32 or f64");
-    int64_t Cl = nh * hd;
-    bool fused = use_fused(weft_tensor_device(x));
-    // (B,T,3Cl); with sequence parallelism x holds T/tp tokens and qkv gathers them
+    // (B,T,3 nh hd); with sequence parallelism x holds T/tp tokens and qkv gathers them.
+    // Then weft's own attention over this rank's heads (the same ops as the whole layer).
     weft_tensor *qkv = weft_module_forward(weft_module_child_at(m, 0), x);
-    int64_t B = weft_tensor_size(x, 0), T = qkv ? weft_tensor_size(qkv, 1) : 0;
-    weft_tensor *mask = fused || !qkv ? NULL : causal_mask(a, T, dt, weft_tensor_device(x));
-    weft_tensor *parts[3] = {NULL, NULL, NULL};
-    if (!qkv || (!fused && !mask) || weft_split(qkv, 2, 3, (const int64_t[]){Cl, Cl, Cl}, parts) != WEFT_OK) {
-        weft_tensor_free(qkv);
-        return NULL;
-    }
+    weft_tensor *ym = weft_nn_attention_heads(qkv, nh, hd, &a->mask); // (B,T,nh hd)
     weft_tensor_free(qkv);
-    weft_tensor *heads[3];
-    static const int perm_qv[4] = {0, 2, 1, 3}, perm_kt[4] = {0, 2, 3, 1};
-    for (int p = 0; p < 3; p++) {
-        weft_tensor *v4 = weft_view(parts[p], WEFT_DIMS(B, T, nh, hd));
-        heads[p] = weft_permute(v4, p == 1 && !fused ? perm_kt : perm_qv);
-        weft_tensor_free(v4);
-        weft_tensor_free(parts[p]);
-    }
-    weft_tensor *y = NULL;
-    if (fused) y = weft_causal_attention(heads[0], heads[1], heads[2], 1.0 / sqrt((double)hd));
-    else { // weft's composed path, op for op
-        weft_tensor *qs = weft_mul_scalar(heads[0], 1.0 / sqrt((double)hd));
-        weft_tensor *s = weft_matmul(qs, heads[1]); // (B,nh,T,T)
-        weft_tensor *sm = weft_add(s, mask);
-        weft_tensor *att = weft_softmax(sm, -1);
-        y = weft_matmul(att, heads[2]); // (B,nh,T,hd)
-        weft_tensor *t[] = {qs, s, sm, att};
-        for (int i = 0; i < 4; i++) weft_tensor_free(t[i]);
-    }
-    for (int p = 0; p < 3; p++) weft_tensor_free(heads[p]);
-    if (!y) return NULL;
-    weft_tensor *yt = weft_transpose(y, 1, 2);
-    weft_tensor_free(y);
-    weft_tensor *ym = weft_reshape(yt, WEFT_DIMS(B, T, Cl));
-    weft_tensor_free(yt);
     weft_tensor *out = ym ? weft_module_forward(weft_module_child_at(m, 1), ym) : NULL;
     weft_tensor_free(ym);
     return out;

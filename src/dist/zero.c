@@ -41,6 +41,7 @@
 #include <weft/parallel.h>
 
 #include "../ops/op.h"
+#include "dist_impl.h"
 
 extern weft_op_def weft_op_grad_sumsq, weft_op_grad_scale;
 
@@ -99,21 +100,6 @@ static zparam *find_param(const weft_zero *z, const char *name, const char **res
         }
     }
     return NULL;
-}
-
-// Every parameter and buffer takes rank 0's values (as weft_ddp_create).
-static weft_status broadcast_state(weft_comm *c, weft_module *m) {
-    char name[ZERO_NAME_LEN];
-    int np = weft_module_param_count(m), nbuf = weft_module_buffer_count(m);
-    for (int i = 0; i < np + nbuf; i++) {
-        weft_tensor *t = i < np ? weft_module_param_at(m, i, name, sizeof name)
-                                : weft_module_buffer_at(m, i - np, name, sizeof name);
-        if (!t) return weft_error(WEFT_ERR_STATE, "zero_create: cannot read %s %d", i < np ? "parameter" : "buffer",
-                                  i < np ? i : i - np);
-        if (weft_dist_broadcast(c, t, 0) != WEFT_OK)
-            return weft_error(weft_last_status(), "zero_create: broadcast of %s: %s", name, weft_last_error());
-    }
-    return WEFT_OK;
 }
 
 // The optimiser's options are checked, and its state slots named, by a
@@ -240,7 +226,7 @@ weft_zero *weft_zero_create(weft_comm *dp, weft_module *m, const weft_optim_opts
         free(z);
         return NULL;
     }
-    if (broadcast_state(dp, m) != WEFT_OK) {
+    if (weft_dist_broadcast_module(dp, m, "zero_create") != WEFT_OK) {
         free(z);
         return NULL;
     }

@@ -22,6 +22,7 @@
 #include <weft/nn.h>
 
 #include "../core/core_impl.h"
+#include "nn_impl.h"
 
 typedef struct attn_impl {
     int64_t d_model, n_heads;
@@ -36,13 +37,14 @@ static void attn_impl_free(void *p) {
 }
 
 // (T,T) tensor: 0 on and below the diagonal, -inf above (position t sees s <= t).
-// Cached: it depends only on T and the dtype.
-static weft_tensor *causal_mask(attn_impl *a, int64_t T, weft_dtype dt, weft_device dev) {
-    if (a->mask && weft_tensor_size(a->mask, 0) == T && weft_tensor_dtype(a->mask) == dt &&
-        weft_tensor_device(a->mask).type == dev.type && weft_tensor_device(a->mask).index == dev.index)
-        return a->mask;
-    weft_tensor_free(a->mask);
-    a->mask = NULL;
+// Cached in *cache: it depends only on T, the dtype and the device.
+static weft_tensor *causal_mask(weft_tensor **cache, int64_t T, weft_dtype dt, weft_device dev) {
+    weft_tensor *c = *cache;
+    if (c && weft_tensor_size(c, 0) == T && weft_tensor_dtype(c) == dt && weft_tensor_device(c).type == dev.type &&
+        weft_tensor_device(c).index == dev.index)
+        return c;
+    weft_tensor_free(c);
+    *cache = NULL;
     if (dt != WEFT_F32 && dt != WEFT_F64)
         return weft_error_null(WEFT_ERR_DTYPE, "causal_self_attention: input must be f32 or f64");
     size_t es = dt == WEFT_F32 ? sizeof(float) : sizeof(double);
@@ -54,14 +56,16 @@ static weft_tensor *causal_mask(attn_impl *a, int64_t T, weft_dtype dt, weft_dev
             if (dt == WEFT_F32) ((float *)host)[i * T + j] = (float)v;
             else ((double *)host)[i * T + j] = v;
         }
-    weft_tensor *m = weft_tensor_from_data(host, WEFT_DIMS(T, T), dt);
+    int64_t sz[2] = {T, T};
+    weft_tensor *m = weft_tensor_empty_on(2, sz, dt, WEFT_DEVICE_CPU);
+    if (m) memcpy(weft_tensor_data(m), host, (size_t)(T * T) * es);
     free(host);
     if (m && (weft_tensor_device(m).type != dev.type || weft_tensor_device(m).index != dev.index)) {
         weft_tensor *md = weft_tensor_to(m, dev);
         weft_tensor_free(m);
         m = md;
     }
-    a->mask = m;
+    *cache = m;
     return m;
 }
 
@@ -87,28 +91,22 @@ static weft_tensor *composed_heads(weft_tensor *const *heads, weft_tensor *mask,
     return y;
 }
 
-static weft_tensor *attn_forward(weft_module *m, weft_tensor *x) {
-    attn_impl *a = weft_module_impl(m);
+weft_tensor *weft_nn_attention_heads(weft_tensor *qkv, int64_t nh, int64_t hd, weft_tensor **mask_cache) {
     char buf[64];
-    int64_t C = a->d_model, nh = a->n_heads, hd = C / nh;
-    if (weft_tensor_ndim(x) != 3 || weft_tensor_size(x, 2) != C)
-        return weft_error_null(WEFT_ERR_SHAPE, "causal_self_attention: expected input (B,T,%lld), got %s",
-                               (long long)C, weft_tensor_shape_str(x, buf, sizeof buf));
-    int64_t B = weft_tensor_size(x, 0), T = weft_tensor_size(x, 1);
-    weft_dtype dt = weft_tensor_dtype(x);
+    if (!qkv) return NULL;
+    int64_t C = nh * hd;
+    if (weft_tensor_ndim(qkv) != 3 || weft_tensor_size(qkv, 2) != 3 * C)
+        return weft_error_null(WEFT_ERR_SHAPE, "causal_self_attention: expected qkv (B,T,%lld), got %s",
+                               (long long)(3 * C), weft_tensor_shape_str(qkv, buf, sizeof buf));
+    int64_t B = weft_tensor_size(qkv, 0), T = weft_tensor_size(qkv, 1);
+    weft_dtype dt = weft_tensor_dtype(qkv);
     if (dt != WEFT_F32 && dt != WEFT_F64)
         return weft_error_null(WEFT_ERR_DTYPE, "causal_self_attention: input must be f32 or f64");
-    bool fused = use_fused(weft_tensor_device(x));
-    weft_tensor *mask = fused ? NULL : causal_mask(a, T, dt, weft_tensor_device(x));
+    bool fused = use_fused(weft_tensor_device(qkv));
+    weft_tensor *mask = fused ? NULL : causal_mask(mask_cache, T, dt, weft_tensor_device(qkv));
     if (!fused && !mask) return NULL;
-
-    weft_tensor *qkv = weft_module_forward(weft_module_child_at(m, 0), x); // (B,T,3C)
     weft_tensor *parts[3] = {NULL, NULL, NULL};
-    if (!qkv || weft_split(qkv, 2, 3, (const int64_t[]){C, C, C}, parts) != WEFT_OK) {
-        weft_tensor_free(qkv);
-        return NULL;
-    }
-    weft_tensor_free(qkv);
+    if (weft_split(qkv, 2, 3, (const int64_t[]){C, C, C}, parts) != WEFT_OK) return NULL;
     // (B,T,C) -> (B,T,nh,hd) views -> q,v (B,nh,T,hd), k^T (B,nh,hd,T) (fused: k (B,nh,T,hd))
     weft_tensor *heads[3];
     static const int perm_qv[4] = {0, 2, 1, 3}, perm_kt[4] = {0, 2, 3, 1};
@@ -126,6 +124,21 @@ static weft_tensor *attn_forward(weft_module *m, weft_tensor *x) {
     weft_tensor_free(y);
     weft_tensor *ym = weft_reshape(yt, WEFT_DIMS(B, T, C)); // the one copy: heads merged
     weft_tensor_free(yt);
+    return ym;
+}
+
+static weft_tensor *attn_forward(weft_module *m, weft_tensor *x) {
+    attn_impl *a = weft_module_impl(m);
+    char buf[64];
+    int64_t C = a->d_model, nh = a->n_heads;
+    if (weft_tensor_ndim(x) != 3 || weft_tensor_size(x, 2) != C)
+        return weft_error_null(WEFT_ERR_SHAPE, "causal_self_attention: expected input (B,T,%lld), got %s",
+                               (long long)C, weft_tensor_shape_str(x, buf, sizeof buf));
+    if (weft_tensor_dtype(x) != WEFT_F32 && weft_tensor_dtype(x) != WEFT_F64)
+        return weft_error_null(WEFT_ERR_DTYPE, "causal_self_attention: input must be f32 or f64");
+    weft_tensor *qkv = weft_module_forward(weft_module_child_at(m, 0), x); // (B,T,3C)
+    weft_tensor *ym = weft_nn_attention_heads(qkv, nh, C / nh, &a->mask);
+    weft_tensor_free(qkv);
     weft_tensor *out = ym ? weft_module_forward(weft_module_child_at(m, 1), ym) : NULL;
     weft_tensor_free(ym);
     return out;

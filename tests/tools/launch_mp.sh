@@ -107,6 +107,11 @@ resume "tp2 x pp2 -> tp=2" "$tmp/ck3d" 2 --tp 2
 same_val "tp2 x pp2 -> tp=2" "$tmp/ref" "$tmp/res"
 resume "tp2 x pp2 -> pp=4" "$tmp/ck3d" 4 --pp 4
 same_val "tp2 x pp2 -> pp=4" "$tmp/ref" "$tmp/res"
+resume "tp2 x pp2 -> tp=4" "$tmp/ck3d" 4 --tp 4
+same_val "tp2 x pp2 -> tp=4" "$tmp/ref" "$tmp/res"
+# (two replicas read other windows after the resume: it continues, to other numbers)
+resume "tp2 x pp2 -> pp=2 x dp=2" "$tmp/ck3d" 4 --pp 2
+grep -q "^final: .*steps=6 .* tp=1 pp=2 dp=2 zero=0$" "$tmp/res" && ok || bad "pp=2 x dp=2 after a resume: $(cat "$tmp/res")"
 run 1 "$tmp/w1" --steps 3 --ckpt-dir "$tmp/ck1"
 resume "1 process -> tp2 x pp2" "$tmp/ck1" 4 --tp 2 --pp 2
 same_val "1 process -> tp2 x pp2" "$tmp/ref" "$tmp/res"
