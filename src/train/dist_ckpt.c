@@ -178,7 +178,7 @@ static weft_status complete_steps(const char *dir, int64_t **out, int *count) {
         *count = 0;
         return st;
     }
-    qsort(*out, (size_t)*count, sizeof **out, cmp_desc);
+    if (*count > 1) qsort(*out, (size_t)*count, sizeof **out, cmp_desc);
     return WEFT_OK;
 }
 

@@ -81,6 +81,20 @@ same "pp=2 interleaved" "$tmp/ref" "$tmp/inter"
 run 4 "$tmp/3d" --tp 2 --pp 2
 same "tp=2 x pp=2" "$tmp/ref" "$tmp/3d"
 
+# Dropout: the ranks of a replica draw the same masks, as one process does.
+sed 's/^\[transformer\]/[dropout]\np = 0.2\n\n[transformer]/' "$cfg" >"$tmp/drop.cfg"
+cfg0=$cfg cfg=$tmp/drop.cfg
+run 1 "$tmp/dref"
+run 2 "$tmp/dtp" --tp 2
+same "dropout, tp=2" "$tmp/dref" "$tmp/dtp"
+# Stages by hand (`stage = K` on every layer section).
+awk '{ print } /^\[(embedding|transformer)\]/ { print "stage = 0" } /^\[(layernorm|linear)\]/ { print "stage = 1" }' \
+    "$cfg0" >"$tmp/stages.cfg"
+cfg=$tmp/stages.cfg
+run 2 "$tmp/st" --pp 2
+same "stage = 0 / 1 by hand, pp=2" "$tmp/ref" "$tmp/st"
+cfg=$cfg0
+
 # Data parallel replicas (dp = 2): ZeRO 1 and 2 as the plain average.
 run 4 "$tmp/dp" --tp 2
 run 4 "$tmp/z1" --tp 2 --zero 1
@@ -148,6 +162,10 @@ sed -e 's/^heads = 4/heads = 3/' -e 's/^dim = 32/dim = 36/' "$cfg" >"$tmp/gpt3.c
     bad "3 heads over tp=2: $(cat "$tmp/f.err")"
 fails "microbatches 3" "microbatches = 3 does not divide batch = 8" 2 --pp 2 --microbatches 3
 fails "too many stages" "is more than the model's 5 layers" 2 --pp 2 --schedule interleaved --virtual-stages 3 --microbatches 2
+"$weft" launch -n 2 -- weft train "$tmp/stages.cfg" --text /nonexistent/text --pp 2 --schedule interleaved \
+    --microbatches 2 >/dev/null 2>"$tmp/f.err"
+[ $? -ne 0 ] && grep -q "places layers on stages 0..1, but pp = 2 x virtual_stages makes 4 stages" "$tmp/f.err" && ok ||
+    bad "stages 0..1 with 4 chunks: $(cat "$tmp/f.err")"
 "$weft" train "$cfg" --zero 3 >/dev/null 2>"$tmp/f.err"
 [ $? -eq 2 ] && grep -q "zero" "$tmp/f.err" && ok || bad "--zero 3: $(cat "$tmp/f.err")"
 
