@@ -85,19 +85,6 @@ static weft_tensor *seq_param(const tp_layer *h, weft_tensor *p) {
     return h->seq ? weft_tp_copy(h->c, p) : weft_tensor_ref(p);
 }
 
-// y = x W^T (+ b), as weft_nn_linear does it.
-static weft_tensor *affine(weft_module *m, weft_tensor *x, bool with_bias) {
-    weft_tensor *w = weft_module_get(m, "weight"), *b = with_bias ? weft_module_get(m, "bias") : NULL;
-    weft_tensor *wt = weft_transpose(w, 0, 1);
-    weft_tensor *y = weft_matmul(x, wt);
-    weft_tensor_free(wt);
-    if (y && b) {
-        weft_tensor *yb = weft_add(y, b);
-        weft_tensor_free(y);
-        y = yb;
-    }
-    return y;
-}
 
 // ---- column-parallel linear ----
 static weft_tensor *column_forward(weft_module *m, weft_tensor *x) {
@@ -107,7 +94,7 @@ static weft_tensor *column_forward(weft_module *m, weft_tensor *x) {
         y = weft_tp_seq_column_product(l->h.c, x, weft_module_get(m, "weight"), weft_module_get(m, "bias"));
     else { // f
         weft_tensor *xf = weft_tp_copy(l->h.c, x);
-        y = xf ? affine(m, xf, true) : NULL;
+        y = xf ? weft_nn_affine(m, xf, true) : NULL;
         weft_tensor_free(xf);
     }
     if (y && l->gather_output) {
@@ -148,7 +135,7 @@ weft_module *weft_tp_column_linear(weft_comm *c, int64_t in, int64_t out, bool b
 static weft_tensor *row_forward(weft_module *m, weft_tensor *x) {
     const tp_linear *l = weft_module_impl(m);
     weft_tensor *xs = l->input_is_parallel ? weft_tensor_ref(x) : weft_tp_scatter(l->h.c, x, -1);
-    weft_tensor *y = xs ? affine(m, xs, false) : NULL; // partial sums over this rank's inputs
+    weft_tensor *y = xs ? weft_nn_affine(m, xs, false) : NULL; // partial sums over this rank's inputs
     weft_tensor_free(xs);
     // g, or with sequence parallelism summed and split along the tokens
     weft_tensor *yr = !y ? NULL
@@ -326,18 +313,9 @@ weft_module *weft_tp_attention_make(weft_comm *c, int64_t C, int64_t nh, weft_ge
 }
 
 // ---- transformer block ----
-static weft_tensor *residual(weft_module *m, int norm, int sub, weft_tensor *x) {
-    weft_tensor *n = weft_module_forward(weft_module_child_at(m, norm), x);
-    weft_tensor *s = n ? weft_module_forward(weft_module_child_at(m, sub), n) : NULL;
-    weft_tensor_free(n);
-    weft_tensor *y = s ? weft_add(x, s) : NULL;
-    weft_tensor_free(s);
-    return y;
-}
-
 static weft_tensor *block_forward(weft_module *m, weft_tensor *x) {
-    weft_tensor *x1 = residual(m, 0, 1, x); // x + attn(ln1(x))
-    weft_tensor *x2 = x1 ? residual(m, 2, 3, x1) : NULL; // x + mlp(ln2(x))
+    weft_tensor *x1 = weft_nn_residual(m, 0, 1, x); // x + attn(ln1(x))
+    weft_tensor *x2 = x1 ? weft_nn_residual(m, 2, 3, x1) : NULL; // x + mlp(ln2(x))
     weft_tensor_free(x1);
     return x2;
 }

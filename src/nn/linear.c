@@ -6,8 +6,8 @@
 #include "../core/core_impl.h"
 #include "nn_impl.h"
 
-static weft_tensor *linear_forward(weft_module *m, weft_tensor *x) {
-    weft_tensor *w = weft_module_get(m, "weight"), *b = weft_module_get(m, "bias");
+weft_tensor *weft_nn_affine(weft_module *m, weft_tensor *x, bool with_bias) {
+    weft_tensor *w = weft_module_get(m, "weight"), *b = with_bias ? weft_module_get(m, "bias") : NULL;
     weft_tensor *wt = weft_transpose(w, 0, 1); // (in,out) view: BLAS gets a transpose flag, no copy
     weft_tensor *y = weft_matmul(x, wt);
     weft_tensor_free(wt);
@@ -18,6 +18,8 @@ static weft_tensor *linear_forward(weft_module *m, weft_tensor *x) {
     }
     return y;
 }
+
+static weft_tensor *linear_forward(weft_module *m, weft_tensor *x) { return weft_nn_affine(m, x, true); }
 
 weft_module *weft_nn_linear(int64_t in, int64_t out, bool bias, weft_generator *g) {
     if (in <= 0 || out <= 0)

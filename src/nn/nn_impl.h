@@ -17,4 +17,10 @@ weft_status weft_nn_add_uniform_param(weft_module *m, const char *name, int ndim
 // mask between calls (the caller frees it).
 weft_tensor *weft_nn_attention_heads(weft_tensor *qkv, int64_t nh, int64_t hd, weft_tensor **mask_cache);
 
+// Layer pieces the tensor-parallel layers (src/dist/tp_layers.c) share:
+// y = x W^T (+ b) with m's "weight" (out,in) and "bias"; and x + sub(norm(x))
+// with m's children at those indices (a pre-LayerNorm residual branch).
+weft_tensor *weft_nn_affine(weft_module *m, weft_tensor *x, bool with_bias);
+weft_tensor *weft_nn_residual(weft_module *m, int norm, int sub, weft_tensor *x);
+
 #endif

@@ -9,6 +9,7 @@
 #include <weft/nn.h>
 
 #include "../core/core_impl.h"
+#include "nn_impl.h"
 
 // ---- mlp: fc -> gelu -> proj ----
 static weft_tensor *mlp_forward(weft_module *m, weft_tensor *x) {
@@ -35,8 +36,7 @@ static weft_module *block_mlp(int64_t C, weft_generator *g) {
 // ---- the block ----
 enum { CH_LN1, CH_ATTN, CH_LN2, CH_MLP }; // child indices, in insertion order
 
-// x + sub(norm(x)); NULL (error set by the failing op) on failure.
-static weft_tensor *residual(weft_module *m, int norm, int sub, weft_tensor *x) {
+weft_tensor *weft_nn_residual(weft_module *m, int norm, int sub, weft_tensor *x) {
     weft_tensor *n = weft_module_forward(weft_module_child_at(m, norm), x);
     weft_tensor *s = n ? weft_module_forward(weft_module_child_at(m, sub), n) : NULL;
     weft_tensor_free(n);
@@ -51,8 +51,8 @@ static weft_tensor *block_forward(weft_module *m, weft_tensor *x) {
     if (weft_tensor_ndim(x) != 3 || weft_tensor_size(x, 2) != C)
         return weft_error_null(WEFT_ERR_SHAPE, "transformer_block: expected input (B,T,%lld), got %s", (long long)C,
                                weft_tensor_shape_str(x, buf, sizeof buf));
-    weft_tensor *x1 = residual(m, CH_LN1, CH_ATTN, x);
-    weft_tensor *x2 = x1 ? residual(m, CH_LN2, CH_MLP, x1) : NULL;
+    weft_tensor *x1 = weft_nn_residual(m, CH_LN1, CH_ATTN, x);
+    weft_tensor *x2 = x1 ? weft_nn_residual(m, CH_LN2, CH_MLP, x1) : NULL;
     weft_tensor_free(x1);
     return x2;
 }
