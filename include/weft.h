@@ -16,6 +16,7 @@
 #include "weft/dist.h"
 #include "weft/ddp.h"
 #include "weft/ps.h"
+#include "weft/parallel.h"
 #include "weft/graph.h"
 #include "weft/graph_passes.h"
 #include "weft/queue.h"
