@@ -133,6 +133,7 @@ static void test_round_trip(void) {
     weft_tensor_free(s.local);
     weft_tensor_free(ref.local);
     weft_shard_close(k);
+    weft_dist_barrier(W); // every rank has looked for the newest step before rank 0 writes a newer one
 }
 
 // A plain one-process checkpoint (ckpt-STEP.safetensors, no manifest) is read by any layout.
