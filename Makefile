@@ -3,6 +3,8 @@
 #   make test       install missing Debian packages (as root), build, run ctest
 #   make test-asan  the suite under AddressSanitizer + UBSan (build-asan/)
 #   make bench      benchmarks vs the PyTorch twins (BENCH=<pattern> to filter)
+#   make bench-deps the peers: PyTorch 2.x from PyPI in .venv-bench/ (git-ignored), Debian's
+#                   python3-torch (1.13) as the fallback bench/run.sh uses when the venv is missing
 #   make run        the main job: install what is missing (data sets too), build,
 #                   train the Fashion-MNIST MLP (models/fmnist-mlp.cfg) and print its final line
 #   make check-gpu  on a machine with a GPU: build with CUDA, run the CUDA tests and the suite,
@@ -18,7 +20,8 @@ JOBS ?= $(shell nproc)
 BENCH ?=
 DEPS = build-essential cmake pkg-config libopenblas-dev libopenblas0-openmp zlib1g-dev libcjson-dev \
        openmpi-bin libopenmpi-dev
-BENCH_DEPS = python3-torch python3-numpy
+BENCH_DEPS = python3-torch python3-numpy python3-venv
+VENV ?= .venv-bench
 RUN_DEPS = dataset-fashion-mnist bible-kjv
 MODEL ?= models/fmnist-mlp.cfg
 FUZZ_SECONDS ?= 60
@@ -38,6 +41,12 @@ deps:
 
 bench-deps:
 	@$(MAKE) --no-print-directory deps DEPS="$(BENCH_DEPS) $(RUN_DEPS)"
+	@if $(VENV)/bin/python3 -c 'import torch, numpy' 2>/dev/null; then \
+	  echo "$(VENV): torch $$($(VENV)/bin/python3 -c 'import torch; print(torch.__version__)')"; \
+	else \
+	  echo "$(VENV): installing PyTorch 2.x and numpy from PyPI (the benchmark peer)"; \
+	  python3 -m venv $(VENV) && $(VENV)/bin/pip install -q --disable-pip-version-check 'torch>=2' numpy; \
+	fi
 
 run-deps:
 	@$(MAKE) --no-print-directory deps DEPS="$(RUN_DEPS)"

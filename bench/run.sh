@@ -23,11 +23,25 @@ PATTERN=${BENCH:-}
 ROUNDS=${ROUNDS:-3}
 THREADS=${WEFT_NUM_THREADS:-$(nproc)}
 export WEFT_NUM_THREADS=$THREADS OMP_NUM_THREADS=$THREADS
-PY=/usr/bin/python3
+# The peer: PyTorch 2.x from PyPI in .venv-bench (make bench-deps), else
+# Debian's python3-torch (1.13, much slower on CPU) with a note. PEER_PY
+# overrides both.
+VENV=${VENV:-.venv-bench}
+PY=${PEER_PY:-}
+if [ -z "$PY" ]; then
+  if [ -x "$VENV/bin/python3" ] && "$VENV/bin/python3" -c "import torch" 2>/dev/null; then PY=$(cd "$VENV/bin" && pwd)/python3
+  else
+    PY=/usr/bin/python3
+    echo "note: no PyTorch 2.x in $VENV (make bench-deps); the peer is $PY's, which is slower" >&2
+  fi
+fi
 have_torch=0
-if [ -x "$PY" ] && "$PY" -c "import torch" 2>/dev/null; then have_torch=1; else
-  echo "note: PyTorch not found for $PY (apt-get install python3-torch); peers skipped" >&2; fi
+peer="none"
+if [ -x "$PY" ] && peer=$("$PY" -c "import torch; print(torch.__version__)" 2>/dev/null); then have_torch=1; else
+  peer="none"
+  echo "note: PyTorch not found for $PY (make bench-deps); peers skipped" >&2; fi
 echo "# threads=$THREADS rounds=$ROUNDS $(date -u +%Y-%m-%dT%H:%MZ) $(uname -m) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "# peer torch $peer threads=$THREADS ($PY)"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for bin in "$BUILD"/bench_*; do
