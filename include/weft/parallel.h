@@ -249,7 +249,9 @@ weft_status weft_pp_step(weft_pp *p, weft_tensor *x, weft_tensor *y, weft_pp_los
 // pipeline in M micro-batches. On the rank of the last chunk, fn gets each
 // micro-batch's output and targets and adds what it measures into acc[0..n_acc)
 // (n_acc <= 64); the sums over micro-batches are added to acc on every rank.
-// x and y as for weft_pp_step. Collective over the pipeline group.
+// x and y as for weft_pp_step, but M need not divide the batch (the
+// micro-batches then differ by a row; the batch must hold at least M rows).
+// Collective over the pipeline group.
 typedef weft_status (*weft_pp_eval_fn)(weft_tensor *out, weft_tensor *target, void *user, double *acc);
 weft_status weft_pp_forward(weft_pp *p, weft_tensor *x, weft_tensor *y, weft_pp_eval_fn fn, void *user, int n_acc,
                             double *acc);

@@ -121,13 +121,16 @@ static void slot_clear(slot *s) {
 
 static int tag_of(const weft_pp *p, int k, int m) { return 2 * (k * p->M + m); }
 
-// Rows [m * b, (m + 1) * b) of t.
-static weft_tensor *rows(weft_tensor *t, int m, int64_t b) {
-    weft_tensor *v = weft_narrow(t, 0, m * b, b);
+// Rows [off, off + n) of t, contiguous.
+static weft_tensor *rows_at(weft_tensor *t, int64_t off, int64_t n) {
+    weft_tensor *v = weft_narrow(t, 0, off, n);
     weft_tensor *c = v ? weft_tensor_contiguous(v) : NULL;
     weft_tensor_free(v);
     return c;
 }
+
+// Rows [m * b, (m + 1) * b) of t.
+static weft_tensor *rows(weft_tensor *t, int m, int64_t b) { return rows_at(t, m * b, b); }
 
 static weft_tensor *scaled_loss(weft_pp *p, weft_tensor *out, weft_tensor *tgt, weft_pp_loss_fn loss, void *user) {
     weft_tensor *l = loss(out, tgt, user);
@@ -219,7 +222,8 @@ static weft_status backward(weft_pp *p, slot *s, int v, int m, weft_pp_loss_fn l
 
 // Every rank learns the batch size and whether the input and the targets
 // are there, so that all of them fail together (before any message).
-static weft_status agree_batch(weft_pp *p, weft_tensor *x, weft_tensor *y, weft_pp_loss_fn loss, int64_t *batch) {
+static weft_status agree_batch(weft_pp *p, weft_tensor *x, weft_tensor *y, weft_pp_loss_fn loss, bool divisible,
+                               int64_t *batch) {
     bool first = p->rank == 0, last = p->rank == (p->P * p->V - 1) % p->P;
     int64_t v[4] = {0, 0, 0, 0}; // batch of x, batch of y, x missing, y or loss missing
     if (first) {
@@ -242,7 +246,7 @@ static weft_status agree_batch(weft_pp *p, weft_tensor *x, weft_tensor *y, weft_
     if (v[0] != v[1])
         return weft_error(WEFT_ERR_SHAPE, "pp_step: the batch of x (%lld) and of y (%lld) differ", (long long)v[0],
                           (long long)v[1]);
-    if (v[0] < p->M || v[0] % p->M)
+    if (v[0] < p->M || (divisible && v[0] % p->M))
         return weft_error(WEFT_ERR_ARG, "pp_step: microbatches = %d does not divide the batch of %lld", p->M,
                           (long long)v[0]);
     *batch = v[0];
@@ -253,7 +257,7 @@ weft_status weft_pp_step(weft_pp *p, weft_tensor *x, weft_tensor *y, weft_pp_los
                          double *loss_out) {
     if (!p) return weft_error(WEFT_ERR_ARG, "pp_step: NULL pipeline");
     int64_t batch = 0;
-    weft_status st = agree_batch(p, x, y, loss, &batch);
+    weft_status st = agree_batch(p, x, y, loss, true, &batch);
     if (st) return st;
     int64_t b = batch / p->M;
     int n = p->V * p->M;
@@ -316,17 +320,19 @@ weft_status weft_pp_forward(weft_pp *p, weft_tensor *x, weft_tensor *y, weft_pp_
                             double *acc) {
     if (!p || !fn || n_acc < 1 || n_acc > 64 || !acc) return weft_error(WEFT_ERR_ARG, "pp_forward: bad arguments");
     int64_t batch = 0;
-    weft_status st = agree_batch(p, x, y, (weft_pp_loss_fn)1, &batch); // any non-NULL loss: y must be there
+    // (any non-NULL loss: y must be there; the micro-batches may differ by a row: an evaluation's last batch)
+    weft_status st = agree_batch(p, x, y, (weft_pp_loss_fn)1, false, &batch);
     if (st) return weft_error(st, "%s", weft_last_error());
     int P = p->P, K = P * p->V;
-    int64_t b = batch / p->M;
     double local[64] = {0};
     bool grad_was = weft_grad_set_enabled(false);
     for (int m = 0; m < p->M && !st; m++)
         for (int v = 0; v < p->V && !st; v++) {
             int k = v * P + p->rank;
+            int64_t off, cnt; // micro-batch m: rows [off, off + cnt)
+            weft_dist_chunk(batch, p->M, m, &off, &cnt);
             weft_tensor *in = NULL, *out = NULL;
-            if (k == 0) in = rows(x, m, b);
+            if (k == 0) in = rows_at(x, off, cnt);
             else {
                 int64_t h[2 + WEFT_MAX_DIMS];
                 weft_tensor *ht = weft_pp_take(p->comm, WEFT_DIMS(2 + WEFT_MAX_DIMS), WEFT_I64, WEFT_DEVICE_CPU,
@@ -340,7 +346,7 @@ weft_status weft_pp_forward(weft_pp *p, weft_tensor *x, weft_tensor *y, weft_pp_
             out = in ? run_chunk(p, k, in) : NULL;
             if (!out) st = weft_last_status();
             else if (k == K - 1) {
-                weft_tensor *tgt = rows(y, m, b);
+                weft_tensor *tgt = rows_at(y, off, cnt);
                 st = tgt ? fn(out, tgt, user, local) : weft_last_status();
                 weft_tensor_free(tgt);
             } else {
