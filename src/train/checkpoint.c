@@ -156,6 +156,8 @@ static const weft_tensor *optim_lookup(const char *name, void *user) {
 // The model's parameters and buffers only (eval, sample); r->step becomes
 // the checkpoint's step, or -1 for a file that does not record one.
 weft_status weft_run_load_weights(weft_run *r, const char *path) {
+    size_t n = strlen(path);
+    if (n > 14 && !strcmp(path + n - 14, ".manifest.json")) return weft_mp_load_weights(r, path); // a model-parallel one
     weft_safetensors *st = weft_safetensors_load(path);
     if (!st) return weft_last_status();
     weft_status s = load_model(r, st, path);

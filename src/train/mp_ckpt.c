@@ -222,3 +222,25 @@ weft_status weft_mp_resume(weft_run *r) {
                 dir, layout);
     return WEFT_OK;
 }
+
+// eval / sample from a model-parallel checkpoint (`--ckpt DIR/ckpt-N.manifest.json`):
+// the parameters and buffers, read whole from the pieces of every rank.
+weft_status weft_mp_load_weights(weft_run *r, const char *manifest) {
+    const char *base = strrchr(manifest, '/');
+    size_t dl = base ? (size_t)(base - manifest) : 0;
+    base = base ? base + 1 : manifest;
+    char dir[4096], *end;
+    long long step = strncmp(base, "ckpt-", 5) ? -1 : strtoll(base + 5, &end, 10);
+    if (step < 0 || strcmp(end, ".manifest.json") || dl >= sizeof dir)
+        return weft_error(WEFT_ERR_ARG, "%s: expected a checkpoint manifest DIR/ckpt-<step>.manifest.json", manifest);
+    snprintf(dir, sizeof dir, "%.*s", (int)(dl ? dl : 1), dl ? manifest : ".");
+    weft_shard_ckpt *k = weft_shard_open(dir, step);
+    if (!k) return weft_last_status();
+    shard_list l = {0};
+    weft_status st = collect(r, NULL, &l);
+    for (int i = 0; !st && i < l.n; i++) st = weft_shard_read(k, &l.s[i]);
+    list_free(&l);
+    r->step = weft_shard_step(k);
+    weft_shard_close(k);
+    return st;
+}

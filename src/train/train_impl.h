@@ -117,6 +117,7 @@ weft_status weft_mp_after_resume(weft_run *r);  // ZeRO: shards from r->optim; t
 // (r->mp NULL) resuming from a model-parallel checkpoint.
 weft_status weft_mp_save(weft_run *r);
 weft_status weft_mp_resume(weft_run *r);
+weft_status weft_mp_load_weights(weft_run *r, const char *manifest); // eval, sample: parameters and buffers whole
 
 // Manifests of distributed checkpoints (dist_ckpt.c).
 const char *weft_manifest_path(const char *dir, int64_t step, char *buf, size_t n);

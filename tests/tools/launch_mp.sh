@@ -106,6 +106,10 @@ same "pp=2 dp=2 zero=2" "$tmp/dp" "$tmp/z2"
 run 4 "$tmp/w3d" --tp 2 --pp 2 --steps 3 --ckpt-dir "$tmp/ck3d"
 [ -f "$tmp/ck3d/ckpt-000003.manifest.json" ] && [ -f "$tmp/ck3d/ckpt-000003.r3.safetensors" ] && ok ||
     bad "no manifest and per-rank parts: $(ls "$tmp/ck3d")"
+# weft eval reads a model-parallel checkpoint through its manifest (every piece, whole)
+"$weft" eval "$cfg" --ckpt "$tmp/ck3d/ckpt-000003.manifest.json" --text "$tmp/text.txt" --eval-batches 2 \
+    >"$tmp/ev" 2>"$tmp/ev.err" && ok || bad "eval of a manifest: $(cat "$tmp/ev.err")"
+same_val "eval of the tp2 x pp2 checkpoint" "$tmp/w3d" "$tmp/ev"
 resume() { # resume WHAT FROM N [OPTIONS...]
     what=$1 from=$2
     shift 2
