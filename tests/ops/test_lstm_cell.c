@@ -57,6 +57,33 @@ static void test_values(void) {
     check_values(0, 4, true, 5);
 }
 
+// Saturated gates in f32 (|v| up to 1e4, past exp's range) and tiny ones
+// (tanh's series branch): the formula's values, no inf or NaN.
+static void test_extremes_f32(void) {
+    const double gv[8] = {-1e4, 1e4, 90, -90, 1e-3, -1e-3, 0.06, -0.07}, cv[2] = {0.5, -3};
+    int64_t gs[2] = {1, 8}, hs[2] = {1, 2};
+    double h[2], c[2];
+    cell_ref(gv, cv, h, c, 1, 2);
+    weft_tensor *g64 = wt_f64(gv, 2, gs, false), *c64 = wt_f64(cv, 2, hs, false);
+    weft_tensor *g = weft_cast(g64, WEFT_F32), *cp = weft_cast(c64, WEFT_F32), *th = NULL, *tc = NULL;
+    CHECK(weft_lstm_cell(g, cp, &th, &tc) == WEFT_OK);
+    wt_check_values("lstm_cell h extremes f32", th, h, 2, 1e-6);
+    wt_check_values("lstm_cell c extremes f32", tc, c, 2, 1e-6);
+    // tanh and sigmoid near 0 and across the series' edge, against libm in double
+    const double sv[8] = {1e-6, -2e-4, 0.03, 0.0624, 0.0626, -0.5, 2, 9};
+    double hz[8], cz[8];
+    int64_t zs[2] = {1, 32};
+    double gz[32];
+    for (int k = 0; k < 8; k++) gz[k] = 20, gz[8 + k] = 0, gz[16 + k] = sv[k], gz[24 + k] = 20; // i = o = 1: c = tanh(v)
+    cell_ref(gz, NULL, hz, cz, 1, 8);
+    weft_tensor *gz64 = wt_f64(gz, 2, zs, false), *gz32 = weft_cast(gz64, WEFT_F32), *hh = NULL, *cc = NULL;
+    CHECK(weft_lstm_cell(gz32, NULL, &hh, &cc) == WEFT_OK);
+    float *cf = cc ? weft_tensor_data(cc) : NULL;
+    for (int k = 0; cf && k < 8; k++) CHECK(fabs(cf[k] - cz[k]) <= 4e-7 * fabs(cz[k]) + 1e-12);
+    weft_tensor *ts[] = {g64, c64, g, cp, th, tc, gz64, gz32, hh, cc};
+    for (int i = 0; i < 10; i++) weft_tensor_free(ts[i]);
+}
+
 // Gates read through a transposed view (strided): the kernel's contiguous copy.
 static void test_strided(void) {
     int64_t B = 4, H = 3, gts[2] = {12, 4}, hs[2] = {4, 3};
@@ -227,6 +254,7 @@ static void test_accelerator(void) {
 
 int main(void) {
     RUN(test_values);
+    RUN(test_extremes_f32);
     RUN(test_strided);
     RUN(test_gradcheck);
     RUN(test_backward_combinations);

@@ -1,33 +1,68 @@
 // CPU kernels of the fused LSTM cell (def_lstm.c has the maths): one pass
 // over (B,H) per call, rows in parallel. Inputs are made contiguous first
 // (a time step's gates usually are; c and the gradients always are).
-// Plain typed functions, f32 and f64: libm's expf/tanhf as the elementwise
-// sigmoid/tanh kernels use, so the fused cell gives the composed ops' values.
+// Plain typed functions, f32 and f64. f64 uses libm's exp/tanh as the
+// elementwise sigmoid/tanh kernels do, so the fused cell gives the composed
+// ops' values (tests compare within 1e-12). f32 uses the vectorisable
+// weft_vexp_f32 (vmath.h) for both: libm's tanhf (through expm1f) was a fifth
+// of a kjv-lstm training step; its results differ from libm's by a few ulp.
 #include <math.h>
 
 #include "../../core/core_impl.h"
 #include "../op.h"
+#include "vmath.h"
 
 // Rows of a call below this many (B*H) elements run on one thread: ~5
 // transcendentals per element make a smaller grain than plain elementwise pay.
 #define LSTM_PAR_GRAIN 2048
 
-static inline float sigm_f32(float v) { return 1.0f / (1.0f + expf(-v)); }
+// sigmoid: exp(-v) underflows to 0 (v large) or is clamped near 3.4e38 (v
+// below -88), giving 1 and ~0; NaN stays NaN.
+static inline float sigm_f32(float v) { return 1.0f / (1.0f + weft_vexp_f32(-v)); }
 static inline double sigm_f64(double v) { return 1.0 / (1.0 + exp(-v)); }
+// tanh(v) = sign(v) (1 - e)/(1 + e), e = exp(-2|v|) in (0, 1]; below |v| =
+// 0.0625 the Taylor series to v^7 instead (1 - e loses digits there; the
+// next term is < 1e-12 relative).
+static inline float tanh_f32(float v) {
+    float a = v < 0 ? -v : v, e = weft_vexp_f32(-2.0f * a);
+    float t = (1.0f - e) / (1.0f + e), v2 = v * v;
+    float small = v * (1.0f + v2 * (-1.0f / 3 + v2 * (2.0f / 15 + v2 * (-17.0f / 315))));
+    return a < 0.0625f ? small : (v < 0 ? -t : t);
+}
+
+// One row of the f32 cell (vectorised per target by WEFT_CLONES): gates gr
+// (4H), cp, h, c (H); cp NULL: zero state.
+static WEFT_CLONES void cell_row_f32(const float *restrict gr, const float *restrict cp, float *restrict h,
+                                     float *restrict c, int64_t H) {
+    for (int64_t j = 0; j < H; j++) {
+        float i = sigm_f32(gr[j]), g = tanh_f32(gr[2 * H + j]), o = sigm_f32(gr[3 * H + j]);
+        float cn = i * g + (cp ? sigm_f32(gr[H + j]) * cp[j] : 0.0f);
+        c[j] = cn;
+        h[j] = o * tanh_f32(cn);
+    }
+}
+// One row of the f32 backward: gr, dr (4H); the rest (H), cp/dh/dc NULL: zeros.
+static WEFT_CLONES void cell_bw_row_f32(const float *restrict gr, const float *restrict cp, const float *restrict c,
+                                        const float *restrict dh, const float *restrict dc, float *restrict dr,
+                                        float *restrict dcp, int64_t H) {
+    for (int64_t j = 0; j < H; j++) {
+        float i = sigm_f32(gr[j]), f = sigm_f32(gr[H + j]), g = tanh_f32(gr[2 * H + j]), o = sigm_f32(gr[3 * H + j]);
+        float tc = tanh_f32(c[j]), dhk = dh ? dh[j] : 0.0f;
+        float dct = (dc ? dc[j] : 0.0f) + dhk * o * (1.0f - tc * tc);
+        float cpk = cp ? cp[j] : 0.0f;
+        dr[j] = dct * g * i * (1.0f - i);
+        dr[H + j] = dct * cpk * f * (1.0f - f);
+        dr[2 * H + j] = dct * i * (1.0f - g * g);
+        dr[3 * H + j] = dhk * tc * o * (1.0f - o);
+        dcp[j] = dct * f;
+    }
+}
 
 // gates (B,4H), c_prev (B,H) or NULL (zero state) -> h, c (B,H).
 static void cell_f32(const float *gates, const float *cp, float *h, float *c, int64_t B, int64_t H) {
 #pragma omp parallel for num_threads(weft_num_threads()) if(B * H >= LSTM_PAR_GRAIN) schedule(static)
-    for (int64_t b = 0; b < B; b++) {
-        const float *gr = gates + b * 4 * H; // (4H): i, f, g, o
-        for (int64_t j = 0; j < H; j++) {
-            float i = sigm_f32(gr[j]), g = tanhf(gr[2 * H + j]), o = sigm_f32(gr[3 * H + j]);
-            float cn = i * g;
-            if (cp) cn = sigm_f32(gr[H + j]) * cp[b * H + j] + cn;
-            c[b * H + j] = cn;
-            h[b * H + j] = o * tanhf(cn);
-        }
-    }
+    for (int64_t b = 0; b < B; b++)
+        cell_row_f32(gates + b * 4 * H, cp ? cp + b * H : NULL, h + b * H, c + b * H, H);
 }
 static void cell_f64(const double *gates, const double *cp, double *h, double *c, int64_t B, int64_t H) {
 #pragma omp parallel for num_threads(weft_num_threads()) if(B * H >= LSTM_PAR_GRAIN) schedule(static)
@@ -49,20 +84,9 @@ static void cell_bw_f32(const float *gates, const float *cp, const float *c, con
                         float *dg, float *dcp, int64_t B, int64_t H) {
 #pragma omp parallel for num_threads(weft_num_threads()) if(B * H >= LSTM_PAR_GRAIN) schedule(static)
     for (int64_t b = 0; b < B; b++) {
-        const float *gr = gates + b * 4 * H;
-        float *dr = dg + b * 4 * H;
-        for (int64_t j = 0; j < H; j++) {
-            int64_t k = b * H + j;
-            float i = sigm_f32(gr[j]), f = sigm_f32(gr[H + j]), g = tanhf(gr[2 * H + j]), o = sigm_f32(gr[3 * H + j]);
-            float tc = tanhf(c[k]), dhk = dh ? dh[k] : 0.0f;
-            float dct = (dc ? dc[k] : 0.0f) + dhk * o * (1.0f - tc * tc);
-            float cpk = cp ? cp[k] : 0.0f;
-            dr[j] = dct * g * i * (1.0f - i);
-            dr[H + j] = dct * cpk * f * (1.0f - f);
-            dr[2 * H + j] = dct * i * (1.0f - g * g);
-            dr[3 * H + j] = dhk * tc * o * (1.0f - o);
-            dcp[k] = dct * f;
-        }
+        int64_t k = b * H;
+        cell_bw_row_f32(gates + 4 * k, cp ? cp + k : NULL, c + k, dh ? dh + k : NULL, dc ? dc + k : NULL, dg + 4 * k,
+                        dcp + k, H);
     }
 }
 static void cell_bw_f64(const double *gates, const double *cp, const double *c, const double *dh, const double *dc,
