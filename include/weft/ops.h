@@ -98,6 +98,10 @@ weft_tensor *weft_cross_entropy(weft_tensor *logits, weft_tensor *targets);
 // Fused causal attention: q, k, v (B,H,T,D) of one float dtype and shape (any strides) -> (B,H,T,D),
 // o_i = sum_{j<=i} softmax_j(scale q_i.k_j) v_j (each query sees keys 0..i). Differentiable once.
 weft_tensor *weft_causal_attention(weft_tensor *q, weft_tensor *k, weft_tensor *v, double scale);
+// Fused LSTM cell (PyTorch's gate order i,f,g,o): gates (B,4H) = x W_ih^T + b_ih + h W_hh^T + b_hh,
+// c_prev (B,H) or NULL (zero state) -> *h = o*tanh(c), *c = f*c_prev + i*g (B,H), new references;
+// i,f,o = sigmoid and g = tanh of their gate. Differentiable once (double backward is an error).
+weft_status weft_lstm_cell(weft_tensor *gates, weft_tensor *c_prev, weft_tensor **h, weft_tensor **c);
 // weight (V,D), indices of any shape (int32/int64) -> (..., D)
 weft_tensor *weft_embedding(weft_tensor *weight, weft_tensor *indices);
 weft_tensor *weft_index_select(weft_tensor *t, int dim, weft_tensor *index);

@@ -3,10 +3,14 @@
 //   gates = x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh     (B,4H), order (i,f,g,o)
 //   i,f,o = sigmoid(.), g = tanh(.)
 //   c_t = f*c_{t-1} + i*g,  h_t = o*tanh(c_t)
-// Built only from public ops, so autograd (and double backward) come for free.
 // The input projection does not depend on the recurrence, so it runs for all
 // time steps as one (B*T,I) @ (I,4H) product before the loop; inside the loop
-// only the (B,H) @ (H,4H) recurrent product remains.
+// only the (B,H) @ (H,4H) recurrent product and the cell remain. The cell is
+// the fused op lstm_cell (one pass forward, one fused backward; ~10 recorded
+// elementwise ops per step before it): differentiable once. With
+// WEFT_LSTM_COMPOSED=1 in the environment (read at every forward) the cell is
+// composed from public ops as before, so double backward works through it;
+// tests compare the two paths.
 #include <math.h>
 #include <stdlib.h>
 
@@ -21,18 +25,9 @@ typedef struct lstm_impl {
 
 static void lstm_impl_free(void *p) { free(p); }
 
-// One step from the precomputed input part of the gates xg_t (B,4H).
-// h and c are the previous state (NULL at t = 0: zero state, so the recurrent
-// product and f*c vanish). Returns h_t and replaces *c with c_t.
-static weft_tensor *lstm_step(weft_tensor *xg_t, weft_tensor *whh_t, weft_tensor *h, weft_tensor **c, int64_t H) {
-    weft_tensor *gates;
-    if (h) {
-        weft_tensor *hh = weft_matmul(h, whh_t); // (B,H) @ (H,4H) -> (B,4H)
-        gates = weft_add(xg_t, hh);
-        weft_tensor_free(hh);
-    } else {
-        gates = weft_tensor_ref(xg_t);
-    }
+// The cell from public ops: gates (B,4H), *c (B,H) or NULL (zero state, so
+// f*c vanishes); takes the reference to gates. Returns h_t and replaces *c with c_t.
+static weft_tensor *cell_composed(weft_tensor *gates, weft_tensor **c, int64_t H) {
     // gate views (B,H) each; no copies
     weft_tensor *gi = weft_narrow(gates, 1, 0 * H, H), *gf = weft_narrow(gates, 1, 1 * H, H);
     weft_tensor *gg = weft_narrow(gates, 1, 2 * H, H), *go = weft_narrow(gates, 1, 3 * H, H);
@@ -60,6 +55,29 @@ static weft_tensor *lstm_step(weft_tensor *xg_t, weft_tensor *whh_t, weft_tensor
     weft_tensor *h_new = weft_mul(o, tc);
     weft_tensor_free(o);
     weft_tensor_free(tc);
+    return h_new;
+}
+
+// One step from the precomputed input part of the gates xg_t (B,4H).
+// h and c are the previous state (NULL at t = 0: zero state, so the recurrent
+// product and f*c vanish). Returns h_t and replaces *c with c_t.
+static weft_tensor *lstm_step(weft_tensor *xg_t, weft_tensor *whh_t, weft_tensor *h, weft_tensor **c, int64_t H,
+                              bool composed) {
+    weft_tensor *gates;
+    if (h) {
+        weft_tensor *hh = weft_matmul(h, whh_t); // (B,H) @ (H,4H) -> (B,4H)
+        gates = weft_add(xg_t, hh);
+        weft_tensor_free(hh);
+    } else {
+        gates = weft_tensor_ref(xg_t);
+    }
+    if (!gates) return NULL;
+    if (composed) return cell_composed(gates, c, H); // takes gates
+    weft_tensor *h_new = NULL, *c_new = NULL;
+    weft_lstm_cell(gates, *c, &h_new, &c_new); // on failure both NULL, the error set
+    weft_tensor_free(gates);
+    weft_tensor_free(*c);
+    *c = c_new;
     return h_new;
 }
 
@@ -119,12 +137,13 @@ static weft_tensor *lstm_forward(weft_module *m, weft_tensor *x) {
         return weft_error_null(WEFT_ERR_OOM, "lstm: out of memory");
     }
     weft_tensor *h = NULL, *c = NULL, *out = NULL;
-    bool ok = true;
+    const char *env = getenv("WEFT_LSTM_COMPOSED");
+    bool ok = true, composed = env && env[0] == '1';
     weft_tensor **xs = calloc((size_t)T, sizeof *xs);
     ok = xs && split_steps(xg, 0, T, xs) == WEFT_OK;
     if (!xs) weft_error(WEFT_ERR_OOM, "lstm: out of memory");
     for (int64_t t = 0; t < T && ok; t++) {
-        weft_tensor *h_new = lstm_step(xs[t], whh_t, h, &c, H); // xs[t] (B,4H), row stride T*4H
+        weft_tensor *h_new = lstm_step(xs[t], whh_t, h, &c, H, composed); // xs[t] (B,4H), row stride T*4H
         hs[t] = h_new; // the stack below holds its own reference
         h = h_new;
         ok = h_new && c;

@@ -45,6 +45,7 @@ void weft_cuda_register_reduce(void);
 void weft_cuda_register_nn(void);
 void weft_cuda_register_norm(void);
 void weft_cuda_register_attention(void);
+void weft_cuda_register_lstm(void);
 void weft_cuda_register_fused(void); // fused.c: graph mode's fused elementwise groups
 
 #endif

@@ -12,5 +12,6 @@ void weft_cuda_register_kernels(void) {
     weft_cuda_register_nn();
     weft_cuda_register_norm();
     weft_cuda_register_attention();
+    weft_cuda_register_lstm();
     weft_cuda_register_fused();
 }

@@ -1,0 +1,133 @@
+// Op entries of the fused LSTM cell: lstm_cell and its backward op.
+// Kernels: cpu/lstm.c (CUDA registers its own at init: cuda/lstm.c).
+//
+// lstm_cell: (gates (B,4H)[, c_prev (B,H)]) of one float dtype, any strides
+//   gates = x_t W_ih^T + b_ih + h_{t-1} W_hh^T + b_hh, order (i,f,g,o) as PyTorch;
+//   no c_prev (one input) is the zero state of t = 0.
+//   -> out 0: h (B,H) = o*tanh(c)
+//      out 1: c (B,H) = f*c_prev + i*g,   i,f,o = sigmoid, g = tanh of their gate.
+// lstm_cell_backward: (gates, [c_prev], c, [dh], [dc]) -> (dgates (B,4H), dc_prev (B,H))
+//   attrs i[0] = has c_prev, i[1] = has dh, i[2] = has dc (flags; at least one
+//   of dh, dc); the inputs present follow in that order. With dc_tot = dc +
+//   dh*o*(1-tanh(c)^2): dgates = (dc_tot*g*i(1-i), dc_tot*c_prev*f(1-f),
+//   dc_tot*i*(1-g^2), dh*tanh(c)*o(1-o)), dc_prev = dc_tot*f (computed even
+//   without c_prev, which then counts as zero; the caller drops it).
+// lstm_cell takes no attrs.
+#include "op.h"
+
+weft_status weft_cpu_lstm_cell(const weft_op_args *a);
+weft_status weft_cpu_lstm_cell_backward(const weft_op_args *a);
+
+extern weft_op_def weft_op_lstm_cell_backward;
+
+// x is 2-D (rows, cols), float, of ref's dtype; what names it in the error.
+static weft_status check_2d(const char *op, const weft_tensor *ref, const weft_tensor *x, int64_t rows, int64_t cols,
+                            const char *what) {
+    char s1[96];
+    weft_status st = weft_check_dtype(op, x, WEFT_DT_FLOAT, what);
+    if (st) return st;
+    if (x->dtype != ref->dtype)
+        return weft_error(WEFT_ERR_DTYPE, "%s: %s is %s, the gates are %s", op, what,
+                          weft_dtype_name((weft_dtype)x->dtype), weft_dtype_name((weft_dtype)ref->dtype));
+    if (x->ndim != 2 || x->sizes[0] != rows || x->sizes[1] != cols)
+        return weft_error(WEFT_ERR_SHAPE, "%s: %s must be (%lld,%lld), got %s", op, what, (long long)rows,
+                          (long long)cols, weft_tensor_shape_str(x, s1, sizeof s1));
+    return WEFT_OK;
+}
+
+// gates (B,4H) -> B, H.
+static weft_status check_gates(const char *op, const weft_tensor *g, int64_t *B, int64_t *H) {
+    char s1[96];
+    weft_status st = weft_check_dtype(op, g, WEFT_DT_FLOAT, "the gates");
+    if (st) return st;
+    if (g->ndim != 2 || g->sizes[1] % 4 != 0)
+        return weft_error(WEFT_ERR_SHAPE, "%s: the gates must be (B,4H), got %s", op,
+                          weft_tensor_shape_str(g, s1, sizeof s1));
+    *B = g->sizes[0];
+    *H = g->sizes[1] / 4;
+    return WEFT_OK;
+}
+
+static weft_status infer_cell(const weft_op_args *a, weft_out_meta *o) {
+    if (a->n_in < 1 || a->n_in > 2)
+        return weft_error(WEFT_ERR_ARG, "%s: expected gates and optionally c_prev, got %d inputs", a->op->name,
+                          a->n_in);
+    int64_t B = 0, H = 0;
+    const weft_tensor *g = a->in[0];
+    weft_status st = check_gates(a->op->name, g, &B, &H);
+    if (!st && a->n_in == 2) st = check_2d(a->op->name, g, a->in[1], B, H, "c_prev");
+    if (st) return st;
+    int64_t s[2] = {B, H};
+    weft_meta_set(&o[0], 2, s, (weft_dtype)g->dtype);
+    weft_meta_set(&o[1], 2, s, (weft_dtype)g->dtype);
+    return WEFT_OK;
+}
+
+static weft_status infer_cell_bw(const weft_op_args *a, weft_out_meta *o) {
+    const char *op = a->op->name;
+    weft_status st = weft_check_flags(op, a->attrs, 0, 3, "has_c_prev, has_dh, has_dc");
+    if (st) return st;
+    const int64_t *f = a->attrs->i;
+    if (!f[1] && !f[2]) return weft_error(WEFT_ERR_ARG, "%s: needs dh or dc (attrs i[1], i[2] both 0)", op);
+    int want = 2 + (int)(f[0] + f[1] + f[2]);
+    if (a->n_in != want)
+        return weft_error(WEFT_ERR_ARG, "%s: the attrs ask for %d inputs, got %d", op, want, a->n_in);
+    int64_t B = 0, H = 0;
+    const weft_tensor *g = a->in[0];
+    if ((st = check_gates(op, g, &B, &H))) return st;
+    static const char *what[5] = {"c_prev", "c", "dh", "dc"};
+    const bool present[4] = {f[0] != 0, true, f[1] != 0, f[2] != 0};
+    int k = 1;
+    for (int j = 0; j < 4 && !st; j++)
+        if (present[j]) st = check_2d(op, g, a->in[k++], B, H, what[j]);
+    if (st) return st;
+    int64_t s[2] = {B, H};
+    weft_meta_set(&o[0], 2, g->sizes, (weft_dtype)g->dtype);
+    weft_meta_set(&o[1], 2, s, (weft_dtype)g->dtype);
+    return WEFT_OK;
+}
+
+// Gradients of h and c (either may be missing) into gates and c_prev, by the
+// fused backward op; it has no backward rule itself, so double backward
+// through lstm_cell is an error naming lstm_cell_backward.
+static weft_status bw_cell(const weft_bw_args *b) {
+    if (!b->gout[0] && !b->gout[1]) return WEFT_OK;
+    bool has_cp = b->n_in == 2;
+    weft_tensor *in[5];
+    int n = 0;
+    in[n++] = b->in[0];
+    if (has_cp) in[n++] = b->in[1];
+    in[n++] = b->out[1];
+    if (b->gout[0]) in[n++] = b->gout[0];
+    if (b->gout[1]) in[n++] = b->gout[1];
+    weft_attrs at = {.i = {has_cp, b->gout[0] != NULL, b->gout[1] != NULL}};
+    weft_tensor *g[WEFT_MAX_OP_OUT];
+    weft_status st = weft_op_apply(&weft_op_lstm_cell_backward, n, in, &at, g);
+    if (st != WEFT_OK) return st;
+    if (b->needs[0]) b->gin[0] = g[0];
+    else weft_tensor_free(g[0]);
+    if (has_cp && b->needs[1]) b->gin[1] = g[1];
+    else weft_tensor_free(g[1]);
+    return WEFT_OK;
+}
+
+weft_op_def weft_op_lstm_cell = {.name = "lstm_cell", .n_in = -1, .n_out = 2,
+                                 .save = WEFT_SAVE_ALL_IN | WEFT_SAVE_OUT(1), .infer = infer_cell,
+                                 .backward = bw_cell,
+                                 .kernel = {[WEFT_CPU] = {weft_cpu_lstm_cell, WEFT_DT_FLOAT}}};
+// No backward rule of its own: a second-order gradient through it is an error naming it.
+weft_op_def weft_op_lstm_cell_backward = {
+    .name = "lstm_cell_backward", .n_in = -1, .n_out = 2, .infer = infer_cell_bw,
+    .kernel = {[WEFT_CPU] = {weft_cpu_lstm_cell_backward, WEFT_DT_FLOAT}}};
+
+weft_status weft_lstm_cell(weft_tensor *gates, weft_tensor *c_prev, weft_tensor **h, weft_tensor **c) {
+    if (!h || !c) return weft_error(WEFT_ERR_ARG, "lstm_cell: h and c must not be NULL");
+    *h = *c = NULL;
+    if (!gates) return weft_error(WEFT_ERR_ARG, "lstm_cell: the gates are NULL");
+    weft_tensor *in[2] = {gates, c_prev}, *out[WEFT_MAX_OP_OUT];
+    weft_status st = weft_op_apply(&weft_op_lstm_cell, c_prev ? 2 : 1, in, NULL, out);
+    if (st != WEFT_OK) return st;
+    *h = out[0];
+    *c = out[1];
+    return WEFT_OK;
+}

@@ -1,0 +1,66 @@
+// The fused LSTM cell ops on CUDA against the CPU: h and c of lstm_cell and
+// the gradients of the gates and c_prev through lstm_cell_backward (from h,
+// from c, from both), with and without c_prev, gates read through a strided
+// view, B*H from 1 to past one block's threads, f32 and f64.
+#include <stdint.h>
+
+#include "cuda_test.h"
+
+typedef struct cell_case {
+    int out;       // 0: h, 1: c, 2: h + c
+    bool with_cp;  // in[1] is c_prev
+    bool strided;  // in[0] is (4H,B): the gates are its transpose
+} cell_case;
+
+static weft_tensor *cell_fn(weft_tensor *const *in, void *ctx) {
+    const cell_case *k = ctx;
+    weft_tensor *g = k->strided ? weft_transpose(in[0], 0, 1) : weft_tensor_ref(in[0]);
+    weft_tensor *h = NULL, *c = NULL, *r = NULL;
+    if (weft_lstm_cell(g, k->with_cp ? in[1] : NULL, &h, &c) == WEFT_OK)
+        r = k->out == 0 ? weft_tensor_ref(h) : k->out == 1 ? weft_tensor_ref(c) : weft_add(h, c);
+    weft_tensor_free(g);
+    weft_tensor_free(h);
+    weft_tensor_free(c);
+    return r;
+}
+
+static weft_tensor *rand_dt(int64_t r, int64_t cols, weft_dtype dt, uint64_t seed) {
+    int64_t s[2] = {r, cols};
+    weft_tensor *x = wt_rand64(2, s, -3, 3, seed, false);
+    if (dt == WEFT_F64) return x;
+    weft_tensor *y = weft_cast(x, dt);
+    weft_tensor_free(x);
+    return y;
+}
+
+static void cell_check(int64_t B, int64_t H, weft_dtype dt, double tol) {
+    char what[128];
+    for (int strided = 0; strided < 2; strided++) {
+        weft_tensor *in[2] = {strided ? rand_dt(4 * H, B, dt, 7 + (uint64_t)B) : rand_dt(B, 4 * H, dt, 7 + (uint64_t)B),
+                              rand_dt(B, H, dt, 9 + (uint64_t)H)};
+        for (int cp = 0; cp < 2; cp++)
+            for (int out = 0; out < 3; out++) {
+                cell_case k = {out, cp != 0, strided != 0};
+                snprintf(what, sizeof what, "lstm_cell B=%lld H=%lld out %d%s%s %s", (long long)B, (long long)H, out,
+                         cp ? " c_prev" : "", strided ? " strided" : "", weft_dtype_name(dt));
+                wt_cuda_compare(what, cell_fn, &k, cp ? 2 : 1, in, tol, true);
+            }
+        weft_tensor_free(in[0]);
+        weft_tensor_free(in[1]);
+    }
+}
+
+static void test_shapes(void) {
+    const int64_t Bs[] = {1, 3, 32}, Hs[] = {1, 7, 256};
+    for (int b = 0; b < 3; b++)
+        for (int h = 0; h < 3; h++) {
+            cell_check(Bs[b], Hs[h], WEFT_F32, 1e-5);
+            cell_check(Bs[b], Hs[h], WEFT_F64, 1e-12);
+        }
+}
+
+int main(void) {
+    WT_CUDA_OR_SKIP();
+    RUN(test_shapes);
+    return wt_summary();
+}
