@@ -222,6 +222,9 @@ void weft_pp_free(weft_pp *p);
 // of range) and whether this rank runs it; this rank's parameters (the
 // layers' order, depth first): returns their number, fills params[0..] when
 // params is not NULL.
+// Layers m makes in a pipeline (not collective, no pipeline needed): a
+// sequential's layers, nested ones flattened; 1 for any other module.
+int weft_pp_count_layers(const weft_module *m);
 int weft_pp_num_layers(const weft_pp *p);
 weft_module *weft_pp_layer(const weft_pp *p, int i);
 int weft_pp_chunk_of(const weft_pp *p, int layer);

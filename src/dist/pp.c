@@ -462,6 +462,8 @@ static int flatten(weft_module *seq, weft_module **out, int n) {
     return n;
 }
 
+int weft_pp_count_layers(const weft_module *m) { return is_seq(m) ? flatten((weft_module *)m, NULL, 0) : 1; }
+
 weft_pp *weft_pp_create(weft_comm *c, weft_module *seq, const weft_pp_opts *opts) {
     weft_pp_opts o = opts ? *opts : (weft_pp_opts){0};
     if (!seq || !is_seq(seq))

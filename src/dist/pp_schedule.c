@@ -142,6 +142,37 @@ static weft_tensor *scaled_loss(weft_pp *p, weft_tensor *out, weft_tensor *tgt, 
     return s;
 }
 
+// An activation travels after a header (tag + 1: ndim, dtype, sizes) so that
+// the receiver knows its shape. post_header sends out's; take_header
+// receives one from src into (ndim, sizes, dt).
+typedef struct {
+    int ndim;
+    int64_t sizes[WEFT_MAX_DIMS];
+    weft_dtype dt;
+} act_shape;
+
+static weft_status post_header(const weft_pp *p, const weft_tensor *out, int dst, int tag) {
+    int64_t h[2 + WEFT_MAX_DIMS] = {weft_tensor_ndim(out), weft_tensor_dtype(out)};
+    memcpy(h + 2, weft_tensor_sizes(out), sizeof(int64_t) * (size_t)weft_tensor_ndim(out));
+    weft_tensor *ht = weft_pp_host(h, 2 + WEFT_MAX_DIMS, WEFT_I64);
+    weft_status st = ht ? weft_pp_post(p->comm, ht, dst, tag + 1, PP_DIR_ACT) : weft_last_status();
+    weft_tensor_free(ht);
+    return st;
+}
+
+static weft_status take_header(const weft_pp *p, int src, int tag, act_shape *a) {
+    int64_t h[2 + WEFT_MAX_DIMS];
+    weft_tensor *ht = weft_pp_take(p->comm, WEFT_DIMS(2 + WEFT_MAX_DIMS), WEFT_I64, WEFT_DEVICE_CPU, src, tag + 1,
+                                   PP_DIR_ACT);
+    if (!ht) return weft_last_status();
+    memcpy(h, weft_tensor_data(ht), sizeof h);
+    weft_tensor_free(ht);
+    a->ndim = (int)h[0];
+    a->dt = (weft_dtype)h[1];
+    memcpy(a->sizes, h + 2, sizeof a->sizes);
+    return WEFT_OK;
+}
+
 static weft_status forward(weft_pp *p, slot *s, int v, int m, int64_t b, weft_tensor *x, weft_tensor *y,
                            weft_pp_loss_fn loss, void *user, double *loss_sum) {
     int P = p->P, k = v * P + p->rank, K = P * p->V;
@@ -151,14 +182,9 @@ static weft_status forward(weft_pp *p, slot *s, int v, int m, int64_t b, weft_te
     else {
         // The header first (blocking like the data), then the data as an
         // autograd receive whose backward returns the gradient.
-        int64_t h[2 + WEFT_MAX_DIMS];
-        weft_tensor *ht = weft_pp_take(p->comm, WEFT_DIMS(2 + WEFT_MAX_DIMS), WEFT_I64, WEFT_DEVICE_CPU, (k - 1) % P,
-                                       tag_of(p, k, m) + 1, PP_DIR_ACT);
-        if (!ht) return weft_last_status();
-        memcpy(h, weft_tensor_data(ht), sizeof h);
-        weft_tensor_free(ht);
-        in = weft_pp_recv(p->comm, (int)h[0], h + 2, (weft_dtype)h[1], chunk_device(p, k), (k - 1) % P,
-                          tag_of(p, k, m), true);
+        act_shape a;
+        if ((st = take_header(p, (k - 1) % P, tag_of(p, k, m), &a))) return st;
+        in = weft_pp_recv(p->comm, a.ndim, a.sizes, a.dt, chunk_device(p, k), (k - 1) % P, tag_of(p, k, m), true);
     }
     if (!in) return weft_last_status();
     if (p->recompute) {
@@ -179,15 +205,11 @@ static weft_status forward(weft_pp *p, slot *s, int v, int m, int64_t b, weft_te
         if (p->recompute) weft_tensor_free(l);
         else s->root = l;
     } else if (!st) {
-        int64_t h[2 + WEFT_MAX_DIMS] = {weft_tensor_ndim(out), weft_tensor_dtype(out)};
-        memcpy(h + 2, weft_tensor_sizes(out), sizeof(int64_t) * (size_t)weft_tensor_ndim(out));
-        weft_tensor *ht = weft_pp_host(h, 2 + WEFT_MAX_DIMS, WEFT_I64);
         s->ndim = weft_tensor_ndim(out);
         memcpy(s->sizes, weft_tensor_sizes(out), sizeof(int64_t) * (size_t)s->ndim);
         s->dt = weft_tensor_dtype(out);
         s->dev = weft_tensor_device(out);
-        st = ht ? weft_pp_post(p->comm, ht, (k + 1) % P, tag_of(p, k + 1, m) + 1, PP_DIR_ACT) : weft_last_status();
-        weft_tensor_free(ht);
+        st = post_header(p, out, (k + 1) % P, tag_of(p, k + 1, m));
         if (!st && p->recompute) st = weft_pp_post(p->comm, out, (k + 1) % P, tag_of(p, k + 1, m), PP_DIR_ACT);
         else if (!st && !(s->root = weft_pp_send(p->comm, out, (k + 1) % P, tag_of(p, k + 1, m))))
             st = weft_last_status();
@@ -334,14 +356,11 @@ weft_status weft_pp_forward(weft_pp *p, weft_tensor *x, weft_tensor *y, weft_pp_
             weft_tensor *in = NULL, *out = NULL;
             if (k == 0) in = rows_at(x, off, cnt);
             else {
-                int64_t h[2 + WEFT_MAX_DIMS];
-                weft_tensor *ht = weft_pp_take(p->comm, WEFT_DIMS(2 + WEFT_MAX_DIMS), WEFT_I64, WEFT_DEVICE_CPU,
-                                               (k - 1) % P, eval_tag(p, k, m) + 1, PP_DIR_ACT);
-                if (ht) memcpy(h, weft_tensor_data(ht), sizeof h);
-                weft_tensor_free(ht);
-                in = ht ? weft_pp_take(p->comm, (int)h[0], h + 2, (weft_dtype)h[1], chunk_device(p, k), (k - 1) % P,
-                                       eval_tag(p, k, m), PP_DIR_ACT)
-                        : NULL;
+                act_shape a;
+                in = take_header(p, (k - 1) % P, eval_tag(p, k, m), &a)
+                         ? NULL
+                         : weft_pp_take(p->comm, a.ndim, a.sizes, a.dt, chunk_device(p, k), (k - 1) % P,
+                                        eval_tag(p, k, m), PP_DIR_ACT);
             }
             out = in ? run_chunk(p, k, in) : NULL;
             if (!out) st = weft_last_status();
@@ -350,13 +369,8 @@ weft_status weft_pp_forward(weft_pp *p, weft_tensor *x, weft_tensor *y, weft_pp_
                 st = tgt ? fn(out, tgt, user, local) : weft_last_status();
                 weft_tensor_free(tgt);
             } else {
-                int64_t h[2 + WEFT_MAX_DIMS] = {weft_tensor_ndim(out), weft_tensor_dtype(out)};
-                memcpy(h + 2, weft_tensor_sizes(out), sizeof(int64_t) * (size_t)weft_tensor_ndim(out));
-                int64_t hs = 2 + WEFT_MAX_DIMS;
-                weft_tensor *ht = weft_pp_host(h, hs, WEFT_I64);
-                st = ht ? weft_pp_post(p->comm, ht, (k + 1) % P, eval_tag(p, k + 1, m) + 1, PP_DIR_ACT) : weft_last_status();
+                st = post_header(p, out, (k + 1) % P, eval_tag(p, k + 1, m));
                 if (!st) st = weft_pp_post(p->comm, out, (k + 1) % P, eval_tag(p, k + 1, m), PP_DIR_ACT);
-                weft_tensor_free(ht);
             }
             weft_tensor_free(in);
             weft_tensor_free(out);

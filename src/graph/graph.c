@@ -273,7 +273,7 @@ weft_status weft_graph_op_named(weft_graph *g, const char *name, const char *op_
     weft_status st = WEFT_OK;
     for (int i = 0; i < n_in && !st; i++) { // values passed weft_shape_check when they were made
         const weft_gvalue *v = &g->values[in[i].id];
-        st = weft_tensor_stub(&sym[i], &nostore, v->ndim, v->sizes, (weft_dtype)v->dtype);
+        st = weft_tensor_standin(&sym[i], &nostore, v->ndim, v->sizes, (weft_dtype)v->dtype);
         symp[i] = &sym[i];
     }
     weft_op_args args = {.op = op, .n_in = n_in, .in = symp, .attrs = &at, .n_out = op->n_out, .out = NULL};

@@ -706,7 +706,7 @@ static weft_status load_fused(const loader *L, const cJSON *o, int n_in, const i
     weft_status s = WEFT_OK;
     for (int k = 0; k < n_in; k++) {
         const weft_gvalue *gv = &g->values[in[k]];
-        if (weft_tensor_stub(&sin[k], &nostore, gv->ndim, gv->sizes, (weft_dtype)gv->dtype)) {
+        if (weft_tensor_standin(&sin[k], &nostore, gv->ndim, gv->sizes, (weft_dtype)gv->dtype)) {
             s = lfail_inner(L);
             goto fail;
         }
@@ -798,7 +798,7 @@ static weft_status load_fused(const loader *L, const cJSON *o, int n_in, const i
                       weft_dtype_name(dt));
             goto fail;
         }
-        if (weft_tensor_stub(&sres[j], &nostore, m[0].ndim, m[0].sizes, m[0].dtype)) {
+        if (weft_tensor_standin(&sres[j], &nostore, m[0].ndim, m[0].sizes, m[0].dtype)) {
             s = lfail_inner(L);
             goto fail;
         }

@@ -133,7 +133,7 @@ weft_tensor *weft_tensor_symbolic(int ndim, const int64_t *sizes, weft_dtype dt,
     return tensor_over(ndim, sizes, numel, dt, dev, NULL, (size_t)numel * weft_dtype_size(dt));
 }
 
-weft_status weft_tensor_stub(weft_tensor *t, weft_storage *st, int ndim, const int64_t *sizes, weft_dtype dt) {
+weft_status weft_tensor_standin(weft_tensor *t, weft_storage *st, int ndim, const int64_t *sizes, weft_dtype dt) {
     memset(t, 0, sizeof *t);
     if ((unsigned)dt >= WEFT_NUM_DTYPES) return weft_error(WEFT_ERR_DTYPE, "tensor: bad dtype %d", (int)dt);
     weft_status s = weft_shape_check("tensor", ndim, sizes);

@@ -71,7 +71,7 @@ weft_tensor *weft_tensor_symbolic(int ndim, const int64_t *sizes, weft_dtype dt,
 // A metadata-only tensor in caller memory (contiguous, no data, CPU) over the
 // storage stand-in st, which the caller also provides: graph building runs an
 // op's infer on these. Nothing to free. Fails on a bad shape or dtype.
-weft_status weft_tensor_stub(weft_tensor *t, weft_storage *st, int ndim, const int64_t *sizes, weft_dtype dt);
+weft_status weft_tensor_standin(weft_tensor *t, weft_storage *st, int ndim, const int64_t *sizes, weft_dtype dt);
 // A new tensor struct viewing `base`'s storage with the given layout; NULL +
 // error when the layout reaches outside the storage.
 weft_tensor *weft_tensor_alias(const weft_tensor *base, int ndim, const int64_t *sizes, const int64_t *strides,

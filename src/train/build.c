@@ -4,6 +4,7 @@
 #include <weft/train.h>
 
 #include "../core/core_impl.h"
+#include "train_impl.h"
 
 // ---- token (+ learned position) embedding: (B,T) ids -> (B,T,C) ----
 static weft_tensor *embed_forward(weft_module *m, weft_tensor *idx) {
@@ -89,12 +90,11 @@ static weft_module *build_layer(const weft_layer_cfg *L, weft_generator *g, weft
     return weft_error_null(WEFT_ERR_ARG, "model: layer type %d is not buildable", (int)L->type);
 }
 
-weft_module *weft_model_build(const weft_model_cfg *cfg, weft_generator *g, weft_generator *dg) {
-    if (!cfg) return weft_error_null(WEFT_ERR_ARG, "model_build: NULL config");
+weft_module *weft_model_build_with(const weft_model_cfg *cfg, weft_layer_builder layer, void *user) {
     weft_module *net = weft_nn_sequential();
     for (int i = 0; net && i < cfg->n_layers; i++) {
         const weft_layer_cfg *L = &cfg->layers[i];
-        weft_module *m = build_layer(L, g, dg);
+        weft_module *m = layer(cfg, i, user);
         if (!m) {
             char msg[512];
             snprintf(msg, sizeof msg, "%s:%d: [%s]: %s", cfg->path, L->line, weft_cfg_layer_name(L->type),
@@ -108,6 +108,21 @@ weft_module *weft_model_build(const weft_model_cfg *cfg, weft_generator *g, weft
         }
     }
     return net;
+}
+
+typedef struct {
+    weft_generator *g, *dg;
+} gens;
+
+static weft_module *plain_layer(const weft_model_cfg *cfg, int i, void *user) {
+    const gens *G = user;
+    return build_layer(&cfg->layers[i], G->g, G->dg);
+}
+
+weft_module *weft_model_build(const weft_model_cfg *cfg, weft_generator *g, weft_generator *dg) {
+    if (!cfg) return weft_error_null(WEFT_ERR_ARG, "model_build: NULL config");
+    gens G = {g, dg};
+    return weft_model_build_with(cfg, plain_layer, &G);
 }
 
 // multi_margin_loss (p = 1, margin = 1): mean over n of sum_{j != y} max(0, 1 - x_y + x_j) / C.

@@ -27,6 +27,8 @@ struct weft_mp_run {
     weft_zero *zero;       // zero > 0 and dp > 1
     int *index;            // [r->n_params] each held parameter's index among the network's parameters
     bool *count_norm;      // [r->n_params] counted in the gradient norm (a TP-replicated one on tp rank 0 only)
+    weft_tensor **counted; // those parameters (borrowed), n_counted of them
+    int n_counted;
     int n_buffers;
     const weft_tensor **buffers; // the buffers of this rank's pipeline stage (pp > 1)
 };
@@ -55,8 +57,7 @@ static weft_module *build_net(const weft_run *r, weft_comm *tp, weft_generator *
 static int count_layers(const weft_module *net, const weft_model_cfg *cfg, int *stage_of) {
     int n = 0, nc = weft_module_child_count(net);
     for (int i = 0; i < nc; i++) {
-        const weft_module *c = weft_module_child_at(net, i);
-        int k = !strcmp(weft_module_kind(c), "sequential") ? weft_module_child_count(c) : 1;
+        int k = weft_pp_count_layers(weft_module_child_at(net, i));
         for (int j = 0; j < k; j++, n++)
             if (stage_of) stage_of[n] = i < cfg->n_layers ? cfg->layers[i].stage : -1;
     }
@@ -162,8 +163,9 @@ weft_status weft_mp_attach(weft_run *r) {
     int np = weft_module_param_count(r->net);
     m->index = calloc((size_t)r->n_params + 1, sizeof *m->index);
     m->count_norm = calloc((size_t)r->n_params + 1, sizeof *m->count_norm);
+    m->counted = calloc((size_t)r->n_params + 1, sizeof *m->counted);
     m->held = weft_module_new("held", NULL, NULL, NULL);
-    if (!m->index || !m->count_norm || !m->held) return weft_error(WEFT_ERR_OOM, "train: out of memory");
+    if (!m->index || !m->count_norm || !m->counted || !m->held) return weft_error(WEFT_ERR_OOM, "train: out of memory");
     for (int k = 0, i = 0; k < r->n_params; k++) {
         while (i < np && weft_module_param_at(r->net, i, NULL, 0) != r->params[k]) i++;
         if (i == np) return weft_error(WEFT_ERR_STATE, "train: parameter %s is not in the network", r->names[k]);
@@ -171,6 +173,7 @@ weft_status weft_mp_attach(weft_run *r) {
         int dim = -1, groups = 1;
         if (L->tp > 1 && weft_tp_param_split(r->net, i, &dim, &groups)) return weft_last_status();
         m->count_norm[k] = dim >= 0 || L->tp_rank == 0;
+        if (m->count_norm[k]) m->counted[m->n_counted++] = r->params[k];
         char nm[32];
         snprintf(nm, sizeof nm, "p%d", k);
         if (weft_module_add_param(m->held, nm, weft_tensor_ref(r->params[k]))) return weft_last_status();
@@ -269,13 +272,7 @@ weft_status weft_mp_clip(weft_run *r, double max_norm) {
     if (m->zero) { // the shards' gradients (the held module's parameter k is r->params[k])
         st = weft_zero_grad_sum_squares(m->zero, m->count_norm, &sum);
     } else {
-        weft_tensor **counted = calloc((size_t)r->n_params + 1, sizeof *counted);
-        if (!counted) return weft_error(WEFT_ERR_OOM, "train: out of memory");
-        int k = 0;
-        for (int i = 0; i < r->n_params; i++)
-            if (m->count_norm[i]) counted[k++] = r->params[i];
-        st = weft_grad_sum_squares(k, counted, &sum);
-        free(counted);
+        st = weft_grad_sum_squares(m->n_counted, m->counted, &sum);
     }
     // Over the model-parallel group (the dp replicas hold the same averaged
     // gradients, or ZeRO summed their shards already). A failed rank adds NaN.
@@ -438,6 +435,7 @@ void weft_mp_run_free(weft_run *r) {
     weft_parallel_free(m->layout);
     free(m->index);
     free(m->count_norm);
+    free(m->counted);
     free(m->buffers);
     free(m);
     r->mp = NULL;

@@ -224,7 +224,7 @@ static weft_status open_file(weft_shard_ckpt *k, const char *path) {
 weft_shard_ckpt *weft_shard_open(const char *dir, int64_t step) {
     if (!dir) return weft_error_null(WEFT_ERR_ARG, "checkpoint: no directory");
     int64_t ms = -1, ps = -1;
-    char path[4096], file[128];
+    char path[4096];
     if (weft_manifest_latest(dir, &ms) || weft_ckpt_latest(dir, &ps, NULL, 0)) return NULL;
     if (step < 0) step = ms > ps ? ms : ps; // the newest complete one, of either kind
     if (step < 0) return weft_error_null(WEFT_ERR_IO, "checkpoint %s: no checkpoint there", dir);
@@ -243,7 +243,6 @@ weft_shard_ckpt *weft_shard_open(const char *dir, int64_t step) {
             st = in_dir(dir, m.parts[i], path, sizeof path) ? open_file(k, path) : weft_last_status();
         weft_manifest_clear(&m);
     } else {
-        (void)file;
         st = weft_ckpt_path(dir, step, path, sizeof path) ? open_file(k, path) : weft_last_status();
     }
     if (st) {

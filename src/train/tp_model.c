@@ -21,6 +21,7 @@
 
 #include "../core/core_impl.h"
 #include "../dist/tp_impl.h"
+#include "train_impl.h"
 
 static bool elementwise(weft_cfg_layer_type t) { return t >= WEFT_CFG_RELU && t <= WEFT_CFG_SILU; }
 
@@ -128,29 +129,23 @@ static weft_module *tp_layer(weft_comm *c, const weft_model_cfg *cfg, int i, boo
     return weft_error_null(WEFT_ERR_ARG, "this layer has no tensor-parallel form (use tp = 1)");
 }
 
+typedef struct {
+    weft_comm *c;
+    weft_generator *g, *dg;
+    bool parallel, seq;
+} tp_build;
+
+static weft_module *tp_build_layer(const weft_model_cfg *cfg, int i, void *user) {
+    tp_build *b = user;
+    return tp_layer(b->c, cfg, i, &b->parallel, b->g, b->dg, b->seq);
+}
+
 weft_module *weft_tp_model_build(weft_comm *c, const weft_model_cfg *cfg, weft_generator *g, weft_generator *dg,
                                  const weft_tp_opts *opts) {
-    bool seq = opts && opts->sequence_parallel;
     if (!cfg) return weft_error_null(WEFT_ERR_ARG, "tp_model_build: NULL config");
     if (!c) return weft_error_null(WEFT_ERR_ARG, "tp_model_build: no tensor-parallel communicator");
-    weft_module *net = weft_nn_sequential();
-    bool parallel = false;
-    for (int i = 0; net && i < cfg->n_layers; i++) {
-        const weft_layer_cfg *L = &cfg->layers[i];
-        weft_module *m = tp_layer(c, cfg, i, &parallel, g, dg, seq);
-        if (!m) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s:%d: [%s]: %s", cfg->path, L->line, weft_cfg_layer_name(L->type),
-                     weft_last_error());
-            weft_module_free(net);
-            return weft_error_null(weft_last_status(), "%s", msg);
-        }
-        if (weft_nn_sequential_append(net, m)) {
-            weft_module_free(net);
-            return NULL;
-        }
-    }
-    return net;
+    tp_build b = {c, g, dg, false, opts && opts->sequence_parallel};
+    return weft_model_build_with(cfg, tp_build_layer, &b);
 }
 
 weft_tensor *weft_tp_model_loss(weft_comm *c, const weft_model_cfg *cfg, weft_tensor *logits, weft_tensor *labels) {

@@ -181,37 +181,31 @@ static weft_dtype autocast_of(const weft_run *r) {
     }
 }
 
-// A model-parallel run's evaluation: the same batches as below, each
-// through weft_mp_eval_batch (acc: loss x samples, samples, correct).
-static weft_status mp_evaluate(weft_run *r, double *acc) {
-    const weft_net_cfg *n = &r->cfg->net;
-    weft_status st = WEFT_OK;
-    if (n->dataset == WEFT_CFG_FMNIST) {
-        int64_t N = weft_dataset_len(r->test), B = 1000;
-        for (int64_t i = 0; i < N && !st; i += B) {
-            int64_t b = N - i < B ? N - i : B;
-            weft_tensor *xh = weft_narrow(r->test->inputs, 0, i, b), *yh = weft_narrow(r->test->labels, 0, i, b);
-            weft_tensor *x = weft_run_to_device(r, xh), *y = weft_run_to_device(r, yh);
-            st = x && y ? weft_mp_eval_batch(r, x, y, acc) : weft_last_status();
-            weft_tensor *t[] = {xh, yh, x, y};
-            for (int k = 0; k < 4; k++) weft_tensor_free(t[k]);
-        }
+// One evaluation batch (on the run's device): its mean loss and, for a
+// classifier, how many it gets right. A model-parallel run's goes through
+// the pipeline and the tensor-parallel shards (every rank takes part).
+static weft_status eval_batch(weft_run *r, weft_tensor *x, weft_tensor *y, double *mean, double *correct) {
+    *mean = *correct = 0;
+    if (!x || !y) return weft_last_status();
+    if (r->mp) {
+        double a[3] = {0, 0, 0}; // loss x samples, samples, correct
+        weft_status st = weft_mp_eval_batch(r, x, y, a);
+        *mean = a[1] > 0 ? a[0] / a[1] : 0;
+        *correct = a[2];
         return st;
     }
-    int64_t nb = r->opts.eval_batches > 0 ? r->opts.eval_batches : 50;
-    for (int64_t i = 0; i < nb && !st; i++) {
-        weft_tensor *xh = NULL, *yh = NULL, *x = NULL, *y = NULL;
-        st = weft_lm_batch(r->val_tokens, n->batch, n->context, 0xe7a1, (uint64_t)i, &xh, &yh);
-        if (!st) {
-            x = weft_run_to_device(r, xh), y = weft_run_to_device(r, yh);
-            double a[3] = {0, 0, 0};
-            st = x && y ? weft_mp_eval_batch(r, x, y, a) : weft_last_status();
-            acc[0] += a[1] > 0 ? a[0] / a[1] : 0; // the batch's mean loss, as the single-process path sums
-            acc[1] += 1;
-        }
-        weft_tensor *t[] = {xh, yh, x, y};
-        for (int k = 0; k < 4; k++) weft_tensor_free(t[k]);
+    weft_tensor *logits = weft_module_forward(r->net, x), *l = weft_model_loss(r->cfg, logits, y);
+    weft_tensor *pred = NULL, *eq = NULL, *eqf = NULL, *c = NULL;
+    weft_status st = l ? WEFT_OK : weft_last_status();
+    if (!st) *mean = weft_tensor_item(l);
+    if (!st && r->cfg->net.dataset == WEFT_CFG_FMNIST) {
+        pred = weft_argmax(logits, 1, false), eq = weft_eq(pred, y);
+        eqf = weft_cast(eq, WEFT_F64), c = weft_sum(eqf, 0, NULL, false);
+        if (c) *correct = weft_tensor_item(c);
+        else st = weft_last_status();
     }
+    weft_tensor *t[] = {logits, l, pred, eq, eqf, c};
+    for (int k = 0; k < 6; k++) weft_tensor_free(t[k]);
     return st;
 }
 
@@ -223,52 +217,33 @@ weft_status weft_run_evaluate(weft_run *r, double *loss, double *acc) {
     weft_dtype prev_ac = weft_autocast_get();
     weft_autocast_set(autocast_of(r)); // evaluate the model as it trains
     weft_status st = WEFT_OK;
-    double sum_loss = 0, correct = 0, count = 0;
-    if (r->mp) { // through the pipeline and the tensor-parallel shards: every rank takes part
-        double acc[3] = {0, 0, 0};
-        st = mp_evaluate(r, acc);
-        sum_loss = acc[0], count = acc[1], correct = acc[2];
-    } else if (n->dataset == WEFT_CFG_FMNIST) {
+    double sum_loss = 0, correct = 0, count = 0, mean, right;
+    if (n->dataset == WEFT_CFG_FMNIST) {
         int64_t N = weft_dataset_len(r->test), B = 1000;
         for (int64_t i = 0; i < N && !st; i += B) {
             int64_t b = N - i < B ? N - i : B;
             weft_tensor *xh = weft_narrow(r->test->inputs, 0, i, b), *yh = weft_narrow(r->test->labels, 0, i, b);
             weft_tensor *x = weft_run_to_device(r, xh), *y = weft_run_to_device(r, yh);
-            weft_tensor_free(xh);
-            weft_tensor_free(yh);
-            weft_tensor *logits = weft_module_forward(r->net, x), *l = weft_model_loss(r->cfg, logits, y);
-            weft_tensor *pred = weft_argmax(logits, 1, false), *eq = weft_eq(pred, y);
-            weft_tensor *eqf = weft_cast(eq, WEFT_F64), *c = weft_sum(eqf, 0, NULL, false);
-            if (!c) st = weft_last_status();
-            else {
-                sum_loss += weft_tensor_item(l) * (double)b;
-                correct += weft_tensor_item(c);
-                count += (double)b;
-            }
-            weft_tensor *t[] = {x, y, logits, l, pred, eq, eqf, c};
-            for (int k = 0; k < 8; k++) weft_tensor_free(t[k]);
+            st = eval_batch(r, x, y, &mean, &right);
+            sum_loss += mean * (double)b;
+            correct += right;
+            count += (double)b;
+            weft_tensor *t[] = {xh, yh, x, y};
+            for (int k = 0; k < 4; k++) weft_tensor_free(t[k]);
         }
     } else {
         int64_t nb = r->opts.eval_batches > 0 ? r->opts.eval_batches : 50;
         for (int64_t i = 0; i < nb && !st; i++) {
-            weft_tensor *x = NULL, *y = NULL;
+            weft_tensor *xh = NULL, *yh = NULL, *x = NULL, *y = NULL;
             // Fixed windows (seed 0xe7a1, step i): every evaluation sees the same text.
-            st = weft_lm_batch(r->val_tokens, n->batch, n->context, 0xe7a1, (uint64_t)i, &x, &y);
-            if (!st && r->device.type != WEFT_CPU) { // the batch on the run's device
-                weft_tensor *xd = weft_run_to_device(r, x), *yd = weft_run_to_device(r, y);
-                weft_tensor_free(x);
-                weft_tensor_free(y);
-                x = xd, y = yd;
-                if (!x || !y) st = weft_last_status();
-            }
-            weft_tensor *logits = st ? NULL : weft_module_forward(r->net, x);
-            weft_tensor *l = st ? NULL : weft_model_loss(r->cfg, logits, y);
-            if (!st && !l) st = weft_last_status();
+            st = weft_lm_batch(r->val_tokens, n->batch, n->context, 0xe7a1, (uint64_t)i, &xh, &yh);
             if (!st) {
-                sum_loss += weft_tensor_item(l);
+                x = weft_run_to_device(r, xh), y = weft_run_to_device(r, yh);
+                st = eval_batch(r, x, y, &mean, &right);
+                sum_loss += mean;
                 count += 1;
             }
-            weft_tensor *t[] = {x, y, logits, l};
+            weft_tensor *t[] = {xh, yh, x, y};
             for (int k = 0; k < 4; k++) weft_tensor_free(t[k]);
         }
     }

@@ -36,6 +36,12 @@ typedef struct weft_run {
 // x on the run's device: a new reference (x itself on the CPU), NULL + error on failure.
 weft_tensor *weft_run_to_device(const weft_run *r, weft_tensor *x);
 
+// A model file's network, layer by layer from layer(cfg, i, user) in a
+// sequential; a failed layer's error is prefixed with its file, line and
+// section. weft_model_build and the tensor-parallel build (tp_model.c) use it.
+typedef weft_module *(*weft_layer_builder)(const weft_model_cfg *cfg, int i, void *user);
+weft_module *weft_model_build_with(const weft_model_cfg *cfg, weft_layer_builder layer, void *user);
+
 weft_status weft_run_load_data(weft_run *r);
 weft_status weft_run_build(weft_run *r, bool with_optim);
 weft_optim_opts weft_run_optim_opts(const weft_net_cfg *n); // the model file's optimiser
