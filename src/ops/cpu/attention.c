@@ -13,11 +13,11 @@
 //   dP = dO V[0:i1]^T                dS = P (dP - Dl), Dl_i = dO_i . O_i
 //   dQ = scale dS K[0:i1]            dK[0:i1] += scale dS^T Q
 // Each BLAS call runs single-threaded inside the OpenMP region.
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "iter.h"
 #include "vmath.h"
 
@@ -26,28 +26,14 @@
 static inline double exp_f64(double x) { return exp(x); }
 
 
-// Row-major C (M,N) = alpha op(A) op(B) + beta C; K == 0 leaves beta C (BLAS wants ld >= 1).
+// Row-major C (M,N) = alpha op(A) op(B) + beta C (K == 0 leaves beta C).
 static void gemm_float(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                        const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-    if (M == 0 || N == 0) return;
-    if (K == 0) {
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0 ? 0 : beta * C[i * ldc + j];
-        return;
-    }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
-                alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    weft_cpu_gemm(WEFT_F32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 static void gemm_double(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double *A,
                         int64_t lda, const double *B, int64_t ldb, double beta, double *C, int64_t ldc) {
-    if (M == 0 || N == 0) return;
-    if (K == 0) {
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t j = 0; j < N; j++) C[i * ldc + j] = beta == 0 ? 0 : beta * C[i * ldc + j];
-        return;
-    }
-    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
-                alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    weft_cpu_gemm(WEFT_F64, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 #define ATTN_KERNELS(T, EXP, LOG)                                                                                   \

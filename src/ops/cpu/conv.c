@@ -15,6 +15,7 @@
 
 #include "../../device/device_impl.h"
 #include "../op.h"
+#include "gemm.h"
 
 // Scratch buffers come from the caching allocator: a fresh malloc of a
 // column buffer every call would fault its pages in again each time.
@@ -116,12 +117,7 @@ static void col2im(bool dbl, const void *col, const conv_geom *g, char *x) {
 // C (M,N) = op(A) op(B) + beta C, row-major, alpha 1.
 static void gemm(bool dbl, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
                  const void *B, int64_t ldb, double beta, void *C, int64_t ldc) {
-    enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
-    if (dbl)
-        cblas_dgemm(CblasRowMajor, TA, TB, (int)M, (int)N, (int)K, 1.0, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
-    else
-        cblas_sgemm(CblasRowMajor, TA, TB, (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb, (float)beta, C,
-                    (int)ldc);
+    weft_cpu_gemm(dbl ? WEFT_F64 : WEFT_F32, ta, tb, M, N, K, 1.0, A, lda, B, ldb, beta, C, ldc);
 }
 
 // A contiguous copy of t when it is not contiguous (rare: gradients and

@@ -1,4 +1,4 @@
-// CPU matmul: (...,M,K) @ (...,K,N) -> (...,M,N) through OpenBLAS gemm.
+// CPU matmul: (...,M,K) @ (...,K,N) -> (...,M,N) through the shared CPU GEMM (gemm.h).
 //
 // Each operand's matrix dims are handed to BLAS as they lie in memory: a
 // row-major matrix (strides (ld,1)) goes as NoTrans, a transposed view
@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../linalg.h"
+#include "gemm.h"
 #include "iter.h"
 
 typedef struct mat_view {
@@ -31,55 +32,10 @@ static weft_tensor *blas_operand(weft_tensor *t, bool tr, mat_view *v) {
     return r;
 }
 
-static void gemm1(weft_dtype dt, const mat_view *va, const mat_view *vb, int64_t M, int64_t N, int64_t K,
-                  const char *pa, const char *pb, char *pc, int64_t ldc) {
-    if (dt == WEFT_F32)
-        cblas_sgemm(CblasRowMajor, va->tr, vb->tr, (int)M, (int)N, (int)K, 1.0f, (const float *)pa, (int)va->ld,
-                    (const float *)pb, (int)vb->ld, 0.0f, (float *)pc, (int)ldc);
-    else
-        cblas_dgemm(CblasRowMajor, va->tr, vb->tr, (int)M, (int)N, (int)K, 1.0, (const double *)pa, (int)va->ld,
-                    (const double *)pb, (int)vb->ld, 0.0, (double *)pc, (int)ldc);
-}
-
-// Small products: OpenBLAS's own threads lose most of the second core below
-// ~16M multiply-adds (on the 2-core CI VM a (128,256)x(256,10) product runs
-// at 37 GFLOP/s on two threads, 46 on one, 169 as two halves of rows one
-// per core), so small products are split into row (or column) blocks, one
-// single-threaded BLAS call per OpenMP thread. Each element is still one
-// BLAS dot product over all of K: the split changes no result.
-#define MM_SMALL_MACS (1 << 24)
-#define MM_MIN_BLOCK 16 // rows (or columns) per thread at least
-
-static int split_threads(int64_t M, int64_t N, int64_t K) {
-    int nt = weft_num_threads(); // 1 inside a parallel region (a co-scheduled pair)
-    if (nt < 2 || (double)M * (double)N * (double)K > MM_SMALL_MACS) return 1;
-    int64_t span = M >= N ? M : N, most = span / MM_MIN_BLOCK;
-    return most < 2 ? 1 : (int)(most < nt ? most : nt);
-}
-
 static void gemm(weft_dtype dt, const mat_view *va, const mat_view *vb, int64_t M, int64_t N, int64_t K,
                  const char *pa, const char *pb, char *pc) {
-    int64_t ldc = N > 1 ? N : 1;
-    int nt = split_threads(M, N, K);
-    if (nt == 1) {
-        gemm1(dt, va, vb, M, N, K, pa, pb, pc, ldc); // OpenBLAS threads it (or not) itself
-        return;
-    }
-    size_t esz = weft_dtype_size(dt);
-    bool rows = M >= N;
-    int64_t span = rows ? M : N, blk = (span + nt - 1) / nt;
-    blk = (blk + 7) / 8 * 8; // whole vector widths
-#pragma omp parallel for num_threads(nt) schedule(static, 1)
-    for (int t = 0; t < nt; t++) {
-        int64_t a = t * blk, b = a + blk < span ? a + blk : span;
-        if (a >= b) continue;
-        if (rows) // rows a..b of op(A): row offset a (NoTrans) or column offset a (Trans) of A's storage
-            gemm1(dt, va, vb, b - a, N, K, pa + (va->tr == CblasNoTrans ? a * va->ld : a) * (int64_t)esz, pb,
-                  pc + a * ldc * (int64_t)esz, ldc);
-        else // columns a..b of op(B)
-            gemm1(dt, va, vb, M, b - a, K, pa, pb + (vb->tr == CblasNoTrans ? a : a * vb->ld) * (int64_t)esz,
-                  pc + a * (int64_t)esz, ldc);
-    }
+    weft_cpu_gemm(dt, va->tr == CblasTrans, vb->tr == CblasTrans, M, N, K, 1.0, pa, va->ld, pb, vb->ld, 0.0, pc,
+                  N > 1 ? N : 1);
 }
 
 // Product i of a batch: batch index i -> element offsets of a and b (strides sa, sb; 0 = broadcast).
@@ -174,7 +130,7 @@ weft_status weft_cpu_matmul(const weft_op_args *args) {
         // (No `if` clause: an inactive region would make gemm's own region a
         // nested one, with a fresh thread team per call.)
         int nt = weft_num_threads();
-        if (nt > 1 && nbatch > 1 && (double)M * (double)N * (double)K <= MM_SMALL_MACS) {
+        if (nt > 1 && nbatch > 1 && (double)M * (double)N * (double)K <= (1 << 24)) {
 #pragma omp parallel for num_threads(nt) schedule(static)
             for (int64_t i = 0; i < nbatch; i++) batch_gemm(dt, &va, &vb, M, N, K, i, nb, bsz, sa, sb, pa, pb, pc);
         } else {
