@@ -24,12 +24,10 @@
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#ifdef WEFT_HAVE_ONEDNN
-#include <dnnl.h>
-#endif
 
 #include "../../core/core_impl.h"
 #include "gemm.h"
+#include "onednn.h"
 
 // ---- OpenBLAS ----
 
@@ -104,6 +102,123 @@ bool weft_cpu_gemm_have_onednn(void) {
 #else
     return false;
 #endif
+}
+
+// ---- bf16: oneDNN's matmul primitive (AMX / AVX512-BF16 kernels, f32 accumulation) ----
+
+typedef struct bf16_key {
+    int64_t M, N, K, lda, ldb, ldc;
+    int32_t ta, tb, c_dtype, pad;
+} bf16_key;
+
+#ifdef WEFT_HAVE_ONEDNN
+// op(A) (M,K) and op(B) (K,N) as strided views of row-major storage.
+static dnnl_primitive_t make_bf16(const void *key, void *ctx) {
+    (void)ctx;
+    const bf16_key *k = key;
+    dnnl_memory_desc_t a, b, c;
+    dnnl_dims_t da = {k->M, k->K}, db = {k->K, k->N}, dc = {k->M, k->N};
+    dnnl_dims_t sa = {k->ta ? 1 : k->lda, k->ta ? k->lda : 1}, sb = {k->tb ? 1 : k->ldb, k->tb ? k->ldb : 1};
+    dnnl_dims_t sc = {k->ldc, 1};
+    dnnl_data_type_t ct = k->c_dtype == WEFT_F32 ? dnnl_f32 : dnnl_bf16;
+    dnnl_matmul_desc_t d;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_primitive_t p = NULL;
+    if (dnnl_memory_desc_init_by_strides(&a, 2, da, dnnl_bf16, sa) == dnnl_success &&
+        dnnl_memory_desc_init_by_strides(&b, 2, db, dnnl_bf16, sb) == dnnl_success &&
+        dnnl_memory_desc_init_by_strides(&c, 2, dc, ct, sc) == dnnl_success &&
+        dnnl_matmul_desc_init(&d, &a, &b, NULL, &c) == dnnl_success &&
+        dnnl_primitive_desc_create(&pd, &d, NULL, weft_onednn_engine(), NULL) == dnnl_success &&
+        dnnl_primitive_create(&p, pd) != dnnl_success)
+        p = NULL;
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    return p;
+}
+
+static bool onednn_gemm_bf16(const bf16_key *k, const void *A, const void *B, void *C) {
+    dnnl_primitive_t p = weft_onednn_primitive(k, sizeof *k, make_bf16, NULL);
+    if (!p) return false;
+    const_dnnl_primitive_desc_t pd;
+    if (dnnl_primitive_get_primitive_desc(p, &pd) != dnnl_success) return false;
+    const dnnl_memory_desc_t *md[3] = {dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
+                                       dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
+                                       dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0)};
+    void *ptr[3] = {(void *)A, (void *)B, C};
+    int arg[3] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
+    dnnl_exec_arg_t args[3];
+    dnnl_memory_t mem[3] = {0};
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; i++) {
+        ok = md[i] && dnnl_memory_create(&mem[i], md[i], weft_onednn_engine(), ptr[i]) == dnnl_success;
+        args[i] = (dnnl_exec_arg_t){arg[i], mem[i]};
+    }
+    ok = ok && weft_onednn_run(p, 3, args);
+
+    for (int i = 0; i < 3; i++)
+        if (mem[i]) dnnl_memory_destroy(mem[i]);
+    return ok;
+}
+#endif
+
+bool weft_cpu_gemm_have_bf16(void) {
+#ifdef WEFT_HAVE_ONEDNN
+    static int have = -1; // decided once: can oneDNN build a bf16 matmul on this CPU?
+    int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
+    if (h < 0) {
+        if (weft_cpu_gemm_get_backend() == WEFT_GEMM_OPENBLAS) return false;
+        bf16_key k;
+        memset(&k, 0, sizeof k);
+        k.M = k.N = k.K = k.lda = k.ldb = k.ldc = 16, k.c_dtype = WEFT_BF16;
+        h = weft_onednn_primitive(&k, sizeof k, make_bf16, NULL) != NULL;
+        __atomic_store_n(&have, h, __ATOMIC_RELAXED);
+    }
+    return h && weft_cpu_gemm_get_backend() != WEFT_GEMM_OPENBLAS;
+#else
+    return false;
+#endif
+}
+
+// Without oneDNN's kernel: each operand widened to f32 (exact), one sgemm,
+// the result rounded once (the products and sums are those of f32).
+static void widened_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
+                              const uint16_t *B, int64_t ldb, weft_dtype ct, void *C, int64_t ldc) {
+    float *a = malloc(sizeof(float) * (size_t)(M * K)), *b = malloc(sizeof(float) * (size_t)(K * N));
+    float *c = malloc(sizeof(float) * (size_t)(M * N));
+    if (a && b && c) {
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t k = 0; k < K; k++) a[i * K + k] = weft_bf16_to_f32(ta ? A[k * lda + i] : A[i * lda + k]);
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t j = 0; j < N; j++) b[k * N + j] = weft_bf16_to_f32(tb ? B[j * ldb + k] : B[k * ldb + j]);
+        openblas_gemm(WEFT_F32, false, false, M, N, K, 1, (const char *)a, K, (const char *)b, N, 0, (char *)c, N);
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                if (ct == WEFT_F32) ((float *)C)[i * ldc + j] = c[i * N + j];
+                else ((uint16_t *)C)[i * ldc + j] = weft_f32_to_bf16(c[i * N + j]);
+            }
+    }
+    free(a), free(b), free(c);
+}
+
+void weft_cpu_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
+                        const uint16_t *B, int64_t ldb, weft_dtype c_dtype, void *C, int64_t ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {
+        size_t esz = weft_dtype_size(c_dtype);
+        for (int64_t i = 0; i < M; i++) memset((char *)C + (size_t)(i * ldc) * esz, 0, (size_t)N * esz);
+        return;
+    }
+#ifdef WEFT_HAVE_ONEDNN
+    bf16_key k;
+    memset(&k, 0, sizeof k);
+    k.M = M, k.N = N, k.K = K, k.lda = lda, k.ldb = ldb, k.ldc = ldc, k.ta = ta, k.tb = tb, k.c_dtype = c_dtype;
+#ifdef _OPENMP
+    bool in_par = omp_in_parallel(); // one execution at a time on the stream: run it here instead
+#else
+    bool in_par = false;
+#endif
+    if (!in_par && weft_cpu_gemm_have_bf16() && onednn_gemm_bf16(&k, A, B, C)) return;
+#endif
+    widened_gemm_bf16(ta, tb, M, N, K, A, lda, B, ldb, c_dtype, C, ldc);
 }
 
 // ---- the backend setting ----

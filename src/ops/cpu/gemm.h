@@ -30,6 +30,15 @@ static inline void weft_cpu_sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_
     weft_cpu_gemm(WEFT_F32, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+// bf16 operands (stored transposed as ta / tb say), C = op(A) op(B) in
+// c_dtype (bf16 or f32), accumulated in f32: oneDNN's bf16 matmul (AMX or
+// AVX512-BF16 kernels) where weft_cpu_gemm_have_bf16(), else both operands
+// widened to f32 for one sgemm. K == 0 gives zeros.
+void weft_cpu_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const uint16_t *A, int64_t lda,
+                        const uint16_t *B, int64_t ldb, weft_dtype c_dtype, void *C, int64_t ldc);
+// oneDNN is built in, can run bf16 matmul on this CPU, and WEFT_GEMM is not openblas.
+bool weft_cpu_gemm_have_bf16(void);
+
 // Which backend f32 products use: WEFT_GEMM in the environment at the first
 // call (auto | openblas | onednn), or the last weft_cpu_gemm_set_backend.
 // Forcing onednn in a build without it, or with no oneDNN, falls back to OpenBLAS.

@@ -34,6 +34,11 @@ static weft_tensor *blas_operand(weft_tensor *t, bool tr, mat_view *v) {
 
 static void gemm(weft_dtype dt, const mat_view *va, const mat_view *vb, int64_t M, int64_t N, int64_t K,
                  const char *pa, const char *pb, char *pc) {
+    if (dt == WEFT_BF16) {
+        weft_cpu_gemm_bf16(va->tr == CblasTrans, vb->tr == CblasTrans, M, N, K, (const uint16_t *)pa, va->ld,
+                           (const uint16_t *)pb, vb->ld, WEFT_BF16, pc, N > 1 ? N : 1);
+        return;
+    }
     weft_cpu_gemm(dt, va->tr == CblasTrans, vb->tr == CblasTrans, M, N, K, 1.0, pa, va->ld, pb, vb->ld, 0.0, pc,
                   N > 1 ? N : 1);
 }
@@ -54,8 +59,10 @@ static void batch_gemm(weft_dtype dt, const mat_view *va, const mat_view *vb, in
 
 weft_status weft_cpu_matmul(const weft_op_args *args);
 
-// bf16 / f16: no half GEMM in OpenBLAS's portable API, so the operands are
-// widened to f32 (exact), multiplied by sgemm and the result rounded once.
+// f16, and bf16 where oneDNN cannot run it: no half GEMM in OpenBLAS's
+// portable API, so the operands are widened to f32 (exact), multiplied by
+// sgemm and the result rounded once. bf16 with oneDNN takes the normal path
+// below, one bf16 matmul primitive per product (gemm.h).
 static weft_status half_matmul(const weft_op_args *args) {
     weft_tensor *out = args->out[0];
     weft_tensor *a = weft_tensor_new(args->in[0]->ndim, args->in[0]->sizes, WEFT_F32, WEFT_DEVICE_CPU);
@@ -80,7 +87,7 @@ static weft_status half_matmul(const weft_op_args *args) {
 
 weft_status weft_cpu_matmul(const weft_op_args *args) {
     weft_tensor *out = args->out[0];
-    if (out->dtype == WEFT_BF16 || out->dtype == WEFT_F16) return half_matmul(args);
+    if (out->dtype == WEFT_F16 || (out->dtype == WEFT_BF16 && !weft_cpu_gemm_have_bf16())) return half_matmul(args);
     int nd = out->ndim, nb = nd - 2;
     int64_t M = out->sizes[nb], N = out->sizes[nb + 1];
     bool ta = args->attrs && args->attrs->i[0], tb = args->attrs && args->attrs->i[1];
