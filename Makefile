@@ -18,7 +18,7 @@ BUILD ?= build
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 BENCH ?=
-DEPS = build-essential cmake pkg-config libopenblas-dev libopenblas0-openmp zlib1g-dev libcjson-dev \
+DEPS = build-essential cmake pkg-config libopenblas-dev libopenblas0-openmp libdnnl-dev zlib1g-dev libcjson-dev \
        openmpi-bin libopenmpi-dev
 BENCH_DEPS = python3-torch python3-numpy python3-venv
 VENV ?= .venv-bench
