@@ -541,6 +541,7 @@ int run_cli(const cli *c) {
         printf("weft %s\n", weft_version());
         printf("threads: %d\n", weft_num_threads());
         printf("devices: cpu x%d, cuda x%d\n", weft_device_count(WEFT_CPU), weft_device_count(WEFT_CUDA));
+        printf("cpu kernels: %s\n", weft_cpu_kernels_info());
         printf("ops: %d\n", weft_op_count());
         return 0;
     case CLI_LAUNCH: return weft_cli_launch(c->argc, c->argv);

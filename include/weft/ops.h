@@ -146,6 +146,9 @@ weft_tensor *weft_dropout(weft_tensor *x, double p, bool training, struct weft_g
 // ---- the op table (for tools, graph mode and tests) ----
 int weft_op_count(void);
 const char *weft_op_name(int i);
+// The CPU's kernel libraries in one line, e.g. "gemm openblas+onednn (auto), bf16 matmul onednn"
+// (for `weft info` and bench logs).
+const char *weft_cpu_kernels_info(void);
 
 #ifdef __cplusplus
 }

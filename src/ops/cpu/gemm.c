@@ -18,6 +18,7 @@
 // (WEFT_GEMM=openblas or onednn pins it).
 #include <cblas.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -364,4 +365,14 @@ void weft_cpu_gemm(weft_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_
             return;
     }
     openblas_gemm(dt, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+const char *weft_cpu_kernels_info(void) {
+    static const char *mode[] = {"auto", "openblas", "onednn"};
+    static _Thread_local char buf[128];
+    if (!weft_cpu_gemm_have_onednn())
+        return "gemm openblas, bf16 matmul widened to f32 (no oneDNN in this build)";
+    snprintf(buf, sizeof buf, "gemm openblas+onednn (%s), bf16 matmul %s", mode[weft_cpu_gemm_get_backend()],
+             weft_cpu_gemm_have_bf16() ? "onednn" : "widened to f32");
+    return buf;
 }
