@@ -2,6 +2,8 @@
 #ifndef WEFT_CORE_IMPL_H
 #define WEFT_CORE_IMPL_H
 
+#include <string.h>
+
 #include <weft/core.h>
 
 #if defined(__GNUC__)
@@ -24,6 +26,21 @@ void *weft_error_null_input(const char *op);
 // double -> float rounded to odd, so a second rounding to f16/bf16 equals one
 // direct rounding from double (no double rounding).
 float weft_f64_to_f32_odd(double d);
+
+// bf16 <-> f32 inline, for loops the compiler vectorises (weft_f32_to_bf16 /
+// weft_bf16_to_f32 are these, out of line): round to nearest even, NaN kept quiet.
+static inline uint16_t weft_bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1)) >> 16, q = (u >> 16) | 0x40;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
+}
+static inline float weft_bf16_widen(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 // Lazy one-time runtime setup (threads from WEFT_NUM_THREADS, BLAS threads).
 void weft_runtime_init(void);

@@ -24,13 +24,8 @@ static float u2f(uint32_t u) {
     return f;
 }
 
-uint16_t weft_f32_to_bf16(float f) {
-    uint32_t u = f2u(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); // quiet NaN
-    u += 0x7fffu + ((u >> 16) & 1); // round to nearest even
-    return (uint16_t)(u >> 16);
-}
-float weft_bf16_to_f32(uint16_t h) { return u2f((uint32_t)h << 16); }
+uint16_t weft_f32_to_bf16(float f) { return weft_bf16_round(f); }
+float weft_bf16_to_f32(uint16_t h) { return weft_bf16_widen(h); }
 
 uint16_t weft_f32_to_f16(float f) {
     uint32_t u = f2u(f);

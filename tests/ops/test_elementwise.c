@@ -845,6 +845,33 @@ static void test_cast_half_tensors(void) {
     double drb = 1.0 + ldexp(1, -8) + ldexp(1, -40);
     weft_tensor *xb = tens(&drb, WEFT_F64, WEFT_DIMS(1)), *hb = wt_keep(weft_cast(xb, WEFT_BF16));
     CHECK(hb && bits16(hb, 0) == 0x3f81);
+    // A long contiguous f32 run (the vectorised cast) against rounding by value:
+    // the nearer of the two bf16 neighbours, the even one on a tie; NaN stays NaN.
+    enum { NR = 1000 };
+    float fr[NR];
+    for (int i = 0; i < NR; i++) {
+        uint32_t u = 0x3f800000u + (uint32_t)i * 0x9e3779u % 0x2000000u; // [1, 4): every low-bit pattern
+        if (i % 7 == 0) u = (u & ~0xffffu) | 0x8000u;                  // exact ties
+        if (i % 11 == 0) u |= 0x80000000u;                              // negatives
+        memcpy(&fr[i], &u, 4);
+    }
+    fr[5] = NAN, fr[6] = INFINITY, fr[8] = 0;
+    weft_tensor *xf = wt_keep(weft_tensor_from_data(fr, WEFT_DIMS(NR), WEFT_F32)), *bf = wt_keep(weft_cast(xf, WEFT_BF16));
+    weft_tensor *fb = bf ? wt_keep(weft_cast(bf, WEFT_F32)) : NULL;
+    int wrong = 0;
+    for (int i = 0; bf && fb && i < NR; i++) {
+        uint32_t u;
+        memcpy(&u, &fr[i], 4);
+        uint32_t lo = u & ~0xffffu, hi = lo + 0x10000u;
+        float flo, fhi;
+        memcpy(&flo, &lo, 4), memcpy(&fhi, &hi, 4);
+        double dl = fabs((double)fr[i] - flo), dh = fabs((double)fhi - fr[i]);
+        uint16_t want = (uint16_t)((dl < dh || (dl == dh && !(lo & 0x10000u)) ? lo : hi) >> 16);
+        if (isinf(fr[i])) want = (uint16_t)(u >> 16);
+        if (isnan(fr[i])) wrong += !isnan(((const float *)weft_tensor_data(fb))[i]);
+        else wrong += bits16(bf, i) != want || ((const float *)weft_tensor_data(fb))[i] != weft_bf16_to_f32(want);
+    }
+    CHECK(bf && fb && wrong == 0);
     int32_t iv = (1 << 24) + (1 << 16) + 1; // above the bf16 tie; f32 alone would land on it
     weft_tensor *ti = wt_keep(weft_tensor_from_data(&iv, WEFT_DIMS(1), WEFT_I32)), *tib = wt_keep(weft_cast(ti, WEFT_BF16));
     CHECK(tib && bits16(tib, 0) == 0x4b81);

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "iter.h"
+#include "vmath.h"
 
 typedef struct {
     weft_dtype dt, st;
@@ -44,15 +45,32 @@ static void copy_f16_f32(char **p, const int64_t *s, int64_t n, const void *ctx)
     for (int64_t i = 0; i < n; i++)
         *(uint16_t *)(p[0] + i * s[0]) = weft_f32_to_f16(*(const float *)(p[1] + i * s[1]));
 }
+// bf16 <-> f32: autocast's casts, one per op input and output. A contiguous
+// run takes a loop the compiler vectorises (inline conversions), a strided one
+// the plain loop.
+WEFT_CLONES static void widen_run(float *restrict d, const uint16_t *restrict x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) d[i] = weft_bf16_widen(x[i]);
+}
+WEFT_CLONES static void round_run(uint16_t *restrict d, const float *restrict x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) d[i] = weft_bf16_round(x[i]);
+}
 static void copy_f32_bf16(char **p, const int64_t *s, int64_t n, const void *ctx) {
     (void)ctx;
+    if (s[0] == 4 && s[1] == 2) {
+        widen_run((float *)p[0], (const uint16_t *)p[1], n);
+        return;
+    }
     for (int64_t i = 0; i < n; i++)
-        *(float *)(p[0] + i * s[0]) = weft_bf16_to_f32(*(const uint16_t *)(p[1] + i * s[1]));
+        *(float *)(p[0] + i * s[0]) = weft_bf16_widen(*(const uint16_t *)(p[1] + i * s[1]));
 }
 static void copy_bf16_f32(char **p, const int64_t *s, int64_t n, const void *ctx) {
     (void)ctx;
+    if (s[0] == 2 && s[1] == 4) {
+        round_run((uint16_t *)p[0], (const float *)p[1], n);
+        return;
+    }
     for (int64_t i = 0; i < n; i++)
-        *(uint16_t *)(p[0] + i * s[0]) = weft_f32_to_bf16(*(const float *)(p[1] + i * s[1]));
+        *(uint16_t *)(p[0] + i * s[0]) = weft_bf16_round(*(const float *)(p[1] + i * s[1]));
 }
 static void copy_f16_f64(char **p, const int64_t *s, int64_t n, const void *ctx) {
     (void)ctx;
