@@ -308,7 +308,8 @@ static void test_accelerator(void) {
                     fprintf(stderr, "max_pool2d on the accelerator: case %zu %s%s differs from the CPU (%s)\n", i,
                             weft_dtype_name(dt), strided ? " strided" : "", weft_last_error());
                 }
-                weft_tensor *ts[] = {x64, xc, xt, tt, tc, xd0, xdu, lc, ld, yc, yd, gy, gc, gd, oc[0], oc[1], od[0], od[1]};
+                weft_tensor *ts[] = {x64, xc, xt, tt, tc, xd0, xdu, lc, ld,
+                                     yc, yd, gy, gc, gd, oc[0], oc[1], od[0], od[1]};
                 for (size_t j = 0; j < sizeof ts / sizeof ts[0]; j++) weft_tensor_free(ts[j]);
                 free(xv);
             }
@@ -331,7 +332,8 @@ static void test_graph(void) {
     weft_tensor *p[3] = {wt_rand64(WEFT_DIMS(3, 2, 3, 3), -1, 1, 61, true), wt_rand64(WEFT_DIMS(3), -1, 1, 62, true),
                          wt_rand64(WEFT_DIMS(48, 5), -1, 1, 63, true)};
     int64_t tg[3] = {4, 0, 2};
-    weft_tensor *x = wt_rand64(WEFT_DIMS(3, 2, 8, 8), -1, 1, 64, false), *t = weft_tensor_from_data(tg, WEFT_DIMS(3), WEFT_I64);
+    weft_tensor *x = wt_rand64(WEFT_DIMS(3, 2, 8, 8), -1, 1, 64, false);
+    weft_tensor *t = weft_tensor_from_data(tg, WEFT_DIMS(3), WEFT_I64);
     weft_graph *g = weft_graph_new();
     CHECK(weft_graph_trace_begin(g) == WEFT_OK);
     weft_value in[2] = {weft_graph_trace_input(g, x, "x"), weft_graph_trace_input(g, t, "t")}, pv[3], gv[3];

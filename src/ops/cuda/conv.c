@@ -283,8 +283,8 @@ static weft_status cu_max_pool2d(const weft_op_args *a) {
 // gy, ix (N,C,OH,OW) -> dx (N,C,H,W): gy gathered at the recorded maxima, as the CPU scatters it
 static weft_status cu_max_pool2d_backward(const weft_op_args *a) {
     weft_tensor *gy = a->in[0], *ix = a->in[1], *dx = a->out[0];
-    return weft_cu_done(weft_cu_max_pool_bw(weft_cu_desc(gy), weft_cu_desc(ix), pool_geom(a->attrs, dx->sizes, gy->sizes),
-                                            weft_tensor_ptr(dx), weft_cu_stream(dx)),
+    weft_cu_pool_geom g = pool_geom(a->attrs, dx->sizes, gy->sizes);
+    return weft_cu_done(weft_cu_max_pool_bw(weft_cu_desc(gy), weft_cu_desc(ix), g, weft_tensor_ptr(dx), weft_cu_stream(dx)),
                         "max_pool2d_backward");
 }
 static weft_status cu_avg_pool2d(const weft_op_args *a) {

@@ -273,7 +273,8 @@ template <typename T>
 static cudaError_t launch_max_pool(weft_cu_tensor x, weft_cu_pool_geom g, void *y, int ix_dtype, void *ix,
                                    cudaStream_t s) {
     unsigned nb = weft_cu_blocks(g.N * g.C * g.OH * g.OW);
-    if (ix_dtype == WEFT_CU_I32) max_pool_kernel<T, int32_t><<<nb, WEFT_CU_THREADS, 0, s>>>(x, g, (T *)y, (int32_t *)ix);
+    if (ix_dtype == WEFT_CU_I32)
+        max_pool_kernel<T, int32_t><<<nb, WEFT_CU_THREADS, 0, s>>>(x, g, (T *)y, (int32_t *)ix);
     else if (ix_dtype == WEFT_CU_I64)
         max_pool_kernel<T, int64_t><<<nb, WEFT_CU_THREADS, 0, s>>>(x, g, (T *)y, (int64_t *)ix);
     else return cudaErrorInvalidValue;
