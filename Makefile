@@ -2,7 +2,9 @@
 #   make            build libweft.so, libweft.a and the weft CLI (build/)
 #   make test       install missing Debian packages (as root), build, run ctest
 #   make test-asan  the suite under AddressSanitizer + UBSan (build-asan/)
-#   make bench      benchmarks vs the PyTorch twins (BENCH=<pattern> to filter)
+#   make bench      benchmarks vs the PyTorch twins (BENCH=<pattern> to filter); WEFT_BENCH_THREADS="1 2 4 8 16"
+#                   runs each at every thread count up to nproc, the peer at the same count, one line per
+#                   count (docs/benchmarks.md)
 #   make bench-deps the peers: PyTorch 2.x from PyPI in .venv-bench/ (git-ignored), Debian's
 #                   python3-torch (1.13) as the fallback bench/run.sh uses when the venv is missing
 #   make run        the main job: install what is missing (data sets too), build,

@@ -128,6 +128,9 @@ typedef struct weft_pool2d_params {
     int padding[2];
     bool count_include_pad; // avg_pool2d only (PyTorch's default is true)
 } weft_pool2d_params;
+// x (N,C,H,W) -> (N,C,OH,OW). Max pooling pads with -inf; its gradient goes to
+// each window's first maximum (a NaN wins), found once at the forward and kept
+// as indices by the autograd / graph node (src/ops/def_conv.c).
 weft_tensor *weft_max_pool2d(weft_tensor *x, const weft_pool2d_params *p);
 weft_tensor *weft_avg_pool2d(weft_tensor *x, const weft_pool2d_params *p);
 

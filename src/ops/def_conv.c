@@ -10,7 +10,15 @@
 //   conv2d_backward_input:  i[8..9] = (H,W) of the forward input,
 //   conv2d_backward_weight: i[8..9] = (KH,KW) of the weight.
 // pool attrs: i[0..1] kernel, i[2..3] stride, i[4..5] padding, i[6] count_include_pad;
-//   avg_pool2d_backward: i[8..9] = (H,W) of the forward input.
+//   max_pool2d_backward, avg_pool2d_backward: i[8..9] = (H,W) of the forward input.
+// max_pool2d: x (N,C,H,W) -> out 0: y (N,C,OH,OW), the window maxima;
+//   out 1: ix (N,C,OH,OW), for each output the flat index h*W + w of its
+//   maximum within its (n,c) plane (as PyTorch's max_pool2d_with_indices):
+//   the first maximum in row-major window order, a NaN winning (the first
+//   one). int32 when H*W fits (every real image), else int64. The backward
+//   saves ix, not x, and scatters the gradient through it:
+// max_pool2d_backward: (gy, ix) (N,C,OH,OW) -> dx (N,C,H,W), dx[n,c,ix] += gy
+//   in (oh,ow) order; an index outside the plane is skipped.
 #include "op.h"
 
 // Kernels (cpu/conv.c, cpu/pool.c).
@@ -307,22 +315,18 @@ static weft_status infer_pool(const weft_op_args *a, weft_out_meta *o) {
     weft_meta_set(o, 4, (int64_t[]){x->sizes[0], x->sizes[1], OH, OW}, (weft_dtype)x->dtype);
     return WEFT_OK;
 }
-// gy (N,C,OH,OW), x (N,C,H,W) -> dx (N,C,H,W)
-static weft_status infer_max_pool_bw(const weft_op_args *a, weft_out_meta *o) {
-    weft_out_meta m;
-    weft_op_args fa = *a;
-    fa.in = a->in + 1;
-    weft_status st = infer_pool(&fa, &m);
+// x (N,C,H,W) -> y, ix (N,C,OH,OW)
+static weft_status infer_max_pool(const weft_op_args *a, weft_out_meta *o) {
+    weft_status st = infer_pool(a, o);
     if (st) return st;
-    const weft_tensor *gy = a->in[0], *x = a->in[1];
-    if ((st = weft_check_same_dtype(a->op->name, 2, a->in))) return st;
-    if (!weft_shape_equal(gy->ndim, gy->sizes, m.ndim, m.sizes))
-        return weft_error(WEFT_ERR_SHAPE, "%s: gradient does not match the pooled shape", a->op->name);
-    weft_meta_set(o, 4, x->sizes, (weft_dtype)x->dtype);
+    const int64_t *xs = a->in[0]->sizes;
+    int64_t hw;
+    bool narrow = !__builtin_mul_overflow(xs[2], xs[3], &hw) && hw <= INT32_MAX;
+    weft_meta_set(&o[1], 4, o[0].sizes, narrow ? WEFT_I32 : WEFT_I64);
     return WEFT_OK;
 }
-// gy (N,C,OH,OW) -> dx (N,C,H,W) with (H,W) from attrs
-static weft_status infer_avg_pool_bw(const weft_op_args *a, weft_out_meta *o) {
+// gy (N,C,OH,OW) -> dx (N,C,H,W) with (H,W) from attrs i[8..9]
+static weft_status infer_pool_bw(const weft_op_args *a, weft_out_meta *o) {
     const weft_tensor *gy = a->in[0];
     const weft_attrs *at = a->attrs;
     weft_status st;
@@ -336,10 +340,42 @@ static weft_status infer_avg_pool_bw(const weft_op_args *a, weft_out_meta *o) {
     weft_meta_set(o, 4, (int64_t[]){gy->sizes[0], gy->sizes[1], at->i[8], at->i[9]}, (weft_dtype)gy->dtype);
     return WEFT_OK;
 }
+// gy, ix (N,C,OH,OW) -> dx (N,C,H,W)
+static weft_status infer_max_pool_bw(const weft_op_args *a, weft_out_meta *o) {
+    weft_status st = infer_pool_bw(a, o);
+    if (st) return st;
+    const weft_tensor *gy = a->in[0], *ix = a->in[1];
+    if ((st = weft_check_dtype(a->op->name, ix, WEFT_DT_INT, "the indices"))) return st;
+    if (!weft_shape_equal(ix->ndim, ix->sizes, gy->ndim, gy->sizes)) {
+        char b1[96], b2[96];
+        return weft_error(WEFT_ERR_SHAPE, "%s: indices %s and gradient %s differ in shape", a->op->name,
+                          weft_tensor_shape_str(ix, b1, sizeof b1), weft_tensor_shape_str(gy, b2, sizeof b2));
+    }
+    return WEFT_OK;
+}
 
+// The gradient of y goes through the saved indices (out 1); they take none.
 static weft_status bw_max_pool(const weft_bw_args *b) {
-    weft_tensor *in[] = {b->gout[0], b->in[0]};
-    b->gin[0] = weft_op_apply1(&weft_op_max_pool2d_backward, 2, in, b->attrs);
+    if (!b->gout[0]) return WEFT_OK;
+    weft_attrs at = *b->attrs;
+    at.i[8] = b->in_meta[0].sizes[2];
+    at.i[9] = b->in_meta[0].sizes[3];
+    weft_tensor *in[] = {b->gout[0], b->out[1]};
+    b->gin[0] = weft_op_apply1(&weft_op_max_pool2d_backward, 2, in, &at);
+    return done(b);
+}
+// max_pool2d_backward is linear in gy, with the adjoint a gather: d/dgy =
+// G (N,C,H*W) gathered at ix (N,C,OH*OW) along the plane.
+static weft_status bw_max_pool_bw(const weft_bw_args *b) {
+    if (!b->needs[0] || !b->gout[0]) return WEFT_OK;
+    const int64_t *gs = b->in_meta[0].sizes, *ds = b->gout[0]->sizes; // (N,C,OH,OW), (N,C,H,W)
+    weft_tensor *gi = weft_tensor_contiguous(b->gout[0]), *ix = weft_tensor_contiguous(b->in[1]);
+    weft_tensor *gf = gi ? weft_reshape(gi, 3, (const int64_t[]){ds[0], ds[1], ds[2] * ds[3]}) : NULL;
+    weft_tensor *ixf = ix ? weft_reshape(ix, 3, (const int64_t[]){gs[0], gs[1], gs[2] * gs[3]}) : NULL;
+    weft_tensor *v = gf && ixf ? weft_gather(gf, 2, ixf) : NULL;
+    b->gin[0] = v ? weft_reshape(v, 4, gs) : NULL;
+    weft_tensor *ts[] = {gi, ix, gf, ixf, v};
+    for (int k = 0; k < 5; k++) weft_tensor_free(ts[k]);
     return done(b);
 }
 static weft_tensor *avg_bw(weft_tensor *g, const weft_attrs *fwd, int64_t H, int64_t W) {
@@ -359,24 +395,28 @@ static weft_status bw_avg_pool_bw(const weft_bw_args *b) {
     return done(b);
 }
 
-weft_op_def weft_op_max_pool2d = {.name = "max_pool2d", .n_in = 1, .n_out = 1, .save = WEFT_SAVE_IN(0),
-                                  .infer = infer_pool, .backward = bw_max_pool, K_CPU(weft_cpu_max_pool2d)};
-// Its own backward (a gather of the gradient at each argmax) is not provided.
+weft_op_def weft_op_max_pool2d = {.name = "max_pool2d", .n_in = 1, .n_out = 2, .save = WEFT_SAVE_OUT(1),
+                                  .infer = infer_max_pool, .backward = bw_max_pool, K_CPU(weft_cpu_max_pool2d)};
 weft_op_def weft_op_max_pool2d_backward = {.name = "max_pool2d_backward", .n_in = 2, .n_out = 1,
-                                           .infer = infer_max_pool_bw, K_CPU(weft_cpu_max_pool2d_backward)};
+                                           .save = WEFT_SAVE_IN(1), .infer = infer_max_pool_bw,
+                                           .backward = bw_max_pool_bw, K_CPU(weft_cpu_max_pool2d_backward)};
 weft_op_def weft_op_avg_pool2d = {.name = "avg_pool2d", .n_in = 1, .n_out = 1, .infer = infer_pool,
                                   .backward = bw_avg_pool, K_CPU(weft_cpu_avg_pool2d)};
 weft_op_def weft_op_avg_pool2d_backward = {.name = "avg_pool2d_backward", .n_in = 1, .n_out = 1,
-                                           .infer = infer_avg_pool_bw, .backward = bw_avg_pool_bw,
+                                           .infer = infer_pool_bw, .backward = bw_avg_pool_bw,
                                            K_CPU(weft_cpu_avg_pool2d_backward)};
 
+// y = op(x); max_pool2d's indices (out 1) stay with its autograd node / graph node only.
 static weft_tensor *pool(weft_op_def *op, weft_tensor *x, const weft_pool2d_params *p) {
     if (!x) return weft_error_null_input(op->name);
     if (!p) return weft_error_null(WEFT_ERR_ARG, "%s: NULL params", op->name);
     weft_attrs at = {.i = {p->kernel[0], p->kernel[1], p->stride[0] ? p->stride[0] : p->kernel[0],
                            p->stride[1] ? p->stride[1] : p->kernel[1], p->padding[0], p->padding[1],
                            p->count_include_pad}};
-    return weft_op_apply1(op, 1, &x, &at);
+    weft_tensor *out[WEFT_MAX_OP_OUT];
+    if (weft_op_apply(op, 1, &x, &at, out) != WEFT_OK) return NULL;
+    for (int j = 1; j < op->n_out; j++) weft_tensor_free(out[j]);
+    return out[0];
 }
 weft_tensor *weft_max_pool2d(weft_tensor *x, const weft_pool2d_params *p) { return pool(&weft_op_max_pool2d, x, p); }
 weft_tensor *weft_avg_pool2d(weft_tensor *x, const weft_pool2d_params *p) { return pool(&weft_op_avg_pool2d, x, p); }

@@ -1,7 +1,9 @@
 // CPU kernels of 2-D max and average pooling and their backward ops.
 // One (n,c) plane per parallel task: planes never share output or gradient
 // elements, so the backward scatters need no atomics. Inputs may have any
-// strides; outputs are contiguous.
+// strides; outputs are contiguous. Max pooling records where each window's
+// maximum is (the indices of def_conv.c); its backward scatters through them
+// instead of searching the windows again.
 #include <math.h>
 #include <string.h>
 
@@ -35,13 +37,20 @@ static inline void window(const pool_geom *g, int64_t oh, int64_t ow, int64_t *h
 
 // The common 2x2 / stride 2 / no padding window over rows with unit stride:
 // handled without the generic window arithmetic (most CNNs use only this).
-static bool is_2x2(const pool_geom *g, const int64_t *xs) {
-    return g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0 && xs[3] == 1;
+static bool is_2x2(const pool_geom *g) {
+    return g->kh == 2 && g->kw == 2 && g->sh == 2 && g->sw == 2 && g->ph == 0 && g->pw == 0;
 }
-// Larger of p and q; a NaN in p wins, then a NaN in q (the generic rule: the first NaN).
-#define MAX_NAN(p, q) (((p) > (q) || (p) != (p)) ? (p) : (q))
-
 static bool big(const pool_geom *g) { return g->N * g->C * g->OH * g->OW * g->kh * g->kw > WEFT_PAR_GRAIN; }
+
+// max_pool2d's indices (def_conv.c): the flat h*W + w of each window's
+// maximum within its (n,c) plane, int32 (wide = false) or int64 (wide).
+static inline void idx_put(void *ix, bool wide, int64_t i, int64_t v) {
+    if (wide) ((int64_t *)ix)[i] = v;
+    else ((int32_t *)ix)[i] = (int32_t)v;
+}
+static inline int64_t idx_get(const void *ix, bool wide, int64_t i) {
+    return wide ? ((const int64_t *)ix)[i] : ((const int32_t *)ix)[i];
+}
 
 // Row and column (bh, bw) of the window's maximum; NaN wins (as in PyTorch),
 // the first maximum among ties. Kept as two numbers: recovering them from a
@@ -64,19 +73,62 @@ static bool big(const pool_geom *g) { return g->N * g->C * g->OH * g->OW * g->kh
     found_##T:;                                                   \
     } while (0)
 
+// One row of 2x2 / stride 2 windows over x rows r0, r1 (unit column
+// stride): OW maxima into y and their flat indices into ix (base: the row
+// index 2*oh*W of the windows' top row). Window order a b / c d: the first
+// maximum of each pair, then of the two pair winners; a NaN wins, the first
+// one. That is the first maximum in window order, as ARGMAX_WINDOW.
+// The backward row: dx rows d0, d1 get the gradient (gy row gr at column
+// stride gs3) at each window's recorded maximum and 0 elsewhere, each
+// element written once.
+#define DEFINE_2X2(T, I)                                                                                      \
+    static __attribute__((noinline)) void max2x2_row_##T##_##I(const T *restrict r0, const T *restrict r1,   \
+                                                               int64_t OW, I W, I base, T *restrict y,       \
+                                                               I *restrict ix) {                              \
+        /* Written for GCC to vectorise: short-circuit tests and selects of one width, restrict (no        \
+           run-time alias checks), and not inlined into the OpenMP body (where it stayed scalar): 2.5x     \
+           faster than the scalar loop, 0.53 ms for (64,32,28,28) f32 on one core. */                       \
+        for (int64_t ow = 0; ow < OW; ow++) {                                                                 \
+            T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];                         \
+            T ab = (b > a || (b != b && a == a)) ? b : a;                                                     \
+            I kab = (b > a || (b != b && a == a)) ? 1 : 0;                                                    \
+            T cd = (d > c || (d != d && c == c)) ? d : c;                                                     \
+            I kcd = (d > c || (d != d && c == c)) ? W + 1 : W;                                                \
+            I lower = cd > ab || (cd != cd && ab == ab);                                                      \
+            y[ow] = lower ? cd : ab;                                                                          \
+            ix[ow] = base + 2 * (I)ow + (lower ? kcd : kab);                                                  \
+        }                                                                                                     \
+    }                                                                                                         \
+    static inline void max2x2_bw_row_##T##_##I(const T *restrict gr, int64_t gs3, const I *restrict ix,        \
+                                               int64_t OW, I W, I base, T *restrict d0, T *restrict d1) {     \
+        for (int64_t ow = 0; ow < OW; ow++) {                                                                 \
+            int64_t k = (int64_t)ix[ow] - (base + 2 * (I)ow); /* 0, 1, W or W+1 (any index: no overflow) */ \
+            T gv = gr[ow * gs3];                                                                              \
+            d0[2 * ow] = k == 0 ? gv : 0;                                                                     \
+            d0[2 * ow + 1] = k == 1 ? gv : 0;                                                                 \
+            d1[2 * ow] = k == W ? gv : 0;                                                                     \
+            d1[2 * ow + 1] = k == W + 1 ? gv : 0;                                                             \
+        }                                                                                                     \
+    }
+DEFINE_2X2(float, int32_t)
+DEFINE_2X2(float, int64_t)
+DEFINE_2X2(double, int32_t)
+DEFINE_2X2(double, int64_t)
+
 #define DEFINE_POOL(T)                                                                                        \
-    static void max_pool_##T(const pool_geom *g, const T *x, const int64_t *xs, T *y) {                       \
-        if (is_2x2(g, xs)) {                                                                                  \
+    /* x (N,C,H,W) strided -> y (N,C,OH,OW) and ix (N,C,OH,OW): each window's maximum and where it is. */   \
+    static void max_pool_##T(const pool_geom *g, const T *x, const int64_t *xs, T *y, void *ix, bool wide) {  \
+        if (is_2x2(g) && xs[3] == 1) {                                                                        \
             _Pragma("omp parallel for num_threads(weft_num_threads()) if (big(g)) schedule(static)")          \
             for (int64_t p = 0; p < g->N * g->C; p++) {                                                        \
                 const T *xp = x + (p / g->C) * xs[0] + (p % g->C) * xs[1];                                    \
-                T *yp = y + p * g->OH * g->OW;                                                                \
                 for (int64_t oh = 0; oh < g->OH; oh++) {                                                      \
-                    const T *r0 = xp + 2 * oh * xs[2], *r1 = r0 + xs[2];                                      \
-                    for (int64_t ow = 0; ow < g->OW; ow++) {                                                  \
-                        T a = MAX_NAN(r0[2 * ow], r0[2 * ow + 1]), b = MAX_NAN(r1[2 * ow], r1[2 * ow + 1]);   \
-                        yp[oh * g->OW + ow] = MAX_NAN(a, b);                                                  \
-                    }                                                                                         \
+                    const T *r0 = xp + 2 * oh * xs[2];                                                        \
+                    int64_t o = (p * g->OH + oh) * g->OW, base = 2 * oh * g->W;                               \
+                    if (wide)                                                                                 \
+                        max2x2_row_##T##_int64_t(r0, r0 + xs[2], g->OW, g->W, base, y + o, (int64_t *)ix + o);  \
+                    else max2x2_row_##T##_int32_t(r0, r0 + xs[2], g->OW, (int32_t)g->W, (int32_t)base, y + o,  \
+                                                  (int32_t *)ix + o);                                         \
                 }                                                                                             \
             }                                                                                                 \
             return;                                                                                           \
@@ -84,48 +136,40 @@ static bool big(const pool_geom *g) { return g->N * g->C * g->OH * g->OW * g->kh
         _Pragma("omp parallel for num_threads(weft_num_threads()) if (big(g)) schedule(static)")              \
         for (int64_t p = 0; p < g->N * g->C; p++) {                                                            \
             const T *xp = x + (p / g->C) * xs[0] + (p % g->C) * xs[1];                                        \
-            T *yp = y + p * g->OH * g->OW;                                                                    \
+            int64_t o = p * g->OH * g->OW;                                                                    \
             for (int64_t oh = 0; oh < g->OH; oh++)                                                            \
-                for (int64_t ow = 0; ow < g->OW; ow++) {                                                      \
+                for (int64_t ow = 0; ow < g->OW; ow++, o++) {                                                 \
                     int64_t h0, h1, w0, w1, bh, bw;                                                           \
                     double div;                                                                               \
                     window(g, oh, ow, &h0, &h1, &w0, &w1, &div);                                              \
                     ARGMAX_WINDOW(T, xp, xs, h0, h1, w0, w1, bh, bw);                                         \
-                    yp[oh * g->OW + ow] = xp[bh * xs[2] + bw * xs[3]];                                        \
+                    y[o] = xp[bh * xs[2] + bw * xs[3]];                                                       \
+                    idx_put(ix, wide, o, bh * g->W + bw);                                                     \
                 }                                                                                             \
         }                                                                                                     \
     }                                                                                                         \
-    /* gy (N,C,OH,OW) strided, x strided -> dx (N,C,H,W): gy goes to each window's argmax. */                 \
-    static void max_pool_bw_##T(const pool_geom *g, const T *gy, const int64_t *gs, const T *x,               \
-                                const int64_t *xs, T *dx) {                                                   \
-        if (is_2x2(g, xs)) {                                                                                  \
+    /* gy (N,C,OH,OW) strided, ix (N,C,OH,OW) contiguous -> dx (N,C,H,W): gy goes to each window's argmax,   \
+       added in (oh,ow) order where windows overlap. An index outside the plane (not from the forward)     \
+       is skipped. */                                                                                         \
+    static void max_pool_bw_##T(const pool_geom *g, const T *gy, const int64_t *gs, const void *ix, bool wide, \
+                                T *dx) {                                                                      \
+        if (is_2x2(g)) {                                                                                      \
             /* The windows tile the plane: every dx element is written once (the gradient at the  \
                window's argmax, 0 elsewhere), so no memset and no read-modify-write; rows and      \
                columns past the last whole window (odd H or W) get zeros. */                       \
             _Pragma("omp parallel for num_threads(weft_num_threads()) if (big(g)) schedule(static)")          \
             for (int64_t p = 0; p < g->N * g->C; p++) {                                                        \
                 int64_t n = p / g->C, c = p % g->C, W = g->W;                                                 \
-                const T *xp = x + n * xs[0] + c * xs[1], *gp = gy + n * gs[0] + c * gs[1];                    \
+                const T *gp = gy + n * gs[0] + c * gs[1];                                                     \
                 T *dp = dx + p * g->H * W;                                                                    \
                 for (int64_t oh = 0; oh < g->OH; oh++) {                                                      \
-                    const T *r0 = xp + 2 * oh * xs[2], *r1 = r0 + xs[2];                                      \
                     T *d0 = dp + 2 * oh * W, *d1 = d0 + W;                                                    \
-                    for (int64_t ow = 0; ow < g->OW; ow++) {                                                  \
-                        /* window order a b / c d; the first maximum (or first NaN) wins */                  \
-                        const T v[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};              \
-                        int k = 0;                                                                            \
-                        T m = v[0];                                                                           \
-                        for (int j = 1; j < 4; j++) {                                                         \
-                            int beats = (v[j] > m) | ((v[j] != v[j]) & (m == m));                             \
-                            k = beats ? j : k;                                                                \
-                            m = beats ? v[j] : m;                                                             \
-                        }                                                                                     \
-                        T gv = gp[oh * gs[2] + ow * gs[3]];                                                   \
-                        d0[2 * ow] = k == 0 ? gv : 0;                                                         \
-                        d0[2 * ow + 1] = k == 1 ? gv : 0;                                                     \
-                        d1[2 * ow] = k == 2 ? gv : 0;                                                         \
-                        d1[2 * ow + 1] = k == 3 ? gv : 0;                                                     \
-                    }                                                                                         \
+                    const T *gr = gp + oh * gs[2];                                                            \
+                    int64_t o = (p * g->OH + oh) * g->OW, base = 2 * oh * W;                                  \
+                    if (wide)                                                                                 \
+                        max2x2_bw_row_##T##_int64_t(gr, gs[3], (const int64_t *)ix + o, g->OW, W, base, d0, d1); \
+                    else max2x2_bw_row_##T##_int32_t(gr, gs[3], (const int32_t *)ix + o, g->OW, (int32_t)W,    \
+                                                     (int32_t)base, d0, d1);                                  \
                     for (int64_t w = 2 * g->OW; w < W; w++) d0[w] = d1[w] = 0;                                \
                 }                                                                                             \
                 if (2 * g->OH < g->H) memset(dp + 2 * g->OH * W, 0, sizeof(T) * (size_t)((g->H - 2 * g->OH) * W)); \
@@ -134,17 +178,14 @@ static bool big(const pool_geom *g) { return g->N * g->C * g->OH * g->OW * g->kh
         }                                                                                                     \
         _Pragma("omp parallel for num_threads(weft_num_threads()) if (big(g)) schedule(static)")              \
         for (int64_t p = 0; p < g->N * g->C; p++) {                                                            \
-            int64_t n = p / g->C, c = p % g->C;                                                               \
-            const T *xp = x + n * xs[0] + c * xs[1], *gp = gy + n * gs[0] + c * gs[1];                        \
-            T *dp = dx + p * g->H * g->W;                                                                     \
-            memset(dp, 0, sizeof(T) * (size_t)(g->H * g->W));                                                 \
+            int64_t n = p / g->C, c = p % g->C, HW = g->H * g->W, o = p * g->OH * g->OW;                      \
+            const T *gp = gy + n * gs[0] + c * gs[1];                                                         \
+            T *dp = dx + p * HW;                                                                              \
+            memset(dp, 0, sizeof(T) * (size_t)HW);                                                            \
             for (int64_t oh = 0; oh < g->OH; oh++)                                                            \
-                for (int64_t ow = 0; ow < g->OW; ow++) {                                                      \
-                    int64_t h0, h1, w0, w1, bh, bw;                                                           \
-                    double div;                                                                               \
-                    window(g, oh, ow, &h0, &h1, &w0, &w1, &div);                                              \
-                    ARGMAX_WINDOW(T, xp, xs, h0, h1, w0, w1, bh, bw);                                         \
-                    dp[bh * g->W + bw] += gp[oh * gs[2] + ow * gs[3]];                                        \
+                for (int64_t ow = 0; ow < g->OW; ow++, o++) {                                                 \
+                    int64_t i = idx_get(ix, wide, o);                                                         \
+                    if (i >= 0 && i < HW) dp[i] += gp[oh * gs[2] + ow * gs[3]];                               \
                 }                                                                                             \
         }                                                                                                     \
     }                                                                                                         \
@@ -185,24 +226,30 @@ static bool big(const pool_geom *g) { return g->N * g->C * g->OH * g->OW * g->kh
 DEFINE_POOL(float)
 DEFINE_POOL(double)
 
+// x (N,C,H,W) -> y, ix (N,C,OH,OW)
 weft_status weft_cpu_max_pool2d(const weft_op_args *a) {
     const weft_tensor *x = a->in[0];
+    weft_tensor *y = a->out[0], *ix = a->out[1];
     pool_geom g;
-    geom_init(&g, a->attrs, x->sizes, a->out[0]->sizes);
-    if (x->dtype == WEFT_F64) max_pool_double(&g, WEFT_PTR(double, x), x->strides, WEFT_PTR(double, a->out[0]));
-    else max_pool_float(&g, WEFT_PTR(float, x), x->strides, WEFT_PTR(float, a->out[0]));
+    geom_init(&g, a->attrs, x->sizes, y->sizes);
+    bool wide = ix->dtype == WEFT_I64;
+    if (x->dtype == WEFT_F64)
+        max_pool_double(&g, WEFT_PTR(double, x), x->strides, WEFT_PTR(double, y), weft_tensor_ptr(ix), wide);
+    else max_pool_float(&g, WEFT_PTR(float, x), x->strides, WEFT_PTR(float, y), weft_tensor_ptr(ix), wide);
     return WEFT_OK;
 }
+// gy, ix (N,C,OH,OW) -> dx (N,C,H,W) with (H,W) from attrs i[8..9]
 weft_status weft_cpu_max_pool2d_backward(const weft_op_args *a) {
-    const weft_tensor *gy = a->in[0], *x = a->in[1];
+    const weft_tensor *gy = a->in[0];
+    weft_tensor *dx = a->out[0], *ix = weft_kernel_contiguous(a->in[1]);
+    if (!ix) return weft_last_status();
     pool_geom g;
-    geom_init(&g, a->attrs, x->sizes, gy->sizes);
-    if (x->dtype == WEFT_F64)
-        max_pool_bw_double(&g, WEFT_PTR(double, gy), gy->strides, WEFT_PTR(double, x), x->strides,
-                           WEFT_PTR(double, a->out[0]));
-    else
-        max_pool_bw_float(&g, WEFT_PTR(float, gy), gy->strides, WEFT_PTR(float, x), x->strides,
-                          WEFT_PTR(float, a->out[0]));
+    geom_init(&g, a->attrs, dx->sizes, gy->sizes);
+    bool wide = ix->dtype == WEFT_I64;
+    if (gy->dtype == WEFT_F64)
+        max_pool_bw_double(&g, WEFT_PTR(double, gy), gy->strides, weft_tensor_ptr(ix), wide, WEFT_PTR(double, dx));
+    else max_pool_bw_float(&g, WEFT_PTR(float, gy), gy->strides, weft_tensor_ptr(ix), wide, WEFT_PTR(float, dx));
+    weft_tensor_free(ix);
     return WEFT_OK;
 }
 weft_status weft_cpu_avg_pool2d(const weft_op_args *a) {

@@ -273,17 +273,18 @@ static weft_cu_pool_geom pool_geom(const weft_attrs *at, const int64_t *xs, cons
                                .pw = at->i[5], .include_pad = at->i[6] != 0};
 }
 
+// x (N,C,H,W) -> y, ix (N,C,OH,OW): the maxima and where they are
 static weft_status cu_max_pool2d(const weft_op_args *a) {
-    weft_tensor *x = a->in[0], *y = a->out[0];
+    weft_tensor *x = a->in[0], *y = a->out[0], *ix = a->out[1];
     return weft_cu_done(weft_cu_max_pool(weft_cu_desc(x), pool_geom(a->attrs, x->sizes, y->sizes), weft_tensor_ptr(y),
-                                         weft_cu_stream(y)),
+                                         ix->dtype, weft_tensor_ptr(ix), weft_cu_stream(y)),
                         "max_pool2d");
 }
-// gy (N,C,OH,OW), x (N,C,H,W) -> dx: the window maxima recomputed from x, as the CPU does
+// gy, ix (N,C,OH,OW) -> dx (N,C,H,W): gy gathered at the recorded maxima, as the CPU scatters it
 static weft_status cu_max_pool2d_backward(const weft_op_args *a) {
-    weft_tensor *gy = a->in[0], *x = a->in[1], *dx = a->out[0];
-    return weft_cu_done(weft_cu_max_pool_bw(weft_cu_desc(gy), weft_cu_desc(x), pool_geom(a->attrs, x->sizes, gy->sizes),
-                                            weft_tensor_ptr(dx), weft_cu_stream(dx)),
+    weft_tensor *gy = a->in[0], *ix = a->in[1], *dx = a->out[0];
+    weft_cu_pool_geom g = pool_geom(a->attrs, dx->sizes, gy->sizes);
+    return weft_cu_done(weft_cu_max_pool_bw(weft_cu_desc(gy), weft_cu_desc(ix), g, weft_tensor_ptr(dx), weft_cu_stream(dx)),
                         "max_pool2d_backward");
 }
 static weft_status cu_avg_pool2d(const weft_op_args *a) {

@@ -203,34 +203,37 @@ __device__ __forceinline__ void argmax_window(const T *xp, int64_t s2, int64_t s
         }
 }
 
-template <typename T>
-__global__ void max_pool_kernel(weft_cu_tensor x, weft_cu_pool_geom g, T *y) {
+// y and ix (N,C,OH,OW) contiguous: each window's maximum and its flat index
+// bh*W + bw in the (n,c) plane (I: int32_t or int64_t, the op's choice).
+template <typename T, typename I>
+__global__ void max_pool_kernel(weft_cu_tensor x, weft_cu_pool_geom g, T *y, I *ix) {
     WEFT_CU_GRID_LOOP(i, g.N * g.C * g.OH * g.OW) {
         int64_t ow = i % g.OW, oh = (i / g.OW) % g.OH, c = (i / (g.OW * g.OH)) % g.C, n = i / (g.OW * g.OH * g.C);
         const T *xp = (const T *)x.data + n * x.strides[0] + c * x.strides[1];
         int64_t bh, bw;
         argmax_window(xp, x.strides[2], x.strides[3], pool_window(g, oh, ow), &bh, &bw);
         y[i] = xp[bh * x.strides[2] + bw * x.strides[3]];
+        ix[i] = (I)(bh * g.W + bw);
     }
 }
 
-// dx(n,c,h,w) = sum of gy over the windows whose argmax is (h,w), in (oh,ow) order.
-template <typename T>
-__global__ void max_pool_bw_kernel(weft_cu_tensor gy, weft_cu_tensor x, weft_cu_pool_geom g, T *dx) {
+// dx(n,c,h,w) = sum of gy over the windows containing (h,w) whose recorded
+// index (ix, any strides) is h*W + w, in (oh,ow) order: the CPU's scatter,
+// gathered. An index that no covering window recorded is never read.
+template <typename T, typename I>
+__global__ void max_pool_bw_kernel(weft_cu_tensor gy, weft_cu_tensor ix, weft_cu_pool_geom g, T *dx) {
     WEFT_CU_GRID_LOOP(i, g.N * g.C * g.H * g.W) {
         int64_t w = i % g.W, h = (i / g.W) % g.H, c = (i / (g.W * g.H)) % g.C, n = i / (g.W * g.H * g.C);
-        const T *xp = (const T *)x.data + n * x.strides[0] + c * x.strides[1];
         const T *gp = (const T *)gy.data + n * gy.strides[0] + c * gy.strides[1];
-        int64_t oh0, oh1, ow0, ow1;
+        const I *ip = (const I *)ix.data + n * ix.strides[0] + c * ix.strides[1];
+        int64_t oh0, oh1, ow0, ow1, self = h * g.W + w;
         covering(h, g.kh, g.sh, g.ph, g.OH, &oh0, &oh1);
         covering(w, g.kw, g.sw, g.pw, g.OW, &ow0, &ow1);
         T acc = 0;
         for (int64_t oh = oh0; oh <= oh1; oh++)
-            for (int64_t ow = ow0; ow <= ow1; ow++) {
-                int64_t bh, bw;
-                argmax_window(xp, x.strides[2], x.strides[3], pool_window(g, oh, ow), &bh, &bw);
-                if (bh == h && bw == w) acc += gp[oh * gy.strides[2] + ow * gy.strides[3]];
-            }
+            for (int64_t ow = ow0; ow <= ow1; ow++)
+                if ((int64_t)ip[oh * ix.strides[2] + ow * ix.strides[3]] == self)
+                    acc += gp[oh * gy.strides[2] + ow * gy.strides[3]];
         dx[i] = acc;
     }
 }
@@ -267,14 +270,23 @@ __global__ void avg_pool_bw_kernel(weft_cu_tensor gy, weft_cu_pool_geom g, T *dx
 }
 
 template <typename T>
-static cudaError_t launch_max_pool(weft_cu_tensor x, weft_cu_pool_geom g, void *y, cudaStream_t s) {
-    max_pool_kernel<T><<<weft_cu_blocks(g.N * g.C * g.OH * g.OW), WEFT_CU_THREADS, 0, s>>>(x, g, (T *)y);
+static cudaError_t launch_max_pool(weft_cu_tensor x, weft_cu_pool_geom g, void *y, int ix_dtype, void *ix,
+                                   cudaStream_t s) {
+    unsigned nb = weft_cu_blocks(g.N * g.C * g.OH * g.OW);
+    if (ix_dtype == WEFT_CU_I32)
+        max_pool_kernel<T, int32_t><<<nb, WEFT_CU_THREADS, 0, s>>>(x, g, (T *)y, (int32_t *)ix);
+    else if (ix_dtype == WEFT_CU_I64)
+        max_pool_kernel<T, int64_t><<<nb, WEFT_CU_THREADS, 0, s>>>(x, g, (T *)y, (int64_t *)ix);
+    else return cudaErrorInvalidValue;
     return cudaGetLastError();
 }
 template <typename T>
-static cudaError_t launch_max_pool_bw(weft_cu_tensor gy, weft_cu_tensor x, weft_cu_pool_geom g, void *dx,
+static cudaError_t launch_max_pool_bw(weft_cu_tensor gy, weft_cu_tensor ix, weft_cu_pool_geom g, void *dx,
                                       cudaStream_t s) {
-    max_pool_bw_kernel<T><<<weft_cu_blocks(g.N * g.C * g.H * g.W), WEFT_CU_THREADS, 0, s>>>(gy, x, g, (T *)dx);
+    unsigned nb = weft_cu_blocks(g.N * g.C * g.H * g.W);
+    if (ix.dtype == WEFT_CU_I32) max_pool_bw_kernel<T, int32_t><<<nb, WEFT_CU_THREADS, 0, s>>>(gy, ix, g, (T *)dx);
+    else if (ix.dtype == WEFT_CU_I64) max_pool_bw_kernel<T, int64_t><<<nb, WEFT_CU_THREADS, 0, s>>>(gy, ix, g, (T *)dx);
+    else return cudaErrorInvalidValue;
     return cudaGetLastError();
 }
 template <typename T>
@@ -288,14 +300,15 @@ static cudaError_t launch_avg_pool_bw(weft_cu_tensor gy, weft_cu_pool_geom g, vo
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t weft_cu_max_pool(weft_cu_tensor x, weft_cu_pool_geom g, void *y, cudaStream_t s) {
+extern "C" cudaError_t weft_cu_max_pool(weft_cu_tensor x, weft_cu_pool_geom g, void *y, int ix_dtype, void *ix,
+                                        cudaStream_t s) {
     if (g.N * g.C * g.OH * g.OW == 0) return cudaSuccess;
-    WEFT_CU_DISPATCH_FLOAT(x.dtype, launch_max_pool, x, g, y, s)
+    WEFT_CU_DISPATCH_FLOAT(x.dtype, launch_max_pool, x, g, y, ix_dtype, ix, s)
 }
-extern "C" cudaError_t weft_cu_max_pool_bw(weft_cu_tensor gy, weft_cu_tensor x, weft_cu_pool_geom g, void *dx,
+extern "C" cudaError_t weft_cu_max_pool_bw(weft_cu_tensor gy, weft_cu_tensor ix, weft_cu_pool_geom g, void *dx,
                                            cudaStream_t s) {
     if (g.N * g.C * g.H * g.W == 0) return cudaSuccess;
-    WEFT_CU_DISPATCH_FLOAT(x.dtype, launch_max_pool_bw, gy, x, g, dx, s)
+    WEFT_CU_DISPATCH_FLOAT(gy.dtype, launch_max_pool_bw, gy, ix, g, dx, s)
 }
 extern "C" cudaError_t weft_cu_avg_pool(weft_cu_tensor x, weft_cu_pool_geom g, void *y, cudaStream_t s) {
     if (g.N * g.C * g.OH * g.OW == 0) return cudaSuccess;

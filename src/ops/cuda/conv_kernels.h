@@ -46,8 +46,11 @@ typedef struct weft_cu_pool_geom {
 } weft_cu_pool_geom;
 
 // x any strides; y, dx contiguous; gy any strides.
-cudaError_t weft_cu_max_pool(weft_cu_tensor x, weft_cu_pool_geom g, void *y, cudaStream_t s);
-cudaError_t weft_cu_max_pool_bw(weft_cu_tensor gy, weft_cu_tensor x, weft_cu_pool_geom g, void *dx, cudaStream_t s);
+// max pooling: ix (N,C,OH,OW) holds each window's argmax as a flat h*W + w
+// in its (n,c) plane, of ix_dtype WEFT_CU_I32 or WEFT_CU_I64 (src/ops/def_conv.c);
+// written contiguous by the forward, read at any strides by the backward.
+cudaError_t weft_cu_max_pool(weft_cu_tensor x, weft_cu_pool_geom g, void *y, int ix_dtype, void *ix, cudaStream_t s);
+cudaError_t weft_cu_max_pool_bw(weft_cu_tensor gy, weft_cu_tensor ix, weft_cu_pool_geom g, void *dx, cudaStream_t s);
 cudaError_t weft_cu_avg_pool(weft_cu_tensor x, weft_cu_pool_geom g, void *y, cudaStream_t s);
 cudaError_t weft_cu_avg_pool_bw(weft_cu_tensor gy, weft_cu_pool_geom g, void *dx, cudaStream_t s);
 
