@@ -1,15 +1,20 @@
-// CPU kernels of the fused LSTM cell (def_lstm.c has the maths): one pass
-// over (B,H) per call, rows in parallel. Inputs are made contiguous first
-// (a time step's gates usually are; c and the gradients always are).
+// CPU kernels of the fused LSTM ops (def_lstm.c has the maths). lstm_cell:
+// one pass over (B,H) per call, rows in parallel. lstm_seq: the whole
+// recurrence, per step one product through the shared GEMM (gemm.h) and one
+// gate pass like the cell's. Inputs are made contiguous first (a time step's
+// gates usually are; c and the gradients always are).
 // Plain typed functions, f32 and f64. f64 uses libm's exp/tanh as the
 // elementwise sigmoid/tanh kernels do, so the fused cell gives the composed
 // ops' values (tests compare within 1e-12). f32 uses the vectorisable
 // weft_vexp_f32 (vmath.h) for both: libm's tanhf (through expm1f) was a fifth
 // of a kjv-lstm training step; its results differ from libm's by a few ulp.
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "../../core/core_impl.h"
 #include "../op.h"
+#include "gemm.h"
 #include "vmath.h"
 
 // Rows of a call below this many (B*H) elements run on one thread: ~5
@@ -142,6 +147,173 @@ weft_status weft_cpu_lstm_cell_backward(const weft_op_args *a) {
     void *dg = weft_tensor_ptr(a->out[0]), *dcp = weft_tensor_ptr(a->out[1]);
     if (a->in[0]->dtype == WEFT_F32) cell_bw_f32(g, cp, c, dh, dc, dg, dcp, B, H);
     else cell_bw_f64(g, cp, c, dh, dc, dg, dcp, B, H);
+    weft_kernel_inputs_free(&k);
+    return WEFT_OK;
+}
+
+// ---- lstm_seq: the whole recurrence ----
+//
+// Layout: everything stays batch first, as the layer gives and wants it.
+// A time step t is the rows b of (B,T,X) at stride T*X: the step's products
+// read and write those rows in place through the GEMM's leading dims, so no
+// step is ever copied out or stacked back.
+
+// One step's gate pass, rows b in parallel. a (B rows of 4H, stride lda):
+// the gates before activation, overwritten by i,f,g,o after it; cp (stride
+// ldh) the previous c or NULL (zero state); c, h (stride ldh) written.
+static WEFT_CLONES void seq_row_f32(float *restrict a, const float *restrict cp, float *restrict c,
+                                    float *restrict h, int64_t H) {
+    for (int64_t j = 0; j < H; j++) {
+        float i = sigm_f32(a[j]), f = sigm_f32(a[H + j]), g = tanh_f32(a[2 * H + j]), o = sigm_f32(a[3 * H + j]);
+        float cn = i * g + (cp ? f * cp[j] : 0.0f);
+        a[j] = i, a[H + j] = f, a[2 * H + j] = g, a[3 * H + j] = o;
+        c[j] = cn;
+        h[j] = o * tanh_f32(cn);
+    }
+}
+static void seq_row_f64(double *restrict a, const double *restrict cp, double *restrict c, double *restrict h,
+                        int64_t H) {
+    for (int64_t j = 0; j < H; j++) {
+        double i = sigm_f64(a[j]), f = sigm_f64(a[H + j]), g = tanh(a[2 * H + j]), o = sigm_f64(a[3 * H + j]);
+        double cn = i * g;
+        if (cp) cn = f * cp[j] + cn;
+        a[j] = i, a[H + j] = f, a[2 * H + j] = g, a[3 * H + j] = o;
+        c[j] = cn;
+        h[j] = o * tanh(cn);
+    }
+}
+
+// One step of the backward for one row: a (4H) the activated gates, cp, c
+// (H) (cp NULL: zero state), dh (H) the output's gradient and rec (H) the
+// recurrent part (NULL at the last step), dc (H) carried in and out (dc_t in,
+// dc_{t-1} out), dg (4H) written: the gates' gradient.
+static WEFT_CLONES void seq_bw_row_f32(const float *restrict a, const float *restrict cp, const float *restrict c,
+                                       const float *restrict dh, const float *restrict rec, float *restrict dc,
+                                       float *restrict dg, int64_t H) {
+    for (int64_t j = 0; j < H; j++) {
+        float i = a[j], f = a[H + j], g = a[2 * H + j], o = a[3 * H + j];
+        float tc = tanh_f32(c[j]), dhk = dh[j] + (rec ? rec[j] : 0.0f);
+        float dct = dc[j] + dhk * o * (1.0f - tc * tc);
+        dg[j] = dct * g * i * (1.0f - i);
+        dg[H + j] = dct * (cp ? cp[j] : 0.0f) * f * (1.0f - f);
+        dg[2 * H + j] = dct * i * (1.0f - g * g);
+        dg[3 * H + j] = dhk * tc * o * (1.0f - o);
+        dc[j] = dct * f;
+    }
+}
+static void seq_bw_row_f64(const double *restrict a, const double *restrict cp, const double *restrict c,
+                           const double *restrict dh, const double *restrict rec, double *restrict dc,
+                           double *restrict dg, int64_t H) {
+    for (int64_t j = 0; j < H; j++) {
+        double i = a[j], f = a[H + j], g = a[2 * H + j], o = a[3 * H + j];
+        double tc = tanh(c[j]), dhk = dh[j] + (rec ? rec[j] : 0.0);
+        double dct = dc[j] + dhk * o * (1.0 - tc * tc);
+        dg[j] = dct * g * i * (1.0 - i);
+        dg[H + j] = dct * (cp ? cp[j] : 0.0) * f * (1.0 - f);
+        dg[2 * H + j] = dct * i * (1.0 - g * g);
+        dg[3 * H + j] = dhk * tc * o * (1.0 - o);
+        dc[j] = dct * f;
+    }
+}
+
+// The step's gate pass over B rows: a at row stride lda (4H wide), cp / c / h
+// at row stride ldh (H wide); cp NULL at t = 0.
+static void seq_step(weft_dtype dt, void *a, const void *cp, void *c, void *h, int64_t B, int64_t H, int64_t lda,
+                     int64_t ldh) {
+#pragma omp parallel for num_threads(weft_num_threads()) if(B * H >= LSTM_PAR_GRAIN) schedule(static)
+    for (int64_t b = 0; b < B; b++) {
+        if (dt == WEFT_F32)
+            seq_row_f32((float *)a + b * lda, cp ? (const float *)cp + b * ldh : NULL, (float *)c + b * ldh,
+                        (float *)h + b * ldh, H);
+        else
+            seq_row_f64((double *)a + b * lda, cp ? (const double *)cp + b * ldh : NULL, (double *)c + b * ldh,
+                        (double *)h + b * ldh, H);
+    }
+}
+
+// The backward's gate pass over B rows: a, dg at stride lda; cp, c, dh at
+// stride ldh; rec, dc contiguous (B,H).
+static void seq_bw_step(weft_dtype dt, const void *a, const void *cp, const void *c, const void *dh, const void *rec,
+                        void *dc, void *dg, int64_t B, int64_t H, int64_t lda, int64_t ldh) {
+#pragma omp parallel for num_threads(weft_num_threads()) if(B * H >= LSTM_PAR_GRAIN) schedule(static)
+    for (int64_t b = 0; b < B; b++) {
+        if (dt == WEFT_F32)
+            seq_bw_row_f32((const float *)a + b * lda, cp ? (const float *)cp + b * ldh : NULL,
+                           (const float *)c + b * ldh, (const float *)dh + b * ldh,
+                           rec ? (const float *)rec + b * H : NULL, (float *)dc + b * H, (float *)dg + b * lda, H);
+        else
+            seq_bw_row_f64((const double *)a + b * lda, cp ? (const double *)cp + b * ldh : NULL,
+                           (const double *)c + b * ldh, (const double *)dh + b * ldh,
+                           rec ? (const double *)rec + b * H : NULL, (double *)dc + b * H, (double *)dg + b * lda, H);
+    }
+}
+
+// (xg (B,T,4H), w_hh (4H,H)) -> (hs (B,T,H), acts (B,T,4H), cs (B,T,H)).
+// acts starts as a copy of xg; step t adds h_{t-1} W_hh^T into its rows
+// (beta = 1: the gate add is the product's own), then activates them in place.
+weft_status weft_cpu_lstm_seq(const weft_op_args *a) {
+    const weft_tensor *xg = a->in[0];
+    int64_t B = xg->sizes[0], T = xg->sizes[1], H = xg->sizes[2] / 4;
+    if (B == 0 || T == 0 || H == 0) return WEFT_OK;
+    weft_kernel_inputs k;
+    weft_status st = weft_kernel_inputs_get(a, &k);
+    if (st) return st;
+    weft_dtype dt = (weft_dtype)xg->dtype;
+    size_t es = weft_dtype_size(dt);
+    const char *w = weft_tensor_ptr(k.t[1]); // (4H,H)
+    char *hs = weft_tensor_ptr(a->out[0]), *acts = weft_tensor_ptr(a->out[1]), *cs = weft_tensor_ptr(a->out[2]);
+    memcpy(acts, weft_tensor_ptr(k.t[0]), (size_t)(B * T * 4 * H) * es);
+    int64_t lda = T * 4 * H, ldh = T * H; // row strides of one step in acts and in hs / cs
+    for (int64_t t = 0; t < T; t++) {
+        char *at = acts + (size_t)(t * 4 * H) * es;
+        const char *hp = hs + (size_t)((t - 1) * H) * es, *cp = cs + (size_t)((t - 1) * H) * es;
+        // (B,H) @ (H,4H) += into the step's gates; h_{-1} = 0 skips it
+        if (t > 0) weft_cpu_gemm(dt, false, true, B, 4 * H, H, 1.0, hp, ldh, w, H, 1.0, at, lda);
+        seq_step(dt, at, t > 0 ? cp : NULL, cs + (size_t)(t * H) * es, hs + (size_t)(t * H) * es, B, H, lda, ldh);
+    }
+    weft_kernel_inputs_free(&k);
+    return WEFT_OK;
+}
+
+// (w_hh, hs, acts, cs, dhs) -> (dxg (B,T,4H), dw_hh (4H,H)).
+// Reverse time: rec (B,H) = dxg[:,t+1] (B,4H) @ W_hh (4H,H), then the gate
+// pass writes dxg[:,t] and carries dc (B,H). Then dw_hh = dxg^T (4H,B*T) @
+// hprev (B*T,H) as one product, hprev[:,t] = h_{t-1} (zeros at t = 0).
+weft_status weft_cpu_lstm_seq_backward(const weft_op_args *a) {
+    const weft_tensor *acts_t = a->in[2];
+    int64_t B = acts_t->sizes[0], T = acts_t->sizes[1], H = acts_t->sizes[2] / 4;
+    weft_dtype dt = (weft_dtype)acts_t->dtype;
+    size_t es = weft_dtype_size(dt);
+    char *dxg = weft_tensor_ptr(a->out[0]), *dw = weft_tensor_ptr(a->out[1]);
+    if (B == 0 || T == 0 || H == 0) {
+        if (H > 0) memset(dw, 0, (size_t)(4 * H * H) * es); // no step: w_hh's gradient is zero
+        return WEFT_OK;
+    }
+    weft_kernel_inputs k;
+    weft_status st = weft_kernel_inputs_get(a, &k);
+    if (st) return st;
+    const char *w = weft_tensor_ptr(k.t[0]), *hs = weft_tensor_ptr(k.t[1]), *acts = weft_tensor_ptr(k.t[2]);
+    const char *cs = weft_tensor_ptr(k.t[3]), *dhs = weft_tensor_ptr(k.t[4]);
+    // workspace: rec, dc (B,H) each, hprev (B,T,H)
+    char *ws = calloc((size_t)(B * H * 2 + B * T * H), es);
+    if (!ws) {
+        weft_kernel_inputs_free(&k);
+        return weft_error(WEFT_ERR_OOM, "lstm_seq_backward: out of memory for the workspace");
+    }
+    char *rec = ws, *dc = ws + (size_t)(B * H) * es, *hprev = ws + (size_t)(2 * B * H) * es;
+    int64_t lda = T * 4 * H, ldh = T * H;
+    for (int64_t t = T - 1; t >= 0; t--) {
+        if (t < T - 1) // (B,4H) @ (4H,H): the recurrent part of dh_t
+            weft_cpu_gemm(dt, false, false, B, H, 4 * H, 1.0, dxg + (size_t)((t + 1) * 4 * H) * es, lda, w, H, 0.0,
+                          rec, H);
+        size_t o4 = (size_t)(t * 4 * H) * es, o1 = (size_t)(t * H) * es;
+        seq_bw_step(dt, acts + o4, t > 0 ? cs + o1 - (size_t)H * es : NULL, cs + o1, dhs + o1, t < T - 1 ? rec : NULL,
+                    dc, dxg + o4, B, H, lda, ldh);
+    }
+    for (int64_t b = 0; b < B; b++) // hprev[b,1:] = hs[b,:T-1]; hprev[b,0] stays zero
+        memcpy(hprev + (size_t)(b * T * H + H) * es, hs + (size_t)(b * T * H) * es, (size_t)((T - 1) * H) * es);
+    weft_cpu_gemm(dt, true, false, 4 * H, H, B * T, 1.0, dxg, 4 * H, hprev, H, 0.0, dw, H);
+    free(ws);
     weft_kernel_inputs_free(&k);
     return WEFT_OK;
 }
