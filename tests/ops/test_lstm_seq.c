@@ -2,7 +2,8 @@
 // hs against the recurrence evaluated here in double (f64 and f32, T = 1,
 // B = 1, strided xg); finite-difference gradients of xg and w_hh; values and
 // gradients against the same recurrence composed from public ops (matmul,
-// add and lstm_cell per step) within 1e-10 in f64 and 1e-5 in f32; shape,
+// add and lstm_cell per step) within 1e-10 in f64, and in f32 both paths
+// against the f64 result (1e-6; 1e-4 for a longer, wider case); shape,
 // dtype and input-count errors naming the op; the refusal of a second-order
 // gradient; the accelerator (mock: the CPU's numbers bit for bit); and a
 // traced graph: symbolic gradients (weft_graph_gradients) equal to eager
@@ -135,41 +136,82 @@ static weft_tensor *seq_composed(weft_tensor *xg, weft_tensor *w) {
     return out;
 }
 
-// Values and the gradients of sum(hs * m) for xg and w: fused against composed.
-static void check_vs_composed(int64_t B, int64_t T, int64_t H, weft_dtype dt, double tol, uint64_t seed) {
+// max |a - b| / (1 + |b|) over the elements (a, b of one shape, any float dtype).
+static double max_err(const weft_tensor *a, const weft_tensor *b) {
+    int64_t n = weft_tensor_numel(b);
+    double *x = malloc(sizeof(double) * (size_t)(n + 1)), *y = malloc(sizeof(double) * (size_t)(n + 1)), e = 0;
+    weft_tensor_to_f64(a, x, n);
+    weft_tensor_to_f64(b, y, n);
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs(x[i] - y[i]) / (1 + fabs(y[i]));
+        e = d > e || isnan(d) ? d : e;
+    }
+    free(x);
+    free(y);
+    return e;
+}
+
+// hs and the gradients of sum(hs * m) for xg and w (NULL when none reached
+// it): r[0] = hs, r[1] = dxg, r[2] = dw_hh; fused or composed, in dtype dt.
+static void run_seq(weft_tensor *x0, weft_tensor *w0, weft_tensor *m0, weft_dtype dt, bool fused, weft_tensor **r) {
+    weft_tensor *xc = weft_cast(x0, dt), *wc = weft_cast(w0, dt), *m = weft_cast(m0, dt); // f64: x0 itself
+    weft_tensor *x = weft_tensor_detach(xc), *w = weft_tensor_detach(wc); // fresh leaves per run
+    weft_tensor_set_requires_grad(x, true);
+    weft_tensor_set_requires_grad(w, true);
+    r[0] = fused ? weft_lstm_seq(x, w) : seq_composed(x, w);
+    weft_tensor *hm = weft_mul(r[0], m), *l = weft_sum(hm, 0, NULL, false);
+    CHECK(l && weft_backward(l, NULL, NULL) == WEFT_OK);
+    r[1] = weft_tensor_ref(weft_tensor_grad(x));
+    r[2] = weft_tensor_ref(weft_tensor_grad(w));
+    weft_tensor *ts[] = {xc, wc, m, x, w, hm, l};
+    for (int i = 0; i < 7; i++) weft_tensor_free(ts[i]);
+}
+
+// f64: fused against composed within 1e-10 (one weight-gradient product
+// sums in another order than T per-step ones). f32: fused and composed each
+// against the composed f64 result, within f32_tol, and the fused error at
+// most a few times the composed one (f32 roundings grow along the sequence,
+// and the two paths round in different places).
+static void check_vs_composed(int64_t B, int64_t T, int64_t H, double f32_tol, uint64_t seed) {
     weft_tensor *x0 = rand3(B, T, 4 * H, 2, seed, false), *w0 = randw(H, seed + 1, false);
-    weft_tensor *m0 = rand3(B, T, H, 1, seed + 2, false), *m = weft_cast(m0, dt);
-    weft_tensor *hs[2], *gx[2], *gw[2];
-    for (int k = 0; k < 2; k++) {
-        weft_tensor *xc = weft_cast(x0, dt), *wc = weft_cast(w0, dt); // f64: x0 itself
-        weft_tensor *x = weft_tensor_detach(xc), *w = weft_tensor_detach(wc); // fresh leaves per run
-        weft_tensor_free(xc);
-        weft_tensor_free(wc);
-        weft_tensor_set_requires_grad(x, true);
-        weft_tensor_set_requires_grad(w, true);
-        hs[k] = k == 0 ? weft_lstm_seq(x, w) : seq_composed(x, w);
-        weft_tensor *hm = weft_mul(hs[k], m), *l = weft_sum(hm, 0, NULL, false);
-        CHECK(l && weft_backward(l, NULL, NULL) == WEFT_OK);
-        gx[k] = weft_tensor_ref(weft_tensor_grad(x));
-        gw[k] = weft_tensor_ref(weft_tensor_grad(w));
-        weft_tensor *ts[] = {x, w, hm, l};
+    weft_tensor *m0 = rand3(B, T, H, 1, seed + 2, false);
+    weft_tensor *f[3], *c[3], *f32[3], *c32[3];
+    run_seq(x0, w0, m0, WEFT_F64, true, f);
+    run_seq(x0, w0, m0, WEFT_F64, false, c);
+    run_seq(x0, w0, m0, WEFT_F32, true, f32);
+    run_seq(x0, w0, m0, WEFT_F32, false, c32);
+    static const char *what[3] = {"hs", "dxg", "dw_hh"};
+    char msg[96];
+    for (int k = 0; k < 3; k++) {
+        CHECK((f[k] != NULL) == (c[k] != NULL) && (f[k] || (k == 2 && T == 1))); // T = 1 never uses w_hh
+        CHECK((f32[k] != NULL) == (f[k] != NULL) && (c32[k] != NULL) == (f[k] != NULL));
+        if (!f[k] || !c[k] || !f32[k] || !c32[k]) continue;
+        snprintf(msg, sizeof msg, "lstm_seq %s vs composed (B=%lld T=%lld H=%lld)", what[k], (long long)B,
+                 (long long)T, (long long)H);
+        wt_check_same(msg, f[k], c[k], 1e-10);
+        double ef = max_err(f32[k], c[k]), ec = max_err(c32[k], c[k]);
+        if (!(ef <= f32_tol && ec <= f32_tol && ef <= 4 * ec + 1e-6)) {
+            wt_fail++;
+            fprintf(stderr, "%s f32: fused error %.3g, composed error %.3g (tolerance %.3g)\n", msg, ef, ec, f32_tol);
+        } else {
+            wt_pass++;
+        }
+    }
+    for (int k = 0; k < 3; k++) {
+        weft_tensor *ts[] = {f[k], c[k], f32[k], c32[k]};
         for (int i = 0; i < 4; i++) weft_tensor_free(ts[i]);
     }
-    wt_check_same("lstm_seq hs vs composed", hs[0], hs[1], tol);
-    wt_check_same("lstm_seq dxg vs composed", gx[0], gx[1], tol);
-    CHECK((gw[0] != NULL) == (gw[1] != NULL) && (gw[0] || T == 1)); // T = 1 never uses w_hh
-    if (gw[0] && gw[1]) wt_check_same("lstm_seq dw_hh vs composed", gw[0], gw[1], tol);
-    weft_tensor *ts[] = {x0, w0, m0, m, hs[0], hs[1], gx[0], gx[1], gw[0], gw[1]};
-    for (int i = 0; i < 10; i++) weft_tensor_free(ts[i]);
+    weft_tensor *ts[] = {x0, w0, m0};
+    for (int i = 0; i < 3; i++) weft_tensor_free(ts[i]);
 }
 
 static void test_vs_composed(void) {
-    check_vs_composed(3, 6, 5, WEFT_F64, 1e-10, 41);
-    check_vs_composed(1, 1, 3, WEFT_F64, 1e-10, 42);
-    check_vs_composed(1, 9, 2, WEFT_F64, 1e-10, 43);
-    check_vs_composed(16, 20, 130, WEFT_F64, 1e-10, 44); // above the parallel grain, longer in time
-    check_vs_composed(16, 20, 130, WEFT_F32, 1e-5, 45);
-    check_vs_composed(2, 3, 4, WEFT_F32, 1e-5, 46);
+    // f32 errors seen: ~6e-8 on the small cases, ~3e-5 on the large one, for both paths
+    check_vs_composed(3, 6, 5, 1e-6, 41);
+    check_vs_composed(1, 1, 3, 1e-6, 42);
+    check_vs_composed(1, 9, 2, 1e-6, 43);
+    check_vs_composed(2, 3, 4, 1e-6, 46);
+    check_vs_composed(16, 20, 130, 1e-4, 44); // the batch split over threads, longer in time
 }
 
 static void test_errors(void) {

@@ -1,8 +1,9 @@
 // CPU kernels of the fused LSTM ops (def_lstm.c has the maths). lstm_cell:
 // one pass over (B,H) per call, rows in parallel. lstm_seq: the whole
-// recurrence, per step one product through the shared GEMM (gemm.h) and one
-// gate pass like the cell's. Inputs are made contiguous first (a time step's
-// gates usually are; c and the gradients always are).
+// recurrence, the batch split over the threads once, each running every step
+// on its rows: one product through the shared GEMM (gemm.h) and one gate pass
+// like the cell's. Inputs are made contiguous first (a time step's gates
+// usually are; c and the gradients always are).
 // Plain typed functions, f32 and f64. f64 uses libm's exp/tanh as the
 // elementwise sigmoid/tanh kernels do, so the fused cell gives the composed
 // ops' values (tests compare within 1e-12). f32 uses the vectorisable
@@ -217,34 +218,78 @@ static void seq_bw_row_f64(const double *restrict a, const double *restrict cp, 
 }
 
 // The step's gate pass over B rows: a at row stride lda (4H wide), cp / c / h
-// at row stride ldh (H wide); cp NULL at t = 0.
-static void seq_step(weft_dtype dt, void *a, const void *cp, void *c, void *h, int64_t B, int64_t H, int64_t lda,
+// at row stride ldh (H wide); cp NULL at t = 0. Runs on the calling thread
+// (seq_forward already splits the batch over threads).
+static void seq_step(weft_dtype dt, char *a, const char *cp, char *c, char *h, int64_t B, int64_t H, int64_t lda,
                      int64_t ldh) {
-#pragma omp parallel for num_threads(weft_num_threads()) if(B * H >= LSTM_PAR_GRAIN) schedule(static)
+    size_t es = weft_dtype_size(dt), ra = (size_t)lda * es, rh = (size_t)ldh * es;
     for (int64_t b = 0; b < B; b++) {
+        const char *cpb = cp ? cp + b * rh : NULL;
         if (dt == WEFT_F32)
-            seq_row_f32((float *)a + b * lda, cp ? (const float *)cp + b * ldh : NULL, (float *)c + b * ldh,
-                        (float *)h + b * ldh, H);
+            seq_row_f32((float *)(a + b * ra), (const float *)cpb, (float *)(c + b * rh), (float *)(h + b * rh), H);
         else
-            seq_row_f64((double *)a + b * lda, cp ? (const double *)cp + b * ldh : NULL, (double *)c + b * ldh,
-                        (double *)h + b * ldh, H);
+            seq_row_f64((double *)(a + b * ra), (const double *)cpb, (double *)(c + b * rh), (double *)(h + b * rh), H);
     }
 }
 
 // The backward's gate pass over B rows: a, dg at stride lda; cp, c, dh at
-// stride ldh; rec, dc contiguous (B,H).
-static void seq_bw_step(weft_dtype dt, const void *a, const void *cp, const void *c, const void *dh, const void *rec,
-                        void *dc, void *dg, int64_t B, int64_t H, int64_t lda, int64_t ldh) {
-#pragma omp parallel for num_threads(weft_num_threads()) if(B * H >= LSTM_PAR_GRAIN) schedule(static)
+// stride ldh; rec, dc contiguous (B,H). On the calling thread.
+static void seq_bw_step(weft_dtype dt, const char *a, const char *cp, const char *c, const char *dh, const char *rec,
+                        char *dc, char *dg, int64_t B, int64_t H, int64_t lda, int64_t ldh) {
+    size_t es = weft_dtype_size(dt), ra = (size_t)lda * es, rh = (size_t)ldh * es, r1 = (size_t)H * es;
     for (int64_t b = 0; b < B; b++) {
+        const char *cpb = cp ? cp + b * rh : NULL, *recb = rec ? rec + b * r1 : NULL;
         if (dt == WEFT_F32)
-            seq_bw_row_f32((const float *)a + b * lda, cp ? (const float *)cp + b * ldh : NULL,
-                           (const float *)c + b * ldh, (const float *)dh + b * ldh,
-                           rec ? (const float *)rec + b * H : NULL, (float *)dc + b * H, (float *)dg + b * lda, H);
+            seq_bw_row_f32((const float *)(a + b * ra), (const float *)cpb, (const float *)(c + b * rh),
+                           (const float *)(dh + b * rh), (const float *)recb, (float *)(dc + b * r1),
+                           (float *)(dg + b * ra), H);
         else
-            seq_bw_row_f64((const double *)a + b * lda, cp ? (const double *)cp + b * ldh : NULL,
-                           (const double *)c + b * ldh, (const double *)dh + b * ldh,
-                           rec ? (const double *)rec + b * H : NULL, (double *)dc + b * H, (double *)dg + b * lda, H);
+            seq_bw_row_f64((const double *)(a + b * ra), (const double *)cpb, (const double *)(c + b * rh),
+                           (const double *)(dh + b * rh), (const double *)recb, (double *)(dc + b * r1),
+                           (double *)(dg + b * ra), H);
+    }
+}
+
+// Rows of the batch are independent through the whole recurrence, so the
+// threads split the batch once, and each runs every step on its rows with
+// single-threaded products (weft_cpu_gemm inside a parallel region): no
+// barrier per step, and a thread's rows stay in its core's cache. At least
+// SEQ_MIN_ROWS rows per thread (below that a product is too thin to pay).
+#define SEQ_MIN_ROWS 8
+
+static int seq_threads(int64_t B) {
+    int nt = weft_num_threads();
+    int64_t most = B / SEQ_MIN_ROWS;
+    return most < 2 ? 1 : (int)(most < nt ? most : nt);
+}
+
+// Rows [b0, b0+nb) of the batch: pointers already offset to row b0.
+// acts holds xg on entry. w (4H,H).
+static void seq_forward(weft_dtype dt, const char *w, char *hs, char *acts, char *cs, int64_t nb, int64_t T,
+                        int64_t H) {
+    size_t es = weft_dtype_size(dt);
+    int64_t lda = T * 4 * H, ldh = T * H; // row strides of one step in acts and in hs / cs
+    for (int64_t t = 0; t < T; t++) {
+        char *at = acts + (size_t)(t * 4 * H) * es, *ct = cs + (size_t)(t * H) * es, *ht = hs + (size_t)(t * H) * es;
+        // (nb,H) @ (H,4H) += into the step's gates; h_{-1} = 0 skips it
+        if (t > 0) weft_cpu_gemm(dt, false, true, nb, 4 * H, H, 1.0, ht - (size_t)H * es, ldh, w, H, 1.0, at, lda);
+        seq_step(dt, at, t > 0 ? ct - (size_t)H * es : NULL, ct, ht, nb, H, lda, ldh);
+    }
+}
+
+// Rows [b0, b0+nb): pointers offset to row b0; rec and dc (nb,H) this
+// thread's own workspace, dc zero on entry.
+static void seq_backward(weft_dtype dt, const char *w, const char *acts, const char *cs, const char *dhs, char *dxg,
+                         char *rec, char *dc, int64_t nb, int64_t T, int64_t H) {
+    size_t es = weft_dtype_size(dt);
+    int64_t lda = T * 4 * H, ldh = T * H;
+    for (int64_t t = T - 1; t >= 0; t--) {
+        if (t < T - 1) // (nb,4H) @ (4H,H): the recurrent part of dh_t
+            weft_cpu_gemm(dt, false, false, nb, H, 4 * H, 1.0, dxg + (size_t)((t + 1) * 4 * H) * es, lda, w, H, 0.0,
+                          rec, H);
+        size_t o4 = (size_t)(t * 4 * H) * es, o1 = (size_t)(t * H) * es;
+        seq_bw_step(dt, acts + o4, t > 0 ? cs + o1 - (size_t)H * es : NULL, cs + o1, dhs + o1, t < T - 1 ? rec : NULL,
+                    dc, dxg + o4, nb, H, lda, ldh);
     }
 }
 
@@ -260,16 +305,15 @@ weft_status weft_cpu_lstm_seq(const weft_op_args *a) {
     if (st) return st;
     weft_dtype dt = (weft_dtype)xg->dtype;
     size_t es = weft_dtype_size(dt);
-    const char *w = weft_tensor_ptr(k.t[1]); // (4H,H)
+    const char *w = weft_tensor_ptr(k.t[1]), *x = weft_tensor_ptr(k.t[0]);
     char *hs = weft_tensor_ptr(a->out[0]), *acts = weft_tensor_ptr(a->out[1]), *cs = weft_tensor_ptr(a->out[2]);
-    memcpy(acts, weft_tensor_ptr(k.t[0]), (size_t)(B * T * 4 * H) * es);
-    int64_t lda = T * 4 * H, ldh = T * H; // row strides of one step in acts and in hs / cs
-    for (int64_t t = 0; t < T; t++) {
-        char *at = acts + (size_t)(t * 4 * H) * es;
-        const char *hp = hs + (size_t)((t - 1) * H) * es, *cp = cs + (size_t)((t - 1) * H) * es;
-        // (B,H) @ (H,4H) += into the step's gates; h_{-1} = 0 skips it
-        if (t > 0) weft_cpu_gemm(dt, false, true, B, 4 * H, H, 1.0, hp, ldh, w, H, 1.0, at, lda);
-        seq_step(dt, at, t > 0 ? cp : NULL, cs + (size_t)(t * H) * es, hs + (size_t)(t * H) * es, B, H, lda, ldh);
+    int nt = seq_threads(B);
+#pragma omp parallel for num_threads(nt) schedule(static, 1)
+    for (int i = 0; i < nt; i++) {
+        int64_t b0 = B * i / nt, nb = B * (i + 1) / nt - b0;
+        size_t o4 = (size_t)(b0 * T * 4 * H) * es, o1 = (size_t)(b0 * T * H) * es;
+        memcpy(acts + o4, x + o4, (size_t)(nb * T * 4 * H) * es);
+        seq_forward(dt, w, hs + o1, acts + o4, cs + o1, nb, T, H);
     }
     weft_kernel_inputs_free(&k);
     return WEFT_OK;
@@ -294,24 +338,22 @@ weft_status weft_cpu_lstm_seq_backward(const weft_op_args *a) {
     if (st) return st;
     const char *w = weft_tensor_ptr(k.t[0]), *hs = weft_tensor_ptr(k.t[1]), *acts = weft_tensor_ptr(k.t[2]);
     const char *cs = weft_tensor_ptr(k.t[3]), *dhs = weft_tensor_ptr(k.t[4]);
-    // workspace: rec, dc (B,H) each, hprev (B,T,H)
+    // workspace: rec, dc (B,H) each, hprev (B,T,H); zeros (dc_T = 0, hprev[:,0] = 0)
     char *ws = calloc((size_t)(B * H * 2 + B * T * H), es);
     if (!ws) {
         weft_kernel_inputs_free(&k);
         return weft_error(WEFT_ERR_OOM, "lstm_seq_backward: out of memory for the workspace");
     }
     char *rec = ws, *dc = ws + (size_t)(B * H) * es, *hprev = ws + (size_t)(2 * B * H) * es;
-    int64_t lda = T * 4 * H, ldh = T * H;
-    for (int64_t t = T - 1; t >= 0; t--) {
-        if (t < T - 1) // (B,4H) @ (4H,H): the recurrent part of dh_t
-            weft_cpu_gemm(dt, false, false, B, H, 4 * H, 1.0, dxg + (size_t)((t + 1) * 4 * H) * es, lda, w, H, 0.0,
-                          rec, H);
-        size_t o4 = (size_t)(t * 4 * H) * es, o1 = (size_t)(t * H) * es;
-        seq_bw_step(dt, acts + o4, t > 0 ? cs + o1 - (size_t)H * es : NULL, cs + o1, dhs + o1, t < T - 1 ? rec : NULL,
-                    dc, dxg + o4, B, H, lda, ldh);
+    int nt = seq_threads(B);
+#pragma omp parallel for num_threads(nt) schedule(static, 1)
+    for (int i = 0; i < nt; i++) {
+        int64_t b0 = B * i / nt, nb = B * (i + 1) / nt - b0;
+        size_t o4 = (size_t)(b0 * T * 4 * H) * es, o1 = (size_t)(b0 * T * H) * es, oh = (size_t)(b0 * H) * es;
+        seq_backward(dt, w, acts + o4, cs + o1, dhs + o1, dxg + o4, rec + oh, dc + oh, nb, T, H);
+        for (int64_t b = b0; b < b0 + nb; b++) // hprev[b,1:] = hs[b,:T-1]; hprev[b,0] stays zero
+            memcpy(hprev + (size_t)(b * T * H + H) * es, hs + (size_t)(b * T * H) * es, (size_t)((T - 1) * H) * es);
     }
-    for (int64_t b = 0; b < B; b++) // hprev[b,1:] = hs[b,:T-1]; hprev[b,0] stays zero
-        memcpy(hprev + (size_t)(b * T * H + H) * es, hs + (size_t)(b * T * H) * es, (size_t)((T - 1) * H) * es);
     weft_cpu_gemm(dt, true, false, 4 * H, H, B * T, 1.0, dxg, 4 * H, hprev, H, 0.0, dw, H);
     free(ws);
     weft_kernel_inputs_free(&k);
