@@ -218,11 +218,13 @@ static void seq_bw_row_f64(const double *restrict a, const double *restrict cp, 
 }
 
 // The step's gate pass over B rows: a at row stride lda (4H wide), cp / c / h
-// at row stride ldh (H wide); cp NULL at t = 0. Runs on the calling thread
-// (seq_forward already splits the batch over threads).
+// at row stride ldh (H wide); cp NULL at t = 0. Rows in parallel only where
+// the batch was not split over the threads already (weft_num_threads() is 1
+// inside that parallel region).
 static void seq_step(weft_dtype dt, char *a, const char *cp, char *c, char *h, int64_t B, int64_t H, int64_t lda,
                      int64_t ldh) {
     size_t es = weft_dtype_size(dt), ra = (size_t)lda * es, rh = (size_t)ldh * es;
+#pragma omp parallel for num_threads(weft_num_threads()) if(B * H >= LSTM_PAR_GRAIN) schedule(static)
     for (int64_t b = 0; b < B; b++) {
         const char *cpb = cp ? cp + b * rh : NULL;
         if (dt == WEFT_F32)
@@ -233,10 +235,11 @@ static void seq_step(weft_dtype dt, char *a, const char *cp, char *c, char *h, i
 }
 
 // The backward's gate pass over B rows: a, dg at stride lda; cp, c, dh at
-// stride ldh; rec, dc contiguous (B,H). On the calling thread.
+// stride ldh; rec, dc contiguous (B,H). Rows in parallel as seq_step.
 static void seq_bw_step(weft_dtype dt, const char *a, const char *cp, const char *c, const char *dh, const char *rec,
                         char *dc, char *dg, int64_t B, int64_t H, int64_t lda, int64_t ldh) {
     size_t es = weft_dtype_size(dt), ra = (size_t)lda * es, rh = (size_t)ldh * es, r1 = (size_t)H * es;
+#pragma omp parallel for num_threads(weft_num_threads()) if(B * H >= LSTM_PAR_GRAIN) schedule(static)
     for (int64_t b = 0; b < B; b++) {
         const char *cpb = cp ? cp + b * rh : NULL, *recb = rec ? rec + b * r1 : NULL;
         if (dt == WEFT_F32)
