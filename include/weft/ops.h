@@ -102,6 +102,10 @@ weft_tensor *weft_causal_attention(weft_tensor *q, weft_tensor *k, weft_tensor *
 // c_prev (B,H) or NULL (zero state) -> *h = o*tanh(c), *c = f*c_prev + i*g (B,H), new references;
 // i,f,o = sigmoid and g = tanh of their gate. Differentiable once (double backward is an error).
 weft_status weft_lstm_cell(weft_tensor *gates, weft_tensor *c_prev, weft_tensor **h, weft_tensor **c);
+// The whole recurrence of one LSTM layer from zero state: xg (B,T,4H) = x_t W_ih^T + b_ih + b_hh of every
+// step, w_hh (4H,H) -> hs (B,T,H), h_t of every step; gates_t = xg[:,t] + h_{t-1} W_hh^T, then the cell
+// above. One call forward and one fused backward (reverse time, one weight-gradient product). Differentiable once.
+weft_tensor *weft_lstm_seq(weft_tensor *xg, weft_tensor *w_hh);
 // weight (V,D), indices of any shape (int32/int64) -> (..., D)
 weft_tensor *weft_embedding(weft_tensor *weight, weft_tensor *indices);
 weft_tensor *weft_index_select(weft_tensor *t, int dim, weft_tensor *index);

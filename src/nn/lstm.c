@@ -4,15 +4,19 @@
 //   i,f,o = sigmoid(.), g = tanh(.)
 //   c_t = f*c_{t-1} + i*g,  h_t = o*tanh(c_t)
 // The input projection does not depend on the recurrence, so it runs for all
-// time steps as one (B*T,I) @ (I,4H) product before the loop; inside the loop
-// only the (B,H) @ (H,4H) recurrent product and the cell remain. The cell is
-// the fused op lstm_cell (one pass forward, one fused backward; ~10 recorded
-// elementwise ops per step before it): differentiable once. With
-// WEFT_LSTM_COMPOSED=1 in the environment (read at every forward) the cell is
-// composed from public ops as before, so double backward works through it;
-// tests compare the two paths.
+// time steps as one (B*T,I) @ (I,4H) product before the loop. The recurrence
+// then takes one of three paths, chosen by WEFT_LSTM_PATH in the environment
+// (read at every forward; tests compare them):
+//   seq (default): the fused op lstm_seq, the whole recurrence in one call
+//     (per step one product and one gate pass, forward and backward; one
+//     weight-gradient product): differentiable once.
+//   cell: per step a recorded product h W_hh^T, an add and the fused op
+//     lstm_cell: differentiable once.
+//   composed: per step the cell from public ops (~10 recorded ops), so double
+//     backward works through it. WEFT_LSTM_COMPOSED=1 also selects it.
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <weft/nn.h>
 
@@ -103,6 +107,40 @@ static weft_status split_steps(weft_tensor *xg, int64_t a, int64_t b, weft_tenso
     return st;
 }
 
+typedef enum lstm_path { PATH_SEQ, PATH_CELL, PATH_COMPOSED } lstm_path;
+
+static lstm_path path_from_env(void) {
+    const char *c = getenv("WEFT_LSTM_COMPOSED"), *p = getenv("WEFT_LSTM_PATH");
+    if ((c && c[0] == '1') || (p && !strcmp(p, "composed"))) return PATH_COMPOSED;
+    if (p && !strcmp(p, "cell")) return PATH_CELL;
+    return PATH_SEQ;
+}
+
+// The per-step paths (cell, composed): xg (B,T,4H), whh (4H,H) -> (B,T,H).
+static weft_tensor *recur_steps(weft_tensor *xg, weft_tensor *whh, int64_t T, int64_t H, bool composed) {
+    weft_tensor *whh_t = weft_transpose(whh, 0, 1); // (H,4H) view
+    weft_tensor **hs = calloc((size_t)T, sizeof *hs), **xs = calloc((size_t)T, sizeof *xs);
+    if (!hs || !xs) weft_error(WEFT_ERR_OOM, "lstm: out of memory");
+    bool ok = hs && xs && whh_t && split_steps(xg, 0, T, xs) == WEFT_OK;
+    weft_tensor *h = NULL, *c = NULL, *out = NULL;
+    for (int64_t t = 0; t < T && ok; t++) {
+        weft_tensor *h_new = lstm_step(xs[t], whh_t, h, &c, H, composed); // xs[t] (B,4H), row stride T*4H
+        hs[t] = h_new; // the stack below holds its own reference
+        h = h_new;
+        ok = h_new && c;
+    }
+    if (ok) out = weft_stack((int)T, hs, 1); // (B,T,H)
+    for (int64_t t = 0; t < T; t++) {
+        if (hs) weft_tensor_free(hs[t]);
+        if (xs) weft_tensor_free(xs[t]);
+    }
+    free(hs);
+    free(xs);
+    weft_tensor_free(c);
+    weft_tensor_free(whh_t);
+    return out;
+}
+
 static weft_tensor *lstm_forward(weft_module *m, weft_tensor *x) {
     const lstm_impl *L = weft_module_impl(m);
     char buf[64];
@@ -129,34 +167,8 @@ static weft_tensor *lstm_forward(weft_module *m, weft_tensor *x) {
     weft_tensor_free(xg2);
     if (!xg) return NULL;
 
-    weft_tensor *whh_t = weft_transpose(whh, 0, 1); // (H,4H) view
-    weft_tensor **hs = calloc((size_t)T, sizeof *hs);
-    if (!hs) {
-        weft_tensor_free(xg);
-        weft_tensor_free(whh_t);
-        return weft_error_null(WEFT_ERR_OOM, "lstm: out of memory");
-    }
-    weft_tensor *h = NULL, *c = NULL, *out = NULL;
-    const char *env = getenv("WEFT_LSTM_COMPOSED");
-    bool ok = true, composed = env && env[0] == '1';
-    weft_tensor **xs = calloc((size_t)T, sizeof *xs);
-    ok = xs && split_steps(xg, 0, T, xs) == WEFT_OK;
-    if (!xs) weft_error(WEFT_ERR_OOM, "lstm: out of memory");
-    for (int64_t t = 0; t < T && ok; t++) {
-        weft_tensor *h_new = lstm_step(xs[t], whh_t, h, &c, H, composed); // xs[t] (B,4H), row stride T*4H
-        hs[t] = h_new; // the stack below holds its own reference
-        h = h_new;
-        ok = h_new && c;
-    }
-    if (ok) out = weft_stack((int)T, hs, 1); // (B,T,H)
-    for (int64_t t = 0; t < T; t++) {
-        weft_tensor_free(hs[t]);
-        if (xs) weft_tensor_free(xs[t]);
-    }
-    free(hs);
-    free(xs);
-    weft_tensor_free(c);
-    weft_tensor_free(whh_t);
+    lstm_path path = path_from_env();
+    weft_tensor *out = path == PATH_SEQ ? weft_lstm_seq(xg, whh) : recur_steps(xg, whh, T, H, path == PATH_COMPOSED);
     weft_tensor_free(xg);
     return out;
 }

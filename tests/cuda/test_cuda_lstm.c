@@ -1,7 +1,10 @@
 // The fused LSTM cell ops on CUDA against the CPU: h and c of lstm_cell and
 // the gradients of the gates and c_prev through lstm_cell_backward (from h,
 // from c, from both), with and without c_prev, gates read through a strided
-// view, B*H from 1 to past one block's threads, f32 and f64.
+// view, B*H from 1 to past one block's threads, f32 and f64; and the whole
+// recurrence lstm_seq: hs and the gradients of xg and w_hh through
+// lstm_seq_backward (cuBLAS products between per-step gate kernels), with xg
+// contiguous or read through a transposed view, T from 1 to 40.
 #include <stdint.h>
 
 #include "cuda_test.h"
@@ -59,8 +62,42 @@ static void test_shapes(void) {
         }
 }
 
+// in[0]: xg (B,T,4H), or (T,B,4H) when strided (xg is its transpose); in[1]: w_hh (4H,H).
+static weft_tensor *seq_fn(weft_tensor *const *in, void *ctx) {
+    bool strided = *(const bool *)ctx;
+    weft_tensor *xg = strided ? weft_transpose(in[0], 0, 1) : weft_tensor_ref(in[0]);
+    weft_tensor *hs = weft_lstm_seq(xg, in[1]);
+    weft_tensor_free(xg);
+    return hs;
+}
+
+static void seq_check(int64_t B, int64_t T, int64_t H, weft_dtype dt, double tol) {
+    char what[128];
+    for (int strided = 0; strided < 2; strided++) {
+        int64_t xs[3] = {strided ? T : B, strided ? B : T, 4 * H}, ws[2] = {4 * H, H};
+        weft_tensor *x64 = wt_rand64(3, xs, -2, 2, 17 + (uint64_t)(B * T), false);
+        weft_tensor *w64 = wt_rand64(2, ws, -0.5, 0.5, 19 + (uint64_t)H, false);
+        weft_tensor *in[2] = {weft_cast(x64, dt), weft_cast(w64, dt)};
+        bool k = strided != 0;
+        snprintf(what, sizeof what, "lstm_seq B=%lld T=%lld H=%lld%s %s", (long long)B, (long long)T, (long long)H,
+                 strided ? " strided" : "", weft_dtype_name(dt));
+        wt_cuda_compare(what, seq_fn, &k, 2, in, tol, true);
+        weft_tensor *ts[] = {x64, w64, in[0], in[1]};
+        for (int i = 0; i < 4; i++) weft_tensor_free(ts[i]);
+    }
+}
+
+static void test_seq(void) {
+    const int64_t shapes[5][3] = {{1, 1, 1}, {3, 1, 7}, {1, 6, 5}, {3, 5, 7}, {32, 40, 256}}; // (B,T,H)
+    for (int i = 0; i < 5; i++) {
+        seq_check(shapes[i][0], shapes[i][1], shapes[i][2], WEFT_F32, 1e-4);
+        seq_check(shapes[i][0], shapes[i][1], shapes[i][2], WEFT_F64, 1e-11);
+    }
+}
+
 int main(void) {
     WT_CUDA_OR_SKIP();
     RUN(test_shapes);
+    RUN(test_seq);
     return wt_summary();
 }

@@ -1,20 +1,25 @@
-// The LSTM layer's fused cell (op lstm_cell) against the cell composed from
-// public ops (the layer's earlier path, still taken with WEFT_LSTM_COMPOSED=1):
-// in f64, outputs and the gradients of x and of every parameter agree within
-// 1e-12, for T = 1 (zero state only), odd sizes and a longer sequence; and a
-// second-order gradient through the fused layer is an error, while the
-// composed path still gives one.
-// PyTorch's stored numbers for the layer are checked in test_seq.c, the cell
-// op on the accelerator in tests/ops/test_lstm_cell.c.
+// The LSTM layer's three paths (WEFT_LSTM_PATH, src/nn/lstm.c): the fused
+// recurrence (op lstm_seq, the default) and the per-step fused cell (op
+// lstm_cell) against the cell composed from public ops (WEFT_LSTM_COMPOSED=1
+// or WEFT_LSTM_PATH=composed): in f64, outputs and the gradients of x and of
+// every parameter agree within 1e-10 (seq: one weight-gradient product sums
+// in another order) and 1e-12 (cell), for T = 1 (zero state only), B = 1, odd
+// sizes and a longer sequence; in f32 seq and cell agree within 1e-5. A
+// second-order gradient through a fused path is an error naming its backward
+// op, while the composed path still gives one.
+// PyTorch's stored numbers for the layer are checked in test_seq.c, the ops
+// on the accelerator in tests/ops/test_lstm_cell.c and test_lstm_seq.c.
 #include <stdlib.h>
 #include <string.h>
 
 #include "weft_test.h"
 
 // y = lstm(x) and the gradients of sum(y * w): out[0] = y, out[1] = dx, out[2 + p] = d param p.
-static void run_layer(weft_module *m, weft_tensor *x0, weft_tensor *w, bool composed, weft_tensor **out) {
-    if (composed) setenv("WEFT_LSTM_COMPOSED", "1", 1);
-    else unsetenv("WEFT_LSTM_COMPOSED");
+// path: "seq", "cell", "composed" (WEFT_LSTM_PATH), or NULL: the default with
+// WEFT_LSTM_COMPOSED=1 (the older switch, which must still pick composed).
+static void run_layer(weft_module *m, weft_tensor *x0, weft_tensor *w, const char *path, weft_tensor **out) {
+    if (path) setenv("WEFT_LSTM_PATH", path, 1);
+    else setenv("WEFT_LSTM_COMPOSED", "1", 1);
     weft_tensor *x = weft_tensor_detach(x0);
     weft_tensor_set_requires_grad(x, true);
     for (int p = 0; p < weft_module_param_count(m); p++) weft_tensor_zero_grad(weft_module_param_at(m, p, NULL, 0));
@@ -30,29 +35,43 @@ static void run_layer(weft_module *m, weft_tensor *x0, weft_tensor *w, bool comp
     weft_tensor_free(l);
     weft_tensor_free(x);
     unsetenv("WEFT_LSTM_COMPOSED");
+    unsetenv("WEFT_LSTM_PATH");
 }
 
-static void check_fused_vs_composed(int64_t B, int64_t T, int64_t I, int64_t H, uint64_t seed) {
+// Path a against path b in dtype dt within tol.
+static void check_paths(int64_t B, int64_t T, int64_t I, int64_t H, uint64_t seed, weft_dtype dt, const char *pa,
+                        const char *pb, double tol) {
     weft_generator *g = weft_generator_create(seed);
     weft_module *m = weft_nn_lstm(I, H, g);
-    CHECK(m && weft_module_to_dtype(m, WEFT_F64) == WEFT_OK);
-    weft_tensor *x = wt_rand64(3, (const int64_t[]){B, T, I}, -2, 2, seed + 1, false);
-    weft_tensor *w = wt_rand64(3, (const int64_t[]){B, T, H}, -1, 1, seed + 2, false);
+    CHECK(m && weft_module_to_dtype(m, dt) == WEFT_OK);
+    weft_tensor *x64 = wt_rand64(3, (const int64_t[]){B, T, I}, -2, 2, seed + 1, false);
+    weft_tensor *w64 = wt_rand64(3, (const int64_t[]){B, T, H}, -1, 1, seed + 2, false);
+    weft_tensor *x = weft_cast(x64, dt), *w = weft_cast(w64, dt);
     weft_tensor *f[6] = {0}, *c[6] = {0};
-    run_layer(m, x, w, false, f);
-    run_layer(m, x, w, true, c);
+    run_layer(m, x, w, pa, f);
+    run_layer(m, x, w, pb, c);
     static const char *what[6] = {"lstm y", "lstm dx", "lstm d weight_ih", "lstm d weight_hh", "lstm d bias_ih",
                                   "lstm d bias_hh"};
+    char msg[160];
     for (int k = 0; k < 6; k++) {
         CHECK((f[k] != NULL) == (c[k] != NULL) && (f[k] || (T == 1 && k == 3))); // T = 1 never uses weight_hh
-        if (f[k] && c[k]) wt_check_same(what[k], f[k], c[k], 1e-12);
+        snprintf(msg, sizeof msg, "%s: %s vs %s (B=%lld T=%lld H=%lld %s)", what[k], pa ? pa : "default",
+                 pb ? pb : "WEFT_LSTM_COMPOSED=1", (long long)B, (long long)T, (long long)H,
+                 weft_dtype_name(dt));
+        if (f[k] && c[k]) wt_check_same(msg, f[k], c[k], tol);
         weft_tensor_free(f[k]);
         weft_tensor_free(c[k]);
     }
-    weft_tensor_free(x);
-    weft_tensor_free(w);
+    weft_tensor *ts[] = {x64, w64, x, w};
+    for (int k = 0; k < 4; k++) weft_tensor_free(ts[k]);
     weft_module_free(m);
     weft_generator_free(g);
+}
+
+static void check_fused_vs_composed(int64_t B, int64_t T, int64_t I, int64_t H, uint64_t seed) {
+    check_paths(B, T, I, H, seed, WEFT_F64, "seq", "composed", 1e-10);
+    check_paths(B, T, I, H, seed, WEFT_F64, "cell", NULL, 1e-12);
+    check_paths(B, T, I, H, seed, WEFT_F32, "seq", "cell", 1e-5);
 }
 
 static void test_fused_vs_composed(void) {
@@ -60,15 +79,20 @@ static void test_fused_vs_composed(void) {
     check_fused_vs_composed(3, 5, 7, 6, 2);   // odd sizes
     check_fused_vs_composed(4, 33, 8, 16, 3); // a longer sequence (the step split tree is uneven)
     check_fused_vs_composed(16, 4, 8, 130, 4); // B*H above the CPU kernels' parallel grain
+    check_fused_vs_composed(1, 6, 2, 3, 5);    // B = 1
+    check_fused_vs_composed(1, 1, 2, 1, 6);    // B = T = H = 1
 }
 
-// Second order: d/dx of sum(dL/dx) through the fused layer is an error naming
-// the cell's backward op; the composed path (WEFT_LSTM_COMPOSED=1) computes it.
+// Second order: d/dx of sum(dL/dx) through a fused path is an error naming
+// its backward op; the composed path (WEFT_LSTM_COMPOSED=1) computes it.
 static void test_second_order(void) {
     weft_generator *g = weft_generator_create(6);
     weft_module *m = weft_nn_lstm(3, 4, g);
     CHECK(m && weft_module_to_dtype(m, WEFT_F64) == WEFT_OK);
-    for (int composed = 0; composed < 2; composed++) {
+    static const char *bw_op[2] = {"lstm_seq_backward", "lstm_cell_backward"};
+    for (int path = 0; path < 3; path++) { // default (seq), cell, composed
+        bool composed = path == 2;
+        if (path == 1) setenv("WEFT_LSTM_PATH", "cell", 1);
         if (composed) setenv("WEFT_LSTM_COMPOSED", "1", 1);
         weft_tensor *x = wt_rand64(3, (const int64_t[]){2, 3, 3}, -1, 1, 61, true);
         weft_tensor *y = weft_module_forward(m, x), *s = weft_sum(y, 0, NULL, false);
@@ -79,7 +103,7 @@ static void test_second_order(void) {
         weft_clear_error();
         weft_status st = gs ? weft_backward(gs, NULL, NULL) : WEFT_ERR_STATE;
         if (composed) CHECK(st == WEFT_OK);
-        else CHECK(st != WEFT_OK && wt_error_has("lstm_cell_backward"));
+        else CHECK(st != WEFT_OK && wt_error_has(bw_op[path]));
         weft_tensor_free(gs);
         weft_tensor_zero_grad(x);
         for (int p = 0; p < weft_module_param_count(m); p++)
@@ -88,6 +112,7 @@ static void test_second_order(void) {
         weft_tensor_free(s);
         weft_tensor_free(x);
         unsetenv("WEFT_LSTM_COMPOSED");
+        unsetenv("WEFT_LSTM_PATH");
     }
     weft_module_free(m);
     weft_generator_free(g);

@@ -148,13 +148,20 @@ static void check_against_torch(const char *tag, weft_module *m, double tol) {
 }
 
 // ---- vs PyTorch ----
+// Every path of the layer (WEFT_LSTM_PATH: the fused recurrence lstm_seq,
+// the per-step fused cell, the composed cell) against PyTorch's numbers.
 static void test_lstm_torch(void) {
-    weft_generator *g = weft_generator_create(1);
-    weft_module *m = weft_nn_lstm(3, 4, g);
-    CHECK(m && !strcmp(weft_module_kind(m), "lstm"));
-    check_against_torch("lstm", m, 1e-5);
-    weft_module_free(m);
-    weft_generator_free(g);
+    static const char *paths[3] = {"seq", "cell", "composed"};
+    for (int k = 0; k < 3; k++) {
+        setenv("WEFT_LSTM_PATH", paths[k], 1);
+        weft_generator *g = weft_generator_create(1);
+        weft_module *m = weft_nn_lstm(3, 4, g);
+        CHECK(m && !strcmp(weft_module_kind(m), "lstm"));
+        check_against_torch("lstm", m, 1e-5);
+        weft_module_free(m);
+        weft_generator_free(g);
+    }
+    unsetenv("WEFT_LSTM_PATH");
 }
 
 static void test_attn_torch(void) {
