@@ -4,7 +4,7 @@
 // bias), the input gradient and the weight gradient over a grid of shapes
 // (groups, depthwise, stride 2, padding, dilation 2, 1x1 kernels, batch 1 and
 // 64, odd sizes), each op run once with WEFT_CONV forced to im2col and once
-// forced to onednn; the auto choice; the fallbacks (inside an OpenMP
+// forced to onednn; bf16 through oneDNN and widened im2col; the auto choice; the fallbacks (inside an OpenMP
 // parallel region, f64); and a short CNN training run whose loss curve must
 // match. Without oneDNN in the build, forcing it must give im2col's numbers
 // bit for bit.
@@ -114,6 +114,61 @@ static void test_grid(void) {
         }
         for (int k = 0; k < 3; k++) weft_tensor_free(ref[k]), weft_tensor_free(got[k]);
         for (int k = 0; k < 4; k++) weft_tensor_free(in[k]);
+    }
+    weft_cpu_conv_set_backend(WEFT_CONV_AUTO);
+}
+
+// bf16 (the CPU's autocast dtype for conv2d): each op on bf16 operands,
+// through oneDNN (its bf16 convolution, f32 accumulation) and through im2col
+// (operands widened to f32), against the f32 im2col op on the same (rounded)
+// values with its result rounded to bf16. im2col must match bit for bit;
+// oneDNN sums in another order, so a result may round to the neighbouring
+// bf16 value: one ulp is 2^-8 (0.4%) relative, tolerance 1e-2 (1 + |b|).
+static weft_tensor *bf16_round_trip(weft_tensor *t, weft_dtype to) {
+    weft_tensor *h = weft_cast(t, WEFT_BF16), *r = to == WEFT_BF16 ? weft_tensor_ref(h) : weft_cast(h, to);
+    weft_tensor_free(h);
+    return r;
+}
+static void test_bf16(void) {
+    bool have = weft_cpu_conv_have_onednn();
+    static const int which[] = {0, 1, 2, 8};
+    for (size_t j = 0; j < sizeof which / sizeof which[0]; j++) {
+        const shape *s = &k_shapes[which[j]];
+        int64_t OH = olen(s->H, s->KH, s->sh, s->ph, s->dh), OW = olen(s->W, s->KW, s->sw, s->pw, s->dw);
+        weft_tensor *in32[5], *in16[5] = {0};
+        in32[0] = s->nhwc ? rand32(WEFT_DIMS(s->N, s->H, s->W, s->C), 200 + j)
+                          : rand32(WEFT_DIMS(s->N, s->C, s->H, s->W), 200 + j);
+        in32[1] = rand32(WEFT_DIMS(s->O, s->C / s->G, s->KH, s->KW), 210 + j);
+        in32[2] = rand32(WEFT_DIMS(s->O), 220 + j);
+        in32[3] = rand32(WEFT_DIMS(s->N, s->O, OH, OW), 230 + j);
+        in32[4] = NULL;
+        for (int i = 0; i < 4; i++) { // the f32 operands hold bf16 values exactly
+            weft_tensor *t = bf16_round_trip(in32[i], WEFT_F32);
+            weft_tensor_free(in32[i]);
+            in32[i] = t;
+            in16[i] = weft_cast(in32[i], WEFT_BF16);
+        }
+        weft_tensor *ref[3], *got[3];
+        run_ops(s, WEFT_CONV_IM2COL, in32, ref);
+        for (int b = 0; b < 2; b++) {
+            int64_t runs = weft_cpu_conv_onednn_runs();
+            run_ops(s, b ? WEFT_CONV_ONEDNN : WEFT_CONV_IM2COL, in16, got);
+            int n_ops = s->nhwc ? 1 : 3;
+            CHECK(weft_cpu_conv_onednn_runs() - runs == (b && have ? n_ops : 0));
+            static const char *const what[] = {"bf16 y", "bf16 dx", "bf16 dw"};
+            for (int k = 0; k < n_ops; k++) {
+                CHECK(got[k] && weft_tensor_dtype(got[k]) == WEFT_BF16);
+                if (!got[k] || !ref[k]) continue;
+                weft_tensor *g = weft_cast(got[k], WEFT_F32), *want = bf16_round_trip(ref[k], WEFT_F32);
+                char msg[64];
+                snprintf(msg, sizeof msg, "%s %s (shape %d)", b ? "onednn" : "im2col", what[k], which[j]);
+                wt_check_same(msg, g, want, b && have ? 1e-2 : 0);
+                weft_tensor_free(g), weft_tensor_free(want);
+            }
+            for (int k = 0; k < 3; k++) weft_tensor_free(got[k]);
+        }
+        for (int k = 0; k < 3; k++) weft_tensor_free(ref[k]);
+        for (int i = 0; i < 4; i++) weft_tensor_free(in32[i]), weft_tensor_free(in16[i]);
     }
     weft_cpu_conv_set_backend(WEFT_CONV_AUTO);
 }
@@ -248,6 +303,7 @@ static void test_train_cnn(void) {
 
 int main(void) {
     RUN(test_grid);
+    RUN(test_bf16);
     RUN(test_autograd);
     RUN(test_auto);
     RUN(test_fallbacks);

@@ -469,7 +469,7 @@ weft_status weft_cpu_conv2d_backward_weight(const weft_op_args *a) {
 DEFINE_ROWSUM(float)
 DEFINE_ROWSUM(double)
 
-weft_status weft_cpu_conv2d_backward_bias(const weft_op_args *a) {
+static weft_status backward_bias(const weft_op_args *a) {
     const weft_tensor *gy = a->in[0];
     weft_tensor *db = a->out[0];
     void *gtmp;
@@ -490,3 +490,5 @@ weft_status weft_cpu_conv2d_backward_bias(const weft_op_args *a) {
     scratch_free(gtmp);
     return WEFT_OK;
 }
+
+weft_status weft_cpu_conv2d_backward_bias(const weft_op_args *a) { return weft_cpu_conv_widened(a, backward_bias); }

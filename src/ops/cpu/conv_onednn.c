@@ -44,6 +44,7 @@
 
 #include "../../device/device_impl.h"
 #include "conv_onednn.h"
+#include "iter.h"
 
 // ---- the backend setting ----
 
@@ -370,6 +371,31 @@ static bool onednn_run(const conv_key *k, const weft_op_args *a) {
 
 #endif
 
+// ---- bf16 on the im2col path ----
+
+weft_status weft_cpu_conv_widened(const weft_op_args *a, weft_conv_kernel f32) {
+    if (a->in[0]->dtype != WEFT_BF16) return f32(a);
+    weft_tensor *in[3] = {0}, *out = NULL;
+    weft_status st = WEFT_OK;
+    for (int i = 0; i < a->n_in && i < 3 && st == WEFT_OK; i++) {
+        in[i] = weft_tensor_new(a->in[i]->ndim, a->in[i]->sizes, WEFT_F32, WEFT_DEVICE_CPU);
+        st = in[i] ? weft_cpu_copy(in[i], a->in[i]) : WEFT_ERR_OOM;
+    }
+    if (st == WEFT_OK) {
+        out = weft_tensor_new(a->out[0]->ndim, a->out[0]->sizes, WEFT_F32, WEFT_DEVICE_CPU);
+        st = out ? WEFT_OK : WEFT_ERR_OOM;
+    }
+    if (st == WEFT_OK) {
+        weft_op_args f = *a;
+        f.in = in, f.out = &out, f.n_in = a->n_in < 3 ? a->n_in : 3;
+        st = f32(&f);
+    }
+    if (st == WEFT_OK) st = weft_cpu_copy(a->out[0], out);
+    for (int i = 0; i < 3; i++) weft_tensor_free(in[i]);
+    weft_tensor_free(out);
+    return st == WEFT_ERR_OOM ? weft_error(WEFT_ERR_OOM, "%s: out of memory widening bf16 operands", a->op->name) : st;
+}
+
 // ---- auto: measured once per key ----
 
 #define CHOICE_N 1024 // open addressing; when full, new keys run im2col unmeasured
@@ -409,37 +435,38 @@ static weft_status measure(const conv_key *k, const weft_op_args *a, weft_conv_k
         for (int lib = 0; lib < 2; lib++) {
             double t0 = now_s();
             if (lib == 0) {
-                weft_status st = im2col(a);
+                weft_status st = weft_cpu_conv_widened(a, im2col);
                 if (st != WEFT_OK) return st;
             } else if (!onednn_run(k, a)) {
-                return im2col(a);
+                return weft_cpu_conv_widened(a, im2col);
             }
             double dt = now_s() - t0;
             if (round > 0 && dt < best[lib]) best[lib] = dt;
         }
     *onednn = best[1] < 0.9 * best[0];
-    return *onednn ? WEFT_OK : im2col(a); // the last run was oneDNN's
+    return *onednn ? WEFT_OK : weft_cpu_conv_widened(a, im2col); // the last run was oneDNN's
 }
 
 weft_status weft_cpu_conv_run(weft_conv_dir dir, const weft_op_args *a, weft_conv_kernel im2col) {
     weft_conv_backend b = weft_cpu_conv_get_backend();
     int dt = a->in[0]->dtype;
-    if (b == WEFT_CONV_IM2COL || !weft_cpu_conv_have_onednn() || dt != WEFT_F32) return im2col(a);
+    if (b == WEFT_CONV_IM2COL || !weft_cpu_conv_have_onednn() || (dt != WEFT_F32 && dt != WEFT_BF16))
+        return weft_cpu_conv_widened(a, im2col);
 #ifdef _OPENMP
-    if (omp_in_parallel()) return im2col(a);
+    if (omp_in_parallel()) return weft_cpu_conv_widened(a, im2col);
 #endif
     weft_num_threads(); // sets omp_set_num_threads(WEFT_NUM_THREADS) once, before the key reads it
     conv_key k;
-    if (!make_key(dir, a, &k)) return im2col(a);
-    if (b == WEFT_CONV_ONEDNN) return onednn_run(&k, a) ? WEFT_OK : im2col(a);
+    if (!make_key(dir, a, &k)) return weft_cpu_conv_widened(a, im2col);
+    if (b == WEFT_CONV_ONEDNN) return onednn_run(&k, a) ? WEFT_OK : weft_cpu_conv_widened(a, im2col);
 
     pthread_mutex_lock(&g_choice_mu);
     int s = choice_slot(&k);
     int choice = s >= 0 && g_choice[s].used ? g_choice[s].onednn : -1;
     bool full = s < 0 || g_choice_n >= CHOICE_N - 1;
     pthread_mutex_unlock(&g_choice_mu);
-    if (choice == 1) return onednn_run(&k, a) ? WEFT_OK : im2col(a);
-    if (choice == 0 || full) return im2col(a);
+    if (choice == 1) return onednn_run(&k, a) ? WEFT_OK : weft_cpu_conv_widened(a, im2col);
+    if (choice == 0 || full) return weft_cpu_conv_widened(a, im2col);
     bool onednn;
     weft_status st = measure(&k, a, im2col, &onednn);
     if (st != WEFT_OK) return st;

@@ -2,7 +2,8 @@
 // (conv_onednn.c). conv.c's kernels call weft_cpu_conv_run with their im2col
 // implementation; it picks the backend for the op's shape and falls back to
 // im2col whenever oneDNN is absent, forced off, not applicable (f64, strided
-// operands, inside an OpenMP parallel region) or fails.
+// operands, inside an OpenMP parallel region) or fails. Also bf16: oneDNN's
+// bf16 convolution, or im2col on widened operands.
 #ifndef WEFT_OPS_CPU_CONV_ONEDNN_H
 #define WEFT_OPS_CPU_CONV_ONEDNN_H
 
@@ -25,8 +26,12 @@ typedef enum weft_conv_dir { WEFT_CONV_FWD = 0, WEFT_CONV_BWD_DATA, WEFT_CONV_BW
 
 typedef weft_status (*weft_conv_kernel)(const weft_op_args *a);
 
-// Runs a through oneDNN or through im2col (the caller's kernel).
+// Runs a through oneDNN or through im2col (the caller's f32 / f64 kernel).
+// bf16 operands run oneDNN's bf16 convolution, or im2col widened.
 weft_status weft_cpu_conv_run(weft_conv_dir dir, const weft_op_args *a, weft_conv_kernel im2col);
+// Runs f32 on a, widening bf16 operands to f32 and rounding the output back
+// once; other dtypes go to f32 as they are. (Inputs: at most 3.)
+weft_status weft_cpu_conv_widened(const weft_op_args *a, weft_conv_kernel f32);
 
 // The backend setting: WEFT_CONV in the environment at the first call
 // (auto | im2col | onednn), or the last weft_cpu_conv_set_backend. Forcing
