@@ -173,6 +173,31 @@ static void test_bf16(void) {
     weft_cpu_conv_set_backend(WEFT_CONV_AUTO);
 }
 
+// More shapes than the primitive cache holds (128): the least recently used
+// primitives are evicted and re-created when they come back, with the same
+// numbers.
+static void test_cache_eviction(void) {
+    int bad = 0;
+    int64_t runs = weft_cpu_conv_onednn_runs();
+    weft_attrs at = {.i = {1, 1, 1, 1, 1, 1, 1, 0}};
+    for (int i = 0; i < 136; i++) { // 132 shapes, then the first 4 again (evicted by then)
+        int64_t h = 3 + (i < 132 ? i : i - 132);
+        weft_tensor *x = rand32(WEFT_DIMS(1, 2, h, 4), 300 + h), *w = rand32(WEFT_DIMS(3, 2, 3, 3), 301);
+        weft_tensor *in[] = {x, w}, *y[2];
+        for (int b = 0; b < 2; b++) {
+            weft_cpu_conv_set_backend(b ? WEFT_CONV_ONEDNN : WEFT_CONV_IM2COL);
+            y[b] = weft_op_apply1(weft_op_find("conv2d"), 2, in, &at);
+        }
+        const float *p = y[0] ? weft_tensor_data(y[0]) : NULL, *q = y[1] ? weft_tensor_data(y[1]) : NULL;
+        for (int64_t k = 0; p && q && k < weft_tensor_numel(y[0]); k++) bad += fabs(p[k] - q[k]) > 1e-5 * (1 + fabs(p[k]));
+        bad += !p || !q;
+        weft_tensor_free(x), weft_tensor_free(w), weft_tensor_free(y[0]), weft_tensor_free(y[1]);
+    }
+    CHECK(bad == 0);
+    CHECK(weft_cpu_conv_onednn_runs() - runs == (weft_cpu_conv_have_onednn() ? 136 : 0));
+    weft_cpu_conv_set_backend(WEFT_CONV_AUTO);
+}
+
 // Autograd through conv2d (the bias gradient included) with oneDNN forced:
 // the same gradients as im2col's.
 static void test_autograd(void) {
@@ -304,6 +329,7 @@ static void test_train_cnn(void) {
 int main(void) {
     RUN(test_grid);
     RUN(test_bf16);
+    RUN(test_cache_eviction);
     RUN(test_autograd);
     RUN(test_auto);
     RUN(test_fallbacks);

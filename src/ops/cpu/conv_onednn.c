@@ -334,6 +334,14 @@ static prim *prim_get(const conv_key *k) {
     if (!p) return NULL;
     prim *evict = NULL;
     pthread_mutex_lock(&g_prim_mu);
+    for (int i = 0; i < PRIM_CACHE_N; i++) // another thread created it meanwhile: use that one
+        if (g_prims[i] && !memcmp(&g_prims[i]->k, k, sizeof *k)) {
+            prim *q = g_prims[i];
+            q->refs++, q->used = ++g_tick;
+            pthread_mutex_unlock(&g_prim_mu);
+            prim_destroy(p);
+            return q;
+        }
     int slot = 0; // an empty slot, else the least recently used
     for (int i = 0; i < PRIM_CACHE_N; i++) {
         if (!g_prims[i]) {
