@@ -68,7 +68,8 @@ static weft_status check_4d(const char *op, const weft_tensor *t, const char *wh
 }
 // conv2d and its backward ops also take f16 / bf16 (autocast's dtypes):
 // whether they run in one is the device's kernel's say (the dispatcher's
-// "no kernel" error otherwise; the CPU has f32 / f64 only).
+// "no kernel" error otherwise; the CPU has f32, f64 and bf16: oneDNN's bf16
+// convolution, or im2col on operands widened to f32, cpu/conv_onednn.c).
 #define CONV_DT (WEFT_DT_FLOAT | WEFT_DT(WEFT_F16) | WEFT_DT(WEFT_BF16))
 static weft_status check_conv_4d(const char *op, const weft_tensor *t, const char *what) {
     return check_4d_of(op, t, what, CONV_DT);
@@ -263,20 +264,21 @@ static weft_status bw_conv2d_bw_bias(const weft_bw_args *b) {
 }
 
 #define K_CPU(fn) .kernel = {[WEFT_CPU] = {fn, WEFT_DT_FLOAT}}
+#define K_CPU_CONV(fn) .kernel = {[WEFT_CPU] = {fn, WEFT_DT_FLOAT | WEFT_DT(WEFT_BF16)}}
 weft_op_def weft_op_conv2d = {.name = "conv2d", .n_in = -1, .n_out = 1, .flags = WEFT_OPF_AUTOCAST,
                               .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1),
-                              .infer = infer_conv2d, .backward = bw_conv2d, K_CPU(weft_cpu_conv2d)};
+                              .infer = infer_conv2d, .backward = bw_conv2d, K_CPU_CONV(weft_cpu_conv2d)};
 weft_op_def weft_op_conv2d_backward_input = {.name = "conv2d_backward_input", .n_in = 2, .n_out = 1,
                                              .save = WEFT_SAVE_ALL_IN, .infer = infer_conv2d_bw_input,
                                              .backward = bw_conv2d_bw_input,
-                                             K_CPU(weft_cpu_conv2d_backward_input)};
+                                             K_CPU_CONV(weft_cpu_conv2d_backward_input)};
 weft_op_def weft_op_conv2d_backward_weight = {.name = "conv2d_backward_weight", .n_in = 2, .n_out = 1,
                                               .save = WEFT_SAVE_ALL_IN, .infer = infer_conv2d_bw_weight,
                                               .backward = bw_conv2d_bw_weight,
-                                              K_CPU(weft_cpu_conv2d_backward_weight)};
+                                              K_CPU_CONV(weft_cpu_conv2d_backward_weight)};
 weft_op_def weft_op_conv2d_backward_bias = {.name = "conv2d_backward_bias", .n_in = 1, .n_out = 1,
                                             .infer = infer_conv2d_bw_bias, .backward = bw_conv2d_bw_bias,
-                                            K_CPU(weft_cpu_conv2d_backward_bias)};
+                                            K_CPU_CONV(weft_cpu_conv2d_backward_bias)};
 
 weft_tensor *weft_conv2d(weft_tensor *x, weft_tensor *w, weft_tensor *bias, const weft_conv2d_params *p) {
     if (!x || !w) return weft_error_null_input("conv2d");

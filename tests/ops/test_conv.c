@@ -1,6 +1,7 @@
 // conv2d, max_pool2d, avg_pool2d: forward against naive loops written here,
 // gradients by finite differences (f64), f32 and non-contiguous inputs, the
-// error cases, and conv2d under autocast on the CPU and an accelerator.
+// error cases, and conv2d under autocast on the CPU (bf16 kernels; f16 stays
+// f32) and an accelerator.
 #include <stdlib.h>
 #include <string.h>
 
@@ -538,6 +539,37 @@ static weft_tensor *rounded(weft_tensor *t, weft_dtype dt) {
     return r;
 }
 
+// The autocast chain written out: rounded inputs, f32 conv, y rounded; the
+// incoming gradient rounded (the cast's backward), each gradient rounded.
+// on[] (y, dx, dw, db) ran in `lo` on some device; off[] is the f32 run.
+static void check_rounded_chain(const char *dev, weft_tensor *const *in, weft_tensor *r, weft_dtype lo,
+                                const weft_conv2d_params *p, weft_tensor *const *on, weft_tensor *const *off,
+                                double tol) {
+    weft_tensor *rin[3], *want[4];
+    for (int i = 0; i < 3; i++) {
+        rin[i] = rounded(in[i], lo);
+        weft_tensor_set_requires_grad(rin[i], true);
+    }
+    weft_tensor *y = weft_conv2d(rin[0], rin[1], rin[2], p), *rr = rounded(r, lo);
+    weft_tensor *m = weft_mul(y, rr), *l = weft_sum(m, 0, NULL, false);
+    CHECK(l && weft_backward(l, NULL, NULL) == WEFT_OK);
+    want[0] = rounded(y, lo);
+    for (int i = 0; i < 3; i++) want[i + 1] = rounded(weft_tensor_grad(rin[i]), lo);
+    // the low dtype ran: y differs from the f32 result
+    double d = 0;
+    const float *a = on[0] ? weft_tensor_data(on[0]) : NULL, *b = weft_tensor_data(off[0]);
+    for (int64_t j = 0; a && j < weft_tensor_numel(off[0]); j++) d = fmax(d, fabs(a[j] - b[j]));
+    CHECK(d > 0);
+    static const char *const what[] = {"y", "dx", "dw", "db"};
+    for (int i = 0; i < 4; i++) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "%s autocast %s", dev, what[i]);
+        wt_check_same(msg, on[i], want[i], tol);
+    }
+    weft_tensor *ts[] = {y, rr, m, l, rin[0], rin[1], rin[2], want[0], want[1], want[2], want[3]};
+    for (int i = 0; i < 11; i++) weft_tensor_free(ts[i]);
+}
+
 static void test_conv_autocast(void) {
     weft_conv2d_params p = {{2, 1}, {1, 1}, {1, 1}, 2};
     weft_tensor *in[3], *off[4], *on[4];
@@ -545,15 +577,20 @@ static void test_conv_autocast(void) {
     in[1] = weft_cast(wt_keep(wt_rand64(WEFT_DIMS(6, 2, 3, 3), -1, 1, 52, false)), WEFT_F32);
     in[2] = weft_cast(wt_keep(wt_rand64(WEFT_DIMS(6), -1, 1, 53, false)), WEFT_F32);
     weft_tensor *r = weft_cast(wt_keep(wt_rand64(WEFT_DIMS(3, 6, 5, 8), -1, 1, 54, false)), WEFT_F32);
-    // CPU: no half conv kernel, so autocast leaves conv2d in f32: bit-identical
     conv_autocast_run(in, r, WEFT_DEVICE_CPU, WEFT_F32, &p, off);
-    for (int k = 0; k < 2; k++) {
-        conv_autocast_run(in, r, WEFT_DEVICE_CPU, k ? WEFT_F16 : WEFT_BF16, &p, on);
-        for (int i = 0; i < 4; i++) {
-            wt_check_same("cpu conv2d under autocast", on[i], off[i], 0);
-            weft_tensor_free(on[i]);
-        }
+    // CPU, f16: no f16 conv kernel, so autocast leaves conv2d in f32: bit-identical
+    conv_autocast_run(in, r, WEFT_DEVICE_CPU, WEFT_F16, &p, on);
+    for (int i = 0; i < 4; i++) {
+        wt_check_same("cpu conv2d under f16 autocast", on[i], off[i], 0);
+        weft_tensor_free(on[i]);
     }
+    // CPU, bf16: the bf16 kernels run (oneDNN's bf16 convolution, or im2col
+    // widened), each result rounded once. Against the chain: the f32 sums run
+    // in another order, so a result may round to the neighbouring bf16 value
+    // (one ulp, 2^-8 = 0.4% relative): tolerance 1e-2.
+    conv_autocast_run(in, r, WEFT_DEVICE_CPU, WEFT_BF16, &p, on);
+    check_rounded_chain("cpu", in, r, WEFT_BF16, &p, on, off, 1e-2);
+    for (int i = 0; i < 4; i++) weft_tensor_free(on[i]);
     // the accelerator: its half kernels run (the mock's stand in where no GPU is present)
     weft_device dev;
     bool mock = false;
@@ -567,30 +604,10 @@ static void test_conv_autocast(void) {
     for (int k = 0; k < 2; k++) {
         weft_dtype lo = k ? WEFT_F16 : WEFT_BF16;
         conv_autocast_run(in, r, dev, lo, &p, on);
-        // the chain written out: rounded inputs, f32 conv, y rounded; the
-        // incoming gradient rounded (the cast's backward), each gradient rounded
-        weft_tensor *rin[3], *want[4];
-        for (int i = 0; i < 3; i++) {
-            rin[i] = rounded(in[i], lo);
-            weft_tensor_set_requires_grad(rin[i], true);
-        }
-        weft_tensor *y = weft_conv2d(rin[0], rin[1], rin[2], &p), *rr = rounded(r, lo);
-        weft_tensor *m = weft_mul(y, rr), *l = weft_sum(m, 0, NULL, false);
-        CHECK(l && weft_backward(l, NULL, NULL) == WEFT_OK);
-        want[0] = rounded(y, lo);
-        for (int i = 0; i < 3; i++) want[i + 1] = rounded(weft_tensor_grad(rin[i]), lo);
-        // the low dtype ran: y differs from the f32 result
-        double d = 0;
-        const float *a = on[0] ? weft_tensor_data(on[0]) : NULL, *b = weft_tensor_data(off[0]);
-        for (int64_t j = 0; a && j < weft_tensor_numel(off[0]); j++) d = fmax(d, fabs(a[j] - b[j]));
-        CHECK(d > 0);
-        static const char *const what[] = {"autocast y", "autocast dx", "autocast dw", "autocast db"};
         // on a GPU: cuBLAS sums in another order (test_cuda_conv checks those
         // numbers against bounds); here the tolerance only keeps the check honest
-        for (int i = 0; i < 4; i++) wt_check_same(what[i], on[i], want[i], mock ? 0 : (k ? 1e-2 : 3e-2));
-        weft_tensor *ts[] = {y, rr, m, l, rin[0], rin[1], rin[2], want[0], want[1], want[2], want[3],
-                             on[0], on[1], on[2], on[3]};
-        for (int i = 0; i < 15; i++) weft_tensor_free(ts[i]);
+        check_rounded_chain(mock ? "mock" : "cuda", in, r, lo, &p, on, off, mock ? 0 : (k ? 1e-2 : 3e-2));
+        for (int i = 0; i < 4; i++) weft_tensor_free(on[i]);
     }
     for (int i = 0; i < 4; i++) weft_tensor_free(off[i]);
     for (int i = 0; i < 3; i++) weft_tensor_free(in[i]);

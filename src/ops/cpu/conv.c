@@ -1,6 +1,8 @@
-// CPU kernels of conv2d: im2col + GEMM (OpenBLAS), and the fused backward
-// ops (col2im of W^T dY for the input, dY col^T summed over the batch for the
-// weight).
+// CPU kernels of conv2d: im2col + GEMM (the shared CPU GEMM, gemm.h), and the
+// fused backward ops (col2im of W^T dY for the input, dY col^T summed over the
+// batch for the weight). The three entry points at the end hand each f32 call
+// to weft_cpu_conv_run (conv_onednn.c), which runs oneDNN's convolution
+// instead where that measures faster for the shape (WEFT_CONV).
 //
 // Threading: with at least two images and enough work, OpenMP threads take
 // whole images and call single-threaded GEMMs; each thread's column buffer
@@ -15,6 +17,7 @@
 
 #include "../../device/device_impl.h"
 #include "../op.h"
+#include "conv_onednn.h"
 #include "gemm.h"
 
 // Scratch buffers come from the caching allocator: a fresh malloc of a
@@ -267,7 +270,7 @@ static weft_status conv2d_nhwc(const weft_op_args *a) {
 
 // x (N,C,H,W), w (O,Cg,KH,KW), bias (O) -> y (N,O,OH,OW); per image and group:
 // y_g (Og, L) = w_g (Og, Kg) @ col_g (Kg, L) (+ bias broadcast along L).
-weft_status weft_cpu_conv2d(const weft_op_args *a) {
+static weft_status im2col_conv2d(const weft_op_args *a) {
     if (a->attrs->i[7] == 1) return conv2d_nhwc(a);
     const weft_tensor *x = a->in[0], *w = a->in[1], *b = a->n_in > 2 ? a->in[2] : NULL;
     weft_tensor *y = a->out[0];
@@ -331,7 +334,7 @@ weft_status weft_cpu_conv2d(const weft_op_args *a) {
 
 // gy (N,O,OH,OW), w (O,Cg,KH,KW) -> dx (N,C,H,W); per image and group:
 // dcol (Kg, L) = w_g^T (Kg, Og) @ gy_g (Og, L), then col2im into dx.
-weft_status weft_cpu_conv2d_backward_input(const weft_op_args *a) {
+static weft_status im2col_conv2d_backward_input(const weft_op_args *a) {
     const weft_tensor *gy = a->in[0], *w = a->in[1];
     weft_tensor *dx = a->out[0];
     conv_geom g;
@@ -377,7 +380,7 @@ weft_status weft_cpu_conv2d_backward_input(const weft_op_args *a) {
 // dw_g += gy_g (Og, L) @ col_g^T (L, Kg) over the images. Each thread sums
 // its images into a private buffer; the buffers are added in thread order
 // (deterministic for a given thread count).
-weft_status weft_cpu_conv2d_backward_weight(const weft_op_args *a) {
+static weft_status im2col_conv2d_backward_weight(const weft_op_args *a) {
     const weft_tensor *gy = a->in[0], *x = a->in[1];
     weft_tensor *dw = a->out[0];
     conv_geom g;
@@ -440,6 +443,15 @@ weft_status weft_cpu_conv2d_backward_weight(const weft_op_args *a) {
     return oom ? weft_error(WEFT_ERR_OOM, "conv2d_backward_weight: out of memory") : WEFT_OK;
 }
 
+// The kernels of the op table (def_conv.c): oneDNN or the im2col code above.
+weft_status weft_cpu_conv2d(const weft_op_args *a) { return weft_cpu_conv_run(WEFT_CONV_FWD, a, im2col_conv2d); }
+weft_status weft_cpu_conv2d_backward_input(const weft_op_args *a) {
+    return weft_cpu_conv_run(WEFT_CONV_BWD_DATA, a, im2col_conv2d_backward_input);
+}
+weft_status weft_cpu_conv2d_backward_weight(const weft_op_args *a) {
+    return weft_cpu_conv_run(WEFT_CONV_BWD_WEIGHT, a, im2col_conv2d_backward_weight);
+}
+
 // gy (N,O,OH,OW) -> db (O): each channel sums N rows of L contiguous values.
 // 16 independent lanes let the compiler vectorise the row sum without
 // reassociating; rows are then added in double.
@@ -457,7 +469,7 @@ weft_status weft_cpu_conv2d_backward_weight(const weft_op_args *a) {
 DEFINE_ROWSUM(float)
 DEFINE_ROWSUM(double)
 
-weft_status weft_cpu_conv2d_backward_bias(const weft_op_args *a) {
+static weft_status backward_bias(const weft_op_args *a) {
     const weft_tensor *gy = a->in[0];
     weft_tensor *db = a->out[0];
     void *gtmp;
@@ -478,3 +490,5 @@ weft_status weft_cpu_conv2d_backward_bias(const weft_op_args *a) {
     scratch_free(gtmp);
     return WEFT_OK;
 }
+
+weft_status weft_cpu_conv2d_backward_bias(const weft_op_args *a) { return weft_cpu_conv_widened(a, backward_bias); }
