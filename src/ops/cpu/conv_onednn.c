@@ -44,6 +44,7 @@
 
 #include "../../device/device_impl.h"
 #include "conv_onednn.h"
+#include "onednn.h"
 #include "iter.h"
 
 // ---- the backend setting ----
@@ -116,15 +117,7 @@ static bool make_key(weft_conv_dir dir, const weft_op_args *a, conv_key *k) {
 
 #ifdef WEFT_HAVE_ONEDNN
 
-static dnnl_engine_t g_eng;
-static dnnl_stream_t g_stream;
-static bool g_dnnl_ok;
-static pthread_once_t g_dnnl_once = PTHREAD_ONCE_INIT;
-
-static void dnnl_init(void) {
-    g_dnnl_ok = dnnl_engine_create(&g_eng, dnnl_cpu, 0) == dnnl_success &&
-                dnnl_stream_create(&g_stream, g_eng, dnnl_stream_default_flags) == dnnl_success;
-}
+// The process's engine and stream are the shared ones (onednn.h).
 
 // Execute arguments of the two inputs and the output, per direction
 // (conv_onednn.h lists the operands).
@@ -205,8 +198,7 @@ static size_t scratch_of(const_dnnl_primitive_desc_t pd, dnnl_memory_desc_t *md)
 
 // Creates the primitive of k and its reorders; NULL on any failure.
 static prim *prim_create(const conv_key *k) {
-    pthread_once(&g_dnnl_once, dnnl_init);
-    if (!g_dnnl_ok) return NULL;
+    if (!weft_onednn_engine()) return NULL;
     prim *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->k = *k;
@@ -217,9 +209,9 @@ static prim *prim_create(const conv_key *k) {
               dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
     if (ok && k->dir != WEFT_CONV_FWD) // the backward primitives are chosen to match a forward one
         ok = conv_desc(k, WEFT_CONV_FWD, dnnl_forward_training, &d) &&
-             dnnl_primitive_desc_create(&hint, &d, attr, g_eng, NULL) == dnnl_success;
+             dnnl_primitive_desc_create(&hint, &d, attr, weft_onednn_engine(), NULL) == dnnl_success;
     ok = ok && conv_desc(k, k->dir, dnnl_forward_inference, &d) &&
-         dnnl_primitive_desc_create(&pd, &d, attr, g_eng, hint) == dnnl_success &&
+         dnnl_primitive_desc_create(&pd, &d, attr, weft_onednn_engine(), hint) == dnnl_success &&
          dnnl_primitive_create(&p->conv, pd) == dnnl_success;
     // User layouts in slot order: FWD (x, w, y), BWD_DATA (gy, w, dx), BWD_WEIGHT (gy, x, dw).
     dnnl_memory_desc_t x, w, y;
@@ -238,7 +230,7 @@ static prim *prim_create(const conv_key *k) {
         if (dnnl_memory_desc_equal(&p->user[r], m)) continue;
         const dnnl_memory_desc_t *from = r < 2 ? &p->user[r] : m, *to = r < 2 ? m : &p->user[r];
         dnnl_primitive_desc_t rpd = NULL;
-        ok = dnnl_reorder_primitive_desc_create(&rpd, from, g_eng, to, g_eng, attr) == dnnl_success &&
+        ok = dnnl_reorder_primitive_desc_create(&rpd, from, weft_onednn_engine(), to, weft_onednn_engine(), attr) == dnnl_success &&
              dnnl_primitive_create(&p->reorder[r], rpd) == dnnl_success;
         if (ok) {
             size_t s = scratch_of(rpd, &p->scratch_md[1 + r]);
@@ -267,19 +259,19 @@ static bool prim_exec(const prim *p, void *const ptr[3], void *bias) {
     dnnl_memory_t um[3] = {0}, im[3] = {0}, bm = NULL, sm[4] = {0};
     bool ok = true;
     for (int r = 0; ok && r < 3; r++) {
-        ok = dnnl_memory_create(&um[r], &p->user[r], g_eng, ptr[r]) == dnnl_success;
+        ok = dnnl_memory_create(&um[r], &p->user[r], weft_onednn_engine(), ptr[r]) == dnnl_success;
         if (ok && p->reorder[r])
-            ok = dnnl_memory_create(&im[r], &p->inner[r], g_eng, buf + p->inner_off[r]) == dnnl_success;
+            ok = dnnl_memory_create(&im[r], &p->inner[r], weft_onednn_engine(), buf + p->inner_off[r]) == dnnl_success;
     }
-    if (ok && bias) ok = dnnl_memory_create(&bm, &p->user[3], g_eng, bias) == dnnl_success;
+    if (ok && bias) ok = dnnl_memory_create(&bm, &p->user[3], weft_onednn_engine(), bias) == dnnl_success;
     for (int i = 0; ok && i < 4; i++) // scratchpads share one buffer: the primitives run one after another
         if (i == 0 || p->reorder[i - 1])
-            ok = dnnl_memory_create(&sm[i], &p->scratch_md[i], g_eng, scratch) == dnnl_success;
+            ok = dnnl_memory_create(&sm[i], &p->scratch_md[i], weft_onednn_engine(), scratch) == dnnl_success;
     // Inputs into the primitive's layouts.
     for (int r = 0; ok && r < 2; r++) {
         if (!p->reorder[r]) continue;
         dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, um[r]}, {DNNL_ARG_TO, im[r]}, {DNNL_ARG_SCRATCHPAD, sm[1 + r]}};
-        ok = dnnl_primitive_execute(p->reorder[r], g_stream, 3, args) == dnnl_success;
+        ok = dnnl_primitive_execute(p->reorder[r], weft_onednn_stream(), 3, args) == dnnl_success;
     }
     if (ok) {
         dnnl_exec_arg_t args[5];
@@ -287,13 +279,13 @@ static bool prim_exec(const prim *p, void *const ptr[3], void *bias) {
         for (int r = 0; r < 3; r++) args[n++] = (dnnl_exec_arg_t){k_args[p->k.dir][r], im[r] ? im[r] : um[r]};
         if (bm) args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, bm};
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, sm[0]};
-        ok = dnnl_primitive_execute(p->conv, g_stream, n, args) == dnnl_success;
+        ok = dnnl_primitive_execute(p->conv, weft_onednn_stream(), n, args) == dnnl_success;
     }
     if (ok && p->reorder[2]) { // the output back into the user's layout
         dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, im[2]}, {DNNL_ARG_TO, um[2]}, {DNNL_ARG_SCRATCHPAD, sm[3]}};
-        ok = dnnl_primitive_execute(p->reorder[2], g_stream, 3, args) == dnnl_success;
+        ok = dnnl_primitive_execute(p->reorder[2], weft_onednn_stream(), 3, args) == dnnl_success;
     }
-    if (ok) ok = dnnl_stream_wait(g_stream) == dnnl_success;
+    if (ok) ok = dnnl_stream_wait(weft_onednn_stream()) == dnnl_success;
     for (int r = 0; r < 3; r++) {
         if (um[r]) dnnl_memory_destroy(um[r]);
         if (im[r]) dnnl_memory_destroy(im[r]);

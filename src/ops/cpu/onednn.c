@@ -22,6 +22,8 @@ dnnl_engine_t weft_onednn_engine(void) {
     return g_stream ? g_engine : NULL;
 }
 
+dnnl_stream_t weft_onednn_stream(void) { return weft_onednn_engine() ? g_stream : NULL; }
+
 bool weft_onednn_run(dnnl_primitive_t p, int nargs, const dnnl_exec_arg_t *args) {
     if (!p || !weft_onednn_engine()) return false;
     pthread_mutex_lock(&g_run_mu);

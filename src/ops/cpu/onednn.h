@@ -15,6 +15,11 @@
 // The process's CPU engine (created at the first call); NULL if it failed.
 dnnl_engine_t weft_onednn_engine(void);
 
+// The process's stream on that engine (NULL if the engine failed). On the
+// CPU runtime a primitive with a user scratchpad may run on it from several
+// threads at once (conv_onednn.c does); weft_onednn_run serialises instead.
+dnnl_stream_t weft_onednn_stream(void);
+
 // The primitive stored under key (a plain struct, compared byte for byte:
 // zero it before filling it in), else make(key, ctx)'s, stored for next time.
 // NULL when make returns NULL (it could not build one: the caller falls back).
