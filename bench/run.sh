@@ -79,6 +79,7 @@ done
 list=$(IFS=,; echo "${COUNTS[*]}")
 echo "# threads=$list rounds=$ROUNDS $(date -u +%Y-%m-%dT%H:%MZ) $(uname -m) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "# peer torch $peer threads=${peer_threads#,} ($PY)"
+[ -x "$BUILD/weft" ] && echo "# weft $("$BUILD/weft" info 2>/dev/null | sed -n 's/^cpu kernels: //p')"
 [ -z "$SKIPPED" ] || echo "# note: threads=$(echo $SKIPPED | tr ' ' ,) skipped: more than nproc=$NPROC"
 scaling=${WEFT_BENCH_THREADS:+1}
 tmp=$(mktemp -d)
