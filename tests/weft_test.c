@@ -115,6 +115,17 @@ void wt_check_same(const char *what, const weft_tensor *a, const weft_tensor *b,
 
 bool wt_error_has(const char *s) { return strstr(weft_last_error(), s) != NULL; }
 
+const char *wt_models_dir(void) {
+    static char dir[1024];
+    const char *env = getenv("WEFT_MODELS_DIR");
+#ifdef WEFT_SOURCE_DIR
+    snprintf(dir, sizeof dir, "%s/", env ? env : WEFT_SOURCE_DIR "/models");
+#else
+    snprintf(dir, sizeof dir, "%s/", env ? env : "../models");
+#endif
+    return dir;
+}
+
 static void put_be32(FILE *f, uint32_t v) {
     unsigned char b[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8), (unsigned char)v};
     fwrite(b, 1, 4, f);

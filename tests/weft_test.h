@@ -52,6 +52,9 @@ void wt_check_values(const char *what, const weft_tensor *t, const double *ref, 
 void wt_check_same(const char *what, const weft_tensor *a, const weft_tensor *b, double tol);
 // The last error message contains s.
 bool wt_error_has(const char *s);
+// The shipped model files' folder, ending in '/': $WEFT_MODELS_DIR, else the source tree's models/
+// (WEFT_SOURCE_DIR, set by CMake), so a test finds them from any build folder.
+const char *wt_models_dir(void);
 // Synthetic Fashion-MNIST IDX files dir/<prefix>-{images-idx3,labels-idx1}-ubyte: n 28x28
 // images whose label k shows as a bright band at rows 2k+4..2k+6 over LCG noise.
 void wt_write_fmnist_split(const char *dir, const char *prefix, int n, uint32_t seed);

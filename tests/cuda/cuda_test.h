@@ -102,4 +102,86 @@ static inline void wt_cuda_compare(const char *what, wt_cuda_fn f, void *ctx, in
     }
 }
 
+// Runs f on the f64 inputs cast to dt on dev; res[0] is its output and res[1 + i] input i's gradient of
+// sum(out * w) (w from wt_vals, as in wt_cuda_compare), all as f64 values (malloc'd; NULL where none).
+static inline bool wt_run_as(wt_cuda_fn f, void *ctx, int n, weft_tensor *const *in64, weft_dtype dt,
+                             weft_device dev, double **res, int64_t *len) {
+    weft_tensor *in[16] = {0}, *o = NULL, *w = NULL, *m = NULL, *l = NULL;
+    bool ok = true;
+    for (int i = 0; i <= n; i++) res[i] = NULL;
+    for (int i = 0; i < n && ok; i++) {
+        weft_tensor *c = weft_cast(in64[i], dt), *d = c ? weft_tensor_to(c, dev) : NULL;
+        in[i] = d ? weft_tensor_detach(d) : NULL; // a leaf, whatever cast and to returned
+        weft_tensor_free(c);
+        weft_tensor_free(d);
+        ok = in[i] != NULL;
+        if (ok) weft_tensor_set_requires_grad(in[i], true);
+    }
+    if (ok) ok = (o = f(in, ctx)) != NULL;
+    if (ok) {
+        int64_t k = weft_tensor_numel(o);
+        double *wv = malloc(sizeof(double) * (size_t)(k ? k : 1));
+        wt_vals(wv, k, -1, 1, 12345);
+        weft_tensor *w64 = weft_tensor_from_data(wv, weft_tensor_ndim(o), weft_tensor_sizes(o), WEFT_F64);
+        weft_tensor *wc = weft_cast(w64, dt);
+        w = wc ? weft_tensor_to(wc, dev) : NULL;
+        free(wv);
+        weft_tensor_free(w64);
+        weft_tensor_free(wc);
+        ok = w && (m = weft_mul(o, w)) && (l = weft_sum(m, 0, NULL, false)) && weft_backward(l, NULL, NULL) == WEFT_OK;
+    }
+    for (int i = 0; i <= n && ok; i++) {
+        weft_tensor *t = i == 0 ? o : weft_tensor_grad(in[i - 1]);
+        if (!t) continue;
+        len[i] = weft_tensor_numel(t);
+        res[i] = malloc(sizeof(double) * (size_t)(len[i] ? len[i] : 1));
+        weft_tensor_to_f64(t, res[i], len[i]);
+    }
+    weft_tensor *ts[] = {o, w, m, l};
+    for (int i = 0; i < 4; i++) weft_tensor_free(ts[i]);
+    for (int i = 0; i < n; i++) weft_tensor_free(in[i]);
+    return ok;
+}
+
+// For results that f32 rounding moves far from the exact value (a long recurrence, a large sum): the
+// output and every input gradient of f in f32 on CUDA must be as close to the f64 result on the CPU as
+// the f32 result on the CPU is, within `margin` times its largest error (plus 1e-6 of the largest
+// reference value). Prints both errors. dev is WT_CUDA0 in the tests (the CPU gives a self-check).
+static inline void wt_cuda_compare_f64(const char *what, wt_cuda_fn f, void *ctx, int n, weft_tensor *const *in64,
+                                       double margin, weft_device dev) {
+    double *ref[17] = {0}, *cpu[17] = {0}, *acc[17] = {0};
+    int64_t len[17] = {0}, l2[17] = {0}, l3[17] = {0};
+    bool ok = wt_run_as(f, ctx, n, in64, WEFT_F64, WEFT_DEVICE_CPU, ref, len) &&
+              wt_run_as(f, ctx, n, in64, WEFT_F32, WEFT_DEVICE_CPU, cpu, l2) &&
+              wt_run_as(f, ctx, n, in64, WEFT_F32, dev, acc, l3);
+    CHECK(ok);
+    for (int i = 0; i <= n && ok; i++) {
+        if (!ref[i]) continue;
+        CHECK(cpu[i] && acc[i] && l2[i] == len[i] && l3[i] == len[i]);
+        if (!cpu[i] || !acc[i]) continue;
+        double ec = 0, ed = 0, big = 0;
+        int64_t at = 0;
+        for (int64_t j = 0; j < len[i]; j++) {
+            double a = fabs(cpu[i][j] - ref[i][j]), b = fabs(acc[i][j] - ref[i][j]);
+            ec = a > ec ? a : ec;
+            if (!(b <= ed)) at = j; // NaN counts as worst
+            ed = b > ed || isnan(b) ? b : ed;
+            big = fabs(ref[i][j]) > big ? fabs(ref[i][j]) : big;
+        }
+        bool good = ed <= margin * ec + 1e-6 * big;
+        printf("%s: %s: largest error against f64: cpu f32 %.3g, %s f32 %.3g (of values up to %.3g)%s\n", what,
+               i == 0 ? "output" : "gradient", ec, dev.type == WEFT_CPU ? "cpu" : "cuda", ed, big,
+               good ? "" : " FAIL");
+        if (!good)
+            fprintf(stderr, "%s: %s %d: element %lld: %.17g, f64 %.17g, cpu f32 %.17g\n", what,
+                    i == 0 ? "output" : "gradient of input", i - 1, (long long)at, acc[i][at], ref[i][at], cpu[i][at]);
+        CHECK(good);
+    }
+    for (int i = 0; i <= n; i++) {
+        free(ref[i]);
+        free(cpu[i]);
+        free(acc[i]);
+    }
+}
+
 #endif

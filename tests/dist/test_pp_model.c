@@ -20,13 +20,13 @@ static int size, rank;
 enum { STEPS = 4 };
 
 static weft_model_cfg *load(const char *name, const char *from, const char *to) {
-    char path[256], *text = NULL;
-    FILE *f = NULL;
-    for (int up = 0; up < 3 && !f; up++) {
-        snprintf(path, sizeof path, "%smodels/%s", up == 0 ? "" : up == 1 ? "../" : "../../", name);
-        f = fopen(path, "rb");
+    char path[1200], *text = NULL;
+    snprintf(path, sizeof path, "%s%s", wt_models_dir(), name);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "%s: cannot open\n", path);
+        return NULL;
     }
-    if (!f) return NULL;
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);

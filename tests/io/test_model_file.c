@@ -9,18 +9,7 @@
 
 static char g_models[512]; // .../models/
 
-static void find_models(void) {
-    const char *env = getenv("WEFT_MODELS_DIR");
-    if (env) {
-        snprintf(g_models, sizeof g_models, "%s/", env);
-        return;
-    }
-    // __FILE__ is .../tests/io/test_model_file.c under CMake
-    snprintf(g_models, sizeof g_models, "%s", __FILE__);
-    char *t = strstr(g_models, "tests/io/test_model_file.c");
-    if (t) strcpy(t, "models/");
-    else strcpy(g_models, "../models/");
-}
+static void find_models(void) { snprintf(g_models, sizeof g_models, "%s", wt_models_dir()); }
 
 static weft_model_cfg *load_model(const char *file) {
     char path[600];
@@ -52,9 +41,9 @@ static bool shape_is(const int64_t *s, int nd, int want_nd, int64_t a, int64_t b
     return true;
 }
 
-static const char *SHIPPED[] = {"fmnist-mlp.cfg", "fmnist-cnn.cfg", "kjv-gpt.cfg",
-                                "kjv-lstm.cfg",   "logreg.cfg",     "svm.cfg"};
-#define N_SHIPPED 6
+static const char *SHIPPED[] = {"fmnist-mlp.cfg", "fmnist-cnn.cfg", "kjv-gpt.cfg",        "kjv-lstm.cfg",
+                                "logreg.cfg",     "svm.cfg",        "gpt2-small-bytes.cfg"};
+#define N_SHIPPED 7
 
 static void test_mlp(void) {
     weft_model_cfg *c = load_model("fmnist-mlp.cfg");
@@ -153,6 +142,28 @@ static void test_classic(void) {
     weft_model_cfg_free(c);
     c = load_model("svm.cfg");
     CHECK(c && c->n_layers == 2 && c->net.loss == WEFT_CFG_HINGE && c->net.momentum == 0.9);
+    weft_model_cfg_free(c);
+}
+
+// The GPT-2-small-sized GPU workload: its shape, and 86,235,904 parameters counted by hand (embeddings
+// 256*768 + 1024*768; per block 2 layer norms 2*1536, qkv 768*2304 + 2304, projection 768*768 + 768,
+// MLP 768*3072 + 3072 + 3072*768 + 768; final layer norm 1536; head 768*256 + 256).
+static void test_gpt2_small(void) {
+    weft_model_cfg *c = load_model("gpt2-small-bytes.cfg");
+    CHECK(c);
+    if (!c) return;
+    const weft_net_cfg *n = &c->net;
+    CHECK(n->context == 1024 && n->batch == 8 && n->vocab == 256 && n->precision == WEFT_CFG_BF16);
+    CHECK(n->optimizer == WEFT_CFG_ADAMW && n->lr == 6e-4 && n->weight_decay == 0.1);
+    CHECK(c->n_layers == 4 && c->layers[1].attn.dim == 768 && c->layers[1].attn.heads == 12 &&
+          c->layers[1].attn.blocks == 12);
+    int64_t block = 2 * 1536 + 768 * 2304 + 2304 + 768 * 768 + 768 + 768 * 3072 + 3072 + 3072 * 768 + 768;
+    int64_t want = 256 * 768 + 1024 * 768 + 12 * block + 1536 + 768 * 256 + 256;
+    weft_generator *g = weft_generator_create(1);
+    weft_module *m = weft_model_build(c, g, g);
+    CHECK(m && want == 86235904 && weft_module_num_elements(m) == want);
+    weft_module_free(m);
+    weft_generator_free(g);
     weft_model_cfg_free(c);
 }
 
@@ -597,6 +608,7 @@ int main(void) {
     RUN(test_mlp);
     RUN(test_cnn);
     RUN(test_gpt_lstm);
+    RUN(test_gpt2_small);
     RUN(test_classic);
     RUN(test_roundtrip);
     RUN(test_errors);

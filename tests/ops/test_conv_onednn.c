@@ -130,7 +130,7 @@ static weft_tensor *bf16_round_trip(weft_tensor *t, weft_dtype to) {
     return r;
 }
 static void test_bf16(void) {
-    bool have = weft_cpu_conv_have_onednn();
+    bool have = weft_cpu_conv_have_onednn_bf16(); // else oneDNN's bf16 attempt falls back to im2col
     static const int which[] = {0, 1, 2, 8};
     for (size_t j = 0; j < sizeof which / sizeof which[0]; j++) {
         const shape *s = &k_shapes[which[j]];

@@ -419,14 +419,7 @@ static void test_graph_device_missing(void) {
 }
 
 int main(void) {
-    const char *env = getenv("WEFT_MODELS_DIR");
-    if (env) snprintf(g_models, sizeof g_models, "%s/", env);
-    else {
-        snprintf(g_models, sizeof g_models, "%s", __FILE__); // .../tests/train/test_graph_train.c under CMake
-        char *t = strstr(g_models, "tests/train/test_graph_train.c");
-        if (t) strcpy(t, "models/");
-        else strcpy(g_models, "../models/");
-    }
+    snprintf(g_models, sizeof g_models, "%s", wt_models_dir());
     snprintf(g_dir, sizeof g_dir, "/tmp/weft_test_gtrain_XXXXXX");
     if (!mkdtemp(g_dir)) return 1;
     wt_write_fmnist_split(g_dir, "train", 500, 1);

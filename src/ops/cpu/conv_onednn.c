@@ -371,6 +371,28 @@ static bool onednn_run(const conv_key *k, const weft_op_args *a) {
 
 #endif
 
+bool weft_cpu_conv_have_onednn_bf16(void) {
+#ifdef WEFT_HAVE_ONEDNN
+    static int have = -1; // decided once: can oneDNN build a bf16 convolution on this CPU (AVX512-BF16, AMX)?
+    int h = __atomic_load_n(&have, __ATOMIC_RELAXED);
+    if (h < 0) {
+        conv_key k; // (1,16,8,8) * (16,16,1,1), stride 1, no padding, dilation 1, one group
+        memset(&k, 0, sizeof k);
+        for (int d = 0; d < 4; d++) k.x[d] = k.w[d] = k.y[d] = 1;
+        k.x[1] = k.w[0] = k.w[1] = k.y[1] = 16, k.x[2] = k.x[3] = k.y[2] = k.y[3] = 8;
+        k.at[0] = k.at[1] = k.at[4] = k.at[5] = k.at[6] = 1;
+        k.dtype = WEFT_BF16;
+        prim *p = prim_create(&k);
+        h = p != NULL;
+        prim_destroy(p);
+        __atomic_store_n(&have, h, __ATOMIC_RELAXED);
+    }
+    return h;
+#else
+    return false;
+#endif
+}
+
 // ---- bf16 on the im2col path ----
 
 weft_status weft_cpu_conv_widened(const weft_op_args *a, weft_conv_kernel f32) {

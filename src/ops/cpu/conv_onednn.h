@@ -39,6 +39,8 @@ weft_status weft_cpu_conv_widened(const weft_op_args *a, weft_conv_kernel f32);
 void weft_cpu_conv_set_backend(weft_conv_backend b);
 weft_conv_backend weft_cpu_conv_get_backend(void);
 bool weft_cpu_conv_have_onednn(void);
+// oneDNN can run bf16 convolutions on this CPU (it has AVX512-BF16 or AMX); else bf16 runs im2col widened.
+bool weft_cpu_conv_have_onednn_bf16(void);
 // How many convolutions oneDNN has computed in this process (tests check
 // that a forced oneDNN run really took that path).
 int64_t weft_cpu_conv_onednn_runs(void);
