@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "cu_index.h"
 #include "cu_tensor.h"
 
 #define WEFT_CU_THREADS 256
@@ -36,6 +37,37 @@ static inline bool weft_cu_contiguous(const weft_cu_tensor &t) {
     }
     return true;
 }
+
+// The 32-bit layout (cu_index.h) of n descriptors of one shape (t[0]'s), false where 32 bits do not hold it.
+static inline bool weft_cu_index_of(weft_cu_index *x, int n, const weft_cu_tensor *t) {
+    const int64_t *st[WEFT_CU_INDEX_OPS];
+    if (n > WEFT_CU_INDEX_OPS) return false;
+    for (int k = 0; k < n; k++) st[k] = t[k].strides;
+    return weft_cu_index_make(x, t[0].ndim, t[0].sizes, n, st);
+}
+
+// The offsets of logical index i in the N operands of x: weft_cu_index_offsets unrolled over the dims, so x
+// (a kernel parameter) is read with constant indices and never copied to local memory.
+template <int N>
+__device__ __forceinline__ void weft_cu_offsets32(const weft_cu_index &x, uint32_t i, uint32_t (&off)[N]) {
+#pragma unroll
+    for (int k = 0; k < N; k++) off[k] = 0;
+#pragma unroll
+    for (int j = 0; j < WEFT_CU_MAX_DIMS; j++) {
+        if (j == x.ndim) break;
+        uint32_t q = weft_cu_div(x.div[j], i), r = i - q * x.div[j].d;
+#pragma unroll
+        for (int k = 0; k < N; k++) off[k] += r * (uint32_t)x.strides[k][j];
+        i = q;
+    }
+}
+
+// V elements moved as one aligned load or store (16 bytes of f32 at V = 4). A kernel uses it only where the
+// host found every pointer aligned to sizeof(T) * V (weft_cu_aligned).
+template <typename T, int V> struct alignas(sizeof(T) * V) weft_cu_pack {
+    T v[V];
+};
+static inline bool weft_cu_aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 
 #define WEFT_CU_GRID_LOOP(i, n) \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)

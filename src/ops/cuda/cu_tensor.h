@@ -21,4 +21,17 @@ typedef struct weft_cu_tensor {
 // weft_dtype values, repeated for the .cu files (checked against core.h in common.c)
 enum { WEFT_CU_F32 = 0, WEFT_CU_F64, WEFT_CU_I32, WEFT_CU_I64, WEFT_CU_BOOL, WEFT_CU_U8, WEFT_CU_F16, WEFT_CU_BF16 };
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+// n <= WEFT_CU_COALESCE_MAX descriptors of one shape (t[0]'s): drop size-1 dims
+// and merge each dim into the one inside it where every operand's strides
+// allow, keeping each operand's elements and order (common.c; the copy,
+// elementwise and fused kernels).
+#define WEFT_CU_COALESCE_MAX 18
+void weft_cu_coalesce(int n, weft_cu_tensor *t);
+#ifdef __cplusplus
+}
+#endif
+
 #endif

@@ -12,11 +12,7 @@
 #include "../op.h"
 #include "cu_tensor.h"
 
-// n <= WEFT_CU_COALESCE_MAX descriptors of one shape (t[0]'s): drop size-1 dims
-// and merge each dim into the one inside it where every operand's strides
-// allow, keeping each operand's elements and order (elementwise and fused kernels).
-#define WEFT_CU_COALESCE_MAX 18
-void weft_cu_coalesce(int n, weft_cu_tensor *t);
+// (weft_cu_coalesce is in cu_tensor.h, for the launchers too.)
 // The tensor as it is (its own sizes and strides).
 weft_cu_tensor weft_cu_desc(const weft_tensor *t);
 // t read as if broadcast to (ndim, sizes): NumPy rules, stride 0 along

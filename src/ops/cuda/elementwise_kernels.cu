@@ -5,11 +5,16 @@
 // maximum/minimum propagate a NaN in either operand).
 //
 // One kernel template per (variant, dtype), the variant a template
-// parameter so each instantiation is a straight loop; two shapes of loop:
-// - *_contig: every operand contiguous with out's shape: index i directly;
-// - *_strided: per operand a kind (contiguous / one scalar / strided, the
-//   same for every thread, so the branch is uniform) and weft_cu_offset only
-//   for the strided ones.
+// parameter so each instantiation is a straight loop; three shapes of loop:
+// - *_contig: every operand contiguous with out's shape: index i directly,
+//   four elements per step through aligned vector loads where every pointer
+//   allows (16 bytes of f32);
+// - *_strided32: under 2^31 elements and offsets, one pass over the
+//   (coalesced) dims gives every operand's offset, each division by a
+//   precomputed multiplier (cu_index.h);
+// - *_strided: otherwise, per operand a kind (contiguous / one scalar /
+//   strided, the same for every thread, so the branch is uniform) and the
+//   64-bit weft_cu_offset only for the strided ones.
 #include "cu_common.cuh"
 #include "elementwise_kernels.h"
 #include "ew_math.cuh"
@@ -33,9 +38,28 @@ __device__ __forceinline__ int64_t at(const weft_cu_tensor &t, int kind, int64_t
 }
 
 // ---- unary ----
+constexpr int V = 4; // elements per vector step of the contiguous kernels
+
 template <int OP, typename T>
-__global__ void __launch_bounds__(WEFT_CU_THREADS) unary_contig(T *o, const T *x, int64_t n, double sc) {
-    WEFT_CU_GRID_LOOP(i, n) o[i] = unary_op<OP, T>(x[i], sc);
+__global__ void __launch_bounds__(WEFT_CU_THREADS) unary_contig(T *o, const T *x, int64_t n, double sc, bool vectors) {
+    int64_t nv = vectors ? n / V : 0;
+    WEFT_CU_GRID_LOOP(j, nv) {
+        weft_cu_pack<T, V> a = ((const weft_cu_pack<T, V> *)x)[j], r;
+#pragma unroll
+        for (int k = 0; k < V; k++) r.v[k] = unary_op<OP, T>(a.v[k], sc);
+        ((weft_cu_pack<T, V> *)o)[j] = r;
+    }
+    WEFT_CU_GRID_LOOP(j, n - nv * V) o[nv * V + j] = unary_op<OP, T>(x[nv * V + j], sc);
+}
+
+template <int OP, typename T>
+__global__ void __launch_bounds__(WEFT_CU_THREADS)
+    unary_strided32(T *o, const T *x, weft_cu_index ix, uint32_t n, double sc) {
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        uint32_t off[2];
+        weft_cu_offsets32<2>(ix, i, off);
+        o[off[0]] = unary_op<OP, T>(x[off[1]], sc);
+    }
 }
 
 template <int OP, typename T>
@@ -48,12 +72,19 @@ __global__ void __launch_bounds__(WEFT_CU_THREADS)
 
 template <int OP, typename T>
 cudaError_t unary_launch(const weft_cu_tensor &out, const weft_cu_tensor &in, double sc, cudaStream_t s) {
-    unsigned nb = weft_cu_blocks(out.numel);
     int ko = kind_of(out), ki = kind_of(in);
-    if (ko == K_CONTIG && ki == K_CONTIG)
-        unary_contig<OP, T><<<nb, WEFT_CU_THREADS, 0, s>>>((T *)out.data, (const T *)in.data, out.numel, sc);
-    else
-        unary_strided<OP, T><<<nb, WEFT_CU_THREADS, 0, s>>>(out, in, ko, ki, sc);
+    weft_cu_tensor d[2] = {out, in};
+    weft_cu_index ix;
+    if (ko == K_CONTIG && ki == K_CONTIG) {
+        bool vectors = weft_cu_aligned(out.data, sizeof(T) * V) && weft_cu_aligned(in.data, sizeof(T) * V);
+        unary_contig<OP, T><<<weft_cu_blocks(vectors ? out.numel / V + 1 : out.numel), WEFT_CU_THREADS, 0, s>>>(
+            (T *)out.data, (const T *)in.data, out.numel, sc, vectors);
+    } else if (weft_cu_index_of(&ix, 2, d)) {
+        unary_strided32<OP, T><<<weft_cu_blocks(out.numel), WEFT_CU_THREADS, 0, s>>>(
+            (T *)out.data, (const T *)in.data, ix, (uint32_t)out.numel, sc);
+    } else {
+        unary_strided<OP, T><<<weft_cu_blocks(out.numel), WEFT_CU_THREADS, 0, s>>>(out, in, ko, ki, sc);
+    }
     return cudaGetLastError();
 }
 
@@ -109,8 +140,27 @@ namespace {
 
 // ---- binary ----
 template <int OP, typename T, typename TO>
-__global__ void __launch_bounds__(WEFT_CU_THREADS) binary_contig(TO *o, const T *x, const T *y, int64_t n) {
-    WEFT_CU_GRID_LOOP(i, n) o[i] = binary_op<OP, T>(x[i], y[i]);
+__global__ void __launch_bounds__(WEFT_CU_THREADS)
+    binary_contig(TO *o, const T *x, const T *y, int64_t n, bool vectors) {
+    int64_t nv = vectors ? n / V : 0;
+    WEFT_CU_GRID_LOOP(j, nv) {
+        weft_cu_pack<T, V> a = ((const weft_cu_pack<T, V> *)x)[j], b = ((const weft_cu_pack<T, V> *)y)[j];
+        weft_cu_pack<TO, V> r;
+#pragma unroll
+        for (int k = 0; k < V; k++) r.v[k] = binary_op<OP, T>(a.v[k], b.v[k]);
+        ((weft_cu_pack<TO, V> *)o)[j] = r;
+    }
+    WEFT_CU_GRID_LOOP(j, n - nv * V) o[nv * V + j] = binary_op<OP, T>(x[nv * V + j], y[nv * V + j]);
+}
+
+template <int OP, typename T, typename TO>
+__global__ void __launch_bounds__(WEFT_CU_THREADS)
+    binary_strided32(TO *o, const T *x, const T *y, weft_cu_index ix, uint32_t n) {
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        uint32_t off[3];
+        weft_cu_offsets32<3>(ix, i, off);
+        o[off[0]] = binary_op<OP, T>(x[off[1]], y[off[2]]);
+    }
 }
 
 template <int OP, typename T, typename TO>
@@ -125,13 +175,20 @@ template <int OP, typename T>
 cudaError_t binary_launch(const weft_cu_tensor &out, const weft_cu_tensor &a, const weft_cu_tensor &b,
                                  cudaStream_t s) {
     using TO = typename bin_out<OP, T>::type;
-    unsigned nb = weft_cu_blocks(out.numel);
     int ko = kind_of(out), ka = kind_of(a), kb = kind_of(b);
-    if (ko == K_CONTIG && ka == K_CONTIG && kb == K_CONTIG)
-        binary_contig<OP, T, TO><<<nb, WEFT_CU_THREADS, 0, s>>>((TO *)out.data, (const T *)a.data,
-                                                                  (const T *)b.data, out.numel);
-    else
-        binary_strided<OP, T, TO><<<nb, WEFT_CU_THREADS, 0, s>>>(out, a, b, ko, ka, kb);
+    weft_cu_tensor d[3] = {out, a, b};
+    weft_cu_index ix;
+    if (ko == K_CONTIG && ka == K_CONTIG && kb == K_CONTIG) {
+        bool vectors = weft_cu_aligned(out.data, sizeof(TO) * V) && weft_cu_aligned(a.data, sizeof(T) * V) &&
+                       weft_cu_aligned(b.data, sizeof(T) * V);
+        binary_contig<OP, T, TO><<<weft_cu_blocks(vectors ? out.numel / V + 1 : out.numel), WEFT_CU_THREADS, 0, s>>>(
+            (TO *)out.data, (const T *)a.data, (const T *)b.data, out.numel, vectors);
+    } else if (weft_cu_index_of(&ix, 3, d)) {
+        binary_strided32<OP, T, TO><<<weft_cu_blocks(out.numel), WEFT_CU_THREADS, 0, s>>>(
+            (TO *)out.data, (const T *)a.data, (const T *)b.data, ix, (uint32_t)out.numel);
+    } else {
+        binary_strided<OP, T, TO><<<weft_cu_blocks(out.numel), WEFT_CU_THREADS, 0, s>>>(out, a, b, ko, ka, kb);
+    }
     return cudaGetLastError();
 }
 
@@ -204,6 +261,16 @@ __global__ void __launch_bounds__(WEFT_CU_THREADS)
 
 template <typename W>
 __global__ void __launch_bounds__(WEFT_CU_THREADS)
+    where_strided32(W *o, const uint8_t *c, const W *x, const W *y, weft_cu_index ix, uint32_t n) {
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        uint32_t off[4];
+        weft_cu_offsets32<4>(ix, i, off);
+        o[off[0]] = c[off[1]] ? x[off[2]] : y[off[3]];
+    }
+}
+
+template <typename W>
+__global__ void __launch_bounds__(WEFT_CU_THREADS)
     where_strided(weft_cu_tensor out, weft_cu_tensor cond, weft_cu_tensor a, weft_cu_tensor b, int4 k) {
     W *o = (W *)out.data;
     const uint8_t *c = (const uint8_t *)cond.data;
@@ -218,9 +285,15 @@ cudaError_t where_launch(const weft_cu_tensor &out, const weft_cu_tensor &cond, 
                                 const weft_cu_tensor &b, cudaStream_t s) {
     unsigned nb = weft_cu_blocks(out.numel);
     int4 k = make_int4(kind_of(out), kind_of(cond), kind_of(a), kind_of(b));
+    weft_cu_tensor d[4] = {out, cond, a, b};
+    weft_cu_index ix;
     if (k.x == K_CONTIG && k.y == K_CONTIG && k.z == K_CONTIG && k.w == K_CONTIG)
         where_contig<W><<<nb, WEFT_CU_THREADS, 0, s>>>((W *)out.data, (const uint8_t *)cond.data,
                                                          (const W *)a.data, (const W *)b.data, out.numel);
+    else if (weft_cu_index_of(&ix, 4, d))
+        where_strided32<W><<<nb, WEFT_CU_THREADS, 0, s>>>((W *)out.data, (const uint8_t *)cond.data,
+                                                            (const W *)a.data, (const W *)b.data, ix,
+                                                            (uint32_t)out.numel);
     else
         where_strided<W><<<nb, WEFT_CU_THREADS, 0, s>>>(out, cond, a, b, k);
     return cudaGetLastError();
