@@ -25,6 +25,7 @@ static inline weft_optim *bench_model_optim(const weft_net_cfg *n, weft_module *
     weft_optim_opts o = weft_optim_defaults(n->optimizer == WEFT_CFG_ADAMW ? WEFT_OPTIM_ADAMW : WEFT_OPTIM_ADAM);
     o.lr = n->lr;
     o.weight_decay = n->weight_decay;
+    if (n->betas[0] > 0) o.beta1 = n->betas[0], o.beta2 = n->betas[1];
     return weft_optim_create(&o, np < 256 ? np : 256, params, NULL);
 }
 

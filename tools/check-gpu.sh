@@ -103,6 +103,7 @@ job "kjv-gpt --graph" 0.02 models/kjv-gpt.cfg "" "" --graph
 job "kjv-gpt clip=1" 0.02 "$(with_net models/kjv-gpt.cfg clip 'clip = 1.0')" "" ""
 job "fmnist-cnn bf16" 0.02 "$(with_net models/fmnist-cnn.cfg bf16 'precision = bf16')" "" ""
 job "fmnist-cnn f16" 0.02 "$(with_net models/fmnist-cnn.cfg f16 'precision = f16')" "" ""
+job "kjv-gpt bf16" 0.02 "$(with_net models/kjv-gpt.cfg bf16 'precision = bf16')" "" "" # attention in bf16 too
 # Distributed: the parameter server's workers share GPUs as they must. DDP gives each
 # rank GPU (local rank mod GPUs): over NCCL with a GPU per rank, else the ranks share
 # one GPU and the buckets are staged through the host over MPI.

@@ -15,9 +15,9 @@ DEVICE = torch.device(os.environ.get("WEFT_BENCH_DEVICE", "cpu"))
 
 
 class Block(nn.Module):  # pre-LayerNorm transformer block, GELU MLP 4x
-    def __init__(self, c, heads):
+    def __init__(self, c, heads, sdpa=False):
         super().__init__()
-        self.heads = heads
+        self.heads, self.sdpa = heads, sdpa
         self.ln1, self.ln2 = nn.LayerNorm(c), nn.LayerNorm(c)
         self.qkv, self.proj = nn.Linear(c, 3 * c), nn.Linear(c, c)
         self.fc, self.fc_proj = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
@@ -26,6 +26,8 @@ class Block(nn.Module):  # pre-LayerNorm transformer block, GELU MLP 4x
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        if self.sdpa:  # the fused kernel (cuDNN / flash attention on a GPU)
+            return self.proj(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, C))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.heads)
         mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=x.device), 1)
         att = F.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
@@ -37,10 +39,10 @@ class Block(nn.Module):  # pre-LayerNorm transformer block, GELU MLP 4x
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab=256, c=128, ctx=128, heads=4, blocks=4):
+    def __init__(self, vocab=256, c=128, ctx=128, heads=4, blocks=4, sdpa=False):
         super().__init__()
         self.tok, self.pos = nn.Embedding(vocab, c), nn.Embedding(ctx, c)
-        self.blocks = nn.Sequential(*[Block(c, heads) for _ in range(blocks)])
+        self.blocks = nn.Sequential(*[Block(c, heads, sdpa) for _ in range(blocks)])
         self.ln, self.head = nn.LayerNorm(c), nn.Linear(c, vocab)
 
     def forward(self, idx):
@@ -57,14 +59,15 @@ class LSTMLM(nn.Module):
         return self.head(self.lstm(self.emb(idx))[0])
 
 
-def workload(name, model, opt, x, y, per_step, unit, warmup, min_steps, min_s):
+def workload(name, model, opt, x, y, per_step, unit, warmup, min_steps, min_s, autocast=None):
     if not selected(name):
         return
     x, y = x.to(DEVICE), y.to(DEVICE)
 
     def step():
-        out = model(x)
-        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+        with torch.autocast(DEVICE.type, dtype=autocast, enabled=autocast is not None):
+            out = model(x)
+            loss = F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -93,3 +96,9 @@ if __name__ == "__main__":
     lstm = LSTMLM().to(DEVICE)
     workload("train_kjv_lstm", lstm, torch.optim.AdamW(lstm.parameters(), 1e-3), torch.randint(0, 256, (32, 128)),
              torch.randint(0, 256, (32, 128)), 32 * 128, "tokens/s", 2, 10, 3.0)
+    if DEVICE.type == "cuda":  # models/gpt2-small-bytes.cfg: bf16 autocast, AdamW (0.9, 0.95), weight decay 0.1
+        g2 = GPT(c=768, ctx=1024, heads=12, blocks=12, sdpa=True).to(DEVICE)
+        x2, y2 = torch.randint(0, 256, (8, 1024)), torch.randint(0, 256, (8, 1024))
+        for name, m in (("train_gpt2_small_cuda", g2), ("train_gpt2_small_cuda_vs_compile", torch.compile(g2))):
+            opt2 = torch.optim.AdamW(g2.parameters(), 6e-4, betas=(0.9, 0.95), weight_decay=0.1)
+            workload(name, m, opt2, x2, y2, 8 * 1024, "tokens/s", 3, 10, 3.0, autocast=torch.bfloat16)

@@ -1,12 +1,21 @@
 // Op entries of fused causal attention: causal_attention and its backward op.
 // Kernels: cpu/attention.c (CUDA registers its own at init).
 //
-// causal_attention: (q, k, v), each (B,H,T,D), f32 or f64, one shape, any strides
+// causal_attention: (q, k, v), each (B,H,T,D), f32, f64, bf16 or f16, one shape, any strides
 //   -> out 0: o (B,H,T,D), o_i = sum_{j<=i} p_ij v_j, p_ij = exp(s_ij - lse_i), s_ij = scale q_i.k_j
-//      out 1: lse (B,H,T) = log sum_{j<=i} exp(s_ij) (natural log, max-subtracted).
+//      out 1: lse (B,H,T) = log sum_{j<=i} exp(s_ij) (natural log, max-subtracted); f32 for bf16 / f16 q.
+// Under autocast it runs in the autocast dtype (as PyTorch's scaled_dot_product_attention): on CUDA the
+// tensor-core kernels (attention_mma_kernels.cu), on the CPU the f32 kernel on widened operands.
 // causal_attention_backward: (q, k, v, o, lse, go) -> (gq, gk, gv), each (B,H,T,D).
 // attrs: f[0] = scale (both ops).
 #include "op.h"
+
+#define ATTN_DT (WEFT_DT_FLOAT | WEFT_DT(WEFT_BF16) | WEFT_DT(WEFT_F16))
+
+// lse's dtype for q's: f32 for the half types (the softmax statistics stay f32), else q's.
+static weft_dtype lse_dtype(const weft_tensor *q) {
+    return q->dtype == WEFT_BF16 || q->dtype == WEFT_F16 ? WEFT_F32 : (weft_dtype)q->dtype;
+}
 
 weft_status weft_cpu_causal_attention(const weft_op_args *a);
 weft_status weft_cpu_causal_attention_backward(const weft_op_args *a);
@@ -19,7 +28,7 @@ static weft_status check_like(const char *op, const weft_tensor *ref, const weft
     if (x->ndim != 4)
         return weft_error(WEFT_ERR_SHAPE, "%s: %s must be 4-D (B,H,T,D), got %s", op, what,
                           weft_tensor_shape_str(x, s1, sizeof s1));
-    weft_status st = weft_check_dtype(op, x, WEFT_DT_FLOAT, what);
+    weft_status st = weft_check_dtype(op, x, ATTN_DT, what);
     if (st) return st;
     if (x->dtype != ref->dtype)
         return weft_error(WEFT_ERR_DTYPE, "%s: %s is %s, q is %s", op, what, weft_dtype_name((weft_dtype)x->dtype),
@@ -42,7 +51,7 @@ static weft_status infer_attn(const weft_op_args *a, weft_out_meta *o) {
     if (st) return st;
     const weft_tensor *q = a->in[0];
     weft_meta_set(&o[0], 4, q->sizes, (weft_dtype)q->dtype);
-    weft_meta_set(&o[1], 3, q->sizes, (weft_dtype)q->dtype);
+    weft_meta_set(&o[1], 3, q->sizes, lse_dtype(q));
     return WEFT_OK;
 }
 
@@ -53,9 +62,10 @@ static weft_status infer_attn_bw(const weft_op_args *a, weft_out_meta *o) {
     if (!st) st = check_like(a->op->name, a->in[0], a->in[5], "the gradient");
     if (st) return st;
     const weft_tensor *q = a->in[0], *lse = a->in[4];
-    if (lse->dtype != q->dtype || !weft_shape_equal(lse->ndim, lse->sizes, 3, q->sizes)) {
+    if (lse->dtype != lse_dtype(q) || !weft_shape_equal(lse->ndim, lse->sizes, 3, q->sizes)) {
         char s1[96], s2[96];
-        return weft_error(WEFT_ERR_SHAPE, "%s: lse must be (B,H,T) of q's dtype for q %s, got %s %s", a->op->name,
+        return weft_error(WEFT_ERR_SHAPE, "%s: lse must be (B,H,T), %s for q %s, got %s %s", a->op->name,
+                          weft_dtype_name(lse_dtype(q)),
                           weft_tensor_shape_str(q, s1, sizeof s1), weft_dtype_name((weft_dtype)lse->dtype),
                           weft_tensor_shape_str(lse, s2, sizeof s2));
     }
@@ -79,14 +89,14 @@ static weft_status bw_attn(const weft_bw_args *b) {
 }
 
 weft_op_def weft_op_causal_attention = {
-    .name = "causal_attention", .n_in = 3, .n_out = 2,
+    .name = "causal_attention", .n_in = 3, .n_out = 2, .flags = WEFT_OPF_AUTOCAST,
     .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1) | WEFT_SAVE_IN(2) | WEFT_SAVE_OUT(0) | WEFT_SAVE_OUT(1),
     .infer = infer_attn, .backward = bw_attn,
-    .kernel = {[WEFT_CPU] = {weft_cpu_causal_attention, WEFT_DT_FLOAT}}};
+    .kernel = {[WEFT_CPU] = {weft_cpu_causal_attention, ATTN_DT}}};
 // No backward rule of its own: a second-order gradient through it is an error naming it.
 weft_op_def weft_op_causal_attention_backward = {
     .name = "causal_attention_backward", .n_in = 6, .n_out = 3, .infer = infer_attn_bw,
-    .kernel = {[WEFT_CPU] = {weft_cpu_causal_attention_backward, WEFT_DT_FLOAT}}};
+    .kernel = {[WEFT_CPU] = {weft_cpu_causal_attention_backward, ATTN_DT}}};
 
 weft_tensor *weft_causal_attention(weft_tensor *q, weft_tensor *k, weft_tensor *v, double scale) {
     weft_tensor *in[3] = {q, k, v}, *out[WEFT_MAX_OP_OUT];

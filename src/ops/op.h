@@ -142,6 +142,10 @@ typedef struct weft_kernel_inputs {
 } weft_kernel_inputs;
 weft_status weft_kernel_inputs_get(const weft_op_args *a, weft_kernel_inputs *c);
 void weft_kernel_inputs_free(weft_kernel_inputs *c);
+// Runs the f32 kernel f on a with every bf16 / f16 input widened to an f32 copy on its device and every
+// bf16 / f16 output computed in an f32 buffer, then rounded once into place (other operands pass as they
+// are): how a kernel with only f32 arithmetic serves the half types, on any device. At most 8 inputs.
+weft_status weft_kernel_widened(const weft_op_args *a, weft_kernel_fn f);
 // Single-output convenience: returns the output or NULL.
 weft_tensor *weft_op_apply1(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs);
 // Look an op up by name (graph files, model files); NULL if unknown.

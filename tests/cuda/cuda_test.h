@@ -103,7 +103,8 @@ static inline void wt_cuda_compare(const char *what, wt_cuda_fn f, void *ctx, in
 }
 
 // Runs f on the f64 inputs cast to dt on dev; res[0] is its output and res[1 + i] input i's gradient of
-// sum(out * w) (w from wt_vals, as in wt_cuda_compare), all as f64 values (malloc'd; NULL where none).
+// sum(f64(out) * w) (w from wt_vals, as in wt_cuda_compare, in f64), all as f64 values (malloc'd; NULL where
+// none).
 static inline bool wt_run_as(wt_cuda_fn f, void *ctx, int n, weft_tensor *const *in64, weft_dtype dt,
                              weft_device dev, double **res, int64_t *len) {
     weft_tensor *in[16] = {0}, *o = NULL, *w = NULL, *m = NULL, *l = NULL;
@@ -118,17 +119,18 @@ static inline bool wt_run_as(wt_cuda_fn f, void *ctx, int n, weft_tensor *const 
         if (ok) weft_tensor_set_requires_grad(in[i], true);
     }
     if (ok) ok = (o = f(in, ctx)) != NULL;
-    if (ok) {
+    if (ok) { // the loss in f64 (the half types have no elementwise kernels): sum(f64(out) * w)
         int64_t k = weft_tensor_numel(o);
         double *wv = malloc(sizeof(double) * (size_t)(k ? k : 1));
         wt_vals(wv, k, -1, 1, 12345);
         weft_tensor *w64 = weft_tensor_from_data(wv, weft_tensor_ndim(o), weft_tensor_sizes(o), WEFT_F64);
-        weft_tensor *wc = weft_cast(w64, dt);
-        w = wc ? weft_tensor_to(wc, dev) : NULL;
+        weft_tensor *o64 = weft_cast(o, WEFT_F64);
+        w = w64 ? weft_tensor_to(w64, dev) : NULL;
         free(wv);
         weft_tensor_free(w64);
-        weft_tensor_free(wc);
-        ok = w && (m = weft_mul(o, w)) && (l = weft_sum(m, 0, NULL, false)) && weft_backward(l, NULL, NULL) == WEFT_OK;
+        ok = o64 && w && (m = weft_mul(o64, w)) && (l = weft_sum(m, 0, NULL, false)) &&
+             weft_backward(l, NULL, NULL) == WEFT_OK;
+        weft_tensor_free(o64);
     }
     for (int i = 0; i <= n && ok; i++) {
         weft_tensor *t = i == 0 ? o : weft_tensor_grad(in[i - 1]);

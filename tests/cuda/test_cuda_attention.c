@@ -4,6 +4,9 @@
 // edges, more tiles than one block), 1000 (one case), head dims 1, 32, 64,
 // 100, 128, one head and (2,3) heads, inputs permuted from (B,T,H,D)
 // (non-contiguous), f32 and f64; a head dim above 128 is an error naming the op.
+// bf16 and f16 (the tensor-core kernels where D is 16, 32, 64 or 128, the f32
+// kernels on widened copies otherwise) against the CPU's f32 arithmetic on the
+// same rounded inputs, and attention under bf16 autocast.
 //
 // The op is looked up in the table and applied by name (attrs f[0] = scale),
 // so the test builds whether or not the public weft_causal_attention is
@@ -111,6 +114,78 @@ static void test_head_dim_too_large(void) {
     }
 }
 
+// bf16 / f16: o, lse and the gradients of q, k, v on CUDA against the CPU on the same rounded values (its f32
+// kernel on widened copies), each within tol of the largest CPU value: the GPU rounds P and dS to the input
+// dtype as operands of the next product (2^-9 relative for bf16, 2^-12 for f16), so errors of a few units
+// of the output dtype's ulp relative to the largest value (test_cuda_attention_emu bounds the same kernels
+// against f64 on the CPU).
+static void lp_check(int64_t B, int64_t H, int64_t T, int64_t D, weft_dtype dt, double tol) {
+    int64_t sizes[4] = {B, H, T, D};
+    weft_tensor *in64[3];
+    for (int i = 0; i < 3; i++) in64[i] = wt_rand64(4, sizes, -2, 2, 100 * (uint64_t)T + 10 * (uint64_t)D + (uint64_t)i, false);
+    for (int out = 0; out < 2; out++) {
+        attn_case c = {1 / sqrt((double)D), false, out};
+        double *cpu[4] = {0}, *gpu[4] = {0};
+        int64_t lc[4] = {0}, lg[4] = {0};
+        bool ok = wt_run_as(attn_fn, &c, 3, in64, dt, WEFT_DEVICE_CPU, cpu, lc) &&
+                  wt_run_as(attn_fn, &c, 3, in64, dt, WT_CUDA0, gpu, lg);
+        CHECK(ok);
+        for (int r = 0; r < 4 && ok; r++) {
+            if (!cpu[r]) continue;
+            CHECK(gpu[r] != NULL && lg[r] == lc[r]);
+            if (!gpu[r] || lg[r] != lc[r]) continue;
+            double big = 0, err = 0;
+            int64_t at = 0;
+            for (int64_t j = 0; j < lc[r]; j++) {
+                big = fmax(big, fabs(cpu[r][j]));
+                double e = fabs(gpu[r][j] - cpu[r][j]);
+                if (!(e <= err)) err = e, at = j;
+            }
+            bool good = err <= tol * fmax(big, 1e-3);
+            if (!good)
+                fprintf(stderr, "%s B=%lld H=%lld T=%lld D=%lld: %s: element %lld: %.6g vs cpu %.6g (values up to %.3g)\n",
+                        weft_dtype_name(dt), (long long)B, (long long)H, (long long)T, (long long)D,
+                        r == 0 ? (out ? "lse" : "o") : r == 1 ? "grad q" : r == 2 ? "grad k" : "grad v",
+                        (long long)at, gpu[r][at], cpu[r][at], big);
+            CHECK(good);
+        }
+        for (int r = 0; r < 4; r++) free(cpu[r]), free(gpu[r]);
+    }
+    for (int i = 0; i < 3; i++) weft_tensor_free(in64[i]);
+}
+
+static void test_half(void) {
+    const int64_t Ts[] = {1, 7, 64, 129, 1000}, Ds[] = {16, 32, 64, 128, 48}; // 48: the widened path
+    for (int d = 0; d < 5; d++)
+        for (int t = 0; t < 5; t++) {
+            if (Ts[t] == 1000 && Ds[d] != 64) continue;
+            lp_check(2, 3, Ts[t], Ds[d], WEFT_BF16, 2.5e-2);
+            lp_check(1, 2, Ts[t], Ds[d], WEFT_F16, 4e-3);
+        }
+}
+
+// Under bf16 autocast, f32 q, k, v: the op runs in bf16 and returns f32 o; same as the op on bf16 copies.
+static void test_autocast(void) {
+    int64_t sizes[4] = {2, 3, 129, 64};
+    weft_tensor *x[3], *lo[3], *dx[3], *dlo[3];
+    for (int i = 0; i < 3; i++) {
+        x[i] = rand_dt(4, sizes, WEFT_F32, 50 + (uint64_t)i);
+        lo[i] = weft_cast(x[i], WEFT_BF16);
+        dx[i] = weft_tensor_to(x[i], WT_CUDA0);
+        dlo[i] = weft_tensor_to(lo[i], WT_CUDA0);
+    }
+    attn_case c = {0.125, false, 0};
+    CHECK(weft_autocast_set(WEFT_BF16) == WEFT_OK);
+    weft_tensor *y = attn_fn(dx, &c);
+    CHECK(weft_autocast_set(WEFT_F32) == WEFT_OK);
+    weft_tensor *ylo = attn_fn(dlo, &c), *want = ylo ? weft_cast(ylo, WEFT_F32) : NULL;
+    CHECK(y && weft_tensor_dtype(y) == WEFT_F32 && weft_device_equal(weft_tensor_device(y), WT_CUDA0));
+    if (y && want) wt_check_same("autocast bf16 attention", y, want, 0);
+    weft_tensor *all[] = {y, ylo, want};
+    for (int i = 0; i < 3; i++) weft_tensor_free(all[i]);
+    for (int i = 0; i < 3; i++) weft_tensor_free(x[i]), weft_tensor_free(lo[i]), weft_tensor_free(dx[i]), weft_tensor_free(dlo[i]);
+}
+
 int main(void) {
     WT_CUDA_OR_SKIP();
     g_op = weft_op_find("causal_attention");
@@ -123,5 +198,7 @@ int main(void) {
     RUN(test_long);
     RUN(test_permuted);
     RUN(test_head_dim_too_large);
+    RUN(test_half);
+    RUN(test_autocast);
     return wt_summary();
 }

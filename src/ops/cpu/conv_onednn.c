@@ -396,26 +396,7 @@ bool weft_cpu_conv_have_onednn_bf16(void) {
 // ---- bf16 on the im2col path ----
 
 weft_status weft_cpu_conv_widened(const weft_op_args *a, weft_conv_kernel f32) {
-    if (a->in[0]->dtype != WEFT_BF16) return f32(a);
-    weft_tensor *in[3] = {0}, *out = NULL;
-    weft_status st = WEFT_OK;
-    for (int i = 0; i < a->n_in && i < 3 && st == WEFT_OK; i++) {
-        in[i] = weft_tensor_new(a->in[i]->ndim, a->in[i]->sizes, WEFT_F32, WEFT_DEVICE_CPU);
-        st = in[i] ? weft_cpu_copy(in[i], a->in[i]) : WEFT_ERR_OOM;
-    }
-    if (st == WEFT_OK) {
-        out = weft_tensor_new(a->out[0]->ndim, a->out[0]->sizes, WEFT_F32, WEFT_DEVICE_CPU);
-        st = out ? WEFT_OK : WEFT_ERR_OOM;
-    }
-    if (st == WEFT_OK) {
-        weft_op_args f = *a;
-        f.in = in, f.out = &out, f.n_in = a->n_in < 3 ? a->n_in : 3;
-        st = f32(&f);
-    }
-    if (st == WEFT_OK) st = weft_cpu_copy(a->out[0], out);
-    for (int i = 0; i < 3; i++) weft_tensor_free(in[i]);
-    weft_tensor_free(out);
-    return st == WEFT_ERR_OOM ? weft_error(WEFT_ERR_OOM, "%s: out of memory widening bf16 operands", a->op->name) : st;
+    return a->in[0]->dtype == WEFT_BF16 ? weft_kernel_widened(a, f32) : f32(a);
 }
 
 // ---- auto: measured once per key ----

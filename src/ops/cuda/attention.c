@@ -1,7 +1,10 @@
 // CUDA kernels of the fused causal attention ops (attention_kernels.cu):
 //   causal_attention           in: q, k, v (B,H,T,D); out: o (B,H,T,D), lse (B,H,T); f[0] = scale
 //   causal_attention_backward  in: q, k, v, o, lse, go; out: gq, gk, gv (B,H,T,D); f[0] = scale
-// f32 and f64; D up to 128 (above: WEFT_ERR_UNSUPPORTED naming the op).
+// f32 and f64 (attention_kernels.cu); bf16 and f16 on tensor cores with f32
+// statistics (attention_mma_kernels.cu) where D is 16, 32, 64 or 128, and
+// otherwise the f32 kernels on widened copies (lse is f32 for the half types).
+// D up to 128 (above: WEFT_ERR_UNSUPPORTED naming the op).
 // Inputs may be any strided view: the kernels read contiguous buffers, so
 // the others get a contiguous device copy here.
 #include "attention_kernels.h"
@@ -20,15 +23,23 @@ static weft_status attn_dims(const weft_op_args *a, int64_t *BH, int64_t *T, int
     return WEFT_OK;
 }
 
+static bool is_half(int dt) { return dt == WEFT_BF16 || dt == WEFT_F16; }
+
 static weft_status cu_causal_attention(const weft_op_args *a) {
     int64_t BH = 0, T = 0, D = 0;
     weft_status st = attn_dims(a, &BH, &T, &D);
     if (st) return st;
     if (a->n_in != 3) return weft_error(WEFT_ERR_ARG, "%s: expected 3 inputs, got %d", a->op->name, a->n_in);
     if (BH == 0 || T == 0) return WEFT_OK;
+    int dt = a->in[0]->dtype;
+    if (is_half(dt) && !weft_cu_attention_mma_supports(dt, D)) return weft_kernel_widened(a, cu_causal_attention);
     weft_kernel_inputs c;
     if ((st = weft_kernel_inputs_get(a, &c))) return st;
-    cudaError_t e = weft_cu_causal_attention(weft_tensor_ptr(c.t[0]), weft_tensor_ptr(c.t[1]),
+    cudaError_t e = is_half(dt) ? weft_cu_causal_attention_mma(weft_tensor_ptr(c.t[0]), weft_tensor_ptr(c.t[1]),
+                                                               weft_tensor_ptr(c.t[2]), weft_tensor_ptr(a->out[0]),
+                                                               (float *)weft_tensor_ptr(a->out[1]), dt, BH, T, D,
+                                                               a->attrs->f[0], weft_cu_stream(a->out[0]))
+                                : weft_cu_causal_attention(weft_tensor_ptr(c.t[0]), weft_tensor_ptr(c.t[1]),
                                              weft_tensor_ptr(c.t[2]), weft_tensor_ptr(a->out[0]),
                                              weft_tensor_ptr(a->out[1]), a->in[0]->dtype, BH, T, D, a->attrs->f[0],
                                              weft_cu_stream(a->out[0]));
@@ -42,15 +53,23 @@ static weft_status cu_causal_attention_backward(const weft_op_args *a) {
     if (st) return st;
     if (a->n_in != 6) return weft_error(WEFT_ERR_ARG, "%s: expected 6 inputs, got %d", a->op->name, a->n_in);
     if (BH == 0 || T == 0 || D == 0) return WEFT_OK; // every gradient is empty
+    int dt = a->in[0]->dtype;
+    if (is_half(dt) && !weft_cu_attention_mma_supports(dt, D))
+        return weft_kernel_widened(a, cu_causal_attention_backward);
     weft_kernel_inputs c;
     if ((st = weft_kernel_inputs_get(a, &c))) return st;
     int64_t n = BH * T;
-    weft_tensor *dl = weft_tensor_new(1, &n, (weft_dtype)a->in[0]->dtype, a->in[0]->device); // Dl_i = go_i.o_i
+    weft_dtype dldt = is_half(dt) ? WEFT_F32 : (weft_dtype)dt; // Dl_i = go_i.o_i, in lse's dtype
+    weft_tensor *dl = weft_tensor_new(1, &n, dldt, a->in[0]->device);
     if (!dl) {
         weft_kernel_inputs_free(&c);
         return weft_last_status();
     }
-    cudaError_t e = weft_cu_causal_attention_backward(
+    cudaError_t e = is_half(dt) ? weft_cu_causal_attention_mma_backward(
+        weft_tensor_ptr(c.t[0]), weft_tensor_ptr(c.t[1]), weft_tensor_ptr(c.t[2]), weft_tensor_ptr(c.t[3]),
+        (const float *)weft_tensor_ptr(c.t[4]), weft_tensor_ptr(c.t[5]), (float *)weft_tensor_ptr(dl),
+        weft_tensor_ptr(a->out[0]), weft_tensor_ptr(a->out[1]), weft_tensor_ptr(a->out[2]), dt, BH, T, D,
+        a->attrs->f[0], weft_cu_stream(a->out[0])) : weft_cu_causal_attention_backward(
         weft_tensor_ptr(c.t[0]), weft_tensor_ptr(c.t[1]), weft_tensor_ptr(c.t[2]), weft_tensor_ptr(c.t[3]),
         weft_tensor_ptr(c.t[4]), weft_tensor_ptr(c.t[5]), weft_tensor_ptr(dl), weft_tensor_ptr(a->out[0]),
         weft_tensor_ptr(a->out[1]), weft_tensor_ptr(a->out[2]), a->in[0]->dtype, BH, T, D, a->attrs->f[0],
@@ -61,6 +80,7 @@ static weft_status cu_causal_attention_backward(const weft_op_args *a) {
 }
 
 void weft_cuda_register_attention(void) {
-    weft_cu_register("causal_attention", cu_causal_attention, WEFT_DT_FLOAT);
-    weft_cu_register("causal_attention_backward", cu_causal_attention_backward, WEFT_DT_FLOAT);
+    const uint32_t dts = WEFT_DT_FLOAT | WEFT_DT(WEFT_BF16) | WEFT_DT(WEFT_F16);
+    weft_cu_register("causal_attention", cu_causal_attention, dts);
+    weft_cu_register("causal_attention_backward", cu_causal_attention_backward, dts);
 }

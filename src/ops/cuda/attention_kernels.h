@@ -24,6 +24,16 @@ cudaError_t weft_cu_causal_attention_backward(const void *q, const void *k, cons
                                               void *gv, int dtype, int64_t BH, int64_t T, int64_t D, double scale,
                                               cudaStream_t s);
 
+// The tensor-core kernels (attention_mma_kernels.cu): q, k, v, o, go, gq, gk, gv of dtype bf16 or f16 with D
+// 16, 32, 64 or 128 (weft_cu_attention_mma_supports); lse and dl (BH,T) f32, the rest as above.
+int weft_cu_attention_mma_supports(int dtype, int64_t D);
+cudaError_t weft_cu_causal_attention_mma(const void *q, const void *k, const void *v, void *o, float *lse, int dtype,
+                                         int64_t BH, int64_t T, int64_t D, double scale, cudaStream_t s);
+cudaError_t weft_cu_causal_attention_mma_backward(const void *q, const void *k, const void *v, const void *o,
+                                                  const float *lse, const void *go, float *dl, void *gq, void *gk,
+                                                  void *gv, int dtype, int64_t BH, int64_t T, int64_t D,
+                                                  double scale, cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif

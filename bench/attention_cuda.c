@@ -1,0 +1,53 @@
+// needs: cuda
+// Fused causal attention on the GPU, forward + backward (the ops causal_attention and causal_attention_backward,
+// called through the op table as autograd does), at GPT-2-small's shape (8,12,1024,64):
+//   attention_cuda_bf16   TFLOP/s, 7 B H T^2 D FLOPs a step (causal: QK^T and PV forward, five products back)
+//   attention_cuda_f32    the same in f32 (CUDA cores)
+// Twin: bench/peers/attention_cuda.py (torch scaled_dot_product_attention, is_causal). Goal (issue 16):
+// bf16 >= 200 TFLOP/s. Without a GPU it prints a note and no lines.
+#include <math.h>
+#include <weft.h>
+#include <weft/device.h>
+
+#include "../src/ops/op.h"
+#include "bench_util.h"
+
+static int run(int argc, char **argv, const char *name, weft_dtype dt) {
+    if (!bench_selected(argc, argv, name)) return 0;
+    const int64_t B = 8, H = 12, T = 1024, D = 64;
+    const weft_device cu = {WEFT_CUDA, 0};
+    const weft_op_def *fwd = weft_op_find("causal_attention"), *bwd = weft_op_find("causal_attention_backward");
+    weft_tensor *x[4] = {0}; // q, k, v, go
+    for (int i = 0; i < 4; i++) {
+        weft_tensor *r = weft_tensor_randn(WEFT_DIMS(B, H, T, D), WEFT_F32, NULL), *c = r ? weft_cast(r, dt) : NULL;
+        x[i] = c ? weft_tensor_to(c, cu) : NULL;
+        weft_tensor_free(r);
+        weft_tensor_free(c);
+    }
+    weft_attrs at = {.f = {1 / sqrt((double)D)}};
+    int fail = !fwd || !bwd || !x[0] || !x[1] || !x[2] || !x[3];
+    double s = 0;
+    if (!fail)
+        BENCH_BEST(s, 3, 10, 0.5, {
+            weft_tensor *o[WEFT_MAX_OP_OUT] = {0}, *g[WEFT_MAX_OP_OUT] = {0};
+            if (weft_op_apply(fwd, 3, x, &at, o) != WEFT_OK) fail = 1;
+            weft_tensor *in[6] = {x[0], x[1], x[2], o[0], o[1], x[3]};
+            if (!fail && weft_op_apply(bwd, 6, in, &at, g) != WEFT_OK) fail = 1;
+            weft_device_synchronize(cu);
+            for (int j = 0; j < 3; j++) weft_tensor_free(o[j]), weft_tensor_free(g[j]);
+        });
+    if (fail) fprintf(stderr, "%s: %s\n", name, weft_last_error());
+    else bench_report(name, 7.0 * B * H * (double)T * T * D / s * 1e-12, "TFLOP/s", 1);
+    for (int i = 0; i < 4; i++) weft_tensor_free(x[i]);
+    return fail;
+}
+
+int main(int argc, char **argv) {
+    if (weft_device_count(WEFT_CUDA) < 1) {
+        fprintf(stderr, "attention_cuda: no CUDA device; nothing measured\n");
+        return 0;
+    }
+    int f = run(argc, argv, "attention_cuda_bf16", WEFT_BF16);
+    f |= run(argc, argv, "attention_cuda_f32", WEFT_F32);
+    return f;
+}

@@ -1,0 +1,531 @@
+// Fused causal attention in bf16 / f16 on tensor cores (FlashAttention-2
+// style, Dao 2023), for the ops causal_attention and its backward when q, k, v
+// are bf16 or f16 and the head dim D is 16, 32, 64 or 128 (attention.c takes
+// the f32 kernels of attention_kernels.cu, on widened copies, otherwise).
+//
+// Products run on mma.sync.m16n8k16 (bf16 or f16 operands, f32 sums); the
+// softmax statistics (running max, sum, lse) and the accumulators are f32;
+// P and dS are rounded to the input dtype only as operands of the next
+// product, as FlashAttention does. lse is written in f32.
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16 with .bf16/.f16): with g = lane / 4
+// and t = lane % 4,
+//   A (16x16, row-major), 4 registers of 2 elements: (g, 2t..2t+1),
+//     (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..);
+//   B (16x8, "col"), 2 registers: (k = 2t..2t+1, n = g), (k = 2t+8.., n = g);
+//   C (16x8, f32), 4 values: (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1).
+// So the C fragments of two neighbouring 8-column tiles are, rounded and
+// paired, the A fragment of the 16-column block they form: P and dS go
+// from one product into the next without leaving registers.
+//
+// Every kernel has 4 warps; each warp owns 16 rows of its side (query rows
+// for the forward and dq, key rows for dk/dv) and streams the other side
+// through shared memory, tiles of 64 rows in the forward and 32 in the
+// backward kernels (which hold two accumulators of D columns each). Shared
+// rows are padded to D + 8 elements. Rows past T read as zeros and are never
+// written. Only tiles on or below the diagonal are visited.
+//
+// Backward: Dl_i = go_i.o_i (f32) first; then, as the f32 kernels, one kernel
+// per key block for dk and dv (looping over query tiles) and one per query
+// block for dq (looping over key tiles): no atomics, the same bits each run.
+//
+// tests/cuda/test_cuda_attention_emu.cc compiles the kernels for the host
+// (WEFT_CU_EMU: a thread per CUDA thread, mma and shuffles exchanged within
+// each warp, mma by the fragment layouts above) and checks them against an
+// f64 reference on every machine; test_cuda_attention runs them on a GPU.
+#include <math.h>
+#include <stdint.h>
+
+#ifndef WEFT_CU_EMU
+#include "attention_kernels.h"
+#include "cu_common.cuh"
+#define WEFT_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+
+namespace {
+
+constexpr int kWarps = 4, kThreads = kWarps * 32, kOwn = 16 * kWarps; // own rows per block
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <typename T> struct lp;
+template <> struct lp<__nv_bfloat16> {
+    static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#ifdef WEFT_CU_EMU
+        weft_emu_mma_bf16(c, a, b0, b1);
+#else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+    }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *(uint32_t *)&v;
+    }
+    static __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+};
+#ifndef WEFT_CU_EMU
+template <> struct lp<__half> {
+    static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *(uint32_t *)&v;
+    }
+    static __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+};
+#endif
+
+// Shared tiles: rows of LD = D + 8 elements (16-bit), so 32-bit reads at even columns are aligned and the rows
+// of one fragment fall in different banks.
+template <int D> __host__ __device__ constexpr int ld_of() { return D + 8; }
+
+__device__ __forceinline__ uint32_t ld32(const void *p) { return *(const uint32_t *)p; }
+__device__ __forceinline__ uint32_t ld16(const void *p) { return *(const uint16_t *)p; }
+
+// A fragment of the 16x16 block at (r0, c0) of a row-major shared tile.
+template <typename T, int LD>
+__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const T *s, int r0, int c0, int g, int t) {
+    const T *p = s + (r0 + g) * LD + c0 + 2 * t;
+    a[0] = ld32(p);
+    a[1] = ld32(p + 8 * LD);
+    a[2] = ld32(p + 8);
+    a[3] = ld32(p + 8 * LD + 8);
+}
+// B fragment (16x8) with B[k][n] = X[n0 + n][k0 + k] (X row-major: the product with X's transpose).
+template <typename T, int LD>
+__device__ __forceinline__ void frag_bt(uint32_t &b0, uint32_t &b1, const T *x, int n0, int k0, int g, int t) {
+    const T *p = x + (n0 + g) * LD + k0 + 2 * t;
+    b0 = ld32(p);
+    b1 = ld32(p + 8);
+}
+// B fragment (16x8) with B[k][n] = X[k0 + k][n0 + n] (the product with X itself).
+template <typename T, int LD>
+__device__ __forceinline__ void frag_b(uint32_t &b0, uint32_t &b1, const T *x, int k0, int n0, int g, int t) {
+    const T *p = x + (k0 + 2 * t) * LD + n0 + g;
+    b0 = ld16(p) | ld16(p + LD) << 16;
+    b1 = ld16(p + 8 * LD) | ld16(p + 9 * LD) << 16;
+}
+
+// dst (n rows of LD) = rows r0 .. r0 + n of src (Tn, D) (one head, contiguous), zeros past Tn; 16-byte moves.
+template <typename T, int D>
+__device__ __forceinline__ void load_tile(T *dst, const T *src, int64_t r0, int n, int64_t Tn) {
+    constexpr int LD = ld_of<D>(), V = D / 8; // uint4 per row
+    for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
+        const int r = idx / V, c = (idx - r * V) * 8;
+        uint4 val = make_uint4(0, 0, 0, 0);
+        if (r0 + r < Tn) val = *(const uint4 *)(src + (r0 + r) * D + c);
+        *(uint4 *)(dst + r * LD + c) = val;
+    }
+}
+
+// Block -> (head, tile), the heaviest tiles first (see attention_kernels.cu).
+__device__ __forceinline__ void block_of(int64_t ntile, bool heavy_last, int64_t *bh, int64_t *tile) {
+    const int64_t b = blockIdx.x;
+    *bh = b / ntile;
+    const int64_t t = b - *bh * ntile;
+    *tile = heavy_last ? ntile - 1 - t : t;
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// ---------------------------------------------------------------- forward
+// Block: 64 query rows of one head (16 per warp); key tiles of 64. Shared: Qs (64), Ks (64), Vs (64) rows.
+constexpr int kFwdKeys = 64;
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, const T *v, T *o, float *lse, int64_t Tn,
+                                                   int64_t ntile, float scale_log2) {
+    constexpr int LD = ld_of<D>(), NK = D / 16, ND = D / 8, NS = kFwdKeys / 8;
+    WEFT_SMEM(smem_raw);
+    T *Qs = (T *)smem_raw, *Ks = Qs + kOwn * LD, *Vs = Ks + kFwdKeys * LD;
+    int64_t bh, qt;
+    block_of(ntile, true, &bh, &qt);
+    const int64_t head = bh * Tn * D, i0 = qt * kOwn;
+    q += head, k += head, v += head, o += head, lse += bh * Tn;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int rw = w * 16; // the warp's first row in the block
+    load_tile<T, D>(Qs, q, i0, kOwn, Tn);
+    __syncthreads();
+    uint32_t qa[NK][4];
+#pragma unroll
+    for (int kc = 0; kc < NK; kc++) frag_a<T, LD>(qa[kc], Qs, rw, kc * 16, g, t);
+
+    float acc[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
+#pragma unroll
+    for (int n = 0; n < ND; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0;
+    const int64_t row[2] = {i0 + rw + g, i0 + rw + g + 8};
+    const int64_t last = (i0 + kOwn < Tn ? i0 + kOwn : Tn) - 1; // the block's last query row
+    const int64_t ntiles = last / kFwdKeys + 1;
+    for (int64_t kt = 0; kt < ntiles; kt++) {
+        const int64_t j0 = kt * kFwdKeys;
+        __syncthreads(); // the previous tile is no longer read
+        load_tile<T, D>(Ks, k, j0, kFwdKeys, Tn);
+        load_tile<T, D>(Vs, v, j0, kFwdKeys, Tn);
+        __syncthreads();
+        if (j0 > i0 + rw + 15) continue; // the whole tile is above this warp's diagonal (warp-uniform)
+        float s[NS][4];
+#pragma unroll
+        for (int n = 0; n < NS; n++) {
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0;
+#pragma unroll
+            for (int kc = 0; kc < NK; kc++) {
+                uint32_t b0, b1;
+                frag_bt<T, LD>(b0, b1, Ks, n * 8, kc * 16, g, t);
+                lp<T>::mma(s[n], qa[kc], b0, b1);
+            }
+        }
+        // masked, scaled scores (log2 units) and the rows' new maxima
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < NS; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int64_t j = j0 + n * 8 + 2 * t + (e & 1), i = row[e >> 1];
+                s[n][e] = j <= i && j < Tn ? s[n][e] * scale_log2 : -INFINITY;
+                mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+            }
+        float alpha[2], mref[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const float mn = fmaxf(m[r], quad_max(mx[r]));
+            mref[r] = mn == -INFINITY ? 0.f : mn; // a row with nothing yet: every p is 0, alpha 0
+            alpha[r] = exp2f(m[r] - mref[r]);
+            m[r] = mn;
+            l[r] *= alpha[r];
+        }
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+            acc[n][0] *= alpha[0], acc[n][1] *= alpha[0];
+            acc[n][2] *= alpha[1], acc[n][3] *= alpha[1];
+        }
+#pragma unroll
+        for (int n = 0; n < NS; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s[n][e] = exp2f(s[n][e] - mref[e >> 1]);
+                l[e >> 1] += s[n][e];
+            }
+        // o += P V: P's C fragments become A fragments (16 keys each)
+#pragma unroll
+        for (int kk = 0; kk < kFwdKeys / 16; kk++) {
+            uint32_t pa[4] = {lp<T>::pack(s[2 * kk][0], s[2 * kk][1]), lp<T>::pack(s[2 * kk][2], s[2 * kk][3]),
+                              lp<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              lp<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                uint32_t b0, b1;
+                frag_b<T, LD>(b0, b1, Vs, kk * 16, n * 8, g, t);
+                lp<T>::mma(acc[n], pa, b0, b1);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const float lt = quad_sum(l[r]);
+        if (row[r] >= Tn) continue;
+        const float inv = 1.f / lt;
+        T *orow = o + row[r] * D;
+#pragma unroll
+        for (int n = 0; n < ND; n++)
+            *(uint32_t *)(orow + n * 8 + 2 * t) = lp<T>::pack(acc[n][2 * r] * inv, acc[n][2 * r + 1] * inv);
+        if (t == 0) lse[row[r]] = (m[r] + log2f(lt)) / kLog2e;
+    }
+}
+
+// ---------------------------------------------------------------- backward
+constexpr int kBwdRows = 32; // streamed rows per tile in the backward kernels
+
+// Dl_i = go_i.o_i in f32, a warp per row.
+template <typename T>
+__global__ void mma_bwd_dl(const T *go, const T *o, float *dl, int64_t N, int D) {
+    const int lane = threadIdx.x & 31;
+    for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < N;
+         r += ((int64_t)gridDim.x * blockDim.x) >> 5) {
+        float s = 0;
+        for (int d = lane; d < D; d += 32) s += lp<T>::to_f(go[r * D + d]) * lp<T>::to_f(o[r * D + d]);
+        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (lane == 0) dl[r] = s;
+    }
+}
+
+// dk, dv for 64 key rows of one head (16 per warp), looping over query tiles of 32 from the diagonal on.
+// Shared: Ks, Vs (64 rows), Qs, Gs (go) (32 rows), and the tile's lse and Dl.
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k, const T *v, const float *lse,
+                                                        const T *go, const float *dl, T *gk, T *gv, int64_t Tn,
+                                                        int64_t ntile, float scale) {
+    constexpr int LD = ld_of<D>(), NK = D / 16, ND = D / 8, NQ = kBwdRows / 8;
+    WEFT_SMEM(smem_raw);
+    T *Ks = (T *)smem_raw, *Vs = Ks + kOwn * LD, *Qs = Vs + kOwn * LD, *Gs = Qs + kBwdRows * LD;
+    float *Ls = (float *)(Gs + kBwdRows * LD), *Dls = Ls + kBwdRows;
+    int64_t bh, kt;
+    block_of(ntile, false, &bh, &kt);
+    const int64_t head = bh * Tn * D, j0 = kt * kOwn;
+    q += head, k += head, v += head, go += head, gk += head, gv += head, lse += bh * Tn, dl += bh * Tn;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int rw = w * 16;
+    load_tile<T, D>(Ks, k, j0, kOwn, Tn);
+    load_tile<T, D>(Vs, v, j0, kOwn, Tn);
+    float dk[ND][4], dv[ND][4];
+#pragma unroll
+    for (int n = 0; n < ND; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0;
+    const int64_t key[2] = {j0 + rw + g, j0 + rw + g + 8};
+    const float scale_log2 = scale * kLog2e;
+    for (int64_t i0 = (j0 / kBwdRows) * kBwdRows; i0 < Tn; i0 += kBwdRows) {
+        __syncthreads(); // the previous tile is no longer read (and Ks, Vs are loaded)
+        load_tile<T, D>(Qs, q, i0, kBwdRows, Tn);
+        load_tile<T, D>(Gs, go, i0, kBwdRows, Tn);
+        for (int r = threadIdx.x; r < kBwdRows; r += blockDim.x) {
+            Ls[r] = i0 + r < Tn ? lse[i0 + r] : 0.f;
+            Dls[r] = i0 + r < Tn ? dl[i0 + r] : 0.f;
+        }
+        __syncthreads();
+        if (i0 + kBwdRows - 1 < j0 + rw) continue; // every query of the tile is before this warp's keys
+        // S^T (own keys x queries) = K Q^T and dP^T = V go^T
+        float p[NQ][4], dp[NQ][4];
+#pragma unroll
+        for (int n = 0; n < NQ; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) p[n][e] = dp[n][e] = 0;
+#pragma unroll
+            for (int kc = 0; kc < NK; kc++) {
+                uint32_t a[4], b0, b1;
+                frag_a<T, LD>(a, Ks, rw, kc * 16, g, t);
+                frag_bt<T, LD>(b0, b1, Qs, n * 8, kc * 16, g, t);
+                lp<T>::mma(p[n], a, b0, b1);
+                frag_a<T, LD>(a, Vs, rw, kc * 16, g, t);
+                frag_bt<T, LD>(b0, b1, Gs, n * 8, kc * 16, g, t);
+                lp<T>::mma(dp[n], a, b0, b1);
+            }
+        }
+        // P^T = exp(s - lse_i) where j <= i < T, else 0; dS^T = P^T (dP^T - Dl_i)
+#pragma unroll
+        for (int n = 0; n < NQ; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int c = n * 8 + 2 * t + (e & 1);
+                const int64_t i = i0 + c, j = key[e >> 1];
+                const float pe = j <= i && i < Tn ? exp2f(p[n][e] * scale_log2 - Ls[c] * kLog2e) : 0.f;
+                p[n][e] = pe;
+                dp[n][e] = pe * (dp[n][e] - Dls[c]);
+            }
+        // dv += P^T go, dk += dS^T q (16 queries per step)
+#pragma unroll
+        for (int kk = 0; kk < kBwdRows / 16; kk++) {
+            uint32_t pa[4] = {lp<T>::pack(p[2 * kk][0], p[2 * kk][1]), lp<T>::pack(p[2 * kk][2], p[2 * kk][3]),
+                              lp<T>::pack(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                              lp<T>::pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+            uint32_t sa[4] = {lp<T>::pack(dp[2 * kk][0], dp[2 * kk][1]), lp<T>::pack(dp[2 * kk][2], dp[2 * kk][3]),
+                              lp<T>::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+                              lp<T>::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                uint32_t b0, b1;
+                frag_b<T, LD>(b0, b1, Gs, kk * 16, n * 8, g, t);
+                lp<T>::mma(dv[n], pa, b0, b1);
+                frag_b<T, LD>(b0, b1, Qs, kk * 16, n * 8, g, t);
+                lp<T>::mma(dk[n], sa, b0, b1);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (key[r] >= Tn) continue;
+        T *krow = gk + key[r] * D, *vrow = gv + key[r] * D;
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+            *(uint32_t *)(krow + n * 8 + 2 * t) = lp<T>::pack(dk[n][2 * r] * scale, dk[n][2 * r + 1] * scale);
+            *(uint32_t *)(vrow + n * 8 + 2 * t) = lp<T>::pack(dv[n][2 * r], dv[n][2 * r + 1]);
+        }
+    }
+}
+
+// dq for 64 query rows of one head (16 per warp), looping over key tiles of 32 up to the diagonal.
+// Shared: Qs, Gs (go) (64 rows), Ks, Vs (32 rows).
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads) mma_bwd_dq(const T *q, const T *k, const T *v, const float *lse,
+                                                      const T *go, const float *dl, T *gq, int64_t Tn, int64_t ntile,
+                                                      float scale) {
+    constexpr int LD = ld_of<D>(), NK = D / 16, ND = D / 8, NJ = kBwdRows / 8;
+    WEFT_SMEM(smem_raw);
+    T *Qs = (T *)smem_raw, *Gs = Qs + kOwn * LD, *Ks = Gs + kOwn * LD, *Vs = Ks + kBwdRows * LD;
+    int64_t bh, qt;
+    block_of(ntile, true, &bh, &qt);
+    const int64_t head = bh * Tn * D, i0 = qt * kOwn;
+    q += head, k += head, v += head, go += head, gq += head, lse += bh * Tn, dl += bh * Tn;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int rw = w * 16;
+    load_tile<T, D>(Qs, q, i0, kOwn, Tn);
+    load_tile<T, D>(Gs, go, i0, kOwn, Tn);
+    const int64_t row[2] = {i0 + rw + g, i0 + rw + g + 8};
+    float lrow[2], dlrow[2];
+    for (int r = 0; r < 2; r++) {
+        lrow[r] = row[r] < Tn ? lse[row[r]] * kLog2e : 0.f;
+        dlrow[r] = row[r] < Tn ? dl[row[r]] : 0.f;
+    }
+    float dq[ND][4];
+#pragma unroll
+    for (int n = 0; n < ND; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0;
+    const float scale_log2 = scale * kLog2e;
+    const int64_t last = (i0 + kOwn < Tn ? i0 + kOwn : Tn) - 1;
+    for (int64_t j0 = 0; j0 <= last; j0 += kBwdRows) {
+        __syncthreads();
+        load_tile<T, D>(Ks, k, j0, kBwdRows, Tn);
+        load_tile<T, D>(Vs, v, j0, kBwdRows, Tn);
+        __syncthreads();
+        if (j0 > i0 + rw + 15) continue; // every key of the tile is after this warp's queries
+        float p[NJ][4], dp[NJ][4];
+#pragma unroll
+        for (int n = 0; n < NJ; n++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) p[n][e] = dp[n][e] = 0;
+#pragma unroll
+            for (int kc = 0; kc < NK; kc++) {
+                uint32_t a[4], b0, b1;
+                frag_a<T, LD>(a, Qs, rw, kc * 16, g, t);
+                frag_bt<T, LD>(b0, b1, Ks, n * 8, kc * 16, g, t);
+                lp<T>::mma(p[n], a, b0, b1);
+                frag_a<T, LD>(a, Gs, rw, kc * 16, g, t);
+                frag_bt<T, LD>(b0, b1, Vs, n * 8, kc * 16, g, t);
+                lp<T>::mma(dp[n], a, b0, b1);
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < NJ; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int64_t j = j0 + n * 8 + 2 * t + (e & 1), i = row[e >> 1];
+                const float pe = j <= i && i < Tn ? exp2f(p[n][e] * scale_log2 - lrow[e >> 1]) : 0.f;
+                dp[n][e] = pe * (dp[n][e] - dlrow[e >> 1]);
+            }
+        // dq += dS K (16 keys per step)
+#pragma unroll
+        for (int kk = 0; kk < kBwdRows / 16; kk++) {
+            uint32_t sa[4] = {lp<T>::pack(dp[2 * kk][0], dp[2 * kk][1]), lp<T>::pack(dp[2 * kk][2], dp[2 * kk][3]),
+                              lp<T>::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+                              lp<T>::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                uint32_t b0, b1;
+                frag_b<T, LD>(b0, b1, Ks, kk * 16, n * 8, g, t);
+                lp<T>::mma(dq[n], sa, b0, b1);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (row[r] >= Tn) continue;
+        T *qrow = gq + row[r] * D;
+#pragma unroll
+        for (int n = 0; n < ND; n++)
+            *(uint32_t *)(qrow + n * 8 + 2 * t) = lp<T>::pack(dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
+    }
+}
+
+} // namespace
+
+// ---------------------------------------------------------------- launchers
+#ifndef WEFT_CU_EMU
+namespace {
+
+template <typename K> cudaError_t optin(K *kernel, size_t bytes) {
+    if (bytes <= 48 * 1024) return cudaSuccess;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+}
+
+bool grid_of(int64_t BH, int64_t ntile, unsigned *nb) {
+    const int64_t n = BH * ntile;
+    if (ntile <= 0 || n > 0x7fffffff) return false;
+    *nb = (unsigned)n;
+    return true;
+}
+
+template <typename T, int D>
+cudaError_t fwd_launch(const void *q, const void *k, const void *v, void *o, float *lse, int64_t BH, int64_t Tn,
+                       double scale, cudaStream_t s) {
+    const int64_t ntile = (Tn + kOwn - 1) / kOwn;
+    unsigned nb;
+    if (!grid_of(BH, ntile, &nb)) return cudaErrorInvalidValue;
+    const size_t smem = sizeof(T) * (size_t)((kOwn + 2 * kFwdKeys) * ld_of<D>());
+    cudaError_t e = optin(mma_fwd<T, D>, smem);
+    if (e != cudaSuccess) return e;
+    mma_fwd<T, D><<<nb, kThreads, smem, s>>>((const T *)q, (const T *)k, (const T *)v, (T *)o, lse, Tn, ntile,
+                                             (float)scale * kLog2e);
+    return cudaGetLastError();
+}
+
+template <typename T, int D>
+cudaError_t bwd_launch(const void *q, const void *k, const void *v, const void *o, const float *lse, const void *go,
+                       float *dl, void *gq, void *gk, void *gv, int64_t BH, int64_t Tn, double scale, cudaStream_t s) {
+    const int64_t ntile = (Tn + kOwn - 1) / kOwn;
+    unsigned nb;
+    if (!grid_of(BH, ntile, &nb)) return cudaErrorInvalidValue;
+    const int64_t N = BH * Tn;
+    int64_t ndl = (N + 7) / 8; // 8 warps of 256 threads, grid-stride
+    if (ndl > 65535 * 8) ndl = 65535 * 8;
+    mma_bwd_dl<T><<<(unsigned)ndl, 256, 0, s>>>((const T *)go, (const T *)o, dl, N, D);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    const size_t tiles = sizeof(T) * (size_t)((2 * kOwn + 2 * kBwdRows) * ld_of<D>());
+    const size_t smem_kv = tiles + 2 * kBwdRows * sizeof(float), smem_q = tiles;
+    if ((e = optin(mma_bwd_dkdv<T, D>, smem_kv)) != cudaSuccess) return e;
+    if ((e = optin(mma_bwd_dq<T, D>, smem_q)) != cudaSuccess) return e;
+    mma_bwd_dkdv<T, D><<<nb, kThreads, smem_kv, s>>>((const T *)q, (const T *)k, (const T *)v, lse, (const T *)go, dl,
+                                                     (T *)gk, (T *)gv, Tn, ntile, (float)scale);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    mma_bwd_dq<T, D><<<nb, kThreads, smem_q, s>>>((const T *)q, (const T *)k, (const T *)v, lse, (const T *)go, dl,
+                                                  (T *)gq, Tn, ntile, (float)scale);
+    return cudaGetLastError();
+}
+
+#define MMA_DISPATCH_D(T, fn, D, ...)                   \
+    switch (D) {                                        \
+    case 16: return fn<T, 16>(__VA_ARGS__);             \
+    case 32: return fn<T, 32>(__VA_ARGS__);             \
+    case 64: return fn<T, 64>(__VA_ARGS__);             \
+    case 128: return fn<T, 128>(__VA_ARGS__);           \
+    default: return cudaErrorInvalidValue;              \
+    }
+
+} // namespace
+
+extern "C" int weft_cu_attention_mma_supports(int dtype, int64_t D) {
+    return (dtype == WEFT_CU_BF16 || dtype == WEFT_CU_F16) && (D == 16 || D == 32 || D == 64 || D == 128);
+}
+
+extern "C" cudaError_t weft_cu_causal_attention_mma(const void *q, const void *k, const void *v, void *o, float *lse,
+                                                    int dtype, int64_t BH, int64_t T, int64_t D, double scale,
+                                                    cudaStream_t s) {
+    if (!weft_cu_attention_mma_supports(dtype, D) || BH < 0 || T < 0) return cudaErrorInvalidValue;
+    if (BH == 0 || T == 0) return cudaSuccess;
+    if (dtype == WEFT_CU_BF16) MMA_DISPATCH_D(__nv_bfloat16, fwd_launch, D, q, k, v, o, lse, BH, T, scale, s)
+    MMA_DISPATCH_D(__half, fwd_launch, D, q, k, v, o, lse, BH, T, scale, s)
+}
+
+extern "C" cudaError_t weft_cu_causal_attention_mma_backward(const void *q, const void *k, const void *v,
+                                                             const void *o, const float *lse, const void *go,
+                                                             float *dl, void *gq, void *gk, void *gv, int dtype,
+                                                             int64_t BH, int64_t T, int64_t D, double scale,
+                                                             cudaStream_t s) {
+    if (!weft_cu_attention_mma_supports(dtype, D) || BH < 0 || T < 0) return cudaErrorInvalidValue;
+    if (BH == 0 || T == 0) return cudaSuccess;
+    if (dtype == WEFT_CU_BF16)
+        MMA_DISPATCH_D(__nv_bfloat16, bwd_launch, D, q, k, v, o, lse, go, dl, gq, gk, gv, BH, T, scale, s)
+    MMA_DISPATCH_D(__half, bwd_launch, D, q, k, v, o, lse, go, dl, gq, gk, gv, BH, T, scale, s)
+}
+#endif

@@ -1,0 +1,262 @@
+// The tensor-core attention kernels (src/ops/cuda/attention_mma_kernels.cu, bf16) run on the CPU: the .cu file
+// compiled as host C++ with stand-ins for what it uses of CUDA. Each CUDA thread of a block is a thread here;
+// __syncthreads is a barrier of the block; __shfl_xor_sync and mma.sync are exchanges within a warp, the mma
+// computed from the fragment layouts of the PTX ISA (m16n8k16, .bf16, f32 sums). Checked against attention in
+// double on the same bf16 inputs: o, lse, and the gradients of q, k, v, for head dims 16 to 128, lengths that
+// do and do not fill the tiles, so that every mask, tile bound and fragment index of the kernels is exercised
+// on every machine. What this cannot check (the real instruction's layouts and rounding, timing, shared
+// memory limits) is test_cuda_attention's, on a GPU.
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+// ---- stand-ins for CUDA ----
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+#define WEFT_SMEM(name) unsigned char *name = emu_smem
+
+struct dim3e {
+    unsigned x;
+};
+static thread_local dim3e threadIdx, blockIdx;
+static dim3e blockDim, gridDim;
+static unsigned char *emu_smem;
+
+struct uint4 {
+    uint32_t x, y, z, w;
+};
+static inline uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return uint4{x, y, z, w}; }
+
+struct __nv_bfloat16 {
+    uint16_t x;
+};
+struct __nv_bfloat162 {
+    __nv_bfloat16 x, y;
+};
+static inline __nv_bfloat16 bf16_of(float f) { // round to nearest even (no NaN here)
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1);
+    return __nv_bfloat16{(uint16_t)(u >> 16)};
+}
+static inline float __bfloat162float(__nv_bfloat16 b) {
+    uint32_t u = (uint32_t)b.x << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) { return {bf16_of(lo), bf16_of(hi)}; }
+
+static pthread_barrier_t g_block_bar;
+#define __syncthreads() pthread_barrier_wait(&g_block_bar)
+
+struct warp_ex {
+    pthread_barrier_t bar;
+    float f[32];
+    uint32_t a[32][4], b[32][2];
+};
+static warp_ex g_warps[4];
+
+static float __shfl_xor_sync(unsigned, float v, int mask) {
+    warp_ex &w = g_warps[threadIdx.x / 32];
+    const int l = threadIdx.x % 32;
+    w.f[l] = v;
+    pthread_barrier_wait(&w.bar);
+    const float r = w.f[l ^ mask];
+    pthread_barrier_wait(&w.bar);
+    return r;
+}
+
+// element (r, k) of A (16x16) and (k, n) of B (16x8), from the lanes' registers
+static float a_at(const warp_ex &w, int r, int k) {
+    const int lane = (r % 8) * 4 + (k % 8) / 2, reg = (r >= 8) + 2 * (k >= 8);
+    return __bfloat162float(__nv_bfloat16{(uint16_t)(w.a[lane][reg] >> (16 * (k & 1)))});
+}
+static float b_at(const warp_ex &w, int k, int n) {
+    const int lane = n * 4 + (k % 8) / 2, reg = k >= 8;
+    return __bfloat162float(__nv_bfloat16{(uint16_t)(w.b[lane][reg] >> (16 * (k & 1)))});
+}
+
+static void weft_emu_mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    warp_ex &w = g_warps[threadIdx.x / 32];
+    const int l = threadIdx.x % 32, g = l / 4, t = l % 4;
+    memcpy(w.a[l], a, sizeof a);
+    w.b[l][0] = b0, w.b[l][1] = b1;
+    pthread_barrier_wait(&w.bar);
+    for (int e = 0; e < 4; e++) {
+        const int r = g + 8 * (e >> 1), n = 2 * t + (e & 1);
+        float s = c[e];
+        for (int k = 0; k < 16; k++) s += a_at(w, r, k) * b_at(w, k, n);
+        c[e] = s;
+    }
+    pthread_barrier_wait(&w.bar);
+}
+
+#define WEFT_CU_EMU 1
+#include "../../src/ops/cuda/attention_mma_kernels.cu"
+
+// ---- running a kernel: one block after another, a thread per CUDA thread ----
+template <typename F> struct emu_launch {
+    F body;
+    unsigned b, t;
+};
+template <typename F> static void *emu_thread(void *p) {
+    emu_launch<F> *l = (emu_launch<F> *)p;
+    threadIdx.x = l->t;
+    blockIdx.x = l->b;
+    l->body();
+    return NULL;
+}
+template <typename F> static void launch(unsigned nb, unsigned nt, size_t smem, F body) {
+    std::vector<unsigned char> buf(smem + 16);
+    gridDim.x = nb, blockDim.x = nt;
+    for (unsigned b = 0; b < nb; b++) {
+        memset(buf.data(), 0xff, buf.size()); // NaN bytes: a read before a write shows
+        emu_smem = buf.data();
+        pthread_barrier_init(&g_block_bar, NULL, nt);
+        for (int w = 0; w < 4; w++) pthread_barrier_init(&g_warps[w].bar, NULL, 32);
+        std::vector<pthread_t> th(nt);
+        std::vector<emu_launch<F>> args(nt, emu_launch<F>{body, b, 0});
+        for (unsigned t = 0; t < nt; t++) {
+            args[t].t = t;
+            pthread_create(&th[t], NULL, emu_thread<F>, &args[t]);
+        }
+        for (unsigned t = 0; t < nt; t++) pthread_join(th[t], NULL);
+        pthread_barrier_destroy(&g_block_bar);
+        for (int w = 0; w < 4; w++) pthread_barrier_destroy(&g_warps[w].bar);
+    }
+}
+
+// ---- the check ----
+static int g_pass, g_fail;
+static void check(const char *what, const std::vector<float> &got, const std::vector<double> &ref, double tol) {
+    double big = 0, err = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        big = fmax(big, fabs(ref[i]));
+        double e = fabs((double)got[i] - ref[i]);
+        if (!(e <= err)) err = e, at = i; // NaN counts as worst
+    }
+    bool ok = err <= tol * fmax(big, 1e-3);
+    if (!ok)
+        fprintf(stderr, "%s: largest error %.3g at %zu (%.6g vs %.6g), values up to %.3g\n", what, err, at,
+                (double)got[at], ref[at], big);
+    ok ? g_pass++ : g_fail++;
+}
+
+static uint64_t g_rng = 12345;
+static float rnd() { // [-1, 1)
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(g_rng >> 11) / (double)(1ull << 53) * 2 - 1);
+}
+
+template <int D> static void run_case(int BH, int T) {
+    const size_t n = (size_t)BH * T * D;
+    std::vector<__nv_bfloat16> q(n), k(n), v(n), go(n), o(n), gq(n), gk(n), gv(n);
+    std::vector<double> qd(n), kd(n), vd(n), god(n);
+    for (size_t i = 0; i < n; i++) {
+        q[i] = bf16_of(rnd() * 2), k[i] = bf16_of(rnd() * 2), v[i] = bf16_of(rnd()), go[i] = bf16_of(rnd());
+        qd[i] = __bfloat162float(q[i]), kd[i] = __bfloat162float(k[i]), vd[i] = __bfloat162float(v[i]);
+        god[i] = __bfloat162float(go[i]);
+    }
+    const double scale = 1 / sqrt((double)D);
+    // reference in double
+    std::vector<double> od(n), lsed((size_t)BH * T), gqd(n, 0), gkd(n, 0), gvd(n, 0);
+    for (int h = 0; h < BH; h++) {
+        const size_t H = (size_t)h * T * D;
+        std::vector<double> P((size_t)T * T, 0);
+        for (int i = 0; i < T; i++) {
+            double m = -INFINITY, l = 0;
+            for (int j = 0; j <= i; j++) {
+                double s = 0;
+                for (int d = 0; d < D; d++) s += qd[H + i * D + d] * kd[H + j * D + d];
+                P[(size_t)i * T + j] = s * scale;
+                m = fmax(m, s * scale);
+            }
+            for (int j = 0; j <= i; j++) l += exp(P[(size_t)i * T + j] - m);
+            lsed[(size_t)h * T + i] = m + log(l);
+            for (int j = 0; j <= i; j++) P[(size_t)i * T + j] = exp(P[(size_t)i * T + j] - lsed[(size_t)h * T + i]);
+            for (int d = 0; d < D; d++) {
+                double s = 0;
+                for (int j = 0; j <= i; j++) s += P[(size_t)i * T + j] * vd[H + j * D + d];
+                od[H + i * D + d] = s;
+            }
+        }
+        for (int i = 0; i < T; i++) {
+            double dl = 0;
+            for (int d = 0; d < D; d++) dl += god[H + i * D + d] * od[H + i * D + d];
+            for (int j = 0; j <= i; j++) {
+                const double p = P[(size_t)i * T + j];
+                double dp = 0;
+                for (int d = 0; d < D; d++) {
+                    dp += god[H + i * D + d] * vd[H + j * D + d];
+                    gvd[H + j * D + d] += p * god[H + i * D + d];
+                }
+                const double ds = p * (dp - dl) * scale;
+                for (int d = 0; d < D; d++) {
+                    gqd[H + i * D + d] += ds * kd[H + j * D + d];
+                    gkd[H + j * D + d] += ds * qd[H + i * D + d];
+                }
+            }
+        }
+    }
+    // the kernels, launched as attention_mma_kernels.cu's launchers do
+    const int64_t ntile = (T + kOwn - 1) / kOwn;
+    std::vector<float> lse((size_t)BH * T), dl((size_t)BH * T);
+    const __nv_bfloat16 *Q = q.data(), *K = k.data(), *V = v.data(), *G = go.data();
+    __nv_bfloat16 *O = o.data(), *GQ = gq.data(), *GK = gk.data(), *GV = gv.data();
+    float *L = lse.data(), *DL = dl.data();
+    const size_t smem_f = sizeof(__nv_bfloat16) * (size_t)((kOwn + 2 * kFwdKeys) * ld_of<D>());
+    launch((unsigned)(BH * ntile), kThreads, smem_f, [=] {
+        mma_fwd<__nv_bfloat16, D>(Q, K, V, O, L, T, ntile, (float)scale * kLog2e);
+    });
+    launch(1, 128, 0, [=] { mma_bwd_dl<__nv_bfloat16>(G, O, DL, (int64_t)BH * T, D); });
+    const size_t tiles = sizeof(__nv_bfloat16) * (size_t)((2 * kOwn + 2 * kBwdRows) * ld_of<D>());
+    launch((unsigned)(BH * ntile), kThreads, tiles + 2 * kBwdRows * sizeof(float), [=] {
+        mma_bwd_dkdv<__nv_bfloat16, D>(Q, K, V, L, G, DL, GK, GV, T, ntile, (float)scale);
+    });
+    launch((unsigned)(BH * ntile), kThreads, tiles, [=] {
+        mma_bwd_dq<__nv_bfloat16, D>(Q, K, V, L, G, DL, GQ, T, ntile, (float)scale);
+    });
+    auto f32 = [](const std::vector<__nv_bfloat16> &x) {
+        std::vector<float> r(x.size());
+        for (size_t i = 0; i < x.size(); i++) r[i] = __bfloat162float(x[i]);
+        return r;
+    };
+    char what[96];
+    // Tolerances, relative to the largest reference value: o and the gradients are bf16 results of products
+    // whose operands P and dS are rounded to bf16 (2^-9 relative each), so a few units of 2^-8; lse is f32.
+    const char *names[5] = {"o", "lse", "grad q", "grad k", "grad v"};
+    const std::vector<float> got[5] = {f32(o), lse, f32(gq), f32(gk), f32(gv)};
+    const std::vector<double> *ref[5] = {&od, &lsed, &gqd, &gkd, &gvd};
+    const double tol[5] = {2e-2, 1e-4, 3e-2, 3e-2, 3e-2};
+    for (int i = 0; i < 5; i++) {
+        snprintf(what, sizeof what, "bf16 D=%d BH=%d T=%d: %s", D, BH, T, names[i]);
+        check(what, got[i], *ref[i], tol[i]);
+    }
+    printf("ok   D=%d BH=%d T=%d\n", D, BH, T);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    const bool quick = argc > 1 && !strcmp(argv[1], "--quick");
+    run_case<16>(2, 1);
+    run_case<16>(2, 17);
+    run_case<32>(3, 64);
+    run_case<32>(1, 100);
+    run_case<64>(2, 65);
+    if (!quick) {
+        run_case<64>(1, 130);
+        run_case<128>(1, 97);
+    }
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
