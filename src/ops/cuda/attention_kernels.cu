@@ -327,29 +327,14 @@ __global__ void __launch_bounds__(AT_THREADS) attn_bwd_dkdv(const T *q, const T 
 }
 
 // ---------------------------------------------------------------- launchers
-// Dynamic shared memory above the 48 KB default needs an opt-in per kernel
-// (H100: up to 227 KB; the largest here is 98 KB).
-template <typename K> static cudaError_t smem_optin(K *kernel, size_t bytes) {
-    if (bytes <= 48 * 1024) return cudaSuccess;
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-}
-
-// Blocks for BH heads of ntile tiles each: one grid dimension (up to 2^31 - 1).
-static bool at_grid(int64_t BH, int64_t ntile, unsigned *nb) {
-    const int64_t n = BH * ntile;
-    if (ntile <= 0 || n > 0x7fffffff) return false;
-    *nb = (unsigned)n;
-    return true;
-}
-
 template <typename T, int NC>
 static cudaError_t fwd_launch(const void *q, const void *k, const void *v, void *o, void *lse, int64_t BH, int64_t Tn,
                               int D, double scale, cudaStream_t s) {
     const int64_t ntile = (Tn + AT_ROWS - 1) / AT_ROWS;
     unsigned nb;
-    if (!at_grid(BH, ntile, &nb)) return cudaErrorInvalidValue;
+    if (!weft_cu_grid_of(BH, ntile, &nb)) return cudaErrorInvalidValue;
     const size_t smem = sizeof(T) * (size_t)(AT_ROWS * D + AT_TILE * at_ld(D) + AT_TILE * D);
-    cudaError_t e = smem_optin(attn_fwd<T, NC>, smem);
+    cudaError_t e = weft_cu_smem_optin(attn_fwd<T, NC>, smem);
     if (e != cudaSuccess) return e;
     attn_fwd<T, NC><<<nb, AT_THREADS, smem, s>>>((const T *)q, (const T *)k, (const T *)v, (T *)o, (T *)lse, Tn, D,
                                                   ntile, (T)scale);
@@ -377,7 +362,7 @@ static cudaError_t bwd_launch(const void *q, const void *k, const void *v, const
                               double scale, cudaStream_t s) {
     const int64_t ntile = (Tn + AT_ROWS - 1) / AT_ROWS;
     unsigned nb;
-    if (!at_grid(BH, ntile, &nb)) return cudaErrorInvalidValue;
+    if (!weft_cu_grid_of(BH, ntile, &nb)) return cudaErrorInvalidValue;
     const int64_t N = BH * Tn;
     int64_t ndl = (N + 7) / 8; // 8 warps of 256 threads, grid-stride
     if (ndl > 65535 * 8) ndl = 65535 * 8;
@@ -386,8 +371,8 @@ static cudaError_t bwd_launch(const void *q, const void *k, const void *v, const
     if (e != cudaSuccess) return e;
     // Both kernels hold two (AT_ROWS, D) and two (AT_TILE, ld) tiles.
     const size_t smem = sizeof(T) * (size_t)(2 * AT_ROWS * D + 2 * AT_TILE * at_ld(D));
-    if ((e = smem_optin(attn_bwd_dkdv<T, NC>, smem)) != cudaSuccess) return e;
-    if ((e = smem_optin(attn_bwd_dq<T, NC>, smem)) != cudaSuccess) return e;
+    if ((e = weft_cu_smem_optin(attn_bwd_dkdv<T, NC>, smem)) != cudaSuccess) return e;
+    if ((e = weft_cu_smem_optin(attn_bwd_dq<T, NC>, smem)) != cudaSuccess) return e;
     attn_bwd_dkdv<T, NC><<<nb, AT_THREADS, smem, s>>>((const T *)q, (const T *)k, (const T *)v, (const T *)lse,
                                                        (const T *)go, (const T *)dl, (T *)gk, (T *)gv, Tn, D, ntile,
                                                        (T)scale);

@@ -141,6 +141,42 @@ __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// c[n] = A B^T for the 16 rows at r0 of the shared tile As and the 8 rows at n * 8 of Bs, n < N, over D.
+template <typename T, int D, int N>
+__device__ __forceinline__ void products_t(float (&c)[N][4], const T *As, int r0, const T *Bs, int g, int t) {
+    constexpr int LD = ld_of<D>();
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0;
+#pragma unroll
+        for (int kc = 0; kc < D / 16; kc++) {
+            uint32_t a[4], b0, b1;
+            frag_a<T, LD>(a, As, r0, kc * 16, g, t);
+            frag_bt<T, LD>(b0, b1, Bs, n * 8, kc * 16, g, t);
+            lp<T>::mma(c[n], a, b0, b1);
+        }
+    }
+}
+
+// acc (16 x D) += C Bs, with C (16 x 16 KK) the f32 C fragments of a product (8 columns each), rounded to T:
+// two neighbouring C fragments, paired, are one A fragment; Bs holds 16 KK rows of D (row-major, shared).
+template <typename T, int D, int KK>
+__device__ __forceinline__ void accumulate(float (&acc)[D / 8][4], const float (&c)[2 * KK][4], const T *Bs, int g,
+                                           int t) {
+#pragma unroll
+    for (int kk = 0; kk < KK; kk++) {
+        const uint32_t a[4] = {lp<T>::pack(c[2 * kk][0], c[2 * kk][1]), lp<T>::pack(c[2 * kk][2], c[2 * kk][3]),
+                               lp<T>::pack(c[2 * kk + 1][0], c[2 * kk + 1][1]),
+                               lp<T>::pack(c[2 * kk + 1][2], c[2 * kk + 1][3])};
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            uint32_t b0, b1;
+            frag_b<T, ld_of<D>()>(b0, b1, Bs, kk * 16, n * 8, g, t);
+            lp<T>::mma(acc[n], a, b0, b1);
+        }
+    }
+}
+
 // ---------------------------------------------------------------- forward
 // Block: 64 query rows of one head (16 per warp); key tiles of 64. Shared: Qs (64), Ks (64), Vs (64) rows.
 constexpr int kFwdKeys = 64;
@@ -218,19 +254,7 @@ __global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, cons
                 s[n][e] = exp2f(s[n][e] - mref[e >> 1]);
                 l[e >> 1] += s[n][e];
             }
-        // o += P V: P's C fragments become A fragments (16 keys each)
-#pragma unroll
-        for (int kk = 0; kk < kFwdKeys / 16; kk++) {
-            uint32_t pa[4] = {lp<T>::pack(s[2 * kk][0], s[2 * kk][1]), lp<T>::pack(s[2 * kk][2], s[2 * kk][3]),
-                              lp<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              lp<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-            for (int n = 0; n < ND; n++) {
-                uint32_t b0, b1;
-                frag_b<T, LD>(b0, b1, Vs, kk * 16, n * 8, g, t);
-                lp<T>::mma(acc[n], pa, b0, b1);
-            }
-        }
+        accumulate<T, D, kFwdKeys / 16>(acc, s, Vs, g, t); // o += P V
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -267,7 +291,7 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k, const T *v, const float *lse,
                                                         const T *go, const float *dl, T *gk, T *gv, int64_t Tn,
                                                         int64_t ntile, float scale) {
-    constexpr int LD = ld_of<D>(), NK = D / 16, ND = D / 8, NQ = kBwdRows / 8;
+    constexpr int LD = ld_of<D>(), ND = D / 8, NQ = kBwdRows / 8;
     WEFT_SMEM(smem_raw);
     T *Ks = (T *)smem_raw, *Vs = Ks + kOwn * LD, *Qs = Vs + kOwn * LD, *Gs = Qs + kBwdRows * LD;
     float *Ls = (float *)(Gs + kBwdRows * LD), *Dls = Ls + kBwdRows;
@@ -298,21 +322,8 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k,
         if (i0 + kBwdRows - 1 < j0 + rw) continue; // every query of the tile is before this warp's keys
         // S^T (own keys x queries) = K Q^T and dP^T = V go^T
         float p[NQ][4], dp[NQ][4];
-#pragma unroll
-        for (int n = 0; n < NQ; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) p[n][e] = dp[n][e] = 0;
-#pragma unroll
-            for (int kc = 0; kc < NK; kc++) {
-                uint32_t a[4], b0, b1;
-                frag_a<T, LD>(a, Ks, rw, kc * 16, g, t);
-                frag_bt<T, LD>(b0, b1, Qs, n * 8, kc * 16, g, t);
-                lp<T>::mma(p[n], a, b0, b1);
-                frag_a<T, LD>(a, Vs, rw, kc * 16, g, t);
-                frag_bt<T, LD>(b0, b1, Gs, n * 8, kc * 16, g, t);
-                lp<T>::mma(dp[n], a, b0, b1);
-            }
-        }
+        products_t<T, D, NQ>(p, Ks, rw, Qs, g, t);
+        products_t<T, D, NQ>(dp, Vs, rw, Gs, g, t);
         // P^T = exp(s - lse_i) where j <= i < T, else 0; dS^T = P^T (dP^T - Dl_i)
 #pragma unroll
         for (int n = 0; n < NQ; n++)
@@ -324,24 +335,8 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k,
                 p[n][e] = pe;
                 dp[n][e] = pe * (dp[n][e] - Dls[c]);
             }
-        // dv += P^T go, dk += dS^T q (16 queries per step)
-#pragma unroll
-        for (int kk = 0; kk < kBwdRows / 16; kk++) {
-            uint32_t pa[4] = {lp<T>::pack(p[2 * kk][0], p[2 * kk][1]), lp<T>::pack(p[2 * kk][2], p[2 * kk][3]),
-                              lp<T>::pack(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                              lp<T>::pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
-            uint32_t sa[4] = {lp<T>::pack(dp[2 * kk][0], dp[2 * kk][1]), lp<T>::pack(dp[2 * kk][2], dp[2 * kk][3]),
-                              lp<T>::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-                              lp<T>::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
-#pragma unroll
-            for (int n = 0; n < ND; n++) {
-                uint32_t b0, b1;
-                frag_b<T, LD>(b0, b1, Gs, kk * 16, n * 8, g, t);
-                lp<T>::mma(dv[n], pa, b0, b1);
-                frag_b<T, LD>(b0, b1, Qs, kk * 16, n * 8, g, t);
-                lp<T>::mma(dk[n], sa, b0, b1);
-            }
-        }
+        accumulate<T, D, kBwdRows / 16>(dv, p, Gs, g, t);  // dv += P^T go
+        accumulate<T, D, kBwdRows / 16>(dk, dp, Qs, g, t); // dk += dS^T q
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -361,7 +356,7 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) mma_bwd_dq(const T *q, const T *k, const T *v, const float *lse,
                                                       const T *go, const float *dl, T *gq, int64_t Tn, int64_t ntile,
                                                       float scale) {
-    constexpr int LD = ld_of<D>(), NK = D / 16, ND = D / 8, NJ = kBwdRows / 8;
+    constexpr int LD = ld_of<D>(), ND = D / 8, NJ = kBwdRows / 8;
     WEFT_SMEM(smem_raw);
     T *Qs = (T *)smem_raw, *Gs = Qs + kOwn * LD, *Ks = Gs + kOwn * LD, *Vs = Ks + kBwdRows * LD;
     int64_t bh, qt;
@@ -390,21 +385,8 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dq(const T *q, const T *k, c
         __syncthreads();
         if (j0 > i0 + rw + 15) continue; // every key of the tile is after this warp's queries
         float p[NJ][4], dp[NJ][4];
-#pragma unroll
-        for (int n = 0; n < NJ; n++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) p[n][e] = dp[n][e] = 0;
-#pragma unroll
-            for (int kc = 0; kc < NK; kc++) {
-                uint32_t a[4], b0, b1;
-                frag_a<T, LD>(a, Qs, rw, kc * 16, g, t);
-                frag_bt<T, LD>(b0, b1, Ks, n * 8, kc * 16, g, t);
-                lp<T>::mma(p[n], a, b0, b1);
-                frag_a<T, LD>(a, Gs, rw, kc * 16, g, t);
-                frag_bt<T, LD>(b0, b1, Vs, n * 8, kc * 16, g, t);
-                lp<T>::mma(dp[n], a, b0, b1);
-            }
-        }
+        products_t<T, D, NJ>(p, Qs, rw, Ks, g, t);
+        products_t<T, D, NJ>(dp, Gs, rw, Vs, g, t);
 #pragma unroll
         for (int n = 0; n < NJ; n++)
 #pragma unroll
@@ -413,19 +395,7 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dq(const T *q, const T *k, c
                 const float pe = j <= i && i < Tn ? exp2f(p[n][e] * scale_log2 - lrow[e >> 1]) : 0.f;
                 dp[n][e] = pe * (dp[n][e] - dlrow[e >> 1]);
             }
-        // dq += dS K (16 keys per step)
-#pragma unroll
-        for (int kk = 0; kk < kBwdRows / 16; kk++) {
-            uint32_t sa[4] = {lp<T>::pack(dp[2 * kk][0], dp[2 * kk][1]), lp<T>::pack(dp[2 * kk][2], dp[2 * kk][3]),
-                              lp<T>::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-                              lp<T>::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
-#pragma unroll
-            for (int n = 0; n < ND; n++) {
-                uint32_t b0, b1;
-                frag_b<T, LD>(b0, b1, Ks, kk * 16, n * 8, g, t);
-                lp<T>::mma(dq[n], sa, b0, b1);
-            }
-        }
+        accumulate<T, D, kBwdRows / 16>(dq, dp, Ks, g, t); // dq += dS K
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -443,26 +413,14 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dq(const T *q, const T *k, c
 #ifndef WEFT_CU_EMU
 namespace {
 
-template <typename K> cudaError_t optin(K *kernel, size_t bytes) {
-    if (bytes <= 48 * 1024) return cudaSuccess;
-    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-}
-
-bool grid_of(int64_t BH, int64_t ntile, unsigned *nb) {
-    const int64_t n = BH * ntile;
-    if (ntile <= 0 || n > 0x7fffffff) return false;
-    *nb = (unsigned)n;
-    return true;
-}
-
 template <typename T, int D>
 cudaError_t fwd_launch(const void *q, const void *k, const void *v, void *o, float *lse, int64_t BH, int64_t Tn,
                        double scale, cudaStream_t s) {
     const int64_t ntile = (Tn + kOwn - 1) / kOwn;
     unsigned nb;
-    if (!grid_of(BH, ntile, &nb)) return cudaErrorInvalidValue;
+    if (!weft_cu_grid_of(BH, ntile, &nb)) return cudaErrorInvalidValue;
     const size_t smem = sizeof(T) * (size_t)((kOwn + 2 * kFwdKeys) * ld_of<D>());
-    cudaError_t e = optin(mma_fwd<T, D>, smem);
+    cudaError_t e = weft_cu_smem_optin(mma_fwd<T, D>, smem);
     if (e != cudaSuccess) return e;
     mma_fwd<T, D><<<nb, kThreads, smem, s>>>((const T *)q, (const T *)k, (const T *)v, (T *)o, lse, Tn, ntile,
                                              (float)scale * kLog2e);
@@ -474,7 +432,7 @@ cudaError_t bwd_launch(const void *q, const void *k, const void *v, const void *
                        float *dl, void *gq, void *gk, void *gv, int64_t BH, int64_t Tn, double scale, cudaStream_t s) {
     const int64_t ntile = (Tn + kOwn - 1) / kOwn;
     unsigned nb;
-    if (!grid_of(BH, ntile, &nb)) return cudaErrorInvalidValue;
+    if (!weft_cu_grid_of(BH, ntile, &nb)) return cudaErrorInvalidValue;
     const int64_t N = BH * Tn;
     int64_t ndl = (N + 7) / 8; // 8 warps of 256 threads, grid-stride
     if (ndl > 65535 * 8) ndl = 65535 * 8;
@@ -483,8 +441,8 @@ cudaError_t bwd_launch(const void *q, const void *k, const void *v, const void *
     if (e != cudaSuccess) return e;
     const size_t tiles = sizeof(T) * (size_t)((2 * kOwn + 2 * kBwdRows) * ld_of<D>());
     const size_t smem_kv = tiles + 2 * kBwdRows * sizeof(float), smem_q = tiles;
-    if ((e = optin(mma_bwd_dkdv<T, D>, smem_kv)) != cudaSuccess) return e;
-    if ((e = optin(mma_bwd_dq<T, D>, smem_q)) != cudaSuccess) return e;
+    if ((e = weft_cu_smem_optin(mma_bwd_dkdv<T, D>, smem_kv)) != cudaSuccess) return e;
+    if ((e = weft_cu_smem_optin(mma_bwd_dq<T, D>, smem_q)) != cudaSuccess) return e;
     mma_bwd_dkdv<T, D><<<nb, kThreads, smem_kv, s>>>((const T *)q, (const T *)k, (const T *)v, lse, (const T *)go, dl,
                                                      (T *)gk, (T *)gv, Tn, ntile, (float)scale);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;

@@ -69,6 +69,20 @@ template <typename T, int V> struct alignas(sizeof(T) * V) weft_cu_pack {
 };
 static inline bool weft_cu_aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 
+// Dynamic shared memory above the 48 KB default needs an opt-in per kernel (H100: up to 227 KB).
+template <typename K> static inline cudaError_t weft_cu_smem_optin(K *kernel, size_t bytes) {
+    if (bytes <= 48 * 1024) return cudaSuccess;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+}
+
+// One-dimensional grid of BH * ntile blocks (a block per head and tile), false beyond 2^31 - 1.
+static inline bool weft_cu_grid_of(int64_t BH, int64_t ntile, unsigned *nb) {
+    const int64_t n = BH * ntile;
+    if (ntile <= 0 || n > 0x7fffffff) return false;
+    *nb = (unsigned)n;
+    return true;
+}
+
 #define WEFT_CU_GRID_LOOP(i, n) \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 
