@@ -10,11 +10,11 @@
 // attrs: f[0] = scale (both ops).
 #include "op.h"
 
-#define ATTN_DT (WEFT_DT_FLOAT | WEFT_DT(WEFT_BF16) | WEFT_DT(WEFT_F16))
+#define ATTN_DT (WEFT_DT_FLOAT | WEFT_DT_HALF)
 
 // lse's dtype for q's: f32 for the half types (the softmax statistics stay f32), else q's.
 static weft_dtype lse_dtype(const weft_tensor *q) {
-    return q->dtype == WEFT_BF16 || q->dtype == WEFT_F16 ? WEFT_F32 : (weft_dtype)q->dtype;
+    return weft_dtype_is_half(q->dtype) ? WEFT_F32 : (weft_dtype)q->dtype;
 }
 
 weft_status weft_cpu_causal_attention(const weft_op_args *a);

@@ -92,8 +92,6 @@ weft_tensor *weft_kernel_contiguous(const weft_tensor *t) {
     return c;
 }
 
-static bool is_half(int dt) { return dt == WEFT_BF16 || dt == WEFT_F16; }
-
 weft_status weft_kernel_widened(const weft_op_args *a, weft_kernel_fn f) {
     weft_tensor *in[8] = {0}, *out[WEFT_MAX_OP_OUT] = {0}, *win[8], *wout[WEFT_MAX_OP_OUT];
     if (a->n_in > 8 || a->n_out > WEFT_MAX_OP_OUT)
@@ -101,14 +99,14 @@ weft_status weft_kernel_widened(const weft_op_args *a, weft_kernel_fn f) {
     weft_status st = WEFT_OK;
     for (int i = 0; i < a->n_in; i++) {
         win[i] = a->in[i];
-        if (st || !a->in[i] || !is_half(a->in[i]->dtype)) continue;
+        if (st || !a->in[i] || !weft_dtype_is_half(a->in[i]->dtype)) continue;
         in[i] = weft_tensor_new(a->in[i]->ndim, a->in[i]->sizes, WEFT_F32, a->in[i]->device);
         st = in[i] ? weft_tensor_copy_(in[i], a->in[i]) : WEFT_ERR_OOM;
         win[i] = in[i];
     }
     for (int j = 0; j < a->n_out; j++) {
         wout[j] = a->out[j];
-        if (st || !is_half(a->out[j]->dtype)) continue;
+        if (st || !weft_dtype_is_half(a->out[j]->dtype)) continue;
         out[j] = weft_tensor_new(a->out[j]->ndim, a->out[j]->sizes, WEFT_F32, a->out[j]->device);
         st = out[j] ? WEFT_OK : WEFT_ERR_OOM;
         wout[j] = out[j];

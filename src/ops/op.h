@@ -73,6 +73,8 @@ typedef struct weft_kernel {
 #define WEFT_DT_INT (WEFT_DT(WEFT_I32) | WEFT_DT(WEFT_I64))
 #define WEFT_DT_NUM (WEFT_DT_FLOAT | WEFT_DT_INT)
 #define WEFT_DT_ALL ((1u << WEFT_NUM_DTYPES) - 1)
+#define WEFT_DT_HALF (WEFT_DT(WEFT_F16) | WEFT_DT(WEFT_BF16)) // autocast's storage-only float types
+static inline bool weft_dtype_is_half(int dt) { return (WEFT_DT_HALF >> dt) & 1u; }
 
 enum {
     WEFT_OPF_VIEW = 1,    // output 0 aliases input 0 (infer gives strides/offset); no kernel

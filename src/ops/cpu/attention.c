@@ -14,7 +14,7 @@
 //   dQ = scale dS K[0:i1]            dK[0:i1] += scale dS^T Q
 // Each BLAS call runs single-threaded inside the OpenMP region.
 // bf16 / f16 (autocast's attention): q, k, v, o, go widened to f32, the f32
-// kernel, results rounded once (lse stays f32: weft_cpu_widened).
+// kernel, results rounded once (lse stays f32: weft_kernel_widened).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,7 +94,7 @@ ATTN_KERNELS(double, exp_f64, log)
 
 // causal_attention: in (q, k, v) (B,H,T,D) -> o (B,H,T,D), lse (B,H,T); attrs f[0] = scale.
 weft_status weft_cpu_causal_attention(const weft_op_args *a) {
-    if (a->in[0]->dtype == WEFT_BF16 || a->in[0]->dtype == WEFT_F16)
+    if (weft_dtype_is_half(a->in[0]->dtype))
         return weft_kernel_widened(a, weft_cpu_causal_attention);
     weft_kernel_inputs in;
     if (weft_kernel_inputs_get(a, &in)) return weft_last_status();
@@ -138,7 +138,7 @@ weft_status weft_cpu_causal_attention(const weft_op_args *a) {
 
 // causal_attention_backward: in (q, k, v, o, lse, go) -> gq, gk, gv (B,H,T,D); attrs f[0] = scale.
 weft_status weft_cpu_causal_attention_backward(const weft_op_args *a) {
-    if (a->in[0]->dtype == WEFT_BF16 || a->in[0]->dtype == WEFT_F16)
+    if (weft_dtype_is_half(a->in[0]->dtype))
         return weft_kernel_widened(a, weft_cpu_causal_attention_backward);
     weft_kernel_inputs in;
     if (weft_kernel_inputs_get(a, &in)) return weft_last_status();

@@ -23,8 +23,6 @@ static weft_status attn_dims(const weft_op_args *a, int64_t *BH, int64_t *T, int
     return WEFT_OK;
 }
 
-static bool is_half(int dt) { return dt == WEFT_BF16 || dt == WEFT_F16; }
-
 static weft_status cu_causal_attention(const weft_op_args *a) {
     int64_t BH = 0, T = 0, D = 0;
     weft_status st = attn_dims(a, &BH, &T, &D);
@@ -32,10 +30,10 @@ static weft_status cu_causal_attention(const weft_op_args *a) {
     if (a->n_in != 3) return weft_error(WEFT_ERR_ARG, "%s: expected 3 inputs, got %d", a->op->name, a->n_in);
     if (BH == 0 || T == 0) return WEFT_OK;
     int dt = a->in[0]->dtype;
-    if (is_half(dt) && !weft_cu_attention_mma_supports(dt, D)) return weft_kernel_widened(a, cu_causal_attention);
+    if (weft_dtype_is_half(dt) && !weft_cu_attention_mma_supports(dt, D)) return weft_kernel_widened(a, cu_causal_attention);
     weft_kernel_inputs c;
     if ((st = weft_kernel_inputs_get(a, &c))) return st;
-    cudaError_t e = is_half(dt) ? weft_cu_causal_attention_mma(weft_tensor_ptr(c.t[0]), weft_tensor_ptr(c.t[1]),
+    cudaError_t e = weft_dtype_is_half(dt) ? weft_cu_causal_attention_mma(weft_tensor_ptr(c.t[0]), weft_tensor_ptr(c.t[1]),
                                                                weft_tensor_ptr(c.t[2]), weft_tensor_ptr(a->out[0]),
                                                                (float *)weft_tensor_ptr(a->out[1]), dt, BH, T, D,
                                                                a->attrs->f[0], weft_cu_stream(a->out[0]))
@@ -54,18 +52,18 @@ static weft_status cu_causal_attention_backward(const weft_op_args *a) {
     if (a->n_in != 6) return weft_error(WEFT_ERR_ARG, "%s: expected 6 inputs, got %d", a->op->name, a->n_in);
     if (BH == 0 || T == 0 || D == 0) return WEFT_OK; // every gradient is empty
     int dt = a->in[0]->dtype;
-    if (is_half(dt) && !weft_cu_attention_mma_supports(dt, D))
+    if (weft_dtype_is_half(dt) && !weft_cu_attention_mma_supports(dt, D))
         return weft_kernel_widened(a, cu_causal_attention_backward);
     weft_kernel_inputs c;
     if ((st = weft_kernel_inputs_get(a, &c))) return st;
     int64_t n = BH * T;
-    weft_dtype dldt = is_half(dt) ? WEFT_F32 : (weft_dtype)dt; // Dl_i = go_i.o_i, in lse's dtype
+    weft_dtype dldt = weft_dtype_is_half(dt) ? WEFT_F32 : (weft_dtype)dt; // Dl_i = go_i.o_i, in lse's dtype
     weft_tensor *dl = weft_tensor_new(1, &n, dldt, a->in[0]->device);
     if (!dl) {
         weft_kernel_inputs_free(&c);
         return weft_last_status();
     }
-    cudaError_t e = is_half(dt) ? weft_cu_causal_attention_mma_backward(
+    cudaError_t e = weft_dtype_is_half(dt) ? weft_cu_causal_attention_mma_backward(
         weft_tensor_ptr(c.t[0]), weft_tensor_ptr(c.t[1]), weft_tensor_ptr(c.t[2]), weft_tensor_ptr(c.t[3]),
         (const float *)weft_tensor_ptr(c.t[4]), weft_tensor_ptr(c.t[5]), (float *)weft_tensor_ptr(dl),
         weft_tensor_ptr(a->out[0]), weft_tensor_ptr(a->out[1]), weft_tensor_ptr(a->out[2]), dt, BH, T, D,
@@ -80,7 +78,7 @@ static weft_status cu_causal_attention_backward(const weft_op_args *a) {
 }
 
 void weft_cuda_register_attention(void) {
-    const uint32_t dts = WEFT_DT_FLOAT | WEFT_DT(WEFT_BF16) | WEFT_DT(WEFT_F16);
+    const uint32_t dts = WEFT_DT_FLOAT | WEFT_DT_HALF;
     weft_cu_register("causal_attention", cu_causal_attention, dts);
     weft_cu_register("causal_attention_backward", cu_causal_attention_backward, dts);
 }
