@@ -346,6 +346,19 @@ static void test_streaming_store_path(void) {
     }
     for (int64_t i = 0; i < n; i++) ref[i] = exp((double)(float)a[i]);
     wt_check_values("exp streaming", wt_keep(weft_exp(ta)), ref, n, 1e-6);
+    // GELU and its gradient (the vectorised erf/exp of vmath.h; these loops were
+    // once left scalar by the compiler) on [-8, 8], both threads' blocks and tails.
+    weft_tensor *x = wt_keep(weft_mul_scalar(ta, 4.0));
+    CHECK(!weft_tensor_set_requires_grad(x, true));
+    for (int64_t i = 0; i < n; i++) ref[i] = r_gelu((double)(float)(4 * (float)a[i]));
+    weft_tensor *y = wt_keep(weft_gelu(x));
+    wt_check_values("gelu streaming", y, ref, n, 2e-6);
+    CHECK(!weft_backward(wt_keep(weft_sum(y, 0, NULL, false)), NULL, NULL));
+    for (int64_t i = 0; i < n; i++) {
+        double v = (double)(float)(4 * (float)a[i]);
+        ref[i] = 0.5 * (1.0 + erf(v / sqrt(2.0))) + v * exp(-0.5 * v * v) / sqrt(2.0 * M_PI);
+    }
+    wt_check_values("gelu grad streaming", weft_tensor_grad(x), ref, n, 2e-6);
     free(a);
     free(b);
     free(ref);

@@ -64,30 +64,31 @@ static inline void weft_stream_fence(void) {}
 #endif
 
 // Runs `o[i] = EXPR(i)` for i in [0, n) with streaming stores. The loop
-// variable is i; the body (last argument) assigns to `out_` (type TO).
+// variable is i; the body (last argument) assigns to `out_` (type TO). Each
+// block's loop has its own i, never assigned in the body, so it vectorises
+// (an i stored to from inside the block kept it scalar).
 #define WEFT_NT_LOOP(TO, o, n, ...)                                     \
     do {                                                                \
         enum { BLK_ = WEFT_NT_BLOCK_BYTES / (int)sizeof(TO) };          \
         _Alignas(64) TO buf_[BLK_];                                     \
-        int64_t i = 0;                                                  \
-        for (; i < (n) && ((uintptr_t)((o) + i) & 15); i++) {           \
+        int64_t head_ = 0;                                              \
+        while (head_ < (n) && ((uintptr_t)((o) + head_) & 15)) head_++; \
+        for (int64_t i = 0; i < head_; i++) {                           \
             TO out_;                                                    \
             __VA_ARGS__;                                                \
             (o)[i] = out_;                                              \
         }                                                               \
-        for (; i + BLK_ <= (n); i += BLK_) {                            \
-            int64_t base_ = i;                                          \
-            for (int j_ = 0; j_ < BLK_; j_++) {                         \
-                i = base_ + j_;                                         \
+        int64_t b_ = head_;                                             \
+        for (; b_ + BLK_ <= (n); b_ += BLK_) {                          \
+            for (int64_t i = b_; i < b_ + BLK_; i++) {                  \
                 TO out_;                                                \
                 __VA_ARGS__;                                            \
-                buf_[j_] = out_;                                        \
+                buf_[i - b_] = out_;                                    \
             }                                                           \
-            i = base_;                                                  \
-            weft_stream_store((o) + i, buf_);                           \
+            weft_stream_store((o) + b_, buf_);                          \
         }                                                               \
         weft_stream_fence();                                            \
-        for (; i < (n); i++) {                                          \
+        for (int64_t i = b_; i < (n); i++) {                            \
             TO out_;                                                    \
             __VA_ARGS__;                                                \
             (o)[i] = out_;                                              \
