@@ -376,26 +376,38 @@ static void test_sum_to(void) {
     wt_drop_all();
 }
 
-// Sums over leading dims of a contiguous tensor take a column-block path;
-// check it big enough to be threaded, in f32 and f64, sum and mean.
+// Sums over leading dims of a contiguous tensor take a tiled path (row tiles
+// by column blocks); check it big enough to be threaded, in f32 and f64, sum
+// and mean: wide (several column blocks) and narrow (one block, many row
+// tiles, a partial last tile), and the same bits with one thread and two.
 static void test_leading_dims_sum(void) {
-    const int64_t A = 6, R = 50, K = 1001; // (A,R,K) summed over (A,R)
-    double *v = malloc(sizeof(double) * (size_t)(A * R * K)), *ref = calloc((size_t)K, sizeof(double));
-    wt_vals(v, A * R * K, -1, 1, 77);
-    for (int64_t i = 0; i < A * R; i++)
-        for (int64_t j = 0; j < K; j++) ref[j] += v[i * K + j];
-    int axes[2] = {0, 1};
-    for (int dt = 0; dt < 2; dt++) {
-        weft_tensor *t64 = wt_keep(weft_tensor_from_data(v, WEFT_DIMS(A, R, K), WEFT_F64));
-        weft_tensor *t = dt ? wt_keep(weft_cast(t64, WEFT_F32)) : t64;
-        wt_check_values("sum leading dims", wt_keep(weft_sum(t, 2, axes, false)), ref, K, dt ? 1e-5 : 1e-12);
-        double *mref = malloc(sizeof(double) * (size_t)K);
-        for (int64_t j = 0; j < K; j++) mref[j] = ref[j] / (double)(A * R);
-        wt_check_values("mean leading dims", wt_keep(weft_mean(t, 2, axes, true)), mref, K, dt ? 1e-5 : 1e-12);
-        free(mref);
+    int nt0 = weft_num_threads();
+    const int64_t shapes[2][3] = {{6, 50, 1001}, {17, 241, 130}}; // (A,R,K) summed over (A,R)
+    for (int sh = 0; sh < 2; sh++) {
+        const int64_t A = shapes[sh][0], R = shapes[sh][1], K = shapes[sh][2];
+        double *v = malloc(sizeof(double) * (size_t)(A * R * K)), *ref = calloc((size_t)K, sizeof(double));
+        wt_vals(v, A * R * K, -1, 1, 77 + sh);
+        for (int64_t i = 0; i < A * R; i++)
+            for (int64_t j = 0; j < K; j++) ref[j] += v[i * K + j];
+        int axes[2] = {0, 1};
+        for (int dt = 0; dt < 2; dt++) {
+            weft_tensor *t64 = wt_keep(weft_tensor_from_data(v, WEFT_DIMS(A, R, K), WEFT_F64));
+            weft_tensor *t = dt ? wt_keep(weft_cast(t64, WEFT_F32)) : t64;
+            weft_set_num_threads(1);
+            weft_tensor *s1 = wt_keep(weft_sum(t, 2, axes, false));
+            weft_set_num_threads(2);
+            weft_tensor *s2 = wt_keep(weft_sum(t, 2, axes, false));
+            wt_check_values("sum leading dims", s2, ref, K, dt ? 1e-5 : 1e-12);
+            wt_check_same("sum leading dims, 1 thread vs 2", s1, s2, 0);
+            double *mref = malloc(sizeof(double) * (size_t)K);
+            for (int64_t j = 0; j < K; j++) mref[j] = ref[j] / (double)(A * R);
+            wt_check_values("mean leading dims", wt_keep(weft_mean(t, 2, axes, true)), mref, K, dt ? 1e-5 : 1e-12);
+            free(mref);
+        }
+        free(v);
+        free(ref);
     }
-    free(v);
-    free(ref);
+    weft_set_num_threads(nt0);
     wt_drop_all();
 }
 

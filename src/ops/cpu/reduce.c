@@ -2,6 +2,7 @@
 // elements are visited with a small odometer over the reduced dims, whose
 // innermost run is a plain strided loop.
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../reduce.h"
@@ -171,22 +172,31 @@ REDUCE_ONE_INT(int64_t)
 
 // Sum over leading dims of a contiguous tensor, (R,K) -> (K): the bias
 // gradient of every linear layer. The per-output loop above would walk each
-// column with stride K; here each thread owns a block of columns and runs down
-// the rows, accumulating in double (vectorised, and each column still sums in
-// row order, so the result does not depend on the thread count).
+// column with stride K; here the work is tiles of COLSUM_ROWS rows by
+// COLSUM_COLS columns, each summed down its rows in double (vectorised), and
+// the tiles of a column then added in row order. The tiling depends only on
+// R and K, so the result does not depend on the thread count, and a narrow
+// layer (K = 128: one column block) still uses every thread.
+#define COLSUM_ROWS 256
+#define COLSUM_COLS 256
 #define COLSUM(T)                                                                                         \
-    static void colsum_##T(const T *x, int64_t R, int64_t K, T *out, double scale) {                    \
-        enum { BLK = 256 };                                                                               \
-        int64_t nb = (K + BLK - 1) / BLK;                                                                 \
-        _Pragma("omp parallel for num_threads(weft_num_threads()) if (R * K > 2 * WEFT_PAR_GRAIN && nb > 1)") \
-        for (int64_t b = 0; b < nb; b++) {                                                                \
-            int64_t j0 = b * BLK, n = K - j0 < BLK ? K - j0 : BLK;                                        \
-            double acc[BLK] = {0};                                                                        \
-            for (int64_t i = 0; i < R; i++) {                                                             \
+    static void colsum_##T(const T *x, int64_t R, int64_t K, T *out, double scale, double *part) {      \
+        int64_t nr = (R + COLSUM_ROWS - 1) / COLSUM_ROWS, nc = (K + COLSUM_COLS - 1) / COLSUM_COLS;      \
+        _Pragma("omp parallel for num_threads(weft_num_threads()) if (R * K > 2 * WEFT_PAR_GRAIN && nr * nc > 1)") \
+        for (int64_t t = 0; t < nr * nc; t++) {                                                           \
+            int64_t i0 = t / nc * COLSUM_ROWS, j0 = t % nc * COLSUM_COLS;                                 \
+            int64_t m = R - i0 < COLSUM_ROWS ? R - i0 : COLSUM_ROWS, n = K - j0 < COLSUM_COLS ? K - j0 : COLSUM_COLS; \
+            double acc[COLSUM_COLS] = {0};                                                                \
+            for (int64_t i = i0; i < i0 + m; i++) {                                                       \
                 const T *row = x + i * K + j0;                                                            \
                 for (int64_t j = 0; j < n; j++) acc[j] += (double)row[j];                                 \
             }                                                                                             \
-            for (int64_t j = 0; j < n; j++) out[j0 + j] = (T)(acc[j] * scale);                            \
+            memcpy(part + (t / nc) * K + j0, acc, sizeof(double) * (size_t)n);                            \
+        }                                                                                                 \
+        for (int64_t j = 0; j < K; j++) {                                                                 \
+            double s = 0;                                                                                 \
+            for (int64_t r = 0; r < nr; r++) s += part[r * K + j];                                        \
+            out[j] = (T)(s * scale);                                                                      \
         }                                                                                                 \
     }
 COLSUM(float)
@@ -210,8 +220,11 @@ weft_status weft_cpu_reduce(const weft_op_args *a) {
         k < x->ndim && mask == (1u << k) - 1 && weft_tensor_is_contiguous(x) && p.n_red > 1 && p.n_out > 1) {
         int64_t R = p.n_red, K = p.n_out;
         double scale = kind == WEFT_RED_MEAN ? 1.0 / (double)R : 1.0;
-        if (dt == WEFT_F32) colsum_float(WEFT_PTR(const float, x), R, K, WEFT_PTR(float, out), scale);
-        else colsum_double(WEFT_PTR(const double, x), R, K, WEFT_PTR(double, out), scale);
+        double *part = malloc(sizeof(double) * (size_t)((R + COLSUM_ROWS - 1) / COLSUM_ROWS) * (size_t)K);
+        if (!part) return weft_error(WEFT_ERR_OOM, "%s: out of memory for the partial sums", a->op->name);
+        if (dt == WEFT_F32) colsum_float(WEFT_PTR(const float, x), R, K, WEFT_PTR(float, out), scale, part);
+        else colsum_double(WEFT_PTR(const double, x), R, K, WEFT_PTR(double, out), scale, part);
+        free(part);
         return WEFT_OK;
     }
     const char *xb = weft_tensor_ptr(x);
