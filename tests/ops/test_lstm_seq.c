@@ -212,6 +212,15 @@ static void test_vs_composed(void) {
     check_vs_composed(1, 9, 2, 1e-6, 43);
     check_vs_composed(2, 3, 4, 1e-6, 46);
     check_vs_composed(16, 20, 130, 1e-4, 44); // the batch split over threads, longer in time
+    // hidden units split over threads too (more threads than groups of 8
+    // rows): 5 rows on 2 threads (one group, 2 splits of 40 and 30 units),
+    // and 16 rows on 4 threads (2 groups x 2 splits)
+    int nt0 = weft_num_threads();
+    weft_set_num_threads(2);
+    check_vs_composed(5, 7, 70, 1e-4, 47);
+    weft_set_num_threads(4);
+    check_vs_composed(16, 5, 66, 1e-4, 48);
+    weft_set_num_threads(nt0);
 }
 
 static void test_errors(void) {

@@ -13,6 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "../../core/core_impl.h"
 #include "../op.h"
 #include "gemm.h"
@@ -163,8 +167,8 @@ weft_status weft_cpu_lstm_cell_backward(const weft_op_args *a) {
 // the gates before activation, overwritten by i,f,g,o after it; cp (stride
 // ldh) the previous c or NULL (zero state); c, h (stride ldh) written.
 static WEFT_CLONES void seq_row_f32(float *restrict a, const float *restrict cp, float *restrict c,
-                                    float *restrict h, int64_t H) {
-    for (int64_t j = 0; j < H; j++) {
+                                    float *restrict h, int64_t H, int64_t n) {
+    for (int64_t j = 0; j < n; j++) {
         float i = sigm_f32(a[j]), f = sigm_f32(a[H + j]), g = tanh_f32(a[2 * H + j]), o = sigm_f32(a[3 * H + j]);
         float cn = i * g + (cp ? f * cp[j] : 0.0f);
         a[j] = i, a[H + j] = f, a[2 * H + j] = g, a[3 * H + j] = o;
@@ -173,8 +177,8 @@ static WEFT_CLONES void seq_row_f32(float *restrict a, const float *restrict cp,
     }
 }
 static void seq_row_f64(double *restrict a, const double *restrict cp, double *restrict c, double *restrict h,
-                        int64_t H) {
-    for (int64_t j = 0; j < H; j++) {
+                        int64_t H, int64_t n) {
+    for (int64_t j = 0; j < n; j++) {
         double i = sigm_f64(a[j]), f = sigm_f64(a[H + j]), g = tanh(a[2 * H + j]), o = sigm_f64(a[3 * H + j]);
         double cn = i * g;
         if (cp) cn = f * cp[j] + cn;
@@ -190,8 +194,8 @@ static void seq_row_f64(double *restrict a, const double *restrict cp, double *r
 // dc_{t-1} out), dg (4H) written: the gates' gradient.
 static WEFT_CLONES void seq_bw_row_f32(const float *restrict a, const float *restrict cp, const float *restrict c,
                                        const float *restrict dh, const float *restrict rec, float *restrict dc,
-                                       float *restrict dg, int64_t H) {
-    for (int64_t j = 0; j < H; j++) {
+                                       float *restrict dg, int64_t H, int64_t n) {
+    for (int64_t j = 0; j < n; j++) {
         float i = a[j], f = a[H + j], g = a[2 * H + j], o = a[3 * H + j];
         float tc = tanh_f32(c[j]), dhk = dh[j] + (rec ? rec[j] : 0.0f);
         float dct = dc[j] + dhk * o * (1.0f - tc * tc);
@@ -204,8 +208,8 @@ static WEFT_CLONES void seq_bw_row_f32(const float *restrict a, const float *res
 }
 static void seq_bw_row_f64(const double *restrict a, const double *restrict cp, const double *restrict c,
                            const double *restrict dh, const double *restrict rec, double *restrict dc,
-                           double *restrict dg, int64_t H) {
-    for (int64_t j = 0; j < H; j++) {
+                           double *restrict dg, int64_t H, int64_t n) {
+    for (int64_t j = 0; j < n; j++) {
         double i = a[j], f = a[H + j], g = a[2 * H + j], o = a[3 * H + j];
         double tc = tanh(c[j]), dhk = dh[j] + (rec ? rec[j] : 0.0);
         double dct = dc[j] + dhk * o * (1.0 - tc * tc);
@@ -217,82 +221,140 @@ static void seq_bw_row_f64(const double *restrict a, const double *restrict cp, 
     }
 }
 
-// The step's gate pass over B rows: a at row stride lda (4H wide), cp / c / h
-// at row stride ldh (H wide); cp NULL at t = 0. Rows in parallel only where
-// the batch was not split over the threads already (weft_num_threads() is 1
-// inside that parallel region).
-static void seq_step(weft_dtype dt, char *a, const char *cp, char *c, char *h, int64_t B, int64_t H, int64_t lda,
-                     int64_t ldh) {
+// The step's gate pass over B rows and n hidden units: a at row stride lda
+// (gates H apart), cp / c / h at row stride ldh; cp NULL at t = 0. Pointers
+// are offset to the first unit. Rows in parallel only where the work was not
+// split over the threads already (weft_num_threads() is 1 inside that
+// parallel region).
+static void seq_step(weft_dtype dt, char *a, const char *cp, char *c, char *h, int64_t B, int64_t H, int64_t n,
+                     int64_t lda, int64_t ldh) {
     size_t es = weft_dtype_size(dt), ra = (size_t)lda * es, rh = (size_t)ldh * es;
-#pragma omp parallel for num_threads(weft_num_threads()) if(B * H >= LSTM_PAR_GRAIN) schedule(static)
+#pragma omp parallel for num_threads(weft_num_threads()) if(B * n >= LSTM_PAR_GRAIN) schedule(static)
     for (int64_t b = 0; b < B; b++) {
         const char *cpb = cp ? cp + b * rh : NULL;
         if (dt == WEFT_F32)
-            seq_row_f32((float *)(a + b * ra), (const float *)cpb, (float *)(c + b * rh), (float *)(h + b * rh), H);
+            seq_row_f32((float *)(a + b * ra), (const float *)cpb, (float *)(c + b * rh), (float *)(h + b * rh), H, n);
         else
-            seq_row_f64((double *)(a + b * ra), (const double *)cpb, (double *)(c + b * rh), (double *)(h + b * rh), H);
+            seq_row_f64((double *)(a + b * ra), (const double *)cpb, (double *)(c + b * rh), (double *)(h + b * rh), H,
+                        n);
     }
 }
 
-// The backward's gate pass over B rows: a, dg at stride lda; cp, c, dh at
-// stride ldh; rec, dc contiguous (B,H). Rows in parallel as seq_step.
+// The backward's gate pass over B rows and n units: a, dg at stride lda; cp,
+// c, dh at stride ldh; rec, dc at stride H ((B,H) workspaces). Pointers offset
+// to the first unit; rows in parallel as seq_step.
 static void seq_bw_step(weft_dtype dt, const char *a, const char *cp, const char *c, const char *dh, const char *rec,
-                        char *dc, char *dg, int64_t B, int64_t H, int64_t lda, int64_t ldh) {
+                        char *dc, char *dg, int64_t B, int64_t H, int64_t n, int64_t lda, int64_t ldh) {
     size_t es = weft_dtype_size(dt), ra = (size_t)lda * es, rh = (size_t)ldh * es, r1 = (size_t)H * es;
-#pragma omp parallel for num_threads(weft_num_threads()) if(B * H >= LSTM_PAR_GRAIN) schedule(static)
+#pragma omp parallel for num_threads(weft_num_threads()) if(B * n >= LSTM_PAR_GRAIN) schedule(static)
     for (int64_t b = 0; b < B; b++) {
         const char *cpb = cp ? cp + b * rh : NULL, *recb = rec ? rec + b * r1 : NULL;
         if (dt == WEFT_F32)
             seq_bw_row_f32((const float *)(a + b * ra), (const float *)cpb, (const float *)(c + b * rh),
                            (const float *)(dh + b * rh), (const float *)recb, (float *)(dc + b * r1),
-                           (float *)(dg + b * ra), H);
+                           (float *)(dg + b * ra), H, n);
         else
             seq_bw_row_f64((const double *)(a + b * ra), (const double *)cpb, (const double *)(c + b * rh),
                            (const double *)(dh + b * rh), (const double *)recb, (double *)(dc + b * r1),
-                           (double *)(dg + b * ra), H);
+                           (double *)(dg + b * ra), H, n);
     }
 }
 
-// Rows of the batch are independent through the whole recurrence, so the
-// threads split the batch once, and each runs every step on its rows with
-// single-threaded products (weft_cpu_gemm inside a parallel region): no
-// barrier per step, and a thread's rows stay in its core's cache. At least
-// SEQ_MIN_ROWS rows per thread (below that a product is too thin to pay).
+// Threads. Rows of the batch are independent through the whole recurrence,
+// so the batch is split once into groups of at least SEQ_MIN_ROWS rows (below
+// that a product is too thin to pay), each group running every step on its
+// rows with single-threaded products (weft_cpu_gemm inside a parallel
+// region): no barrier per step, and a group's rows stay in its core's cache.
+// More threads than groups (16 cores, a batch of 32) split each group's
+// hidden units too, at least SEQ_MIN_UNITS each: a thread then multiplies by
+// its units' rows of W_hh only (a quarter of the matrix at 4 splits, which
+// stays in its core's cache) and runs their gates, and the threads meet at a
+// barrier after every step (step t+1 needs all of h_t).
 #define SEQ_MIN_ROWS 8
+#define SEQ_MIN_UNITS 32
 
-static int seq_threads(int64_t B) {
+typedef struct seq_part {
+    int groups, splits; // threads = groups * splits
+    int64_t b0, nb;     // this thread's rows
+    int64_t j0, n;      // its hidden units (n may be 0: it only meets the barriers)
+} seq_part;
+
+static seq_part seq_layout(int64_t B, int64_t H) {
     int nt = weft_num_threads();
-    int64_t most = B / SEQ_MIN_ROWS;
-    return most < 2 ? 1 : (int)(most < nt ? most : nt);
+    int64_t g = B / SEQ_MIN_ROWS, s;
+    g = g < 1 ? 1 : g > nt ? nt : g;
+    s = nt / g;
+    if (s > H / SEQ_MIN_UNITS) s = H / SEQ_MIN_UNITS;
+    if (s < 1) s = 1;
+    return (seq_part){.groups = (int)g, .splits = (int)s};
 }
 
-// Rows [b0, b0+nb) of the batch: pointers already offset to row b0.
-// acts holds xg on entry. w (4H,H).
-static void seq_forward(weft_dtype dt, const char *w, char *hs, char *acts, char *cs, int64_t nb, int64_t T,
+// Thread id's part of layout L inside the parallel region. A team smaller
+// than asked for (a thread limit) runs the whole batch on thread 0.
+static seq_part seq_part_of(seq_part L, int64_t B, int64_t H) {
+    int id = 0, team = 1;
+#ifdef _OPENMP
+    id = omp_get_thread_num(), team = omp_get_num_threads();
+#endif
+    if (team != L.groups * L.splits) {
+        L.groups = L.splits = 1;
+        L.b0 = L.j0 = 0, L.nb = id == 0 ? B : 0, L.n = H;
+        return L;
+    }
+    int g = id / L.splits, s = id % L.splits;
+    L.b0 = B * g / L.groups, L.nb = B * (g + 1) / L.groups - L.b0;
+    int64_t blk = (H + L.splits - 1) / L.splits;
+    blk = (blk + 7) / 8 * 8; // whole vectors of units
+    L.j0 = s * blk < H ? s * blk : H;
+    L.n = H - L.j0 < blk ? H - L.j0 : blk;
+    return L;
+}
+
+static void seq_barrier(const seq_part *P) {
+    if (P->splits > 1) {
+#pragma omp barrier
+    }
+}
+
+// Rows [b0, b0+nb) and units [j0, j0+n) of P: pointers already offset to row
+// b0. acts holds xg on entry. w (4H,H).
+static void seq_forward(weft_dtype dt, const char *w, char *hs, char *acts, char *cs, const seq_part *P, int64_t T,
                         int64_t H) {
-    size_t es = weft_dtype_size(dt);
-    int64_t lda = T * 4 * H, ldh = T * H; // row strides of one step in acts and in hs / cs
+    size_t es = weft_dtype_size(dt), oj = (size_t)P->j0 * es;
+    int64_t lda = T * 4 * H, ldh = T * H, nb = P->nb; // row strides of one step in acts and in hs / cs
     for (int64_t t = 0; t < T; t++) {
         char *at = acts + (size_t)(t * 4 * H) * es, *ct = cs + (size_t)(t * H) * es, *ht = hs + (size_t)(t * H) * es;
-        // (nb,H) @ (H,4H) += into the step's gates; h_{-1} = 0 skips it
-        if (t > 0) weft_cpu_gemm(dt, false, true, nb, 4 * H, H, 1.0, ht - (size_t)H * es, ldh, w, H, 1.0, at, lda);
-        seq_step(dt, at, t > 0 ? ct - (size_t)H * es : NULL, ct, ht, nb, H, lda, ldh);
+        // (nb,H) @ (H,4H) += into the step's gates; h_{-1} = 0 skips it. Split: the four gates' columns of its units.
+        if (t > 0 && nb > 0 && P->splits == 1)
+            weft_cpu_gemm(dt, false, true, nb, 4 * H, H, 1.0, ht - (size_t)H * es, ldh, w, H, 1.0, at, lda);
+        else if (t > 0 && nb > 0 && P->n > 0)
+            for (int64_t q = 0; q < 4; q++) {
+                size_t oq = (size_t)(q * H) * es + oj;
+                weft_cpu_gemm(dt, false, true, nb, P->n, H, 1.0, ht - (size_t)H * es, ldh, w + oq * (size_t)H, H, 1.0,
+                              at + oq, lda);
+            }
+        if (nb > 0 && P->n > 0)
+            seq_step(dt, at + oj, t > 0 ? ct - (size_t)H * es + oj : NULL, ct + oj, ht + oj, nb, H, P->n, lda, ldh);
+        seq_barrier(P);
     }
 }
 
-// Rows [b0, b0+nb): pointers offset to row b0; rec and dc (nb,H) this
-// thread's own workspace, dc zero on entry.
+// Rows and units of P: pointers offset to row b0; rec and dc (nb,H) the
+// group's own workspace, dc zero on entry.
 static void seq_backward(weft_dtype dt, const char *w, const char *acts, const char *cs, const char *dhs, char *dxg,
-                         char *rec, char *dc, int64_t nb, int64_t T, int64_t H) {
-    size_t es = weft_dtype_size(dt);
-    int64_t lda = T * 4 * H, ldh = T * H;
+                         char *rec, char *dc, const seq_part *P, int64_t T, int64_t H) {
+    size_t es = weft_dtype_size(dt), oj = (size_t)P->j0 * es;
+    int64_t lda = T * 4 * H, ldh = T * H, nb = P->nb, n = P->n;
     for (int64_t t = T - 1; t >= 0; t--) {
-        if (t < T - 1) // (nb,4H) @ (4H,H): the recurrent part of dh_t
-            weft_cpu_gemm(dt, false, false, nb, H, 4 * H, 1.0, dxg + (size_t)((t + 1) * 4 * H) * es, lda, w, H, 0.0,
-                          rec, H);
-        size_t o4 = (size_t)(t * 4 * H) * es, o1 = (size_t)(t * H) * es;
-        seq_bw_step(dt, acts + o4, t > 0 ? cs + o1 - (size_t)H * es : NULL, cs + o1, dhs + o1, t < T - 1 ? rec : NULL,
-                    dc, dxg + o4, nb, H, lda, ldh);
+        if (nb > 0 && n > 0) {
+            if (t < T - 1) // (nb,4H) @ (4H,n): the recurrent part of dh_t, its units' columns of W_hh
+                weft_cpu_gemm(dt, false, false, nb, n, 4 * H, 1.0, dxg + (size_t)((t + 1) * 4 * H) * es, lda, w + oj,
+                              H, 0.0, rec + oj, H);
+            size_t o4 = (size_t)(t * 4 * H) * es + oj, o1 = (size_t)(t * H) * es + oj;
+            seq_bw_step(dt, acts + o4, t > 0 ? cs + o1 - (size_t)H * es : NULL, cs + o1, dhs + o1,
+                        t < T - 1 ? rec + oj : NULL, dc + oj, dxg + o4, nb, H, n, lda, ldh);
+        }
+        seq_barrier(P); // step t-1's product reads all of dxg[:, t]
     }
 }
 
@@ -310,13 +372,14 @@ weft_status weft_cpu_lstm_seq(const weft_op_args *a) {
     size_t es = weft_dtype_size(dt);
     const char *w = weft_tensor_ptr(k.t[1]), *x = weft_tensor_ptr(k.t[0]);
     char *hs = weft_tensor_ptr(a->out[0]), *acts = weft_tensor_ptr(a->out[1]), *cs = weft_tensor_ptr(a->out[2]);
-    int nt = seq_threads(B);
-#pragma omp parallel for num_threads(nt) schedule(static, 1)
-    for (int i = 0; i < nt; i++) {
-        int64_t b0 = B * i / nt, nb = B * (i + 1) / nt - b0;
-        size_t o4 = (size_t)(b0 * T * 4 * H) * es, o1 = (size_t)(b0 * T * H) * es;
-        memcpy(acts + o4, x + o4, (size_t)(nb * T * 4 * H) * es);
-        seq_forward(dt, w, hs + o1, acts + o4, cs + o1, nb, T, H);
+    seq_part L = seq_layout(B, H);
+#pragma omp parallel num_threads(L.groups * L.splits)
+    {
+        seq_part P = seq_part_of(L, B, H);
+        size_t o4 = (size_t)(P.b0 * T * 4 * H) * es, o1 = (size_t)(P.b0 * T * H) * es;
+        if (P.j0 == 0) memcpy(acts + o4, x + o4, (size_t)(P.nb * T * 4 * H) * es); // the group's first thread
+        seq_barrier(&P);
+        seq_forward(dt, w, hs + o1, acts + o4, cs + o1, &P, T, H);
     }
     weft_kernel_inputs_free(&k);
     return WEFT_OK;
@@ -348,14 +411,17 @@ weft_status weft_cpu_lstm_seq_backward(const weft_op_args *a) {
         return weft_error(WEFT_ERR_OOM, "lstm_seq_backward: out of memory for the workspace");
     }
     char *rec = ws, *dc = ws + (size_t)(B * H) * es, *hprev = ws + (size_t)(2 * B * H) * es;
-    int nt = seq_threads(B);
-#pragma omp parallel for num_threads(nt) schedule(static, 1)
-    for (int i = 0; i < nt; i++) {
-        int64_t b0 = B * i / nt, nb = B * (i + 1) / nt - b0;
+    seq_part L = seq_layout(B, H);
+#pragma omp parallel num_threads(L.groups * L.splits)
+    {
+        seq_part P = seq_part_of(L, B, H);
+        int64_t b0 = P.b0, nb = P.nb;
         size_t o4 = (size_t)(b0 * T * 4 * H) * es, o1 = (size_t)(b0 * T * H) * es, oh = (size_t)(b0 * H) * es;
-        seq_backward(dt, w, acts + o4, cs + o1, dhs + o1, dxg + o4, rec + oh, dc + oh, nb, T, H);
-        for (int64_t b = b0; b < b0 + nb; b++) // hprev[b,1:] = hs[b,:T-1]; hprev[b,0] stays zero
-            memcpy(hprev + (size_t)(b * T * H + H) * es, hs + (size_t)(b * T * H) * es, (size_t)((T - 1) * H) * es);
+        seq_backward(dt, w, acts + o4, cs + o1, dhs + o1, dxg + o4, rec + oh, dc + oh, &P, T, H);
+        if (P.j0 == 0) // hprev[b,1:] = hs[b,:T-1]; hprev[b,0] stays zero
+            for (int64_t b = b0; b < b0 + nb; b++)
+                memcpy(hprev + (size_t)(b * T * H + H) * es, hs + (size_t)(b * T * H) * es,
+                       (size_t)((T - 1) * H) * es);
     }
     weft_cpu_gemm(dt, true, false, 4 * H, H, B * T, 1.0, dxg, 4 * H, hprev, H, 0.0, dw, H);
     free(ws);
