@@ -106,14 +106,19 @@ UNARY_NUM(mul_scalar, v * (float)sc, v * sc, v * (int64_t)sc)
 #define BINARY_NUM(op, E)                                                             \
     BINARY_LOOP(op##_f32, float, float, E) BINARY_LOOP(op##_f64, double, double, E)   \
     BINARY_LOOP(op##_i32, int32_t, int32_t, E) BINARY_LOOP(op##_i64, int64_t, int64_t, E)
+// The same with the float loops built per ISA: the arithmetic of every
+// training step (residual and bias adds, gradient sums, products).
+#define BINARY_NUM_CLONED(op, E)                                                                  \
+    WEFT_CLONES BINARY_LOOP(op##_f32, float, float, E) WEFT_CLONES BINARY_LOOP(op##_f64, double, double, E) \
+    BINARY_LOOP(op##_i32, int32_t, int32_t, E) BINARY_LOOP(op##_i64, int64_t, int64_t, E)
 #define BINARY_CMP(op, E)                                                             \
     BINARY_LOOP(op##_f32, float, uint8_t, E) BINARY_LOOP(op##_f64, double, uint8_t, E) \
     BINARY_LOOP(op##_i32, int32_t, uint8_t, E) BINARY_LOOP(op##_i64, int64_t, uint8_t, E) \
     BINARY_LOOP(op##_u8, uint8_t, uint8_t, E)
 
-BINARY_NUM(add, a + b)
-BINARY_NUM(sub, a - b)
-BINARY_NUM(mul, a * b)
+BINARY_NUM_CLONED(add, a + b)
+BINARY_NUM_CLONED(sub, a - b)
+BINARY_NUM_CLONED(mul, a * b)
 BINARY_LOOP(div_f32, float, float, a / b)
 BINARY_LOOP(div_f64, double, double, a / b)
 BINARY_LOOP(div_i32, int32_t, int32_t, b ? a / b : 0)
@@ -128,7 +133,7 @@ BINARY_CMP(lt, a < b)
 BINARY_CMP(le, a <= b)
 BINARY_CMP(gt, a > b)
 BINARY_CMP(ge, a >= b)
-BINARY_NUM(relu_bw, b > 0 ? a : 0) // a = gradient, b = relu's input
+BINARY_NUM_CLONED(relu_bw, b > 0 ? a : 0) // a = gradient, b = relu's input
 
 // where(cond, a, b): operands out, cond(u8), a, b
 #define WHERE_LOOP(NAME, T)                                                           \

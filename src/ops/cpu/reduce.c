@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../reduce.h"
+#include "vmath.h"
 
 void weft_reduce_plan_init(weft_reduce_plan *p, const weft_tensor *x, uint32_t mask) {
     p->nk = p->nr = 0;
@@ -180,18 +181,22 @@ REDUCE_ONE_INT(int64_t)
 #define COLSUM_ROWS 256
 #define COLSUM_COLS 256
 #define COLSUM(T)                                                                                         \
+    /* One tile: rows x[0..m) of n columns (row stride K) summed into acc[0..n). Built per ISA: */        \
+    /* the conversion to double halves the vector width, so the wider ones pay. */                        \
+    static WEFT_CLONES void colsum_tile_##T(const T *x, int64_t m, int64_t n, int64_t K, double *restrict acc) { \
+        for (int64_t j = 0; j < n; j++) acc[j] = 0;                                                       \
+        for (int64_t i = 0; i < m; i++) {                                                                 \
+            const T *restrict row = x + i * K;                                                            \
+            for (int64_t j = 0; j < n; j++) acc[j] += (double)row[j];                                     \
+        }                                                                                                 \
+    }                                                                                                     \
     static void colsum_##T(const T *x, int64_t R, int64_t K, T *out, double scale, double *part) {      \
         int64_t nr = (R + COLSUM_ROWS - 1) / COLSUM_ROWS, nc = (K + COLSUM_COLS - 1) / COLSUM_COLS;      \
         _Pragma("omp parallel for num_threads(weft_num_threads()) if (R * K > 2 * WEFT_PAR_GRAIN && nr * nc > 1)") \
         for (int64_t t = 0; t < nr * nc; t++) {                                                           \
             int64_t i0 = t / nc * COLSUM_ROWS, j0 = t % nc * COLSUM_COLS;                                 \
             int64_t m = R - i0 < COLSUM_ROWS ? R - i0 : COLSUM_ROWS, n = K - j0 < COLSUM_COLS ? K - j0 : COLSUM_COLS; \
-            double acc[COLSUM_COLS] = {0};                                                                \
-            for (int64_t i = i0; i < i0 + m; i++) {                                                       \
-                const T *row = x + i * K + j0;                                                            \
-                for (int64_t j = 0; j < n; j++) acc[j] += (double)row[j];                                 \
-            }                                                                                             \
-            memcpy(part + (t / nc) * K + j0, acc, sizeof(double) * (size_t)n);                            \
+            colsum_tile_##T(x + i0 * K + j0, m, n, K, part + (t / nc) * K + j0);                          \
         }                                                                                                 \
         for (int64_t j = 0; j < K; j++) {                                                                 \
             double s = 0;                                                                                 \
