@@ -10,7 +10,7 @@
 // The choice (WEFT_GEMM=auto, the default) is made per f32 shape (ta, tb, M,
 // N, K, threads) the first time the shape is seen: both run on the caller's
 // operands into a scratch C, after one warm-up each (oneDNN JIT-compiles a
-// kernel per shape), best of three alternating rounds, and OpenBLAS is kept
+// kernel per shape), best of five alternating rounds, and OpenBLAS is kept
 // only when it is more than 10% faster (near ties go to oneDNN, so a noisy
 // machine rarely flips a choice). Choices live for the process, so a run is
 // reproducible within itself; the two libraries round differently, so two
@@ -285,7 +285,7 @@ static weft_gemm_backend measure(bool ta, bool tb, int64_t M, int64_t N, int64_t
     float *C = malloc(sizeof(float) * (size_t)M * (size_t)N);
     if (!C) return WEFT_GEMM_ONEDNN;
     double best[2] = {1e30, 1e30};
-    for (int round = 0; round < 4; round++) // round 0 warms up (oneDNN's JIT, caches)
+    for (int round = 0; round < 6; round++) // round 0 warms up (oneDNN's JIT, caches)
         for (int lib = 0; lib < 2; lib++) {
             double t0 = now_s();
             if (lib == 0) openblas_gemm(WEFT_F32, ta, tb, M, N, K, 1, (const char *)A, lda, (const char *)B, ldb, 0,
