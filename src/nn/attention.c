@@ -6,9 +6,12 @@
 // Children "qkv" (linear C->3C) and "proj" (linear C->C), named as PyTorch's
 // nanoGPT. Built from public ops only.
 //
-// No copies for the head split: q, k and v stay strided views of the qkv
-// output, and matmul hands them to BLAS as (ld = 3C) row-major / transposed
-// matrices. The only copy is the (B,nh,T,hd) -> (B,T,C) merge before proj.
+// q, k and v come from three products on row blocks (narrow views) of the
+// qkv layer's weight and bias, so no (B,T,3C) tensor is split (whose backward
+// would add three zero-filled (B,T,3C) gradients); the head split is views,
+// which matmul hands to BLAS as row-major / transposed matrices. The only
+// copy is the (B,nh,T,hd) -> (B,T,C) merge before proj. (The tensor-parallel
+// attention, tp_layers.c, splits its (B,T,3C) output: weft_nn_attention_heads.)
 //
 // On a CUDA device, or with WEFT_FUSED_ATTENTION=1 in the environment, the
 // heads go through the fused op instead: y = weft_causal_attention(q, k, v,
@@ -91,30 +94,20 @@ static weft_tensor *composed_heads(weft_tensor *const *heads, weft_tensor *mask,
     return y;
 }
 
-weft_tensor *weft_nn_attention_heads(weft_tensor *qkv, int64_t nh, int64_t hd, weft_tensor **mask_cache) {
-    char buf[64];
-    if (!qkv) return NULL;
-    int64_t C = nh * hd;
-    if (weft_tensor_ndim(qkv) != 3 || weft_tensor_size(qkv, 2) != 3 * C)
-        return weft_error_null(WEFT_ERR_SHAPE, "causal_self_attention: expected qkv (B,T,%lld), got %s",
-                               (long long)(3 * C), weft_tensor_shape_str(qkv, buf, sizeof buf));
-    int64_t B = weft_tensor_size(qkv, 0), T = weft_tensor_size(qkv, 1);
-    weft_dtype dt = weft_tensor_dtype(qkv);
-    if (dt != WEFT_F32 && dt != WEFT_F64)
-        return weft_error_null(WEFT_ERR_DTYPE, "causal_self_attention: input must be f32 or f64");
-    bool fused = use_fused(weft_tensor_device(qkv));
-    weft_tensor *mask = fused ? NULL : causal_mask(mask_cache, T, dt, weft_tensor_device(qkv));
+// q, k, v (B,T,C) each (any strides) -> the heads' attention merged back to (B,T,C).
+static weft_tensor *attention_heads3(weft_tensor *const *qkv3, int64_t nh, int64_t hd, weft_tensor **mask_cache) {
+    int64_t B = weft_tensor_size(qkv3[0], 0), T = weft_tensor_size(qkv3[0], 1), C = nh * hd;
+    weft_dtype dt = weft_tensor_dtype(qkv3[0]);
+    bool fused = use_fused(weft_tensor_device(qkv3[0]));
+    weft_tensor *mask = fused ? NULL : causal_mask(mask_cache, T, dt, weft_tensor_device(qkv3[0]));
     if (!fused && !mask) return NULL;
-    weft_tensor *parts[3] = {NULL, NULL, NULL};
-    if (weft_split(qkv, 2, 3, (const int64_t[]){C, C, C}, parts) != WEFT_OK) return NULL;
     // (B,T,C) -> (B,T,nh,hd) views -> q,v (B,nh,T,hd), k^T (B,nh,hd,T) (fused: k (B,nh,T,hd))
     weft_tensor *heads[3];
     static const int perm_qv[4] = {0, 2, 1, 3}, perm_kt[4] = {0, 2, 3, 1};
     for (int p = 0; p < 3; p++) {
-        weft_tensor *v4 = weft_view(parts[p], WEFT_DIMS(B, T, nh, hd));
+        weft_tensor *v4 = weft_view(qkv3[p], WEFT_DIMS(B, T, nh, hd));
         heads[p] = weft_permute(v4, p == 1 && !fused ? perm_kt : perm_qv);
         weft_tensor_free(v4);
-        weft_tensor_free(parts[p]);
     }
     weft_tensor *y = fused ? weft_causal_attention(heads[0], heads[1], heads[2], 1.0 / sqrt((double)hd))
                            : composed_heads(heads, mask, hd); // (B,nh,T,hd)
@@ -127,6 +120,52 @@ weft_tensor *weft_nn_attention_heads(weft_tensor *qkv, int64_t nh, int64_t hd, w
     return ym;
 }
 
+static weft_status check_dtype(weft_tensor *t) {
+    weft_dtype dt = weft_tensor_dtype(t);
+    if (dt != WEFT_F32 && dt != WEFT_F64)
+        return weft_error(WEFT_ERR_DTYPE, "causal_self_attention: input must be f32 or f64");
+    return WEFT_OK;
+}
+
+weft_tensor *weft_nn_attention_heads(weft_tensor *qkv, int64_t nh, int64_t hd, weft_tensor **mask_cache) {
+    char buf[64];
+    if (!qkv) return NULL;
+    int64_t C = nh * hd;
+    if (weft_tensor_ndim(qkv) != 3 || weft_tensor_size(qkv, 2) != 3 * C)
+        return weft_error_null(WEFT_ERR_SHAPE, "causal_self_attention: expected qkv (B,T,%lld), got %s",
+                               (long long)(3 * C), weft_tensor_shape_str(qkv, buf, sizeof buf));
+    if (check_dtype(qkv)) return NULL;
+    weft_tensor *parts[3] = {NULL, NULL, NULL};
+    if (weft_split(qkv, 2, 3, (const int64_t[]){C, C, C}, parts) != WEFT_OK) return NULL;
+    weft_tensor *y = attention_heads3(parts, nh, hd, mask_cache);
+    for (int p = 0; p < 3; p++) weft_tensor_free(parts[p]);
+    return y;
+}
+
+// q, k, v = x W_p^T + b_p for the three row blocks p of the qkv layer's
+// weight (3C,C) and bias (3C): three products on narrow views of the
+// parameters instead of one product split afterwards. The backward then sums
+// three (B,T,C) input gradients and writes three slices of the small weight
+// gradient, where the split of the (B,T,3C) output gave three zero-filled
+// (B,T,3C) gradients to add (a fifth of the attention's memory traffic).
+static weft_status qkv_project(weft_module *lin, weft_tensor *x, int64_t C, weft_tensor **out) {
+    weft_tensor *w = weft_module_get(lin, "weight"), *b = weft_module_get(lin, "bias");
+    for (int p = 0; p < 3; p++) out[p] = NULL;
+    for (int p = 0; p < 3; p++) {
+        weft_tensor *wp = weft_narrow(w, 0, p * C, C), *bp = b ? weft_narrow(b, 0, p * C, C) : NULL;
+        weft_tensor *wt = wp ? weft_transpose(wp, 0, 1) : NULL; // (C,C) view: BLAS gets a transpose flag
+        weft_tensor *y = wt ? weft_matmul(x, wt) : NULL;
+        out[p] = y && bp ? weft_add(y, bp) : weft_tensor_ref(y);
+        weft_tensor *ts[] = {wp, bp, wt, y};
+        for (int i = 0; i < 4; i++) weft_tensor_free(ts[i]);
+        if (!out[p]) {
+            for (int j = 0; j < p; j++) weft_tensor_free(out[j]);
+            return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
+        }
+    }
+    return WEFT_OK;
+}
+
 static weft_tensor *attn_forward(weft_module *m, weft_tensor *x) {
     attn_impl *a = weft_module_impl(m);
     char buf[64];
@@ -136,9 +175,10 @@ static weft_tensor *attn_forward(weft_module *m, weft_tensor *x) {
                                (long long)C, weft_tensor_shape_str(x, buf, sizeof buf));
     if (weft_tensor_dtype(x) != WEFT_F32 && weft_tensor_dtype(x) != WEFT_F64)
         return weft_error_null(WEFT_ERR_DTYPE, "causal_self_attention: input must be f32 or f64");
-    weft_tensor *qkv = weft_module_forward(weft_module_child_at(m, 0), x); // (B,T,3C)
-    weft_tensor *ym = weft_nn_attention_heads(qkv, nh, C / nh, &a->mask);
-    weft_tensor_free(qkv);
+    weft_tensor *q3[3]; // child 0, the qkv linear layer, as three products
+    if (qkv_project(weft_module_child_at(m, 0), x, C, q3)) return NULL;
+    weft_tensor *ym = attention_heads3(q3, nh, C / nh, &a->mask);
+    for (int p = 0; p < 3; p++) weft_tensor_free(q3[p]);
     weft_tensor *out = ym ? weft_module_forward(weft_module_child_at(m, 1), ym) : NULL;
     weft_tensor_free(ym);
     return out;
