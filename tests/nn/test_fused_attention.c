@@ -1,6 +1,6 @@
-// causal_self_attention with WEFT_FUSED_ATTENTION=1: the heads go through the
-// fused causal_attention op, and the module's output and the gradients of its
-// parameters and input match the composed path (the CPU default) in f64.
+// causal_self_attention: by default the heads go through the fused
+// causal_attention op, and the module's output and the gradients of its
+// parameters and input match the composed path (WEFT_FUSED_ATTENTION=0) in f64.
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,13 +77,12 @@ static void test_fused_matches_composed(void) {
     double *y0 = malloc(sizeof(double) * (size_t)ny), *g0 = malloc(sizeof(double) * (size_t)ng);
     double *y1 = malloc(sizeof(double) * (size_t)ny), *g1 = malloc(sizeof(double) * (size_t)ng);
 
-    unsetenv("WEFT_FUSED_ATTENTION");
+    setenv("WEFT_FUSED_ATTENTION", "0", 1);
     CHECK(count_ops(m, x, "causal_attention") == 0 && count_ops(m, x, "softmax") == 1);
     CHECK(run_once(m, x, w, y0, g0) == ng);
-    setenv("WEFT_FUSED_ATTENTION", "1", 1);
+    unsetenv("WEFT_FUSED_ATTENTION"); // the default: fused
     CHECK(count_ops(m, x, "causal_attention") == 1 && count_ops(m, x, "softmax") == 0);
     CHECK(run_once(m, x, w, y1, g1) == ng);
-    unsetenv("WEFT_FUSED_ATTENTION");
 
     double ey = 0, eg = 0;
     for (int64_t i = 0; i < ny; i++) ey = fmax(ey, fabs(y1[i] - y0[i]));
@@ -92,9 +91,9 @@ static void test_fused_matches_composed(void) {
     CHECK(ey <= 1e-10);
     CHECK(eg <= 1e-10);
 
-    // "0" or anything else than "1" keeps the composed path
-    setenv("WEFT_FUSED_ATTENTION", "0", 1);
-    CHECK(count_ops(m, x, "causal_attention") == 0);
+    // anything but "0" keeps the fused path
+    setenv("WEFT_FUSED_ATTENTION", "1", 1);
+    CHECK(count_ops(m, x, "causal_attention") == 1);
     unsetenv("WEFT_FUSED_ATTENTION");
 
     free(y0);

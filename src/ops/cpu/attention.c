@@ -23,7 +23,7 @@
 #include "iter.h"
 #include "vmath.h"
 
-#define BR 64 // query rows per block
+#define BR 32 // query rows per block
 
 static inline double exp_f64(double x) { return exp(x); }
 
@@ -39,11 +39,12 @@ static void gemm_double(bool ta, bool tb, int64_t M, int64_t N, int64_t K, doubl
 }
 
 #define ATTN_KERNELS(T, EXP, LOG)                                                                                   \
-    /* Rows [i0, i1) of one (b,h): q, k, v, o (T_,D), lse (T_); s scratch (BR, i1). */                             \
-    static void fwd_block_##T(const T *q, const T *k, const T *v, T *o, T *lse, int64_t i0, int64_t i1, int64_t D, \
-                              T scale, T *s) {                                                                      \
+    /* Rows [i0, i1) of one (b,h): q, k, v (T_,D) at row strides lq, lk, lv; o (T_,D) contiguous, lse (T_); */    \
+    /* s scratch (BR, i1). */                                                                                       \
+    static WEFT_CLONES void fwd_block_##T(const T *q, int64_t lq, const T *k, int64_t lk, const T *v, int64_t lv,   \
+                                          T *o, T *lse, int64_t i0, int64_t i1, int64_t D, T scale, T *s) {         \
         int64_t m = i1 - i0, n = i1;                                                                                \
-        gemm_##T(false, true, m, n, D, scale, q + i0 * D, D, k, D, 0, s, n); /* S = scale Q K^T (m,n) */            \
+        gemm_##T(false, true, m, n, D, scale, q + i0 * lq, lq, k, lk, 0, s, n); /* S = scale Q K^T (m,n) */         \
         for (int64_t r = 0; r < m; r++) {                                                                           \
             int64_t i = i0 + r;                                                                                     \
             T *sr = s + r * n, mx = -INFINITY, sum = 0;                                                             \
@@ -58,53 +59,84 @@ static void gemm_double(bool ta, bool tb, int64_t M, int64_t N, int64_t K, doubl
             for (int64_t j = 0; j <= i; j++) sr[j] *= inv;                                                          \
             for (int64_t j = i + 1; j < n; j++) sr[j] = 0; /* the masked corner of the diagonal block */            \
         }                                                                                                           \
-        gemm_##T(false, false, m, D, n, 1, s, n, v, D, 0, o + i0 * D, D); /* O = P V (m,D) */                      \
+        gemm_##T(false, false, m, D, n, 1, s, n, v, lv, 0, o + i0 * D, D); /* O = P V (m,D) */                     \
     }                                                                                                               \
-    /* One (b,h): q, k, v, o, go, gq, gk, gv (T_,D), lse (T_); scratch p, dp (BR, T_), dl (T_). */                  \
-    static void bwd_head_##T(const T *q, const T *k, const T *v, const T *o, const T *lse, const T *go, T *gq,      \
-                             T *gk, T *gv, int64_t T_, int64_t D, T scale, T *p, T *dp, T *dl) {                    \
+    /* One (b,h): q, k, v, o, go (T_,D) at row strides ld[0..4]; gq, gk, gv (T_,D) contiguous, lse (T_); */       \
+    /* scratch p, dp (BR, T_), dl (T_). */                                                                          \
+    static WEFT_CLONES void bwd_head_##T(const T *q, const T *k, const T *v, const T *o, const T *lse, const T *go, \
+                                         const int64_t *ld, T *gq, T *gk, T *gv, int64_t T_, int64_t D, T scale,    \
+                                         T *p, T *dp, T *dl) {                                                      \
+        const int64_t lq = ld[0], lk = ld[1], lv = ld[2], lo = ld[3], lg = ld[4];                                   \
         memset(gk, 0, sizeof(T) * (size_t)(T_ * D));                                                                \
         memset(gv, 0, sizeof(T) * (size_t)(T_ * D));                                                                \
         for (int64_t i = 0; i < T_; i++) {                                                                          \
             T acc = 0;                                                                                              \
-            for (int64_t d = 0; d < D; d++) acc += go[i * D + d] * o[i * D + d];                                    \
+            for (int64_t d = 0; d < D; d++) acc += go[i * lg + d] * o[i * lo + d];                                  \
             dl[i] = acc;                                                                                            \
         }                                                                                                           \
         for (int64_t i0 = 0; i0 < T_; i0 += BR) {                                                                   \
             int64_t i1 = i0 + BR < T_ ? i0 + BR : T_, m = i1 - i0, n = i1;                                          \
-            gemm_##T(false, true, m, n, D, scale, q + i0 * D, D, k, D, 0, p, n); /* S (m,n) */                      \
+            gemm_##T(false, true, m, n, D, scale, q + i0 * lq, lq, k, lk, 0, p, n); /* S (m,n) */                   \
             for (int64_t r = 0; r < m; r++) {                                                                       \
                 int64_t i = i0 + r;                                                                                 \
                 T *pr = p + r * n, l = lse[i];                                                                      \
                 _Pragma("omp simd") for (int64_t j = 0; j <= i; j++) pr[j] = EXP(pr[j] - l);                        \
                 for (int64_t j = i + 1; j < n; j++) pr[j] = 0;                                                      \
             }                                                                                                       \
-            gemm_##T(true, false, n, D, m, 1, p, n, go + i0 * D, D, 1, gv, D);        /* dV += P^T dO */            \
-            gemm_##T(false, true, m, n, D, 1, go + i0 * D, D, v, D, 0, dp, n);        /* dP = dO V^T */             \
+            gemm_##T(true, false, n, D, m, 1, p, n, go + i0 * lg, lg, 1, gv, D);      /* dV += P^T dO */            \
+            gemm_##T(false, true, m, n, D, 1, go + i0 * lg, lg, v, lv, 0, dp, n);     /* dP = dO V^T */             \
             for (int64_t r = 0; r < m; r++) {                                                                       \
                 T *pr = p + r * n, *dr = dp + r * n, l = dl[i0 + r];                                                \
                 _Pragma("omp simd") for (int64_t j = 0; j < n; j++) dr[j] = pr[j] * (dr[j] - l); /* dS */           \
             }                                                                                                       \
-            gemm_##T(false, false, m, D, n, scale, dp, n, k, D, 0, gq + i0 * D, D);   /* dQ = scale dS K */         \
-            gemm_##T(true, false, n, D, m, scale, dp, n, q + i0 * D, D, 1, gk, D);    /* dK += scale dS^T Q */      \
+            gemm_##T(false, false, m, D, n, scale, dp, n, k, lk, 0, gq + i0 * D, D);  /* dQ = scale dS K */         \
+            gemm_##T(true, false, n, D, m, scale, dp, n, q + i0 * lq, lq, 1, gk, D);  /* dK += scale dS^T Q */      \
         }                                                                                                           \
     }
 ATTN_KERNELS(float, weft_vexp_f32, logf)
 ATTN_KERNELS(double, exp_f64, log)
 
+// An operand of the kernels, (B,H,T,D) with unit stride in D and rows at
+// least D apart: read where it lies (the heads of a (B,T,C) tensor are rows
+// C apart), so no copy. Any other layout is copied to a contiguous one.
+typedef struct rows_opnd {
+    weft_tensor *copy; // NULL: the input itself
+    const char *p;     // element (0,0,0,0)
+    int64_t sb, sh, ld; // element strides of b, h and a row
+} rows_opnd;
+
+static bool rows_get(const weft_tensor *t, rows_opnd *r) {
+    const int64_t *sz = t->sizes, *st = t->strides;
+    bool direct = (st[3] == 1 || sz[3] <= 1) && (st[2] >= sz[3] || sz[2] <= 1) && st[0] >= 0 && st[1] >= 0;
+    r->copy = direct ? NULL : weft_kernel_contiguous(t);
+    if (!direct && !r->copy) return false;
+    const weft_tensor *u = direct ? t : r->copy;
+    r->p = weft_tensor_ptr(u);
+    r->sb = u->strides[0], r->sh = u->strides[1];
+    r->ld = sz[2] <= 1 || u->strides[2] < 1 ? (sz[3] > 1 ? sz[3] : 1) : u->strides[2];
+    return true;
+}
+
+// Element offset of head bh = b*H + h of r, in bytes.
+static size_t rows_at(const rows_opnd *r, int64_t bh, int64_t H, size_t esz) {
+    return (size_t)((bh / H) * r->sb + (bh % H) * r->sh) * esz;
+}
+
 // causal_attention: in (q, k, v) (B,H,T,D) -> o (B,H,T,D), lse (B,H,T); attrs f[0] = scale.
 weft_status weft_cpu_causal_attention(const weft_op_args *a) {
     if (weft_dtype_is_half(a->in[0]->dtype))
         return weft_kernel_widened(a, weft_cpu_causal_attention);
-    weft_kernel_inputs in;
-    if (weft_kernel_inputs_get(a, &in)) return weft_last_status();
-    weft_tensor **c = in.t;
-    const weft_tensor *q = c[0];
-    int64_t BH = q->sizes[0] * q->sizes[1], T_ = q->sizes[2], D = q->sizes[3];
+    rows_opnd r[3] = {{0}};
+    for (int i = 0; i < 3; i++)
+        if (!rows_get(a->in[i], &r[i])) {
+            for (int j = 0; j < i; j++) weft_tensor_free(r[j].copy);
+            return weft_last_status();
+        }
+    const weft_tensor *q = a->in[0];
+    int64_t H = q->sizes[1], BH = q->sizes[0] * H, T_ = q->sizes[2], D = q->sizes[3];
     int64_t nblk = (T_ + BR - 1) / BR, ntask = BH * nblk;
     bool f32 = q->dtype == WEFT_F32;
     size_t esz = weft_dtype_size((weft_dtype)q->dtype);
-    const char *pq = weft_tensor_ptr(c[0]), *pk = weft_tensor_ptr(c[1]), *pv = weft_tensor_ptr(c[2]);
     char *po = weft_tensor_ptr(a->out[0]), *pl = weft_tensor_ptr(a->out[1]);
     double scale = a->attrs->f[0];
     int nt = weft_num_threads();
@@ -121,18 +153,19 @@ weft_status weft_cpu_causal_attention(const weft_op_args *a) {
         for (int64_t t = 0; t < ntask; t++) {
             if (!s) continue;
             int64_t bh = t / nblk, i0 = (t % nblk) * BR, i1 = i0 + BR < T_ ? i0 + BR : T_;
+            const char *hq = r[0].p + rows_at(&r[0], bh, H, esz), *hk = r[1].p + rows_at(&r[1], bh, H, esz),
+                       *hv = r[2].p + rows_at(&r[2], bh, H, esz);
             size_t hoff = (size_t)(bh * T_ * D) * esz, loff = (size_t)(bh * T_) * esz;
             if (f32)
-                fwd_block_float((const float *)(pq + hoff), (const float *)(pk + hoff), (const float *)(pv + hoff),
+                fwd_block_float((const float *)hq, r[0].ld, (const float *)hk, r[1].ld, (const float *)hv, r[2].ld,
                                 (float *)(po + hoff), (float *)(pl + loff), i0, i1, D, (float)scale, s);
             else
-                fwd_block_double((const double *)(pq + hoff), (const double *)(pk + hoff),
-                                 (const double *)(pv + hoff), (double *)(po + hoff), (double *)(pl + loff), i0, i1,
-                                 D, scale, s);
+                fwd_block_double((const double *)hq, r[0].ld, (const double *)hk, r[1].ld, (const double *)hv,
+                                 r[2].ld, (double *)(po + hoff), (double *)(pl + loff), i0, i1, D, scale, s);
         }
         free(s);
     }
-    weft_kernel_inputs_free(&in);
+    for (int i = 0; i < 3; i++) weft_tensor_free(r[i].copy);
     return oom ? weft_error(WEFT_ERR_OOM, "causal_attention: out of memory for the score blocks") : WEFT_OK;
 }
 
@@ -140,15 +173,24 @@ weft_status weft_cpu_causal_attention(const weft_op_args *a) {
 weft_status weft_cpu_causal_attention_backward(const weft_op_args *a) {
     if (weft_dtype_is_half(a->in[0]->dtype))
         return weft_kernel_widened(a, weft_cpu_causal_attention_backward);
-    weft_kernel_inputs in;
-    if (weft_kernel_inputs_get(a, &in)) return weft_last_status();
-    weft_tensor **c = in.t;
-    const weft_tensor *q = c[0];
-    int64_t BH = q->sizes[0] * q->sizes[1], T_ = q->sizes[2], D = q->sizes[3];
+    // q, k, v, o, go where they lie (rows_opnd); lse contiguous
+    static const int which[5] = {0, 1, 2, 3, 5};
+    rows_opnd r[5] = {{0}};
+    weft_tensor *lse = NULL;
+    bool ok = true;
+    for (int i = 0; i < 5 && ok; i++) ok = rows_get(a->in[which[i]], &r[i]);
+    if (ok) ok = (lse = weft_kernel_contiguous(a->in[4])) != NULL;
+    if (!ok) {
+        for (int i = 0; i < 5; i++) weft_tensor_free(r[i].copy);
+        return weft_last_status();
+    }
+    const weft_tensor *q = a->in[0];
+    int64_t H = q->sizes[1], BH = q->sizes[0] * H, T_ = q->sizes[2], D = q->sizes[3];
     bool f32 = q->dtype == WEFT_F32;
     size_t esz = weft_dtype_size((weft_dtype)q->dtype);
-    const char *p[6];
-    for (int i = 0; i < 6; i++) p[i] = weft_tensor_ptr(c[i]);
+    const char *pl = weft_tensor_ptr(lse);
+    int64_t ld[5];
+    for (int i = 0; i < 5; i++) ld[i] = r[i].ld;
     char *g[3];
     for (int i = 0; i < 3; i++) g[i] = weft_tensor_ptr(a->out[i]);
     double scale = a->attrs->f[0];
@@ -167,20 +209,23 @@ weft_status weft_cpu_causal_attention_backward(const weft_op_args *a) {
 #pragma omp for schedule(dynamic, 1)
         for (int64_t bh = 0; bh < BH; bh++) {
             if (!s) continue;
+            const char *p[5];
+            for (int i = 0; i < 5; i++) p[i] = r[i].p + rows_at(&r[i], bh, H, esz);
             size_t h = (size_t)(bh * T_ * D) * esz, l = (size_t)(bh * T_) * esz;
             if (f32)
-                bwd_head_float((const float *)(p[0] + h), (const float *)(p[1] + h), (const float *)(p[2] + h),
-                               (const float *)(p[3] + h), (const float *)(p[4] + l), (const float *)(p[5] + h),
-                               (float *)(g[0] + h), (float *)(g[1] + h), (float *)(g[2] + h), T_, D, (float)scale,
-                               (float *)sp, (float *)sdp, (float *)sdl);
+                bwd_head_float((const float *)p[0], (const float *)p[1], (const float *)p[2], (const float *)p[3],
+                               (const float *)(pl + l), (const float *)p[4], ld, (float *)(g[0] + h),
+                               (float *)(g[1] + h), (float *)(g[2] + h), T_, D, (float)scale, (float *)sp,
+                               (float *)sdp, (float *)sdl);
             else
-                bwd_head_double((const double *)(p[0] + h), (const double *)(p[1] + h), (const double *)(p[2] + h),
-                                (const double *)(p[3] + h), (const double *)(p[4] + l), (const double *)(p[5] + h),
+                bwd_head_double((const double *)p[0], (const double *)p[1], (const double *)p[2],
+                                (const double *)p[3], (const double *)(pl + l), (const double *)p[4], ld,
                                 (double *)(g[0] + h), (double *)(g[1] + h), (double *)(g[2] + h), T_, D, scale,
                                 (double *)sp, (double *)sdp, (double *)sdl);
         }
         free(s);
     }
-    weft_kernel_inputs_free(&in);
+    for (int i = 0; i < 5; i++) weft_tensor_free(r[i].copy);
+    weft_tensor_free(lse);
     return oom ? weft_error(WEFT_ERR_OOM, "causal_attention_backward: out of memory for the score blocks") : WEFT_OK;
 }
