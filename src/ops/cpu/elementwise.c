@@ -65,15 +65,17 @@
     }
 
 static inline double gelu_d(double x) { return 0.5 * x * (1.0 + erf(x * M_SQRT1_2)); }
-// f32 GELU uses the vectorisable weft_verf_f32/weft_vexp_f32 (libm's erff kept it scalar: a
+// f32 GELU uses the vectorisable weft_verf_f32/weft_verf_exp_f32 (libm's erff kept it scalar: a
 // fifth of a transformer step); f64 keeps libm for gradient checks.
 static inline float gelu_f(float x) { return 0.5f * x * (1.0f + weft_verf_f32(x * (float)M_SQRT1_2)); }
 // d/dx gelu = Phi(x) + x phi(x)
 static inline double gelu_grad_d(double x) {
     return 0.5 * (1.0 + erf(x * M_SQRT1_2)) + x * exp(-0.5 * x * x) * 0.3989422804014327;
 }
+// exp(-x^2/2) is the exp that erf(x/sqrt 2) computes: one exp per element, not two.
 static inline float gelu_grad_f(float x) {
-    return 0.5f * (1.0f + weft_verf_f32(x * (float)M_SQRT1_2)) + x * weft_vexp_f32(-0.5f * x * x) * 0.3989422804014327f;
+    float e, r = weft_verf_exp_f32(x * (float)M_SQRT1_2, &e);
+    return 0.5f * (1.0f + r) + x * e * 0.3989422804014327f;
 }
 
 // ---- unary ----

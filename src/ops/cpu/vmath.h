@@ -39,13 +39,19 @@ static inline float weft_vexp_f32(float x) {
     return x < lo ? 0.0f : e;
 }
 // erf for f32: Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7, below f32's
-// precision at 1), odd symmetry; uses exp_f32 on -x^2 <= 0.
-static inline float weft_verf_f32(float x) {
+// precision at 1), odd symmetry; uses exp_f32 on -x^2 <= 0, which it also
+// hands back in *e (GELU's gradient needs exp(-x^2) of the same argument).
+static inline float weft_verf_exp_f32(float x, float *e) {
     float a = x < 0 ? -x : x;
     float t = 1.0f / (1.0f + 0.3275911f * a);
     float p = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-    float r = 1.0f - p * weft_vexp_f32(-a * a);
+    *e = weft_vexp_f32(-a * a);
+    float r = 1.0f - p * *e;
     return x < 0 ? -r : r;
+}
+static inline float weft_verf_f32(float x) {
+    float e;
+    return weft_verf_exp_f32(x, &e);
 }
 
 #endif
