@@ -7,7 +7,8 @@
 //                                        on a GPU only (WEFT_BENCH_DEVICE=cuda); the peer is PyTorch eager
 //                                        with scaled_dot_product_attention. train_gpt2_small_cuda_vs_compile:
 //                                        the same number against torch.compile. Also prints the model FLOP
-//                                        utilisation on stderr (6N + 12 L T d FLOPs per token, issue 16).
+//                                        utilisation on stderr (6N + 12 L T d FLOPs per token, issue 16),
+//                                        and the peak memory in use, by kind (weft_memory_stats.kind_peak).
 // Twin: bench/peers/train.py (the same networks in PyTorch).
 // WEFT_BENCH_DEVICE=cuda (or cuda:N) runs both on the GPU; each timed step then
 // ends by waiting for the device, as the twin's torch.cuda.synchronize().
@@ -79,6 +80,14 @@ static int run(int argc, char **argv, const char *name, const char *path, int wa
         bench_report("train_gpt2_small_cuda_vs_compile", tps, "tokens/s", 1);
         fprintf(stderr, "%s: %.1f ms a step, %.3g TFLOP/s of model FLOPs (%.0f per token)\n", name, s * 1e3,
                 tps * flops * 1e-12, flops);
+        weft_memory_stats ms;
+        if (weft_memory_stats_get(dev, &ms) == WEFT_OK) { // peaks since the process began, warm-up included
+            fprintf(stderr, "%s: peak MiB in use %.0f:", name, (double)ms.peak_bytes_in_use / 1048576.0);
+            for (int k = 0; k < WEFT_MEM_NUM_KINDS; k++)
+                fprintf(stderr, " %s %.0f", weft_memory_kind_name((weft_memory_kind)k),
+                        (double)ms.kind_peak[k] / 1048576.0);
+            fprintf(stderr, "\n");
+        }
     } else if (lm) bench_report(name, (double)(n->batch * n->context) / s, "tokens/s", 1);
     else bench_report(name, (double)n->batch / s, "samples/s", 1);
     weft_tensor_free(x);

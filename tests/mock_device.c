@@ -81,6 +81,7 @@ bool wt_accelerator(weft_device *dev, bool *mock) {
     g_mock.memory_stats = mock_stats;
     g_mock.memory_reset_peak = mock_reset_peak;
     g_mock.memory_empty_cache = mock_empty_cache;
+    g_mock.memory_tag = NULL; // its own allocator keeps no kinds (the CPU's would misread its blocks)
     if (weft_device_register(WEFT_CUDA, &g_mock) != WEFT_OK) return false;
     // The CUDA column (filled at start-up even without a GPU) becomes the CPU's.
     for (int i = 0; weft_op_at(i); i++) {

@@ -51,7 +51,21 @@ weft_status weft_event_block(weft_event *e, weft_stream *s); // s waits for e
 bool weft_event_query(weft_event *e);
 weft_status weft_event_synchronize(weft_event *e);
 
-// Allocator statistics for one device.
+// What a block of device memory holds, for the per-kind statistics below.
+// Every block starts as WEFT_MEM_ACTIVATIONS; weft tags the others where it
+// makes them: module parameters and buffers (weft_module_add_param /
+// _add_buffer, weft_module_to_dtype), the gradients autograd leaves in .grad
+// (and weft_tensor_set_grad), and the state weft_optim_create makes.
+typedef enum weft_memory_kind {
+    WEFT_MEM_ACTIVATIONS = 0, // everything else: activations, temporaries, inputs, outputs
+    WEFT_MEM_PARAMETERS,
+    WEFT_MEM_GRADIENTS,
+    WEFT_MEM_OPTIMIZER,
+    WEFT_MEM_NUM_KINDS
+} weft_memory_kind;
+
+// Allocator statistics for one device. Sizes are of the allocator's blocks
+// (requests rounded up to its size classes).
 typedef struct weft_memory_stats {
     size_t bytes_in_use;      // held by live tensors
     size_t bytes_cached;      // freed blocks kept for reuse
@@ -60,10 +74,22 @@ typedef struct weft_memory_stats {
     uint64_t n_system_frees;
     uint64_t n_allocs;        // allocation requests
     uint64_t n_cache_hits;    // requests served from the cache
+    // bytes_in_use by weft_memory_kind (they add up to it), and the max of
+    // each since the last reset (each kind's own peak, not their shares at
+    // the moment of peak_bytes_in_use).
+    size_t kind_in_use[WEFT_MEM_NUM_KINDS];
+    size_t kind_peak[WEFT_MEM_NUM_KINDS];
 } weft_memory_stats;
 
 weft_status weft_memory_stats_get(weft_device d, weft_memory_stats *out);
 void weft_memory_reset_peak(weft_device d);
+// Count the live block at p (a pointer weft_device_alloc returned on d) as
+// kind from now on. WEFT_ERR_ARG for a bad kind. Where the allocator can tell
+// (CUDA), a pointer that is not one of its live blocks is left alone; on a
+// device whose allocator keeps no kinds this does nothing.
+weft_status weft_memory_tag(weft_device d, void *p, weft_memory_kind kind);
+// "activations", "parameters", "gradients", "optimizer" (NULL for a bad kind).
+const char *weft_memory_kind_name(weft_memory_kind kind);
 // Return all cached blocks to the system.
 void weft_memory_empty_cache(weft_device d);
 

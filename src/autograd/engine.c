@@ -106,7 +106,10 @@ static weft_status leaf_accumulate(weft_tensor *leaf, weft_tensor *g, bool creat
         if (!c) return weft_last_status();
         g = c;
     }
-    return accumulate(&leaf->grad, g);
+    weft_status st = accumulate(&leaf->grad, g);
+    // A .grad with memory of its own (stolen, cloned, or the sum) counts as a gradient.
+    if (!st && leaf->grad->storage->refcount == 1) weft_tensor_memory_tag(leaf->grad, WEFT_MEM_GRADIENTS);
+    return st;
 }
 
 static void fire_hooks(weft_tensor *leaf) {

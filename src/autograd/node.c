@@ -152,6 +152,7 @@ weft_status weft_tensor_set_grad(weft_tensor *t, weft_tensor *g) {
     weft_tensor_ref(g);
     weft_tensor_free(t->grad);
     t->grad = g;
+    weft_tensor_memory_tag(g, WEFT_MEM_GRADIENTS);
     return WEFT_OK;
 }
 const char *weft_tensor_grad_fn_name(const weft_tensor *t) { return t && t->grad_fn ? t->grad_fn->op->name : ""; }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../core/core_impl.h"
+#include "device_impl.h"
 
 #define MIN_BLOCK ((size_t)512)              // every size is a multiple of this
 #define SMALL_SIZE ((size_t)1 << 20)         // largest request served by the small pool
@@ -40,6 +41,7 @@ typedef struct block {
     void *stream; // the segment's stream (copied here: the free-set order compares it)
     segment *seg;
     int pool;
+    int kind; // weft_memory_kind while live
     block_state state;
     struct block *prev, *next; // neighbours in the segment, by address
     // Live: the other streams p was recorded on. Pending: the events recorded
@@ -458,6 +460,8 @@ void *weft_block_alloc_malloc(weft_block_alloc *a, size_t nbytes, void *stream) 
     map_insert(a, b);
     a->st.bytes_in_use += b->size;
     if (a->st.bytes_in_use > a->st.peak_bytes_in_use) a->st.peak_bytes_in_use = a->st.bytes_in_use;
+    b->kind = WEFT_MEM_ACTIVATIONS;
+    weft_mem_kind_in(&a->st, WEFT_MEM_ACTIVATIONS, b->size);
     pthread_mutex_unlock(&a->mu);
     return b->ptr;
 }
@@ -474,6 +478,7 @@ weft_status weft_block_alloc_free(weft_block_alloc *a, void *p) {
     }
     map_erase(a, slot);
     a->st.bytes_in_use -= b->size;
+    weft_mem_kind_out(&a->st, b->kind, b->size);
     if (b->n_uses > 0) {
         // Work queued on the other streams may still touch the block: reuse
         // waits for an event on each (slots now hold events, not streams).
@@ -539,7 +544,21 @@ void weft_block_alloc_reset_peak(weft_block_alloc *a) {
     if (!a) return;
     pthread_mutex_lock(&a->mu);
     a->st.peak_bytes_in_use = a->st.bytes_in_use;
+    weft_mem_kind_reset_peaks(&a->st);
     pthread_mutex_unlock(&a->mu);
+}
+
+bool weft_block_alloc_tag(weft_block_alloc *a, void *p, weft_memory_kind kind) {
+    if (!a || !p || (unsigned)kind >= WEFT_MEM_NUM_KINDS) return false;
+    pthread_mutex_lock(&a->mu);
+    block *b = map_find(a, p, NULL);
+    if (b) {
+        weft_mem_kind_out(&a->st, b->kind, b->size);
+        b->kind = kind;
+        weft_mem_kind_in(&a->st, kind, b->size);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return b != NULL;
 }
 
 void weft_block_alloc_empty_cache(weft_block_alloc *a) {

@@ -85,6 +85,10 @@ void weft_block_alloc_forget_stream(weft_block_alloc *a, void *stream);
 // without a raw_alloc.
 void weft_block_alloc_stats(weft_block_alloc *a, weft_memory_stats *out);
 void weft_block_alloc_reset_peak(weft_block_alloc *a);
+// Count the live block p as kind in the per-kind statistics (every block
+// starts as WEFT_MEM_ACTIVATIONS). False, and nothing changed, if p is not a
+// live block of a (memory of a captured graph's pool, say) or kind is bad.
+bool weft_block_alloc_tag(weft_block_alloc *a, void *p, weft_memory_kind kind);
 // Hands every wholly free segment back to the backend (after collecting
 // blocks whose events are done).
 void weft_block_alloc_empty_cache(weft_block_alloc *a);

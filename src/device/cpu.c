@@ -81,6 +81,11 @@ static void cpu_reset_peak(int index) {
     (void)index;
     weft_cpu_memory_reset_peak();
 }
+static weft_status cpu_tag(int index, void *p, weft_memory_kind kind) {
+    (void)index;
+    weft_cpu_memory_tag(p, kind);
+    return WEFT_OK;
+}
 static void cpu_empty_cache(int index) {
     (void)index;
     weft_cpu_memory_empty_cache();
@@ -107,4 +112,5 @@ const weft_device_impl weft_cpu_device_impl = {
     .memory_stats = cpu_stats,
     .memory_reset_peak = cpu_reset_peak,
     .memory_empty_cache = cpu_empty_cache,
+    .memory_tag = cpu_tag,
 };

@@ -22,7 +22,10 @@ typedef struct block_hdr {
     struct block_hdr *next;
     size_t cls_size; // usable bytes of the class
     int cls;
+    int kind;       // weft_memory_kind while live
+    uint32_t magic; // BLOCK_MAGIC: a block of this allocator (memory_tag checks it)
 } block_hdr;
+#define BLOCK_MAGIC 0x77656674u // "weft"
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static block_hdr *g_free[N_CLASSES];
@@ -93,6 +96,9 @@ void *weft_cpu_alloc(size_t nbytes) {
     }
     g_stats.bytes_in_use += h->cls_size;
     if (g_stats.bytes_in_use > g_stats.peak_bytes_in_use) g_stats.peak_bytes_in_use = g_stats.bytes_in_use;
+    h->kind = WEFT_MEM_ACTIVATIONS;
+    h->magic = BLOCK_MAGIC;
+    weft_mem_kind_in(&g_stats, WEFT_MEM_ACTIVATIONS, h->cls_size);
     pthread_mutex_unlock(&g_mu);
     return (char *)h + HDR;
 }
@@ -102,6 +108,7 @@ void weft_cpu_free(void *p) {
     block_hdr *h = (block_hdr *)((char *)p - HDR);
     pthread_mutex_lock(&g_mu);
     g_stats.bytes_in_use -= h->cls_size;
+    weft_mem_kind_out(&g_stats, h->kind, h->cls_size);
     if (g_caching && h->cls >= 0 && g_stats.bytes_cached + h->cls_size <= g_cap) {
         h->next = g_free[h->cls];
         g_free[h->cls] = h;
@@ -123,6 +130,20 @@ void weft_cpu_memory_stats(weft_memory_stats *out) {
 void weft_cpu_memory_reset_peak(void) {
     pthread_mutex_lock(&g_mu);
     g_stats.peak_bytes_in_use = g_stats.bytes_in_use;
+    weft_mem_kind_reset_peaks(&g_stats);
+    pthread_mutex_unlock(&g_mu);
+}
+
+// p: a live block of this allocator (the caller's word, as for free; the
+// magic only catches a backend that lent out its own memory under this table).
+void weft_cpu_memory_tag(void *p, weft_memory_kind kind) {
+    if (!p) return;
+    block_hdr *h = (block_hdr *)((char *)p - HDR);
+    if (h->magic != BLOCK_MAGIC) return;
+    pthread_mutex_lock(&g_mu);
+    weft_mem_kind_out(&g_stats, h->kind, h->cls_size);
+    h->kind = kind;
+    weft_mem_kind_in(&g_stats, kind, h->cls_size);
     pthread_mutex_unlock(&g_mu);
 }
 

@@ -249,6 +249,20 @@ weft_status weft_memory_stats_get(weft_device d, weft_memory_stats *out) {
     im->memory_stats(d.index, out);
     return WEFT_OK;
 }
+weft_status weft_memory_tag(weft_device d, void *p, weft_memory_kind kind) {
+    if ((unsigned)kind >= WEFT_MEM_NUM_KINDS)
+        return weft_error(WEFT_ERR_ARG, "memory_tag: bad memory kind %d", (int)kind);
+    const weft_device_impl *im = weft_device_impl_get(d);
+    if (!im) return weft_last_status();
+    if (!p || !im->memory_tag) return WEFT_OK;
+    return im->memory_tag(d.index, p, kind);
+}
+
+const char *weft_memory_kind_name(weft_memory_kind kind) {
+    static const char *names[WEFT_MEM_NUM_KINDS] = {"activations", "parameters", "gradients", "optimizer"};
+    return (unsigned)kind < WEFT_MEM_NUM_KINDS ? names[kind] : NULL;
+}
+
 void weft_memory_reset_peak(weft_device d) {
     const weft_device_impl *im = weft_device_impl_get(d);
     if (im) im->memory_reset_peak(d.index);

@@ -35,6 +35,8 @@ typedef struct weft_device_impl {
     void (*memory_stats)(int index, weft_memory_stats *out);
     void (*memory_reset_peak)(int index);
     void (*memory_empty_cache)(int index);
+    // Count the live block p as kind (weft_memory_tag); NULL: the allocator keeps no kinds.
+    weft_status (*memory_tag)(int index, void *p, weft_memory_kind kind);
     // ---- page-locked host memory (distributed staging) ----
     // Host memory the device copies to and from by DMA (CUDA: cudaHostAlloc):
     // the parameter server stages device gradients and parameters through it.
@@ -92,5 +94,17 @@ void weft_cpu_free(void *p);
 void weft_cpu_memory_stats(weft_memory_stats *out);
 void weft_cpu_memory_reset_peak(void);
 void weft_cpu_memory_empty_cache(void);
+void weft_cpu_memory_tag(void *p, weft_memory_kind kind);
+
+// Per-kind accounting shared by the allocators: n bytes of kind come into use
+// (kind_in), or leave it (kind_out); peaks follow.
+static inline void weft_mem_kind_in(weft_memory_stats *st, int kind, size_t n) {
+    st->kind_in_use[kind] += n;
+    if (st->kind_in_use[kind] > st->kind_peak[kind]) st->kind_peak[kind] = st->kind_in_use[kind];
+}
+static inline void weft_mem_kind_out(weft_memory_stats *st, int kind, size_t n) { st->kind_in_use[kind] -= n; }
+static inline void weft_mem_kind_reset_peaks(weft_memory_stats *st) {
+    for (int k = 0; k < WEFT_MEM_NUM_KINDS; k++) st->kind_peak[k] = st->kind_in_use[k];
+}
 
 #endif

@@ -7,6 +7,7 @@
 #include <weft/nn.h>
 
 #include "../core/core_impl.h"
+#include "../tensor/tensor_impl.h"
 
 typedef struct entry {
     char *name;
@@ -89,6 +90,7 @@ static weft_status add_entry(weft_module *m, entry **arr, int *n, const char *na
     }
     *arr = e;
     e[*n] = (entry){dup, t};
+    weft_tensor_memory_tag(t, WEFT_MEM_PARAMETERS); // parameters and buffers alike
     (*n)++;
     return WEFT_OK;
 }
@@ -243,6 +245,7 @@ static weft_status cast_entries(entry *arr, int n, weft_dtype dt, bool params) {
         }
         weft_tensor_free(t);
         arr[i].t = c;
+        weft_tensor_memory_tag(c, WEFT_MEM_PARAMETERS);
     }
     return WEFT_OK;
 }

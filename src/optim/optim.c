@@ -174,6 +174,7 @@ weft_optim *weft_optim_create(const weft_optim_opts *o, int n, weft_tensor *cons
                 p->slot[s] = weft_tensor_full_on(p->param->ndim, p->param->sizes, (weft_dtype)p->param->dtype,
                                                  opt->u.state_init, p->param->device);
             ok = p->slot[s] != NULL;
+            weft_tensor_memory_tag(p->slot[s], WEFT_MEM_OPTIMIZER);
             opt->state_index[2 * si] = i, opt->state_index[2 * si + 1] = s;
             si++;
         }

@@ -124,6 +124,11 @@ weft_tensor *weft_tensor_new(int ndim, const int64_t *sizes, weft_dtype dt, weft
     return t;
 }
 
+void weft_tensor_memory_tag(const weft_tensor *t, weft_memory_kind kind) {
+    if (t && t->storage && t->storage->owned && t->storage->data)
+        weft_memory_tag(t->storage->device, t->storage->data, kind);
+}
+
 // Graph autodiff's stand-ins (symbolic mode): shape and dtype, no data (any
 // kernel touching one would fault at once; freeing it frees nothing).
 weft_tensor *weft_tensor_symbolic(int ndim, const int64_t *sizes, weft_dtype dt, weft_device dev) {

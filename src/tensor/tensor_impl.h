@@ -68,6 +68,9 @@ weft_status weft_shape_check(const char *what, int ndim, const int64_t *sizes);
 weft_tensor *weft_tensor_new(int ndim, const int64_t *sizes, weft_dtype dt, weft_device dev);
 // A data-less stand-in of this shape and dtype (graph autodiff's symbolic mode).
 weft_tensor *weft_tensor_symbolic(int ndim, const int64_t *sizes, weft_dtype dt, weft_device dev);
+// Count t's memory as kind in its device's statistics (weft_memory_tag), when
+// t owns it (weft_tensor_new's memory; views share their base's block).
+void weft_tensor_memory_tag(const weft_tensor *t, weft_memory_kind kind);
 // A metadata-only tensor in caller memory (contiguous, no data, CPU) over the
 // storage stand-in st, which the caller also provides: graph building runs an
 // op's infer on these. Nothing to free. Fails on a bad shape or dtype.

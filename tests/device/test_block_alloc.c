@@ -445,6 +445,50 @@ static void test_stats(void) {
     weft_block_alloc_destroy(a);
 }
 
+// Per-kind bytes: blocks start as activations, a tag moves a block's whole
+// size between kinds, frees take it from its kind; each kind keeps its own
+// peak, and reset_peak brings them down to what is in use.
+static void test_kinds(void) {
+    fake_dev d;
+    weft_block_alloc *a = make(&d, 0, false);
+    void *p1 = weft_block_alloc_malloc(a, 1000, NULL);  // 1024
+    void *p2 = weft_block_alloc_malloc(a, 3 * MiB, NULL); // 3 MiB
+    void *p3 = weft_block_alloc_malloc(a, 600, NULL);   // 1024
+    weft_memory_stats s = stats(a);
+    CHECK(s.kind_in_use[WEFT_MEM_ACTIVATIONS] == 2048 + 3 * MiB && s.kind_peak[WEFT_MEM_ACTIVATIONS] == 2048 + 3 * MiB);
+    CHECK(s.kind_in_use[WEFT_MEM_PARAMETERS] == 0 && s.kind_in_use[WEFT_MEM_GRADIENTS] == 0 &&
+          s.kind_in_use[WEFT_MEM_OPTIMIZER] == 0);
+    CHECK(weft_block_alloc_tag(a, p2, WEFT_MEM_PARAMETERS) && weft_block_alloc_tag(a, p3, WEFT_MEM_OPTIMIZER));
+    s = stats(a);
+    CHECK(s.kind_in_use[WEFT_MEM_ACTIVATIONS] == 1024 && s.kind_in_use[WEFT_MEM_PARAMETERS] == 3 * MiB &&
+          s.kind_in_use[WEFT_MEM_OPTIMIZER] == 1024);
+    size_t sum = 0;
+    for (int k = 0; k < WEFT_MEM_NUM_KINDS; k++) sum += s.kind_in_use[k];
+    CHECK(sum == s.bytes_in_use);
+    // not a live block (inside one, freed, NULL) or a bad kind: nothing changes
+    CHECK(!weft_block_alloc_tag(a, (char *)p2 + 512, WEFT_MEM_GRADIENTS));
+    CHECK(!weft_block_alloc_tag(a, p1, WEFT_MEM_NUM_KINDS) && !weft_block_alloc_tag(a, NULL, WEFT_MEM_GRADIENTS));
+    weft_block_alloc_free(a, p2);
+    CHECK(!weft_block_alloc_tag(a, p2, WEFT_MEM_GRADIENTS));
+    s = stats(a);
+    CHECK(s.kind_in_use[WEFT_MEM_PARAMETERS] == 0 && s.kind_peak[WEFT_MEM_PARAMETERS] == 3 * MiB);
+    CHECK(s.kind_in_use[WEFT_MEM_GRADIENTS] == 0 && s.kind_in_use[WEFT_MEM_ACTIVATIONS] == 1024);
+    weft_block_alloc_reset_peak(a);
+    s = stats(a);
+    CHECK(s.kind_peak[WEFT_MEM_PARAMETERS] == 0 && s.kind_peak[WEFT_MEM_ACTIVATIONS] == 1024 &&
+          s.kind_peak[WEFT_MEM_OPTIMIZER] == 1024);
+    weft_block_alloc_free(a, p3); // freed from its tagged kind
+    s = stats(a);
+    CHECK(s.kind_in_use[WEFT_MEM_OPTIMIZER] == 0 && s.kind_peak[WEFT_MEM_OPTIMIZER] == 1024);
+    void *p4 = weft_block_alloc_malloc(a, 3 * MiB, NULL); // reuses the freed block: an activation again
+    CHECK(stats(a).kind_in_use[WEFT_MEM_ACTIVATIONS] == 1024 + 3 * MiB);
+    weft_block_alloc_free(a, p4);
+    weft_block_alloc_free(a, p1);
+    s = stats(a);
+    for (int k = 0; k < WEFT_MEM_NUM_KINDS; k++) CHECK(s.kind_in_use[k] == 0);
+    weft_block_alloc_destroy(a);
+}
+
 static void test_bad_input(void) {
     fake_dev d;
     weft_block_alloc *a = make(&d, 0, false);
@@ -674,6 +718,7 @@ int main(void) {
     RUN(test_forget_stream);
     RUN(test_oom);
     RUN(test_stats);
+    RUN(test_kinds);
     RUN(test_bad_input);
     RUN(test_destroy);
     RUN(test_stress);

@@ -346,6 +346,11 @@ static void cu_reset_peak(int index) {
     dev_state *d = dev_get(index);
     if (d) weft_block_alloc_reset_peak(d->alloc);
 }
+static weft_status cu_tag(int index, void *p, weft_memory_kind kind) {
+    dev_state *d = dev_get(index);
+    if (d) weft_block_alloc_tag(d->alloc, p, kind); // memory it does not know stays as it is
+    return WEFT_OK;
+}
 static void cu_empty_cache(int index) {
     dev_state *d = dev_get(index);
     if (d) weft_block_alloc_empty_cache(d->alloc);
@@ -604,6 +609,7 @@ static const weft_device_impl k_cuda_impl = {
     .memory_stats = cu_stats,
     .memory_reset_peak = cu_reset_peak,
     .memory_empty_cache = cu_empty_cache,
+    .memory_tag = cu_tag,
     .host_alloc = cu_host_alloc,
     .host_free = cu_host_free,
     .capture_begin = cu_capture_begin,
