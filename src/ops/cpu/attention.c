@@ -1,6 +1,8 @@
 // CPU kernels of fused causal attention (def_attention.c has the maths).
 //
-// Each (b,h) is a (T,D) problem on contiguous q, k, v. Query rows go in
+// Each (b,h) is a (T,D) problem on q, k, v rows read where they lie (unit
+// stride in D, rows ld apart: the heads of a (B,T,C) tensor; other layouts
+// are copied first, rows_get). Query rows go in
 // blocks of BR: block [i0, i1) only ever meets keys 0..i1-1, so one gemm
 // gives its scores S (BR, i1) and one more its output P V; the masked half
 // above the diagonal is never computed except inside the diagonal block,
