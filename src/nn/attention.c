@@ -175,8 +175,7 @@ static weft_tensor *attn_forward(weft_module *m, weft_tensor *x) {
     if (weft_tensor_ndim(x) != 3 || weft_tensor_size(x, 2) != C)
         return weft_error_null(WEFT_ERR_SHAPE, "causal_self_attention: expected input (B,T,%lld), got %s",
                                (long long)C, weft_tensor_shape_str(x, buf, sizeof buf));
-    if (weft_tensor_dtype(x) != WEFT_F32 && weft_tensor_dtype(x) != WEFT_F64)
-        return weft_error_null(WEFT_ERR_DTYPE, "causal_self_attention: input must be f32 or f64");
+    if (check_dtype(x)) return NULL;
     weft_tensor *q3[3]; // child 0, the qkv linear layer, as three products
     if (qkv_project(weft_module_child_at(m, 0), x, C, q3)) return NULL;
     weft_tensor *ym = attention_heads3(q3, nh, C / nh, &a->mask);

@@ -105,14 +105,13 @@ UNARY_NUM(add_scalar, v + (float)sc, v + sc, v + (int64_t)sc)
 UNARY_NUM(mul_scalar, v * (float)sc, v * sc, v * (int64_t)sc)
 
 // ---- binary ----
-#define BINARY_NUM(op, E)                                                             \
-    BINARY_LOOP(op##_f32, float, float, E) BINARY_LOOP(op##_f64, double, double, E)   \
+// FC prefixes the float loops: empty, or WEFT_CLONES (built per ISA) for the
+// arithmetic of every training step (residual and bias adds, gradient sums, products).
+#define BINARY_NUM_FC(op, E, FC)                                                                  \
+    FC BINARY_LOOP(op##_f32, float, float, E) FC BINARY_LOOP(op##_f64, double, double, E)          \
     BINARY_LOOP(op##_i32, int32_t, int32_t, E) BINARY_LOOP(op##_i64, int64_t, int64_t, E)
-// The same with the float loops built per ISA: the arithmetic of every
-// training step (residual and bias adds, gradient sums, products).
-#define BINARY_NUM_CLONED(op, E)                                                                  \
-    WEFT_CLONES BINARY_LOOP(op##_f32, float, float, E) WEFT_CLONES BINARY_LOOP(op##_f64, double, double, E) \
-    BINARY_LOOP(op##_i32, int32_t, int32_t, E) BINARY_LOOP(op##_i64, int64_t, int64_t, E)
+#define BINARY_NUM(op, E) BINARY_NUM_FC(op, E, )
+#define BINARY_NUM_CLONED(op, E) BINARY_NUM_FC(op, E, WEFT_CLONES)
 #define BINARY_CMP(op, E)                                                             \
     BINARY_LOOP(op##_f32, float, uint8_t, E) BINARY_LOOP(op##_f64, double, uint8_t, E) \
     BINARY_LOOP(op##_i32, int32_t, uint8_t, E) BINARY_LOOP(op##_i64, int64_t, uint8_t, E) \
