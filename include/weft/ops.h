@@ -80,6 +80,14 @@ weft_tensor *weft_sum_to(weft_tensor *t, int ndim, const int64_t *sizes);
 // torch.matmul semantics: 1-D operands are promoted, batch dims broadcast.
 // Transposed operands (e.g. weft_transpose(w,0,1)) are passed to BLAS without copying.
 weft_tensor *weft_matmul(weft_tensor *a, weft_tensor *b);
+// PyTorch's F.linear: x (..., K) @ w^T + b with w (N, K) and b (N) or NULL,
+// -> (..., N); the bias is added in the product's epilogue (one pass, no
+// separate add). weft_linear_gelu is gelu(F.linear(x, w, b)) (exact, erf form)
+// with the activation in the same epilogue and a one-pass backward.
+// f32 / f64. Under autocast they run in f32 wherever the device has no
+// low-precision kernel for them; weft's modules then use matmul + add instead.
+weft_tensor *weft_linear(weft_tensor *x, weft_tensor *w, weft_tensor *b);
+weft_tensor *weft_linear_gelu(weft_tensor *x, weft_tensor *w, weft_tensor *b);
 
 // Mixed precision (torch.autocast for the calling thread): with WEFT_BF16 or
 // WEFT_F16, matmul and conv2d run their f32 inputs in that dtype (products

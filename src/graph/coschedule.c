@@ -34,7 +34,7 @@ static double matmul_flops(const weft_graph *g, int32_t id) {
     const weft_gnode *n = &g->nodes[id];
     int32_t a;
     const weft_attrs *at;
-    if (n->kind == WEFT_NODE_OP && !strcmp(n->op->name, "matmul")) {
+    if (n->kind == WEFT_NODE_OP && (weft_fused_head_op(n->op) || !strcmp(n->op->name, "linear_gelu"))) {
         a = n->in[0];
         at = &n->attrs;
     } else if (n->kind == WEFT_NODE_FUSED && n->prog && n->prog->matmul_head && n->prog->instr[0].args[0] >= 0) {

@@ -40,6 +40,10 @@ const char *weft_fused_prog_str(const weft_fused_prog *p, char *buf, size_t n) {
 }
 
 
+bool weft_fused_head_op(const weft_op_def *op) {
+    return op && (!strcmp(op->name, "matmul") || !strcmp(op->name, "linear"));
+}
+
 // A node's program as the fused_elementwise kernel takes it. Kernel inputs
 // are the node inputs the elementwise instructions read (kin_of[k] = node
 // input, in node order: a matmul head's operands need not broadcast to the
@@ -114,11 +118,15 @@ weft_status weft_fused_exec(const weft_gnode *n, const weft_gvalue *out_meta, we
         // output 0, which the epilogue then overwrites (the kernel reads
         // element i of every input before it writes element i).
         const weft_fused_instr *m = &p->instr[0];
-        if (m->n_args != 2 || m->args[0] < 0 || m->args[1] < 0 || m->args[0] >= n->n_in || m->args[1] >= n->n_in)
-            return weft_error(WEFT_ERR_STATE, "fused: malformed matmul head");
-        weft_tensor *mi[2] = {in[m->args[0]], in[m->args[1]]};
+        weft_tensor *mi[WEFT_FUSED_MAX_ARGS];
+        bool ok = weft_fused_head_op(m->op) && m->n_args >= 2 && m->n_args <= (strcmp(m->op->name, "matmul") ? 3 : 2);
+        for (int a = 0; ok && a < m->n_args; a++) {
+            ok = m->args[a] >= 0 && m->args[a] < n->n_in;
+            if (ok) mi[a] = in[m->args[a]];
+        }
+        if (!ok) return weft_error(WEFT_ERR_STATE, "fused: malformed matmul head");
         weft_tensor *mo = out[m->export_idx >= 0 ? m->export_idx : 0];
-        if ((st = weft_op_apply_into(m->op, 2, mi, &m->attrs, &mo)) != WEFT_OK) return st;
+        if ((st = weft_op_apply_into(m->op, m->n_args, mi, &m->attrs, &mo)) != WEFT_OK) return st;
         if (p->n_instr == 1) return WEFT_OK;
         kin[n_kin - 1] = mo;
     }

@@ -1,5 +1,6 @@
 // Fused nodes (WEFT_NODE_FUSED): a small program of elementwise ops (and at
-// most one leading matmul, an "epilogue" group) run as one pass over memory.
+// most one leading matmul or single-output linear, an "epilogue" group) run
+// as one pass over memory.
 //
 // The program is a list of instructions in dependency order. Operands refer
 // either to the fused node's inputs (WEFT_FUSED_IN(k)) or to earlier
@@ -22,7 +23,7 @@
 
 #define WEFT_FUSED_MAX_INSTR 32
 #define WEFT_FUSED_MAX_IN 16
-#define WEFT_FUSED_MAX_ARGS 2
+#define WEFT_FUSED_MAX_ARGS 3 // a linear head: x, weight, bias; elementwise instructions take 1 or 2
 // Operand encoding: >= 0 an input of the node, < 0 an earlier instruction.
 #define WEFT_FUSED_IN(k) (k)
 #define WEFT_FUSED_INSTR(j) (-1 - (j))
@@ -38,9 +39,12 @@ typedef struct weft_fused_instr {
 typedef struct weft_fused_prog {
     int n_instr;
     weft_fused_instr instr[WEFT_FUSED_MAX_INSTR];
-    bool matmul_head; // instr[0] is a matmul (its args are node inputs), the rest its epilogue
+    bool matmul_head; // instr[0] is a matmul or linear (its args are node inputs), the rest its epilogue
 } weft_fused_prog;
 
+// Can op head a fused group: matmul, or linear (one output, its bias already
+// in its own epilogue; linear_gelu keeps its pre-activation for the backward).
+bool weft_fused_head_op(const weft_op_def *op);
 // Is op a member of the elementwise family the tile loop can run (one loop
 // per dtype, output dtype = input dtype)?
 bool weft_fused_op_ok(const weft_op_def *op, weft_dtype dt);

@@ -726,7 +726,7 @@ static weft_status load_fused(const loader *L, const cJSON *o, int n_in, const i
             goto fail;
         }
         bool head = j == 0 && p->matmul_head;
-        if (head ? strcmp(x->op->name, "matmul") != 0 : x->op->n_in < 1 || x->op->n_in > WEFT_FUSED_MAX_ARGS) {
+        if (head ? !weft_fused_head_op(x->op) : x->op->n_in < 1 || x->op->n_in > 2) {
             s = lfail(L, WEFT_ERR_FORMAT, "instruction %d: op '%s' cannot be %s", j, x->op->name,
                       head ? "the matmul head" : "a fused elementwise instruction");
             goto fail;
@@ -738,9 +738,9 @@ static weft_status load_fused(const loader *L, const cJSON *o, int n_in, const i
         if (na) memcpy(x->args, args, (size_t)na * sizeof *args); // no "args": no buffer either
         free(args);
         x->n_args = na;
-        if (na != x->op->n_in) {
+        if (x->op->n_in >= 0 ? na != x->op->n_in : na < 2 || na > 3) { // variadic: linear's x, weight [, bias]
             s = lfail(L, WEFT_ERR_FORMAT, "instruction %d (%s): %d operands (the op takes %d)", j, x->op->name, na,
-                      x->op->n_in);
+                      x->op->n_in >= 0 ? x->op->n_in : 3);
             goto fail;
         }
         weft_tensor *ain[WEFT_FUSED_MAX_ARGS];
@@ -811,7 +811,8 @@ static weft_status load_fused(const loader *L, const cJSON *o, int n_in, const i
         }
     for (int k = 0; k < n_in; k++) // the tile loop reads every other input in the group's dtype
         if (sin[k].dtype != grp.dtype &&
-            !(p->matmul_head && (p->instr[0].args[0] == k || p->instr[0].args[1] == k))) {
+            !(p->matmul_head && (p->instr[0].args[0] == k || p->instr[0].args[1] == k ||
+                                 (p->instr[0].n_args == 3 && p->instr[0].args[2] == k)))) {
             s = lfail(L, WEFT_ERR_DTYPE, "input %d is %s, the group computes in %s", k,
                       weft_dtype_name((weft_dtype)sin[k].dtype), weft_dtype_name(grp.dtype));
             goto fail;

@@ -155,11 +155,9 @@ static weft_status qkv_project(weft_module *lin, weft_tensor *x, int64_t C, weft
     for (int p = 0; p < 3; p++) out[p] = NULL;
     for (int p = 0; p < 3; p++) {
         weft_tensor *wp = weft_narrow(w, 0, p * C, C), *bp = b ? weft_narrow(b, 0, p * C, C) : NULL;
-        weft_tensor *wt = wp ? weft_transpose(wp, 0, 1) : NULL; // (C,C) view: BLAS gets a transpose flag
-        weft_tensor *y = wt ? weft_matmul(x, wt) : NULL;
-        out[p] = y && bp ? weft_add(y, bp) : weft_tensor_ref(y);
-        weft_tensor *ts[] = {wp, bp, wt, y};
-        for (int i = 0; i < 4; i++) weft_tensor_free(ts[i]);
+        out[p] = wp && (bp || !b) ? weft_nn_linear_apply(x, wp, bp, false) : NULL;
+        weft_tensor_free(wp);
+        weft_tensor_free(bp);
         if (!out[p]) {
             for (int j = 0; j < p; j++) weft_tensor_free(out[j]);
             return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;

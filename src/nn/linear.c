@@ -1,13 +1,27 @@
 // Linear layer: y = x W^T + b, x (..., in) -> y (..., out).
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <weft/nn.h>
 
 #include "../core/core_impl.h"
 #include "nn_impl.h"
 
-weft_tensor *weft_nn_affine(weft_module *m, weft_tensor *x, bool with_bias) {
-    weft_tensor *w = weft_module_get(m, "weight"), *b = with_bias ? weft_module_get(m, "bias") : NULL;
+// The fused op (bias and GELU in the product's epilogue) for f32 / f64
+// outside autocast; under autocast, and for half-precision weights, matmul
+// (which autocast runs in bf16 / f16) then add and gelu. WEFT_FUSED_LINEAR=0
+// in the environment always takes the second way (read at every call).
+static bool use_fused(const weft_tensor *x, const weft_tensor *w) {
+    if (weft_autocast_get() != WEFT_F32 || !x || !w) return false;
+    weft_dtype dt = weft_tensor_dtype(w);
+    if ((dt != WEFT_F32 && dt != WEFT_F64) || weft_tensor_dtype(x) != dt) return false;
+    const char *e = getenv("WEFT_FUSED_LINEAR");
+    return !(e && !strcmp(e, "0"));
+}
+
+weft_tensor *weft_nn_linear_apply(weft_tensor *x, weft_tensor *w, weft_tensor *b, bool gelu) {
+    if (use_fused(x, w)) return gelu ? weft_linear_gelu(x, w, b) : weft_linear(x, w, b);
     weft_tensor *wt = weft_transpose(w, 0, 1); // (in,out) view: BLAS gets a transpose flag, no copy
     weft_tensor *y = weft_matmul(x, wt);
     weft_tensor_free(wt);
@@ -16,7 +30,16 @@ weft_tensor *weft_nn_affine(weft_module *m, weft_tensor *x, bool with_bias) {
         weft_tensor_free(y);
         y = yb;
     }
+    if (y && gelu) {
+        weft_tensor *a = weft_gelu(y);
+        weft_tensor_free(y);
+        y = a;
+    }
     return y;
+}
+
+weft_tensor *weft_nn_affine(weft_module *m, weft_tensor *x, bool with_bias) {
+    return weft_nn_linear_apply(x, weft_module_get(m, "weight"), with_bias ? weft_module_get(m, "bias") : NULL, false);
 }
 
 static weft_tensor *linear_forward(weft_module *m, weft_tensor *x) { return weft_nn_affine(m, x, true); }

@@ -21,6 +21,9 @@ weft_tensor *weft_nn_attention_heads(weft_tensor *qkv, int64_t nh, int64_t hd, w
 // y = x W^T (+ b) with m's "weight" (out,in) and "bias"; and x + sub(norm(x))
 // with m's children at those indices (a pre-LayerNorm residual branch).
 weft_tensor *weft_nn_affine(weft_module *m, weft_tensor *x, bool with_bias);
+// x w^T + b (b may be NULL), then GELU when gelu: the fused linear op where it
+// applies (f32 / f64 outside autocast), else matmul, add and gelu.
+weft_tensor *weft_nn_linear_apply(weft_tensor *x, weft_tensor *w, weft_tensor *b, bool gelu);
 weft_tensor *weft_nn_residual(weft_module *m, int norm, int sub, weft_tensor *x);
 
 #endif

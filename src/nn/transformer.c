@@ -5,6 +5,7 @@
 // "attn.qkv.weight", "mlp.fc.bias", "ln1.weight" line up with a state_dict.
 
 #include <stdlib.h>
+#include <string.h>
 
 #include <weft/nn.h>
 
@@ -12,10 +13,17 @@
 #include "nn_impl.h"
 
 // ---- mlp: fc -> gelu -> proj ----
+// fc's bias and GELU in one epilogue (weft_nn_linear_apply) where fc is a plain linear layer.
 static weft_tensor *mlp_forward(weft_module *m, weft_tensor *x) {
-    weft_tensor *h = weft_module_forward(weft_module_child_at(m, 0), x); // (B,T,4C)
-    weft_tensor *a = weft_gelu(h);                                        // exact (erf) GELU
-    weft_tensor_free(h);
+    weft_module *fc = weft_module_child_at(m, 0);
+    weft_tensor *a; // gelu(fc(x)), (B,T,4C), exact (erf) GELU
+    if (!strcmp(weft_module_kind(fc), "linear")) {
+        a = weft_nn_linear_apply(x, weft_module_get(fc, "weight"), weft_module_get(fc, "bias"), true);
+    } else {
+        weft_tensor *h = weft_module_forward(fc, x);
+        a = weft_gelu(h);
+        weft_tensor_free(h);
+    }
     weft_tensor *y = a ? weft_module_forward(weft_module_child_at(m, 1), a) : NULL; // (B,T,C)
     weft_tensor_free(a);
     return y;

@@ -128,9 +128,21 @@ static weft_status bw_relu_backward(const weft_bw_args *b) {
     return done(b);
 }
 static weft_status bw_gelu(const weft_bw_args *b) {
-    weft_tensor *d = weft_gelu_grad(X);
-    b->gin[0] = weft_mul(G, d);
-    weft_tensor_free(d);
+    b->gin[0] = weft_gelu_backward(G, X);
+    return done(b);
+}
+// gelu_backward(g, x) = g gelu'(x): linear in g; d/dx = g gelu''(x), gelu''(x) = phi(x) (2 - x^2).
+static weft_status bw_gelu_backward(const weft_bw_args *b) {
+    weft_tensor *x = b->in[1];
+    if (NEED(0)) b->gin[0] = weft_bw_unbroadcast(b, 0, weft_gelu_backward(G, x));
+    if (NEED(1)) {
+        weft_tensor *x2 = weft_mul(x, x), *h = weft_mul_scalar(x2, -0.5), *e = weft_exp(h);
+        weft_tensor *t = weft_add_scalar(h, 1.0), *d = weft_mul(e, t); // e^(-x^2/2) (1 - x^2/2)
+        weft_tensor *gg = weft_mul(G, b->in[0]), *r = weft_mul(gg, d);
+        b->gin[1] = weft_bw_unbroadcast(b, 1, weft_mul_scalar(r, 0.7978845608028654)); // 2/sqrt(2 pi)
+        weft_tensor *ts[] = {x2, h, e, t, d, gg, r};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) weft_tensor_free(ts[i]);
+    }
     return done(b);
 }
 static weft_status bw_silu(const weft_bw_args *b) { // g s (1 + x (1 - s)), s = sigmoid(x)
@@ -264,6 +276,7 @@ BINARY(pow, WEFT_EW_POW, WEFT_DT_FLOAT, bw_pow, WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1
 BINARY(maximum, WEFT_EW_MAXIMUM, WEFT_DT_NUM, bw_maximum, WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1))
 BINARY(minimum, WEFT_EW_MINIMUM, WEFT_DT_NUM, bw_minimum, WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1))
 BINARY(relu_backward, WEFT_EW_RELU_BW, WEFT_DT_NUM, bw_relu_backward, WEFT_SAVE_IN(1))
+BINARY(gelu_backward, WEFT_EW_GELU_BW, WEFT_DT_FLOAT, bw_gelu_backward, WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1))
 COMPARE(eq, WEFT_EW_EQ)
 COMPARE(ne, WEFT_EW_NE)
 COMPARE(lt, WEFT_EW_LT)
@@ -303,7 +316,7 @@ S(pow_scalar) S(add_scalar) S(mul_scalar)
         weft_tensor *in[2] = {a, b}; \
         return weft_op_apply1(&weft_op_##nm, 2, in, NULL); \
     }
-B(add) B(sub) B(mul) B(div) B(pow) B(maximum) B(minimum) B(eq) B(ne) B(lt) B(le) B(gt) B(ge) B(relu_backward)
+B(add) B(sub) B(mul) B(div) B(pow) B(maximum) B(minimum) B(eq) B(ne) B(lt) B(le) B(gt) B(ge) B(relu_backward) B(gelu_backward)
 
 weft_tensor *weft_where(weft_tensor *c, weft_tensor *a, weft_tensor *b) {
     weft_tensor *in[3] = {c, a, b};

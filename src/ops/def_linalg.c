@@ -11,7 +11,9 @@
 // so a transposed copy (contiguous(transpose(w))) never materialises. The
 // kernel reads the flagged operand through BLAS's Trans flag.
 #include <limits.h>
+#include <string.h>
 
+#include "elementwise.h"
 #include "linalg.h"
 
 static bool mat_view_of(int64_t rows, int64_t cols, int64_t rs, int64_t cs, weft_mat_view *v) {
@@ -179,4 +181,95 @@ weft_tensor *weft_matmul(weft_tensor *a, weft_tensor *b) {
         r = s;
     }
     return r;
+}
+
+// ---- linear: y = act(x W^T + b), PyTorch's F.linear with the bias (and GELU) in the GEMM's epilogue ----
+// Inputs x (..., K) with at least 2 dims, W (N, K), optionally b (N); one dtype.
+// linear: one output y (..., N). linear_gelu: y = gelu(h) and h = x W^T + b,
+// kept for the backward (exact, erf GELU). Kernels: cpu/matmul.c, cuda/linalg.c.
+static weft_status infer_linear(const weft_op_args *a, weft_out_meta *o) {
+    const char *nm = a->op->name;
+    if (a->n_in != 2 && a->n_in != 3) return weft_error(WEFT_ERR_ARG, "%s: takes x, weight and an optional bias (got %d inputs)", nm, a->n_in);
+    weft_status st = weft_check_same_dtype(nm, a->n_in, a->in);
+    if (st) return st;
+    if ((st = weft_check_dtype(nm, a->in[0], WEFT_DT_FLOAT | WEFT_DT_HALF, "x"))) return st;
+    const weft_tensor *x = a->in[0], *w = a->in[1], *b = a->n_in == 3 ? a->in[2] : NULL;
+    char sx[96], sw[96];
+    if (x->ndim < 2 || w->ndim != 2 || x->sizes[x->ndim - 1] != w->sizes[1])
+        return weft_error(WEFT_ERR_SHAPE, "%s: x %s and weight %s do not match (x (..., K) with 2+ dims, weight (N, K))",
+                          nm, weft_tensor_shape_str(x, sx, sizeof sx), weft_tensor_shape_str(w, sw, sizeof sw));
+    if (b && (b->ndim != 1 || b->sizes[0] != w->sizes[0]))
+        return weft_error(WEFT_ERR_SHAPE, "%s: bias %s does not match weight %s (wants (%lld))", nm,
+                          weft_tensor_shape_str(b, sx, sizeof sx), weft_tensor_shape_str(w, sw, sizeof sw),
+                          (long long)w->sizes[0]);
+    int64_t sizes[WEFT_MAX_DIMS];
+    memcpy(sizes, x->sizes, sizeof(int64_t) * (size_t)x->ndim);
+    sizes[x->ndim - 1] = w->sizes[0];
+    for (int j = 0; j < a->op->n_out; j++) weft_meta_set(&o[j], x->ndim, sizes, (weft_dtype)x->dtype);
+    return WEFT_OK;
+}
+
+// With p = h's gradient (gelu: g gelu'(h), plus any gradient of h itself):
+// grad_x = p W, grad_W = p^T x over all rows (one (N, rows) @ (rows, K)
+// product, contiguous like W), grad_b = p summed over rows.
+static weft_status bw_linear(const weft_bw_args *b) {
+    weft_tensor *x = b->in[0], *w = b->in[1], *g = b->gout[0], *p;
+    if (b->n_out == 2) {
+        weft_tensor *gh = g ? weft_gelu_backward(g, b->out[1]) : NULL, *g1 = b->gout[1];
+        p = !g1 ? gh : !gh ? weft_tensor_ref(g1) : weft_add(gh, g1);
+        if (gh && g1) weft_tensor_free(gh);
+    } else {
+        p = weft_tensor_ref(g);
+    }
+    if (!p) return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
+    int nd = p->ndim;
+    int64_t N = p->sizes[nd - 1], K = x->sizes[x->ndim - 1];
+    if (b->needs[0]) b->gin[0] = weft_matmul(p, w);
+    if (b->needs[1]) {
+        weft_tensor *p2 = weft_reshape(p, WEFT_DIMS(-1, N)), *x2 = weft_reshape(x, WEFT_DIMS(-1, K));
+        weft_tensor *pt = p2 ? weft_transpose(p2, 0, 1) : NULL;
+        b->gin[1] = pt && x2 ? weft_matmul(pt, x2) : NULL;
+        weft_tensor_free(p2);
+        weft_tensor_free(x2);
+        weft_tensor_free(pt);
+    }
+    if (b->n_in == 3 && b->needs[2]) {
+        int axes[WEFT_MAX_DIMS];
+        for (int d = 0; d < nd - 1; d++) axes[d] = d;
+        b->gin[2] = weft_sum(p, nd - 1, axes, false);
+    }
+    weft_tensor_free(p);
+    for (int i = 0; i < b->n_in; i++)
+        if (b->needs[i] && !b->gin[i]) return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
+    return WEFT_OK;
+}
+
+weft_op_def weft_op_linear = {.name = "linear", .n_in = -1, .n_out = 1, .flags = WEFT_OPF_AUTOCAST,
+                              .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1), .infer = infer_linear,
+                              .backward = bw_linear, .kernel = {[WEFT_CPU] = {weft_cpu_linear, WEFT_DT_FLOAT}}};
+weft_op_def weft_op_linear_gelu = {.name = "linear_gelu", .n_in = -1, .n_out = 2, .flags = WEFT_OPF_AUTOCAST,
+                                   .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1) | WEFT_SAVE_OUT(1),
+                                   .infer = infer_linear, .backward = bw_linear,
+                                   .kernel = {[WEFT_CPU] = {weft_cpu_linear, WEFT_DT_FLOAT}}};
+
+static weft_tensor *linear_apply(const weft_op_def *op, weft_tensor *x, weft_tensor *w, weft_tensor *b) {
+    if (!x || !w) return weft_error_null_input(op->name);
+    if (x->ndim == 0) return weft_error_null(WEFT_ERR_SHAPE, "%s: x needs at least 1 dim", op->name);
+    weft_tensor *x2 = x->ndim == 1 ? weft_unsqueeze(x, 0) : weft_tensor_ref(x); // (K) -> (1,K), squeezed after
+    if (!x2) return NULL;
+    weft_tensor *in[3] = {x2, w, b}, *out[WEFT_MAX_OP_OUT] = {0};
+    weft_status st = weft_op_apply(op, b ? 3 : 2, in, NULL, out);
+    weft_tensor_free(x2);
+    if (st) return NULL;
+    for (int j = 1; j < op->n_out; j++) weft_tensor_free(out[j]); // h lives on in the autograd record
+    if (x->ndim == 1) {
+        weft_tensor *s = weft_squeeze(out[0], 0);
+        weft_tensor_free(out[0]);
+        return s;
+    }
+    return out[0];
+}
+weft_tensor *weft_linear(weft_tensor *x, weft_tensor *w, weft_tensor *b) { return linear_apply(&weft_op_linear, x, w, b); }
+weft_tensor *weft_linear_gelu(weft_tensor *x, weft_tensor *w, weft_tensor *b) {
+    return linear_apply(&weft_op_linear_gelu, x, w, b);
 }

@@ -18,4 +18,8 @@ typedef struct weft_mat_view {
 weft_tensor *weft_matmul_operand(weft_tensor *t, bool tr, weft_mat_view *v,
                                  weft_status (*copy)(weft_tensor *dst, const weft_tensor *src));
 
+// linear / linear_gelu kernels (def_linalg.c): out[0] = y, out[n_out - 1] = the
+// pre-activation x W^T + b (the same tensor for linear).
+weft_status weft_cpu_linear(const weft_op_args *a);
+
 #endif

@@ -7,7 +7,7 @@
 // start at the second element (not aligned for the kernels' vector loads).
 #include <stdlib.h>
 
-#include "../../src/ops/elementwise.h" // weft_sign, weft_gelu_grad, weft_relu_backward (internal ops)
+#include "../../src/ops/elementwise.h" // weft_sign, weft_gelu_grad, weft_relu_backward, weft_gelu_backward (internal ops)
 #include "cuda_test.h"
 
 #define BIG ((int64_t)1 << 20)
@@ -117,6 +117,7 @@ static void test_unary(void) {
 
 // ---- binary ----
 static weft_tensor *f_relu_bw(weft_tensor *a, weft_tensor *b) { return weft_relu_backward(a, b); }
+static weft_tensor *f_gelu_bw(weft_tensor *a, weft_tensor *b) { return weft_gelu_backward(a, b); }
 
 typedef struct binop {
     const char *name;
@@ -134,6 +135,7 @@ static const binop k_binary[] = {
     {"maximum", weft_maximum, -3, 3, -3, 3, true, false, true}, // ties: the gradient splits
     {"minimum", weft_minimum, -3, 3, -3, 3, true, false, true},
     {"relu_backward", f_relu_bw, -1, 1, -1, 1, false, false, true},
+    {"gelu_backward", f_gelu_bw, -2, 2, -4, 4, false, true, true},
     {"eq", weft_eq, -3, 3, -3, 3, true, false, false},
     {"ne", weft_ne, -3, 3, -3, 3, true, false, false},
     {"lt", weft_lt, -3, 3, -3, 3, true, false, false},

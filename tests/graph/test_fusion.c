@@ -169,6 +169,18 @@ static void test_no_cycle(void) {
     weft_graph_free(g);
 }
 
+// The graph's DOT text contains s.
+static bool dot_has(const weft_graph *o, const char *s) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    bool ok = f && weft_graph_write_dot(o, f) == WEFT_OK;
+    if (f) fclose(f);
+    ok = ok && buf && strstr(buf, s) != NULL;
+    free(buf);
+    return ok;
+}
+
 // matmul + bias + gelu: one fused node, bit-identical to eager; the product exported too.
 static void epilogue_case(bool fetch_product) {
     int64_t M = 96, K = 40, N = 130;
@@ -200,14 +212,7 @@ static void epilogue_case(bool fetch_product) {
     for (int i = 0; i < nk; i++) weft_tensor_free(res[i]);
     same_bits_run("epilogue plan off", g, o, 1, &a, &af, nk, keep, kout, -1, NULL);
 
-    // DOT marks the group with its ops
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    CHECK(weft_graph_write_dot(o, f) == WEFT_OK);
-    fclose(f);
-    CHECK(buf && strstr(buf, "fused: matmul+add+gelu") != NULL);
-    free(buf);
+    CHECK(dot_has(o, "fused: matmul+add+gelu")); // DOT marks the group with its ops
     // fused graphs are saved with their programs (round trips: tests/graph/test_serialize_control.c)
     CHECK(weft_graph_save(o, "/tmp/weft_fusion_test.wgraph") == WEFT_OK);
     remove("/tmp/weft_fusion_test.wgraph");
@@ -219,6 +224,50 @@ static void epilogue_case(bool fetch_product) {
 
 static void test_matmul_epilogue(void) { epilogue_case(false); }
 static void test_matmul_epilogue_product_exported(void) { epilogue_case(true); }
+
+// linear (x, w, b: the bias already in its own epilogue) heads a group too: linear + relu + add
+// is one fused node, bit-identical to eager, and it survives a save / load round trip.
+static void test_linear_epilogue(void) {
+    int64_t M = 70, K = 24, N = 33;
+    weft_graph *g = weft_graph_new();
+    weft_value x = weft_graph_placeholder(g, "x", WEFT_DIMS(M, K), WEFT_F32);
+    weft_value r = weft_graph_placeholder(g, "r", WEFT_DIMS(M, N), WEFT_F32);
+    weft_tensor *wf = rand_dt(WEFT_DIMS(N, K), -0.5, 0.5, 11, WEFT_F32), *bf = rand_dt(WEFT_DIMS(N), -1, 1, 12, WEFT_F32);
+    weft_value w = weft_graph_variable(g, "w", wf), b = weft_graph_variable(g, "b", bf);
+    weft_value l = weft_graph_op1(g, "linear", 3, (weft_value[]){x, w, b}, NULL, 0, NULL, 0);
+    weft_value a = weft_graph_op1(g, "relu", 1, &l, NULL, 0, NULL, 0);
+    weft_value y = weft_graph_op1(g, "add", 2, (weft_value[]){a, r}, NULL, 0, NULL, 0), ko;
+    weft_graph_passes p = weft_graph_passes_all();
+    weft_graph_pass_stats st;
+    weft_graph *o = weft_graph_optimize(g, 1, &y, &ko, &p, &st);
+    CHECK(o && st.fused_groups == 1 && st.fused_nodes == 3);
+    if (!o) return;
+    CHECK(weft_graph_node_kind(o, weft_graph_value_node(o, ko)) == WEFT_NODE_FUSED);
+    weft_tensor *xt = rand_dt(WEFT_DIMS(M, K), -1, 1, 13, WEFT_F32), *rt = rand_dt(WEFT_DIMS(M, N), -1, 1, 14, WEFT_F32);
+    weft_tensor *res;
+    same_bits_run("linear epilogue", g, o, 2, (weft_value[]){x, r}, (weft_tensor *[]){xt, rt}, 1, &y, &ko, 1, &res);
+    weft_tensor *e1 = weft_linear(xt, wf, bf), *e2 = weft_relu(e1), *e3 = weft_add(e2, rt);
+    check_bits("linear epilogue vs eager", res, e3);
+    CHECK(dot_has(o, "fused: linear+relu+add"));
+    const char *path = "/tmp/weft_fusion_linear_test.wgraph";
+    CHECK(weft_graph_save(o, path) == WEFT_OK);
+    weft_graph *ld = weft_graph_load(path);
+    remove(path);
+    CHECK(ld != NULL);
+    if (ld) {
+        weft_value lf[2] = {weft_graph_find_value(ld, "x"), weft_graph_find_value(ld, "r")};
+        weft_value lo = weft_graph_find_value(ld, weft_graph_node_name(o, weft_graph_value_node(o, ko)));
+        weft_tensor *out = NULL;
+        CHECK(weft_graph_run(ld, 2, lf, (weft_tensor *[]){xt, rt}, 1, &lo, &out, 0, NULL) == WEFT_OK);
+        check_bits("loaded linear epilogue", out, e3);
+        weft_tensor_free(out);
+        weft_graph_free(ld);
+    }
+    weft_tensor *ts[] = {wf, bf, xt, rt, res, e1, e2, e3};
+    for (int i = 0; i < 8; i++) weft_tensor_free(ts[i]);
+    weft_graph_free(o);
+    weft_graph_free(g);
+}
 
 // passes_all with fusion off leaves the graph unfused; fusion off by a zeroed struct too.
 static void test_fusion_off(void) {
@@ -351,6 +400,7 @@ int main(void) {
     RUN(test_no_cycle);
     RUN(test_matmul_epilogue);
     RUN(test_matmul_epilogue_product_exported);
+    RUN(test_linear_epilogue);
     RUN(test_fusion_off);
     RUN(test_late_consumer_not_fused);
     RUN(test_traced_mlp);

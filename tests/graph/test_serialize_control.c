@@ -605,8 +605,10 @@ static void test_corrupted(void) {
         expect_fail("non-elementwise op in a fused program", bad, "(fused)", "instruction 0", NULL);
         mutate(good, bad, "\"args\":[0,1]", "\"args\":[0,40]", NULL);
         expect_fail("fused operand out of range", bad, "(fused)", "instruction 0", "out of range");
-        mutate(good, bad, "\"args\":[0,1]", "\"args\":[0,1,2]", NULL);
+        mutate(good, bad, "\"args\":[0,1]", "\"args\":[0,1,2,3]", NULL);
         expect_fail("fused operand count", bad, "(fused)", "'args'", NULL);
+        mutate(good, bad, "\"args\":[0,1]", "\"args\":[0,1,2]", NULL);
+        expect_fail("fused matmul operand count", bad, "(fused)", "3 operands (the op takes 2)", NULL);
         mutate(good, bad, "{\"op\":\"add\",\"args\":[-1,2]}", "{\"op\":\"add\",\"args\":[-1,-2]}", NULL);
         expect_fail("fused forward reference", bad, "(fused)", "instruction 1", "out of range");
         mutate(good, bad, "{\"op\":\"add\",\"args\":[-1,2]}", "{\"op\":\"add\",\"args\":[-1,0]}", NULL);

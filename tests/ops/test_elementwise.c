@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/elementwise.h" // weft_relu_backward (internal op)
+#include "ops/elementwise.h" // weft_relu_backward, weft_gelu_backward (internal ops)
 #include "weft_test.h"
 
 
@@ -392,6 +392,38 @@ static void test_relu_backward(void) {
     double xv2[6] = {0.5, -0.5, 2, -1.5, 1, 3};
     weft_tensor *x2 = wt_keep(wt_f64(xv2, WEFT_DIMS(2, 3), true));
     CHECK_GRAD(relu_twice_fn, 1, &x2, NULL);
+    wt_drop_all();
+}
+
+// gelu_backward(g, x) = g gelu'(x), gelu'(x) = Phi(x) + x phi(x): values, broadcast g, and its own
+// gradient in both inputs (gelu's second derivative, phi(x) (2 - x^2)) by finite differences.
+static weft_tensor *gelu_bw_fn(weft_tensor *const *in, void *user) {
+    (void)user;
+    return weft_gelu_backward(in[0], in[1]);
+}
+static void test_gelu_backward(void) {
+    double gv[6] = {1, -2, 3, -4, 0.5, -6}, xv[6] = {0.5, -0.5, 2, -1e-3, 0, -3};
+    weft_tensor *g = wt_keep(wt_f64(gv, WEFT_DIMS(2, 3), true)), *x = wt_keep(wt_f64(xv, WEFT_DIMS(2, 3), true));
+    double ref[6], ref2[6];
+    for (int i = 0; i < 6; i++) {
+        double d = 0.5 * (1 + erf(xv[i] / sqrt(2.0))) + xv[i] * exp(-0.5 * xv[i] * xv[i]) / sqrt(2 * M_PI);
+        ref[i] = gv[i] * d;
+        ref2[i] = gv[i % 3] * d;
+    }
+    wt_check_values("gelu_backward f64", wt_keep(weft_gelu_backward(g, x)), ref, 6, 1e-14);
+    weft_tensor *gf = wt_keep(weft_cast(g, WEFT_F32)), *xf = wt_keep(weft_cast(x, WEFT_F32));
+    wt_check_values("gelu_backward f32", wt_keep(weft_gelu_backward(gf, xf)), ref, 6, 2e-6);
+    weft_tensor *g1 = wt_keep(wt_f64(gv, WEFT_DIMS(3), true)); // broadcast over rows
+    wt_check_values("gelu_backward broadcast", wt_keep(weft_gelu_backward(g1, x)), ref2, 6, 1e-14);
+    weft_tensor *in[2] = {g, x};
+    CHECK_GRAD(gelu_bw_fn, 2, in, NULL);
+    weft_tensor *in1[2] = {g1, x};
+    CHECK_GRAD(gelu_bw_fn, 2, in1, NULL);
+    // gelu's gradient is gelu_backward: d/dx sum(gelu(x) * w) = w gelu'(x)
+    weft_tensor *y = wt_keep(weft_gelu(x)), *w = wt_keep(wt_f64(gv, WEFT_DIMS(2, 3), false));
+    weft_tensor *s = wt_keep(weft_sum(wt_keep(weft_mul(y, w)), 0, NULL, false));
+    CHECK(weft_backward(s, NULL, NULL) == WEFT_OK);
+    wt_check_values("gelu grad", weft_tensor_grad(x), ref, 6, 1e-14);
     wt_drop_all();
 }
 
@@ -920,6 +952,7 @@ int main(void) {
     RUN(test_binary_noncontig);
     RUN(test_binary_large_threaded);
     RUN(test_relu_backward);
+    RUN(test_gelu_backward);
     RUN(test_streaming_store_path);
     RUN(test_binary_grad);
     RUN(test_minmax_ties_nan);

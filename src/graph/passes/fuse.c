@@ -44,13 +44,14 @@ typedef struct fz {
 } fz;
 
 static bool is_matmul(const weft_gnode *n) {
-    return weft_rw_rewritable(n) && !strcmp(n->op->name, "matmul") && n->n_in == 2;
+    return weft_rw_rewritable(n) && weft_fused_head_op(n->op) && n->n_out == 1 && n->n_in >= 2 &&
+           n->n_in <= (strcmp(n->op->name, "matmul") ? 3 : 2);
 }
 
 static weft_dtype out_dtype(const fz *z, const weft_gnode *n) { return (weft_dtype)z->s->values[n->out0].dtype; }
 
 static bool fusable_ew(const fz *z, const weft_gnode *n) {
-    if (!weft_rw_rewritable(n) || n->n_out != 1 || n->n_in > WEFT_FUSED_MAX_ARGS) return false;
+    if (!weft_rw_rewritable(n) || n->n_out != 1 || n->n_in > 2) return false;
     weft_dtype dt = out_dtype(z, n);
     if (!weft_fused_op_ok(n->op, dt)) return false;
     for (int k = 0; k < n->n_in; k++)

@@ -135,6 +135,8 @@ BINARY_CMP(le, a <= b)
 BINARY_CMP(gt, a > b)
 BINARY_CMP(ge, a >= b)
 BINARY_NUM_CLONED(relu_bw, b > 0 ? a : 0) // a = gradient, b = relu's input
+WEFT_CLONES BINARY_LOOP(gelu_bw_f32, float, float, a * gelu_grad_f(b)) // a = gradient, b = gelu's input
+BINARY_LOOP(gelu_bw_f64, double, double, a * gelu_grad_d(b))
 
 // where(cond, a, b): operands out, cond(u8), a, b
 #define WHERE_LOOP(NAME, T)                                                           \
@@ -189,6 +191,7 @@ static const weft_loop_fn k_loops[WEFT_EW_COUNT][WEFT_NUM_DTYPES] = {
     [WEFT_EW_GT] = {T_CMP(gt)},
     [WEFT_EW_GE] = {T_CMP(ge)},
     [WEFT_EW_RELU_BW] = {T_NUM(relu_bw)},
+    [WEFT_EW_GELU_BW] = {T_FLOAT(gelu_bw)},
 };
 
 // One kernel for the whole family; the entry's variant says which op (WEFT_EW_*).

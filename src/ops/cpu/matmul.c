@@ -13,9 +13,11 @@
 #include <limits.h>
 #include <string.h>
 
+#include "../elementwise.h"
 #include "../linalg.h"
 #include "gemm.h"
 #include "iter.h"
+#include "vmath.h"
 
 typedef struct mat_view {
     CBLAS_TRANSPOSE tr;
@@ -146,5 +148,53 @@ weft_status weft_cpu_matmul(const weft_op_args *args) {
     }
     weft_tensor_free(a);
     weft_tensor_free(b);
+    return WEFT_OK;
+}
+
+// ---- linear / linear_gelu (def_linalg.c) ----
+// The product through weft_cpu_matmul (W as BLAS's transposed operand, no
+// copy), then one epilogue pass per row while it is in cache: h += b, and
+// for linear_gelu y = gelu(h) with the family's own GELU loop.
+WEFT_CLONES static void bias_rows_f32(float *restrict h, const float *restrict b, int64_t rows, int64_t n) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n; j++) h[r * n + j] += b[j];
+}
+static void bias_rows_f64(double *restrict h, const double *restrict b, int64_t rows, int64_t n) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n; j++) h[r * n + j] += b[j];
+}
+
+#define LINEAR_EPI_ROWS 16 // rows per epilogue task (at least 16 x N elements)
+
+weft_status weft_cpu_linear(const weft_op_args *args) {
+    weft_tensor *y = args->out[0], *h = args->out[args->n_out - 1];
+    weft_attrs tb = {.i = {0, 1}}; // h = x @ W^T: W (N,K) goes to BLAS as Trans
+    weft_op_args m = {.op = args->op, .n_in = 2, .in = args->in, .attrs = &tb, .n_out = 1, .out = &h};
+    weft_status st = weft_cpu_matmul(&m);
+    if (st || h->numel == 0) return st;
+    const weft_tensor *b = args->n_in == 3 ? args->in[2] : NULL;
+    weft_tensor *bc = b ? weft_kernel_contiguous(b) : NULL;
+    if (b && !bc) return weft_last_status();
+    weft_dtype dt = (weft_dtype)h->dtype;
+    int64_t n = h->sizes[h->ndim - 1], rows = h->numel / n, es = (int64_t)weft_dtype_size(dt);
+    weft_ew_loop_fn act = y != h ? weft_cpu_ew_loop(WEFT_EW_GELU, dt) : NULL;
+    char *ph = weft_tensor_ptr(h), *py = weft_tensor_ptr(y);
+    const char *pb = bc ? weft_tensor_ptr(bc) : NULL;
+    int64_t tasks = (rows + LINEAR_EPI_ROWS - 1) / LINEAR_EPI_ROWS;
+    bool par = weft_num_threads() > 1 && h->numel >= (1 << 15);
+    const double zero = 0;
+#pragma omp parallel for num_threads(weft_num_threads()) schedule(static) if (par)
+    for (int64_t t = 0; t < tasks; t++) {
+        int64_t r0 = t * LINEAR_EPI_ROWS, nr = rows - r0 < LINEAR_EPI_ROWS ? rows - r0 : LINEAR_EPI_ROWS;
+        char *hr = ph + r0 * n * es;
+        if (pb && dt == WEFT_F32) bias_rows_f32((float *)hr, (const float *)pb, nr, n);
+        else if (pb) bias_rows_f64((double *)hr, (const double *)pb, nr, n);
+        if (act) {
+            char *p[2] = {py + r0 * n * es, hr};
+            int64_t s[2] = {es, es};
+            act(p, s, nr * n, &zero);
+        }
+    }
+    weft_tensor_free(bc);
     return WEFT_OK;
 }

@@ -6,6 +6,7 @@
 #include "blas.h"
 
 static _Thread_local cublasHandle_t tl_handle[WEFT_CUDA_MAX_DEVICES];
+static _Thread_local cublasLtHandle_t tl_lt[WEFT_CUDA_MAX_DEVICES];
 
 weft_status weft_cu_blas_check(cublasStatus_t s, const char *op, const char *what) {
     if (s == CUBLAS_STATUS_SUCCESS) return WEFT_OK;
@@ -24,4 +25,14 @@ weft_status weft_cu_blas_handle(const weft_tensor *t, const char *op, cublasHand
     }
     *h = tl_handle[dev];
     return weft_cu_blas_check(cublasSetStream(*h, s), op, "cublasSetStream");
+}
+
+weft_status weft_cu_lt_handle(const weft_tensor *t, const char *op, cublasLtHandle_t *h) {
+    int dev = t->device.index;
+    if (!tl_lt[dev]) {
+        weft_status st = weft_cu_blas_check(cublasLtCreate(&tl_lt[dev]), op, "cublasLtCreate");
+        if (st) return st;
+    }
+    *h = tl_lt[dev];
+    return WEFT_OK;
 }

@@ -246,6 +246,7 @@ extern "C" cudaError_t weft_cu_ew_binary(int op, weft_cu_tensor out, weft_cu_ten
     case WEFT_CU_EW_GT: return binary_cmp<WEFT_CU_EW_GT>(out, a, b, s);
     case WEFT_CU_EW_GE: return binary_cmp<WEFT_CU_EW_GE>(out, a, b, s);
     case WEFT_CU_EW_RELU_BW: return binary_num<WEFT_CU_EW_RELU_BW>(out, a, b, s);
+    case WEFT_CU_EW_GELU_BW: return binary_float<WEFT_CU_EW_GELU_BW>(out, a, b, s);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -111,6 +111,7 @@ template <int OP, typename T> __device__ __forceinline__ typename bin_out<OP, T>
     else if constexpr (OP == WEFT_CU_EW_GT) return (uint8_t)(a > b);
     else if constexpr (OP == WEFT_CU_EW_GE) return (uint8_t)(a >= b);
     else if constexpr (OP == WEFT_CU_EW_RELU_BW) return b > 0 ? a : (T)0; // a = gradient, b = relu's input
+    else if constexpr (OP == WEFT_CU_EW_GELU_BW) return (T)(a * gelu_grad(b)); // a = gradient, b = gelu's input
     else static_assert(OP < 0, "not a binary variant");
 }
 

@@ -16,9 +16,13 @@
 // and bf16 / f16 operands in f32 with the result stored in the operand type.
 #include <limits.h>
 #include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
 
+#include "../elementwise.h"
 #include "../linalg.h"
 #include "blas.h"
+#include "elementwise_kernels.h"
 
 typedef struct mat_view {
     cublasOperation_t op;
@@ -165,6 +169,176 @@ static weft_status cu_matmul(const weft_op_args *args) {
     return st;
 }
 
+// ---- linear / linear_gelu (def_linalg.c): y = act(x W^T + b) ----
+// f32 with a bias goes to cuBLASLt with the bias in the epilogue (one kernel
+// for product and bias); the plans (descriptors, layouts and the heuristic's
+// algorithm) are cached per shape for the calling thread. Everything else,
+// and WEFT_CUDA_LT=0, is cu_matmul followed by an in-place broadcast add.
+// GELU then runs as the family's own kernel from h into y: cuBLASLt's GELU
+// epilogues are the tanh approximation, and weft's gelu is the exact form.
+
+typedef struct lt_key {
+    int dtype, opa, opb, dev;
+    int64_t m, n, k, lda, ldb;
+    int align[4]; // byte alignment of A, B and C/D (and 0): the heuristic may only pick kernels that accept it
+} lt_key;
+
+// The largest power of two up to 256 dividing p's address.
+static int align_of(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    int r = 1;
+    while (r < 256 && !(a & (uintptr_t)r)) r <<= 1;
+    return r;
+}
+typedef struct lt_plan {
+    lt_key key;
+    bool used, ok; // ok false: no algorithm for this shape (the fallback runs)
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+    size_t ws;
+} lt_plan;
+#define LT_PLANS 32
+#define LT_WORKSPACE ((size_t)8 << 20)
+static _Thread_local lt_plan tl_plans[LT_PLANS];
+static _Thread_local int tl_plan_next;
+
+static void lt_plan_release(lt_plan *p) {
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+    if (p->c) cublasLtMatrixLayoutDestroy(p->c);
+    memset(p, 0, sizeof *p);
+}
+
+static bool set_align(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t at, int bytes) {
+    uint32_t v = (uint32_t)bytes;
+    return cublasLtMatmulPreferenceSetAttribute(pref, at, &v, sizeof v) == 0;
+}
+
+// Column-major, as cuBLASLt sees it: D (m x n, ld m) = op(A) (m x k) op(B) (k x n) + bias (m),
+// with A = W's operand and B = x's (the row-major y = x W^T is y^T = W x^T).
+static lt_plan *lt_plan_get(cublasLtHandle_t lt, const lt_key *k, const gemm_types *g) {
+    for (int i = 0; i < LT_PLANS; i++)
+        if (tl_plans[i].used && !memcmp(&tl_plans[i].key, k, sizeof *k)) return &tl_plans[i];
+    lt_plan *p = &tl_plans[tl_plan_next];
+    tl_plan_next = (tl_plan_next + 1) % LT_PLANS;
+    lt_plan_release(p);
+    p->key = *k;
+    p->used = true;
+    cublasOperation_t ta = (cublasOperation_t)k->opa, tb = (cublasOperation_t)k->opb;
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    size_t ws = LT_WORKSPACE;
+    bool ok = cublasLtMatmulDescCreate(&p->op, g->compute, g->f64_scalars ? CUDA_R_64F : CUDA_R_32F) == 0 &&
+              cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == 0 &&
+              cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == 0 &&
+              cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) == 0 &&
+              cublasLtMatrixLayoutCreate(&p->a, g->data, ta == CUBLAS_OP_N ? k->m : k->k, ta == CUBLAS_OP_N ? k->k : k->m,
+                                         k->lda) == 0 &&
+              cublasLtMatrixLayoutCreate(&p->b, g->data, tb == CUBLAS_OP_N ? k->k : k->n, tb == CUBLAS_OP_N ? k->n : k->k,
+                                         k->ldb) == 0 &&
+              cublasLtMatrixLayoutCreate(&p->c, g->data, k->m, k->n, k->m) == 0 &&
+              cublasLtMatmulPreferenceCreate(&pref) == 0 &&
+              cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) == 0 &&
+              set_align(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k->align[0]) &&
+              set_align(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k->align[1]) &&
+              set_align(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k->align[2]) &&
+              set_align(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k->align[2]) &&
+              cublasLtMatmulAlgoGetHeuristic(lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &found) == 0 && found > 0;
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    p->ok = ok;
+    if (ok) {
+        p->algo = res.algo;
+        p->ws = res.workspaceSize;
+    }
+    return p;
+}
+
+// h = x W^T + b through one cuBLASLt call; 1 when this path does not apply (the caller falls back).
+static int lt_linear(const weft_op_args *args, weft_tensor *h, weft_status *st) {
+    const char *env = getenv("WEFT_CUDA_LT");
+    const weft_tensor *x = args->in[0], *w = args->in[1], *bias = args->n_in == 3 ? args->in[2] : NULL;
+    if ((env && *env == '0') || !bias || h->dtype != WEFT_F32 || bias->strides[0] != 1) return 1;
+    int64_t K = x->sizes[x->ndim - 1], N = w->sizes[0], M = h->numel / N;
+    if (K == 0) return 1; // an empty sum: cu_matmul's zeros, then the bias
+    // x's rows must stack: (rows, K) row-major with one row stride ldx
+    int64_t ldx = K, expect;
+    for (int d = x->ndim - 2; d >= 0; d--)
+        if (x->sizes[d] != 1) {
+            ldx = x->strides[d];
+            break;
+        }
+    bool stacked = (K == 1 || x->strides[x->ndim - 1] == 1) && ldx >= K;
+    expect = ldx;
+    for (int d = x->ndim - 2; stacked && d >= 0; d--) {
+        if (x->sizes[d] != 1 && x->strides[d] != expect) stacked = false;
+        expect *= x->sizes[d];
+    }
+    if (!stacked || M > INT_MAX || N > INT_MAX || K > INT_MAX || ldx > INT_MAX || align_of(weft_tensor_ptr(bias)) < 16)
+        return 1;
+    mat_view vw;
+    weft_tensor *wo = blas_operand((weft_tensor *)w, true, &vw); // W^T (K, N) as BLAS reads it
+    if (!wo) {
+        *st = weft_last_status();
+        return 0;
+    }
+    gemm_types g;
+    types_of(WEFT_F32, &g);
+    cublasLtHandle_t lt;
+    *st = weft_cu_lt_handle(h, "linear", &lt);
+    lt_key key = {.dtype = h->dtype, .opa = (int)vw.op, .opb = (int)CUBLAS_OP_N, .dev = h->device.index,
+                  .m = N, .n = M, .k = K, .lda = vw.ld, .ldb = ldx,
+                  .align = {align_of(weft_tensor_ptr(wo)), align_of(weft_tensor_ptr(x)), align_of(weft_tensor_ptr(h))}};
+    // cuBLAS's column-major C^T = B^T A^T: A is W^T's operand with its flag; B is x^T, i.e. x as stored (N).
+    lt_plan *p = *st ? NULL : lt_plan_get(lt, &key, &g);
+    int r = 0;
+    if (!*st && !p->ok) r = 1;
+    if (!*st && p->ok) {
+        const void *bp = weft_tensor_ptr(bias);
+        weft_tensor *ws = NULL;
+        if (p->ws) ws = weft_tensor_new(1, (int64_t[]){(int64_t)p->ws}, WEFT_U8, h->device);
+        if (p->ws && !ws) *st = weft_last_status();
+        const float one = 1, zero = 0;
+        if (!*st &&
+            (*st = weft_cu_blas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp),
+                                      "linear", "cublasLtMatmulDescSetAttribute")) == WEFT_OK)
+            *st = weft_cu_blas_check(cublasLtMatmul(lt, p->op, &one, weft_tensor_ptr(wo), p->a, weft_tensor_ptr(x), p->b,
+                                                    &zero, weft_tensor_ptr(h), p->c, weft_tensor_ptr(h), p->c, &p->algo,
+                                                    ws ? weft_tensor_ptr(ws) : NULL, p->ws, weft_cu_stream(h)),
+                                     "linear", "cublasLtMatmul");
+        weft_tensor_free(ws);
+    }
+    weft_tensor_free(wo);
+    return r;
+}
+
+static weft_status cu_linear(const weft_op_args *args) {
+    weft_tensor *y = args->out[0], *h = args->out[args->n_out - 1];
+    if (h->numel == 0) return WEFT_OK;
+    weft_status st = WEFT_OK;
+    cudaStream_t s = weft_cu_stream(h);
+    if (lt_linear(args, h, &st)) {
+        weft_attrs tb = {.i = {0, 1}}; // h = x @ W^T: W (N,K) goes to cuBLAS transposed
+        weft_op_args m = {.op = args->op, .n_in = 2, .in = args->in, .attrs = &tb, .n_out = 1, .out = &h};
+        if ((st = cu_matmul(&m)) == WEFT_OK && args->n_in == 3) { // h += b, in place (element i read, then written)
+            weft_cu_tensor d[3] = {weft_cu_desc(h), weft_cu_desc(h), weft_cu_desc_bcast(args->in[2], h->ndim, h->sizes)};
+            weft_cu_coalesce(3, d);
+            st = weft_cu_done(weft_cu_ew_binary(WEFT_EW_ADD, d[0], d[1], d[2], s), "linear");
+        }
+    }
+    if (st == WEFT_OK && y != h) {
+        weft_cu_tensor d[2] = {weft_cu_desc(y), weft_cu_desc(h)};
+        weft_cu_coalesce(2, d);
+        st = weft_cu_done(weft_cu_ew_unary(WEFT_EW_GELU, d[0], d[1], 0, s), "linear_gelu");
+    }
+    return st;
+}
+
 void weft_cuda_register_linalg(void) {
     weft_cu_register("matmul", cu_matmul, WEFT_DT_FLOAT | WEFT_DT(WEFT_BF16) | WEFT_DT(WEFT_F16));
+    weft_cu_register("linear", cu_linear, WEFT_DT_FLOAT);
+    weft_cu_register("linear_gelu", cu_linear, WEFT_DT_FLOAT);
 }

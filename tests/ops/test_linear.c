@@ -1,0 +1,189 @@
+// linear and linear_gelu (F.linear with the bias and GELU in the product's
+// epilogue): values against a naive double reference (2-D, 3-D and 1-D x, no
+// bias, strided x, a transposed-view weight, f32 and f64, 1 and 2 threads),
+// finite-difference gradients of every input, and errors that name the op.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "weft_test.h"
+
+// y[r, n] = act(sum_k x[r, k] w[n, k] + b[n]) over x's rows (read element by element).
+static double *ref_linear(const weft_tensor *x, const weft_tensor *w, const weft_tensor *b, bool gelu, int64_t *rows) {
+    int nd = weft_tensor_ndim(x);
+    const int64_t *xs = weft_tensor_sizes(x);
+    int64_t K = xs[nd - 1], N = weft_tensor_sizes(w)[0], R = 1;
+    for (int d = 0; d < nd - 1; d++) R *= xs[d];
+    double *y = calloc((size_t)(R * N + 1), sizeof(double));
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t n = 0; n < N; n++) {
+            int64_t ix[8], rem = r;
+            for (int d = nd - 2; d >= 0; d--) {
+                ix[d] = rem % xs[d];
+                rem /= xs[d];
+            }
+            double s = 0, v;
+            if (b) {
+                weft_tensor_get(b, (int64_t[]){n}, &v);
+                s = v;
+            }
+            for (int64_t k = 0; k < K; k++) {
+                double a, c;
+                ix[nd - 1] = k;
+                weft_tensor_get(x, ix, &a);
+                weft_tensor_get(w, (int64_t[]){n, k}, &c);
+                s += a * c;
+            }
+            y[r * N + n] = gelu ? 0.5 * s * (1 + erf(s / sqrt(2.0))) : s;
+        }
+    *rows = R;
+    return y;
+}
+
+static weft_tensor *randt(int nd, const int64_t *sz, weft_dtype dt, uint64_t seed) {
+    weft_tensor *t = wt_rand64(nd, sz, -1, 1, seed, false), *c = weft_cast(t, dt);
+    weft_tensor_free(t);
+    return c;
+}
+
+static void check_case(const char *what, weft_tensor *x, weft_tensor *w, weft_tensor *b, double tol) {
+    char buf[128];
+    for (int gelu = 0; gelu < 2; gelu++) {
+        int64_t R, N = weft_tensor_sizes(w)[0];
+        double *ref = ref_linear(x, w, b, gelu, &R);
+        weft_tensor *y = gelu ? weft_linear_gelu(x, w, b) : weft_linear(x, w, b);
+        snprintf(buf, sizeof buf, "%s%s", what, gelu ? " gelu" : "");
+        CHECK(y != NULL);
+        if (y) {
+            int nd = weft_tensor_ndim(x);
+            CHECK(weft_tensor_ndim(y) == nd);
+            CHECK(weft_tensor_sizes(y)[nd - 1] == N);
+            wt_check_values(buf, y, ref, R * N, tol);
+        }
+        weft_tensor_free(y);
+        free(ref);
+    }
+}
+
+static void test_values(void) {
+    for (int di = 0; di < 2; di++) {
+        weft_dtype dt = di ? WEFT_F32 : WEFT_F64;
+        double tol = di ? 2e-5 : 1e-12;
+        weft_tensor *x = wt_keep(randt(WEFT_DIMS(7, 5), dt, 1)), *w = wt_keep(randt(WEFT_DIMS(4, 5), dt, 2));
+        weft_tensor *b = wt_keep(randt(WEFT_DIMS(4), dt, 3));
+        check_case("2-d", x, w, b, tol);
+        check_case("2-d no bias", x, w, NULL, tol);
+        weft_tensor *x3 = wt_keep(randt(WEFT_DIMS(2, 3, 5), dt, 4));
+        check_case("3-d", x3, w, b, tol);
+        weft_tensor *x1 = wt_keep(randt(WEFT_DIMS(5), dt, 5));
+        check_case("1-d", x1, w, b, tol);
+        weft_tensor *y1 = wt_keep(weft_linear(x1, w, b));
+        CHECK(y1 && weft_tensor_ndim(y1) == 1 && weft_tensor_sizes(y1)[0] == 4);
+        // strided x: every other row of (2,6,5), and x as a transposed view
+        weft_tensor *xb = wt_keep(randt(WEFT_DIMS(2, 6, 5), dt, 6)), *xs = wt_keep(weft_slice(xb, 1, 0, 6, 2));
+        check_case("strided rows", xs, w, b, tol);
+        weft_tensor *xt0 = wt_keep(randt(WEFT_DIMS(5, 7), dt, 7)), *xt = wt_keep(weft_transpose(xt0, 0, 1));
+        check_case("transposed x", xt, w, b, tol);
+        // weight as a transposed view of a (K, N) tensor, bias as a strided slice
+        weft_tensor *wt0 = wt_keep(randt(WEFT_DIMS(5, 4), dt, 8)), *wtv = wt_keep(weft_transpose(wt0, 0, 1));
+        weft_tensor *b8 = wt_keep(randt(WEFT_DIMS(8), dt, 9)), *bs = wt_keep(weft_slice(b8, 0, 0, 8, 2));
+        check_case("transposed weight, strided bias", x3, wtv, bs, tol);
+        // empty rows
+        weft_tensor *x0 = wt_keep(randt(WEFT_DIMS(0, 5), dt, 10)), *y0 = wt_keep(weft_linear_gelu(x0, w, b));
+        CHECK(y0 && weft_tensor_numel(y0) == 0);
+        // K = 0: an empty sum, so y = b on every row
+        weft_tensor *xk = wt_keep(randt(WEFT_DIMS(3, 0), dt, 14)), *wk = wt_keep(randt(WEFT_DIMS(4, 0), dt, 15));
+        check_case("K = 0", xk, wk, b, tol);
+    }
+    wt_drop_all();
+}
+
+// Big enough for the threaded epilogue (rows split into tasks): the same numbers at 1 and 2 threads.
+static void test_threads(void) {
+    weft_tensor *x = wt_keep(randt(WEFT_DIMS(300, 64), WEFT_F32, 11)), *w = wt_keep(randt(WEFT_DIMS(130, 64), WEFT_F32, 12));
+    weft_tensor *b = wt_keep(randt(WEFT_DIMS(130), WEFT_F32, 13));
+    int64_t R;
+    double *ref = ref_linear(x, w, b, true, &R);
+    int nt = weft_num_threads();
+    for (int t = 1; t <= 2; t++) {
+        weft_set_num_threads(t);
+        weft_tensor *y = wt_keep(weft_linear_gelu(x, w, b));
+        wt_check_values(t == 1 ? "1 thread" : "2 threads", y, ref, R * 130, 2e-5);
+    }
+    weft_set_num_threads(nt);
+    free(ref);
+    wt_drop_all();
+}
+
+typedef struct gcase {
+    bool gelu, bias;
+} gcase;
+static weft_tensor *f_lin(weft_tensor *const *in, void *u) {
+    const gcase *c = u;
+    weft_tensor *b = c->bias ? in[2] : NULL;
+    return c->gelu ? weft_linear_gelu(in[0], in[1], b) : weft_linear(in[0], in[1], b);
+}
+
+static void test_backward(void) {
+    for (int g = 0; g < 2; g++)
+        for (int bi = 0; bi < 2; bi++) {
+            gcase c = {g, bi};
+            const int64_t xs[3][3] = {{3, 4}, {2, 3, 4}, {4}};
+            const int nds[3] = {2, 3, 1};
+            for (int s = 0; s < 3; s++) {
+                weft_tensor *in[3] = {wt_rand64(nds[s], xs[s], -1.5, 1.5, 20 + s, true),
+                                      wt_rand64(WEFT_DIMS(5, 4), -1, 1, 30 + s, true),
+                                      wt_rand64(WEFT_DIMS(5), -1, 1, 40 + s, true)};
+                CHECK_GRAD(f_lin, bi ? 3 : 2, in, &c);
+                for (int i = 0; i < 3; i++) weft_tensor_free(in[i]);
+            }
+        }
+    // closed form for sum(linear(x, w, b)): grad_x[r,k] = sum_n w[n,k], grad_w[n,k] = sum_r x[r,k], grad_b[n] = rows
+    weft_tensor *x = wt_keep(wt_rand64(WEFT_DIMS(3, 2), -1, 1, 50, true));
+    weft_tensor *w = wt_keep(wt_rand64(WEFT_DIMS(4, 2), -1, 1, 51, true));
+    weft_tensor *b = wt_keep(wt_rand64(WEFT_DIMS(4), -1, 1, 52, true));
+    weft_tensor *s = wt_keep(weft_sum(wt_keep(weft_linear(x, w, b)), 0, NULL, false));
+    CHECK(weft_backward(s, NULL, NULL) == WEFT_OK);
+    double xv[6], wv[8], gx[6], gw[8], gb[4] = {3, 3, 3, 3};
+    weft_tensor_to_f64(x, xv, 6);
+    weft_tensor_to_f64(w, wv, 8);
+    for (int r = 0; r < 3; r++)
+        for (int k = 0; k < 2; k++) gx[r * 2 + k] = wv[k] + wv[2 + k] + wv[4 + k] + wv[6 + k];
+    for (int n = 0; n < 4; n++)
+        for (int k = 0; k < 2; k++) gw[n * 2 + k] = xv[k] + xv[2 + k] + xv[4 + k];
+    wt_check_values("grad x", weft_tensor_grad(x), gx, 6, 1e-12);
+    wt_check_values("grad w", weft_tensor_grad(w), gw, 8, 1e-12);
+    wt_check_values("grad b", weft_tensor_grad(b), gb, 4, 1e-12);
+    wt_drop_all();
+}
+
+static void expect_error(weft_tensor *r, const char *op) {
+    CHECK(r == NULL);
+    CHECK(wt_error_has(op));
+    weft_tensor_free(r);
+    weft_clear_error();
+}
+
+static void test_errors(void) {
+    weft_tensor *x = wt_keep(weft_tensor_ones(WEFT_DIMS(2, 3), WEFT_F32));
+    weft_tensor *w = wt_keep(weft_tensor_ones(WEFT_DIMS(4, 3), WEFT_F32)), *b = wt_keep(weft_tensor_ones(WEFT_DIMS(4), WEFT_F32));
+    weft_tensor *wk = wt_keep(weft_tensor_ones(WEFT_DIMS(4, 2), WEFT_F32)), *b5 = wt_keep(weft_tensor_ones(WEFT_DIMS(5), WEFT_F32));
+    weft_tensor *wd = wt_keep(weft_tensor_ones(WEFT_DIMS(4, 3), WEFT_F64)), *xi = wt_keep(weft_tensor_ones(WEFT_DIMS(2, 3), WEFT_I32));
+    weft_tensor *w3 = wt_keep(weft_tensor_ones(WEFT_DIMS(1, 4, 3), WEFT_F32)), *s = wt_keep(weft_tensor_scalar(1, WEFT_F32));
+    expect_error(weft_linear(x, wk, b), "linear");       // K mismatch
+    expect_error(weft_linear_gelu(x, w, b5), "linear_gelu"); // bias length
+    expect_error(weft_linear(x, wd, NULL), "linear");    // dtype mismatch
+    expect_error(weft_linear(xi, xi, NULL), "linear");   // integer dtype
+    expect_error(weft_linear(x, w3, NULL), "linear");    // 3-d weight
+    expect_error(weft_linear(s, w, NULL), "linear");     // 0-d x
+    expect_error(weft_linear(NULL, w, b), "linear");
+    wt_drop_all();
+}
+
+int main(void) {
+    RUN(test_values);
+    RUN(test_threads);
+    RUN(test_backward);
+    RUN(test_errors);
+    return wt_summary();
+}
