@@ -159,3 +159,25 @@ void wt_write_fmnist_split(const char *dir, const char *prefix, int n, uint32_t 
     fclose(fi);
     fclose(fl);
 }
+
+int wt_count_traced_ops(weft_module *m, weft_tensor *x, weft_dtype ac, const char *name) {
+    weft_graph *g = weft_graph_new();
+    int n = -1;
+    if (g && weft_graph_trace_begin(g) == WEFT_OK) {
+        weft_graph_trace_input(g, x, "x");
+        weft_dtype prev = weft_autocast_get();
+        weft_autocast_set(ac);
+        weft_tensor *y = weft_module_forward(m, x);
+        weft_autocast_set(prev);
+        if (y) weft_graph_trace_output(g, y);
+        weft_graph_trace_end(g);
+        weft_tensor_free(y);
+        n = 0;
+        for (int i = 0; i < weft_graph_node_count(g); i++) {
+            const char *op = weft_graph_node_op(g, (weft_node_id){i});
+            n += op && !strcmp(op, name);
+        }
+    }
+    weft_graph_free(g);
+    return n;
+}

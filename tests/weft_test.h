@@ -67,6 +67,9 @@ weft_tensor *wt_keep(weft_tensor *t);
 void wt_drop_all(void);
 // Deterministic values in [lo, hi) from an LCG (independent of weft's RNG).
 void wt_vals(double *v, int64_t n, double lo, double hi, uint64_t seed);
+// Nodes running op `name` when m's forward is traced (graph mode) on x, inside an autocast region of
+// dtype ac (WEFT_F32: none); -1 when tracing failed.
+int wt_count_traced_ops(weft_module *m, weft_tensor *x, weft_dtype ac, const char *name);
 // Gradient check: CHECK that weft_gradcheck passes.
 #define CHECK_GRAD(fn, n, inputs, user) \
     do { \

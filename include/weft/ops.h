@@ -84,17 +84,20 @@ weft_tensor *weft_matmul(weft_tensor *a, weft_tensor *b);
 // -> (..., N); the bias is added in the product's epilogue (one pass, no
 // separate add). weft_linear_gelu is gelu(F.linear(x, w, b)) (exact, erf form)
 // with the activation in the same epilogue and a one-pass backward.
-// f32 / f64. Under autocast they run in f32 wherever the device has no
-// low-precision kernel for them; weft's modules then use matmul + add instead.
+// f32, f64, bf16 and f16 (half: f32 sums, bias and GELU, each output rounded
+// once). Under autocast they run in the autocast dtype like matmul.
 weft_tensor *weft_linear(weft_tensor *x, weft_tensor *w, weft_tensor *b);
 weft_tensor *weft_linear_gelu(weft_tensor *x, weft_tensor *w, weft_tensor *b);
 
 // Mixed precision (torch.autocast for the calling thread): with WEFT_BF16 or
-// WEFT_F16, matmul and conv2d run their f32 inputs in that dtype (products
-// summed in f32, result rounded once) wherever the device has a kernel for
-// it, and return f32 results; everything else stays f32, and gradients reach
-// f32 parameters as f32 (master weights). WEFT_F32 turns it off (default).
-// f16's narrow range needs loss scaling: see weft_grad_scaler in optim.h.
+// WEFT_F16, the lower-precision ops (matmul, linear, conv2d, causal attention)
+// run their f32 inputs in that dtype wherever the device has a kernel for it
+// (products summed in f32, each result rounded once) and return that dtype, so
+// the next such op reads it as it is; every other op given a bf16 / f16 input
+// its kernel lacks runs on an f32 copy (layer norm, softmax, cross-entropy).
+// Always, float inputs of mixed dtypes are promoted (bf16 + f32 is f32).
+// Gradients reach f32 parameters as f32 (master weights). WEFT_F32 turns it
+// off (default). f16's narrow range needs loss scaling: weft_grad_scaler in optim.h.
 weft_status weft_autocast_set(weft_dtype dt);
 weft_dtype weft_autocast_get(void);
 

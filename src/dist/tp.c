@@ -368,6 +368,12 @@ weft_tensor *weft_tp_vocab_cross_entropy(weft_comm *c, weft_tensor *logits, weft
     if (check_comm(op, c, logits)) return NULL;
     if (!targets) return weft_error_null_input(op);
     weft_dtype dt = weft_tensor_dtype(logits), it = weft_tensor_dtype(targets);
+    if (dt == WEFT_BF16 || dt == WEFT_F16) { // the lm head's output under autocast: the loss in f32, as autocast's
+        weft_tensor *l32 = weft_cast(logits, WEFT_F32);
+        weft_tensor *r = l32 ? weft_tp_vocab_cross_entropy(c, l32, targets) : NULL;
+        weft_tensor_free(l32);
+        return r;
+    }
     if (weft_tensor_ndim(logits) != 2 || weft_tensor_ndim(targets) != 1 ||
         weft_tensor_size(targets, 0) != weft_tensor_size(logits, 0))
         return weft_error_null(WEFT_ERR_SHAPE, "%s: expected logits (N, V/tp) and targets (N), got %s and %s", op,

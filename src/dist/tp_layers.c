@@ -137,6 +137,11 @@ static weft_tensor *row_forward(weft_module *m, weft_tensor *x) {
     weft_tensor *xs = l->input_is_parallel ? weft_tensor_ref(x) : weft_tp_scatter(l->h.c, x, -1);
     weft_tensor *y = xs ? weft_nn_affine(m, xs, false) : NULL; // partial sums over this rank's inputs
     weft_tensor_free(xs);
+    if (y && weft_tensor_dtype(y) != WEFT_F32 && weft_tensor_dtype(y) != WEFT_F64) { // bf16 / f16 under autocast:
+        weft_tensor *y32 = weft_cast(y, WEFT_F32);                                  // summed across ranks in f32
+        weft_tensor_free(y);
+        y = y32;
+    }
     // g, or with sequence parallelism summed and split along the tokens
     weft_tensor *yr = !y ? NULL
                       : l->h.seq ? weft_tp_seq_reduce_scatter(l->h.c, y, token_dim(y))

@@ -101,7 +101,9 @@ static weft_tensor *attention_heads3(weft_tensor *const *qkv3, int64_t nh, int64
     int64_t B = weft_tensor_size(qkv3[0], 0), T = weft_tensor_size(qkv3[0], 1), C = nh * hd;
     weft_dtype dt = weft_tensor_dtype(qkv3[0]);
     bool fused = use_fused(weft_tensor_device(qkv3[0]));
-    weft_tensor *mask = fused ? NULL : causal_mask(mask_cache, T, dt, weft_tensor_device(qkv3[0]));
+    // bf16 / f16 heads (under autocast) take an f32 mask: the scores are promoted to f32 by the add
+    weft_dtype mdt = dt == WEFT_F64 ? WEFT_F64 : WEFT_F32;
+    weft_tensor *mask = fused ? NULL : causal_mask(mask_cache, T, mdt, weft_tensor_device(qkv3[0]));
     if (!fused && !mask) return NULL;
     // (B,T,C) -> (B,T,nh,hd) views -> q,v (B,nh,T,hd), k^T (B,nh,hd,T) (fused: k (B,nh,T,hd))
     weft_tensor *heads[3];
@@ -122,10 +124,12 @@ static weft_tensor *attention_heads3(weft_tensor *const *qkv3, int64_t nh, int64
     return ym;
 }
 
-static weft_status check_dtype(weft_tensor *t) {
+// The module's input: f32 or f64 (under autocast the q, k, v products give bf16 / f16, which the heads take).
+static weft_status check_dtype(weft_tensor *t, bool half_ok) {
     weft_dtype dt = weft_tensor_dtype(t);
-    if (dt != WEFT_F32 && dt != WEFT_F64)
-        return weft_error(WEFT_ERR_DTYPE, "causal_self_attention: input must be f32 or f64");
+    if (dt != WEFT_F32 && dt != WEFT_F64 && !(half_ok && (dt == WEFT_BF16 || dt == WEFT_F16)))
+        return weft_error(WEFT_ERR_DTYPE, "causal_self_attention: input must be f32 or f64%s",
+                          half_ok ? " (bf16 or f16 under autocast)" : "");
     return WEFT_OK;
 }
 
@@ -136,7 +140,7 @@ weft_tensor *weft_nn_attention_heads(weft_tensor *qkv, int64_t nh, int64_t hd, w
     if (weft_tensor_ndim(qkv) != 3 || weft_tensor_size(qkv, 2) != 3 * C)
         return weft_error_null(WEFT_ERR_SHAPE, "causal_self_attention: expected qkv (B,T,%lld), got %s",
                                (long long)(3 * C), weft_tensor_shape_str(qkv, buf, sizeof buf));
-    if (check_dtype(qkv)) return NULL;
+    if (check_dtype(qkv, true)) return NULL;
     weft_tensor *parts[3] = {NULL, NULL, NULL};
     if (weft_split(qkv, 2, 3, (const int64_t[]){C, C, C}, parts) != WEFT_OK) return NULL;
     weft_tensor *y = attention_heads3(parts, nh, hd, mask_cache);
@@ -150,9 +154,13 @@ weft_tensor *weft_nn_attention_heads(weft_tensor *qkv, int64_t nh, int64_t hd, w
 // three (B,T,C) input gradients and writes three slices of the small weight
 // gradient, where the split of the (B,T,3C) output gave three zero-filled
 // (B,T,3C) gradients to add (a fifth of the attention's memory traffic).
-static weft_status qkv_project(weft_module *lin, weft_tensor *x, int64_t C, weft_tensor **out) {
+static weft_status qkv_project(weft_module *lin, weft_tensor *x_in, int64_t C, weft_tensor **out) {
     weft_tensor *w = weft_module_get(lin, "weight"), *b = weft_module_get(lin, "bias");
     for (int p = 0; p < 3; p++) out[p] = NULL;
+    // under autocast x is cast down once, not by each of the three products
+    weft_dtype ac = weft_autocast_get();
+    weft_tensor *x = ac != WEFT_F32 && weft_tensor_dtype(x_in) == WEFT_F32 ? weft_cast(x_in, ac) : weft_tensor_ref(x_in);
+    if (!x) return weft_last_status();
     for (int p = 0; p < 3; p++) {
         weft_tensor *wp = weft_narrow(w, 0, p * C, C), *bp = b ? weft_narrow(b, 0, p * C, C) : NULL;
         out[p] = wp && (bp || !b) ? weft_nn_linear_apply(x, wp, bp, false) : NULL;
@@ -160,9 +168,11 @@ static weft_status qkv_project(weft_module *lin, weft_tensor *x, int64_t C, weft
         weft_tensor_free(bp);
         if (!out[p]) {
             for (int j = 0; j < p; j++) weft_tensor_free(out[j]);
+            weft_tensor_free(x);
             return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
         }
     }
+    weft_tensor_free(x);
     return WEFT_OK;
 }
 
@@ -173,7 +183,7 @@ static weft_tensor *attn_forward(weft_module *m, weft_tensor *x) {
     if (weft_tensor_ndim(x) != 3 || weft_tensor_size(x, 2) != C)
         return weft_error_null(WEFT_ERR_SHAPE, "causal_self_attention: expected input (B,T,%lld), got %s",
                                (long long)C, weft_tensor_shape_str(x, buf, sizeof buf));
-    if (check_dtype(x)) return NULL;
+    if (check_dtype(x, false)) return NULL;
     weft_tensor *q3[3]; // child 0, the qkv linear layer, as three products
     if (qkv_project(weft_module_child_at(m, 0), x, C, q3)) return NULL;
     weft_tensor *ym = attention_heads3(q3, nh, C / nh, &a->mask);

@@ -8,16 +8,17 @@
 #include "../core/core_impl.h"
 #include "nn_impl.h"
 
-// The fused op (bias and GELU in the product's epilogue) for f32 / f64
-// outside autocast; under autocast, and for half-precision weights, matmul
-// (which autocast runs in bf16 / f16) then add and gelu. WEFT_FUSED_LINEAR=0
-// in the environment always takes the second way (read at every call).
+// The fused op (bias and GELU in the product's epilogue): for f32 / f64, and
+// under autocast for f32 or autocast-dtype operands (it then runs in that
+// dtype and returns it, as torch.autocast's F.linear). WEFT_FUSED_LINEAR=0 in
+// the environment runs matmul, add and gelu instead (read at every call).
 static bool use_fused(const weft_tensor *x, const weft_tensor *w) {
-    if (weft_autocast_get() != WEFT_F32 || !x || !w) return false;
-    weft_dtype dt = weft_tensor_dtype(w);
-    if ((dt != WEFT_F32 && dt != WEFT_F64) || weft_tensor_dtype(x) != dt) return false;
+    if (!x || !w) return false;
     const char *e = getenv("WEFT_FUSED_LINEAR");
-    return !(e && !strcmp(e, "0"));
+    if (e && !strcmp(e, "0")) return false;
+    weft_dtype ac = weft_autocast_get(), dw = weft_tensor_dtype(w), dx = weft_tensor_dtype(x);
+    if (ac == WEFT_F32) return (dw == WEFT_F32 || dw == WEFT_F64) && dx == dw;
+    return (dw == WEFT_F32 || dw == ac) && (dx == WEFT_F32 || dx == ac);
 }
 
 weft_tensor *weft_nn_linear_apply(weft_tensor *x, weft_tensor *w, weft_tensor *b, bool gelu) {

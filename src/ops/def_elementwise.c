@@ -241,7 +241,9 @@ static weft_status bw_cast(const weft_bw_args *b) {
 }
 
 // ---- entries ----
-#define K_EW(mask) .kernel = {[WEFT_CPU] = {weft_cpu_elementwise, (mask)}}
+// Ops that take f32 also take bf16 / f16: computed in f32 on widened copies, each result rounded once.
+#define EW_DT(mask) ((mask) | (((mask) & WEFT_DT(WEFT_F32)) ? WEFT_DT_HALF : 0u))
+#define K_EW(mask) .kernel = {[WEFT_CPU] = {weft_cpu_elementwise, EW_DT(mask)}}
 #define UNARY(nm, V, MASK, BW, SAVE) \
     weft_op_def weft_op_##nm = {.name = #nm, .n_in = 1, .n_out = 1, .save = (SAVE), .variant = (V), \
                                 .infer = infer_same, .backward = (BW), K_EW(MASK)};

@@ -184,7 +184,9 @@ weft_tensor *weft_matmul(weft_tensor *a, weft_tensor *b) {
 }
 
 // ---- linear: y = act(x W^T + b), PyTorch's F.linear with the bias (and GELU) in the GEMM's epilogue ----
-// Inputs x (..., K) with at least 2 dims, W (N, K), optionally b (N); one dtype.
+// Inputs x (..., K) with at least 2 dims, W (N, K), optionally b (N); one dtype
+// (f32, f64, or bf16 / f16: sums, bias and GELU in f32, each output rounded once).
+// Autocast runs them in its dtype (the outputs stay in it).
 // linear: one output y (..., N). linear_gelu: y = gelu(h) and h = x W^T + b,
 // kept for the backward (exact, erf GELU). Kernels: cpu/matmul.c, cuda/linalg.c.
 static weft_status infer_linear(const weft_op_args *a, weft_out_meta *o) {
@@ -209,19 +211,38 @@ static weft_status infer_linear(const weft_op_args *a, weft_out_meta *o) {
     return WEFT_OK;
 }
 
+// t in f32 when it is bf16 / f16 (a new reference otherwise): the elementwise
+// part of the backward runs in f32 for the half types, as PyTorch's math does.
+static weft_tensor *wide(weft_tensor *t) {
+    if (!t) return NULL;
+    return weft_dtype_is_half(t->dtype) ? weft_cast(t, WEFT_F32) : weft_tensor_ref(t);
+}
+
 // With p = h's gradient (gelu: g gelu'(h), plus any gradient of h itself):
 // grad_x = p W, grad_W = p^T x over all rows (one (N, rows) @ (rows, K)
-// product, contiguous like W), grad_b = p summed over rows.
+// product, contiguous like W), grad_b = p summed over rows. For bf16 / f16,
+// p and the bias sum come from f32 and are rounded once; the products run in
+// the half dtype (f32 sums).
 static weft_status bw_linear(const weft_bw_args *b) {
-    weft_tensor *x = b->in[0], *w = b->in[1], *g = b->gout[0], *p;
+    weft_tensor *x = b->in[0], *w = b->in[1], *pw = NULL; // pw: p in f32 (half) or in x's dtype
+    weft_dtype dt = b->in_meta[0].dtype;
+    weft_tensor *g = wide(b->gout[0]);
     if (b->n_out == 2) {
-        weft_tensor *gh = g ? weft_gelu_backward(g, b->out[1]) : NULL, *g1 = b->gout[1];
-        p = !g1 ? gh : !gh ? weft_tensor_ref(g1) : weft_add(gh, g1);
-        if (gh && g1) weft_tensor_free(gh);
+        weft_tensor *h = wide(b->out[1]), *g1 = wide(b->gout[1]);
+        weft_tensor *gh = g && h ? weft_gelu_backward(g, h) : NULL;
+        pw = !g1 ? weft_tensor_ref(gh) : !gh ? weft_tensor_ref(g1) : weft_add(gh, g1);
+        weft_tensor_free(h);
+        weft_tensor_free(g1);
+        weft_tensor_free(gh);
     } else {
-        p = weft_tensor_ref(g);
+        pw = weft_tensor_ref(g);
     }
-    if (!p) return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
+    weft_tensor_free(g);
+    weft_tensor *p = pw && pw->dtype != dt ? weft_cast(pw, dt) : weft_tensor_ref(pw);
+    if (!p) {
+        weft_tensor_free(pw);
+        return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
+    }
     int nd = p->ndim;
     int64_t N = p->sizes[nd - 1], K = x->sizes[x->ndim - 1];
     if (b->needs[0]) b->gin[0] = weft_matmul(p, w);
@@ -236,9 +257,12 @@ static weft_status bw_linear(const weft_bw_args *b) {
     if (b->n_in == 3 && b->needs[2]) {
         int axes[WEFT_MAX_DIMS];
         for (int d = 0; d < nd - 1; d++) axes[d] = d;
-        b->gin[2] = weft_sum(p, nd - 1, axes, false);
+        weft_tensor *s = weft_sum(pw, nd - 1, axes, false);
+        b->gin[2] = s && s->dtype != dt ? weft_cast(s, dt) : weft_tensor_ref(s);
+        weft_tensor_free(s);
     }
     weft_tensor_free(p);
+    weft_tensor_free(pw);
     for (int i = 0; i < b->n_in; i++)
         if (b->needs[i] && !b->gin[i]) return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
     return WEFT_OK;
@@ -246,11 +270,12 @@ static weft_status bw_linear(const weft_bw_args *b) {
 
 weft_op_def weft_op_linear = {.name = "linear", .n_in = -1, .n_out = 1, .flags = WEFT_OPF_AUTOCAST,
                               .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1), .infer = infer_linear,
-                              .backward = bw_linear, .kernel = {[WEFT_CPU] = {weft_cpu_linear, WEFT_DT_FLOAT}}};
+                              .backward = bw_linear,
+                              .kernel = {[WEFT_CPU] = {weft_cpu_linear, WEFT_DT_FLOAT | WEFT_DT_HALF}}};
 weft_op_def weft_op_linear_gelu = {.name = "linear_gelu", .n_in = -1, .n_out = 2, .flags = WEFT_OPF_AUTOCAST,
                                    .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1) | WEFT_SAVE_OUT(1),
                                    .infer = infer_linear, .backward = bw_linear,
-                                   .kernel = {[WEFT_CPU] = {weft_cpu_linear, WEFT_DT_FLOAT}}};
+                                   .kernel = {[WEFT_CPU] = {weft_cpu_linear, WEFT_DT_FLOAT | WEFT_DT_HALF}}};
 
 static weft_tensor *linear_apply(const weft_op_def *op, weft_tensor *x, weft_tensor *w, weft_tensor *b) {
     if (!x || !w) return weft_error_null_input(op->name);

@@ -180,7 +180,7 @@ weft_tensor *weft_cross_entropy(weft_tensor *logits, weft_tensor *targets) {
 // ---- dropout ----
 static weft_status infer_dropout(const weft_op_args *a, weft_out_meta *o) {
     const weft_tensor *x = a->in[0];
-    weft_status st = weft_check_dtype("dropout", x, WEFT_DT_FLOAT, "the input");
+    weft_status st = weft_check_dtype("dropout", x, WEFT_DT_FLOAT | WEFT_DT_HALF, "the input");
     if (st) return st;
     double p = a->attrs->f[0];
     if (!(p >= 0 && p < 1)) return weft_error(WEFT_ERR_ARG, "dropout: p must be in [0, 1), got %g", p);
@@ -193,12 +193,13 @@ static weft_status bw_dropout(const weft_bw_args *b) {
     return ok_if(b);
 }
 weft_op_def weft_op_dropout = {.name = "dropout", .n_in = 1, .n_out = 1, .flags = WEFT_OPF_RANDOM, .infer = infer_dropout,
-                               .backward = bw_dropout, .kernel = {[WEFT_CPU] = {weft_cpu_dropout, WEFT_DT_FLOAT}}};
+                               .backward = bw_dropout,
+                               .kernel = {[WEFT_CPU] = {weft_cpu_dropout, WEFT_DT_FLOAT | WEFT_DT_HALF}}};
 
 weft_tensor *weft_dropout(weft_tensor *x, double p, bool training, struct weft_generator *g) {
     if (!x) return weft_error_null_input("dropout");
     if (!(p >= 0 && p < 1)) return weft_error_null(WEFT_ERR_ARG, "dropout: p must be in [0, 1), got %g", p);
-    if (weft_check_dtype("dropout", x, WEFT_DT_FLOAT, "the input")) return NULL;
+    if (weft_check_dtype("dropout", x, WEFT_DT_FLOAT | WEFT_DT_HALF, "the input")) return NULL;
     if (!training || p == 0) return weft_tensor_ref(x);
     uint64_t seed, off;
     weft_generator_reserve(g, (uint64_t)x->numel, &seed, &off); // numel counters: one per element

@@ -18,7 +18,7 @@ static weft_status infer_reduce(const weft_op_args *a, weft_out_meta *o) {
     weft_reduce_out_shape(x, mask, at[1] != 0, &o->ndim, o->sizes);
     o->dtype = a->op->variant == WEFT_RED_ARGMAX ? WEFT_I64 : (weft_dtype)x->dtype;
     if (a->op->variant == WEFT_RED_MEAN || a->op->variant == WEFT_RED_VAR || a->op->variant == WEFT_RED_LOGSUMEXP) {
-        weft_status st = weft_check_dtype(a->op->name, x, WEFT_DT_FLOAT, "the input");
+        weft_status st = weft_check_dtype(a->op->name, x, WEFT_DT_FLOAT | WEFT_DT_HALF, "the input");
         if (st) return st;
     }
     o->offset = 0;
@@ -94,7 +94,8 @@ static weft_status bw_logsumexp(const weft_bw_args *b) { // g exp(x - y)
     return ok_if(b);
 }
 
-#define K_RED(mask) .kernel = {[WEFT_CPU] = {weft_cpu_reduce, (mask)}}
+// bf16 / f16 too: reduced in f32 (f64 for the sums' partials) on a widened copy, the result rounded once.
+#define K_RED(mask) .kernel = {[WEFT_CPU] = {weft_cpu_reduce, (mask) | WEFT_DT_HALF}}
 weft_op_def weft_op_sum = {.name = "sum", .n_in = 1, .n_out = 1, .variant = WEFT_RED_SUM, .infer = infer_reduce,
                            .backward = bw_sum, K_RED(WEFT_DT_NUM)};
 weft_op_def weft_op_mean = {.name = "mean", .n_in = 1, .n_out = 1, .variant = WEFT_RED_MEAN, .infer = infer_reduce,

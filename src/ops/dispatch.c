@@ -56,43 +56,90 @@ weft_status weft_autocast_set(weft_dtype dt) {
 }
 weft_dtype weft_autocast_get(void) { return tl_autocast; }
 
-// An op marked WEFT_OPF_AUTOCAST whose float inputs are all f32, on a device
-// with a kernel for the autocast dtype: cast them down, run, cast the
-// outputs back up. Casts are ordinary ops, so autograd sends f32 gradients to
-// f32 parameters (the optimiser's master weights) through them, and graph
-// tracing records them. Returns 1 when it did not apply (run as usual).
-static int autocast_apply(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
-                          weft_tensor **out, weft_status *st) {
-    weft_dtype lo = tl_autocast;
-    bool any = false;
+// Mixed precision as PyTorch has it:
+// - Inside an autocast region, an op marked WEFT_OPF_AUTOCAST whose float
+//   inputs are f32 or already the autocast dtype lo, on a device with a kernel
+//   for lo, runs in lo: the f32 inputs are cast down, and the outputs stay in
+//   lo for the next op to read (torch.autocast's lower-precision ops).
+// - An op that cannot run a bf16 / f16 input as given (its inference rejects
+//   the mix of dtypes, or it has no kernel for the dtype) runs on copies of
+//   its half inputs in f32 (f64 when another input is f64): type promotion
+//   when float dtypes mix (bf16 + f32 is f32), always; and, inside an
+//   autocast region, autocast's f32 ops (norms, softmax, losses, and here
+//   every op without a half kernel). Ops that take a mix themselves (attention's
+//   backward reads bf16 q with its f32 logsumexp) run as they are.
+// The casts are ordinary ops, so autograd sends each input a gradient of its
+// own dtype through them (f32 to f32 parameters, the optimiser's master
+// weights), and graph tracing records them.
+enum { CAST_HALF = -1 }; // run_cast's `from` for every bf16 / f16 input
+
+// Runs op on its inputs with those of dtype `from` (CAST_HALF: every bf16 / f16 one) cast to `to`.
+static weft_status run_cast(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
+                            weft_tensor **out, int from, weft_dtype to) {
+    weft_tensor *cin[8] = {0};
+    int n = 0;
+    weft_status st = WEFT_OK;
+    for (; n < n_in && st == WEFT_OK; n++) {
+        int dt = in[n]->dtype;
+        bool cast = from == CAST_HALF ? weft_dtype_is_half(dt) : dt == from;
+        cin[n] = cast ? weft_cast(in[n], to) : weft_tensor_ref(in[n]);
+        if (!cin[n]) st = weft_last_status();
+    }
+    if (st == WEFT_OK) st = weft_op_apply(op, n_in, cin, attrs, out);
+    for (int i = 0; i < n; i++) weft_tensor_free(cin[i]);
+    return st;
+}
+
+// The float dtypes among the inputs: any f32 / f64 / half, and whether they differ.
+typedef struct float_mix {
+    bool f32, f64, half, mixed, other_half; // other_half: a half input not in the autocast dtype
+} float_mix;
+static float_mix mix_of(int n_in, weft_tensor *const *in, weft_dtype lo) {
+    float_mix m = {0};
+    int first = -1;
     for (int i = 0; i < n_in; i++) {
-        if (!in[i]) return 1;
-        if (in[i]->dtype == WEFT_F32) any = true;
-        else if (weft_dtype_is_float((weft_dtype)in[i]->dtype)) return 1; // f64 or already low: leave alone
+        int dt = in[i] ? in[i]->dtype : -1;
+        if (dt < 0 || !weft_dtype_is_float((weft_dtype)dt)) continue;
+        if (first < 0) first = dt;
+        m.mixed |= dt != first;
+        m.f32 |= dt == WEFT_F32;
+        m.f64 |= dt == WEFT_F64;
+        m.half |= weft_dtype_is_half(dt);
+        m.other_half |= weft_dtype_is_half(dt) && dt != (int)lo;
     }
+    return m;
+}
+
+// The first rule; returns 1 when it does not apply.
+static int autocast_down(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
+                         weft_tensor **out, weft_status *st) {
+    weft_dtype lo = tl_autocast;
+    if (!(op->flags & WEFT_OPF_AUTOCAST) || n_in > 8) return 1;
+    for (int i = 0; i < n_in; i++)
+        if (!in[i]) return 1; // the normal path reports it
+    float_mix m = mix_of(n_in, in, lo);
     const weft_kernel *k = &op->kernel[in[0]->device.type];
-    if (!any || n_in > 8 || !k->fn || !(k->dtypes & WEFT_DT(lo))) return 1;
-    weft_tensor *low[8], *tmp[WEFT_MAX_OP_OUT] = {0};
-    int n_low = 0;
-    *st = WEFT_OK;
-    for (; n_low < n_in && *st == WEFT_OK; n_low++) {
-        low[n_low] = in[n_low]->dtype == WEFT_F32 ? weft_cast(in[n_low], lo) : weft_tensor_ref(in[n_low]);
-        if (!low[n_low]) *st = weft_last_status();
-    }
-    if (*st == WEFT_OK) *st = weft_op_apply(op, n_in, low, attrs, tmp);
-    for (int j = 0; j < op->n_out; j++) {
-        out[j] = NULL;
-        if (*st == WEFT_OK)
-            out[j] = tmp[j]->dtype == lo ? weft_cast(tmp[j], WEFT_F32) : weft_tensor_ref(tmp[j]);
-        if (*st == WEFT_OK && !out[j]) *st = weft_last_status();
-    }
-    for (int j = 0; j < op->n_out; j++) weft_tensor_free(tmp[j]);
-    for (int i = 0; i < n_low; i++) weft_tensor_free(low[i]);
-    if (*st != WEFT_OK)
-        for (int j = 0; j < op->n_out; j++) {
-            weft_tensor_free(out[j]);
-            out[j] = NULL;
-        }
+    if (!m.f32 || m.f64 || m.other_half || !k->fn || !(k->dtypes & WEFT_DT(lo))) return 1;
+    *st = run_cast(op, n_in, in, attrs, out, WEFT_F32, lo);
+    return 0;
+}
+
+// The second rule, after the op failed its inference or kernel lookup with these inputs; returns 1 when
+// it does not apply (the failure stands).
+static int promote(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
+                   weft_tensor **out, weft_status *st) {
+    if (n_in > 8 || (op->flags & WEFT_OPF_VIEW)) return 1;
+    for (int i = 0; i < n_in; i++)
+        if (!in[i]) return 1;
+    float_mix m = mix_of(n_in, in, tl_autocast);
+    // (not for a same-dtype half op whose kernel exists: its failure is not the dtype's, and casting could loop
+    // through the first rule)
+    const weft_kernel *k = &op->kernel[in[0]->device.type];
+    int ddt = in[op->dispatch_in >= 0 && op->dispatch_in < n_in ? op->dispatch_in : 0]->dtype;
+    bool lacks = !k->fn || !(k->dtypes & WEFT_DT(ddt));
+    if (!m.half || !(m.mixed || (tl_autocast != WEFT_F32 && lacks))) return 1;
+    weft_clear_error();
+    *st = run_cast(op, n_in, in, attrs, out, CAST_HALF, m.f64 ? WEFT_F64 : WEFT_F32);
     return 0;
 }
 
@@ -101,21 +148,19 @@ weft_status weft_op_apply(const weft_op_def *op, int n_in, weft_tensor *const *i
     if (!attrs) attrs = &k_zero_attrs;
     for (int j = 0; j < op->n_out; j++) out[j] = NULL;
     weft_status ast;
-    if (WEFT_UNLIKELY(tl_autocast != WEFT_F32) && (op->flags & WEFT_OPF_AUTOCAST) &&
-        autocast_apply(op, n_in, in, attrs, out, &ast) == 0)
-        return ast;
+    if (WEFT_UNLIKELY(tl_autocast != WEFT_F32) && autocast_down(op, n_in, in, attrs, out, &ast) == 0) return ast;
     weft_device dev;
     weft_op_args args = {.op = op, .n_in = n_in, .in = in, .attrs = attrs, .n_out = op->n_out, .out = out};
     weft_out_meta meta[WEFT_MAX_OP_OUT];
     weft_status st = check_and_infer(&args, &dev, meta);
-    if (st != WEFT_OK) return st;
+    if (st != WEFT_OK) return promote(op, n_in, in, attrs, out, &ast) == 0 ? ast : st;
 
     if (op->flags & WEFT_OPF_VIEW) {
         out[0] = weft_tensor_alias(in[0], meta[0].ndim, meta[0].sizes, meta[0].strides, meta[0].offset);
         if (!out[0]) return weft_last_status();
     } else {
         const weft_kernel *k = find_kernel(op, in, dev);
-        if (!k) return weft_last_status();
+        if (!k) return promote(op, n_in, in, attrs, out, &ast) == 0 ? ast : weft_last_status();
         for (int j = 0; j < op->n_out; j++) {
             out[j] = WEFT_UNLIKELY(weft_op_symbolic) ? weft_tensor_symbolic(meta[j].ndim, meta[j].sizes, meta[j].dtype, dev)
                                                      : weft_tensor_new(meta[j].ndim, meta[j].sizes, meta[j].dtype, dev);

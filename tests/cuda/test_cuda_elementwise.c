@@ -209,6 +209,37 @@ static void test_binary(void) {
         }
 }
 
+// bf16 / f16 (f32 math on widened copies, rounded once, on both devices): every float binary op and
+// unary op, same-shape and broadcast, with gradients; a one-unit difference in the last bf16 place
+// (transcendentals differ in their last f32 bits) stays within 1e-2.
+static void test_half(void) {
+    const weft_dtype dts[] = {WEFT_BF16, WEFT_F16};
+    for (int di = 0; di < 2; di++) {
+        for (int o = 0; o < N_BINARY; o++)
+            for (int si = 1; si <= 2; si++) {
+                const binop *bo = &k_binary[o];
+                const shape2 *sh = &k_shapes2[si];
+                weft_tensor *in[2] = {input(sh->na, sh->a, bo->alo, bo->ahi, 500 + o, bo->quant, dts[di]),
+                                      input(sh->nb, sh->b, bo->blo, bo->bhi, 600 + o, bo->quant, dts[di])};
+                ctx c = {o, sh->mode};
+                char what[96];
+                snprintf(what, sizeof what, "%s %s shape %d", bo->name, weft_dtype_name(dts[di]), si);
+                wt_cuda_compare(what, run_binary, &c, 2, in, 1e-2, bo->diff);
+                weft_tensor_free(in[0]);
+                weft_tensor_free(in[1]);
+            }
+        for (int o = 0; o < (int)(sizeof k_unary / sizeof k_unary[0]); o++) {
+            const unop *u = &k_unary[o];
+            weft_tensor *in = input(2, (int64_t[]){33, 65}, u->lo, u->hi, 700 + o, false, dts[di]);
+            ctx c = {o, AS_IS};
+            char what[96];
+            snprintf(what, sizeof what, "%s %s", u->name, weft_dtype_name(dts[di]));
+            wt_cuda_compare(what, run_unary, &c, 1, &in, 1e-2, u->diff);
+            weft_tensor_free(in);
+        }
+    }
+}
+
 // Comparisons of one-byte types (u8 and bool, compared as bytes).
 static void test_compare_bytes(void) {
     for (int o = 0; o < N_BINARY; o++) {
@@ -348,5 +379,6 @@ int main(void) {
     RUN(test_where);
     RUN(test_slice_backward);
     RUN(test_unsupported);
+    RUN(test_half);
     return wt_summary();
 }

@@ -1,7 +1,10 @@
 // linear and linear_gelu on CUDA against the CPU, values and every input's
-// gradient: f32 with a bias takes cuBLASLt's bias epilogue, f64, no bias,
-// strided x and WEFT_CUDA_LT=0 take cuBLAS plus a broadcast add; both are
-// covered, with 2-D, 3-D and 1-D x and a transposed-view weight.
+// gradient: f32, bf16 and f16 with a bias take cuBLASLt's bias epilogue; f64,
+// no bias and WEFT_CUDA_LT=0 take cuBLAS plus the bias/GELU kernel; both are
+// covered, with 2-D, 3-D and 1-D x, x rows at a stride and a transposed-view
+// weight. Half results (f32 sums rounded once; the fallback rounds h twice)
+// agree with the CPU's (widened f32, rounded once) within a few units of the
+// last bf16 place: tolerance 2e-2.
 #include "cuda_test.h"
 
 typedef struct lcase {
@@ -33,10 +36,12 @@ static void test_linear(void) {
         setenv("WEFT_CUDA_LT", lt ? "1" : "0", 1);
         for (size_t i = 0; i < sizeof base / sizeof base[0]; i++)
             for (int g = 0; g < 2; g++)
-                for (int f = 0; f < 2; f++) {
+                for (int f = 0; f < 4; f++) {
                     lcase c = base[i];
                     c.gelu = g;
-                    weft_dtype dt = f ? WEFT_F64 : WEFT_F32;
+                    static const weft_dtype dts[4] = {WEFT_F32, WEFT_F64, WEFT_BF16, WEFT_F16};
+                    static const double tols[4] = {2e-5, 1e-12, 2e-2, 2e-2};
+                    weft_dtype dt = dts[f];
                     int64_t K = c.x[c.nx - 1];
                     int64_t ws[2] = {c.mode == 2 ? K : c.n, c.mode == 2 ? c.n : K};
                     weft_tensor *x64 = wt_rand64(c.nx, c.x, -1, 1, 10 + i, false);
@@ -46,7 +51,7 @@ static void test_linear(void) {
                     char what[96];
                     snprintf(what, sizeof what, "linear%s case %zu %s lt=%d", g ? "_gelu" : "", i,
                              weft_dtype_name(dt), lt);
-                    wt_cuda_compare(what, run, &c, c.bias ? 3 : 2, in, f ? 1e-12 : 2e-5, true);
+                    wt_cuda_compare(what, run, &c, c.bias ? 3 : 2, in, tols[f], true);
                     weft_tensor *ts[] = {x64, w64, b64, in[0], in[1], in[2]};
                     for (int k = 0; k < 6; k++) weft_tensor_free(ts[k]);
                 }

@@ -25,26 +25,6 @@ static void widen_to_f64(weft_tensor *p) {
     weft_tensor_free(w);
 }
 
-// Number of nodes running op `name` when m's forward is traced on x.
-static int count_ops(weft_module *m, weft_tensor *x, const char *name) {
-    weft_graph *g = weft_graph_new();
-    int n = -1;
-    if (g && weft_graph_trace_begin(g) == WEFT_OK) {
-        weft_graph_trace_input(g, x, "x");
-        weft_tensor *y = weft_module_forward(m, x);
-        if (y) weft_graph_trace_output(g, y);
-        weft_graph_trace_end(g);
-        weft_tensor_free(y);
-        n = 0;
-        for (int i = 0; i < weft_graph_node_count(g); i++) {
-            const char *op = weft_graph_node_op(g, (weft_node_id){i});
-            n += op && !strcmp(op, name);
-        }
-    }
-    weft_graph_free(g);
-    return n;
-}
-
 // y = m(x), loss = sum(y * w): y (copied out), dx and every parameter's gradient (flattened, in order).
 static int64_t run_once(weft_module *m, weft_tensor *x, weft_tensor *w, double *y_out, double *grads) {
     weft_module_zero_grad(m);
@@ -78,10 +58,12 @@ static void test_fused_matches_composed(void) {
     double *y1 = malloc(sizeof(double) * (size_t)ny), *g1 = malloc(sizeof(double) * (size_t)ng);
 
     setenv("WEFT_FUSED_ATTENTION", "0", 1);
-    CHECK(count_ops(m, x, "causal_attention") == 0 && count_ops(m, x, "softmax") == 1);
+    CHECK(wt_count_traced_ops(m, x, WEFT_F32, "causal_attention") == 0);
+    CHECK(wt_count_traced_ops(m, x, WEFT_F32, "softmax") == 1);
     CHECK(run_once(m, x, w, y0, g0) == ng);
     unsetenv("WEFT_FUSED_ATTENTION"); // the default: fused
-    CHECK(count_ops(m, x, "causal_attention") == 1 && count_ops(m, x, "softmax") == 0);
+    CHECK(wt_count_traced_ops(m, x, WEFT_F32, "causal_attention") == 1);
+    CHECK(wt_count_traced_ops(m, x, WEFT_F32, "softmax") == 0);
     CHECK(run_once(m, x, w, y1, g1) == ng);
 
     double ey = 0, eg = 0;
@@ -93,7 +75,7 @@ static void test_fused_matches_composed(void) {
 
     // anything but "0" keeps the fused path
     setenv("WEFT_FUSED_ATTENTION", "1", 1);
-    CHECK(count_ops(m, x, "causal_attention") == 1);
+    CHECK(wt_count_traced_ops(m, x, WEFT_F32, "causal_attention") == 1);
     unsetenv("WEFT_FUSED_ATTENTION");
 
     free(y0);

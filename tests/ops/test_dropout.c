@@ -173,11 +173,40 @@ static void test_identity_and_errors(void) {
     for (int i = 0; i < 5; i++) weft_tensor_free(ts[i]);
 }
 
+// bf16 / f16: the f32 op's mask and scale on the rounded values, rounded once; the same mask in backward.
+static void test_half(void) {
+    weft_tensor *x64 = wt_rand64(WEFT_DIMS(33, 17), -2, 2, 91, false), *x = weft_cast(x64, WEFT_BF16);
+    weft_tensor *xf = weft_cast(x, WEFT_F32);
+    weft_generator *g1 = weft_generator_create(5), *g2 = weft_generator_create(5);
+    weft_tensor *leaf = weft_tensor_detach(x);
+    weft_tensor_set_requires_grad(leaf, true);
+    weft_tensor *y = weft_dropout(leaf, 0.4, true, g1), *yf = weft_dropout(xf, 0.4, true, g2);
+    CHECK(y && weft_tensor_dtype(y) == WEFT_BF16);
+    weft_tensor *ref = weft_cast(yf, WEFT_BF16);
+    wt_check_same("bf16 dropout", y, ref, 0);
+    // the gradient of sum(y): the mask / (1 - p), as bf16
+    weft_tensor *yy = weft_cast(y, WEFT_F32), *s = weft_sum(yy, 0, NULL, false);
+    CHECK(s && weft_backward(s, NULL, NULL) == WEFT_OK);
+    weft_tensor *gl = weft_tensor_grad(leaf);
+    CHECK(gl && weft_tensor_dtype(gl) == WEFT_BF16);
+    double gv[561], yv[561];
+    weft_tensor_to_f64(gl, gv, 561);
+    weft_tensor_to_f64(yf, yv, 561);
+    bool ok = true;
+    for (int i = 0; i < 561; i++) ok &= yv[i] == 0 ? gv[i] == 0 : fabs(gv[i] - 1 / 0.6) < 1e-2;
+    CHECK(ok);
+    weft_tensor *ts[] = {x64, x, xf, leaf, y, yf, ref, yy, s};
+    for (int i = 0; i < 9; i++) weft_tensor_free(ts[i]);
+    weft_generator_free(g1);
+    weft_generator_free(g2);
+}
+
 int main(void) {
     RUN(test_reproducible);
     RUN(test_rate_and_scale);
     RUN(test_backward_mask);
     RUN(test_gradcheck);
     RUN(test_identity_and_errors);
+    RUN(test_half);
     return wt_summary();
 }

@@ -427,6 +427,35 @@ static void test_gelu_backward(void) {
     wt_drop_all();
 }
 
+// bf16 / f16: the f32 loop on the widened values, each result rounded once (bit for bit), with
+// broadcasting; comparisons give bool; gradients of half leaves are half.
+static void test_half(void) {
+    for (int hi = 0; hi < 2; hi++) {
+        weft_dtype lo = hi ? WEFT_F16 : WEFT_BF16;
+        weft_tensor *a = wt_keep(weft_cast(wt_keep(wt_rand64(WEFT_DIMS(4, 5), -2, 2, 71, false)), lo));
+        weft_tensor *b = wt_keep(weft_cast(wt_keep(wt_rand64(WEFT_DIMS(5), 0.5, 2, 72, false)), lo));
+        weft_tensor *af = wt_keep(weft_cast(a, WEFT_F32)), *bf = wt_keep(weft_cast(b, WEFT_F32));
+        weft_tensor *(*const bin[])(weft_tensor *, weft_tensor *) = {weft_add, weft_sub, weft_mul, weft_div,
+                                                                     weft_gelu_backward, weft_maximum};
+        for (size_t k = 0; k < sizeof bin / sizeof bin[0]; k++) {
+            weft_tensor *y = wt_keep(bin[k](a, b)), *ref = wt_keep(weft_cast(wt_keep(bin[k](af, bf)), lo));
+            wt_check_same("half binary", y, ref, 0);
+        }
+        weft_tensor *(*const un[])(weft_tensor *) = {weft_exp, weft_gelu, weft_relu, weft_tanh, weft_neg};
+        for (size_t k = 0; k < sizeof un / sizeof un[0]; k++) {
+            weft_tensor *y = wt_keep(un[k](a)), *ref = wt_keep(weft_cast(wt_keep(un[k](af)), lo));
+            wt_check_same("half unary", y, ref, 0);
+        }
+        wt_check_same("half compare", wt_keep(weft_lt(a, b)), wt_keep(weft_lt(af, bf)), 0);
+        weft_tensor *la = wt_keep(weft_tensor_detach(a));
+        weft_tensor_set_requires_grad(la, true);
+        weft_tensor *y = wt_keep(weft_mul(wt_keep(weft_gelu(la)), b));
+        CHECK(weft_backward(wt_keep(weft_sum(wt_keep(weft_cast(y, WEFT_F32)), 0, NULL, false)), NULL, NULL) == WEFT_OK);
+        CHECK(weft_tensor_grad(la) && weft_tensor_dtype(weft_tensor_grad(la)) == lo);
+    }
+    wt_drop_all();
+}
+
 static void test_binary_large_threaded(void) {
     const int64_t R = 263, C = 311;
     double *a = malloc(sizeof(double) * (size_t)(R * C)), *b = malloc(sizeof(double) * (size_t)R);
@@ -953,6 +982,7 @@ int main(void) {
     RUN(test_binary_large_threaded);
     RUN(test_relu_backward);
     RUN(test_gelu_backward);
+    RUN(test_half);
     RUN(test_streaming_store_path);
     RUN(test_binary_grad);
     RUN(test_minmax_ties_nan);

@@ -180,10 +180,57 @@ static void test_errors(void) {
     wt_drop_all();
 }
 
+// t rounded to dt and back to f32.
+static weft_tensor *rounded32(weft_tensor *t, weft_dtype dt) {
+    weft_tensor *r = weft_cast(t, dt), *f = weft_cast(r, WEFT_F32);
+    weft_tensor_free(r);
+    return f;
+}
+
+// bf16 / f16: sums, bias and GELU in f32 on the operands' values, each output rounded once (bit for bit),
+// and the gradients (half, from f32 math) near the f32 chain's; under autocast f32 operands run that way.
+static void test_half(void) {
+    for (int hi = 0; hi < 2; hi++) {
+        weft_dtype lo = hi ? WEFT_F16 : WEFT_BF16;
+        weft_tensor *x = wt_keep(randt(WEFT_DIMS(2, 5, 12), WEFT_F32, 60)), *w = wt_keep(randt(WEFT_DIMS(7, 12), WEFT_F32, 61));
+        weft_tensor *b = wt_keep(randt(WEFT_DIMS(7), WEFT_F32, 62));
+        weft_tensor *xl = wt_keep(weft_cast(x, lo)), *wl = wt_keep(weft_cast(w, lo)), *bl = wt_keep(weft_cast(b, lo));
+        weft_tensor *xr = wt_keep(rounded32(x, lo)), *wr = wt_keep(rounded32(w, lo)), *br = wt_keep(rounded32(b, lo));
+        for (int g = 0; g < 2; g++) {
+            weft_tensor *y = wt_keep(g ? weft_linear_gelu(xl, wl, bl) : weft_linear(xl, wl, bl));
+            CHECK(y && weft_tensor_dtype(y) == lo);
+            weft_tensor *ref = wt_keep(weft_cast(wt_keep(g ? weft_linear_gelu(xr, wr, br) : weft_linear(xr, wr, br)), lo));
+            wt_check_same(g ? "half linear_gelu" : "half linear", y, ref, 0);
+            // under autocast: the f32 operands cast down, the result stays in lo
+            weft_autocast_set(lo);
+            weft_tensor *ya = wt_keep(g ? weft_linear_gelu(x, w, b) : weft_linear(x, w, b));
+            weft_autocast_set(WEFT_F32);
+            wt_check_same("autocast linear", ya, y, 0);
+        }
+        // gradients: half leaves get half gradients near the f32 ones of the rounded operands
+        weft_tensor *lx = wt_keep(weft_tensor_detach(xl)), *lw = wt_keep(weft_tensor_detach(wl)), *lb = wt_keep(weft_tensor_detach(bl));
+        weft_tensor *fx = wt_keep(weft_tensor_detach(xr)), *fw = wt_keep(weft_tensor_detach(wr)), *fb = wt_keep(weft_tensor_detach(br));
+        weft_tensor *leaves[6] = {lx, lw, lb, fx, fw, fb};
+        for (int i = 0; i < 6; i++) weft_tensor_set_requires_grad(leaves[i], true);
+        weft_tensor *yl = wt_keep(weft_cast(wt_keep(weft_linear_gelu(lx, lw, lb)), WEFT_F32));
+        weft_tensor *yf = wt_keep(weft_linear_gelu(fx, fw, fb));
+        CHECK(weft_backward(wt_keep(weft_sum(yl, 0, NULL, false)), NULL, NULL) == WEFT_OK);
+        CHECK(weft_backward(wt_keep(weft_sum(yf, 0, NULL, false)), NULL, NULL) == WEFT_OK);
+        static const char *const nm[3] = {"half grad x", "half grad w", "half grad b"};
+        for (int i = 0; i < 3; i++) {
+            weft_tensor *gl = weft_tensor_grad(leaves[i]);
+            CHECK(gl && weft_tensor_dtype(gl) == lo);
+            if (gl) wt_check_same(nm[i], wt_keep(weft_cast(gl, WEFT_F32)), weft_tensor_grad(leaves[3 + i]), 2e-2);
+        }
+    }
+    wt_drop_all();
+}
+
 int main(void) {
     RUN(test_values);
     RUN(test_threads);
     RUN(test_backward);
     RUN(test_errors);
+    RUN(test_half);
     return wt_summary();
 }

@@ -411,7 +411,30 @@ static void test_leading_dims_sum(void) {
     wt_drop_all();
 }
 
+// bf16 / f16: reduced in f32 on the widened values, the result rounded once (bit for bit).
+static void test_half(void) {
+    for (int hi = 0; hi < 2; hi++) {
+        weft_dtype lo = hi ? WEFT_F16 : WEFT_BF16;
+        weft_tensor *x64 = wt_rand64(WEFT_DIMS(6, 37), -2, 2, 81, false), *x = weft_cast(x64, lo);
+        weft_tensor *xf = weft_cast(x, WEFT_F32);
+        for (int k = 0; k < 4; k++) {
+            int ax = k & 1;
+            weft_tensor *y = k < 2 ? weft_sum(x, 1, &ax, false) : weft_mean(x, 1, &ax, true);
+            weft_tensor *r32 = k < 2 ? weft_sum(xf, 1, &ax, false) : weft_mean(xf, 1, &ax, true), *ref = weft_cast(r32, lo);
+            CHECK(y && weft_tensor_dtype(y) == lo);
+            wt_check_same("half reduction", y, ref, 0);
+            weft_tensor *ts[] = {y, r32, ref};
+            for (int i = 0; i < 3; i++) weft_tensor_free(ts[i]);
+        }
+        weft_tensor *am = weft_argmax(x, 1, false), *amf = weft_argmax(xf, 1, false);
+        wt_check_same("half argmax", am, amf, 0);
+        weft_tensor *ts[] = {x64, x, xf, am, amf};
+        for (int i = 0; i < 5; i++) weft_tensor_free(ts[i]);
+    }
+}
+
 int main(void) {
+    RUN(test_half);
     RUN(test_leading_dims_sum);
     RUN(test_forward_all_axes);
     RUN(test_argmax);

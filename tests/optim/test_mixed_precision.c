@@ -45,25 +45,38 @@ static void test_half_matmul(void) {
     }
 }
 
-// Under autocast, matmul(x, w) on f32 equals cast(matmul(cast(x), cast(w)), f32)
-// bit for bit, and so do the gradients, which arrive as f32.
+// Under autocast, matmul(x, w) on f32 equals matmul(cast(x), cast(w)) bit for
+// bit and stays bf16 (as torch.autocast); the gradients arrive as f32. Type
+// promotion: bf16 with f32 computes in f32, inside autocast or not; inside
+// it, an op without a bf16 kernel runs on an f32 copy of its bf16 input, and
+// matmul takes an input that is already bf16 as it is.
 static void test_autocast_matmul(void) {
     weft_tensor *x = rand32(8, 33, 3, true), *w = rand32(33, 5, 4, true);
     weft_tensor *x2 = rand32(8, 33, 3, true), *w2 = rand32(33, 5, 4, true);
     CHECK(weft_autocast_set(WEFT_BF16) == WEFT_OK && weft_autocast_get() == WEFT_BF16);
-    weft_tensor *y = weft_matmul(x, w);
+    weft_tensor *y = wt_keep(weft_matmul(x, w));
+    weft_tensor *sm = wt_keep(weft_softmax(y, 1));          // no bf16 kernel: f32
+    weft_tensor *y2 = wt_keep(weft_matmul(wt_keep(weft_transpose(y, 0, 1)), x)); // bf16 x f32 -> bf16
     CHECK(weft_autocast_set(WEFT_F32) == WEFT_OK);
-    CHECK(y && weft_tensor_dtype(y) == WEFT_F32);
-    weft_tensor *ref = wt_keep(weft_cast(wt_keep(weft_matmul(wt_keep(weft_cast(x2, WEFT_BF16)), wt_keep(weft_cast(w2, WEFT_BF16)))), WEFT_F32));
+    CHECK(y && weft_tensor_dtype(y) == WEFT_BF16);
+    weft_tensor *xb = wt_keep(weft_cast(x2, WEFT_BF16));
+    weft_tensor *ref = wt_keep(weft_matmul(xb, wt_keep(weft_cast(w2, WEFT_BF16))));
     wt_check_same("autocast forward", y, ref, 0);
+    weft_tensor *yf = wt_keep(weft_cast(y, WEFT_F32));
+    wt_check_same("f32 op on a bf16 input", sm, wt_keep(weft_softmax(yf, 1)), 0);
+    CHECK(y2 && weft_tensor_dtype(y2) == WEFT_BF16);
+    wt_check_same("matmul of bf16 and f32 inputs", y2, wt_keep(weft_matmul(wt_keep(weft_transpose(ref, 0, 1)), xb)), 0);
+    weft_tensor *sum = wt_keep(weft_add(y, wt_keep(weft_matmul(x2, w2)))); // bf16 + f32, outside autocast
+    CHECK(sum && weft_tensor_dtype(sum) == WEFT_F32);
+    wt_check_same("type promotion", sum, wt_keep(weft_add(yf, wt_keep(weft_matmul(x2, w2)))), 0);
     weft_tensor *plain = wt_keep(weft_matmul(x2, w2));
     double d = 0, yv[40], pv[40];
     weft_tensor_to_f64(y, yv, 40);
     weft_tensor_to_f64(plain, pv, 40);
     for (int i = 0; i < 40; i++) d = fmax(d, fabs(yv[i] - pv[i]));
     CHECK(d > 0); // it really ran in bf16
-    CHECK(weft_backward(wt_keep(weft_sum(y, 0, NULL, false)), NULL, NULL) == WEFT_OK);
-    CHECK(weft_backward(wt_keep(weft_sum(ref, 0, NULL, false)), NULL, NULL) == WEFT_OK);
+    CHECK(weft_backward(wt_keep(weft_sum(wt_keep(weft_cast(y, WEFT_F32)), 0, NULL, false)), NULL, NULL) == WEFT_OK);
+    CHECK(weft_backward(wt_keep(weft_sum(wt_keep(weft_cast(ref, WEFT_F32)), 0, NULL, false)), NULL, NULL) == WEFT_OK);
     CHECK(weft_tensor_dtype(weft_tensor_grad(x)) == WEFT_F32 && weft_tensor_dtype(weft_tensor_grad(w)) == WEFT_F32);
     wt_check_same("autocast grad x", weft_tensor_grad(x), weft_tensor_grad(x2), 0);
     wt_check_same("autocast grad w", weft_tensor_grad(w), weft_tensor_grad(w2), 0);
@@ -77,9 +90,17 @@ static void test_autocast_matmul(void) {
     weft_autocast_set(WEFT_F32);
     weft_tensor *cv_ref = wt_keep(weft_conv2d(img, k, NULL, &(weft_conv2d_params){0}));
     wt_check_same("conv2d without a half kernel", cv, cv_ref, 0);
+    // errors stay errors (no retry through casts): bf16 operands of mismatched shapes under autocast,
+    // and an f16 operand under bf16 autocast runs in bf16
+    weft_autocast_set(WEFT_BF16);
+    weft_tensor *bad = weft_matmul(xb, xb);
+    CHECK(bad == NULL && wt_error_has("matmul") && wt_error_has("do not match"));
+    weft_tensor *h16 = wt_keep(weft_cast(x2, WEFT_F16)), *mixed = wt_keep(weft_matmul(h16, w2));
+    weft_autocast_set(WEFT_F32);
+    CHECK(mixed && weft_tensor_dtype(mixed) == WEFT_BF16);
     CHECK(weft_autocast_set(WEFT_I32) != WEFT_OK && wt_error_has("autocast"));
-    weft_tensor *objs[] = {x, w, x2, w2, y};
-    for (int i = 0; i < 5; i++) weft_tensor_free(objs[i]);
+    weft_tensor *objs[] = {x, w, x2, w2};
+    for (int i = 0; i < 4; i++) weft_tensor_free(objs[i]);
     wt_drop_all();
 }
 

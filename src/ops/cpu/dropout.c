@@ -7,6 +7,7 @@
 
 // dropout: in x, attrs i[0] = seed, i[1] = counter offset, f[0] = p. y = x * keep / (1 - p).
 weft_status weft_cpu_dropout(const weft_op_args *a) {
+    if (weft_dtype_is_half(a->in[0]->dtype)) return weft_kernel_widened(a, weft_cpu_dropout); // the f32 mask
     const weft_tensor *in = a->in[0];
     weft_tensor *x = (weft_tensor *)in;
     if (!weft_tensor_is_contiguous(in)) { // logical order = memory order below

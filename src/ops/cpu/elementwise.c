@@ -198,6 +198,7 @@ static const weft_loop_fn k_loops[WEFT_EW_COUNT][WEFT_NUM_DTYPES] = {
 weft_status weft_cpu_elementwise(const weft_op_args *a) {
     int which = a->op->variant;
     weft_dtype dt = (weft_dtype)a->in[0]->dtype;
+    if (weft_dtype_is_half(dt)) return weft_kernel_widened(a, weft_cpu_elementwise); // f32 math, rounded once
     weft_loop_fn fn = k_loops[which][dt];
     if (!fn)
         return weft_error(WEFT_ERR_UNSUPPORTED, "%s: no cpu kernel for dtype %s", a->op->name, weft_dtype_name(dt));

@@ -154,7 +154,8 @@ weft_status weft_cpu_matmul(const weft_op_args *args) {
 // ---- linear / linear_gelu (def_linalg.c) ----
 // The product through weft_cpu_matmul (W as BLAS's transposed operand, no
 // copy), then one epilogue pass per row while it is in cache: h += b, and
-// for linear_gelu y = gelu(h) with the family's own GELU loop.
+// for linear_gelu y = gelu(h) with the family's own GELU loop. bf16 / f16 run
+// this on widened f32 copies, each output rounded once.
 WEFT_CLONES static void bias_rows_f32(float *restrict h, const float *restrict b, int64_t rows, int64_t n) {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < n; j++) h[r * n + j] += b[j];
@@ -168,6 +169,7 @@ static void bias_rows_f64(double *restrict h, const double *restrict b, int64_t 
 
 weft_status weft_cpu_linear(const weft_op_args *args) {
     weft_tensor *y = args->out[0], *h = args->out[args->n_out - 1];
+    if (weft_dtype_is_half(y->dtype)) return weft_kernel_widened(args, weft_cpu_linear); // f32 math, rounded once
     weft_attrs tb = {.i = {0, 1}}; // h = x @ W^T: W (N,K) goes to BLAS as Trans
     weft_op_args m = {.op = args->op, .n_in = 2, .in = args->in, .attrs = &tb, .n_out = 1, .out = &h};
     weft_status st = weft_cpu_matmul(&m);

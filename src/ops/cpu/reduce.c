@@ -208,6 +208,7 @@ COLSUM(float)
 COLSUM(double)
 
 weft_status weft_cpu_reduce(const weft_op_args *a) {
+    if (weft_dtype_is_half(a->in[0]->dtype)) return weft_kernel_widened(a, weft_cpu_reduce);
     const weft_tensor *x = a->in[0];
     weft_tensor *out = a->out[0];
     int kind = a->op->variant;

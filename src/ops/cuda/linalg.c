@@ -19,10 +19,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../elementwise.h"
 #include "../linalg.h"
 #include "blas.h"
-#include "elementwise_kernels.h"
+#include "linear_kernels.h"
 
 typedef struct mat_view {
     cublasOperation_t op;
@@ -170,12 +169,14 @@ static weft_status cu_matmul(const weft_op_args *args) {
 }
 
 // ---- linear / linear_gelu (def_linalg.c): y = act(x W^T + b) ----
-// f32 with a bias goes to cuBLASLt with the bias in the epilogue (one kernel
-// for product and bias); the plans (descriptors, layouts and the heuristic's
-// algorithm) are cached per shape for the calling thread. Everything else,
-// and WEFT_CUDA_LT=0, is cu_matmul followed by an in-place broadcast add.
-// GELU then runs as the family's own kernel from h into y: cuBLASLt's GELU
-// epilogues are the tanh approximation, and weft's gelu is the exact form.
+// f32, bf16 and f16 with a bias go to cuBLASLt with the bias in the epilogue
+// (one kernel for product and bias, f32 sums, h rounded once); the plans
+// (descriptors, layouts and the heuristic's algorithm) are cached per shape
+// for the calling thread. Everything else, and WEFT_CUDA_LT=0, is cu_matmul
+// followed by linear_kernels.cu's bias pass. GELU runs in that same kernel
+// from h into y: cuBLASLt's GELU epilogues are the tanh approximation, and
+// weft's gelu is the exact form. (With the bias pass, bf16 / f16 h is rounded
+// twice, after the product and after the bias.)
 
 typedef struct lt_key {
     int dtype, opa, opb, dev;
@@ -236,6 +237,7 @@ static lt_plan *lt_plan_get(cublasLtHandle_t lt, const lt_key *k, const gemm_typ
               cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == 0 &&
               cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == 0 &&
               cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) == 0 &&
+              cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &g->data, sizeof g->data) == 0 &&
               cublasLtMatrixLayoutCreate(&p->a, g->data, ta == CUBLAS_OP_N ? k->m : k->k, ta == CUBLAS_OP_N ? k->k : k->m,
                                          k->lda) == 0 &&
               cublasLtMatrixLayoutCreate(&p->b, g->data, tb == CUBLAS_OP_N ? k->k : k->n, tb == CUBLAS_OP_N ? k->n : k->k,
@@ -261,7 +263,7 @@ static lt_plan *lt_plan_get(cublasLtHandle_t lt, const lt_key *k, const gemm_typ
 static int lt_linear(const weft_op_args *args, weft_tensor *h, weft_status *st) {
     const char *env = getenv("WEFT_CUDA_LT");
     const weft_tensor *x = args->in[0], *w = args->in[1], *bias = args->n_in == 3 ? args->in[2] : NULL;
-    if ((env && *env == '0') || !bias || h->dtype != WEFT_F32 || bias->strides[0] != 1) return 1;
+    if ((env && *env == '0') || !bias || h->dtype == WEFT_F64 || bias->strides[0] != 1) return 1;
     int64_t K = x->sizes[x->ndim - 1], N = w->sizes[0], M = h->numel / N;
     if (K == 0) return 1; // an empty sum: cu_matmul's zeros, then the bias
     // x's rows must stack: (rows, K) row-major with one row stride ldx
@@ -286,7 +288,7 @@ static int lt_linear(const weft_op_args *args, weft_tensor *h, weft_status *st) 
         return 0;
     }
     gemm_types g;
-    types_of(WEFT_F32, &g);
+    types_of((weft_dtype)h->dtype, &g);
     cublasLtHandle_t lt;
     *st = weft_cu_lt_handle(h, "linear", &lt);
     lt_key key = {.dtype = h->dtype, .opa = (int)vw.op, .opb = (int)CUBLAS_OP_N, .dev = h->device.index,
@@ -301,7 +303,7 @@ static int lt_linear(const weft_op_args *args, weft_tensor *h, weft_status *st) 
         weft_tensor *ws = NULL;
         if (p->ws) ws = weft_tensor_new(1, (int64_t[]){(int64_t)p->ws}, WEFT_U8, h->device);
         if (p->ws && !ws) *st = weft_last_status();
-        const float one = 1, zero = 0;
+        const float one = 1, zero = 0; // scale type f32 for f32, bf16 and f16
         if (!*st &&
             (*st = weft_cu_blas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp),
                                       "linear", "cublasLtMatmulDescSetAttribute")) == WEFT_OK)
@@ -320,25 +322,25 @@ static weft_status cu_linear(const weft_op_args *args) {
     if (h->numel == 0) return WEFT_OK;
     weft_status st = WEFT_OK;
     cudaStream_t s = weft_cu_stream(h);
+    int cdt = weft_cu_desc(h).dtype;
+    int64_t n = h->sizes[h->ndim - 1], rows = h->numel / n;
+    weft_tensor *b = NULL; // the bias, when the fallback adds it
     if (lt_linear(args, h, &st)) {
         weft_attrs tb = {.i = {0, 1}}; // h = x @ W^T: W (N,K) goes to cuBLAS transposed
         weft_op_args m = {.op = args->op, .n_in = 2, .in = args->in, .attrs = &tb, .n_out = 1, .out = &h};
-        if ((st = cu_matmul(&m)) == WEFT_OK && args->n_in == 3) { // h += b, in place (element i read, then written)
-            weft_cu_tensor d[3] = {weft_cu_desc(h), weft_cu_desc(h), weft_cu_desc_bcast(args->in[2], h->ndim, h->sizes)};
-            weft_cu_coalesce(3, d);
-            st = weft_cu_done(weft_cu_ew_binary(WEFT_EW_ADD, d[0], d[1], d[2], s), "linear");
-        }
+        st = cu_matmul(&m);
+        if (st == WEFT_OK && args->n_in == 3 && !(b = weft_kernel_contiguous(args->in[2]))) st = weft_last_status();
     }
-    if (st == WEFT_OK && y != h) {
-        weft_cu_tensor d[2] = {weft_cu_desc(y), weft_cu_desc(h)};
-        weft_cu_coalesce(2, d);
-        st = weft_cu_done(weft_cu_ew_unary(WEFT_EW_GELU, d[0], d[1], 0, s), "linear_gelu");
-    }
+    if (st == WEFT_OK && (b || y != h))
+        st = weft_cu_done(weft_cu_bias_act(cdt, weft_tensor_ptr(h), y != h ? weft_tensor_ptr(y) : NULL,
+                                           b ? weft_tensor_ptr(b) : NULL, rows, n, s),
+                          args->op->name);
+    weft_tensor_free(b);
     return st;
 }
 
 void weft_cuda_register_linalg(void) {
     weft_cu_register("matmul", cu_matmul, WEFT_DT_FLOAT | WEFT_DT(WEFT_BF16) | WEFT_DT(WEFT_F16));
-    weft_cu_register("linear", cu_linear, WEFT_DT_FLOAT);
-    weft_cu_register("linear_gelu", cu_linear, WEFT_DT_FLOAT);
+    weft_cu_register("linear", cu_linear, WEFT_DT_FLOAT | WEFT_DT_HALF);
+    weft_cu_register("linear_gelu", cu_linear, WEFT_DT_FLOAT | WEFT_DT_HALF);
 }

@@ -111,6 +111,7 @@ static weft_status cu_cross_entropy_backward(const weft_op_args *a) {
 static weft_status cu_dropout(const weft_op_args *a) {
     weft_tensor *y = a->out[0];
     if (y->numel == 0) return WEFT_OK;
+    if (weft_dtype_is_half(y->dtype)) return weft_kernel_widened(a, cu_dropout); // the f32 mask
     cudaError_t e = weft_cu_dropout(weft_cu_desc(a->in[0]), weft_tensor_ptr(y), (uint64_t)a->attrs->i[0],
                                     (uint64_t)a->attrs->i[1], a->attrs->f[0], weft_cu_stream(y));
     return weft_cu_done(e, a->op->name);
@@ -123,5 +124,5 @@ void weft_cuda_register_nn(void) {
     weft_cu_register("log_softmax_backward", cu_softmax_backward, WEFT_DT_FLOAT);
     weft_cu_register("cross_entropy", cu_cross_entropy, WEFT_DT_FLOAT);
     weft_cu_register("cross_entropy_backward", cu_cross_entropy_backward, WEFT_DT_FLOAT);
-    weft_cu_register("dropout", cu_dropout, WEFT_DT_FLOAT);
+    weft_cu_register("dropout", cu_dropout, WEFT_DT_FLOAT | WEFT_DT_HALF);
 }

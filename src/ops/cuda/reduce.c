@@ -22,6 +22,7 @@ _Static_assert((int)WEFT_CU_RED_SUM == WEFT_RED_SUM && (int)WEFT_CU_RED_MEAN == 
                "reduction kinds agree with reduce.h");
 
 static weft_status cu_reduce(const weft_op_args *a) {
+    if (weft_dtype_is_half(a->in[0]->dtype)) return weft_kernel_widened(a, cu_reduce); // f32 math, rounded once
     const weft_tensor *x = a->in[0];
     weft_tensor *out = a->out[0];
     int kind = a->op->variant;
@@ -38,11 +39,11 @@ static weft_status cu_reduce(const weft_op_args *a) {
 }
 
 void weft_cuda_register_reduce(void) {
-    weft_cu_register("sum", cu_reduce, WEFT_DT_NUM);
-    weft_cu_register("mean", cu_reduce, WEFT_DT_FLOAT);
-    weft_cu_register("max", cu_reduce, WEFT_DT_NUM);
-    weft_cu_register("min", cu_reduce, WEFT_DT_NUM);
-    weft_cu_register("var", cu_reduce, WEFT_DT_FLOAT);
-    weft_cu_register("logsumexp", cu_reduce, WEFT_DT_FLOAT);
-    weft_cu_register("argmax", cu_reduce, WEFT_DT_NUM);
+    weft_cu_register("sum", cu_reduce, WEFT_DT_NUM | WEFT_DT_HALF);
+    weft_cu_register("mean", cu_reduce, WEFT_DT_FLOAT | WEFT_DT_HALF);
+    weft_cu_register("max", cu_reduce, WEFT_DT_NUM | WEFT_DT_HALF);
+    weft_cu_register("min", cu_reduce, WEFT_DT_NUM | WEFT_DT_HALF);
+    weft_cu_register("var", cu_reduce, WEFT_DT_FLOAT | WEFT_DT_HALF);
+    weft_cu_register("logsumexp", cu_reduce, WEFT_DT_FLOAT | WEFT_DT_HALF);
+    weft_cu_register("argmax", cu_reduce, WEFT_DT_NUM | WEFT_DT_HALF);
 }

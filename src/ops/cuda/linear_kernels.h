@@ -1,0 +1,20 @@
+// Launcher of linear_kernels.cu (plain C prototype): the epilogue of the
+// linear ops (cuda/linalg.c) where cuBLASLt's does not run.
+#ifndef WEFT_CU_LINEAR_KERNELS_H
+#define WEFT_CU_LINEAR_KERNELS_H
+
+#include "cu_tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// h (rows, n) contiguous of dtype (WEFT_CU_F32 / F64 / BF16 / F16): with b (n)
+// h += b, and with y (rows, n) y = gelu(h) (exact, erf form), both in f32 (f64
+// for f64) from h's value before it is rounded. b and y may be NULL.
+cudaError_t weft_cu_bias_act(int dtype, void *h, void *y, const void *b, int64_t rows, int64_t n, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,89 @@
+// A transformer block under bf16 autocast, as torch.autocast runs it: the
+// linear layers (the fused linear ops) run in bf16 and hand bf16 to the next
+// bf16 op (attention, the next linear), the residual stream and the layer
+// norms stay f32 (type promotion), and the parameters' gradients are f32.
+// Checked against the f32 block (bf16 tolerances) and by the ops and casts a
+// traced forward pass runs.
+#include <stdlib.h>
+
+#include "weft_test.h"
+
+// y = m(x) under autocast ac, loss = sum(y * w): y and every parameter's gradient (flattened, in order).
+static void run_once(weft_module *m, weft_tensor *x, weft_tensor *w, weft_dtype ac, double *y_out, double *grads) {
+    weft_module_zero_grad(m);
+    weft_autocast_set(ac);
+    weft_tensor *y = weft_module_forward(m, x);
+    weft_autocast_set(WEFT_F32);
+    CHECK(y && weft_tensor_dtype(y) == WEFT_F32); // the residual stream stays f32
+    if (!y) return;
+    weft_tensor_to_f64(y, y_out, weft_tensor_numel(y));
+    CHECK(weft_backward(y, w, NULL) == WEFT_OK);
+    int64_t at = 0;
+    for (int i = 0; i < weft_module_param_count(m); i++) {
+        weft_tensor *p = weft_module_param_at(m, i, NULL, 0), *g = weft_tensor_grad(p);
+        CHECK(g && weft_tensor_dtype(g) == WEFT_F32);
+        if (g) weft_tensor_to_f64(g, grads + at, weft_tensor_numel(p));
+        at += weft_tensor_numel(p);
+    }
+    weft_tensor_free(y);
+}
+
+// max |a - b| over max |b|
+static double rel_err(const double *a, const double *b, int64_t n) {
+    double e = 0, s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        e = fmax(e, fabs(a[i] - b[i]));
+        s = fmax(s, fabs(b[i]));
+    }
+    return s > 0 ? e / s : e;
+}
+
+static void test_block_bf16(void) {
+    const int64_t B = 2, T = 8, C = 32, nh = 4;
+    weft_generator *gen = weft_generator_create(11);
+    weft_module *m = weft_nn_transformer_block(C, nh, gen);
+    CHECK(m != NULL);
+    if (!m) return;
+    weft_tensor *x64 = wt_rand64(WEFT_DIMS(B, T, C), -1, 1, 12, false), *x = weft_cast(x64, WEFT_F32);
+    weft_tensor *w64 = wt_rand64(WEFT_DIMS(B, T, C), -1, 1, 13, false), *w = weft_cast(w64, WEFT_F32);
+    int64_t ny = B * T * C, ng = weft_module_num_elements(m);
+    double *y0 = malloc(sizeof(double) * (size_t)ny), *g0 = malloc(sizeof(double) * (size_t)ng);
+    double *y1 = malloc(sizeof(double) * (size_t)ny), *g1 = malloc(sizeof(double) * (size_t)ng);
+    run_once(m, x, w, WEFT_F32, y0, g0);
+    run_once(m, x, w, WEFT_BF16, y1, g1);
+    double ey = rel_err(y1, y0, ny), eg = rel_err(g1, g0, ng);
+    printf("  bf16 autocast vs f32: output %.3g, gradients %.3g (relative to the largest)\n", ey, eg);
+    CHECK(ey > 0 && ey < 2e-2); // it ran in bf16 (8 significant bits), and only that far off
+    CHECK(eg < 5e-2);
+
+    // the ops: five linear products and one with GELU, all in bf16; no matmul of the composed path; casts:
+    // x and the mlp's input down (2), each weight and bias down (4 layers, q/k/v as three: 12), the two
+    // branch outputs up into the f32 residual adds (2)
+    CHECK(wt_count_traced_ops(m, x, WEFT_BF16, "linear") == 5);
+    CHECK(wt_count_traced_ops(m, x, WEFT_BF16, "linear_gelu") == 1);
+    CHECK(wt_count_traced_ops(m, x, WEFT_BF16, "matmul") == 0);
+    CHECK(wt_count_traced_ops(m, x, WEFT_BF16, "causal_attention") == 1);
+    int casts = wt_count_traced_ops(m, x, WEFT_BF16, "cast");
+    printf("  casts in a bf16 block's forward: %d\n", casts);
+    CHECK(casts == 16);
+    // the composed path (WEFT_FUSED_LINEAR=0) casts each matmul's output up for its f32 bias add
+    setenv("WEFT_FUSED_LINEAR", "0", 1);
+    int casts_composed = wt_count_traced_ops(m, x, WEFT_BF16, "cast");
+    unsetenv("WEFT_FUSED_LINEAR");
+    printf("  with matmul + add: %d\n", casts_composed);
+    CHECK(casts_composed > casts);
+
+    free(y0);
+    free(g0);
+    free(y1);
+    free(g1);
+    weft_tensor *ts[] = {x64, x, w64, w};
+    for (int i = 0; i < 4; i++) weft_tensor_free(ts[i]);
+    weft_module_free(m);
+    weft_generator_free(gen);
+}
+
+int main(void) {
+    RUN(test_block_bf16);
+    return wt_summary();
+}
