@@ -211,38 +211,20 @@ static weft_status infer_linear(const weft_op_args *a, weft_out_meta *o) {
     return WEFT_OK;
 }
 
-// t in f32 when it is bf16 / f16 (a new reference otherwise): the elementwise
-// part of the backward runs in f32 for the half types, as PyTorch's math does.
-static weft_tensor *wide(weft_tensor *t) {
-    if (!t) return NULL;
-    return weft_dtype_is_half(t->dtype) ? weft_cast(t, WEFT_F32) : weft_tensor_ref(t);
-}
-
-// With p = h's gradient (gelu: g gelu'(h), plus any gradient of h itself):
-// grad_x = p W, grad_W = p^T x over all rows (one (N, rows) @ (rows, K)
-// product, contiguous like W), grad_b = p summed over rows. For bf16 / f16,
-// p and the bias sum come from f32 and are rounded once; the products run in
-// the half dtype (f32 sums).
+// With p = h's gradient (gelu: g gelu'(h) in one pass, plus any gradient of
+// h itself): grad_x = p W, grad_W = p^T x over all rows (one (N, rows) @
+// (rows, K) product, contiguous like W), grad_b = p summed over rows. All in
+// the inputs' dtype (bf16 / f16: f32 math inside each op, each result rounded once).
 static weft_status bw_linear(const weft_bw_args *b) {
-    weft_tensor *x = b->in[0], *w = b->in[1], *pw = NULL; // pw: p in f32 (half) or in x's dtype
-    weft_dtype dt = b->in_meta[0].dtype;
-    weft_tensor *g = wide(b->gout[0]);
+    weft_tensor *x = b->in[0], *w = b->in[1], *g = b->gout[0], *p;
     if (b->n_out == 2) {
-        weft_tensor *h = wide(b->out[1]), *g1 = wide(b->gout[1]);
-        weft_tensor *gh = g && h ? weft_gelu_backward(g, h) : NULL;
-        pw = !g1 ? weft_tensor_ref(gh) : !gh ? weft_tensor_ref(g1) : weft_add(gh, g1);
-        weft_tensor_free(h);
-        weft_tensor_free(g1);
-        weft_tensor_free(gh);
+        weft_tensor *gh = g ? weft_gelu_backward(g, b->out[1]) : NULL, *g1 = b->gout[1];
+        p = !g1 ? gh : !gh ? weft_tensor_ref(g1) : weft_add(gh, g1);
+        if (gh && g1) weft_tensor_free(gh);
     } else {
-        pw = weft_tensor_ref(g);
+        p = weft_tensor_ref(g);
     }
-    weft_tensor_free(g);
-    weft_tensor *p = pw && pw->dtype != dt ? weft_cast(pw, dt) : weft_tensor_ref(pw);
-    if (!p) {
-        weft_tensor_free(pw);
-        return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
-    }
+    if (!p) return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
     int nd = p->ndim;
     int64_t N = p->sizes[nd - 1], K = x->sizes[x->ndim - 1];
     if (b->needs[0]) b->gin[0] = weft_matmul(p, w);
@@ -257,12 +239,9 @@ static weft_status bw_linear(const weft_bw_args *b) {
     if (b->n_in == 3 && b->needs[2]) {
         int axes[WEFT_MAX_DIMS];
         for (int d = 0; d < nd - 1; d++) axes[d] = d;
-        weft_tensor *s = weft_sum(pw, nd - 1, axes, false);
-        b->gin[2] = s && s->dtype != dt ? weft_cast(s, dt) : weft_tensor_ref(s);
-        weft_tensor_free(s);
+        b->gin[2] = weft_sum(p, nd - 1, axes, false);
     }
     weft_tensor_free(p);
-    weft_tensor_free(pw);
     for (int i = 0; i < b->n_in; i++)
         if (b->needs[i] && !b->gin[i]) return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
     return WEFT_OK;

@@ -35,7 +35,6 @@ static void descs(const weft_op_args *a, weft_cu_tensor *d) {
 static weft_status cu_elementwise(const weft_op_args *a) {
     weft_tensor *out = a->out[0];
     if (out->numel == 0) return WEFT_OK;
-    if (weft_dtype_is_half(a->in[0]->dtype)) return weft_kernel_widened(a, cu_elementwise); // f32 math, rounded once
     if (a->n_in != 1 && a->n_in != 2) return weft_error(WEFT_ERR_ARG, "%s: expected 1 or 2 inputs", a->op->name);
     weft_cu_tensor d[3];
     descs(a, d);
@@ -96,7 +95,7 @@ void weft_cuda_register_elementwise(void) {
     static const char *const fl[] = {"exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid",
                                      "gelu", "gelu_grad", "silu", "pow_scalar", "pow", "gelu_backward"};
     static const char *const cmp[] = {"eq", "ne", "lt", "le", "gt", "ge"};
-    // bf16 / f16 too (on widened f32 copies), as the CPU's entries
+    // bf16 / f16 too (f32 math in the kernels, each result rounded once), as the CPU's entries
     for (size_t i = 0; i < sizeof num / sizeof num[0]; i++)
         weft_cu_register(num[i], cu_elementwise, WEFT_DT_NUM | WEFT_DT_HALF);
     for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++)

@@ -4,6 +4,9 @@
 // integer add/mul_scalar through int64, integer division by 0 gives 0,
 // maximum/minimum propagate a NaN in either operand).
 //
+// bf16 / f16 (storage types) run each formula in f32 and round the result
+// once (ew_unary / ew_binary, ew_math.cuh), as the CPU's widened loops.
+//
 // One kernel template per (variant, dtype), the variant a template
 // parameter so each instantiation is a straight loop; three shapes of loop:
 // - *_contig: every operand contiguous with out's shape: index i directly,
@@ -46,10 +49,10 @@ __global__ void __launch_bounds__(WEFT_CU_THREADS) unary_contig(T *o, const T *x
     WEFT_CU_GRID_LOOP(j, nv) {
         weft_cu_pack<T, V> a = ((const weft_cu_pack<T, V> *)x)[j], r;
 #pragma unroll
-        for (int k = 0; k < V; k++) r.v[k] = unary_op<OP, T>(a.v[k], sc);
+        for (int k = 0; k < V; k++) r.v[k] = ew_unary<OP, T>(a.v[k], sc);
         ((weft_cu_pack<T, V> *)o)[j] = r;
     }
-    WEFT_CU_GRID_LOOP(j, n - nv * V) o[nv * V + j] = unary_op<OP, T>(x[nv * V + j], sc);
+    WEFT_CU_GRID_LOOP(j, n - nv * V) o[nv * V + j] = ew_unary<OP, T>(x[nv * V + j], sc);
 }
 
 template <int OP, typename T>
@@ -58,7 +61,7 @@ __global__ void __launch_bounds__(WEFT_CU_THREADS)
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         uint32_t off[2];
         weft_cu_offsets32<2>(ix, i, off);
-        o[off[0]] = unary_op<OP, T>(x[off[1]], sc);
+        o[off[0]] = ew_unary<OP, T>(x[off[1]], sc);
     }
 }
 
@@ -67,7 +70,7 @@ __global__ void __launch_bounds__(WEFT_CU_THREADS)
     unary_strided(weft_cu_tensor out, weft_cu_tensor in, int ko, int ki, double sc) {
     T *o = (T *)out.data;
     const T *x = (const T *)in.data;
-    WEFT_CU_GRID_LOOP(i, out.numel) o[at(out, ko, i)] = unary_op<OP, T>(x[at(in, ki, i)], sc);
+    WEFT_CU_GRID_LOOP(i, out.numel) o[at(out, ko, i)] = ew_unary<OP, T>(x[at(in, ki, i)], sc);
 }
 
 template <int OP, typename T>
@@ -93,6 +96,8 @@ template <int OP>
 cudaError_t unary_float(const weft_cu_tensor &out, const weft_cu_tensor &in, double sc, cudaStream_t s) {
     switch (in.dtype) {
     case WEFT_CU_F32: return unary_launch<OP, float>(out, in, sc, s);
+    case WEFT_CU_BF16: return unary_launch<OP, __nv_bfloat16>(out, in, sc, s);
+    case WEFT_CU_F16: return unary_launch<OP, __half>(out, in, sc, s);
     case WEFT_CU_F64: return unary_launch<OP, double>(out, in, sc, s);
     default: return cudaErrorInvalidValue;
     }
@@ -101,6 +106,8 @@ template <int OP>
 cudaError_t unary_num(const weft_cu_tensor &out, const weft_cu_tensor &in, double sc, cudaStream_t s) {
     switch (in.dtype) {
     case WEFT_CU_F32: return unary_launch<OP, float>(out, in, sc, s);
+    case WEFT_CU_BF16: return unary_launch<OP, __nv_bfloat16>(out, in, sc, s);
+    case WEFT_CU_F16: return unary_launch<OP, __half>(out, in, sc, s);
     case WEFT_CU_F64: return unary_launch<OP, double>(out, in, sc, s);
     case WEFT_CU_I32: return unary_launch<OP, int32_t>(out, in, sc, s);
     case WEFT_CU_I64: return unary_launch<OP, int64_t>(out, in, sc, s);
@@ -147,10 +154,10 @@ __global__ void __launch_bounds__(WEFT_CU_THREADS)
         weft_cu_pack<T, V> a = ((const weft_cu_pack<T, V> *)x)[j], b = ((const weft_cu_pack<T, V> *)y)[j];
         weft_cu_pack<TO, V> r;
 #pragma unroll
-        for (int k = 0; k < V; k++) r.v[k] = binary_op<OP, T>(a.v[k], b.v[k]);
+        for (int k = 0; k < V; k++) r.v[k] = ew_binary<OP, T>(a.v[k], b.v[k]);
         ((weft_cu_pack<TO, V> *)o)[j] = r;
     }
-    WEFT_CU_GRID_LOOP(j, n - nv * V) o[nv * V + j] = binary_op<OP, T>(x[nv * V + j], y[nv * V + j]);
+    WEFT_CU_GRID_LOOP(j, n - nv * V) o[nv * V + j] = ew_binary<OP, T>(x[nv * V + j], y[nv * V + j]);
 }
 
 template <int OP, typename T, typename TO>
@@ -159,7 +166,7 @@ __global__ void __launch_bounds__(WEFT_CU_THREADS)
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         uint32_t off[3];
         weft_cu_offsets32<3>(ix, i, off);
-        o[off[0]] = binary_op<OP, T>(x[off[1]], y[off[2]]);
+        o[off[0]] = ew_binary<OP, T>(x[off[1]], y[off[2]]);
     }
 }
 
@@ -168,7 +175,7 @@ __global__ void __launch_bounds__(WEFT_CU_THREADS)
     binary_strided(weft_cu_tensor out, weft_cu_tensor a, weft_cu_tensor b, int ko, int ka, int kb) {
     TO *o = (TO *)out.data;
     const T *x = (const T *)a.data, *y = (const T *)b.data;
-    WEFT_CU_GRID_LOOP(i, out.numel) o[at(out, ko, i)] = binary_op<OP, T>(x[at(a, ka, i)], y[at(b, kb, i)]);
+    WEFT_CU_GRID_LOOP(i, out.numel) o[at(out, ko, i)] = ew_binary<OP, T>(x[at(a, ka, i)], y[at(b, kb, i)]);
 }
 
 template <int OP, typename T>
@@ -197,6 +204,8 @@ cudaError_t binary_float(const weft_cu_tensor &o, const weft_cu_tensor &a, const
                                 cudaStream_t s) {
     switch (a.dtype) {
     case WEFT_CU_F32: return binary_launch<OP, float>(o, a, b, s);
+    case WEFT_CU_BF16: return binary_launch<OP, __nv_bfloat16>(o, a, b, s);
+    case WEFT_CU_F16: return binary_launch<OP, __half>(o, a, b, s);
     case WEFT_CU_F64: return binary_launch<OP, double>(o, a, b, s);
     default: return cudaErrorInvalidValue;
     }
@@ -206,6 +215,8 @@ cudaError_t binary_num(const weft_cu_tensor &o, const weft_cu_tensor &a, const w
                               cudaStream_t s) {
     switch (a.dtype) {
     case WEFT_CU_F32: return binary_launch<OP, float>(o, a, b, s);
+    case WEFT_CU_BF16: return binary_launch<OP, __nv_bfloat16>(o, a, b, s);
+    case WEFT_CU_F16: return binary_launch<OP, __half>(o, a, b, s);
     case WEFT_CU_F64: return binary_launch<OP, double>(o, a, b, s);
     case WEFT_CU_I32: return binary_launch<OP, int32_t>(o, a, b, s);
     case WEFT_CU_I64: return binary_launch<OP, int64_t>(o, a, b, s);
