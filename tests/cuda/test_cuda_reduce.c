@@ -2,7 +2,7 @@
 // over each single axis, several axes and all axes, keepdim, strided views
 // (transposed, sliced), reduced lengths 1, 7, 1000, 4097 (a thread, a warp
 // and a block per output) and many strided outputs (a column sum); f32/f64
-// with gradients, i32/i64 forward; ties (argmax takes the first index, max's
+// with gradients, bf16/f16, i32/i64 forward; ties (argmax takes the first index, max's
 // gradient is split among them) and NaN/inf.
 #include <stdint.h>
 
@@ -45,7 +45,8 @@ static bool float_only(int op) { return op == R_MEAN || op == R_VAR || op == R_L
 static void all_ops(const char *shape, weft_tensor *x, red_case c) {
     weft_dtype dt = weft_tensor_dtype(x);
     bool fl = weft_dtype_is_float(dt);
-    double tol = dt == WEFT_F32 ? 1e-5 : dt == WEFT_F64 ? 1e-12 : 0;
+    // bf16 / f16: both devices sum in double and round once through f32 (one ulp apart at most: 1e-2)
+    double tol = dt == WEFT_F32 ? 1e-5 : dt == WEFT_F64 ? 1e-12 : weft_dtype_is_float(dt) ? 1e-2 : 0;
     for (int op = 0; op < R_NOPS; op++) {
         if (!fl && float_only(op)) continue;
         if (op == R_ARGMAX && c.n != 1) continue;
@@ -91,6 +92,20 @@ static void test_axes(void) {
             }
         }
         weft_tensor_free(x);
+    }
+}
+
+// bf16 / f16 inputs (the kernels read them through float): every op over each axis, all axes, a column sum.
+static void test_half(void) {
+    const weft_dtype dts[2] = {WEFT_BF16, WEFT_F16};
+    for (int f = 0; f < 2; f++) {
+        weft_tensor *x = rand_dt(WEFT_DIMS(4, 5, 6), dts[f], -2, 2, 40 + f);
+        for (int ax = 0; ax < 3; ax++) all_ops("(4,5,6)", x, (red_case){.n = 1, .axes = {ax}});
+        all_ops("(4,5,6)", x, (red_case){.n = 0});
+        weft_tensor *y = rand_dt(WEFT_DIMS(3000, 24), dts[f], -2, 2, 42 + f);
+        all_ops("(3000,24)", y, (red_case){.n = 1, .axes = {0}});
+        weft_tensor_free(x);
+        weft_tensor_free(y);
     }
 }
 
@@ -230,5 +245,6 @@ int main(void) {
     RUN(test_ties);
     RUN(test_nan_inf);
     RUN(test_empty);
+    RUN(test_half);
     return wt_summary();
 }

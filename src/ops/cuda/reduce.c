@@ -22,7 +22,6 @@ _Static_assert((int)WEFT_CU_RED_SUM == WEFT_RED_SUM && (int)WEFT_CU_RED_MEAN == 
                "reduction kinds agree with reduce.h");
 
 static weft_status cu_reduce(const weft_op_args *a) {
-    if (weft_dtype_is_half(a->in[0]->dtype)) return weft_kernel_widened(a, cu_reduce); // f32 math, rounded once
     const weft_tensor *x = a->in[0];
     weft_tensor *out = a->out[0];
     int kind = a->op->variant;

@@ -1,5 +1,5 @@
 // Reductions (sum mean max min var logsumexp argmax) over any set of axes of
-// a strided tensor, mirroring cpu/reduce.c: floats accumulate in double,
+// a strided tensor, mirroring cpu/reduce.c: floats (bf16 / f16 read through float) accumulate in double,
 // integers in int64 (sums wrap like the dtype), NaN wins max/min/argmax, and
 // argmax picks the first index of the maximum.
 //
@@ -75,6 +75,15 @@ struct arg_best {
     }
 };
 
+// The storage-only half types: read through float, results rounded from f32 (as the CPU, which reduces a
+// widened f32 copy and rounds its f32 result).
+template <typename T> struct is_half_t : std::integral_constant<bool, std::is_same<T, __half>::value ||
+                                                                         std::is_same<T, __nv_bfloat16>::value> {};
+template <typename T> __device__ __forceinline__ T store_as(double r) {
+    if constexpr (is_half_t<T>::value) return weft_cu_from_f64<T>((double)(float)r);
+    else return (T)r;
+}
+
 // Output o of a float reduction by group g. sh: the block's shared scratch.
 template <typename T, typename G>
 __device__ void reduce_float_one(const G &g, const plan &p, const T *x, void *out, int64_t o, int kind, int64_t corr,
@@ -88,30 +97,30 @@ __device__ void reduce_float_one(const G &g, const plan &p, const T *x, void *ou
     case WEFT_CU_RED_SUM:
     case WEFT_CU_RED_MEAN: {
         double s = 0;
-        for (int64_t j = r0; j < n; j += rs) s += (double)b[red_off(p, j)];
+        for (int64_t j = r0; j < n; j += rs) s += weft_cu_to_f64(b[red_off(p, j)]);
         s = g.all(s, weft_cu_add(), shd);
         r = kind == WEFT_CU_RED_MEAN ? s / (double)n : s;
         break;
     }
     case WEFT_CU_RED_MAX: {
         double m = -INFINITY;
-        for (int64_t j = r0; j < n; j += rs) m = max_nan()(m, (double)b[red_off(p, j)]);
+        for (int64_t j = r0; j < n; j += rs) m = max_nan()(m, weft_cu_to_f64(b[red_off(p, j)]));
         r = g.all(m, max_nan(), shd);
         break;
     }
     case WEFT_CU_RED_MIN: {
         double m = INFINITY;
-        for (int64_t j = r0; j < n; j += rs) m = min_nan()(m, (double)b[red_off(p, j)]);
+        for (int64_t j = r0; j < n; j += rs) m = min_nan()(m, weft_cu_to_f64(b[red_off(p, j)]));
         r = g.all(m, min_nan(), shd);
         break;
     }
     case WEFT_CU_RED_VAR: { // two passes: mean, then squared deviations
         double s = 0, ss = 0;
-        for (int64_t j = r0; j < n; j += rs) s += (double)b[red_off(p, j)];
+        for (int64_t j = r0; j < n; j += rs) s += weft_cu_to_f64(b[red_off(p, j)]);
         s = g.all(s, weft_cu_add(), shd);
         const double mu = s / (double)n;
         for (int64_t j = r0; j < n; j += rs) {
-            double d = (double)b[red_off(p, j)] - mu;
+            double d = weft_cu_to_f64(b[red_off(p, j)]) - mu;
             ss += d * d;
         }
         ss = g.all(ss, weft_cu_add(), shd);
@@ -121,27 +130,27 @@ __device__ void reduce_float_one(const G &g, const plan &p, const T *x, void *ou
     }
     case WEFT_CU_RED_LOGSUMEXP: {
         double m = -INFINITY;
-        for (int64_t j = r0; j < n; j += rs) m = max_nan()(m, (double)b[red_off(p, j)]);
+        for (int64_t j = r0; j < n; j += rs) m = max_nan()(m, weft_cu_to_f64(b[red_off(p, j)]));
         m = g.all(m, max_nan(), shd);
         if (m != m || isinf(m)) { // NaN, or +-inf (inf - inf would be NaN): the answer is m itself
             r = m;
             break;
         }
         double s = 0;
-        for (int64_t j = r0; j < n; j += rs) s += exp((double)b[red_off(p, j)] - m);
+        for (int64_t j = r0; j < n; j += rs) s += exp(weft_cu_to_f64(b[red_off(p, j)]) - m);
         s = g.all(s, weft_cu_add(), shd);
         r = m + log(s);
         break;
     }
     default: { // argmax
         arg<double> a = {-INFINITY, INT64_MAX};
-        for (int64_t j = r0; j < n; j += rs) a = arg_best()(a, arg<double>{(double)b[red_off(p, j)], j});
+        for (int64_t j = r0; j < n; j += rs) a = arg_best()(a, arg<double>{weft_cu_to_f64(b[red_off(p, j)]), j});
         a = g.all(a, arg_best(), (arg<double> *)sh);
         if (r0 == 0) ((int64_t *)out)[o] = a.k;
         return;
     }
     }
-    if (r0 == 0) ((T *)out)[o] = (T)r;
+    if (r0 == 0) ((T *)out)[o] = store_as<T>(r);
 }
 
 // Output o of an integer reduction (sum, max, min, argmax) by group g.
@@ -192,7 +201,8 @@ __global__ void __launch_bounds__(RED_THREADS)
     __shared__ __align__(16) unsigned char sh[32 * sizeof(arg<double>)];
     G g;
     for (int64_t o = g.first(); o < p.n_out; o += g.stride()) {
-        if constexpr (std::is_floating_point<T>::value) reduce_float_one<T>(g, p, x, out, o, kind, corr, sh);
+        if constexpr (std::is_floating_point<T>::value || is_half_t<T>::value)
+            reduce_float_one<T>(g, p, x, out, o, kind, corr, sh);
         else reduce_int_one<T>(g, p, x, out, o, kind, sh);
     }
 }
@@ -223,6 +233,8 @@ extern "C" cudaError_t weft_cu_reduce(const weft_cu_reduce_plan *p, const void *
     switch (dtype) {
     case WEFT_CU_F32: return launch<float>(*p, x, out, kind, corr, s);
     case WEFT_CU_F64: return launch<double>(*p, x, out, kind, corr, s);
+    case WEFT_CU_BF16: return launch<__nv_bfloat16>(*p, x, out, kind, corr, s);
+    case WEFT_CU_F16: return launch<__half>(*p, x, out, kind, corr, s);
     case WEFT_CU_I32: return int_ok ? launch<int32_t>(*p, x, out, kind, corr, s) : cudaErrorInvalidValue;
     case WEFT_CU_I64: return int_ok ? launch<int64_t>(*p, x, out, kind, corr, s) : cudaErrorInvalidValue;
     default: return cudaErrorInvalidValue;
