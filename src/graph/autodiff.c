@@ -142,7 +142,8 @@ static weft_status accumulate_value(ad_ctx *c, int32_t v, int32_t gv) {
     return accumulate(c, v, t);
 }
 
-static bool is_float(uint8_t dt) { return dt == WEFT_F32 || dt == WEFT_F64; }
+// Differentiable dtypes: f32, f64, and bf16 / f16 (the values an autocast region makes).
+static bool is_float(uint8_t dt) { return weft_dtype_is_float((weft_dtype)dt); }
 
 static weft_status grad_impl(weft_graph *g, const char *fn, int n_y, const int32_t *ys, const int32_t *seeds,
                              int n_wrt, const int32_t *wrt, int32_t *grads);

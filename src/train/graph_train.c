@@ -288,9 +288,12 @@ static weft_status build_step(weft_run *r, struct weft_graph_train *gt, weft_ten
         if (vp[i].id < 0 && !st) st = weft_last_status();
     }
     if (!st && (s->x.id < 0 || s->y.id < 0)) st = weft_last_status();
-    if (!st) {
+    if (!st) { // under [net] precision's autocast, as the eager step: the casts are traced ops
+        weft_dtype prev_ac = weft_autocast_get();
+        weft_autocast_set(weft_run_autocast(r));
         logits = weft_module_forward(r->net, x);
         loss = logits ? weft_model_loss(r->cfg, logits, y) : NULL;
+        weft_autocast_set(prev_ac);
         if (!loss) st = weft_last_status();
     }
     if (!st) s->loss = weft_graph_trace_output(g, loss);

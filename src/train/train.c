@@ -95,7 +95,8 @@ static weft_status run_precision(weft_run *r) {
     const weft_net_cfg *n = &r->cfg->net;
     if (n->precision == WEFT_CFG_F32) return WEFT_OK;
     const char *p = n->precision == WEFT_CFG_BF16 ? "bf16" : "f16";
-    if (r->opts.graph) return weft_error(WEFT_ERR_UNSUPPORTED, "train: precision = %s runs eager steps only (not --graph)", p);
+    if (r->opts.graph && n->precision == WEFT_CFG_F16)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "train: precision = %s (loss scaling) runs eager steps only (not --graph)", p);
     if (n->precision == WEFT_CFG_F16 && (r->dist || n->clip > 0))
         return weft_error(WEFT_ERR_UNSUPPORTED,
                           "train: precision = f16 (loss scaling) works without clip and in single-process runs only");
@@ -172,8 +173,7 @@ void weft_run_free(weft_run *r) {
 }
 
 // ---- evaluation ----
-// The forward pass's autocast dtype for [net] precision (f32: off).
-static weft_dtype autocast_of(const weft_run *r) {
+weft_dtype weft_run_autocast(const weft_run *r) {
     switch (r->cfg->net.precision) {
     case WEFT_CFG_BF16: return WEFT_BF16;
     case WEFT_CFG_F16: return WEFT_F16;
@@ -215,7 +215,7 @@ weft_status weft_run_evaluate(weft_run *r, double *loss, double *acc) {
     weft_module_set_training(r->net, false);
     bool prev = weft_grad_set_enabled(false);
     weft_dtype prev_ac = weft_autocast_get();
-    weft_autocast_set(autocast_of(r)); // evaluate the model as it trains
+    weft_autocast_set(weft_run_autocast(r)); // evaluate the model as it trains
     weft_status st = WEFT_OK;
     double sum_loss = 0, correct = 0, count = 0, mean, right;
     if (n->dataset == WEFT_CFG_FMNIST) {
@@ -268,7 +268,7 @@ static weft_status train_step(weft_run *r, weft_tensor *x, weft_tensor *y, doubl
         return weft_last_status();
     }
     weft_dtype prev_ac = weft_autocast_get();
-    weft_autocast_set(autocast_of(r));
+    weft_autocast_set(weft_run_autocast(r));
     double l = 0;
     weft_status st;
     if (r->mp) { // the pipeline's micro-batches, tensor-parallel shards (mp_train.c)

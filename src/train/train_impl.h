@@ -45,6 +45,7 @@ weft_module *weft_model_build_with(const weft_model_cfg *cfg, weft_layer_builder
 weft_status weft_run_load_data(weft_run *r);
 weft_status weft_run_build(weft_run *r, bool with_optim);
 weft_optim_opts weft_run_optim_opts(const weft_net_cfg *n); // the model file's optimiser
+weft_dtype weft_run_autocast(const weft_run *r);            // the forward pass's autocast dtype ([net] precision)
 void weft_run_free(weft_run *r);
 weft_status weft_run_evaluate(weft_run *r, double *loss, double *acc);
 // Checkpoints (checkpoint.c): model parameters and buffers ("model.*"),
