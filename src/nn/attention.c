@@ -159,7 +159,8 @@ static weft_status qkv_project(weft_module *lin, weft_tensor *x_in, int64_t C, w
     for (int p = 0; p < 3; p++) out[p] = NULL;
     // under autocast x is cast down once, not by each of the three products
     weft_dtype ac = weft_autocast_get();
-    weft_tensor *x = ac != WEFT_F32 && weft_tensor_dtype(x_in) == WEFT_F32 ? weft_cast(x_in, ac) : weft_tensor_ref(x_in);
+    bool down = ac != WEFT_F32 && weft_tensor_dtype(x_in) == WEFT_F32;
+    weft_tensor *x = down ? weft_cast(x_in, ac) : weft_tensor_ref(x_in);
     if (!x) return weft_last_status();
     for (int p = 0; p < 3; p++) {
         weft_tensor *wp = weft_narrow(w, 0, p * C, C), *bp = b ? weft_narrow(b, 0, p * C, C) : NULL;

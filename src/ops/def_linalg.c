@@ -191,7 +191,8 @@ weft_tensor *weft_matmul(weft_tensor *a, weft_tensor *b) {
 // kept for the backward (exact, erf GELU). Kernels: cpu/matmul.c, cuda/linalg.c.
 static weft_status infer_linear(const weft_op_args *a, weft_out_meta *o) {
     const char *nm = a->op->name;
-    if (a->n_in != 2 && a->n_in != 3) return weft_error(WEFT_ERR_ARG, "%s: takes x, weight and an optional bias (got %d inputs)", nm, a->n_in);
+    if (a->n_in != 2 && a->n_in != 3)
+        return weft_error(WEFT_ERR_ARG, "%s: takes x, weight and an optional bias (got %d inputs)", nm, a->n_in);
     weft_status st = weft_check_same_dtype(nm, a->n_in, a->in);
     if (st) return st;
     if ((st = weft_check_dtype(nm, a->in[0], WEFT_DT_FLOAT | WEFT_DT_HALF, "x"))) return st;

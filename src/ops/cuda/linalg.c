@@ -212,6 +212,13 @@ static void lt_plan_release(lt_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
+// A matrix that op turns into rows x cols, as stored (column-major, leading dimension ld).
+static bool layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, cublasOperation_t op, int64_t rows, int64_t cols,
+                   int64_t ld) {
+    bool n = op == CUBLAS_OP_N;
+    return cublasLtMatrixLayoutCreate(l, t, (uint64_t)(n ? rows : cols), (uint64_t)(n ? cols : rows), ld) == 0;
+}
+
 static bool set_align(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t at, int bytes) {
     uint32_t v = (uint32_t)bytes;
     return cublasLtMatmulPreferenceSetAttribute(pref, at, &v, sizeof v) == 0;
@@ -229,6 +236,7 @@ static lt_plan *lt_plan_get(cublasLtHandle_t lt, const lt_key *k, const gemm_typ
     p->used = true;
     cublasOperation_t ta = (cublasOperation_t)k->opa, tb = (cublasOperation_t)k->opb;
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    int32_t bias_t = (int32_t)g->data; // the bias in the matrices' dtype
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
@@ -237,11 +245,8 @@ static lt_plan *lt_plan_get(cublasLtHandle_t lt, const lt_key *k, const gemm_typ
               cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == 0 &&
               cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == 0 &&
               cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) == 0 &&
-              cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &g->data, sizeof g->data) == 0 &&
-              cublasLtMatrixLayoutCreate(&p->a, g->data, ta == CUBLAS_OP_N ? k->m : k->k, ta == CUBLAS_OP_N ? k->k : k->m,
-                                         k->lda) == 0 &&
-              cublasLtMatrixLayoutCreate(&p->b, g->data, tb == CUBLAS_OP_N ? k->k : k->n, tb == CUBLAS_OP_N ? k->n : k->k,
-                                         k->ldb) == 0 &&
+              cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t) == 0 &&
+              layout(&p->a, g->data, ta, k->m, k->k, k->lda) && layout(&p->b, g->data, tb, k->k, k->n, k->ldb) &&
               cublasLtMatrixLayoutCreate(&p->c, g->data, k->m, k->n, k->m) == 0 &&
               cublasLtMatmulPreferenceCreate(&pref) == 0 &&
               cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) == 0 &&
@@ -281,14 +286,14 @@ static int lt_linear(const weft_op_args *args, weft_tensor *h, weft_status *st) 
     }
     if (!stacked || M > INT_MAX || N > INT_MAX || K > INT_MAX || ldx > INT_MAX || align_of(weft_tensor_ptr(bias)) < 16)
         return 1;
+    gemm_types g;
+    if (!types_of((weft_dtype)h->dtype, &g)) return 1;
     mat_view vw;
     weft_tensor *wo = blas_operand((weft_tensor *)w, true, &vw); // W^T (K, N) as BLAS reads it
     if (!wo) {
         *st = weft_last_status();
         return 0;
     }
-    gemm_types g;
-    types_of((weft_dtype)h->dtype, &g);
     cublasLtHandle_t lt;
     *st = weft_cu_lt_handle(h, "linear", &lt);
     lt_key key = {.dtype = h->dtype, .opa = (int)vw.op, .opb = (int)CUBLAS_OP_N, .dev = h->device.index,
