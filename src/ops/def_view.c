@@ -6,10 +6,9 @@
 #include "cpu/iter.h"
 #include "op.h"
 
-// Strides for viewing (sizes, strides) as new sizes without copying, or false
-// when the memory layout does not allow it (PyTorch's computeStride rule: each
-// run of new dims must map onto a run of old dims that is contiguous in itself).
-static bool view_strides(int ond, const int64_t *osz, const int64_t *ost, int nnd, const int64_t *nsz, int64_t *nst) {
+// (op.h) PyTorch's computeStride rule: each run of new dims must map onto a run
+// of old dims that is contiguous in itself.
+bool weft_view_strides(int ond, const int64_t *osz, const int64_t *ost, int nnd, const int64_t *nsz, int64_t *nst) {
     int64_t numel = weft_shape_numel(ond, osz);
     if (numel == 0 || ond == 0) return weft_contiguous_strides(nnd, nsz, nst);
     int view_d = nnd - 1;
@@ -75,7 +74,7 @@ static weft_status infer_view(const weft_op_args *a, weft_out_meta *o) {
     weft_status st = resolve_shape("view", t, a->attrs->i[0], &a->attrs->i[1], o->sizes);
     if (st) return st;
     int nnd = (int)a->attrs->i[0]; // in range: resolve_shape checked it
-    if (!view_strides(t->ndim, t->sizes, t->strides, nnd, o->sizes, o->strides)) {
+    if (!weft_view_strides(t->ndim, t->sizes, t->strides, nnd, o->sizes, o->strides)) {
         char s[96], b[96];
         return weft_error(WEFT_ERR_SHAPE, "view: a tensor of shape %s with these strides cannot be viewed as %s "
                                           "without a copy (use reshape)",
@@ -273,7 +272,7 @@ weft_tensor *weft_reshape(weft_tensor *t, int ndim, const int64_t *sizes) {
     if (ndim > 0 && !sizes) return weft_error_null(WEFT_ERR_ARG, "reshape: NULL sizes");
     int64_t res[WEFT_MAX_DIMS], st[WEFT_MAX_DIMS];
     if (resolve_shape("reshape", t, ndim, sizes, res)) return NULL;
-    if (view_strides(t->ndim, t->sizes, t->strides, ndim, res, st)) return view_op(t, ndim, res);
+    if (weft_view_strides(t->ndim, t->sizes, t->strides, ndim, res, st)) return view_op(t, ndim, res);
     weft_tensor *c = weft_tensor_contiguous(t); // the only copy: layout cannot be viewed
     weft_tensor *r = c ? view_op(c, ndim, res) : NULL;
     weft_tensor_free(c);

@@ -132,6 +132,9 @@ weft_status weft_op_apply(const weft_op_def *op, int n_in, weft_tensor *const *i
 // of device parameters (an op flagged WEFT_OPF_INPLACE may get out[j] == in[j]).
 weft_status weft_op_apply_into(const weft_op_def *op, int n_in, weft_tensor *const *in, const weft_attrs *attrs,
                                weft_tensor *const *out);
+// Strides for viewing (sizes, strides) as new sizes without copying, or false
+// when the memory layout does not allow it (reshape's rule, def_view.c).
+bool weft_view_strides(int ond, const int64_t *osz, const int64_t *ost, int nnd, const int64_t *nsz, int64_t *nst);
 // For kernels: t itself (a new reference) when contiguous, else a contiguous
 // copy on t's device (no autograd recording); NULL + error on failure.
 weft_tensor *weft_kernel_contiguous(const weft_tensor *t);

@@ -98,6 +98,17 @@ template <> __device__ __forceinline__ __nv_bfloat16 weft_cu_from_f64<__nv_bfloa
     return __double2bfloat16(v);
 }
 template <> __device__ __forceinline__ bool weft_cu_from_f64<bool>(double v) { return v != 0; }
+// The storage-only half types: which they are, and their values as f32 and back (rounded to nearest even).
+template <typename T> struct weft_cu_is_half { static constexpr bool value = false; };
+template <> struct weft_cu_is_half<__half> { static constexpr bool value = true; };
+template <> struct weft_cu_is_half<__nv_bfloat16> { static constexpr bool value = true; };
+__device__ __forceinline__ float weft_cu_to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float weft_cu_to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T weft_cu_from_f32(float v);
+template <> __device__ __forceinline__ __half weft_cu_from_f32<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 weft_cu_from_f32<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
 
 // Run F<T>(args...) for the tensor's dtype: DISPATCH(dtype, launch_fn, args...).
 // Returns cudaErrorInvalidValue for a dtype the family does not handle.

@@ -116,25 +116,16 @@ template <int OP, typename T> __device__ __forceinline__ typename bin_out<OP, T>
 }
 
 // ---- the storage-only half types: each formula in f32, the result rounded once (as the CPU's widened loops) ----
-template <typename T> struct is_half_t { static constexpr bool value = false; };
-template <> struct is_half_t<__nv_bfloat16> { static constexpr bool value = true; };
-template <> struct is_half_t<__half> { static constexpr bool value = true; };
-__device__ __forceinline__ float h2f(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float h2f(__half v) { return __half2float(v); }
-template <typename T> __device__ __forceinline__ T f2h(float v);
-template <> __device__ __forceinline__ __nv_bfloat16 f2h<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ __forceinline__ __half f2h<__half>(float v) { return __float2half_rn(v); }
-
 template <int OP, typename T> __device__ __forceinline__ T ew_unary(T v, double sc) {
-    if constexpr (is_half_t<T>::value) return f2h<T>(unary_op<OP, float>(h2f(v), sc));
+    if constexpr (weft_cu_is_half<T>::value) return weft_cu_from_f32<T>(unary_op<OP, float>(weft_cu_to_f32(v), sc));
     else return unary_op<OP, T>(v, sc);
 }
 // (bin_out<OP, T> gives bf16 / f16 for the arithmetic variants and bool for comparisons, as for f32)
 template <int OP, typename T> __device__ __forceinline__ typename bin_out<OP, T>::type ew_binary(T a, T b) {
-    if constexpr (is_half_t<T>::value) {
-        auto r = binary_op<OP, float>(h2f(a), h2f(b));
+    if constexpr (weft_cu_is_half<T>::value) {
+        auto r = binary_op<OP, float>(weft_cu_to_f32(a), weft_cu_to_f32(b));
         if constexpr (sizeof(r) == 1) return r; // a comparison's bool
-        else return f2h<T>(r);
+        else return weft_cu_from_f32<T>(r);
     } else {
         return binary_op<OP, T>(a, b);
     }

@@ -271,20 +271,13 @@ static int lt_linear(const weft_op_args *args, weft_tensor *h, weft_status *st) 
     if ((env && *env == '0') || !bias || h->dtype == WEFT_F64 || bias->strides[0] != 1) return 1;
     int64_t K = x->sizes[x->ndim - 1], N = w->sizes[0], M = h->numel / N;
     if (K == 0) return 1; // an empty sum: cu_matmul's zeros, then the bias
-    // x's rows must stack: (rows, K) row-major with one row stride ldx
-    int64_t ldx = K, expect;
-    for (int d = x->ndim - 2; d >= 0; d--)
-        if (x->sizes[d] != 1) {
-            ldx = x->strides[d];
-            break;
-        }
-    bool stacked = (K == 1 || x->strides[x->ndim - 1] == 1) && ldx >= K;
-    expect = ldx;
-    for (int d = x->ndim - 2; stacked && d >= 0; d--) {
-        if (x->sizes[d] != 1 && x->strides[d] != expect) stacked = false;
-        expect *= x->sizes[d];
-    }
-    if (!stacked || M > INT_MAX || N > INT_MAX || K > INT_MAX || ldx > INT_MAX || align_of(weft_tensor_ptr(bias)) < 16)
+    // x's rows must stack: x viewed as (rows, K), row-major with row stride ldx
+    int64_t rs[2] = {K, 1};
+    bool stacked = weft_view_strides(x->ndim, x->sizes, x->strides, 2, (const int64_t[]){M, K}, rs) &&
+                   (K == 1 || rs[1] == 1);
+    int64_t ldx = M == 1 ? K : rs[0]; // a single row takes any stride
+    if (!stacked || ldx < K || M > INT_MAX || N > INT_MAX || K > INT_MAX || ldx > INT_MAX ||
+        align_of(weft_tensor_ptr(bias)) < 16)
         return 1;
     gemm_types g;
     if (!types_of((weft_dtype)h->dtype, &g)) return 1;

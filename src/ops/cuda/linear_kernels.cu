@@ -8,23 +8,25 @@ namespace {
 template <typename T> struct math_of { using type = float; };
 template <> struct math_of<double> { using type = double; };
 
-template <typename C, typename T> __device__ __forceinline__ C to_math(T v) { return (C)v; }
-template <> __device__ __forceinline__ float to_math<float, __nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <> __device__ __forceinline__ float to_math<float, __half>(__half v) { return __half2float(v); }
-template <typename T, typename C> __device__ __forceinline__ T from_math(C v) { return (T)v; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_math<__nv_bfloat16, float>(float v) { return __float2bfloat16_rn(v); }
-template <> __device__ __forceinline__ __half from_math<__half, float>(float v) { return __float2half_rn(v); }
+template <typename T> __device__ __forceinline__ typename math_of<T>::type load(T v) {
+    if constexpr (weft_cu_is_half<T>::value) return weft_cu_to_f32(v);
+    else return v;
+}
+template <typename T, typename C> __device__ __forceinline__ T store(C v) {
+    if constexpr (weft_cu_is_half<T>::value) return weft_cu_from_f32<T>(v);
+    else return (T)v;
+}
 
 template <typename T>
 __global__ void __launch_bounds__(WEFT_CU_THREADS) bias_act(T *h, T *y, const T *b, int64_t total, int64_t n) {
     using C = typename math_of<T>::type;
     WEFT_CU_GRID_LOOP(i, total) {
-        C v = to_math<C>(h[i]);
+        C v = load(h[i]);
         if (b) {
-            v += to_math<C>(b[i % n]);
-            h[i] = from_math<T>(v);
+            v += load(b[i % n]);
+            h[i] = store<T>(v);
         }
-        if (y) y[i] = from_math<T>(weft_ew::gelu<C>(v));
+        if (y) y[i] = store<T>(weft_ew::gelu<C>(v));
     }
 }
 

@@ -75,12 +75,10 @@ struct arg_best {
     }
 };
 
-// The storage-only half types: read through float, results rounded from f32 (as the CPU, which reduces a
-// widened f32 copy and rounds its f32 result).
-template <typename T> struct is_half_t : std::integral_constant<bool, std::is_same<T, __half>::value ||
-                                                                         std::is_same<T, __nv_bfloat16>::value> {};
+// A result in T: the half types rounded from f32 (as the CPU, which reduces a widened f32 copy and rounds
+// its f32 result).
 template <typename T> __device__ __forceinline__ T store_as(double r) {
-    if constexpr (is_half_t<T>::value) return weft_cu_from_f64<T>((double)(float)r);
+    if constexpr (weft_cu_is_half<T>::value) return weft_cu_from_f32<T>((float)r);
     else return (T)r;
 }
 
@@ -201,7 +199,7 @@ __global__ void __launch_bounds__(RED_THREADS)
     __shared__ __align__(16) unsigned char sh[32 * sizeof(arg<double>)];
     G g;
     for (int64_t o = g.first(); o < p.n_out; o += g.stride()) {
-        if constexpr (std::is_floating_point<T>::value || is_half_t<T>::value)
+        if constexpr (std::is_floating_point<T>::value || weft_cu_is_half<T>::value)
             reduce_float_one<T>(g, p, x, out, o, kind, corr, sh);
         else reduce_int_one<T>(g, p, x, out, o, kind, sh);
     }
