@@ -16,7 +16,7 @@
 // 1. probe (the first run): every node runs plainly, and each node that
 //    queues device work is also recorded alone and the recording dropped.
 //    A node whose recording fails (a kernel that waits for the device or
-//    reads a value back to the host, e.g. an index bounds check) runs
+//    reads a value back to the host, or copies to or from host memory) runs
 //    plainly from then on. Some nodes run plainly by rule: control flow and
 //    queues (the host decides and allocates), random ops (a new seed each
 //    run), nodes reading what those make anew each run, and outputs outside

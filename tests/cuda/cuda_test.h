@@ -51,7 +51,9 @@ static inline void wt_cuda_compare(const char *what, wt_cuda_fn f, void *ctx, in
     weft_tensor *ho = f(hc, ctx), *dout = f(dc, ctx);
     snprintf(buf, sizeof buf, "%s: forward", what);
     if (!ho) {
-        CHECK(dout == NULL); // an error on the CPU is an error on CUDA too
+        // an error on the CPU is an error on CUDA too: at the op, or (a bad index
+        // or target, found by a kernel) at the next wait for the device
+        CHECK(dout == NULL || weft_device_synchronize(WT_CUDA0) != WEFT_OK);
     } else {
         CHECK(dout != NULL);
         if (dout) {

@@ -31,8 +31,10 @@ typedef struct dev_state {
     bool ready;
     cudaStream_t stream; // weft's default stream on this device
     weft_block_alloc *alloc;
-    pthread_mutex_t mu; // staging buffers
+    pthread_mutex_t mu; // staging buffers, the report record's reads
     staging stage[N_STAGING];
+    weft_cuda_report *report; // device memory: the kernels' report of bad input (cuda_report.h)
+    unsigned int *seen;       // pinned: a copy of report->ready, brought over with each wait
 } dev_state;
 
 static int g_count;
@@ -133,6 +135,16 @@ static dev_state *dev_get(int index) {
                                 .name = names[index]};
         d->alloc = weft_block_alloc_create(&b);
         pthread_mutex_init(&d->mu, NULL);
+        // the report record, cleared (a device without one still works: its kernels report nothing)
+        if (cudaMalloc((void **)&d->report, sizeof *d->report) != cudaSuccess ||
+            cudaMemset(d->report, 0, sizeof *d->report) != cudaSuccess ||
+            cudaHostAlloc((void **)&d->seen, sizeof *d->seen, cudaHostAllocDefault) != cudaSuccess) {
+            cudaGetLastError();
+            if (d->report) cudaFree(d->report);
+            d->report = NULL, d->seen = NULL;
+        } else {
+            *d->seen = 0;
+        }
         if (!d->alloc) {
             cudaStreamDestroy(d->stream);
             pthread_mutex_unlock(&g_init_mu);
@@ -162,6 +174,60 @@ void weft_cuda_forget_stream(int index, cudaStream_t s) {
 }
 
 // ---- weft_device_impl ----
+// ---- the kernels' reports of bad input (cuda_report.h) ----
+weft_cuda_report *weft_cuda_report_slot(int index) {
+    dev_state *d = dev_get(index);
+    return d ? d->report : NULL;
+}
+
+// Before a wait for stream s: queue a copy of the record's ready word behind
+// s's work, so the wait also brings it over (no second wait).
+static void report_peek(dev_state *d, cudaStream_t s) {
+    if (d->seen && cudaMemcpyAsync(d->seen, &d->report->ready, sizeof *d->seen, cudaMemcpyDeviceToHost, s) != cudaSuccess)
+        cudaGetLastError();
+}
+
+// The record as an error (and cleared), or WEFT_OK when there is none.
+static weft_status report_fetch(int index, dev_state *d) {
+    weft_cuda_report r = {0};
+    cudaStream_t s = weft_cuda_stream(index);
+    pthread_mutex_lock(&d->mu);
+    cudaError_t e = cudaMemcpyAsync(&r, d->report, sizeof r, cudaMemcpyDeviceToHost, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    if (e == cudaSuccess && r.ready) e = cudaMemsetAsync(d->report, 0, sizeof *d->report, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    __atomic_store_n(d->seen, 0u, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&d->mu);
+    if (e != cudaSuccess) return weft_cuda_check(e, "reading the device's report");
+    if (!r.ready) return WEFT_OK; // another thread took it
+    const char *op = r.what ? (const char *)(uintptr_t)r.what : "a kernel";
+    if (r.kind == WEFT_CUDA_REPORT_INDEX)
+        return weft_error(WEFT_ERR_ARG,
+                          "%s: index %lld is out of range for a dim of size %lld (element %lld of the index; found on "
+                          "cuda:%d, reported at the next wait for the device)",
+                          op, r.value, r.limit, r.pos, index);
+    if (r.kind == WEFT_CUDA_REPORT_TARGET)
+        return weft_error(WEFT_ERR_ARG,
+                          "%s: target %lld of row %lld is out of range [0, %lld) (found on cuda:%d, reported at the "
+                          "next wait for the device)",
+                          op, r.value, r.pos, r.limit, index);
+    return weft_error(WEFT_ERR_ARG, "%s: bad input found on cuda:%d (report kind %lld)", op, index, r.kind);
+}
+
+// After a wait that returned st: the report the wait brought over, if any.
+static weft_status report_take(int index, dev_state *d, weft_status st) {
+    if (st != WEFT_OK || !d->seen || !__atomic_load_n(d->seen, __ATOMIC_ACQUIRE)) return st;
+    return report_fetch(index, d);
+}
+
+weft_status weft_cuda_report_poll(int index) {
+    dev_state *d = dev_get(index);
+    if (!d || !d->seen) return WEFT_OK;
+    cudaStream_t s = weft_cuda_stream(index);
+    report_peek(d, s);
+    return report_take(index, d, weft_cuda_check(cudaStreamSynchronize(s), "cuda synchronize"));
+}
+
 static int cu_count(void) { return g_count; }
 
 static void *cu_alloc(int index, size_t n) {
@@ -247,9 +313,11 @@ static weft_status cu_copy(int index, void *dst, const void *src, size_t n, weft
         return r == WEFT_OK ? weft_cuda_check(cudaStreamSynchronize(s), "copy to cuda") : r;
     }
     case WEFT_COPY_D2H: {
-        // The host wants the bytes now: wait for everything queued before.
+        // The host wants the bytes now: wait for everything queued before (and
+        // bring over whether a kernel reported bad input: then the copy fails with it).
         weft_status r = weft_cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s), "copy from cuda");
-        return r == WEFT_OK ? weft_cuda_check(cudaStreamSynchronize(s), "copy from cuda") : r;
+        if (r == WEFT_OK) report_peek(d, s);
+        return report_take(index, d, r == WEFT_OK ? weft_cuda_check(cudaStreamSynchronize(s), "copy from cuda") : r);
     }
     case WEFT_COPY_D2D:
         return weft_cuda_check(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s), "copy on cuda");
@@ -264,10 +332,11 @@ static weft_status cu_memset(int index, void *p, int v, size_t n) {
 }
 
 static weft_status cu_sync(int index) {
-    if (!dev_get(index)) return weft_error(WEFT_ERR_DEVICE, "cuda:%d: device not usable", index);
+    dev_state *d = dev_get(index);
+    if (!d) return weft_error(WEFT_ERR_DEVICE, "cuda:%d: device not usable", index);
     if (capture_refuses(index, "waiting for the device") != WEFT_OK) return weft_last_status();
-    cudaSetDevice(index);
-    return weft_cuda_check(cudaDeviceSynchronize(), "cuda synchronize");
+    report_peek(d, weft_cuda_stream(index));
+    return report_take(index, d, weft_cuda_check(cudaDeviceSynchronize(), "cuda synchronize"));
 }
 
 // Stream and event handles remember their device (cudaSetDevice before use).
@@ -300,7 +369,11 @@ static void cu_stream_destroy(void *p) {
     free(h);
 }
 static weft_status cu_stream_sync(void *p) {
-    return weft_cuda_check(cudaStreamSynchronize(((cu_stream *)p)->s), "stream synchronize");
+    cu_stream *h = p;
+    dev_state *d = dev_get(h->index);
+    if (d) report_peek(d, h->s);
+    weft_status st = weft_cuda_check(cudaStreamSynchronize(h->s), "stream synchronize");
+    return d ? report_take(h->index, d, st) : st;
 }
 static bool cu_stream_query(void *p) { return query_done(cudaStreamQuery(((cu_stream *)p)->s)); }
 static weft_status cu_stream_set_current(int index, void *p) {

@@ -9,6 +9,7 @@
 
 #include "../../core/core_impl.h"
 #include "../device_impl.h"
+#include "cuda_report.h"
 
 #define WEFT_CUDA_MAX_DEVICES 16
 
@@ -32,6 +33,14 @@ void weft_cuda_record_stream(int index, void *p, cudaStream_t s);
 // Before destroying stream s (whose work has finished: synchronise it
 // first): the allocator stops waiting for s when memory recorded on it is freed.
 void weft_cuda_forget_stream(int index, cudaStream_t s);
+
+// Device `index`'s report record (cuda_report.h): device memory the kernels
+// write a bad index or target into; NULL when the device is not usable.
+weft_cuda_report *weft_cuda_report_slot(int index);
+// Waits for device `index` and returns the error a kernel reported there (and
+// clears it), or WEFT_OK: what WEFT_CUDA_SYNC=1 runs after every op. Each
+// wait for the device (copies to the host, synchronize) checks it anyway.
+weft_status weft_cuda_report_poll(int index);
 
 // Kernels of every op family register here (src/ops/cuda/register.c).
 void weft_cuda_register_kernels(void);

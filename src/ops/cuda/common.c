@@ -47,12 +47,17 @@ cudaStream_t weft_cu_stream(const weft_tensor *t) { return weft_cuda_stream(t->d
 weft_status weft_cu_done(cudaError_t e, const char *op) {
     if (e == cudaSuccess) e = cudaGetLastError(); // a launch that failed to start
     // WEFT_CUDA_SYNC=1: wait for every op (as CUDA_LAUNCH_BLOCKING), so a kernel's
-    // error names its own op and results can be compared with the asynchronous run.
+    // error, or its report of a bad index or target, names its own op, and
+    // results can be compared with the asynchronous run.
     const char *sync = getenv("WEFT_CUDA_SYNC");
-    if (e == cudaSuccess && sync && *sync == '1') e = cudaDeviceSynchronize();
+    bool wait = e == cudaSuccess && sync && *sync == '1';
+    if (wait) e = cudaDeviceSynchronize();
     if (e == cudaErrorInvalidValue)
         return weft_error(WEFT_ERR_UNSUPPORTED, "%s: the CUDA kernel does not handle these arguments", op);
-    return weft_cuda_check(e, op);
+    weft_status st = weft_cuda_check(e, op);
+    int dev = 0;
+    if (st == WEFT_OK && wait && cudaGetDevice(&dev) == cudaSuccess) st = weft_cuda_report_poll(dev);
+    return st;
 }
 
 // A misspelt op name leaves that op without a CUDA kernel, which

@@ -83,6 +83,17 @@ static inline bool weft_cu_grid_of(int64_t BH, int64_t ntile, unsigned *nb) {
     return true;
 }
 
+// A kernel's report of bad input (device/cuda/cuda_report.h): the first one
+// claims the record; `what` is the op's name as a host pointer (the host
+// prints it). rec NULL: the device has no record, nothing is written.
+__device__ __forceinline__ void weft_cu_report(weft_cuda_report *rec, unsigned long long what, int kind,
+                                               long long value, long long pos, long long limit) {
+    if (!rec || atomicCAS(&rec->claimed, 0u, 1u) != 0u) return;
+    rec->what = what, rec->kind = kind, rec->value = value, rec->pos = pos, rec->limit = limit;
+    __threadfence();
+    atomicExch(&rec->ready, 1u);
+}
+
 #define WEFT_CU_GRID_LOOP(i, n) \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
 

@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "../../device/cuda/cuda_report.h"
+
 #define WEFT_CU_MAX_DIMS 8 // == WEFT_MAX_DIMS (checked in common.c)
 
 typedef struct weft_cu_tensor {

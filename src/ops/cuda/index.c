@@ -2,11 +2,14 @@
 // their backward ops, and concat. Same semantics as cpu/index.c.
 //
 // Index values: the index tensor is read as contiguous int64 (converted on
-// the device when it is int32 or strided) and every value is checked against
-// the indexed dim before any other work: a small kernel leaves the first bad
-// position in device memory and the glue reads those 8 bytes back (one
-// synchronous copy per index op), so a bad index is an error naming the op
-// and the value, as on the CPU, never an out-of-bounds access.
+// the device when it is int32 or strided) and checked against the indexed
+// dim by a small kernel that reports a bad value to the host without making
+// it wait (device/cuda/cuda_report.h): the op returns at once, and the next
+// wait for the device (weft_tensor_item, a copy to the host, a synchronize)
+// fails with an error naming the op, the value and its position, as the CPU's
+// op itself does. The gathers read 0 and the scatters add nothing for a bad
+// value, so it never reaches memory outside the tensors. No host wait means
+// the index ops can be captured in a CUDA graph.
 //
 // Scatters (embedding_backward, index_select_backward, scatter_add) add
 // with atomics: repeated indices accumulate, and float sums may differ from
@@ -18,7 +21,8 @@
 #include "index_kernels.h"
 
 // *vals: ix's values as contiguous int64 on the device (ix itself, or a
-// converted copy left in *tmp), each checked to lie in [0, limit).
+// converted copy left in *tmp), each checked on the device to lie in
+// [0, limit). op: a static string (the report keeps its address).
 static weft_status index_load(const char *op, const weft_tensor *ix, int64_t limit, const int64_t **vals,
                               weft_tensor **tmp) {
     *tmp = NULL;
@@ -32,25 +36,10 @@ static weft_status index_load(const char *op, const weft_tensor *ix, int64_t lim
         st = *tmp ? weft_cuda_copy(*tmp, ix) : weft_last_status();
         if (st == WEFT_OK) *vals = WEFT_PTR(const int64_t, *tmp);
     }
-    weft_tensor *flag = st ? NULL : weft_tensor_new(1, (const int64_t[]){1}, WEFT_I64, ix->device);
-    if (!st && !flag) st = weft_last_status();
-    unsigned long long bad = ~0ull;
-    long long value = 0;
-    if (!st) {
-        cudaStream_t s = weft_cu_stream(ix);
-        cudaError_t e = weft_cu_index_check(*vals, ix->numel, limit, WEFT_PTR(unsigned long long, flag), s);
-        if (e == cudaSuccess) e = cudaMemcpyAsync(&bad, weft_tensor_ptr(flag), sizeof bad, cudaMemcpyDeviceToHost, s);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-        if (e == cudaSuccess && bad < (unsigned long long)ix->numel) {
-            e = cudaMemcpyAsync(&value, *vals + bad, sizeof value, cudaMemcpyDeviceToHost, s);
-            if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-        }
-        st = weft_cu_done(e, op);
-    }
-    weft_tensor_free(flag);
-    if (!st && bad < (unsigned long long)ix->numel)
-        st = weft_error(WEFT_ERR_ARG, "%s: index %lld is out of range for a dim of size %lld (element %lld of the index)",
-                        op, value, (long long)limit, (long long)bad);
+    if (st == WEFT_OK)
+        st = weft_cu_done(weft_cu_index_check(*vals, ix->numel, limit, weft_cuda_report_slot(ix->device.index), op,
+                                              weft_cu_stream(ix)),
+                          op);
     if (st) {
         weft_tensor_free(*tmp);
         *tmp = NULL;
@@ -81,7 +70,7 @@ static weft_status cu_embedding(const weft_op_args *a) {
     weft_cu_tensor src = weft_cu_desc(w); // (n, D) at weight's strides
     src.sizes[0] = ix->numel;
     src.numel = out->numel;
-    st = weft_cu_done(weft_cu_index_take(weft_tensor_ptr(out), src, 0, idx, 0, weft_cu_stream(out)), "embedding");
+    st = weft_cu_done(weft_cu_index_take(weft_tensor_ptr(out), src, 0, w->sizes[0], idx, 0, weft_cu_stream(out)), "embedding");
     return finish(st, tmp);
 }
 
@@ -114,7 +103,7 @@ static weft_status cu_embedding_backward(const weft_op_args *a) {
     src.strides[0] = D;
     src.strides[1] = 1;
     src.numel = dst.numel = gc->numel;
-    st = weft_cu_done(weft_cu_index_add(dst, src, 0, idx, 0, weft_cu_stream(out)), op);
+    st = weft_cu_done(weft_cu_index_add(dst, src, 0, out->sizes[0], idx, 0, weft_cu_stream(out)), op);
     weft_tensor_free(gc);
     return finish(st, tmp);
 }
@@ -131,7 +120,7 @@ static weft_status cu_index_select(const weft_op_args *a) {
     weft_cu_tensor src = weft_cu_desc(t);
     src.sizes[dim] = ix->numel;
     src.numel = out->numel;
-    st = weft_cu_done(weft_cu_index_take(weft_tensor_ptr(out), src, dim, idx, 0, weft_cu_stream(out)),
+    st = weft_cu_done(weft_cu_index_take(weft_tensor_ptr(out), src, dim, t->sizes[dim], idx, 0, weft_cu_stream(out)),
                       "index_select");
     return finish(st, tmp);
 }
@@ -150,7 +139,7 @@ static weft_status cu_index_select_backward(const weft_op_args *a) {
     weft_cu_tensor src = weft_cu_desc(g), dst = weft_cu_desc(out);
     dst.sizes[dim] = g->sizes[dim];
     dst.numel = g->numel;
-    st = weft_cu_done(weft_cu_index_add(dst, src, dim, idx, 0, weft_cu_stream(out)), op);
+    st = weft_cu_done(weft_cu_index_add(dst, src, dim, out->sizes[dim], idx, 0, weft_cu_stream(out)), op);
     return finish(st, tmp);
 }
 
@@ -166,7 +155,7 @@ static weft_status cu_gather(const weft_op_args *a) {
     weft_cu_tensor src = weft_cu_desc(t); // the index's positions at t's strides
     memcpy(src.sizes, ix->sizes, sizeof(int64_t) * (size_t)ix->ndim);
     src.numel = ix->numel;
-    st = weft_cu_done(weft_cu_index_take(weft_tensor_ptr(out), src, dim, idx, 1, weft_cu_stream(out)), "gather");
+    st = weft_cu_done(weft_cu_index_take(weft_tensor_ptr(out), src, dim, t->sizes[dim], idx, 1, weft_cu_stream(out)), "gather");
     return finish(st, tmp);
 }
 
@@ -184,7 +173,7 @@ static weft_status cu_scatter_add(const weft_op_args *a) {
     memcpy(dst.sizes, ix->sizes, sizeof(int64_t) * (size_t)ix->ndim);
     memcpy(src.sizes, ix->sizes, sizeof(int64_t) * (size_t)ix->ndim);
     dst.numel = src.numel = ix->numel;
-    st = weft_cu_done(weft_cu_index_add(dst, src, dim, idx, 1, weft_cu_stream(out)), "scatter_add");
+    st = weft_cu_done(weft_cu_index_add(dst, src, dim, out->sizes[dim], idx, 1, weft_cu_stream(out)), "scatter_add");
     return finish(st, tmp);
 }
 

@@ -1,56 +1,66 @@
 // Index family kernels: one gather (take) and one atomic scatter-add (add)
 // shape the six index ops (cuda/index.c says which is which), plus the
-// range check that lets the glue report a bad index as the CPU does.
+// range check that reports a bad index to the host without making it wait
+// (device/cuda/cuda_report.h).
 //
 // Positions walk the logical (row-major) order of a descriptor's sizes; the
 // coordinate along `dim` is replaced by an index value on the way, so any
-// strides work without a copy.
+// strides work without a copy. An index outside [0, limit) (reported by the
+// check) reads a zero / adds nothing: never memory outside the tensors.
 #include "cu_common.cuh"
 #include "index_kernels.h"
 
-__global__ void check_range(const int64_t *idx, int64_t n, int64_t limit, unsigned long long *bad) {
+__global__ void check_range(const int64_t *idx, int64_t n, int64_t limit, weft_cuda_report *rep,
+                            unsigned long long what) {
     WEFT_CU_GRID_LOOP(i, n) {
-        if ((uint64_t)idx[i] >= (uint64_t)limit) atomicMin(bad, (unsigned long long)i);
+        if ((uint64_t)idx[i] >= (uint64_t)limit) weft_cu_report(rep, what, WEFT_CUDA_REPORT_INDEX, idx[i], i, limit);
     }
 }
 
-extern "C" cudaError_t weft_cu_index_check(const int64_t *idx, int64_t n, int64_t limit, unsigned long long *bad,
-                                           cudaStream_t s) {
-    cudaError_t e = cudaMemsetAsync(bad, 0xff, sizeof *bad, s);
-    if (e != cudaSuccess || n == 0) return e;
-    check_range<<<weft_cu_blocks(n), WEFT_CU_THREADS, 0, s>>>(idx, n, limit, bad);
+extern "C" cudaError_t weft_cu_index_check(const int64_t *idx, int64_t n, int64_t limit, weft_cuda_report *rep,
+                                           const char *what, cudaStream_t s) {
+    if (n == 0) return cudaSuccess;
+    check_range<<<weft_cu_blocks(n), WEFT_CU_THREADS, 0, s>>>(idx, n, limit, rep, (unsigned long long)(uintptr_t)what);
     return cudaGetLastError();
 }
 
 // Element offset in t of logical position i of t.sizes, with the coordinate
-// along dim replaced by idx[i] (per_elem) or idx[that coordinate].
-__device__ __forceinline__ int64_t offset_at(const weft_cu_tensor &t, int64_t i, int dim, const int64_t *idx,
-                                             int per_elem) {
+// along dim replaced by idx[i] (per_elem) or idx[that coordinate]; false when
+// that index value is outside [0, limit).
+__device__ __forceinline__ bool offset_at(const weft_cu_tensor &t, int64_t i, int dim, int64_t limit,
+                                          const int64_t *idx, int per_elem, int64_t *off_out) {
     int64_t off = 0, r = i;
     for (int d = t.ndim - 1; d >= 0; d--) {
         int64_t s = t.sizes[d], c = r % s;
         r /= s;
-        if (d == dim) c = per_elem ? idx[i] : idx[c];
+        if (d == dim) {
+            c = per_elem ? idx[i] : idx[c];
+            if ((uint64_t)c >= (uint64_t)limit) return false;
+        }
         off += c * t.strides[d];
     }
-    return off;
+    *off_out = off;
+    return true;
 }
 
 template <typename W>
-__global__ void take(W *out, weft_cu_tensor src, int dim, const int64_t *idx, int per_elem) {
+__global__ void take(W *out, weft_cu_tensor src, int dim, int64_t limit, const int64_t *idx, int per_elem) {
     const W *s = (const W *)src.data;
-    WEFT_CU_GRID_LOOP(i, src.numel) { out[i] = s[offset_at(src, i, dim, idx, per_elem)]; }
+    WEFT_CU_GRID_LOOP(i, src.numel) {
+        int64_t off;
+        out[i] = offset_at(src, i, dim, limit, idx, per_elem, &off) ? s[off] : W(0);
+    }
 }
 
-extern "C" cudaError_t weft_cu_index_take(void *out, weft_cu_tensor src, int dim, const int64_t *idx, int per_elem,
-                                          cudaStream_t s) {
+extern "C" cudaError_t weft_cu_index_take(void *out, weft_cu_tensor src, int dim, int64_t limit, const int64_t *idx,
+                                          int per_elem, cudaStream_t s) {
     if (src.numel == 0) return cudaSuccess;
     unsigned nb = weft_cu_blocks(src.numel);
     switch (src.dtype) { // moves bits: every dtype by its size
-    case WEFT_CU_F64: case WEFT_CU_I64: take<uint64_t><<<nb, WEFT_CU_THREADS, 0, s>>>((uint64_t *)out, src, dim, idx, per_elem); break;
-    case WEFT_CU_F32: case WEFT_CU_I32: take<uint32_t><<<nb, WEFT_CU_THREADS, 0, s>>>((uint32_t *)out, src, dim, idx, per_elem); break;
-    case WEFT_CU_F16: case WEFT_CU_BF16: take<uint16_t><<<nb, WEFT_CU_THREADS, 0, s>>>((uint16_t *)out, src, dim, idx, per_elem); break;
-    default: take<uint8_t><<<nb, WEFT_CU_THREADS, 0, s>>>((uint8_t *)out, src, dim, idx, per_elem); break;
+    case WEFT_CU_F64: case WEFT_CU_I64: take<uint64_t><<<nb, WEFT_CU_THREADS, 0, s>>>((uint64_t *)out, src, dim, limit, idx, per_elem); break;
+    case WEFT_CU_F32: case WEFT_CU_I32: take<uint32_t><<<nb, WEFT_CU_THREADS, 0, s>>>((uint32_t *)out, src, dim, limit, idx, per_elem); break;
+    case WEFT_CU_F16: case WEFT_CU_BF16: take<uint16_t><<<nb, WEFT_CU_THREADS, 0, s>>>((uint16_t *)out, src, dim, limit, idx, per_elem); break;
+    default: take<uint8_t><<<nb, WEFT_CU_THREADS, 0, s>>>((uint8_t *)out, src, dim, limit, idx, per_elem); break;
     }
     return cudaGetLastError();
 }
@@ -66,30 +76,36 @@ __device__ __forceinline__ void atomic_add(int64_t *p, int64_t v) {
 // Walks src's positions; dst has the same sizes (its own strides), the
 // coordinate along dim replaced by the index value.
 template <typename T>
-__global__ void add_at(weft_cu_tensor dst, weft_cu_tensor src, int dim, const int64_t *idx, int per_elem) {
+__global__ void add_at(weft_cu_tensor dst, weft_cu_tensor src, int dim, int64_t limit, const int64_t *idx,
+                       int per_elem) {
     T *d = (T *)dst.data;
     const T *s = (const T *)src.data;
     WEFT_CU_GRID_LOOP(i, src.numel) {
         int64_t doff = 0, soff = 0, r = i;
+        bool ok = true;
         for (int k = src.ndim - 1; k >= 0; k--) {
             int64_t sz = src.sizes[k], c = r % sz;
             r /= sz;
             soff += c * src.strides[k];
-            doff += (k == dim ? (per_elem ? idx[i] : idx[c]) : c) * dst.strides[k];
+            if (k == dim) {
+                c = per_elem ? idx[i] : idx[c];
+                ok = (uint64_t)c < (uint64_t)limit;
+            }
+            doff += c * dst.strides[k];
         }
-        atomic_add(d + doff, s[soff]);
+        if (ok) atomic_add(d + doff, s[soff]);
     }
 }
 
 template <typename T>
-static cudaError_t launch_add(weft_cu_tensor dst, weft_cu_tensor src, int dim, const int64_t *idx, int per_elem,
-                              cudaStream_t s) {
-    add_at<T><<<weft_cu_blocks(src.numel), WEFT_CU_THREADS, 0, s>>>(dst, src, dim, idx, per_elem);
+static cudaError_t launch_add(weft_cu_tensor dst, weft_cu_tensor src, int dim, int64_t limit, const int64_t *idx,
+                              int per_elem, cudaStream_t s) {
+    add_at<T><<<weft_cu_blocks(src.numel), WEFT_CU_THREADS, 0, s>>>(dst, src, dim, limit, idx, per_elem);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t weft_cu_index_add(weft_cu_tensor dst, weft_cu_tensor src, int dim, const int64_t *idx,
-                                         int per_elem, cudaStream_t s) {
+extern "C" cudaError_t weft_cu_index_add(weft_cu_tensor dst, weft_cu_tensor src, int dim, int64_t limit,
+                                         const int64_t *idx, int per_elem, cudaStream_t s) {
     if (src.numel == 0) return cudaSuccess;
-    WEFT_CU_DISPATCH_NUM(src.dtype, launch_add, dst, src, dim, idx, per_elem, s)
+    WEFT_CU_DISPATCH_NUM(src.dtype, launch_add, dst, src, dim, limit, idx, per_elem, s)
 }

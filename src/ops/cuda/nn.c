@@ -46,8 +46,9 @@ static weft_status cu_softmax_backward(const weft_op_args *a) {
 }
 
 // ---- cross-entropy: logits (N,C), targets (N) i32/i64 (any stride) ----
-// Both kernels first check the targets, as the CPU does: an out-of-range
-// target is an error naming it, which costs one wait for the stream.
+// Both kernels check the targets as they read them: an out-of-range target
+// is reported to the host without a wait (device/cuda/cuda_report.h), so the
+// next wait for the device fails naming it, and its row's loss is NaN.
 typedef struct ce_args {
     weft_tensor *x; // (N,C) contiguous: a new reference to the logits or their copy
     const void *tg;
@@ -62,18 +63,6 @@ static weft_status ce_prepare(const weft_op_args *a, ce_args *c) {
     c->tg = weft_tensor_ptr(t);
     c->tdt = t->dtype;
     c->tstride = t->ndim ? t->strides[0] : 0;
-    c->x = NULL;
-    weft_tensor *scratch = weft_tensor_new(1, (int64_t[]){1}, WEFT_I64, t->device);
-    if (!scratch) return weft_last_status();
-    int64_t row, val;
-    cudaError_t e = weft_cu_ce_check(c->tg, c->tdt, c->tstride, c->N, c->C, weft_tensor_ptr(scratch), &row, &val,
-                                     weft_cu_stream(t));
-    weft_tensor_free(scratch);
-    weft_status st = weft_cu_done(e, a->op->name);
-    if (st) return st;
-    if (row >= 0)
-        return weft_error(WEFT_ERR_ARG, "%s: target %lld of row %lld is out of range [0, %lld)", a->op->name,
-                          (long long)val, (long long)row, (long long)c->C);
     if (!(c->x = weft_kernel_contiguous(a->in[0]))) return weft_last_status();
     return WEFT_OK;
 }
@@ -89,7 +78,7 @@ static weft_status cu_cross_entropy(const weft_op_args *a) {
     }
     cudaError_t e = weft_cu_cross_entropy(weft_tensor_ptr(c.x), c.x->dtype, c.tg, c.tdt, c.tstride, c.N, c.C,
                                           rowloss ? (double *)weft_tensor_ptr(rowloss) : NULL, weft_tensor_ptr(out),
-                                          weft_cu_stream(out));
+                                          weft_cuda_report_slot(out->device.index), a->op->name, weft_cu_stream(out));
     weft_tensor_free(rowloss);
     weft_tensor_free(c.x);
     return weft_cu_done(e, a->op->name);
@@ -102,7 +91,9 @@ static weft_status cu_cross_entropy_backward(const weft_op_args *a) {
     if (st) return st;
     weft_tensor *dx = a->out[0];
     cudaError_t e = weft_cu_cross_entropy_backward(weft_tensor_ptr(c.x), c.x->dtype, c.tg, c.tdt, c.tstride, c.N, c.C,
-                                                   weft_tensor_ptr(a->in[2]), weft_tensor_ptr(dx), weft_cu_stream(dx));
+                                                   weft_tensor_ptr(a->in[2]), weft_tensor_ptr(dx),
+                                                   weft_cuda_report_slot(dx->device.index), a->op->name,
+                                                   weft_cu_stream(dx));
     weft_tensor_free(c.x);
     return weft_cu_done(e, a->op->name);
 }

@@ -139,52 +139,12 @@ __device__ __forceinline__ int64_t target_at(const void *tg, int tdt, int64_t ts
     return tdt == WEFT_CU_I32 ? (int64_t)((const int32_t *)tg)[r * tstride] : ((const int64_t *)tg)[r * tstride];
 }
 
-// *first = min over rows with a target outside [0, C) (stays ~0ull when none).
-__global__ void ce_first_bad(const void *tg, int tdt, int64_t tstride, int64_t N, int64_t C,
-                             unsigned long long *first) {
-    WEFT_CU_GRID_LOOP(r, N) {
-        int64_t k = target_at(tg, tdt, tstride, r);
-        if (k < 0 || k >= C) atomicMin(first, (unsigned long long)r);
-    }
-}
-
-extern "C" cudaError_t weft_cu_ce_check(const void *tg, int tdt, int64_t tstride, int64_t N, int64_t C,
-                                        void *scratch, int64_t *bad_row, int64_t *bad_val, cudaStream_t s) {
-    *bad_row = -1;
-    *bad_val = 0;
-    if (N == 0) return cudaSuccess;
-    if (tdt != WEFT_CU_I32 && tdt != WEFT_CU_I64) return cudaErrorInvalidValue;
-    unsigned long long *first = (unsigned long long *)scratch, h = 0;
-    cudaError_t e = cudaMemsetAsync(first, 0xff, sizeof *first, s);
-    if (e != cudaSuccess) return e;
-    ce_first_bad<<<weft_cu_blocks(N), WEFT_CU_THREADS, 0, s>>>(tg, tdt, tstride, N, C, first);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    if ((e = cudaMemcpyAsync(&h, first, sizeof h, cudaMemcpyDeviceToHost, s)) != cudaSuccess) return e;
-    if ((e = cudaStreamSynchronize(s)) != cudaSuccess) return e;
-    if (h == ~0ull) return cudaSuccess;
-    int64_t r = (int64_t)h;
-    size_t es = tdt == WEFT_CU_I32 ? 4 : 8;
-    const char *at = (const char *)tg + r * tstride * (int64_t)es;
-    if (tdt == WEFT_CU_I32) {
-        int32_t v = 0;
-        if ((e = cudaMemcpyAsync(&v, at, es, cudaMemcpyDeviceToHost, s)) != cudaSuccess) return e;
-        e = cudaStreamSynchronize(s);
-        *bad_val = v;
-    } else {
-        int64_t v = 0;
-        if ((e = cudaMemcpyAsync(&v, at, es, cudaMemcpyDeviceToHost, s)) != cudaSuccess) return e;
-        e = cudaStreamSynchronize(s);
-        *bad_val = v;
-    }
-    *bad_row = r;
-    return e;
-}
-
 // rowloss[r] = max + log(sum exp(x - max)) - x[t_r] for each row of x (N,C),
 // the max and sum in T as on the CPU, the loss in double.
 template <typename T, typename G>
 __global__ void __launch_bounds__(NN_THREADS) ce_rows(const T *x, const void *tg, int tdt, int64_t tstride, int64_t N,
-                                                      int64_t C, double *rowloss) {
+                                                      int64_t C, double *rowloss, weft_cuda_report *rep,
+                                                      unsigned long long what) {
     __shared__ T sh[32];
     G g;
     const int r0 = g.rank(), rs = g.size();
@@ -197,7 +157,9 @@ __global__ void __launch_bounds__(NN_THREADS) ce_rows(const T *x, const void *tg
         s = g.all(s, weft_cu_add(), sh);
         if (r0 == 0) {
             int64_t t = target_at(tg, tdt, tstride, r);
-            rowloss[r] = t >= 0 && t < C ? (double)m + (double)weft_cu_log(s) - (double)xr[t] : (double)NAN;
+            bool ok = t >= 0 && t < C;
+            rowloss[r] = ok ? (double)m + (double)weft_cu_log(s) - (double)xr[t] : (double)NAN;
+            if (!ok) weft_cu_report(rep, what, WEFT_CUDA_REPORT_TARGET, t, r, C);
         }
     }
 }
@@ -213,14 +175,15 @@ template <typename T> __global__ void __launch_bounds__(NN_THREADS) ce_mean(cons
 
 template <typename T>
 static cudaError_t launch_ce(const void *x, const void *tg, int tdt, int64_t tstride, int64_t N, int64_t C,
-                             double *rowloss, void *out, cudaStream_t s) {
+                             double *rowloss, void *out, weft_cuda_report *rep, unsigned long long what,
+                             cudaStream_t s) {
     if (N > 0 && C > 0) {
         if (C <= 1024)
             ce_rows<T, weft_cu_warp_group><<<weft_cu_row_blocks<weft_cu_warp_group>(N, NN_THREADS), NN_THREADS, 0, s>>>(
-                (const T *)x, tg, tdt, tstride, N, C, rowloss);
+                (const T *)x, tg, tdt, tstride, N, C, rowloss, rep, what);
         else
             ce_rows<T, weft_cu_block_group><<<weft_cu_row_blocks<weft_cu_block_group>(N, NN_THREADS), NN_THREADS, 0,
-                                              s>>>((const T *)x, tg, tdt, tstride, N, C, rowloss);
+                                              s>>>((const T *)x, tg, tdt, tstride, N, C, rowloss, rep, what);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }
@@ -229,16 +192,19 @@ static cudaError_t launch_ce(const void *x, const void *tg, int tdt, int64_t tst
 }
 
 extern "C" cudaError_t weft_cu_cross_entropy(const void *x, int dtype, const void *tg, int tdt, int64_t tstride,
-                                             int64_t N, int64_t C, double *rowloss, void *out, cudaStream_t s) {
+                                             int64_t N, int64_t C, double *rowloss, void *out, weft_cuda_report *rep,
+                                             const char *what, cudaStream_t s) {
     if (tdt != WEFT_CU_I32 && tdt != WEFT_CU_I64) return cudaErrorInvalidValue;
-    WEFT_CU_DISPATCH_FLOAT(dtype, launch_ce, x, tg, tdt, tstride, N, C, rowloss, out, s);
+    const unsigned long long w = (unsigned long long)(uintptr_t)what;
+    WEFT_CU_DISPATCH_FLOAT(dtype, launch_ce, x, tg, tdt, tstride, N, C, rowloss, out, rep, w, s);
 }
 
 // dx = (softmax(x) - onehot(t)) scale, scale = g / N, per row; as the CPU:
 // k = scale / sum in T, dx = exp(x - max) k, then dx[t] -= scale.
 template <typename T, typename G>
 __global__ void __launch_bounds__(NN_THREADS) ce_bw_rows(const T *x, const void *tg, int tdt, int64_t tstride,
-                                                         int64_t N, int64_t C, const T *gp, T *dx) {
+                                                         int64_t N, int64_t C, const T *gp, T *dx,
+                                                         weft_cuda_report *rep, unsigned long long what) {
     __shared__ T sh[32];
     G g;
     const int r0 = g.rank(), rs = g.size();
@@ -252,6 +218,7 @@ __global__ void __launch_bounds__(NN_THREADS) ce_bw_rows(const T *x, const void 
         s = g.all(s, weft_cu_add(), sh);
         const T k = scale / s;
         const int64_t t = target_at(tg, tdt, tstride, r);
+        if (r0 == 0 && (t < 0 || t >= C)) weft_cu_report(rep, what, WEFT_CUDA_REPORT_TARGET, t, r, C);
         for (int64_t i = r0; i < C; i += rs) {
             T v = weft_cu_exp(xr[i] - m) * k;
             dr[i] = i == t ? v - scale : v;
@@ -261,22 +228,25 @@ __global__ void __launch_bounds__(NN_THREADS) ce_bw_rows(const T *x, const void 
 
 template <typename T>
 static cudaError_t launch_ce_bw(const void *x, const void *tg, int tdt, int64_t tstride, int64_t N, int64_t C,
-                                const void *gp, void *dx, cudaStream_t s) {
+                                const void *gp, void *dx, weft_cuda_report *rep, unsigned long long what,
+                                cudaStream_t s) {
     if (C <= 1024)
         ce_bw_rows<T, weft_cu_warp_group><<<weft_cu_row_blocks<weft_cu_warp_group>(N, NN_THREADS), NN_THREADS, 0, s>>>(
-            (const T *)x, tg, tdt, tstride, N, C, (const T *)gp, (T *)dx);
+            (const T *)x, tg, tdt, tstride, N, C, (const T *)gp, (T *)dx, rep, what);
     else
         ce_bw_rows<T, weft_cu_block_group><<<weft_cu_row_blocks<weft_cu_block_group>(N, NN_THREADS), NN_THREADS, 0,
-                                             s>>>((const T *)x, tg, tdt, tstride, N, C, (const T *)gp, (T *)dx);
+                                             s>>>((const T *)x, tg, tdt, tstride, N, C, (const T *)gp, (T *)dx, rep,
+                                                  what);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t weft_cu_cross_entropy_backward(const void *x, int dtype, const void *tg, int tdt,
                                                       int64_t tstride, int64_t N, int64_t C, const void *g, void *dx,
-                                                      cudaStream_t s) {
+                                                      weft_cuda_report *rep, const char *what, cudaStream_t s) {
     if (tdt != WEFT_CU_I32 && tdt != WEFT_CU_I64) return cudaErrorInvalidValue;
     if (N == 0 || C == 0) return cudaSuccess;
-    WEFT_CU_DISPATCH_FLOAT(dtype, launch_ce_bw, x, tg, tdt, tstride, N, C, g, dx, s);
+    const unsigned long long w = (unsigned long long)(uintptr_t)what;
+    WEFT_CU_DISPATCH_FLOAT(dtype, launch_ce_bw, x, tg, tdt, tstride, N, C, g, dx, rep, w, s);
 }
 
 // ---------------------------------------------------------------- dropout

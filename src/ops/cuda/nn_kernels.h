@@ -17,19 +17,19 @@ cudaError_t weft_cu_softmax(const void *x, void *y, int dtype, int64_t outer, in
 cudaError_t weft_cu_softmax_backward(const void *g, const void *y, void *dx, int dtype, int64_t outer, int64_t D,
                                      int64_t inner, int lg, cudaStream_t s);
 
-// Targets (N) of dtype tdt (i32/i64), element r at tg[r * tstride].
-// Finds the first row whose target is outside [0, C): *bad_row = that row
-// (-1: none) and *bad_val its target. scratch: 8 bytes of device memory.
-// Waits for the stream (the answer is needed on the host).
-cudaError_t weft_cu_ce_check(const void *tg, int tdt, int64_t tstride, int64_t N, int64_t C, void *scratch,
-                             int64_t *bad_row, int64_t *bad_val, cudaStream_t s);
+// Targets (N) of dtype tdt (i32/i64), element r at tg[r * tstride]. A target
+// outside [0, C) is reported into rep as op `what` (a static string; the
+// host does not wait: device/cuda/cuda_report.h); its row's loss is NaN and
+// its gradient row has no -1 term.
 // out (0-d, dtype) = mean over rows r of logsumexp(x_r) - x_r[t_r]; x (N,C)
 // contiguous; rowloss: N doubles of device scratch. N == 0 gives NaN.
 cudaError_t weft_cu_cross_entropy(const void *x, int dtype, const void *tg, int tdt, int64_t tstride, int64_t N,
-                                  int64_t C, double *rowloss, void *out, cudaStream_t s);
+                                  int64_t C, double *rowloss, void *out, weft_cuda_report *rep, const char *what,
+                                  cudaStream_t s);
 // dx (N,C) = (softmax(x) - onehot(t)) g / N; g: one element on the device.
 cudaError_t weft_cu_cross_entropy_backward(const void *x, int dtype, const void *tg, int tdt, int64_t tstride,
-                                           int64_t N, int64_t C, const void *g, void *dx, cudaStream_t s);
+                                           int64_t N, int64_t C, const void *g, void *dx, weft_cuda_report *rep,
+                                           const char *what, cudaStream_t s);
 
 // y (contiguous, x's shape) = x * keep / (1 - p), element i (row-major) kept
 // when u_i >= p, u_i from Philox4x32-10(key seed, counter off + i) exactly as
