@@ -11,6 +11,9 @@ PATTERN = sys.argv[1] if len(sys.argv) > 1 else ""
 
 
 def selected(name):
+    """A name containing the pattern; a pattern ending in $ names one benchmark exactly."""
+    if PATTERN.endswith("$"):
+        return name == PATTERN[:-1]
     return not PATTERN or PATTERN in name
 
 

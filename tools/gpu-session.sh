@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# What a session with a lent GPU machine runs, prepared ahead so that its few
+# minutes of device time go to measuring (issues 16 and 17). Two halves:
+#
+# On the build machine (Debian), from the project root:
+#   bash tools/gpu-session.sh prepare
+#     ../shared/gpu/prepare.sh (the libraries and data as .deb files in .gpu/), plus
+#     oneDNN's .deb files (libdnnl2, libdnnl-dev, ocl-icd-libopencl1) so that the
+#     CPU measurements there use oneDNN as this machine's builds do.
+#
+# On the GPU machine (the device tool's run, with carry [".gpu"]):
+#   bash .gpu/gpu-build.sh 'bash tools/gpu-session.sh run [STEP...]'
+#     runs the steps in this order (all when none is named), each under its own
+#     time cap, and skips a step whose cap no longer fits in SESSION_BUDGET
+#     seconds (default 540, counted from the script's start; the device tool
+#     stops a command at 600). Logs go to $OUT (the device tool's folder that
+#     comes back) or /tmp/weft-gpu-session; the bench lines of weft and of the
+#     PyTorch peer are gathered in bench.txt with their ratios, and summary.txt
+#     says what ran, what failed, what was skipped.
+#
+#   tests      ctest -R cuda (every CUDA-vs-CPU test; 150 s)
+#   gpt2       train_gpt2_small_cuda, weft then PyTorch eager with SDPA (100 s)
+#   attention  causal attention forward+backward at (8,12,1024,64), bf16 and f32, and SDPA (80 s)
+#   bandwidth  copy / cast / add / bias / transpose GB/s at 64 MB against cudaMemcpy (30 s)
+#   graph      weft train models/gpt2-small-bytes.cfg --device cuda --graph, 30 steps (90 s)
+#   standard   the four standard workloads on the GPU, weft then PyTorch eager (120 s)
+#   compile    train_gpt2_small_cuda_vs_compile: PyTorch with torch.compile (150 s)
+#   cpu16      the four standard workloads on the CPU at 16 threads, weft built with
+#              oneDNN (a CPU-only build in /tmp) then PyTorch (240 s)
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+if [ "${1:-}" = prepare ]; then
+  bash ../shared/gpu/prepare.sh || exit 1
+  for p in libdnnl2 libdnnl-dev ocl-icd-libopencl1; do
+    ls .gpu/debs/${p}_*.deb >/dev/null 2>&1 && continue
+    if ls /var/cache/apt/archives/${p}_*.deb >/dev/null 2>&1; then cp /var/cache/apt/archives/${p}_*.deb .gpu/debs/
+    else (cd .gpu/debs && apt-get download "$p") || echo "gpu-session: no .deb of $p: cpu16 will run without oneDNN"
+    fi
+  done
+  du -sh .gpu
+  exit 0
+fi
+[ "${1:-}" = run ] || { echo "usage: gpu-session.sh prepare | run [STEP...]" >&2; exit 2; }
+shift
+: "${B:?run me through .gpu/gpu-build.sh, which builds weft and sets B}"
+steps=${*:-tests gpt2 attention bandwidth graph standard compile cpu16}
+out=${OUT:-/tmp/weft-gpu-session}
+mkdir -p "$out"
+budget=${SESSION_BUDGET:-540}
+t0=$(date +%s)
+py=${PYTHON:-python3} # on the GPU machine python3 has PyTorch
+: > "$out/bench.txt"
+summary() { echo "$*" | tee -a "$out/summary.txt"; }
+summary "gpu-session $(git rev-parse --short HEAD 2>/dev/null) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), $(nproc) cores, $(date -u +%FT%TZ)"
+
+# run NAME CAP CMD...: the command under `timeout CAP`, its output in NAME.log, bench lines kept.
+run() {
+  local name=$1 cap=$2; shift 2
+  local left=$((budget - ($(date +%s) - t0)))
+  if [ "$cap" -gt "$left" ]; then summary "skipped $name (cap ${cap}s, ${left}s left)"; return 0; fi
+  local s=$(date +%s)
+  timeout "$cap" bash -c "$*" > "$out/$name.log" 2>&1
+  local rc=$?
+  grep -E '^[a-z0-9_]+ [0-9.e+-]+ [^ ]+ [01]$' "$out/$name.log" | sed "s/^/$name /" >> "$out/bench.txt"
+  summary "$name: exit $rc in $(( $(date +%s) - s ))s$([ $rc = 124 ] && echo ' (timed out)')"
+}
+
+for step in $steps; do
+  case $step in
+  tests) run tests 150 "cd $B && ctest -R cuda -j 8 --timeout 120 --output-on-failure"
+    grep -E "tests passed|Failed|\*\*\*Failed|Exception" "$out/tests.log" | tail -20 | tee -a "$out/summary.txt" ;;
+  gpt2)
+    run gpt2_weft 45 "WEFT_BENCH_DEVICE=cuda $B/bench_train train_gpt2_small_cuda"
+    run gpt2_peer 55 "cd bench/peers && WEFT_BENCH_DEVICE=cuda $py train.py 'train_gpt2_small_cuda\$'" ;;
+  attention)
+    run attention_weft 40 "$B/bench_attention_cuda"
+    run attention_peer 40 "cd bench/peers && $py attention_cuda.py" ;;
+  bandwidth) run bandwidth 30 "$B/bench_cuda_bandwidth" ;;
+  graph) run graph 90 "WEFT_CUDA_GRAPHS_DEBUG=1 $B/weft train models/gpt2-small-bytes.cfg --device cuda --graph --steps 30" ;;
+  standard)
+    for w in train_fmnist_mlp train_fmnist_cnn train_kjv_gpt train_kjv_lstm; do
+      run "${w}_cuda_weft" 20 "WEFT_BENCH_DEVICE=cuda $B/bench_train $w"
+      run "${w}_cuda_peer" 25 "cd bench/peers && WEFT_BENCH_DEVICE=cuda $py train.py $w"
+    done ;;
+  compile) run gpt2_peer_compile 150 "cd bench/peers && WEFT_BENCH_DEVICE=cuda $py train.py train_gpt2_small_cuda_vs_compile" ;;
+  cpu16)
+    # a CPU build with oneDNN from the unpacked .deb files (gpu-build.sh's build has none)
+    P=${TMPDIR:-/tmp}/weft-deps/usr; L=$P/lib/x86_64-linux-gnu; C=${TMPDIR:-/tmp}/weft-cpu-build
+    for f in .gpu/debs/libdnnl*.deb .gpu/debs/ocl-icd-libopencl1_*.deb; do [ -f "$f" ] && dpkg -x "$f" ${TMPDIR:-/tmp}/weft-deps; done
+    dnnl=""; [ -f $L/libdnnl.so.2 ] && dnnl="-DWEFT_ONEDNN=ON -DONEDNN_INCLUDE=$P/include -DONEDNN_LIB=$L/libdnnl.so.2"
+    run cpu16_build 100 "cmake -S . -B $C -DCMAKE_BUILD_TYPE=Release -DWEFT_CUDA=OFF $dnnl \
+      -DOPENBLAS_LIB=$L/openblas-openmp/libopenblas.so.0 -DOPENBLAS_OMP_LIB=$L/openblas-openmp/libopenblas.so.0 \
+      -DCBLAS_INCLUDE=$P/include/x86_64-linux-gnu/openblas-openmp -DCJSON_LIB=$L/libcjson.so.1 \
+      -DCMAKE_C_FLAGS=-I$P/include -DZLIB_INCLUDE_DIR=$P/include && cmake --build $C -j $(nproc) --target bench_train weft_cli"
+    $C/weft info 2>&1 | grep -iE "gemm|onednn|threads" | head -3 | tee -a "$out/summary.txt"
+    for w in train_fmnist_mlp train_fmnist_cnn train_kjv_gpt train_kjv_lstm; do
+      run "${w}_cpu16_weft" 25 "WEFT_NUM_THREADS=16 $C/bench_train $w"
+      run "${w}_cpu16_peer" 30 "cd bench/peers && WEFT_NUM_THREADS=16 $py train.py $w"
+    done ;;
+  *) summary "unknown step $step" ;;
+  esac
+done
+
+# weft / peer ratios: pairs of "<step>_weft name value" and "<step>_peer name value" lines
+awk '{ k = $1; kind = k ~ /_weft$/ ? "weft" : k ~ /_peer/ ? "peer" : ""; if (kind == "") next
+       sub(/_(weft|peer).*$/, "", k); key = k " " $2; v[key, kind] = $3; u[key] = $4; hib[key] = $5; keys[key] = 1 }
+     END { for (k in keys) if ((k, "weft") in v && (k, "peer") in v && v[k, "peer"] > 0) {
+             r = hib[k] ? v[k, "weft"] / v[k, "peer"] : v[k, "peer"] / v[k, "weft"]
+             printf "ratio %s weft=%s peer=%s %s ratio=%.3f\n", k, v[k, "weft"], v[k, "peer"], u[k], r } }' \
+  "$out/bench.txt" | sort | tee -a "$out/summary.txt"
+summary "done in $(( $(date +%s) - t0 ))s; logs in $out"
