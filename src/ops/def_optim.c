@@ -37,11 +37,21 @@
 //                       f[0] = beta1, f[1] = beta2, f[2] = eps, f[3] = weight_decay, i[0] = decoupled (AdamW);
 //                       step_size = lr / (1 - beta1^t), bc2_sqrt = sqrt(1 - beta2^t)
 //
+// Many parameters at once (weft_optim_step; PyTorch's foreach / multi-tensor apply):
+//   update_multi (group_1, ..., group_k, scalars...) -> nothing: every group updated in place.
+//                       i[15] = the update op (weft_optim_update_op_index), whose attrs f[], i[0] this
+//                       op carries; a group is that op's parameter, state and gradient inputs (all
+//                       contiguous), the scalars are its host scalars, shared. Each group gets exactly
+//                       what the single op computes. On CUDA, Adam / AdamW run as a few multi-tensor
+//                       launches; the other kinds and the CPU run the single op's kernel per group.
+//
 // Clipping (weft_clip_grad_norm, and graph mode's clip):
-//   grad_sumsq (acc, x) -> acc'  acc + sum of x*x, in f64: acc is 0-d f64, x any float tensor, any
-//                                strides; acc' may be written over acc, so one accumulator takes every
-//                                gradient in turn. The CPU sums fixed chunks in order (independent of
-//                                the thread count)
+//   grad_sumsq (acc, x_1, ..., x_k) -> acc'  ((acc + sum of x_1*x_1) + sum of x_2*x_2) + ..., in f64: acc
+//                                is 0-d f64, each x any float tensor, any strides; acc' may be written
+//                                over acc. Each x's sum is what (acc, x) alone gives, so any grouping of
+//                                the gradients into calls gives the same bits. The CPU sums fixed chunks
+//                                in order (independent of the thread count); CUDA sums contiguous x of
+//                                one dtype in two launches per 24 (clipping's norm in one pass)
 //   grad_scale (g, c) -> g'      g * (T)c, c a 0-d float tensor; g' may be written over g
 #include "optim.h"
 
@@ -75,8 +85,11 @@ static weft_status infer_sumsq(const weft_op_args *a, weft_out_meta *o) {
     const weft_tensor *acc = a->in[0];
     if (acc->ndim != 0 || acc->dtype != WEFT_F64)
         return weft_error(WEFT_ERR_SHAPE, "%s: the accumulator (input 0) must be a 0-d f64 tensor", a->op->name);
-    weft_status st = weft_check_dtype(a->op->name, a->in[1], WEFT_DT_FLOAT, "the input");
-    if (st) return st;
+    if (a->n_in < 2) return weft_error(WEFT_ERR_ARG, "%s: no input to sum (need the accumulator and at least one)", a->op->name);
+    for (int i = 1; i < a->n_in; i++) {
+        weft_status st = weft_check_dtype(a->op->name, a->in[i], WEFT_DT_FLOAT, "the input");
+        if (st) return st;
+    }
     weft_meta_set(o, 0, NULL, WEFT_F64);
     return WEFT_OK;
 }
@@ -107,8 +120,81 @@ UPDATE(adam_update, 7, 3, 0, weft_cpu_adam_update)
 UPDATE(adam_amsgrad_update, 8, 4, AMS, weft_cpu_adam_update)
 #undef UPDATE
 
+// ---- update_multi ----
+static const weft_op_def *const k_updates[] = {
+    &weft_op_sgd_update,     &weft_op_sgd_momentum_update,          &weft_op_adagrad_update,
+    &weft_op_rmsprop_update, &weft_op_rmsprop_momentum_update,      &weft_op_rmsprop_centered_update,
+    &weft_op_rmsprop_centered_momentum_update, &weft_op_adam_update, &weft_op_adam_amsgrad_update};
+enum { N_UPDATES = sizeof k_updates / sizeof k_updates[0] };
+
+int weft_optim_update_op_index(const weft_op_def *op) {
+    for (int i = 0; i < N_UPDATES; i++)
+        if (k_updates[i] == op) return i;
+    return -1;
+}
+
+const weft_op_def *weft_update_multi_op(const weft_attrs *at) {
+    int64_t i = at->i[WEFT_UPDATE_MULTI_OP];
+    return i >= 0 && i < N_UPDATES ? k_updates[i] : NULL;
+}
+
+weft_status weft_update_multi_groups(const weft_op_args *a, const weft_op_def **u, int *k) {
+    *u = weft_update_multi_op(a->attrs);
+    if (!*u) return weft_error(WEFT_ERR_ARG, "update_multi: attribute i[%d] names no update op", WEFT_UPDATE_MULTI_OP);
+    int G = (*u)->n_out + 1, S = (*u)->n_in - G;
+    if (a->n_in < G + S || (a->n_in - S) % G)
+        return weft_error(WEFT_ERR_ARG, "update_multi: %d inputs are not groups of %d (%s) followed by %d scalars",
+                          a->n_in, G, (*u)->name, S);
+    *k = (a->n_in - S) / G;
+    return WEFT_OK;
+}
+
+weft_op_args weft_update_multi_group(const weft_op_args *a, const weft_op_def *u, int j, weft_tensor **buf) {
+    int G = u->n_out + 1, S = u->n_in - G;
+    for (int i = 0; i < G; i++) buf[i] = a->in[j * G + i];
+    for (int i = 0; i < S; i++) buf[G + i] = a->in[a->n_in - S + i];
+    // outputs: the group's parameter and state themselves (in place)
+    return (weft_op_args){.op = u, .n_in = u->n_in, .in = buf, .attrs = a->attrs, .n_out = u->n_out, .out = buf};
+}
+
+// Each group as its update op would check it, and contiguous: the kernels write the groups in place.
+static weft_status infer_update_multi(const weft_op_args *a, weft_out_meta *o) {
+    (void)o;
+    const weft_op_def *u;
+    int k;
+    weft_status st = weft_update_multi_groups(a, &u, &k);
+    for (int j = 0; j < k && st == WEFT_OK; j++) {
+        weft_tensor *buf[WEFT_UPDATE_MAX_IN];
+        weft_op_args g = weft_update_multi_group(a, u, j, buf);
+        weft_out_meta m[WEFT_MAX_OP_OUT];
+        st = u->infer(&g, m);
+        for (int i = 0; i <= u->n_out && st == WEFT_OK; i++)
+            if (!weft_tensor_is_contiguous(buf[i]))
+                st = weft_error(WEFT_ERR_ARG, "%s: input %d is not contiguous", u->name, i);
+        if (st) st = weft_error(st, "update_multi: group %d: %s", j, weft_last_error());
+    }
+    return st;
+}
+
+// Every group in turn through its update op's CPU kernel.
+static weft_status cpu_update_multi(const weft_op_args *a) {
+    const weft_op_def *u;
+    int k;
+    weft_status st = weft_update_multi_groups(a, &u, &k);
+    for (int j = 0; j < k && st == WEFT_OK; j++) {
+        weft_tensor *buf[WEFT_UPDATE_MAX_IN];
+        weft_op_args g = weft_update_multi_group(a, u, j, buf);
+        st = u->kernel[WEFT_CPU].fn(&g);
+    }
+    return st;
+}
+
+weft_op_def weft_op_update_multi = {.name = "update_multi", .n_in = -1, .n_out = 0, .flags = F_OPT,
+                                    .infer = infer_update_multi,
+                                    .kernel = {[WEFT_CPU] = {cpu_update_multi, WEFT_DT_FLOAT}}};
+
 // dispatched by x's dtype (input 1)
-weft_op_def weft_op_grad_sumsq = {.name = "grad_sumsq", .n_in = 2, .n_out = 1, .flags = F_OPT, .dispatch_in = 1,
+weft_op_def weft_op_grad_sumsq = {.name = "grad_sumsq", .n_in = -1, .n_out = 1, .flags = F_OPT, .dispatch_in = 1,
                                   .infer = infer_sumsq, .kernel = {[WEFT_CPU] = {weft_cpu_grad_sumsq, WEFT_DT_FLOAT}}};
 weft_op_def weft_op_grad_scale = {.name = "grad_scale", .n_in = 2, .n_out = 1, .flags = F_OPT,
                                   .infer = infer_scale, .kernel = {[WEFT_CPU] = {weft_cpu_grad_scale, WEFT_DT_FLOAT}}};

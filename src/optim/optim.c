@@ -14,9 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ops/optim.h"
 #include "optim_impl.h"
 
-extern weft_op_def weft_op_grad_sumsq, weft_op_grad_scale;
+extern weft_op_def weft_op_grad_sumsq, weft_op_grad_scale, weft_op_update_multi;
 
 // Per-parameter state: the update op's state tensors, shaped like the
 // parameter and on its device (slots 0..n_state-1, in the op's input order),
@@ -257,6 +258,53 @@ static weft_status update_one(const weft_optim *opt, oparam *p, weft_tensor *g, 
     return weft_op_apply_into(u->op, n, in, &u->attrs, out);
 }
 
+// ---- many parameters in one op (update_multi) ----
+// Parameters whose update can join one update_multi call: gradient present,
+// contiguous parameter, state and gradient, the same device, dtype and step
+// number. The op runs each group exactly as update_one would (on CUDA, Adam
+// as a few multi-tensor launches instead of one per parameter).
+enum { MULTI_MAX = 128 }; // groups per call
+
+static bool multi_on(void) {
+    const char *e = getenv("WEFT_OPTIM_MULTI");
+    return !e || strcmp(e, "0");
+}
+
+static bool multi_fits(const weft_optim *opt, const oparam *p) {
+    const weft_tensor *t = p->param, *g = t->grad;
+    if (!g || !weft_tensor_is_contiguous(t) || !weft_tensor_is_contiguous(g)) return false;
+    for (int k = 0; k < opt->u.n_state; k++)
+        if (!weft_tensor_is_contiguous(p->slot[k])) return false;
+    return true;
+}
+
+static bool multi_same(const oparam *a, const oparam *b) {
+    const weft_tensor *x = a->param, *y = b->param;
+    return x->dtype == y->dtype && weft_device_equal(x->device, y->device) &&
+           *WEFT_PTR(int64_t, a->slot[SLOT_STEP]) == *WEFT_PTR(int64_t, b->slot[SLOT_STEP]);
+}
+
+// update_multi over the parameters idx[0..n) (n >= 1, all multi_same as the first).
+static weft_status update_many(const weft_optim *opt, const int *idx, int n, const scalar_pack *sc) {
+    const weft_optim_update *u = &opt->u;
+    int G = u->n_state + 2;
+    weft_tensor **in = malloc(sizeof *in * (size_t)(n * G + WEFT_OPTIM_MAX_SC));
+    if (!in) return weft_error(WEFT_ERR_OOM, "%s: out of memory", opt->kind);
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        const oparam *p = &opt->p[idx[i]];
+        in[m++] = p->param;
+        for (int k = 0; k < u->n_state; k++) in[m++] = p->slot[k];
+        in[m++] = p->param->grad;
+    }
+    for (int k = 0; k < u->n_scalar; k++) in[m++] = sc->v[u->scalar[k]];
+    weft_attrs at = u->attrs;
+    at.i[WEFT_UPDATE_MULTI_OP] = weft_optim_update_op_index(u->op);
+    weft_status st = weft_op_apply_into(&weft_op_update_multi, m, in, &at, NULL);
+    free(in);
+    return st;
+}
+
 weft_status weft_optim_step(weft_optim *opt) {
     if (!opt) return weft_error(WEFT_ERR_ARG, "optim_step: NULL optimiser");
     // Check every gradient first, so a bad one leaves all parameters untouched.
@@ -273,16 +321,40 @@ weft_status weft_optim_step(weft_optim *opt) {
     scalar_pack packs[MAX_PACKS];
     int n_packs = 0;
     weft_status st = WEFT_OK;
+    // First the parameters that share one update_multi call (in batches of alike ones), then the rest one by one.
+    bool *done = calloc((size_t)opt->n, sizeof *done);
+    int *idx = malloc(sizeof *idx * MULTI_MAX);
+    if (!done || !idx) st = weft_error(WEFT_ERR_OOM, "%s: out of memory", opt->kind);
+    for (int i = 0; i < opt->n && st == WEFT_OK && multi_on(); i++) {
+        if (done[i] || !multi_fits(opt, &opt->p[i])) continue;
+        int n = 0;
+        for (int j = i; j < opt->n && n < MULTI_MAX; j++)
+            if (!done[j] && multi_fits(opt, &opt->p[j]) && multi_same(&opt->p[i], &opt->p[j])) idx[n++] = j;
+        if (n < 2) continue; // one parameter: the single op
+        oparam *p = &opt->p[i];
+        const scalar_pack *sc = pack_for(opt, packs, &n_packs, *WEFT_PTR(int64_t, p->slot[SLOT_STEP]) + 1, p->param->device);
+        st = sc ? update_many(opt, idx, n, sc) : weft_last_status();
+        if (st != WEFT_OK) {
+            st = weft_error(st, "%s: parameters '%s' and %d more: %s", opt->kind, p->name, n - 1, weft_last_error());
+            break;
+        }
+        for (int k = 0; k < n; k++) {
+            done[idx[k]] = true;
+            ++*WEFT_PTR(int64_t, opt->p[idx[k]].slot[SLOT_STEP]);
+        }
+    }
     for (int i = 0; i < opt->n && st == WEFT_OK; i++) {
         oparam *p = &opt->p[i];
         weft_tensor *g = p->param->grad; // may be a strided view (a stolen gradient): the kernels read strides
-        if (!g) continue;                // as PyTorch: no gradient, no update, no step
+        if (!g || done[i]) continue;     // as PyTorch: no gradient, no update, no step
         int64_t *step = WEFT_PTR(int64_t, p->slot[SLOT_STEP]); // on the host whatever the device
         const scalar_pack *sc = pack_for(opt, packs, &n_packs, *step + 1, p->param->device);
         st = sc ? update_one(opt, p, g, sc) : weft_last_status();
         if (st == WEFT_OK) ++*step; // this parameter's update count, 1 after its first update
         else st = weft_error(st, "%s: parameter '%s': %s", opt->kind, p->name, weft_last_error());
     }
+    free(done);
+    free(idx);
     packs_free(packs, n_packs);
     if (st == WEFT_OK) opt->steps++;
     return st;
@@ -398,22 +470,32 @@ typedef struct dev_acc {
     weft_tensor *acc;
 } dev_acc;
 
+// One grad_sumsq per device over all of its gradients (on CUDA a few launches: the norm in one pass).
 static weft_status clip_sum(int n, weft_tensor *const *params, double *sum) {
     dev_acc *acc = calloc((size_t)n + 1, sizeof *acc);
-    if (!acc) return weft_error(WEFT_ERR_OOM, "out of memory");
+    weft_tensor **in = malloc(sizeof *in * ((size_t)n + 1));
+    if (!acc || !in) {
+        free(acc), free(in);
+        return weft_error(WEFT_ERR_OOM, "out of memory");
+    }
     int na = 0;
     weft_status st = WEFT_OK;
-    for (int i = 0; i < n && st == WEFT_OK; i++) {
+    for (int i = 0; i < n && st == WEFT_OK; i++) { // the devices, in order of first use
         weft_tensor *g = params[i]->grad;
         if (!g) continue;
         int k = 0;
         while (k < na && !weft_device_equal(acc[k].dev, g->device)) k++;
-        if (k == na && !(acc[na++] = (dev_acc){g->device, weft_tensor_full_on(0, NULL, WEFT_F64, 0, g->device)}).acc) {
+        if (k == na && !(acc[na++] = (dev_acc){g->device, weft_tensor_full_on(0, NULL, WEFT_F64, 0, g->device)}).acc)
             st = weft_last_status();
-            break;
-        }
-        st = weft_op_apply_into(&weft_op_grad_sumsq, 2, (weft_tensor *[]){acc[k].acc, g}, NULL, &acc[k].acc);
     }
+    for (int k = 0; k < na && st == WEFT_OK; k++) {
+        int m = 0;
+        in[m++] = acc[k].acc;
+        for (int i = 0; i < n; i++)
+            if (params[i]->grad && weft_device_equal(params[i]->grad->device, acc[k].dev)) in[m++] = params[i]->grad;
+        st = weft_op_apply_into(&weft_op_grad_sumsq, m, in, NULL, &acc[k].acc);
+    }
+    free(in);
     *sum = 0;
     for (int k = 0; k < na && st == WEFT_OK; k++) { // the one read back to the host (per device)
         double v = 0;

@@ -12,6 +12,7 @@
 
 #include "cuda_test.h"
 #include "ops/op.h"
+#include "ops/optim.h"
 #include "optim/optim_impl.h"
 
 static weft_tensor *rand_t(int nd, const int64_t *sz, weft_dtype dt, double lo, double hi, uint64_t seed) {
@@ -226,6 +227,35 @@ static void test_sumsq(void) {
     ran(op);
 }
 
+// grad_sumsq over many inputs at once (clipping's norm in one pass): 30 f32 inputs of mixed sizes with a
+// transposed one and an f64 one among them, so the CUDA kernel splits them into tables and lone launches.
+// The result equals one call per input on the same device bit for bit, and the CPU's within 1e-13.
+static void test_sumsq_many(void) {
+    const weft_op_def *op = weft_op_find("grad_sumsq");
+    enum { N = 30 };
+    weft_tensor *h[N + 1], *d[N + 1], *own[N];
+    h[0] = weft_tensor_scalar(0.5, WEFT_F64), d[0] = weft_tensor_to(h[0], WT_CUDA0);
+    for (int i = 0; i < N; i++) {
+        int64_t sz[2] = {1 + 13 * i, i == 7 ? 300 : 1 + (i % 4) * 40000};
+        own[i] = rand_t(2, sz, i == 19 ? WEFT_F64 : WEFT_F32, -2, 2, 900 + (uint64_t)i);
+        weft_tensor *dd = weft_tensor_to(own[i], WT_CUDA0);
+        h[i + 1] = i == 7 ? weft_transpose(own[i], 0, 1) : weft_tensor_ref(own[i]);
+        d[i + 1] = i == 7 ? weft_transpose(dd, 0, 1) : weft_tensor_ref(dd);
+        weft_tensor_free(dd);
+    }
+    weft_tensor *sh = weft_op_apply1(op, N + 1, h, NULL), *sd = weft_op_apply1(op, N + 1, d, NULL);
+    weft_tensor *one = weft_tensor_to(h[0], WT_CUDA0); // one call per input, into one accumulator
+    for (int i = 1; i <= N; i++) CHECK(weft_op_apply_into(op, 2, (weft_tensor *[]){one, d[i]}, NULL, &one) == WEFT_OK);
+    CHECK(sh && sd);
+    if (sh && sd) {
+        wt_check_same("grad_sumsq of 30 inputs", sd, sh, 1e-13);
+        wt_check_same("grad_sumsq of 30 inputs against 30 calls", sd, one, 0);
+    }
+    for (int i = 0; i <= N; i++) weft_tensor_free(h[i]), weft_tensor_free(d[i]);
+    for (int i = 0; i < N; i++) weft_tensor_free(own[i]);
+    weft_tensor_free(sh), weft_tensor_free(sd), weft_tensor_free(one);
+}
+
 // grad_scale: (g, c) -> g * (T)c, new output or in place, strided input, f32 or f64 factor.
 static void test_scale(void) {
     const weft_op_def *op = weft_op_find("grad_scale");
@@ -260,11 +290,70 @@ static void test_scale(void) {
 }
 
 // Every op of the family ran above.
+// update_multi on CUDA against its CPU kernel (which runs each group's own update op): Adam, AdamW and
+// amsgrad as multi-tensor launches (30 tensors: two launches of the 24-tensor table; sizes across the
+// 8192-element chunks, one empty), SGD with momentum through the per-group loop; 3 steps in place.
+static void multi_case(weft_optim_opts o, weft_dtype dt) {
+    enum { NG = 30 };
+    weft_optim_update u;
+    weft_optim_update_of(&o, &u);
+    int G = u.n_state + 2;
+    weft_tensor *h[NG * 5], *d[NG * 5];
+    for (int j = 0; j < NG; j++) {
+        int64_t n = j == 5 ? 0 : j % 3 == 0 ? 8192 * (j / 3) + 17 : 1 + 37 * j;
+        for (int q = 0; q < G; q++) {
+            double lo = -1, hi = 1;
+            if (q > 0 && q <= u.n_state) state_range(u.state[q - 1], &lo, &hi);
+            h[j * G + q] = rand_t(1, &n, dt, lo, hi, 300 + 7 * (uint64_t)j + (uint64_t)q);
+            d[j * G + q] = weft_tensor_to(h[j * G + q], WT_CUDA0);
+        }
+    }
+    weft_attrs at = u.attrs;
+    at.i[WEFT_UPDATE_MULTI_OP] = weft_optim_update_op_index(u.op);
+    const weft_op_def *multi = weft_op_find("update_multi");
+    for (int t = 1; t <= 3; t++) {
+        double v[WEFT_OPTIM_NUM_SC];
+        weft_optim_scalar_values(&o, t, v);
+        weft_tensor *hin[NG * 5 + 3], *din[NG * 5 + 3], *sh[3], *sd[3];
+        for (int i = 0; i < NG * G; i++) hin[i] = h[i], din[i] = d[i];
+        for (int k = 0; k < u.n_scalar; k++) {
+            sh[k] = weft_tensor_scalar(v[u.scalar[k]], WEFT_F64);
+            sd[k] = weft_tensor_to(sh[k], WT_CUDA0);
+            hin[NG * G + k] = sh[k], din[NG * G + k] = sd[k];
+        }
+        int n = NG * G + u.n_scalar;
+        CHECK(weft_op_apply_into(multi, n, hin, &at, NULL) == WEFT_OK);
+        CHECK(weft_op_apply_into(multi, n, din, &at, NULL) == WEFT_OK);
+        for (int i = 0; i < NG * G; i++) {
+            char buf[128];
+            snprintf(buf, sizeof buf, "update_multi (%s) %s step %d tensor %d", u.op->name, weft_dtype_name(dt), t, i);
+            wt_check_same(buf, d[i], h[i], dt == WEFT_F32 ? 1e-5 : 1e-12);
+        }
+        for (int k = 0; k < u.n_scalar; k++) weft_tensor_free(sh[k]), weft_tensor_free(sd[k]);
+    }
+    for (int i = 0; i < NG * G; i++) weft_tensor_free(h[i]), weft_tensor_free(d[i]);
+    ran(multi);
+}
+
+static void test_update_multi(void) {
+    weft_optim_opts a = opts(WEFT_OPTIM_ADAM, 0.01), w = opts(WEFT_OPTIM_ADAMW, 0.1), s = opts(WEFT_OPTIM_SGD, 0);
+    weft_optim_opts ams = a;
+    ams.amsgrad = true;
+    s.momentum = 0.9;
+    for (int k = 0; k < 2; k++) {
+        weft_dtype dt = k ? WEFT_F64 : WEFT_F32;
+        multi_case(a, dt);
+        multi_case(w, dt);
+        multi_case(ams, dt);
+        multi_case(s, dt);
+    }
+}
+
 static void test_coverage(void) {
     static const char *const names[] = {"sgd_update", "sgd_momentum_update", "adagrad_update", "rmsprop_update",
                                         "rmsprop_momentum_update", "rmsprop_centered_update",
                                         "rmsprop_centered_momentum_update", "adam_update", "adam_amsgrad_update",
-                                        "grad_sumsq", "grad_scale"};
+                                        "update_multi", "grad_sumsq", "grad_scale"};
     for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
         const weft_op_def *op = weft_op_find(names[k]);
         bool seen = false;
@@ -296,7 +385,9 @@ int main(void) {
     RUN(test_rmsprop);
     RUN(test_adam);
     RUN(test_sumsq);
+    RUN(test_sumsq_many);
     RUN(test_scale);
+    RUN(test_update_multi);
     RUN(test_coverage);
     RUN(test_errors);
     return wt_summary();

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/optim.h"
+
 // ---- the fixed example (the same formulas as tests/data/gen_optim.py) ----
 // A (2,3), B (4); B has no gradient on step 2 (skipped, its step count stays).
 static const double SCALE[3] = {1.0, 0.5, 0.05};
@@ -338,6 +340,164 @@ static void test_big_param_threads(void) {
     free(v);
     free(g);
     free(r);
+}
+
+// ---- many parameters in one update_multi op ----
+// weft_optim_step runs alike parameters (contiguous, same device, dtype and
+// step) as one update_multi op; each must get exactly what its own update op
+// gives (WEFT_OPTIM_MULTI=0). Sizes from 1 element to several threads' blocks,
+// a parameter without a gradient on one step (its step count falls behind, so
+// it leaves the others' batch), a transposed (strided) gradient (the single op).
+static void multi_run(const weft_optim_opts *o, weft_dtype dt, bool multi, double **out, const int64_t *sz, int np) {
+    if (!multi) setenv("WEFT_OPTIM_MULTI", "0", 1);
+    weft_tensor *p[8];
+    for (int i = 0; i < np; i++) {
+        double *v = malloc(sizeof(double) * (size_t)sz[i]);
+        wt_vals(v, sz[i], -1, 1, 100 + (uint64_t)i);
+        p[i] = i == np - 1 ? leaf(v, WEFT_DIMS(sz[i] / 8, 8), dt) : leaf(v, WEFT_DIMS(sz[i]), dt);
+        free(v);
+    }
+    weft_optim *opt = weft_optim_create(o, np, p, NULL);
+    CHECK(opt != NULL);
+    for (int s = 0; s < 4 && opt; s++) {
+        for (int i = 0; i < np; i++) {
+            if (s == 1 && i == 2) continue; // no gradient this step
+            double *g = malloc(sizeof(double) * (size_t)sz[i]);
+            wt_vals(g, sz[i], -1, 1, 1000 + 10 * (uint64_t)s + (uint64_t)i);
+            if (i == np - 1) { // the last one's gradient: a transposed view of an (8, n/8) tensor
+                weft_tensor *t = weft_tensor_from_data(g, WEFT_DIMS(8, sz[i] / 8), WEFT_F64), *c = weft_cast(t, dt);
+                weft_tensor *tr = weft_transpose(c, 0, 1);
+                weft_tensor_set_grad(p[i], tr);
+                weft_tensor_free(t), weft_tensor_free(c), weft_tensor_free(tr);
+            } else {
+                set_grad_values(p[i], g);
+            }
+            free(g);
+        }
+        CHECK(weft_optim_step(opt) == WEFT_OK);
+        weft_optim_zero_grad(opt);
+    }
+    for (int i = 0; i < np; i++) {
+        out[i] = malloc(sizeof(double) * (size_t)sz[i]);
+        weft_tensor_to_f64(p[i], out[i], sz[i]);
+        weft_tensor_free(p[i]);
+    }
+    weft_optim_free(opt);
+    unsetenv("WEFT_OPTIM_MULTI");
+}
+
+static void test_update_multi_step(void) {
+    const int64_t sz[6] = {1, 7, 300001, 33 * 65, 5000, 64};
+    weft_optim_kind kinds[] = {WEFT_OPTIM_SGD, WEFT_OPTIM_SGD,     WEFT_OPTIM_ADAGRAD, WEFT_OPTIM_RMSPROP,
+                               WEFT_OPTIM_ADAM, WEFT_OPTIM_ADAMW, WEFT_OPTIM_ADAM};
+    for (int k = 0; k < 7; k++)
+        for (int d = 0; d < 2; d++) {
+            weft_optim_opts o = weft_optim_defaults(kinds[k]);
+            o.lr = 0.01;
+            o.momentum = k == 1 || k == 3 ? 0.9 : 0;
+            o.centered = k == 3;
+            o.amsgrad = k == 6;
+            o.weight_decay = 0.01;
+            weft_dtype dt = d ? WEFT_F64 : WEFT_F32;
+            double *a[6], *b[6];
+            multi_run(&o, dt, true, a, sz, 6);
+            multi_run(&o, dt, false, b, sz, 6);
+            for (int i = 0; i < 6; i++) {
+                bool same = memcmp(a[i], b[i], sizeof(double) * (size_t)sz[i]) == 0;
+                CHECK(same);
+                if (!same) printf("  %s %s: parameter %d differs\n", weft_optim_kind_name(kinds[k]), weft_dtype_name(dt), i);
+                free(a[i]), free(b[i]);
+            }
+        }
+}
+
+// The op itself: groups updated in place as their update op would; what it refuses.
+static void test_update_multi_op(void) {
+    const weft_op_def *multi = weft_op_find("update_multi"), *adam = weft_op_find("adam_update");
+    CHECK(multi != NULL && adam != NULL);
+    if (!multi || !adam) return;
+    weft_tensor *t[2][3][4]; // [run][group][p, m, v, g]
+    const int64_t n[3] = {3, 20000, 1};
+    for (int r = 0; r < 2; r++)
+        for (int j = 0; j < 3; j++)
+            for (int q = 0; q < 4; q++) {
+                double *v = malloc(sizeof(double) * (size_t)n[j]);
+                wt_vals(v, n[j], q == 2 ? 0 : -1, 1, 7 + 10 * (uint64_t)j + (uint64_t)q); // v >= 0
+                t[r][j][q] = weft_tensor_from_data(v, 1, &n[j], WEFT_F32);
+                free(v);
+            }
+    weft_tensor *sc[3] = {weft_tensor_scalar(1e-3, WEFT_F64), weft_tensor_scalar(0.01, WEFT_F64),
+                          weft_tensor_scalar(0.3, WEFT_F64)};
+    weft_attrs at = {.f = {0.9, 0.999, 1e-8, 0.01}, .i = {1}};
+    for (int j = 0; j < 3; j++) { // run 0: one adam_update per group, in place
+        weft_tensor *in[7] = {t[0][j][0], t[0][j][1], t[0][j][2], t[0][j][3], sc[0], sc[1], sc[2]};
+        CHECK(weft_op_apply_into(adam, 7, in, &at, in) == WEFT_OK);
+    }
+    weft_tensor *in[15];
+    int m = 0;
+    for (int j = 0; j < 3; j++)
+        for (int q = 0; q < 4; q++) in[m++] = t[1][j][q];
+    for (int k = 0; k < 3; k++) in[m++] = sc[k];
+    weft_attrs am = at;
+    am.i[WEFT_UPDATE_MULTI_OP] = weft_optim_update_op_index(adam);
+    CHECK(am.i[WEFT_UPDATE_MULTI_OP] >= 0);
+    CHECK(weft_op_apply_into(multi, 15, in, &am, NULL) == WEFT_OK);
+    for (int j = 0; j < 3; j++)
+        for (int q = 0; q < 3; q++) wt_check_same("update_multi group", t[1][j][q], t[0][j][q], 0);
+    // refused: a bad op index, inputs that are not whole groups, a non-contiguous group, a shape mismatch
+    weft_attrs bad = am;
+    bad.i[WEFT_UPDATE_MULTI_OP] = 99;
+    CHECK(weft_op_apply_into(multi, 15, in, &bad, NULL) != WEFT_OK && wt_error_has("update_multi"));
+    CHECK(weft_op_apply_into(multi, 14, in + 1, &am, NULL) != WEFT_OK && wt_error_has("not groups of 4"));
+    weft_tensor *two = weft_tensor_zeros(WEFT_DIMS(4, 5), WEFT_F32), *tr = weft_transpose(two, 0, 1);
+    weft_tensor *z[4] = {weft_tensor_zeros(WEFT_DIMS(5, 4), WEFT_F32), weft_tensor_zeros(WEFT_DIMS(5, 4), WEFT_F32),
+                         weft_tensor_zeros(WEFT_DIMS(5, 4), WEFT_F32), tr};
+    weft_tensor *in2[11] = {t[1][0][0], t[1][0][1], t[1][0][2], t[1][0][3], z[0], z[1], z[2], z[3], sc[0], sc[1], sc[2]};
+    CHECK(weft_op_apply_into(multi, 11, in2, &am, NULL) != WEFT_OK && wt_error_has("group 1") &&
+          wt_error_has("not contiguous"));
+    in2[7] = t[1][1][3]; // (20000) against a (5,4) parameter
+    CHECK(weft_op_apply_into(multi, 11, in2, &am, NULL) != WEFT_OK && wt_error_has("group 1") && wt_error_has("adam_update"));
+    for (int r = 0; r < 2; r++)
+        for (int j = 0; j < 3; j++)
+            for (int q = 0; q < 4; q++) weft_tensor_free(t[r][j][q]);
+    for (int k = 0; k < 3; k++) weft_tensor_free(sc[k]);
+    for (int k = 0; k < 3; k++) weft_tensor_free(z[k]);
+    weft_tensor_free(two), weft_tensor_free(tr);
+}
+
+// grad_sumsq over several inputs is the chain of one call per input, bit for bit (clip_grad_norm
+// gives every gradient of a device to one call).
+static void test_sumsq_many_cpu(void) {
+    const weft_op_def *op = weft_op_find("grad_sumsq");
+    weft_tensor *in[5] = {weft_tensor_scalar(0.125, WEFT_F64)};
+    double want = 0.125;
+    for (int i = 1; i < 5; i++) {
+        int64_t n = i == 3 ? 100003 : 5 * i;
+        double *v = malloc(sizeof(double) * (size_t)n);
+        wt_vals(v, n, -2, 2, 40 + (uint64_t)i);
+        weft_tensor *t = weft_tensor_from_data(v, 1, &n, WEFT_F64);
+        in[i] = i == 2 ? weft_cast(t, WEFT_F32) : weft_tensor_ref(t);
+        weft_tensor_free(t);
+        free(v);
+        weft_tensor *acc = weft_tensor_scalar(want, WEFT_F64);
+        CHECK(weft_op_apply_into(op, 2, (weft_tensor *[]){acc, in[i]}, NULL, &acc) == WEFT_OK);
+        want = weft_tensor_item(acc);
+        weft_tensor_free(acc);
+    }
+    weft_tensor *all = weft_op_apply1(op, 5, in, NULL);
+    CHECK(all && weft_tensor_item(all) == want);
+    double ref = 0.125; // and the plain sum, in double
+    for (int i = 1; i < 5; i++) {
+        int64_t n = weft_tensor_numel(in[i]);
+        double *v = malloc(sizeof(double) * (size_t)n);
+        weft_tensor_to_f64(in[i], v, n);
+        for (int64_t j = 0; j < n; j++) ref += v[j] * v[j];
+        free(v);
+    }
+    CHECK_NEAR(want, ref, 1e-9 * ref);
+    CHECK(weft_op_apply1(op, 1, in, NULL) == NULL && wt_error_has("grad_sumsq"));
+    for (int i = 0; i < 5; i++) weft_tensor_free(in[i]);
+    weft_tensor_free(all);
 }
 
 // ---- clip_grad_norm ----
@@ -681,6 +841,9 @@ int main(void) {
     RUN(test_adam_first_step_by_hand);
     RUN(test_sgd_momentum_by_hand);
     RUN(test_big_param_threads);
+    RUN(test_update_multi_step);
+    RUN(test_update_multi_op);
+    RUN(test_sumsq_many_cpu);
     RUN(test_clip_grad_norm);
     RUN(test_schedules);
     RUN(test_state_names);

@@ -49,6 +49,7 @@ static _Thread_local cu_capture *tl_cap; // this thread's recording, NULL: none
 static bool capture_track_alloc(int index, void *p);
 static bool capture_hold_free(int index, void *p);
 static weft_status capture_refuses(int index, const char *what);
+static bool capture_on(int index);
 
 int weft_cuda_device_count(void) { return g_count; }
 const char *weft_cuda_unavailable_reason(void) { return g_reason; }
@@ -135,9 +136,11 @@ static dev_state *dev_get(int index) {
                                 .name = names[index]};
         d->alloc = weft_block_alloc_create(&b);
         pthread_mutex_init(&d->mu, NULL);
-        // the report record, cleared (a device without one still works: its kernels report nothing)
+        // the report record, cleared (a device without one still works: its kernels report nothing).
+        // cudaMemset runs on the legacy stream, which d->stream (non-blocking) does not wait for: wait
+        // for the clear here, or a first kernel could claim the record before it or read garbage.
         if (cudaMalloc((void **)&d->report, sizeof *d->report) != cudaSuccess ||
-            cudaMemset(d->report, 0, sizeof *d->report) != cudaSuccess ||
+            cudaMemset(d->report, 0, sizeof *d->report) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess ||
             cudaHostAlloc((void **)&d->seen, sizeof *d->seen, cudaHostAllocDefault) != cudaSuccess) {
             cudaGetLastError();
             if (d->report) cudaFree(d->report);
@@ -215,8 +218,12 @@ static weft_status report_fetch(int index, dev_state *d) {
 }
 
 // After a wait that returned st: the report the wait brought over, if any.
+// Not while this thread records on the device (a wait for another stream,
+// cu_stream_sync): report_fetch's copy and wait on the current stream, the
+// capturing one, would end the capture; a later wait takes the report.
 static weft_status report_take(int index, dev_state *d, weft_status st) {
     if (st != WEFT_OK || !d->seen || !__atomic_load_n(d->seen, __ATOMIC_ACQUIRE)) return st;
+    if (capture_on(index)) return st;
     return report_fetch(index, d);
 }
 
@@ -335,8 +342,10 @@ static weft_status cu_sync(int index) {
     dev_state *d = dev_get(index);
     if (!d) return weft_error(WEFT_ERR_DEVICE, "cuda:%d: device not usable", index);
     if (capture_refuses(index, "waiting for the device") != WEFT_OK) return weft_last_status();
-    report_peek(d, weft_cuda_stream(index));
-    return report_take(index, d, weft_cuda_check(cudaDeviceSynchronize(), "cuda synchronize"));
+    cudaSetDevice(index);
+    weft_status st = weft_cuda_check(cudaDeviceSynchronize(), "cuda synchronize");
+    // every stream has finished: read the record behind all of them (one small copy and wait)
+    return st == WEFT_OK ? weft_cuda_report_poll(index) : st;
 }
 
 // Stream and event handles remember their device (cudaSetDevice before use).
@@ -509,6 +518,9 @@ static weft_status capture_refuses(int index, const char *what) {
     return weft_error(WEFT_ERR_STATE, "cuda:%d: %s cannot be captured in a CUDA graph (a replay would skip it)",
                       index, what);
 }
+
+// True while this thread records a graph on device index.
+static bool capture_on(int index) { return tl_cap && tl_cap->index == index; }
 
 static bool capture_track_alloc(int index, void *p) {
     cu_capture *c = tl_cap;

@@ -163,14 +163,16 @@ weft_status weft_cpu_adam_update(const weft_op_args *a) {
     return WEFT_OK;
 }
 
-// (acc, x) -> acc + sum of x*x in f64, 0-d; the output may be acc's own storage.
+// (acc, x_1, ..., x_k) -> ((acc + sum of x_1*x_1) + ...) in f64, 0-d; the output may be acc's own storage.
 weft_status weft_cpu_grad_sumsq(const weft_op_args *a) {
-    weft_tensor *x = weft_kernel_contiguous(a->in[1]);
-    if (!x) return weft_last_status();
-    double s = x->dtype == WEFT_F32 ? sumsq_f32(x->numel, WEFT_PTR(float, x))
-                                    : sumsq_f64(x->numel, WEFT_PTR(double, x));
-    *WEFT_PTR(double, a->out[0]) = *WEFT_PTR(double, a->in[0]) + s;
-    weft_tensor_free(x);
+    double acc = *WEFT_PTR(double, a->in[0]);
+    for (int i = 1; i < a->n_in; i++) {
+        weft_tensor *x = weft_kernel_contiguous(a->in[i]);
+        if (!x) return weft_last_status();
+        acc += x->dtype == WEFT_F32 ? sumsq_f32(x->numel, WEFT_PTR(float, x)) : sumsq_f64(x->numel, WEFT_PTR(double, x));
+        weft_tensor_free(x);
+    }
+    *WEFT_PTR(double, a->out[0]) = acc;
     return WEFT_OK;
 }
 

@@ -7,6 +7,8 @@
 // D up to 128 (above: WEFT_ERR_UNSUPPORTED naming the op).
 // Inputs may be any strided view: the kernels read contiguous buffers, so
 // the others get a contiguous device copy here.
+#include <stdint.h>
+
 #include "attention_kernels.h"
 #include "cuda_ops.h"
 
@@ -23,6 +25,18 @@ static weft_status attn_dims(const weft_op_args *a, int64_t *BH, int64_t *T, int
     return WEFT_OK;
 }
 
+// The tensor-core kernels move q, k, v, go rows in 16-byte loads and write o, gq, gk, gv in 32-bit pairs, so
+// every buffer must start 16-byte aligned. Fresh tensors and contiguous copies do (512-byte blocks), but a
+// contiguous view at an element offset that is not a multiple of 8 (a narrowed flat buffer, reshaped) would
+// not, and a misaligned access is a sticky error that ends the CUDA context: such inputs take the widened path.
+static bool mma_aligned(const weft_kernel_inputs *c, const weft_op_args *a) {
+    for (int i = 0; i < c->n; i++)
+        if ((uintptr_t)weft_tensor_ptr(c->t[i]) & 15) return false;
+    for (int j = 0; j < a->n_out; j++)
+        if ((uintptr_t)weft_tensor_ptr(a->out[j]) & 15) return false;
+    return true;
+}
+
 static weft_status cu_causal_attention(const weft_op_args *a) {
     int64_t BH = 0, T = 0, D = 0;
     weft_status st = attn_dims(a, &BH, &T, &D);
@@ -33,6 +47,10 @@ static weft_status cu_causal_attention(const weft_op_args *a) {
     if (weft_dtype_is_half(dt) && !weft_cu_attention_mma_supports(dt, D)) return weft_kernel_widened(a, cu_causal_attention);
     weft_kernel_inputs c;
     if ((st = weft_kernel_inputs_get(a, &c))) return st;
+    if (weft_dtype_is_half(dt) && !mma_aligned(&c, a)) {
+        weft_kernel_inputs_free(&c);
+        return weft_kernel_widened(a, cu_causal_attention);
+    }
     cudaError_t e = weft_dtype_is_half(dt) ? weft_cu_causal_attention_mma(weft_tensor_ptr(c.t[0]), weft_tensor_ptr(c.t[1]),
                                                                weft_tensor_ptr(c.t[2]), weft_tensor_ptr(a->out[0]),
                                                                (float *)weft_tensor_ptr(a->out[1]), dt, BH, T, D,
@@ -56,6 +74,10 @@ static weft_status cu_causal_attention_backward(const weft_op_args *a) {
         return weft_kernel_widened(a, cu_causal_attention_backward);
     weft_kernel_inputs c;
     if ((st = weft_kernel_inputs_get(a, &c))) return st;
+    if (weft_dtype_is_half(dt) && !mma_aligned(&c, a)) {
+        weft_kernel_inputs_free(&c);
+        return weft_kernel_widened(a, cu_causal_attention_backward);
+    }
     int64_t n = BH * T;
     weft_dtype dldt = weft_dtype_is_half(dt) ? WEFT_F32 : (weft_dtype)dt; // Dl_i = go_i.o_i, in lse's dtype
     weft_tensor *dl = weft_tensor_new(1, &n, dldt, a->in[0]->device);

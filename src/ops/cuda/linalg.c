@@ -181,8 +181,10 @@ static weft_status cu_matmul(const weft_op_args *args) {
 typedef struct lt_key {
     int dtype, opa, opb, dev;
     int64_t m, n, k, lda, ldb;
-    int align[4]; // byte alignment of A, B and C/D (and 0): the heuristic may only pick kernels that accept it
+    int align[3]; // byte alignment of A, B and C/D: the heuristic may only pick kernels that accept it
+    int compute;  // the compute type: WEFT_CUDA_TF32 may change between calls (no padding: memcmp'd)
 } lt_key;
+_Static_assert(sizeof(lt_key) == 8 * sizeof(int) + 5 * sizeof(int64_t), "lt_key has no padding (keys are memcmp'd)");
 
 // The largest power of two up to 256 dividing p's address.
 static int align_of(const void *p) {
@@ -291,7 +293,8 @@ static int lt_linear(const weft_op_args *args, weft_tensor *h, weft_status *st) 
     *st = weft_cu_lt_handle(h, "linear", &lt);
     lt_key key = {.dtype = h->dtype, .opa = (int)vw.op, .opb = (int)CUBLAS_OP_N, .dev = h->device.index,
                   .m = N, .n = M, .k = K, .lda = vw.ld, .ldb = ldx,
-                  .align = {align_of(weft_tensor_ptr(wo)), align_of(weft_tensor_ptr(x)), align_of(weft_tensor_ptr(h))}};
+                  .align = {align_of(weft_tensor_ptr(wo)), align_of(weft_tensor_ptr(x)), align_of(weft_tensor_ptr(h))},
+                  .compute = (int)g.compute};
     // cuBLAS's column-major C^T = B^T A^T: A is W^T's operand with its flag; B is x^T, i.e. x as stored (N).
     lt_plan *p = *st ? NULL : lt_plan_get(lt, &key, &g);
     int r = 0;

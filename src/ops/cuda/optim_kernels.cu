@@ -157,28 +157,49 @@ extern "C" cudaError_t weft_cu_rmsprop_update(weft_cu_tensor p, weft_cu_tensor s
 }
 
 // ---- adam / adamw ----
+// One element, as optim_loops.h's adam(): shared by the one-tensor and the multi-tensor kernels, so
+// both round alike. x: amsgrad's running max (read only when AMS).
+template <typename T, bool AMS>
+__device__ __forceinline__ void adam_elem(T p, T g, T m, T v, T x, T *p_out, T *m_out, T *v_out, T *x_out, T decay,
+                                          T wdt, T b1, T b2, T b1m, T b2m, T eps, T nss, T bc2s) {
+    T pi = p * decay;
+    T d = g + wdt * pi;
+    T mi = b1 * m + b1m * d;
+    T vi = b2 * v + b2m * (d * d);
+    *m_out = mi;
+    *v_out = vi;
+    if (AMS) {
+        vi = vi > x ? vi : x; // as the CPU loop (torch.maximum)
+        *x_out = vi;
+    }
+    *p_out = pi + nss * (mi / (sqrt(vi) / bc2s + eps));
+}
+
+// The hyper-parameters in T, from the scalars (read on the device) and the attrs, as the CPU rounds them.
+template <typename T> struct adam_hp {
+    T decay, wdt, b1, b2, b1m, b2m, eps, nss, bc2s;
+};
+template <typename T>
+__device__ __forceinline__ adam_hp<T> adam_hp_of(weft_cu_scalar lr_s, weft_cu_scalar ss_s, weft_cu_scalar bc2_s,
+                                                 double beta1, double beta2, double eps, double wd, int decoupled) {
+    const double lr = scalar_value(lr_s);
+    adam_hp<T> h;
+    h.nss = (T)-scalar_value(ss_s), h.bc2s = (T)scalar_value(bc2_s);
+    h.wdt = decoupled ? (T)0 : (T)wd, h.decay = decoupled ? (T)(1 - lr * wd) : (T)1;
+    h.b1 = (T)beta1, h.b2 = (T)beta2, h.b1m = (T)(1 - beta1), h.b2m = (T)(1 - beta2), h.eps = (T)eps;
+    return h;
+}
+
 template <typename T, bool AMS>
 __global__ void adam_kernel(weft_cu_tensor p, weft_cu_tensor m, weft_cu_tensor v, weft_cu_tensor vmax,
                             weft_cu_tensor g, T *p_out, T *m_out, T *v_out, T *vmax_out, weft_cu_scalar lr_s,
-                            weft_cu_scalar ss_s, weft_cu_scalar bc2_s, T b1, T b2, T b1m, T b2m, T eps, double wd,
-                            int decoupled) {
-    // as optim_loops.h's adam(): scalars in double, rounded to T once
-    const double lr = scalar_value(lr_s);
-    const T nss = (T)-scalar_value(ss_s), bc2s = (T)scalar_value(bc2_s);
-    const T wdt = decoupled ? (T)0 : (T)wd, decay = decoupled ? (T)(1 - lr * wd) : (T)1;
+                            weft_cu_scalar ss_s, weft_cu_scalar bc2_s, double beta1, double beta2, double eps,
+                            double wd, int decoupled) {
+    const adam_hp<T> h = adam_hp_of<T>(lr_s, ss_s, bc2_s, beta1, beta2, eps, wd, decoupled);
     WEFT_CU_GRID_LOOP(i, p.numel) {
-        T pi = at<T>(p, i) * decay;
-        T d = at<T>(g, i) + wdt * pi;
-        T mi = b1 * at<T>(m, i) + b1m * d;
-        T vi = b2 * at<T>(v, i) + b2m * (d * d);
-        m_out[i] = mi;
-        v_out[i] = vi;
-        if (AMS) {
-            T x = at<T>(vmax, i);
-            vi = vi > x ? vi : x; // as the CPU loop (torch.maximum)
-            vmax_out[i] = vi;
-        }
-        p_out[i] = pi + nss * (mi / (sqrt(vi) / bc2s + eps));
+        adam_elem<T, AMS>(at<T>(p, i), at<T>(g, i), at<T>(m, i), at<T>(v, i), AMS ? at<T>(vmax, i) : (T)0,
+                          p_out + i, m_out + i, v_out + i, AMS ? vmax_out + i : NULL, h.decay, h.wdt, h.b1, h.b2,
+                          h.b1m, h.b2m, h.eps, h.nss, h.bc2s);
     }
 }
 
@@ -189,14 +210,13 @@ static cudaError_t launch_adam(weft_cu_tensor p, weft_cu_tensor m, weft_cu_tenso
                                double eps, double wd, int decoupled, cudaStream_t s) {
     unsigned nb = weft_cu_blocks(p.numel);
     p = flat(p), m = flat(m), v = flat(v), vmax = flat(vmax), g = flat(g);
-    const T b1 = (T)beta1, b2 = (T)beta2, b1m = (T)(1 - beta1), b2m = (T)(1 - beta2);
     if (vmax.data)
         adam_kernel<T, true><<<nb, WEFT_CU_THREADS, 0, s>>>(p, m, v, vmax, g, (T *)p_out, (T *)m_out, (T *)v_out,
-                                                            (T *)vmax_out, lr, ss, bc2, b1, b2, b1m, b2m, (T)eps, wd,
+                                                            (T *)vmax_out, lr, ss, bc2, beta1, beta2, eps, wd,
                                                             decoupled);
     else
         adam_kernel<T, false><<<nb, WEFT_CU_THREADS, 0, s>>>(p, m, v, vmax, g, (T *)p_out, (T *)m_out, (T *)v_out,
-                                                             (T *)vmax_out, lr, ss, bc2, b1, b2, b1m, b2m, (T)eps, wd,
+                                                             (T *)vmax_out, lr, ss, bc2, beta1, beta2, eps, wd,
                                                              decoupled);
     return cudaGetLastError();
 }
@@ -209,6 +229,55 @@ extern "C" cudaError_t weft_cu_adam_update(weft_cu_tensor p, weft_cu_tensor m, w
     if (p.numel == 0) return cudaSuccess;
     WEFT_CU_DISPATCH_FLOAT(p.dtype, launch_adam, p, m, v, vmax, g, p_out, m_out, v_out, vmax_out, lr, step_size,
                            bc2_sqrt, beta1, beta2, eps, wd, decoupled, s)
+}
+
+// Many tensors in one launch (PyTorch's multi_tensor_apply): block b updates
+// chunk b - block0[k] of tensor k, MT_CHUNK elements. The table travels as a
+// kernel parameter, so the launch needs no copy and can be captured.
+#define MT_CHUNK 8192
+template <typename T, bool AMS>
+__global__ void adam_multi_kernel(weft_cu_adam_table t, weft_cu_scalar lr_s, weft_cu_scalar ss_s,
+                                  weft_cu_scalar bc2_s, double beta1, double beta2, double eps, double wd,
+                                  int decoupled) {
+    const adam_hp<T> h = adam_hp_of<T>(lr_s, ss_s, bc2_s, beta1, beta2, eps, wd, decoupled);
+    const int b = (int)blockIdx.x;
+    int k = 0;
+    while (k + 1 < t.count && b >= t.block0[k + 1]) k++;
+    const int64_t lo = (int64_t)(b - t.block0[k]) * MT_CHUNK, n = t.n[k];
+    const int64_t hi = lo + MT_CHUNK < n ? lo + MT_CHUNK : n;
+    T *p = (T *)t.p[k], *m = (T *)t.m[k], *v = (T *)t.v[k], *x = (T *)t.vmax[k];
+    const T *g = (const T *)t.g[k];
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x)
+        adam_elem<T, AMS>(p[i], g[i], m[i], v[i], AMS ? x[i] : (T)0, p + i, m + i, v + i, AMS ? x + i : NULL,
+                          h.decay, h.wdt, h.b1, h.b2, h.b1m, h.b2m, h.eps, h.nss, h.bc2s);
+}
+
+template <typename T>
+static cudaError_t launch_adam_multi(weft_cu_adam_table t, weft_cu_scalar lr, weft_cu_scalar ss, weft_cu_scalar bc2,
+                                     double beta1, double beta2, double eps, double wd, int decoupled,
+                                     cudaStream_t s) {
+    const bool ams = t.vmax[0] != NULL;
+    int nb = 0;
+    for (int k = 0; k < t.count; k++) {
+        t.block0[k] = nb;
+        nb += (int)((t.n[k] + MT_CHUNK - 1) / MT_CHUNK);
+    }
+    t.block0[t.count] = nb;
+    if (nb == 0) return cudaSuccess;
+    if (ams)
+        adam_multi_kernel<T, true><<<nb, WEFT_CU_THREADS, 0, s>>>(t, lr, ss, bc2, beta1, beta2, eps, wd, decoupled);
+    else
+        adam_multi_kernel<T, false><<<nb, WEFT_CU_THREADS, 0, s>>>(t, lr, ss, bc2, beta1, beta2, eps, wd, decoupled);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t weft_cu_adam_multi(weft_cu_adam_table t, int dtype, weft_cu_scalar lr,
+                                          weft_cu_scalar step_size, weft_cu_scalar bc2_sqrt, double beta1,
+                                          double beta2, double eps, double wd, int decoupled, cudaStream_t s) {
+    if (t.count <= 0 || t.count > WEFT_CU_ADAM_TABLE) return cudaErrorInvalidValue;
+    for (int k = 0; k < t.count; k++)
+        if (t.n[k] > (int64_t)MT_CHUNK * 0x7fffffff / 2) return cudaErrorInvalidValue; // block counts fit an int
+    WEFT_CU_DISPATCH_FLOAT(dtype, launch_adam_multi, t, lr, step_size, bc2_sqrt, beta1, beta2, eps, wd, decoupled, s)
 }
 
 // ---- clipping ----
@@ -266,6 +335,56 @@ static cudaError_t launch_sumsq(weft_cu_tensor x, double *part, const double *ac
 extern "C" cudaError_t weft_cu_sumsq(weft_cu_tensor x, double *part, const double *acc, double *out,
                                      cudaStream_t s) {
     WEFT_CU_DISPATCH_FLOAT(x.dtype, launch_sumsq, x, part, acc, out, s)
+}
+
+// Many tensors: block b sums tensor k's share b - block0[k] of nb[k] exactly as sumsq_partial does with
+// nb[k] blocks, so each tensor's partials, and its sum, are the one-tensor kernels' bits.
+template <typename T> __global__ void sumsq_multi_partial(weft_cu_sumsq_table t, double *part) {
+    __shared__ double sh[WEFT_CU_THREADS];
+    const int b = (int)blockIdx.x;
+    int k = 0;
+    while (k + 1 < t.count && b >= t.block0[k + 1]) k++;
+    const T *x = (const T *)t.x[k];
+    double a = 0;
+    for (int64_t i = (int64_t)(b - t.block0[k]) * WEFT_CU_THREADS + threadIdx.x; i < t.n[k];
+         i += (int64_t)t.nb[k] * WEFT_CU_THREADS) {
+        double v = (double)x[i];
+        a += v * v;
+    }
+    double s = block_sum(a, sh);
+    if (threadIdx.x == 0) part[b] = s;
+}
+
+// One block: each tensor's partials as sumsq_final sums them, added to the total in order.
+__global__ void sumsq_multi_final(weft_cu_sumsq_table t, const double *part, const double *acc, double *out) {
+    __shared__ double sh[WEFT_CU_THREADS];
+    double total = *acc; // read by every thread before thread 0 writes out (which may be acc) at the end
+    for (int k = 0; k < t.count; k++) {
+        double a = 0;
+        for (int i = threadIdx.x; i < t.nb[k]; i += WEFT_CU_THREADS) a += part[t.block0[k] + i];
+        total = total + block_sum(a, sh);
+        __syncthreads(); // sh[0] read by all before the next tensor's sums overwrite sh
+    }
+    if (threadIdx.x == 0) *out = total;
+}
+
+template <typename T>
+static cudaError_t launch_sumsq_multi(weft_cu_sumsq_table t, double *part, const double *acc, double *out,
+                                      cudaStream_t s) {
+    int nb = 0;
+    for (int k = 0; k < t.count; k++) t.block0[k] = nb, t.nb[k] = weft_cu_sumsq_blocks(t.n[k]), nb += t.nb[k];
+    t.block0[t.count] = nb;
+    sumsq_multi_partial<T><<<nb, WEFT_CU_THREADS, 0, s>>>(t, part);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    sumsq_multi_final<<<1, WEFT_CU_THREADS, 0, s>>>(t, part, acc, out);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t weft_cu_sumsq_multi(weft_cu_sumsq_table t, int dtype, double *part, const double *acc,
+                                           double *out, cudaStream_t s) {
+    if (t.count <= 0 || t.count > WEFT_CU_SUMSQ_TABLE) return cudaErrorInvalidValue;
+    WEFT_CU_DISPATCH_FLOAT(dtype, launch_sumsq_multi, t, part, acc, out, s)
 }
 
 template <typename T> __global__ void scale_kernel(weft_cu_tensor x, T *out, weft_cu_scalar c_s) {

@@ -44,10 +44,38 @@ cudaError_t weft_cu_adam_update(weft_cu_tensor p, weft_cu_tensor m, weft_cu_tens
                                 weft_cu_scalar lr, weft_cu_scalar step_size, weft_cu_scalar bc2_sqrt, double beta1,
                                 double beta2, double eps, double wd, int decoupled, cudaStream_t s);
 
+// Adam / AdamW over up to WEFT_CU_ADAM_TABLE contiguous tensors of one dtype
+// in one launch, in place, each exactly as weft_cu_adam_update computes it
+// (vmax[k] NULL for all k unless amsgrad). block0 is the launcher's.
+#define WEFT_CU_ADAM_TABLE 24
+typedef struct weft_cu_adam_table {
+    void *p[WEFT_CU_ADAM_TABLE], *m[WEFT_CU_ADAM_TABLE], *v[WEFT_CU_ADAM_TABLE], *vmax[WEFT_CU_ADAM_TABLE];
+    const void *g[WEFT_CU_ADAM_TABLE];
+    int64_t n[WEFT_CU_ADAM_TABLE];
+    int32_t block0[WEFT_CU_ADAM_TABLE + 1];
+    int32_t count;
+} weft_cu_adam_table;
+cudaError_t weft_cu_adam_multi(weft_cu_adam_table t, int dtype, weft_cu_scalar lr, weft_cu_scalar step_size,
+                               weft_cu_scalar bc2_sqrt, double beta1, double beta2, double eps, double wd,
+                               int decoupled, cudaStream_t s);
+
 // *out = *acc + sum of x*x, in f64 (acc, out: device doubles, out may be acc); part: device scratch of
 // weft_cu_sumsq_blocks(x.numel) doubles.
 int weft_cu_sumsq_blocks(int64_t numel);
 cudaError_t weft_cu_sumsq(weft_cu_tensor x, double *part, const double *acc, double *out, cudaStream_t s);
+
+// The same for up to WEFT_CU_SUMSQ_TABLE contiguous tensors of one dtype, in two launches:
+// *out = ((*acc + sum x_0^2) + sum x_1^2) + ..., each sum exactly as weft_cu_sumsq's; part: the sum of
+// weft_cu_sumsq_blocks(n[k]) doubles. block0 and nb are the launcher's.
+#define WEFT_CU_SUMSQ_TABLE 24
+typedef struct weft_cu_sumsq_table {
+    const void *x[WEFT_CU_SUMSQ_TABLE];
+    int64_t n[WEFT_CU_SUMSQ_TABLE];
+    int32_t block0[WEFT_CU_SUMSQ_TABLE + 1], nb[WEFT_CU_SUMSQ_TABLE];
+    int32_t count;
+} weft_cu_sumsq_table;
+cudaError_t weft_cu_sumsq_multi(weft_cu_sumsq_table t, int dtype, double *part, const double *acc, double *out,
+                                cudaStream_t s);
 
 // out[i] = x[i] * (T)c (out contiguous, x.numel elements of x.dtype).
 cudaError_t weft_cu_scale(weft_cu_tensor x, void *out, weft_cu_scalar c, cudaStream_t s);
