@@ -151,6 +151,11 @@ weft_tensor *weft_avg_pool2d(weft_tensor *x, const weft_pool2d_params *p);
 
 // Normalises over the last `n_norm_dims` dims; weight/bias (shape of those dims) may be NULL.
 weft_tensor *weft_layer_norm(weft_tensor *x, int n_norm_dims, weft_tensor *weight, weft_tensor *bias, double eps);
+// The residual add before a norm, in one pass: *sum = x + r and *y = layer_norm(*sum). r has x's shape and
+// dtype, or bf16 / f16 with an f32 x (read as it is); *sum has x's dtype. Both results are new references
+// (NULL on error).
+weft_status weft_add_layer_norm(weft_tensor *x, weft_tensor *r, int n_norm_dims, weft_tensor *weight,
+                                weft_tensor *bias, double eps, weft_tensor **sum, weft_tensor **y);
 // x (N,C,...). In training uses batch statistics and updates running_mean/var
 // in place (momentum as in PyTorch); in eval uses the running statistics.
 // running_mean/var/weight/bias (C) may each be NULL.

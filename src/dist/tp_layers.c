@@ -319,10 +319,7 @@ weft_module *weft_tp_attention_make(weft_comm *c, int64_t C, int64_t nh, weft_ge
 
 // ---- transformer block ----
 static weft_tensor *block_forward(weft_module *m, weft_tensor *x) {
-    weft_tensor *x1 = weft_nn_residual(m, 0, 1, x); // x + attn(ln1(x))
-    weft_tensor *x2 = x1 ? weft_nn_residual(m, 2, 3, x1) : NULL; // x + mlp(ln2(x))
-    weft_tensor_free(x1);
-    return x2;
+    return weft_nn_prenorm_block(m, 0, 1, 2, 3, x); // x1 = x + attn(ln1(x)), x1 + mlp(ln2(x1))
 }
 
 // whole: a weft_nn_transformer_block (children ln1, attn, ln2, mlp).

@@ -18,12 +18,17 @@ weft_status weft_nn_add_uniform_param(weft_module *m, const char *name, int ndim
 weft_tensor *weft_nn_attention_heads(weft_tensor *qkv, int64_t nh, int64_t hd, weft_tensor **mask_cache);
 
 // Layer pieces the tensor-parallel layers (src/dist/tp_layers.c) share:
-// y = x W^T (+ b) with m's "weight" (out,in) and "bias"; and x + sub(norm(x))
-// with m's children at those indices (a pre-LayerNorm residual branch).
+// y = x W^T (+ b) with m's "weight" (out,in) and "bias"; and a pre-LayerNorm
+// block x1 = x + f(ln1(x)), x2 = x1 + g(ln2(x1)) with m's children at those
+// indices, the first add and ln2 in one add_layer_norm (weft_nn_add_norm).
 weft_tensor *weft_nn_affine(weft_module *m, weft_tensor *x, bool with_bias);
 // x w^T + b (b may be NULL), then GELU when gelu: the fused linear op where it
 // applies (f32 / f64 outside autocast), else matmul, add and gelu.
 weft_tensor *weft_nn_linear_apply(weft_tensor *x, weft_tensor *w, weft_tensor *b, bool gelu);
-weft_tensor *weft_nn_residual(weft_module *m, int norm, int sub, weft_tensor *x);
+weft_tensor *weft_nn_prenorm_block(weft_module *m, int ln1, int f, int ln2, int g, weft_tensor *x);
+// norm(x + r), with *sum = x + r (a new reference): one add_layer_norm op
+// where norm is a layer_norm module (WEFT_FUSED_ADD_NORM=0: the add, then the
+// module). NULL (and *sum NULL) on error.
+weft_tensor *weft_nn_add_norm(weft_module *norm, weft_tensor *x, weft_tensor *r, weft_tensor **sum);
 
 #endif

@@ -1,6 +1,7 @@
 // Normalisation layers: batch_norm (per channel of (N,C,...)) and layer_norm (last dim).
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <weft/nn.h>
 
@@ -23,6 +24,26 @@ static weft_tensor *batch_norm_forward(weft_module *m, weft_tensor *x) {
 static weft_tensor *layer_norm_forward(weft_module *m, weft_tensor *x) {
     const norm_cfg *c = weft_module_impl(m);
     return weft_layer_norm(x, 1, weft_module_get(m, "weight"), weft_module_get(m, "bias"), c->eps);
+}
+
+weft_tensor *weft_nn_add_norm(weft_module *norm, weft_tensor *x, weft_tensor *r, weft_tensor **sum) {
+    *sum = NULL;
+    const char *e = getenv("WEFT_FUSED_ADD_NORM");
+    if (norm && !strcmp(weft_module_kind(norm), "layer_norm") && (!e || strcmp(e, "0"))) {
+        const norm_cfg *c = weft_module_impl(norm);
+        weft_tensor *y;
+        return weft_add_layer_norm(x, r, 1, weft_module_get(norm, "weight"), weft_module_get(norm, "bias"), c->eps, sum,
+                                   &y) == WEFT_OK
+                   ? y
+                   : NULL;
+    }
+    if (!(*sum = weft_add(x, r))) return NULL;
+    weft_tensor *y = weft_module_forward(norm, *sum);
+    if (!y) {
+        weft_tensor_free(*sum);
+        *sum = NULL;
+    }
+    return y;
 }
 
 // weight = 1, bias = 0 (params) and, for batch_norm, running_mean = 0, running_var = 1 (buffers).

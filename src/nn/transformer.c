@@ -1,6 +1,8 @@
 // Pre-LayerNorm transformer block (GPT-2 style), x (B,T,C) -> (B,T,C):
 //   x = x + attn(ln1(x))
 //   x = x + mlp(ln2(x)),   mlp = proj(gelu(fc(.))), fc C->4C, proj 4C->C
+// The first residual add and ln2 are one add_layer_norm op (one pass; the
+// attention's bf16 output is read as it is under autocast).
 // Children ln1, attn, ln2, mlp (mlp.fc, mlp.proj): PyTorch/nanoGPT names, so
 // "attn.qkv.weight", "mlp.fc.bias", "ln1.weight" line up with a state_dict.
 
@@ -44,13 +46,18 @@ static weft_module *block_mlp(int64_t C, weft_generator *g) {
 // ---- the block ----
 enum { CH_LN1, CH_ATTN, CH_LN2, CH_MLP }; // child indices, in insertion order
 
-weft_tensor *weft_nn_residual(weft_module *m, int norm, int sub, weft_tensor *x) {
-    weft_tensor *n = weft_module_forward(weft_module_child_at(m, norm), x);
-    weft_tensor *s = n ? weft_module_forward(weft_module_child_at(m, sub), n) : NULL;
-    weft_tensor_free(n);
-    weft_tensor *y = s ? weft_add(x, s) : NULL;
-    weft_tensor_free(s);
-    return y;
+weft_tensor *weft_nn_prenorm_block(weft_module *m, int ln1, int f, int ln2, int g, weft_tensor *x) {
+    weft_tensor *n1 = weft_module_forward(weft_module_child_at(m, ln1), x);
+    weft_tensor *a = n1 ? weft_module_forward(weft_module_child_at(m, f), n1) : NULL, *x1 = NULL;
+    weft_tensor_free(n1);
+    weft_tensor *n2 = a ? weft_nn_add_norm(weft_module_child_at(m, ln2), x, a, &x1) : NULL; // x1 = x + a
+    weft_tensor_free(a);
+    weft_tensor *h = n2 ? weft_module_forward(weft_module_child_at(m, g), n2) : NULL;
+    weft_tensor_free(n2);
+    weft_tensor *x2 = h ? weft_add(x1, h) : NULL;
+    weft_tensor_free(x1);
+    weft_tensor_free(h);
+    return x2;
 }
 
 static weft_tensor *block_forward(weft_module *m, weft_tensor *x) {
@@ -59,10 +66,7 @@ static weft_tensor *block_forward(weft_module *m, weft_tensor *x) {
     if (weft_tensor_ndim(x) != 3 || weft_tensor_size(x, 2) != C)
         return weft_error_null(WEFT_ERR_SHAPE, "transformer_block: expected input (B,T,%lld), got %s", (long long)C,
                                weft_tensor_shape_str(x, buf, sizeof buf));
-    weft_tensor *x1 = weft_nn_residual(m, CH_LN1, CH_ATTN, x);
-    weft_tensor *x2 = x1 ? weft_nn_residual(m, CH_LN2, CH_MLP, x1) : NULL;
-    weft_tensor_free(x1);
-    return x2;
+    return weft_nn_prenorm_block(m, CH_LN1, CH_ATTN, CH_LN2, CH_MLP, x);
 }
 
 weft_module *weft_nn_transformer_block(int64_t d_model, int64_t n_heads, weft_generator *g) {

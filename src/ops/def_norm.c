@@ -3,6 +3,11 @@
 // layer_norm (inputs x, [weight], [bias]; variadic, presence in attrs)
 //   attrs: i[0] = n_norm_dims, i[1] = has weight, i[2] = has bias; f[0] = eps
 //   outputs: y (shape of x), mean and rstd (the leading dims of x)
+// add_layer_norm (inputs x, r, [weight], [bias]): s = x + r and y = layer_norm(s) in one pass (the
+//   residual add before a transformer block's norm). r has x's shape, and x's dtype or, when x is f32,
+//   bf16 / f16 (a branch's output under autocast, read as it is: no cast kernel). attrs as layer_norm's.
+//   outputs: s (x's dtype), y, mean, rstd. Backward: ds = gs + layer_norm_backward(gy); dx = ds, dr = ds
+//   in r's dtype.
 // layer_norm_backward (inputs gy, x, mean, rstd, [weight])
 //   attrs: i[0] = n_norm_dims, i[1] = has weight, i[2] = compute dweight/dbias
 //   outputs: dx, dweight, dbias (dweight/dbias: the normalised dims)
@@ -20,6 +25,7 @@
 
 weft_status weft_cpu_layer_norm(const weft_op_args *a);
 weft_status weft_cpu_layer_norm_backward(const weft_op_args *a);
+weft_status weft_cpu_add_layer_norm(const weft_op_args *a);
 weft_status weft_cpu_batch_norm(const weft_op_args *a);
 weft_status weft_cpu_batch_norm_backward(const weft_op_args *a);
 
@@ -132,6 +138,102 @@ weft_op_def weft_op_layer_norm = {
     .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1) | WEFT_SAVE_OUT(1) | WEFT_SAVE_OUT(2),
     .infer = infer_layer_norm, .backward = bw_layer_norm,
     .kernel = {[WEFT_CPU] = {weft_cpu_layer_norm, WEFT_DT_FLOAT}}};
+
+// ---------------------------------------------------------------- add_layer_norm
+// layer_norm's checks on (x, [w], [b]), then r against x.
+static weft_status infer_add_ln(const weft_op_args *a, weft_out_meta *o) {
+    const char *op = a->op->name;
+    if (a->n_in < 2) return bad_count(a, 2);
+    const weft_tensor *x = a->in[0], *r = a->in[1];
+    weft_tensor *rest[3] = {a->in[0], a->n_in > 2 ? a->in[2] : NULL, a->n_in > 3 ? a->in[3] : NULL};
+    weft_op_args ln = *a;
+    ln.in = rest, ln.n_in = a->n_in - 1;
+    weft_status st = infer_layer_norm(&ln, o + 1); // (its messages name this op)
+    if (st) return st;
+    if (!weft_shape_equal(r->ndim, r->sizes, x->ndim, x->sizes)) {
+        char s1[96], s2[96];
+        return weft_error(WEFT_ERR_SHAPE, "%s: the residual has shape %s, the input %s", op,
+                          weft_tensor_shape_str(r, s1, sizeof s1), weft_tensor_shape_str(x, s2, sizeof s2));
+    }
+    if (r->dtype != x->dtype && !(x->dtype == WEFT_F32 && weft_dtype_is_half((weft_dtype)r->dtype)))
+        return weft_error(WEFT_ERR_DTYPE, "%s: the residual is %s, the input %s (a half residual needs an f32 input)",
+                          op, weft_dtype_name((weft_dtype)r->dtype), weft_dtype_name((weft_dtype)x->dtype));
+    if ((st = need_contiguous(op, r, "the residual"))) return st;
+    weft_meta_set(&o[0], x->ndim, x->sizes, (weft_dtype)x->dtype);
+    return WEFT_OK;
+}
+
+static weft_status bw_add_layer_norm(const weft_bw_args *b) {
+    int hw = b->attrs->i[1] != 0, hb = b->attrs->i[2] != 0;
+    int iw = hw ? 2 : -1, ib = hb ? 2 + hw : -1;
+    weft_tensor *ds = b->gout[0] ? weft_tensor_ref(b->gout[0]) : NULL;
+    if (b->gout[1]) { // through the norm: ds += layer_norm_backward(gy) over s
+        bool want_wb = (iw >= 0 && b->needs[iw]) || (ib >= 0 && b->needs[ib]);
+        weft_tensor *gy = weft_tensor_contiguous(b->gout[1]);
+        if (!gy) {
+            weft_tensor_free(ds);
+            return weft_last_status();
+        }
+        weft_tensor *in[5] = {gy, b->out[0], b->out[2], b->out[3], hw ? b->in[2] : NULL};
+        weft_attrs at = {.i = {b->attrs->i[0], hw, want_wb}};
+        weft_tensor *out[WEFT_MAX_OP_OUT];
+        weft_status st = weft_op_apply(&weft_op_layer_norm_backward, 4 + hw, in, &at, out);
+        weft_tensor_free(gy);
+        if (st != WEFT_OK) {
+            weft_tensor_free(ds);
+            return st;
+        }
+        give(b, iw, out[1]);
+        give(b, ib, out[2]);
+        weft_tensor *sum = ds ? weft_add(ds, out[0]) : weft_tensor_ref(out[0]);
+        weft_tensor_free(out[0]);
+        weft_tensor_free(ds);
+        if (!(ds = sum)) return weft_last_status();
+    }
+    if (!ds) return WEFT_OK;
+    // the residual's gradient in its own dtype (bf16 for a bf16 branch)
+    weft_dtype rdt = (weft_dtype)b->in[1]->dtype;
+    weft_tensor *dr = b->needs[1] ? (rdt == ds->dtype ? weft_tensor_ref(ds) : weft_cast(ds, rdt)) : NULL;
+    if (b->needs[1] && !dr) {
+        weft_tensor_free(ds);
+        return weft_last_status();
+    }
+    give(b, 1, dr);
+    give(b, 0, ds);
+    return WEFT_OK;
+}
+
+weft_op_def weft_op_add_layer_norm = {
+    .name = "add_layer_norm", .n_in = -1, .n_out = 4,
+    .save = WEFT_SAVE_IN(1) | WEFT_SAVE_IN(2) | WEFT_SAVE_OUT(0) | WEFT_SAVE_OUT(2) | WEFT_SAVE_OUT(3),
+    .infer = infer_add_ln, .backward = bw_add_layer_norm,
+    .kernel = {[WEFT_CPU] = {weft_cpu_add_layer_norm, WEFT_DT_FLOAT}}};
+
+weft_status weft_add_layer_norm(weft_tensor *x, weft_tensor *r, int n_norm_dims, weft_tensor *weight,
+                                weft_tensor *bias, double eps, weft_tensor **sum, weft_tensor **y) {
+    *sum = *y = NULL;
+    if (!x || !r) return weft_error(WEFT_ERR_ARG, "add_layer_norm: NULL input");
+    if (n_norm_dims < 1 || n_norm_dims > x->ndim)
+        return weft_error(WEFT_ERR_ARG, "add_layer_norm: n_norm_dims %d out of range for a %d-d input", n_norm_dims,
+                          x->ndim);
+    weft_tensor *in[4];
+    int n = 0;
+    in[n++] = weft_tensor_contiguous(x);
+    in[n++] = weft_tensor_contiguous(r);
+    if (weight) in[n++] = weft_tensor_contiguous(weight);
+    if (bias) in[n++] = weft_tensor_contiguous(bias);
+    weft_tensor *out[WEFT_MAX_OP_OUT] = {0};
+    weft_attrs at = {.i = {n_norm_dims, weight != NULL, bias != NULL}, .f = {eps}};
+    bool ok = true;
+    for (int k = 0; k < n; k++) ok &= in[k] != NULL;
+    weft_status st = ok ? weft_op_apply(&weft_op_add_layer_norm, n, in, &at, out) : weft_last_status();
+    for (int k = 0; k < n; k++) weft_tensor_free(in[k]);
+    if (st) return st;
+    weft_tensor_free(out[2]);
+    weft_tensor_free(out[3]);
+    *sum = out[0], *y = out[1];
+    return WEFT_OK;
+}
 
 weft_tensor *weft_layer_norm(weft_tensor *x, int n_norm_dims, weft_tensor *weight, weft_tensor *bias, double eps) {
     if (!x) return weft_error_null_input("layer_norm");

@@ -248,6 +248,34 @@ static void test_layer_norm(void) {
     }
 }
 
+// add_layer_norm: s = x + r and y = layer_norm(s), returned as s + y*y so both outputs carry gradient;
+// f32 and f64, and an f32 input with a bf16 residual (the residual's gradient in bf16); one row per
+// warp (C = 768) and per block (C = 2000).
+static weft_tensor *aln_fn(weft_tensor *const *in, void *ctx) {
+    (void)ctx;
+    weft_tensor *s, *y;
+    if (weft_add_layer_norm(in[0], in[1], 1, in[2], in[3], 1e-5, &s, &y)) return NULL;
+    weft_tensor *q = weft_mul(y, y), *r = weft_add(s, q);
+    weft_tensor_free(s), weft_tensor_free(y), weft_tensor_free(q);
+    return r;
+}
+
+static void test_add_layer_norm(void) {
+    const int64_t shapes[2][2] = {{64, 768}, {5, 2000}};
+    for (int k = 0; k < 3; k++)
+        for (int s = 0; s < 2; s++) {
+            weft_dtype dt = k == 1 ? WEFT_F64 : WEFT_F32, rdt = k == 2 ? WEFT_BF16 : dt;
+            int64_t C = shapes[s][1];
+            weft_tensor *in[4] = {rand_dt(2, shapes[s], dt, -2, 2, 500 + s), rand_dt(2, shapes[s], rdt, -1, 1, 510 + s),
+                                  rand_dt(1, &C, dt, 0.5, 1.5, 520 + s), rand_dt(1, &C, dt, -1, 1, 530 + s)};
+            char what[96];
+            snprintf(what, sizeof what, "add_layer_norm (%lld,%lld) %s + %s", (long long)shapes[s][0], (long long)C,
+                     weft_dtype_name(dt), weft_dtype_name(rdt));
+            wt_cuda_compare(what, aln_fn, NULL, 4, in, dt == WEFT_F32 ? (k == 2 ? 2e-2 : 2e-5) : 1e-12, true);
+            for (int i = 0; i < 4; i++) weft_tensor_free(in[i]);
+        }
+}
+
 // ---------------------------------------------------------------- batch_norm
 typedef struct bn_case {
     bool w, b, stats, training;
@@ -328,6 +356,7 @@ int main(void) {
     RUN(test_cross_entropy);
     RUN(test_dropout);
     RUN(test_layer_norm);
+    RUN(test_add_layer_norm);
     RUN(test_batch_norm);
     return wt_summary();
 }

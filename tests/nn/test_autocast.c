@@ -1,7 +1,8 @@
 // A transformer block under bf16 autocast, as torch.autocast runs it: the
 // linear layers (the fused linear ops) run in bf16 and hand bf16 to the next
 // bf16 op (attention, the next linear), the residual stream and the layer
-// norms stay f32 (type promotion), and the parameters' gradients are f32.
+// norms stay f32 (type promotion; the fused add + norm reads the attention's
+// bf16 output itself), and the parameters' gradients are f32.
 // Checked against the f32 block (bf16 tolerances) and by the ops and casts a
 // traced forward pass runs.
 #include <stdlib.h>
@@ -57,15 +58,21 @@ static void test_block_bf16(void) {
     CHECK(eg < 5e-2);
 
     // the ops: five linear products and one with GELU, all in bf16; no matmul of the composed path; casts:
-    // x and the mlp's input down (2), each weight and bias down (4 layers, q/k/v as three: 12), the two
-    // branch outputs up into the f32 residual adds (2)
+    // x and the mlp's input down (2), each weight and bias down (4 layers, q/k/v as three: 12), the mlp's
+    // output up into the f32 residual add (1); the attention's output goes into add_layer_norm as bf16,
+    // which reads it as it is (the residual add fused with ln2)
     CHECK(wt_count_traced_ops(m, x, WEFT_BF16, "linear") == 5);
     CHECK(wt_count_traced_ops(m, x, WEFT_BF16, "linear_gelu") == 1);
     CHECK(wt_count_traced_ops(m, x, WEFT_BF16, "matmul") == 0);
     CHECK(wt_count_traced_ops(m, x, WEFT_BF16, "causal_attention") == 1);
     int casts = wt_count_traced_ops(m, x, WEFT_BF16, "cast");
     printf("  casts in a bf16 block's forward: %d\n", casts);
-    CHECK(casts == 16);
+    CHECK(casts == 15);
+    CHECK(wt_count_traced_ops(m, x, WEFT_BF16, "add_layer_norm") == 1);
+    CHECK(wt_count_traced_ops(m, x, WEFT_BF16, "layer_norm") == 1);
+    setenv("WEFT_FUSED_ADD_NORM", "0", 1); // the add, then ln2: one more cast
+    CHECK(wt_count_traced_ops(m, x, WEFT_BF16, "cast") == 16);
+    unsetenv("WEFT_FUSED_ADD_NORM");
     // the composed path (WEFT_FUSED_LINEAR=0) casts each matmul's output up for its f32 bias add
     setenv("WEFT_FUSED_LINEAR", "0", 1);
     int casts_composed = wt_count_traced_ops(m, x, WEFT_BF16, "cast");

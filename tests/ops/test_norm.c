@@ -404,6 +404,101 @@ static void test_bn_errors(void) {
     free_all(10, ts);
 }
 
+// ---------------------------------------------------------------- add_layer_norm
+// s = x + r and y = layer_norm(s): values against the f64 reference, both outputs' gradients (in x, r,
+// weight, bias) by finite differences, and bit for bit against add then layer_norm (f32, big enough to
+// thread), and a bf16 residual with an f32 input against the widened residual.
+typedef struct {
+    int hw, hb;
+    double ws, wy; // the loss: ws * sum(s * v) + wy * sum(y * u), so both outputs carry gradient
+} aln_case;
+static weft_tensor *aln_fn(weft_tensor *const *in, void *user) {
+    const aln_case *c = user;
+    weft_tensor *s, *y;
+    if (weft_add_layer_norm(in[0], in[1], 1, c->hw ? in[2] : NULL, c->hb ? in[2 + c->hw] : NULL, 1e-5, &s, &y))
+        return NULL;
+    weft_tensor *ss = weft_sin(s), *a = weft_mul_scalar(ss, c->ws), *yy = weft_mul(y, y), *b = weft_mul_scalar(yy, c->wy);
+    weft_tensor *r = weft_add(a, b);
+    weft_tensor *ts[] = {s, y, ss, a, yy, b};
+    free_all(6, ts);
+    return r;
+}
+
+static void test_add_ln(void) {
+    const int64_t xs[2] = {6, 10}, ws[1] = {10};
+    // values
+    weft_tensor *x = wt_rand64(2, xs, -2, 2, 41, false), *r = wt_rand64(2, xs, -1, 1, 42, false);
+    weft_tensor *w = wt_rand64(1, ws, 0.5, 1.5, 43, false), *b = wt_rand64(1, ws, -1, 1, 44, false), *s, *y;
+    CHECK(weft_add_layer_norm(x, r, 1, w, b, 1e-5, &s, &y) == WEFT_OK);
+    double *xv = values(x), *rv = values(r), *wv = values(w), *bv = values(b), sv[60], ref[60];
+    for (int i = 0; i < 60; i++) sv[i] = xv[i] + rv[i];
+    ref_layer_norm(sv, wv, bv, 6, 10, 1e-5, ref);
+    wt_check_values("add_layer_norm sum", s, sv, 60, 0);
+    wt_check_values("add_layer_norm y", y, ref, 60, 1e-12);
+    weft_tensor *ts[] = {x, r, w, b, s, y};
+    free_all(6, ts);
+    free(xv), free(rv), free(wv), free(bv);
+    // gradients, with and without weight / bias, through s only, y only, both
+    for (int flags = 0; flags < 4; flags++)
+        for (int which = 0; which < 3; which++) {
+            aln_case c = {flags & 1, flags >> 1, which != 1 ? 1.0 : 0.0, which != 0 ? 1.0 : 0.0};
+            weft_tensor *in[4];
+            int k = 0;
+            in[k++] = wt_rand64(2, xs, -2, 2, 50 + flags, true);
+            in[k++] = wt_rand64(2, xs, -1, 1, 60 + flags, true);
+            if (c.hw) in[k++] = wt_rand64(1, ws, 0.5, 1.5, 70 + flags, true);
+            if (c.hb) in[k++] = wt_rand64(1, ws, -1, 1, 80 + flags, true);
+            CHECK_GRAD(aln_fn, k, in, &c);
+            free_all(k, in);
+        }
+    // f32, threaded: the same bits as add then layer_norm, forward and backward
+    const int64_t bs[3] = {16, 64, 768}, bw[1] = {768};
+    weft_tensor *in[4] = {wt_rand64(3, bs, -2, 2, 91, false), wt_rand64(3, bs, -1, 1, 92, false),
+                          wt_rand64(1, bw, 0.5, 1.5, 93, false), wt_rand64(1, bw, -1, 1, 94, false)};
+    weft_tensor *f[2][4];
+    for (int run = 0; run < 2; run++)
+        for (int i = 0; i < 4; i++) {
+            f[run][i] = weft_cast(in[i], WEFT_F32);
+            weft_tensor_set_requires_grad(f[run][i], true);
+        }
+    weft_tensor *s1, *y1, *s2 = weft_add(f[1][0], f[1][1]), *y2 = weft_layer_norm(s2, 1, f[1][2], f[1][3], 1e-5);
+    CHECK(weft_add_layer_norm(f[0][0], f[0][1], 1, f[0][2], f[0][3], 1e-5, &s1, &y1) == WEFT_OK);
+    wt_check_same("add_layer_norm f32 sum", s1, s2, 0);
+    wt_check_same("add_layer_norm f32 y", y1, y2, 0);
+    weft_tensor *l[2];
+    weft_tensor *sy[2][2] = {{s1, y1}, {s2, y2}};
+    for (int run = 0; run < 2; run++) {
+        weft_tensor *q = weft_mul(sy[run][1], sy[run][1]), *t = weft_add(q, sy[run][0]);
+        l[run] = weft_sum(t, 0, NULL, false);
+        CHECK(weft_backward(l[run], NULL, NULL) == WEFT_OK);
+        weft_tensor_free(q), weft_tensor_free(t);
+    }
+    const char *names[4] = {"dx", "dr", "dweight", "dbias"};
+    for (int i = 0; i < 4; i++) wt_check_same(names[i], weft_tensor_grad(f[0][i]), weft_tensor_grad(f[1][i]), 0);
+    // a bf16 residual on an f32 input: the residual read as it is, its gradient in bf16
+    weft_tensor *rb = weft_cast(in[1], WEFT_BF16), *rbw = weft_cast(rb, WEFT_F32), *x32 = weft_cast(in[0], WEFT_F32);
+    weft_tensor_set_requires_grad(rb, true);
+    weft_tensor *sb, *yb, *sw = weft_add(x32, rbw), *yw = weft_layer_norm(sw, 1, NULL, NULL, 1e-5);
+    CHECK(weft_add_layer_norm(x32, rb, 1, NULL, NULL, 1e-5, &sb, &yb) == WEFT_OK);
+    CHECK(sb && weft_tensor_dtype(sb) == WEFT_F32 && weft_tensor_dtype(yb) == WEFT_F32);
+    wt_check_same("add_layer_norm bf16 residual sum", sb, sw, 0);
+    wt_check_same("add_layer_norm bf16 residual y", yb, yw, 0);
+    weft_tensor *lb = weft_sum(yb, 0, NULL, false);
+    CHECK(weft_backward(lb, NULL, NULL) == WEFT_OK);
+    CHECK(weft_tensor_grad(rb) && weft_tensor_dtype(weft_tensor_grad(rb)) == WEFT_BF16);
+    // errors: shapes, dtypes, n_norm_dims
+    weft_tensor *bad = wt_rand64(2, xs, -1, 1, 3, false), *s0, *y0;
+    CHECK(weft_add_layer_norm(x32, bad, 1, NULL, NULL, 1e-5, &s0, &y0) != WEFT_OK && err_names("add_layer_norm") &&
+          s0 == NULL && y0 == NULL);
+    weft_tensor *r64 = weft_tensor_zeros(3, bs, WEFT_F64);
+    CHECK(weft_add_layer_norm(x32, r64, 1, NULL, NULL, 1e-5, &s0, &y0) != WEFT_OK && err_names("residual"));
+    CHECK(weft_add_layer_norm(x32, rb, 4, NULL, NULL, 1e-5, &s0, &y0) != WEFT_OK && err_names("n_norm_dims"));
+    weft_tensor *rest[] = {rb, rbw, x32, sb, yb, sw, yw, lb, bad, r64, s1, y1, s2, y2, l[0], l[1]};
+    free_all(16, rest);
+    for (int run = 0; run < 2; run++) free_all(4, f[run]);
+    free_all(4, in);
+}
+
 // Internal (cpu/norm.c): false forces the baseline-ISA row kernels.
 void weft_cpu_norm_set_simd(bool on);
 
@@ -415,6 +510,7 @@ int main(void) {
         RUN(test_ln_gradcheck);
         RUN(test_ln_backward_large);
         RUN(test_ln_partial_needs);
+        RUN(test_add_ln);
     }
     RUN(test_ln_errors);
     RUN(test_bn_forward);

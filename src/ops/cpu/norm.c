@@ -233,6 +233,51 @@ weft_status weft_cpu_layer_norm(const weft_op_args *a) {
     return WEFT_OK;
 }
 
+// add_layer_norm: each row's sum s = x + r is written and normalised while it is in L1 (one pass over
+// x, r, s and y). r: x's type, or bf16 / f16 (rdt) with float x, widened as it is read.
+#define ADD_LN_FWD(T)                                                                              \
+    static void add_ln_fwd_##T(const T *x, const void *r, int rdt, const T *w, const T *b, T *s, T *y, T *mean, \
+                               T *rstd, int64_t R, int64_t C, double eps, bool par) {              \
+        void (*row)(const T *restrict, const T *restrict, const T *restrict, T *restrict, int64_t, T, T *, T *) = \
+            LN_PICK(ln_row_fwd, T);                                                                \
+        _Pragma("omp parallel for num_threads(weft_num_threads()) schedule(static) if(par)")       \
+        for (int64_t k = 0; k < R; k++) {                                                          \
+            const T *xr = x + k * C;                                                               \
+            T *sr = s + k * C;                                                                     \
+            if (rdt == WEFT_BF16) {                                                                \
+                const uint16_t *rr = (const uint16_t *)r + k * C;                                  \
+                for (int64_t i = 0; i < C; i++) sr[i] = xr[i] + (T)weft_bf16_to_f32(rr[i]);        \
+            } else if (rdt == WEFT_F16) {                                                          \
+                const uint16_t *rr = (const uint16_t *)r + k * C;                                  \
+                for (int64_t i = 0; i < C; i++) sr[i] = xr[i] + (T)weft_f16_to_f32(rr[i]);         \
+            } else {                                                                               \
+                const T *rr = (const T *)r + k * C;                                                \
+                for (int64_t i = 0; i < C; i++) sr[i] = xr[i] + rr[i];                             \
+            }                                                                                      \
+            row(sr, w, b, y + k * C, C, (T)eps, mean + k, rstd + k);                               \
+        }                                                                                          \
+    }
+ADD_LN_FWD(float)
+ADD_LN_FWD(double)
+
+// in: x, r, [weight], [bias]; out: s, y, mean, rstd
+weft_status weft_cpu_add_layer_norm(const weft_op_args *a) {
+    const weft_tensor *x = a->in[0], *r = a->in[1];
+    int64_t C = ln_row(x, a->attrs->i[0]), R = a->out[2]->numel;
+    bool hw = a->attrs->i[1] != 0, hb = a->attrs->i[2] != 0;
+    const weft_tensor *w = hw ? a->in[2] : NULL, *b = hb ? a->in[2 + hw] : NULL;
+    bool par = x->numel >= 2 * WEFT_PAR_GRAIN && R > 1;
+    if (x->dtype == WEFT_F32)
+        add_ln_fwd_float(WEFT_PTR(float, x), weft_tensor_ptr(r), r->dtype, w ? WEFT_PTR(float, w) : NULL,
+                         b ? WEFT_PTR(float, b) : NULL, WEFT_PTR(float, a->out[0]), WEFT_PTR(float, a->out[1]),
+                         WEFT_PTR(float, a->out[2]), WEFT_PTR(float, a->out[3]), R, C, a->attrs->f[0], par);
+    else
+        add_ln_fwd_double(WEFT_PTR(double, x), weft_tensor_ptr(r), r->dtype, w ? WEFT_PTR(double, w) : NULL,
+                          b ? WEFT_PTR(double, b) : NULL, WEFT_PTR(double, a->out[0]), WEFT_PTR(double, a->out[1]),
+                          WEFT_PTR(double, a->out[2]), WEFT_PTR(double, a->out[3]), R, C, a->attrs->f[0], par);
+    return WEFT_OK;
+}
+
 // Fused backward. Rows are split into one contiguous block per thread; each
 // thread sums dw/db into its own partial row (no atomics, no false sharing on
 // a C-long row), and the partials are added up afterwards, parallel over C.

@@ -33,6 +33,20 @@ static weft_status cu_layer_norm(const weft_op_args *a) {
     return weft_cu_done(e, a->op->name);
 }
 
+// in: x, r, [weight], [bias]; out: s = x + r, y, mean, rstd (infer: all contiguous)
+static weft_status cu_add_layer_norm(const weft_op_args *a) {
+    const weft_tensor *x = a->in[0], *r = a->in[1];
+    bool hw = a->attrs->i[1] != 0, hb = a->attrs->i[2] != 0;
+    const weft_tensor *w = hw ? a->in[2] : NULL, *b = hb ? a->in[2 + hw] : NULL;
+    int64_t C = ln_row(x, a->attrs->i[0]), R = a->out[2]->numel;
+    cudaError_t e = weft_cu_add_layer_norm(weft_tensor_ptr(x), weft_tensor_ptr(r), r->dtype, weft_tensor_ptr(a->out[0]),
+                                           w ? weft_tensor_ptr(w) : NULL, b ? weft_tensor_ptr(b) : NULL,
+                                           weft_tensor_ptr(a->out[1]), weft_tensor_ptr(a->out[2]),
+                                           weft_tensor_ptr(a->out[3]), x->dtype, R, C, a->attrs->f[0],
+                                           weft_cu_stream(a->out[0]));
+    return weft_cu_done(e, a->op->name);
+}
+
 // in: gy, x, mean, rstd, [weight]; out: dx, dweight, dbias (zeros when not wanted)
 static weft_status cu_layer_norm_backward(const weft_op_args *a) {
     weft_kernel_inputs c;
@@ -129,6 +143,7 @@ static weft_status cu_batch_norm_backward(const weft_op_args *a) {
 void weft_cuda_register_norm(void) {
     weft_cu_register("layer_norm", cu_layer_norm, WEFT_DT_FLOAT);
     weft_cu_register("layer_norm_backward", cu_layer_norm_backward, WEFT_DT_FLOAT);
+    weft_cu_register("add_layer_norm", cu_add_layer_norm, WEFT_DT_FLOAT);
     weft_cu_register("batch_norm", cu_batch_norm, WEFT_DT_FLOAT);
     weft_cu_register("batch_norm_backward", cu_batch_norm_backward, WEFT_DT_FLOAT);
 }

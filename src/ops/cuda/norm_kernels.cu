@@ -16,9 +16,11 @@
 #define NORM_THREADS 256
 
 // ---------------------------------------------------------------- layer_norm
-template <typename T, typename G>
-__global__ void __launch_bounds__(NORM_THREADS) ln_fwd(const T *x, const T *w, const T *b, T *y, T *mean, T *rstd,
-                                                       int64_t R, int64_t C, T eps) {
+// RES (add_layer_norm): the row is x + res (res of type RT: T, or bf16 / f16 with T float, read as it
+// is), written to sum and normalised from there: each thread reads back only what it wrote.
+template <typename T, typename RT, bool RES, typename G>
+__global__ void __launch_bounds__(NORM_THREADS) ln_fwd(const T *x, const RT *res, T *sum, const T *w, const T *b, T *y,
+                                                       T *mean, T *rstd, int64_t R, int64_t C, T eps) {
     __shared__ T sh[32];
     G g;
     const int r0 = g.rank(), rs = g.size();
@@ -26,7 +28,18 @@ __global__ void __launch_bounds__(NORM_THREADS) ln_fwd(const T *x, const T *w, c
         const T *xr = x + r * C; // (C)
         T *yr = y + r * C;
         T s = 0, v = 0;
-        for (int64_t i = r0; i < C; i += rs) s += xr[i];
+        if (RES) {
+            const RT *rr = res + r * C;
+            T *sr = sum + r * C;
+            for (int64_t i = r0; i < C; i += rs) {
+                const T e = xr[i] + (T)weft_cu_to_f64(rr[i]);
+                sr[i] = e;
+                s += e;
+            }
+            xr = sr;
+        } else {
+            for (int64_t i = r0; i < C; i += rs) s += xr[i];
+        }
         s = g.all(s, weft_cu_add(), sh);
         const T mu = s / (T)C;
         for (int64_t i = r0; i < C; i += rs) v += (xr[i] - mu) * (xr[i] - mu);
@@ -133,23 +146,47 @@ extern "C" int64_t weft_cu_layer_norm_part_elems(int64_t R, int64_t C) {
     return 2 * n * C;
 }
 
+template <typename T, typename RT, bool RES>
+static cudaError_t launch_ln_res(const void *x, const void *res, void *sum, const void *w, const void *b, void *y,
+                                 void *mean, void *rstd, int64_t R, int64_t C, double eps, cudaStream_t s) {
+    if (C <= 1024)
+        ln_fwd<T, RT, RES, weft_cu_warp_group>
+            <<<weft_cu_row_blocks<weft_cu_warp_group>(R, NORM_THREADS), NORM_THREADS, 0, s>>>(
+                (const T *)x, (const RT *)res, (T *)sum, (const T *)w, (const T *)b, (T *)y, (T *)mean, (T *)rstd, R, C,
+                (T)eps);
+    else
+        ln_fwd<T, RT, RES, weft_cu_block_group>
+            <<<weft_cu_row_blocks<weft_cu_block_group>(R, NORM_THREADS), NORM_THREADS, 0, s>>>(
+                (const T *)x, (const RT *)res, (T *)sum, (const T *)w, (const T *)b, (T *)y, (T *)mean, (T *)rstd, R, C,
+                (T)eps);
+    return cudaGetLastError();
+}
+
 template <typename T>
 static cudaError_t launch_ln(const void *x, const void *w, const void *b, void *y, void *mean, void *rstd, int64_t R,
                              int64_t C, double eps, cudaStream_t s) {
-    if (C <= 1024)
-        ln_fwd<T, weft_cu_warp_group><<<weft_cu_row_blocks<weft_cu_warp_group>(R, NORM_THREADS), NORM_THREADS, 0, s>>>(
-            (const T *)x, (const T *)w, (const T *)b, (T *)y, (T *)mean, (T *)rstd, R, C, (T)eps);
-    else
-        ln_fwd<T, weft_cu_block_group><<<weft_cu_row_blocks<weft_cu_block_group>(R, NORM_THREADS), NORM_THREADS, 0,
-                                         s>>>((const T *)x, (const T *)w, (const T *)b, (T *)y, (T *)mean, (T *)rstd,
-                                              R, C, (T)eps);
-    return cudaGetLastError();
+    return launch_ln_res<T, T, false>(x, NULL, NULL, w, b, y, mean, rstd, R, C, eps, s);
 }
 
 extern "C" cudaError_t weft_cu_layer_norm(const void *x, const void *w, const void *b, void *y, void *mean,
                                           void *rstd, int dtype, int64_t R, int64_t C, double eps, cudaStream_t s) {
     if (R == 0) return cudaSuccess;
     WEFT_CU_DISPATCH_FLOAT(dtype, launch_ln, x, w, b, y, mean, rstd, R, C, eps, s);
+}
+
+extern "C" cudaError_t weft_cu_add_layer_norm(const void *x, const void *res, int res_dtype, void *sum, const void *w,
+                                              const void *b, void *y, void *mean, void *rstd, int dtype, int64_t R,
+                                              int64_t C, double eps, cudaStream_t s) {
+    if (R == 0) return cudaSuccess;
+    if (dtype == WEFT_CU_F32 && res_dtype == WEFT_CU_BF16)
+        return launch_ln_res<float, __nv_bfloat16, true>(x, res, sum, w, b, y, mean, rstd, R, C, eps, s);
+    if (dtype == WEFT_CU_F32 && res_dtype == WEFT_CU_F16)
+        return launch_ln_res<float, __half, true>(x, res, sum, w, b, y, mean, rstd, R, C, eps, s);
+    if (dtype == WEFT_CU_F32 && res_dtype == WEFT_CU_F32)
+        return launch_ln_res<float, float, true>(x, res, sum, w, b, y, mean, rstd, R, C, eps, s);
+    if (dtype == WEFT_CU_F64 && res_dtype == WEFT_CU_F64)
+        return launch_ln_res<double, double, true>(x, res, sum, w, b, y, mean, rstd, R, C, eps, s);
+    return cudaErrorInvalidValue;
 }
 
 template <typename T>
