@@ -12,7 +12,7 @@
 #   bash .gpu/gpu-build.sh 'bash tools/gpu-session.sh run [STEP...]'
 #     runs the steps in this order (all when none is named), each under its own
 #     time cap, and skips a step whose cap no longer fits in SESSION_BUDGET
-#     seconds (default 540, counted from the script's start; the device tool
+#     seconds (default 470, counted from the script's start, after gpu-build.sh's build; the device tool
 #     stops a command at 600). Logs go to $OUT (the device tool's folder that
 #     comes back) or /tmp/weft-gpu-session; the bench lines of weft and of the
 #     PyTorch peer are gathered in bench.txt with their ratios, and summary.txt
@@ -48,7 +48,7 @@ shift
 steps=${*:-tests gpt2 attention bandwidth graph standard compile cpu16}
 out=${OUT:-/tmp/weft-gpu-session}
 mkdir -p "$out"
-budget=${SESSION_BUDGET:-540}
+budget=${SESSION_BUDGET:-470}
 t0=$(date +%s)
 py=${PYTHON:-python3} # on the GPU machine python3 has PyTorch
 : > "$out/bench.txt"

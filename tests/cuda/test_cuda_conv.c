@@ -111,7 +111,8 @@ static weft_tensor *host64(weft_tensor *t) {
 // f_conv on in[0..n) (each |in[i]| with absval) cast to dt and moved to dev,
 // under autocast `ac` (WEFT_F32: off); backward of loss = sum(y * rw) with rw
 // = wt_vals of y's size rounded to rdt (|rw| with absval). Checks that the
-// output and the gradients live on dev in dt (autocast returns f32).
+// output lives on dev in dt, or under autocast in its dtype (torch.autocast's
+// rule: the result stays bf16 / f16), and the gradients on dev in dt.
 static conv_run run_conv(conv_ctx *c, int n, weft_tensor *const *in, weft_dtype dt, weft_device dev, bool absval,
                          weft_dtype ac, weft_dtype rdt, bool backward) {
     conv_run out = {0};
@@ -133,7 +134,7 @@ static conv_run run_conv(conv_ctx *c, int n, weft_tensor *const *in, weft_dtype 
     weft_autocast_set(WEFT_F32);
     CHECK(y != NULL);
     if (!y) goto done;
-    CHECK(weft_device_equal(weft_tensor_device(y), dev) && weft_tensor_dtype(y) == dt);
+    CHECK(weft_device_equal(weft_tensor_device(y), dev) && weft_tensor_dtype(y) == (ac != WEFT_F32 ? ac : dt));
     if (backward) {
         int64_t m = weft_tensor_numel(y);
         double *v = malloc(sizeof(double) * (size_t)(m ? m : 1));

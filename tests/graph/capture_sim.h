@@ -10,7 +10,7 @@
 // records in order on whatever the recorded tensors hold then. Copies
 // between host and device memory fail while recording, as in the CUDA
 // backend. sim.refuse names an op whose kernel "reads the host" (fails while
-// recording, as cross_entropy's target check does on a GPU); sim.fail_end
+// recording, as a kernel that waits for the device would on a GPU); sim.fail_end
 // makes the next capture_end fail (an invalidated capture).
 //
 // What it cannot check: CUDA's own rules and the CUDA backend's memory

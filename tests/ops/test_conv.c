@@ -456,8 +456,8 @@ static void test_errors(void) {
 // f16), conv2d runs on its f32 inputs cast to that dtype where the device has
 // a conv2d kernel for it, and its output stays in that dtype (as torch.autocast);
 // gradients of f32 leaves are f32.
-// The CPU has no half conv kernels, so there it runs in f32, unchanged. CUDA
-// has them (cuda/conv.c); the numbers of those kernels are checked in
+// The CPU has bf16 conv kernels but no f16 ones, so under f16 autocast it
+// runs in f32, unchanged. CUDA has both (cuda/conv.c); their numbers are checked in
 // tests/cuda/test_cuda_conv.c. Here, on the mock accelerator, kernels that do
 // what the CUDA ones do (half inputs, f32 sums, one rounding of each result)
 // through the CPU's f32 kernels stand in for them, so the plumbing (which

@@ -322,9 +322,10 @@ static void test_every_optimizer_exact(void) {
 // ---- --graph on a device (graph mode on CUDA) ----
 // The accelerator of tests/mock_device.c: the real cuda:0 on a GPU machine,
 // else the mock (the CPU's kernels in the CUDA column), with the simulated
-// CUDA-graph capture of tests/graph/capture_sim.h, in which cross_entropy
-// cannot be recorded (its target check reads a value back on a GPU), so the
-// step is probed, recorded and replayed in segments around it as on a GPU.
+// CUDA-graph capture of tests/graph/capture_sim.h, told to refuse recording
+// cross_entropy (as a kernel that read a value back would), so the step is
+// probed, recorded and replayed in segments around a plain step. (On a GPU
+// cross_entropy is captured: its target check reports without a wait.)
 
 static run_out train_dev(const weft_model_cfg *cfg, bool graph, const char *device, const char *tag) {
     run_out o = {0};
