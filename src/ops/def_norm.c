@@ -192,7 +192,7 @@ static weft_status bw_add_layer_norm(const weft_bw_args *b) {
     }
     if (!ds) return WEFT_OK;
     // the residual's gradient in its own dtype (bf16 for a bf16 branch)
-    weft_dtype rdt = (weft_dtype)b->in[1]->dtype;
+    weft_dtype rdt = b->in_meta[1].dtype; // (r itself is not saved: the backward needs only its dtype)
     weft_tensor *dr = b->needs[1] ? (rdt == ds->dtype ? weft_tensor_ref(ds) : weft_cast(ds, rdt)) : NULL;
     if (b->needs[1] && !dr) {
         weft_tensor_free(ds);
@@ -205,7 +205,7 @@ static weft_status bw_add_layer_norm(const weft_bw_args *b) {
 
 weft_op_def weft_op_add_layer_norm = {
     .name = "add_layer_norm", .n_in = -1, .n_out = 4,
-    .save = WEFT_SAVE_IN(1) | WEFT_SAVE_IN(2) | WEFT_SAVE_OUT(0) | WEFT_SAVE_OUT(2) | WEFT_SAVE_OUT(3),
+    .save = WEFT_SAVE_IN(2) | WEFT_SAVE_OUT(0) | WEFT_SAVE_OUT(2) | WEFT_SAVE_OUT(3),
     .infer = infer_add_ln, .backward = bw_add_layer_norm,
     .kernel = {[WEFT_CPU] = {weft_cpu_add_layer_norm, WEFT_DT_FLOAT}}};
 
