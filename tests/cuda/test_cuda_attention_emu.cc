@@ -158,7 +158,9 @@ static float rnd() { // [-1, 1)
     return (float)((double)(g_rng >> 11) / (double)(1ull << 53) * 2 - 1);
 }
 
-template <int D> static void run_case(int BH, int T) {
+// H > 1: q, k, v and go are read where they lie in (B,T,H,D) buffers (the heads of a (B,T,C) tensor, as the
+// op hands them over from a transformer's attention), B = BH / H; else contiguous (BH,T,D).
+template <int D> static void run_case(int BH, int T, int H = 1) {
     const size_t n = (size_t)BH * T * D;
     std::vector<__nv_bfloat16> q(n), k(n), v(n), go(n), o(n), gq(n), gk(n), gv(n);
     std::vector<double> qd(n), kd(n), vd(n), god(n);
@@ -208,23 +210,34 @@ template <int D> static void run_case(int BH, int T) {
             }
         }
     }
+    // the kernels' inputs: the same values, contiguous or scattered into (B,T,H,D) order (C = H*D)
+    const int64_t C = (int64_t)H * D;
+    const weft_cu_heads lay = H > 1 ? weft_cu_heads{H, (int64_t)T * C, D, C} : weft_cu_heads{1, (int64_t)T * D, 0, D};
+    std::vector<__nv_bfloat16> qs(n), ks(n), vs(n), gs(n);
+    for (int bh = 0; bh < BH; bh++)
+        for (int i = 0; i < T; i++)
+            for (int d = 0; d < D; d++) {
+                const size_t from = ((size_t)bh * T + i) * D + d;
+                const size_t to = (size_t)((bh / H) * lay.sb + (bh % H) * lay.sh + (int64_t)i * lay.st + d);
+                qs[to] = q[from], ks[to] = k[from], vs[to] = v[from], gs[to] = go[from];
+            }
     // the kernels, launched as attention_mma_kernels.cu's launchers do
     const int64_t ntile = (T + kOwn - 1) / kOwn;
     std::vector<float> lse((size_t)BH * T), dl((size_t)BH * T);
-    const __nv_bfloat16 *Q = q.data(), *K = k.data(), *V = v.data(), *G = go.data();
+    const __nv_bfloat16 *Q = qs.data(), *K = ks.data(), *V = vs.data(), *G = gs.data();
     __nv_bfloat16 *O = o.data(), *GQ = gq.data(), *GK = gk.data(), *GV = gv.data();
     float *L = lse.data(), *DL = dl.data();
     const size_t smem_f = sizeof(__nv_bfloat16) * (size_t)((kOwn + 2 * kFwdKeys) * ld_of<D>());
     launch((unsigned)(BH * ntile), kThreads, smem_f, [=] {
-        mma_fwd<__nv_bfloat16, D>(Q, K, V, O, L, T, ntile, (float)scale * kLog2e);
+        mma_fwd<__nv_bfloat16, D>(Q, K, V, lay, lay, lay, O, L, T, ntile, (float)scale * kLog2e);
     });
-    launch(1, 128, 0, [=] { mma_bwd_dl<__nv_bfloat16>(G, O, DL, (int64_t)BH * T, D); });
+    launch(1, 128, 0, [=] { mma_bwd_dl<__nv_bfloat16>(G, lay, O, DL, (int64_t)BH * T, T, D); });
     const size_t tiles = sizeof(__nv_bfloat16) * (size_t)((2 * kOwn + 2 * kBwdRows) * ld_of<D>());
     launch((unsigned)(BH * ntile), kThreads, tiles + 2 * kBwdRows * sizeof(float), [=] {
-        mma_bwd_dkdv<__nv_bfloat16, D>(Q, K, V, L, G, DL, GK, GV, T, ntile, (float)scale);
+        mma_bwd_dkdv<__nv_bfloat16, D>(Q, K, V, L, G, lay, lay, lay, lay, DL, GK, GV, T, ntile, (float)scale);
     });
     launch((unsigned)(BH * ntile), kThreads, tiles, [=] {
-        mma_bwd_dq<__nv_bfloat16, D>(Q, K, V, L, G, DL, GQ, T, ntile, (float)scale);
+        mma_bwd_dq<__nv_bfloat16, D>(Q, K, V, L, G, lay, lay, lay, lay, DL, GQ, T, ntile, (float)scale);
     });
     auto f32 = [](const std::vector<__nv_bfloat16> &x) {
         std::vector<float> r(x.size());
@@ -239,10 +252,10 @@ template <int D> static void run_case(int BH, int T) {
     const std::vector<double> *ref[5] = {&od, &lsed, &gqd, &gkd, &gvd};
     const double tol[5] = {2e-2, 1e-4, 3e-2, 3e-2, 3e-2};
     for (int i = 0; i < 5; i++) {
-        snprintf(what, sizeof what, "bf16 D=%d BH=%d T=%d: %s", D, BH, T, names[i]);
+        snprintf(what, sizeof what, "bf16 D=%d BH=%d T=%d%s: %s", D, BH, T, H > 1 ? " (B,T,H,D)" : "", names[i]);
         check(what, got[i], *ref[i], tol[i]);
     }
-    printf("ok   D=%d BH=%d T=%d\n", D, BH, T);
+    printf("ok   D=%d BH=%d T=%d%s\n", D, BH, T, H > 1 ? " read in (B,T,H,D) order" : "");
     fflush(stdout);
 }
 
@@ -253,6 +266,8 @@ int main(int argc, char **argv) {
     run_case<32>(3, 64);
     run_case<32>(1, 100);
     run_case<64>(2, 65);
+    run_case<16>(6, 33, 3); // heads of (B,T,C) tensors: 2 sequences of 3 heads
+    run_case<32>(4, 70, 2);
     if (!quick) {
         run_case<64>(1, 130);
         run_case<128>(1, 97);

@@ -5,8 +5,11 @@
 // statistics (attention_mma_kernels.cu) where D is 16, 32, 64 or 128, and
 // otherwise the f32 kernels on widened copies (lse is f32 for the half types).
 // D up to 128 (above: WEFT_ERR_UNSUPPORTED naming the op).
-// Inputs may be any strided view: the kernels read contiguous buffers, so
-// the others get a contiguous device copy here.
+// Inputs may be any strided view. The tensor-core kernels read q, k, v (and
+// go) where they lie when each head's rows are 16-byte aligned with unit
+// stride inside a row (weft_cu_heads: e.g. the heads of a (B,T,C) tensor);
+// every other input, and every input of the f32 kernels, gets a contiguous
+// device copy here.
 #include <stdint.h>
 
 #include "attention_kernels.h"
@@ -26,15 +29,103 @@ static weft_status attn_dims(const weft_op_args *a, int64_t *BH, int64_t *T, int
 }
 
 // The tensor-core kernels move q, k, v, go rows in 16-byte loads and write o, gq, gk, gv in 32-bit pairs, so
-// every buffer must start 16-byte aligned. Fresh tensors and contiguous copies do (512-byte blocks), but a
-// contiguous view at an element offset that is not a multiple of 8 (a narrowed flat buffer, reshaped) would
-// not, and a misaligned access is a sticky error that ends the CUDA context: such inputs take the widened path.
-static bool mma_aligned(const weft_kernel_inputs *c, const weft_op_args *a) {
-    for (int i = 0; i < c->n; i++)
-        if ((uintptr_t)weft_tensor_ptr(c->t[i]) & 15) return false;
+// every buffer must be 16-byte aligned: a misaligned access is a sticky error that ends the CUDA context.
+// Fresh tensors and contiguous copies are (512-byte blocks); a view at an odd element offset (a narrowed
+// flat buffer, reshaped) may not be, and then the op runs the f32 kernels on widened copies.
+// t's layout for the tensor-core kernels when they can read it in place: 4-D, unit stride in a row, the
+// address and the other strides multiples of 16 bytes (dims of size 1 have no stride to check).
+static bool heads_in_place(const weft_tensor *t, weft_cu_heads *L) {
+    if (t->ndim != 4 || (t->sizes[3] > 1 && t->strides[3] != 1)) return false;
+    const int64_t vec = 16 / (int64_t)weft_dtype_size((weft_dtype)t->dtype); // elements per 16 bytes
+    *L = (weft_cu_heads){.H = t->sizes[1],
+                         .sb = t->sizes[0] > 1 ? t->strides[0] : 0,
+                         .sh = t->sizes[1] > 1 ? t->strides[1] : 0,
+                         .st = t->sizes[2] > 1 ? t->strides[2] : 0};
+    return ((uintptr_t)weft_tensor_ptr(t) & 15) == 0 && L->sb >= 0 && L->sh >= 0 && L->st >= 0 && L->sb % vec == 0 &&
+           L->sh % vec == 0 && L->st % vec == 0;
+}
+
+// Inputs which[0..n) for the tensor-core kernels: in place where heads_in_place allows, else a contiguous copy
+// (held in hold[i], to free) read as (BH,T,D). False (nothing held) when a copy is not 16-byte aligned.
+static weft_status mma_inputs(const weft_op_args *a, const int *which, int n, int64_t T, int64_t D,
+                              const void **ptr, weft_cu_heads *L, weft_tensor **hold, bool *ok) {
+    *ok = true;
+    for (int i = 0; i < n; i++) hold[i] = NULL;
+    for (int i = 0; i < n && *ok; i++) {
+        const weft_tensor *t = a->in[which[i]];
+        if (heads_in_place(t, &L[i])) {
+            ptr[i] = weft_tensor_ptr(t);
+            continue;
+        }
+        if (!(hold[i] = weft_kernel_contiguous(t))) {
+            for (int j = 0; j < i; j++) weft_tensor_free(hold[j]);
+            return weft_last_status();
+        }
+        ptr[i] = weft_tensor_ptr(hold[i]);
+        L[i] = (weft_cu_heads){.H = 1, .sb = T * D, .sh = 0, .st = D};
+        *ok = ((uintptr_t)ptr[i] & 15) == 0;
+    }
+    if (!*ok)
+        for (int i = 0; i < n; i++) weft_tensor_free(hold[i]), hold[i] = NULL;
+    return WEFT_OK;
+}
+
+static bool outputs_aligned(const weft_op_args *a) {
     for (int j = 0; j < a->n_out; j++)
         if ((uintptr_t)weft_tensor_ptr(a->out[j]) & 15) return false;
     return true;
+}
+
+// bf16 / f16 on tensor cores: q, k, v read in place where they can be.
+static weft_status mma_forward(const weft_op_args *a, int64_t BH, int64_t T, int64_t D, bool *done) {
+    const void *p[3];
+    weft_cu_heads L[4];
+    weft_tensor *hold[3];
+    bool ok;
+    weft_status st = mma_inputs(a, (const int[]){0, 1, 2}, 3, T, D, p, L, hold, &ok);
+    if (st) return *done = true, st;
+    if (!(*done = ok && outputs_aligned(a))) {
+        for (int i = 0; i < 3; i++) weft_tensor_free(hold[i]);
+        return WEFT_OK;
+    }
+    L[3] = L[0];
+    cudaError_t e = weft_cu_causal_attention_mma(p[0], p[1], p[2], L, weft_tensor_ptr(a->out[0]),
+                                                 (float *)weft_tensor_ptr(a->out[1]), a->in[0]->dtype, BH, T, D,
+                                                 a->attrs->f[0], weft_cu_stream(a->out[0]));
+    for (int i = 0; i < 3; i++) weft_tensor_free(hold[i]);
+    return weft_cu_done(e, a->op->name);
+}
+
+// in: q, k, v, o, lse, go; q, k, v and go read in place where they can be, o and lse contiguous.
+static weft_status mma_backward(const weft_op_args *a, int64_t BH, int64_t T, int64_t D, bool *done) {
+    const void *p[4];
+    weft_cu_heads L[4];
+    weft_tensor *hold[4], *ol[2] = {NULL, NULL};
+    bool ok;
+    weft_status st = mma_inputs(a, (const int[]){0, 1, 2, 5}, 4, T, D, p, L, hold, &ok);
+    if (st) return *done = true, st;
+    if (!ok || !outputs_aligned(a)) {
+        for (int i = 0; i < 4; i++) weft_tensor_free(hold[i]);
+        return *done = false, WEFT_OK;
+    }
+    for (int i = 0; i < 2 && st == WEFT_OK; i++) // o and lse, as the kernels read them: contiguous, aligned
+        if (!(ol[i] = weft_kernel_contiguous(a->in[3 + i]))) st = weft_last_status();
+    int64_t n = BH * T;
+    weft_tensor *dl = st ? NULL : weft_tensor_new(1, &n, WEFT_F32, a->in[0]->device);
+    if (!st && !dl) st = weft_last_status();
+    bool fits = st == WEFT_OK && !((uintptr_t)weft_tensor_ptr(ol[0]) & 15) && !((uintptr_t)weft_tensor_ptr(ol[1]) & 15);
+    *done = st != WEFT_OK || fits;
+    if (fits) {
+        cudaError_t e = weft_cu_causal_attention_mma_backward(
+            p[0], p[1], p[2], L, weft_tensor_ptr(ol[0]), (const float *)weft_tensor_ptr(ol[1]), p[3],
+            (float *)weft_tensor_ptr(dl), weft_tensor_ptr(a->out[0]), weft_tensor_ptr(a->out[1]),
+            weft_tensor_ptr(a->out[2]), a->in[0]->dtype, BH, T, D, a->attrs->f[0], weft_cu_stream(a->out[0]));
+        st = weft_cu_done(e, a->op->name);
+    }
+    weft_tensor_free(dl);
+    for (int i = 0; i < 2; i++) weft_tensor_free(ol[i]);
+    for (int i = 0; i < 4; i++) weft_tensor_free(hold[i]);
+    return st;
 }
 
 static weft_status cu_causal_attention(const weft_op_args *a) {
@@ -44,21 +135,16 @@ static weft_status cu_causal_attention(const weft_op_args *a) {
     if (a->n_in != 3) return weft_error(WEFT_ERR_ARG, "%s: expected 3 inputs, got %d", a->op->name, a->n_in);
     if (BH == 0 || T == 0) return WEFT_OK;
     int dt = a->in[0]->dtype;
-    if (weft_dtype_is_half(dt) && !weft_cu_attention_mma_supports(dt, D)) return weft_kernel_widened(a, cu_causal_attention);
+    if (weft_dtype_is_half(dt)) {
+        bool done = false;
+        if (weft_cu_attention_mma_supports(dt, D) && ((st = mma_forward(a, BH, T, D, &done)) || done)) return st;
+        return weft_kernel_widened(a, cu_causal_attention); // (a misaligned buffer, an unsupported D: f32 kernels)
+    }
     weft_kernel_inputs c;
     if ((st = weft_kernel_inputs_get(a, &c))) return st;
-    if (weft_dtype_is_half(dt) && !mma_aligned(&c, a)) {
-        weft_kernel_inputs_free(&c);
-        return weft_kernel_widened(a, cu_causal_attention);
-    }
-    cudaError_t e = weft_dtype_is_half(dt) ? weft_cu_causal_attention_mma(weft_tensor_ptr(c.t[0]), weft_tensor_ptr(c.t[1]),
-                                                               weft_tensor_ptr(c.t[2]), weft_tensor_ptr(a->out[0]),
-                                                               (float *)weft_tensor_ptr(a->out[1]), dt, BH, T, D,
-                                                               a->attrs->f[0], weft_cu_stream(a->out[0]))
-                                : weft_cu_causal_attention(weft_tensor_ptr(c.t[0]), weft_tensor_ptr(c.t[1]),
-                                             weft_tensor_ptr(c.t[2]), weft_tensor_ptr(a->out[0]),
-                                             weft_tensor_ptr(a->out[1]), a->in[0]->dtype, BH, T, D, a->attrs->f[0],
-                                             weft_cu_stream(a->out[0]));
+    cudaError_t e = weft_cu_causal_attention(weft_tensor_ptr(c.t[0]), weft_tensor_ptr(c.t[1]), weft_tensor_ptr(c.t[2]),
+                                             weft_tensor_ptr(a->out[0]), weft_tensor_ptr(a->out[1]), a->in[0]->dtype,
+                                             BH, T, D, a->attrs->f[0], weft_cu_stream(a->out[0]));
     weft_kernel_inputs_free(&c);
     return weft_cu_done(e, a->op->name);
 }
@@ -70,26 +156,20 @@ static weft_status cu_causal_attention_backward(const weft_op_args *a) {
     if (a->n_in != 6) return weft_error(WEFT_ERR_ARG, "%s: expected 6 inputs, got %d", a->op->name, a->n_in);
     if (BH == 0 || T == 0 || D == 0) return WEFT_OK; // every gradient is empty
     int dt = a->in[0]->dtype;
-    if (weft_dtype_is_half(dt) && !weft_cu_attention_mma_supports(dt, D))
-        return weft_kernel_widened(a, cu_causal_attention_backward);
-    weft_kernel_inputs c;
-    if ((st = weft_kernel_inputs_get(a, &c))) return st;
-    if (weft_dtype_is_half(dt) && !mma_aligned(&c, a)) {
-        weft_kernel_inputs_free(&c);
+    if (weft_dtype_is_half(dt)) {
+        bool done = false;
+        if (weft_cu_attention_mma_supports(dt, D) && ((st = mma_backward(a, BH, T, D, &done)) || done)) return st;
         return weft_kernel_widened(a, cu_causal_attention_backward);
     }
+    weft_kernel_inputs c;
+    if ((st = weft_kernel_inputs_get(a, &c))) return st;
     int64_t n = BH * T;
-    weft_dtype dldt = weft_dtype_is_half(dt) ? WEFT_F32 : (weft_dtype)dt; // Dl_i = go_i.o_i, in lse's dtype
-    weft_tensor *dl = weft_tensor_new(1, &n, dldt, a->in[0]->device);
+    weft_tensor *dl = weft_tensor_new(1, &n, (weft_dtype)dt, a->in[0]->device); // Dl_i = go_i.o_i, in lse's dtype
     if (!dl) {
         weft_kernel_inputs_free(&c);
         return weft_last_status();
     }
-    cudaError_t e = weft_dtype_is_half(dt) ? weft_cu_causal_attention_mma_backward(
-        weft_tensor_ptr(c.t[0]), weft_tensor_ptr(c.t[1]), weft_tensor_ptr(c.t[2]), weft_tensor_ptr(c.t[3]),
-        (const float *)weft_tensor_ptr(c.t[4]), weft_tensor_ptr(c.t[5]), (float *)weft_tensor_ptr(dl),
-        weft_tensor_ptr(a->out[0]), weft_tensor_ptr(a->out[1]), weft_tensor_ptr(a->out[2]), dt, BH, T, D,
-        a->attrs->f[0], weft_cu_stream(a->out[0])) : weft_cu_causal_attention_backward(
+    cudaError_t e = weft_cu_causal_attention_backward(
         weft_tensor_ptr(c.t[0]), weft_tensor_ptr(c.t[1]), weft_tensor_ptr(c.t[2]), weft_tensor_ptr(c.t[3]),
         weft_tensor_ptr(c.t[4]), weft_tensor_ptr(c.t[5]), weft_tensor_ptr(dl), weft_tensor_ptr(a->out[0]),
         weft_tensor_ptr(a->out[1]), weft_tensor_ptr(a->out[2]), a->in[0]->dtype, BH, T, D, a->attrs->f[0],

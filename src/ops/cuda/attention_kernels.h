@@ -1,10 +1,12 @@
 // Launchers of attention_kernels.cu (plain C prototypes): fused causal
 // attention, forward and backward (the ops causal_attention and
-// causal_attention_backward). Every buffer is contiguous; BH = B*H heads of
+// causal_attention_backward). Every buffer is contiguous (save the tensor-core
+// kernels' q, k, v, go: weft_cu_heads); BH = B*H heads of
 // T rows each, head dim D (0 <= D <= 128, else cudaErrorInvalidValue).
 #ifndef WEFT_CU_ATTENTION_KERNELS_H
 #define WEFT_CU_ATTENTION_KERNELS_H
 
+#include "attention_heads.h"
 #include "cu_tensor.h"
 
 #ifdef __cplusplus
@@ -25,14 +27,17 @@ cudaError_t weft_cu_causal_attention_backward(const void *q, const void *k, cons
                                               cudaStream_t s);
 
 // The tensor-core kernels (attention_mma_kernels.cu): q, k, v, o, go, gq, gk, gv of dtype bf16 or f16 with D
-// 16, 32, 64 or 128 (weft_cu_attention_mma_supports); lse and dl (BH,T) f32, the rest as above.
+// 16, 32, 64 or 128 (weft_cu_attention_mma_supports); lse and dl (BH,T) f32, the rest as above. q, k, v (and
+// go) are read where L[0..2] (L[3]) say, each pointer, sb, sh and st a multiple of 16 bytes (16-byte loads);
+// o, lse and the gradients are written contiguous, 16-byte aligned.
 int weft_cu_attention_mma_supports(int dtype, int64_t D);
-cudaError_t weft_cu_causal_attention_mma(const void *q, const void *k, const void *v, void *o, float *lse, int dtype,
-                                         int64_t BH, int64_t T, int64_t D, double scale, cudaStream_t s);
-cudaError_t weft_cu_causal_attention_mma_backward(const void *q, const void *k, const void *v, const void *o,
-                                                  const float *lse, const void *go, float *dl, void *gq, void *gk,
-                                                  void *gv, int dtype, int64_t BH, int64_t T, int64_t D,
-                                                  double scale, cudaStream_t s);
+cudaError_t weft_cu_causal_attention_mma(const void *q, const void *k, const void *v, const weft_cu_heads *L, void *o,
+                                         float *lse, int dtype, int64_t BH, int64_t T, int64_t D, double scale,
+                                         cudaStream_t s);
+cudaError_t weft_cu_causal_attention_mma_backward(const void *q, const void *k, const void *v, const weft_cu_heads *L,
+                                                  const void *o, const float *lse, const void *go, float *dl,
+                                                  void *gq, void *gk, void *gv, int dtype, int64_t BH, int64_t T,
+                                                  int64_t D, double scale, cudaStream_t s);
 
 #ifdef __cplusplus
 }

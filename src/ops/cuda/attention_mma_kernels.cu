@@ -25,6 +25,10 @@
 // rows are padded to D + 8 elements. Rows past T read as zeros and are never
 // written. Only tiles on or below the diagonal are visited.
 //
+// q, k, v and go are read where they lie (weft_cu_heads): the heads of a
+// (B,T,C) tensor, as a transformer's attention hands them over, cost no
+// copy. o, lse and the gradients are written contiguous (BH,T,D) / (BH,T).
+//
 // Backward: Dl_i = go_i.o_i (f32) first; then, as the f32 kernels, one kernel
 // per key block for dk and dv (looping over query tiles) and one per query
 // block for dq (looping over key tiles): no atomics, the same bits each run.
@@ -36,6 +40,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "attention_heads.h"
 #ifndef WEFT_CU_EMU
 #include "attention_kernels.h"
 #include "cu_common.cuh"
@@ -112,14 +117,19 @@ __device__ __forceinline__ void frag_b(uint32_t &b0, uint32_t &b1, const T *x, i
     b1 = ld16(p + 8 * LD) | ld16(p + 9 * LD) << 16;
 }
 
-// dst (n rows of LD) = rows r0 .. r0 + n of src (Tn, D) (one head, contiguous), zeros past Tn; 16-byte moves.
+// Head bh's first element in a tensor of layout L (attention_kernels.h).
+__device__ __forceinline__ int64_t head_at(const weft_cu_heads &L, int64_t bh) {
+    return (bh / L.H) * L.sb + (bh % L.H) * L.sh;
+}
+
+// dst (n rows of LD) = rows r0 .. r0 + n of src (one head: Tn rows of D, st apart), zeros past Tn; 16-byte moves.
 template <typename T, int D>
-__device__ __forceinline__ void load_tile(T *dst, const T *src, int64_t r0, int n, int64_t Tn) {
+__device__ __forceinline__ void load_tile(T *dst, const T *src, int64_t r0, int n, int64_t Tn, int64_t st) {
     constexpr int LD = ld_of<D>(), V = D / 8; // uint4 per row
     for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
         const int r = idx / V, c = (idx - r * V) * 8;
         uint4 val = make_uint4(0, 0, 0, 0);
-        if (r0 + r < Tn) val = *(const uint4 *)(src + (r0 + r) * D + c);
+        if (r0 + r < Tn) val = *(const uint4 *)(src + (r0 + r) * st + c);
         *(uint4 *)(dst + r * LD + c) = val;
     }
 }
@@ -182,7 +192,8 @@ __device__ __forceinline__ void accumulate(float (&acc)[D / 8][4], const float (
 constexpr int kFwdKeys = 64;
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, const T *v, T *o, float *lse, int64_t Tn,
+__global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, const T *v, weft_cu_heads qL,
+                                                   weft_cu_heads kL, weft_cu_heads vL, T *o, float *lse, int64_t Tn,
                                                    int64_t ntile, float scale_log2) {
     constexpr int LD = ld_of<D>(), NK = D / 16, ND = D / 8, NS = kFwdKeys / 8;
     WEFT_SMEM(smem_raw);
@@ -190,10 +201,10 @@ __global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, cons
     int64_t bh, qt;
     block_of(ntile, true, &bh, &qt);
     const int64_t head = bh * Tn * D, i0 = qt * kOwn;
-    q += head, k += head, v += head, o += head, lse += bh * Tn;
+    q += head_at(qL, bh), k += head_at(kL, bh), v += head_at(vL, bh), o += head, lse += bh * Tn;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int rw = w * 16; // the warp's first row in the block
-    load_tile<T, D>(Qs, q, i0, kOwn, Tn);
+    load_tile<T, D>(Qs, q, i0, kOwn, Tn, qL.st);
     __syncthreads();
     uint32_t qa[NK][4];
 #pragma unroll
@@ -208,8 +219,8 @@ __global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, cons
     for (int64_t kt = 0; kt < ntiles; kt++) {
         const int64_t j0 = kt * kFwdKeys;
         __syncthreads(); // the previous tile is no longer read
-        load_tile<T, D>(Ks, k, j0, kFwdKeys, Tn);
-        load_tile<T, D>(Vs, v, j0, kFwdKeys, Tn);
+        load_tile<T, D>(Ks, k, j0, kFwdKeys, Tn, kL.st);
+        load_tile<T, D>(Vs, v, j0, kFwdKeys, Tn, vL.st);
         __syncthreads();
         if (j0 > i0 + rw + 15) continue; // the whole tile is above this warp's diagonal (warp-uniform)
         float s[NS][4];
@@ -272,14 +283,15 @@ __global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, cons
 // ---------------------------------------------------------------- backward
 constexpr int kBwdRows = 32; // streamed rows per tile in the backward kernels
 
-// Dl_i = go_i.o_i in f32, a warp per row.
+// Dl_i = go_i.o_i in f32, a warp per row (row r: head r / Tn, position r % Tn).
 template <typename T>
-__global__ void mma_bwd_dl(const T *go, const T *o, float *dl, int64_t N, int D) {
+__global__ void mma_bwd_dl(const T *go, weft_cu_heads gL, const T *o, float *dl, int64_t N, int64_t Tn, int D) {
     const int lane = threadIdx.x & 31;
     for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < N;
          r += ((int64_t)gridDim.x * blockDim.x) >> 5) {
+        const T *gr = go + head_at(gL, r / Tn) + (r % Tn) * gL.st;
         float s = 0;
-        for (int d = lane; d < D; d += 32) s += lp<T>::to_f(go[r * D + d]) * lp<T>::to_f(o[r * D + d]);
+        for (int d = lane; d < D; d += 32) s += lp<T>::to_f(gr[d]) * lp<T>::to_f(o[r * D + d]);
         for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
         if (lane == 0) dl[r] = s;
     }
@@ -289,8 +301,9 @@ __global__ void mma_bwd_dl(const T *go, const T *o, float *dl, int64_t N, int D)
 // Shared: Ks, Vs (64 rows), Qs, Gs (go) (32 rows), and the tile's lse and Dl.
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k, const T *v, const float *lse,
-                                                        const T *go, const float *dl, T *gk, T *gv, int64_t Tn,
-                                                        int64_t ntile, float scale) {
+                                                        const T *go, weft_cu_heads qL, weft_cu_heads kL,
+                                                        weft_cu_heads vL, weft_cu_heads gL, const float *dl, T *gk,
+                                                        T *gv, int64_t Tn, int64_t ntile, float scale) {
     constexpr int LD = ld_of<D>(), ND = D / 8, NQ = kBwdRows / 8;
     WEFT_SMEM(smem_raw);
     T *Ks = (T *)smem_raw, *Vs = Ks + kOwn * LD, *Qs = Vs + kOwn * LD, *Gs = Qs + kBwdRows * LD;
@@ -298,11 +311,12 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k,
     int64_t bh, kt;
     block_of(ntile, false, &bh, &kt);
     const int64_t head = bh * Tn * D, j0 = kt * kOwn;
-    q += head, k += head, v += head, go += head, gk += head, gv += head, lse += bh * Tn, dl += bh * Tn;
+    q += head_at(qL, bh), k += head_at(kL, bh), v += head_at(vL, bh), go += head_at(gL, bh);
+    gk += head, gv += head, lse += bh * Tn, dl += bh * Tn;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int rw = w * 16;
-    load_tile<T, D>(Ks, k, j0, kOwn, Tn);
-    load_tile<T, D>(Vs, v, j0, kOwn, Tn);
+    load_tile<T, D>(Ks, k, j0, kOwn, Tn, kL.st);
+    load_tile<T, D>(Vs, v, j0, kOwn, Tn, vL.st);
     float dk[ND][4], dv[ND][4];
 #pragma unroll
     for (int n = 0; n < ND; n++)
@@ -312,8 +326,8 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k,
     const float scale_log2 = scale * kLog2e;
     for (int64_t i0 = (j0 / kBwdRows) * kBwdRows; i0 < Tn; i0 += kBwdRows) {
         __syncthreads(); // the previous tile is no longer read (and Ks, Vs are loaded)
-        load_tile<T, D>(Qs, q, i0, kBwdRows, Tn);
-        load_tile<T, D>(Gs, go, i0, kBwdRows, Tn);
+        load_tile<T, D>(Qs, q, i0, kBwdRows, Tn, qL.st);
+        load_tile<T, D>(Gs, go, i0, kBwdRows, Tn, gL.st);
         for (int r = threadIdx.x; r < kBwdRows; r += blockDim.x) {
             Ls[r] = i0 + r < Tn ? lse[i0 + r] : 0.f;
             Dls[r] = i0 + r < Tn ? dl[i0 + r] : 0.f;
@@ -354,19 +368,21 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k,
 // Shared: Qs, Gs (go) (64 rows), Ks, Vs (32 rows).
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) mma_bwd_dq(const T *q, const T *k, const T *v, const float *lse,
-                                                      const T *go, const float *dl, T *gq, int64_t Tn, int64_t ntile,
-                                                      float scale) {
+                                                      const T *go, weft_cu_heads qL, weft_cu_heads kL,
+                                                      weft_cu_heads vL, weft_cu_heads gL, const float *dl, T *gq,
+                                                      int64_t Tn, int64_t ntile, float scale) {
     constexpr int LD = ld_of<D>(), ND = D / 8, NJ = kBwdRows / 8;
     WEFT_SMEM(smem_raw);
     T *Qs = (T *)smem_raw, *Gs = Qs + kOwn * LD, *Ks = Gs + kOwn * LD, *Vs = Ks + kBwdRows * LD;
     int64_t bh, qt;
     block_of(ntile, true, &bh, &qt);
     const int64_t head = bh * Tn * D, i0 = qt * kOwn;
-    q += head, k += head, v += head, go += head, gq += head, lse += bh * Tn, dl += bh * Tn;
+    q += head_at(qL, bh), k += head_at(kL, bh), v += head_at(vL, bh), go += head_at(gL, bh);
+    gq += head, lse += bh * Tn, dl += bh * Tn;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int rw = w * 16;
-    load_tile<T, D>(Qs, q, i0, kOwn, Tn);
-    load_tile<T, D>(Gs, go, i0, kOwn, Tn);
+    load_tile<T, D>(Qs, q, i0, kOwn, Tn, qL.st);
+    load_tile<T, D>(Gs, go, i0, kOwn, Tn, gL.st);
     const int64_t row[2] = {i0 + rw + g, i0 + rw + g + 8};
     float lrow[2], dlrow[2];
     for (int r = 0; r < 2; r++) {
@@ -380,8 +396,8 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dq(const T *q, const T *k, c
     const int64_t last = (i0 + kOwn < Tn ? i0 + kOwn : Tn) - 1;
     for (int64_t j0 = 0; j0 <= last; j0 += kBwdRows) {
         __syncthreads();
-        load_tile<T, D>(Ks, k, j0, kBwdRows, Tn);
-        load_tile<T, D>(Vs, v, j0, kBwdRows, Tn);
+        load_tile<T, D>(Ks, k, j0, kBwdRows, Tn, kL.st);
+        load_tile<T, D>(Vs, v, j0, kBwdRows, Tn, vL.st);
         __syncthreads();
         if (j0 > i0 + rw + 15) continue; // every key of the tile is after this warp's queries
         float p[NJ][4], dp[NJ][4];
@@ -414,40 +430,42 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dq(const T *q, const T *k, c
 namespace {
 
 template <typename T, int D>
-cudaError_t fwd_launch(const void *q, const void *k, const void *v, void *o, float *lse, int64_t BH, int64_t Tn,
-                       double scale, cudaStream_t s) {
+cudaError_t fwd_launch(const void *q, const void *k, const void *v, const weft_cu_heads *L, void *o, float *lse,
+                       int64_t BH, int64_t Tn, double scale, cudaStream_t s) {
     const int64_t ntile = (Tn + kOwn - 1) / kOwn;
     unsigned nb;
     if (!weft_cu_grid_of(BH, ntile, &nb)) return cudaErrorInvalidValue;
     const size_t smem = sizeof(T) * (size_t)((kOwn + 2 * kFwdKeys) * ld_of<D>());
     cudaError_t e = weft_cu_smem_optin(mma_fwd<T, D>, smem);
     if (e != cudaSuccess) return e;
-    mma_fwd<T, D><<<nb, kThreads, smem, s>>>((const T *)q, (const T *)k, (const T *)v, (T *)o, lse, Tn, ntile,
-                                             (float)scale * kLog2e);
+    mma_fwd<T, D><<<nb, kThreads, smem, s>>>((const T *)q, (const T *)k, (const T *)v, L[0], L[1], L[2], (T *)o, lse,
+                                             Tn, ntile, (float)scale * kLog2e);
     return cudaGetLastError();
 }
 
 template <typename T, int D>
-cudaError_t bwd_launch(const void *q, const void *k, const void *v, const void *o, const float *lse, const void *go,
-                       float *dl, void *gq, void *gk, void *gv, int64_t BH, int64_t Tn, double scale, cudaStream_t s) {
+cudaError_t bwd_launch(const void *q, const void *k, const void *v, const weft_cu_heads *L, const void *o,
+                       const float *lse, const void *go, float *dl, void *gq, void *gk, void *gv, int64_t BH,
+                       int64_t Tn, double scale, cudaStream_t s) {
     const int64_t ntile = (Tn + kOwn - 1) / kOwn;
     unsigned nb;
     if (!weft_cu_grid_of(BH, ntile, &nb)) return cudaErrorInvalidValue;
     const int64_t N = BH * Tn;
     int64_t ndl = (N + 7) / 8; // 8 warps of 256 threads, grid-stride
     if (ndl > 65535 * 8) ndl = 65535 * 8;
-    mma_bwd_dl<T><<<(unsigned)ndl, 256, 0, s>>>((const T *)go, (const T *)o, dl, N, D);
+    mma_bwd_dl<T><<<(unsigned)ndl, 256, 0, s>>>((const T *)go, L[3], (const T *)o, dl, N, Tn, D);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     const size_t tiles = sizeof(T) * (size_t)((2 * kOwn + 2 * kBwdRows) * ld_of<D>());
     const size_t smem_kv = tiles + 2 * kBwdRows * sizeof(float), smem_q = tiles;
     if ((e = weft_cu_smem_optin(mma_bwd_dkdv<T, D>, smem_kv)) != cudaSuccess) return e;
     if ((e = weft_cu_smem_optin(mma_bwd_dq<T, D>, smem_q)) != cudaSuccess) return e;
-    mma_bwd_dkdv<T, D><<<nb, kThreads, smem_kv, s>>>((const T *)q, (const T *)k, (const T *)v, lse, (const T *)go, dl,
-                                                     (T *)gk, (T *)gv, Tn, ntile, (float)scale);
+    mma_bwd_dkdv<T, D><<<nb, kThreads, smem_kv, s>>>((const T *)q, (const T *)k, (const T *)v, lse, (const T *)go,
+                                                     L[0], L[1], L[2], L[3], dl, (T *)gk, (T *)gv, Tn, ntile,
+                                                     (float)scale);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    mma_bwd_dq<T, D><<<nb, kThreads, smem_q, s>>>((const T *)q, (const T *)k, (const T *)v, lse, (const T *)go, dl,
-                                                  (T *)gq, Tn, ntile, (float)scale);
+    mma_bwd_dq<T, D><<<nb, kThreads, smem_q, s>>>((const T *)q, (const T *)k, (const T *)v, lse, (const T *)go, L[0],
+                                                  L[1], L[2], L[3], dl, (T *)gq, Tn, ntile, (float)scale);
     return cudaGetLastError();
 }
 
@@ -466,24 +484,24 @@ extern "C" int weft_cu_attention_mma_supports(int dtype, int64_t D) {
     return (dtype == WEFT_CU_BF16 || dtype == WEFT_CU_F16) && (D == 16 || D == 32 || D == 64 || D == 128);
 }
 
-extern "C" cudaError_t weft_cu_causal_attention_mma(const void *q, const void *k, const void *v, void *o, float *lse,
-                                                    int dtype, int64_t BH, int64_t T, int64_t D, double scale,
-                                                    cudaStream_t s) {
+extern "C" cudaError_t weft_cu_causal_attention_mma(const void *q, const void *k, const void *v,
+                                                    const weft_cu_heads *L, void *o, float *lse, int dtype, int64_t BH,
+                                                    int64_t T, int64_t D, double scale, cudaStream_t s) {
     if (!weft_cu_attention_mma_supports(dtype, D) || BH < 0 || T < 0) return cudaErrorInvalidValue;
     if (BH == 0 || T == 0) return cudaSuccess;
-    if (dtype == WEFT_CU_BF16) MMA_DISPATCH_D(__nv_bfloat16, fwd_launch, D, q, k, v, o, lse, BH, T, scale, s)
-    MMA_DISPATCH_D(__half, fwd_launch, D, q, k, v, o, lse, BH, T, scale, s)
+    if (dtype == WEFT_CU_BF16) MMA_DISPATCH_D(__nv_bfloat16, fwd_launch, D, q, k, v, L, o, lse, BH, T, scale, s)
+    MMA_DISPATCH_D(__half, fwd_launch, D, q, k, v, L, o, lse, BH, T, scale, s)
 }
 
 extern "C" cudaError_t weft_cu_causal_attention_mma_backward(const void *q, const void *k, const void *v,
-                                                             const void *o, const float *lse, const void *go,
-                                                             float *dl, void *gq, void *gk, void *gv, int dtype,
-                                                             int64_t BH, int64_t T, int64_t D, double scale,
+                                                             const weft_cu_heads *L, const void *o, const float *lse,
+                                                             const void *go, float *dl, void *gq, void *gk, void *gv,
+                                                             int dtype, int64_t BH, int64_t T, int64_t D, double scale,
                                                              cudaStream_t s) {
     if (!weft_cu_attention_mma_supports(dtype, D) || BH < 0 || T < 0) return cudaErrorInvalidValue;
     if (BH == 0 || T == 0) return cudaSuccess;
     if (dtype == WEFT_CU_BF16)
-        MMA_DISPATCH_D(__nv_bfloat16, bwd_launch, D, q, k, v, o, lse, go, dl, gq, gk, gv, BH, T, scale, s)
-    MMA_DISPATCH_D(__half, bwd_launch, D, q, k, v, o, lse, go, dl, gq, gk, gv, BH, T, scale, s)
+        MMA_DISPATCH_D(__nv_bfloat16, bwd_launch, D, q, k, v, L, o, lse, go, dl, gq, gk, gv, BH, T, scale, s)
+    MMA_DISPATCH_D(__half, bwd_launch, D, q, k, v, L, o, lse, go, dl, gq, gk, gv, BH, T, scale, s)
 }
 #endif
