@@ -281,7 +281,8 @@ weft_status weft_graph_op_named(weft_graph *g, const char *name, const char *op_
     if (!st) st = op->infer(&args, meta);
     for (int j = 0; j < op->n_out && !st; j++) // a value is held to the shape rules of a tensor
         st = weft_shape_check("output", meta[j].ndim, meta[j].sizes);
-    weft_dtype kdt = n_in ? (weft_dtype)sym[op->dispatch_in].dtype : WEFT_F32;
+    // (a variadic op's dispatch input may be past a short input list: infer has refused that list)
+    weft_dtype kdt = op->dispatch_in < n_in ? (weft_dtype)sym[op->dispatch_in].dtype : WEFT_F32;
     free(sym);
     free(symp);
     if (st != WEFT_OK) {
