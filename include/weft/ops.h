@@ -109,6 +109,9 @@ weft_tensor *weft_cross_entropy(weft_tensor *logits, weft_tensor *targets);
 // Fused causal attention: q, k, v (B,H,T,D) of one float dtype and shape (any strides) -> (B,H,T,D),
 // o_i = sum_{j<=i} softmax_j(scale q_i.k_j) v_j (each query sees keys 0..i). Differentiable once.
 weft_tensor *weft_causal_attention(weft_tensor *q, weft_tensor *k, weft_tensor *v, double scale);
+// The same attention with its output in (B,T,H,D) order, the heads last (the transpose of the above), so
+// that a view of it as (B,T,H*D) merges the heads with no copy.
+weft_tensor *weft_causal_attention_heads_last(weft_tensor *q, weft_tensor *k, weft_tensor *v, double scale);
 // Fused LSTM cell (PyTorch's gate order i,f,g,o): gates (B,4H) = x W_ih^T + b_ih + h W_hh^T + b_hh,
 // c_prev (B,H) or NULL (zero state) -> *h = o*tanh(c), *c = f*c_prev + i*g (B,H), new references;
 // i,f,o = sigmoid and g = tanh of their gate. Differentiable once (double backward is an error).

@@ -9,12 +9,13 @@
 // q, k and v come from three products on row blocks (narrow views) of the
 // qkv layer's weight and bias, so no (B,T,3C) tensor is split (whose backward
 // would add three zero-filled (B,T,3C) gradients); the head split is views,
-// which matmul hands to BLAS as row-major / transposed matrices. The only
-// copy is the (B,nh,T,hd) -> (B,T,C) merge before proj. (The tensor-parallel
+// which matmul hands to BLAS as row-major / transposed matrices. The fused
+// op writes its output with the heads last, (B,T,nh,hd), so the merge before
+// proj is a view (the composed path copies (B,nh,T,hd) -> (B,T,C) there). (The tensor-parallel
 // attention, tp_layers.c, splits its (B,T,3C) output: weft_nn_attention_heads.)
 //
-// The heads go through the fused op, y = weft_causal_attention(q, k, v,
-// 1/sqrt(hd)) on those (B,nh,T,hd) views (k untransposed), no (T,T) score
+// The heads go through the fused op, y = weft_causal_attention_heads_last(q,
+// k, v, 1/sqrt(hd)) on those (B,nh,T,hd) views (k untransposed), no (T,T) score
 // tensor kept; its CPU kernel reads the views where they lie and skips the
 // masked blocks. WEFT_FUSED_ATTENTION=0 in the environment runs the composed
 // ops instead on the CPU (matmul, mask add, softmax, matmul: 5% slower for
@@ -113,8 +114,14 @@ static weft_tensor *attention_heads3(weft_tensor *const *qkv3, int64_t nh, int64
         heads[p] = weft_permute(v4, p == 1 && !fused ? perm_kt : perm_qv);
         weft_tensor_free(v4);
     }
-    weft_tensor *y = fused ? weft_causal_attention(heads[0], heads[1], heads[2], 1.0 / sqrt((double)hd))
-                           : composed_heads(heads, mask, hd); // (B,nh,T,hd)
+    if (fused) { // the output with the heads last, (B,T,nh,hd): merged into (B,T,C) by a view, no copy
+        weft_tensor *y = weft_causal_attention_heads_last(heads[0], heads[1], heads[2], 1.0 / sqrt((double)hd));
+        for (int p = 0; p < 3; p++) weft_tensor_free(heads[p]);
+        weft_tensor *ym = y ? weft_view(y, WEFT_DIMS(B, T, C)) : NULL;
+        weft_tensor_free(y);
+        return ym;
+    }
+    weft_tensor *y = composed_heads(heads, mask, hd); // (B,nh,T,hd)
     for (int p = 0; p < 3; p++) weft_tensor_free(heads[p]);
     if (!y) return NULL;
     weft_tensor *yt = weft_transpose(y, 1, 2); // (B,T,nh,hd) view

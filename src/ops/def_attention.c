@@ -7,7 +7,9 @@
 // Under autocast it runs in the autocast dtype (as PyTorch's scaled_dot_product_attention): on CUDA the
 // tensor-core kernels (attention_mma_kernels.cu), on the CPU the f32 kernel on widened operands.
 // causal_attention_backward: (q, k, v, o, lse, go) -> (gq, gk, gv), each (B,H,T,D).
-// attrs: f[0] = scale (both ops).
+// attrs: f[0] = scale; i[0] = 1: o (and go) are (B,T,H,D), the heads last, so that o viewed as (B,T,H*D) is
+// the heads merged with no copy (what a transformer's attention hands its output projection; PyTorch's
+// SDPA likewise returns its output in (B,T,H,D) memory). Both ops.
 #include "op.h"
 
 #define ATTN_DT (WEFT_DT_FLOAT | WEFT_DT_HALF)
@@ -46,11 +48,36 @@ static weft_status check_qkv(const weft_op_args *a) {
     return st;
 }
 
+// o's shape for q's and the attrs: (B,H,T,D), or (B,T,H,D) with i[0].
+static void o_sizes(const weft_tensor *q, const weft_attrs *at, int64_t *s) {
+    const int64_t *z = q->sizes;
+    if (at->i[0]) s[0] = z[0], s[1] = z[2], s[2] = z[1], s[3] = z[3];
+    else s[0] = z[0], s[1] = z[1], s[2] = z[2], s[3] = z[3];
+}
+
+// x (o or its gradient) is 4-D of q's dtype and o's shape.
+static weft_status check_o(const weft_op_args *a, const weft_tensor *x, const char *what) {
+    const weft_tensor *q = a->in[0];
+    int64_t s[4];
+    o_sizes(q, a->attrs, s);
+    char s1[96], s2[96];
+    if (x->dtype != q->dtype)
+        return weft_error(WEFT_ERR_DTYPE, "%s: %s is %s, q is %s", a->op->name, what,
+                          weft_dtype_name((weft_dtype)x->dtype), weft_dtype_name((weft_dtype)q->dtype));
+    if (!weft_shape_equal(x->ndim, x->sizes, 4, s))
+        return weft_error(WEFT_ERR_SHAPE, "%s: %s is %s, expected %s", a->op->name, what,
+                          weft_tensor_shape_str(x, s1, sizeof s1), weft_shape_fmt(4, s, s2, sizeof s2));
+    return WEFT_OK;
+}
+
 static weft_status infer_attn(const weft_op_args *a, weft_out_meta *o) {
     weft_status st = check_qkv(a);
+    if (!st) st = weft_check_flags(a->op->name, a->attrs, 0, 1, "o heads last");
     if (st) return st;
     const weft_tensor *q = a->in[0];
-    weft_meta_set(&o[0], 4, q->sizes, (weft_dtype)q->dtype);
+    int64_t s[4];
+    o_sizes(q, a->attrs, s);
+    weft_meta_set(&o[0], 4, s, (weft_dtype)q->dtype);
     weft_meta_set(&o[1], 3, q->sizes, lse_dtype(q));
     return WEFT_OK;
 }
@@ -58,8 +85,9 @@ static weft_status infer_attn(const weft_op_args *a, weft_out_meta *o) {
 // (q, k, v, o, lse, go): o and go like q, lse (B,H,T).
 static weft_status infer_attn_bw(const weft_op_args *a, weft_out_meta *o) {
     weft_status st = check_qkv(a);
-    if (!st) st = check_like(a->op->name, a->in[0], a->in[3], "o");
-    if (!st) st = check_like(a->op->name, a->in[0], a->in[5], "the gradient");
+    if (!st) st = weft_check_flags(a->op->name, a->attrs, 0, 1, "o heads last");
+    if (!st) st = check_o(a, a->in[3], "o");
+    if (!st) st = check_o(a, a->in[5], "the gradient");
     if (st) return st;
     const weft_tensor *q = a->in[0], *lse = a->in[4];
     if (lse->dtype != lse_dtype(q) || !weft_shape_equal(lse->ndim, lse->sizes, 3, q->sizes)) {
@@ -101,6 +129,14 @@ weft_op_def weft_op_causal_attention_backward = {
 weft_tensor *weft_causal_attention(weft_tensor *q, weft_tensor *k, weft_tensor *v, double scale) {
     weft_tensor *in[3] = {q, k, v}, *out[WEFT_MAX_OP_OUT];
     weft_attrs at = {.f = {scale}};
+    if (weft_op_apply(&weft_op_causal_attention, 3, in, &at, out) != WEFT_OK) return NULL;
+    weft_tensor_free(out[1]); // lse stays saved for backward
+    return out[0];
+}
+
+weft_tensor *weft_causal_attention_heads_last(weft_tensor *q, weft_tensor *k, weft_tensor *v, double scale) {
+    weft_tensor *in[3] = {q, k, v}, *out[WEFT_MAX_OP_OUT];
+    weft_attrs at = {.i = {1}, .f = {scale}};
     if (weft_op_apply(&weft_op_causal_attention, 3, in, &at, out) != WEFT_OK) return NULL;
     weft_tensor_free(out[1]); // lse stays saved for backward
     return out[0];

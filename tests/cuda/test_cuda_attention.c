@@ -30,6 +30,7 @@ typedef struct attn_case {
     double scale;
     bool permuted; // inputs are (B,T,H,D): attend over transpose(x, 1, 2)
     int out;       // 0: o, 1: lse
+    bool last;     // o with the heads last, (B,T,H,D) (attrs i[0])
 } attn_case;
 
 static weft_tensor *attn_fn(weft_tensor *const *in, void *ctx) {
@@ -39,6 +40,7 @@ static weft_tensor *attn_fn(weft_tensor *const *in, void *ctx) {
     weft_attrs at;
     memset(&at, 0, sizeof at);
     at.f[0] = c->scale;
+    at.i[0] = c->last;
     weft_tensor *out[WEFT_MAX_OP_OUT] = {NULL};
     weft_tensor *r = NULL;
     if (weft_op_apply(g_op, 3, x, &at, out) == WEFT_OK) {
@@ -93,6 +95,22 @@ static void test_permuted(void) {
 }
 
 // D = 129: the CPU computes it, the CUDA kernel refuses with an error naming the op.
+// o with the heads last (the f32 / f64 kernels write a scratch, copied into (B,T,H,D) order), inputs the heads
+// of (B,T,C) tensors, against the CPU with the gradients.
+static void test_heads_last(void) {
+    for (int f = 0; f < 2; f++) {
+        weft_dtype dt = f ? WEFT_F64 : WEFT_F32;
+        int64_t sizes[4] = {2, 70, 3, 32}; // (B,T,H,D)
+        weft_tensor *in[3];
+        for (int i = 0; i < 3; i++) in[i] = rand_dt(4, sizes, dt, 700 + (uint64_t)i);
+        for (int out = 0; out < 2; out++) {
+            attn_case c = {0.2, true, out, true};
+            wt_cuda_compare(out ? "heads last: lse" : "heads last: o", attn_fn, &c, 3, in, f ? 1e-12 : 1e-4, out == 0);
+        }
+        for (int i = 0; i < 3; i++) weft_tensor_free(in[i]);
+    }
+}
+
 static void test_head_dim_too_large(void) {
     int64_t sizes[4] = {1, 1, 5, 129};
     weft_tensor *in[3], *dev[3];
@@ -121,13 +139,14 @@ static void test_head_dim_too_large(void) {
 // against f64 on the CPU).
 // permuted: q, k, v are the (B,H,T,D) views of (B,T,H,D) tensors (the heads of a (B,T,C) tensor), which the
 // tensor-core kernels read in place.
-static void lp_check(int64_t B, int64_t H, int64_t T, int64_t D, weft_dtype dt, double tol, bool permuted) {
+static void lp_check(int64_t B, int64_t H, int64_t T, int64_t D, weft_dtype dt, double tol, bool permuted,
+                     bool last) {
     int64_t sizes[4] = {B, H, T, D};
     if (permuted) sizes[1] = T, sizes[2] = H;
     weft_tensor *in64[3];
     for (int i = 0; i < 3; i++) in64[i] = wt_rand64(4, sizes, -2, 2, 100 * (uint64_t)T + 10 * (uint64_t)D + (uint64_t)i, false);
     for (int out = 0; out < 2; out++) {
-        attn_case c = {1 / sqrt((double)D), permuted, out};
+        attn_case c = {1 / sqrt((double)D), permuted, out, last};
         double *cpu[4] = {0}, *gpu[4] = {0};
         int64_t lc[4] = {0}, lg[4] = {0};
         bool ok = wt_run_as(attn_fn, &c, 3, in64, dt, WEFT_DEVICE_CPU, cpu, lc) &&
@@ -162,11 +181,12 @@ static void test_half(void) {
     for (int d = 0; d < 5; d++)
         for (int t = 0; t < 5; t++) {
             if (Ts[t] == 1000 && Ds[d] != 64) continue;
-            lp_check(2, 3, Ts[t], Ds[d], WEFT_BF16, 2.5e-2, false);
-            lp_check(1, 2, Ts[t], Ds[d], WEFT_F16, 4e-3, false);
-            if (Ts[t] == 129) { // read in place from (B,T,H,D) memory
-                lp_check(2, 3, Ts[t], Ds[d], WEFT_BF16, 2.5e-2, true);
-                lp_check(1, 2, Ts[t], Ds[d], WEFT_F16, 4e-3, true);
+            lp_check(2, 3, Ts[t], Ds[d], WEFT_BF16, 2.5e-2, false, false);
+            lp_check(1, 2, Ts[t], Ds[d], WEFT_F16, 4e-3, false, false);
+            if (Ts[t] == 129) { // read in place from (B,T,H,D) memory, o written there too
+                lp_check(2, 3, Ts[t], Ds[d], WEFT_BF16, 2.5e-2, true, false);
+                lp_check(1, 2, Ts[t], Ds[d], WEFT_F16, 4e-3, true, true);
+                lp_check(2, 3, Ts[t], Ds[d], WEFT_BF16, 2.5e-2, true, true);
             }
         }
 }
@@ -205,6 +225,7 @@ int main(void) {
     RUN(test_odd_head_dims);
     RUN(test_long);
     RUN(test_permuted);
+    RUN(test_heads_last);
     RUN(test_head_dim_too_large);
     RUN(test_half);
     RUN(test_autocast);

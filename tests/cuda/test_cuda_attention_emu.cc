@@ -4,7 +4,8 @@
 // computed from the fragment layouts of the PTX ISA (m16n8k16, .bf16, f32 sums). Checked against attention in
 // double on the same bf16 inputs: o, lse, and the gradients of q, k, v, for head dims 16 to 128, lengths that
 // do and do not fill the tiles, so that every mask, tile bound and fragment index of the kernels is exercised
-// on every machine. What this cannot check (the real instruction's layouts and rounding, timing, shared
+// on every machine; and with q, k, v, go read from and o written to (B,T,H,D) memory, as the op runs for a
+// transformer's attention. What this cannot check (the real instruction's layouts and rounding, timing, shared
 // memory limits) is test_cuda_attention's, on a GPU.
 #include <math.h>
 #include <pthread.h>
@@ -159,7 +160,8 @@ static float rnd() { // [-1, 1)
 }
 
 // H > 1: q, k, v and go are read where they lie in (B,T,H,D) buffers (the heads of a (B,T,C) tensor, as the
-// op hands them over from a transformer's attention), B = BH / H; else contiguous (BH,T,D).
+// op hands them over from a transformer's attention), B = BH / H, and o is written (and read back for the
+// backward) in that order too (the op's heads-last output); else all contiguous (BH,T,D).
 template <int D> static void run_case(int BH, int T, int H = 1) {
     const size_t n = (size_t)BH * T * D;
     std::vector<__nv_bfloat16> q(n), k(n), v(n), go(n), o(n), gq(n), gk(n), gv(n);
@@ -229,9 +231,9 @@ template <int D> static void run_case(int BH, int T, int H = 1) {
     float *L = lse.data(), *DL = dl.data();
     const size_t smem_f = sizeof(__nv_bfloat16) * (size_t)((kOwn + 2 * kFwdKeys) * ld_of<D>());
     launch((unsigned)(BH * ntile), kThreads, smem_f, [=] {
-        mma_fwd<__nv_bfloat16, D>(Q, K, V, lay, lay, lay, O, L, T, ntile, (float)scale * kLog2e);
+        mma_fwd<__nv_bfloat16, D>(Q, K, V, lay, lay, lay, O, lay, L, T, ntile, (float)scale * kLog2e);
     });
-    launch(1, 128, 0, [=] { mma_bwd_dl<__nv_bfloat16>(G, lay, O, DL, (int64_t)BH * T, T, D); });
+    launch(1, 128, 0, [=] { mma_bwd_dl<__nv_bfloat16>(G, lay, O, lay, DL, (int64_t)BH * T, T, D); });
     const size_t tiles = sizeof(__nv_bfloat16) * (size_t)((2 * kOwn + 2 * kBwdRows) * ld_of<D>());
     launch((unsigned)(BH * ntile), kThreads, tiles + 2 * kBwdRows * sizeof(float), [=] {
         mma_bwd_dkdv<__nv_bfloat16, D>(Q, K, V, L, G, lay, lay, lay, lay, DL, GK, GV, T, ntile, (float)scale);
@@ -248,7 +250,13 @@ template <int D> static void run_case(int BH, int T, int H = 1) {
     // Tolerances, relative to the largest reference value: o and the gradients are bf16 results of products
     // whose operands P and dS are rounded to bf16 (2^-9 relative each), so a few units of 2^-8; lse is f32.
     const char *names[5] = {"o", "lse", "grad q", "grad k", "grad v"};
-    const std::vector<float> got[5] = {f32(o), lse, f32(gq), f32(gk), f32(gv)};
+    std::vector<__nv_bfloat16> oc(n); // o back in (BH,T,D) order
+    for (int bh = 0; bh < BH; bh++)
+        for (int i = 0; i < T; i++)
+            for (int d = 0; d < D; d++)
+                oc[((size_t)bh * T + i) * D + d] =
+                    o[(size_t)((bh / H) * lay.sb + (bh % H) * lay.sh + (int64_t)i * lay.st + d)];
+    const std::vector<float> got[5] = {f32(oc), lse, f32(gq), f32(gk), f32(gv)};
     const std::vector<double> *ref[5] = {&od, &lsed, &gqd, &gkd, &gvd};
     const double tol[5] = {2e-2, 1e-4, 3e-2, 3e-2, 3e-2};
     for (int i = 0; i < 5; i++) {

@@ -234,20 +234,23 @@ static void test_stability(void) {
 
 typedef struct {
     double scale;
-    bool permuted; // inputs given (B,T,H,D): attend over the permuted views
+    bool permuted;   // inputs given (B,T,H,D): attend over the permuted views
+    bool heads_last; // the output in (B,T,H,D) order (weft_causal_attention_heads_last)
 } ga_case;
 static weft_tensor *f_attn(weft_tensor *const *in, void *u) {
     const ga_case *c = u;
     static const int perm[4] = {0, 2, 1, 3};
     weft_tensor *h[3];
     for (int i = 0; i < 3; i++) h[i] = c->permuted ? weft_permute(in[i], perm) : weft_tensor_ref(in[i]);
-    weft_tensor *y = weft_causal_attention(h[0], h[1], h[2], c->scale);
+    weft_tensor *y = c->heads_last ? weft_causal_attention_heads_last(h[0], h[1], h[2], c->scale)
+                                   : weft_causal_attention(h[0], h[1], h[2], c->scale);
     for (int i = 0; i < 3; i++) weft_tensor_free(h[i]);
     return y;
 }
 
 static void test_gradcheck(void) {
-    ga_case c0 = {0.8, false}, c1 = {1.0 / sqrt(3.0), true};
+    ga_case c0 = {0.8, false, false}, c1 = {1.0 / sqrt(3.0), true, false}, c2 = {0.8, false, true},
+            c3 = {1.0 / sqrt(3.0), true, true};
     weft_tensor *a[3], *b[3], *d1[3];
     for (int i = 0; i < 3; i++) {
         a[i] = wt_rand64(WEFT_DIMS(1, 2, 5, 3), -1, 1, 60 + (uint64_t)i, true);
@@ -257,11 +260,49 @@ static void test_gradcheck(void) {
     CHECK_GRAD(f_attn, 3, a, &c0);
     CHECK_GRAD(f_attn, 3, b, &c1);
     CHECK_GRAD(f_attn, 3, d1, &c0);
+    CHECK_GRAD(f_attn, 3, a, &c2); // the output with the heads last
+    CHECK_GRAD(f_attn, 3, b, &c3);
     for (int i = 0; i < 3; i++) {
         weft_tensor_free(a[i]);
         weft_tensor_free(b[i]);
         weft_tensor_free(d1[i]);
     }
+}
+
+// The output with the heads last is the transpose of the usual one, bit for bit, and so are the gradients
+// it sends back (f32 and f64, threaded sizes, the inputs as a transformer hands them over: heads of (B,T,C)).
+static void test_heads_last(void) {
+    for (int f = 0; f < 2; f++) {
+        weft_dtype dt = f ? WEFT_F64 : WEFT_F32;
+        ga_case c[2] = {{0.125, true, false}, {0.125, true, true}};
+        weft_tensor *in[2][3], *y[2], *l[2];
+        for (int r = 0; r < 2; r++) {
+            for (int i = 0; i < 3; i++) in[r][i] = rand_as((const int64_t[]){2, 70, 3, 16}, dt, 90 + (uint64_t)i, true);
+            y[r] = f_attn(in[r], &c[r]);
+            CHECK(y[r] != NULL);
+        }
+        if (!y[0] || !y[1]) continue;
+        CHECK(weft_tensor_size(y[1], 1) == 70 && weft_tensor_size(y[1], 2) == 3 && weft_tensor_is_contiguous(y[1]));
+        weft_tensor *yt = weft_transpose(y[0], 1, 2);
+        wt_check_same("heads-last output", y[1], yt, 0);
+        weft_tensor *w = rand_as((const int64_t[]){2, 70, 3, 16}, dt, 99, false), *m0 = weft_mul(yt, w), *m1 = weft_mul(y[1], w);
+        l[0] = weft_sum(m0, 0, NULL, false), l[1] = weft_sum(m1, 0, NULL, false);
+        CHECK(weft_backward(l[0], NULL, NULL) == WEFT_OK && weft_backward(l[1], NULL, NULL) == WEFT_OK);
+        for (int i = 0; i < 3; i++)
+            wt_check_same("heads-last gradient", weft_tensor_grad(in[1][i]), weft_tensor_grad(in[0][i]), 0);
+        weft_tensor *ts[] = {yt, w, m0, m1, l[0], l[1], y[0], y[1]};
+        for (int i = 0; i < 8; i++) weft_tensor_free(ts[i]);
+        for (int r = 0; r < 2; r++)
+            for (int i = 0; i < 3; i++) weft_tensor_free(in[r][i]);
+    }
+    // the backward op refuses an o of the other order
+    weft_tensor *q = wt_rand64(WEFT_DIMS(1, 2, 3, 4), -1, 1, 5, false), *o = wt_rand64(WEFT_DIMS(1, 2, 3, 4), -1, 1, 6, false);
+    weft_tensor *lse = wt_rand64(WEFT_DIMS(1, 2, 3), -1, 1, 7, false), *g[WEFT_MAX_OP_OUT];
+    weft_attrs at = {.i = {1}, .f = {0.5}};
+    CHECK(weft_op_apply(weft_op_find("causal_attention_backward"), 6, (weft_tensor *[]){q, q, q, o, lse, o}, &at, g) !=
+              WEFT_OK &&
+          wt_error_has("causal_attention_backward") && wt_error_has("expected (1,3,2,4)"));
+    weft_tensor_free(q), weft_tensor_free(o), weft_tensor_free(lse);
 }
 
 // A gradient reaching only lse gives the inputs none (lse carries no gradient).
@@ -343,6 +384,7 @@ int main(void) {
     RUN(test_f32);
     RUN(test_stability);
     RUN(test_gradcheck);
+    RUN(test_heads_last);
     RUN(test_lse_no_grad);
     RUN(test_errors);
     RUN(test_no_second_order);

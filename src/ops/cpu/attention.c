@@ -41,10 +41,11 @@ static void gemm_double(bool ta, bool tb, int64_t M, int64_t N, int64_t K, doubl
 }
 
 #define ATTN_KERNELS(T, EXP, LOG)                                                                                   \
-    /* Rows [i0, i1) of one (b,h): q, k, v (T_,D) at row strides lq, lk, lv; o (T_,D) contiguous, lse (T_); */    \
-    /* s scratch (BR, i1). */                                                                                       \
+    /* Rows [i0, i1) of one (b,h): q, k, v (T_,D) at row strides lq, lk, lv; o (T_,D) at row stride lo, lse    */ \
+    /* (T_); s scratch (BR, i1). */                                                                                 \
     static WEFT_CLONES void fwd_block_##T(const T *q, int64_t lq, const T *k, int64_t lk, const T *v, int64_t lv,   \
-                                          T *o, T *lse, int64_t i0, int64_t i1, int64_t D, T scale, T *s) {         \
+                                          T *o, int64_t lo, T *lse, int64_t i0, int64_t i1, int64_t D, T scale,     \
+                                          T *s) {                                                                   \
         int64_t m = i1 - i0, n = i1;                                                                                \
         gemm_##T(false, true, m, n, D, scale, q + i0 * lq, lq, k, lk, 0, s, n); /* S = scale Q K^T (m,n) */         \
         for (int64_t r = 0; r < m; r++) {                                                                           \
@@ -61,7 +62,7 @@ static void gemm_double(bool ta, bool tb, int64_t M, int64_t N, int64_t K, doubl
             for (int64_t j = 0; j <= i; j++) sr[j] *= inv;                                                          \
             for (int64_t j = i + 1; j < n; j++) sr[j] = 0; /* the masked corner of the diagonal block */            \
         }                                                                                                           \
-        gemm_##T(false, false, m, D, n, 1, s, n, v, lv, 0, o + i0 * D, D); /* O = P V (m,D) */                     \
+        gemm_##T(false, false, m, D, n, 1, s, n, v, lv, 0, o + i0 * lo, lo); /* O = P V (m,D) */                   \
     }                                                                                                               \
     /* One (b,h): q, k, v, o, go (T_,D) at row strides ld[0..4]; gq, gk, gv (T_,D) contiguous, lse (T_); */       \
     /* scratch p, dp (BR, T_), dl (T_). */                                                                          \
@@ -119,12 +120,28 @@ static bool rows_get(const weft_tensor *t, rows_opnd *r) {
     return true;
 }
 
+// An operand given in (B,T,H,D) order (o and its gradient with the heads last) as the kernels read it: a
+// (B,H,T,D) view of the same memory, then rows_get.
+static bool rows_get_as(const weft_tensor *t, bool heads_last, rows_opnd *r) {
+    if (!heads_last) return rows_get(t, r);
+    const int64_t *z = t->sizes, *st = t->strides;
+    weft_tensor *v = weft_tensor_alias(t, 4, (const int64_t[]){z[0], z[2], z[1], z[3]},
+                                       (const int64_t[]){st[0], st[2], st[1], st[3]}, t->offset);
+    if (!v || !rows_get(v, r)) {
+        weft_tensor_free(v);
+        return false;
+    }
+    if (r->copy) weft_tensor_free(v); // the copy has memory of its own
+    else r->copy = v;                 // the view keeps the memory r->p points into
+    return true;
+}
+
 // Element offset of head bh = b*H + h of r, in bytes.
 static size_t rows_at(const rows_opnd *r, int64_t bh, int64_t H, size_t esz) {
     return (size_t)((bh / H) * r->sb + (bh % H) * r->sh) * esz;
 }
 
-// causal_attention: in (q, k, v) (B,H,T,D) -> o (B,H,T,D), lse (B,H,T); attrs f[0] = scale.
+// causal_attention: in (q, k, v) (B,H,T,D) -> o (B,H,T,D) (i[0]: (B,T,H,D)), lse (B,H,T); attrs f[0] = scale.
 weft_status weft_cpu_causal_attention(const weft_op_args *a) {
     if (weft_dtype_is_half(a->in[0]->dtype))
         return weft_kernel_widened(a, weft_cpu_causal_attention);
@@ -141,6 +158,9 @@ weft_status weft_cpu_causal_attention(const weft_op_args *a) {
     size_t esz = weft_dtype_size((weft_dtype)q->dtype);
     char *po = weft_tensor_ptr(a->out[0]), *pl = weft_tensor_ptr(a->out[1]);
     double scale = a->attrs->f[0];
+    // o: (B,H,T,D) contiguous, or (B,T,H,D) (i[0]): head bh at b*T*H*D + h*D, rows H*D apart
+    const bool last = a->attrs->i[0] != 0;
+    const int64_t lo = last ? H * D : D;
     int nt = weft_num_threads();
     if (nt > ntask) nt = ntask > 0 ? (int)ntask : 1;
     bool oom = false;
@@ -157,13 +177,14 @@ weft_status weft_cpu_causal_attention(const weft_op_args *a) {
             int64_t bh = t / nblk, i0 = (t % nblk) * BR, i1 = i0 + BR < T_ ? i0 + BR : T_;
             const char *hq = r[0].p + rows_at(&r[0], bh, H, esz), *hk = r[1].p + rows_at(&r[1], bh, H, esz),
                        *hv = r[2].p + rows_at(&r[2], bh, H, esz);
-            size_t hoff = (size_t)(bh * T_ * D) * esz, loff = (size_t)(bh * T_) * esz;
+            int64_t ho = last ? (bh / H) * T_ * H * D + (bh % H) * D : bh * T_ * D;
+            size_t hoff = (size_t)ho * esz, loff = (size_t)(bh * T_) * esz;
             if (f32)
                 fwd_block_float((const float *)hq, r[0].ld, (const float *)hk, r[1].ld, (const float *)hv, r[2].ld,
-                                (float *)(po + hoff), (float *)(pl + loff), i0, i1, D, (float)scale, s);
+                                (float *)(po + hoff), lo, (float *)(pl + loff), i0, i1, D, (float)scale, s);
             else
                 fwd_block_double((const double *)hq, r[0].ld, (const double *)hk, r[1].ld, (const double *)hv,
-                                 r[2].ld, (double *)(po + hoff), (double *)(pl + loff), i0, i1, D, scale, s);
+                                 r[2].ld, (double *)(po + hoff), lo, (double *)(pl + loff), i0, i1, D, scale, s);
         }
         free(s);
     }
@@ -180,7 +201,7 @@ weft_status weft_cpu_causal_attention_backward(const weft_op_args *a) {
     rows_opnd r[5] = {{0}};
     weft_tensor *lse = NULL;
     bool ok = true;
-    for (int i = 0; i < 5 && ok; i++) ok = rows_get(a->in[which[i]], &r[i]);
+    for (int i = 0; i < 5 && ok; i++) ok = rows_get_as(a->in[which[i]], i >= 3 && a->attrs->i[0], &r[i]);
     if (ok) ok = (lse = weft_kernel_contiguous(a->in[4])) != NULL;
     if (!ok) {
         for (int i = 0; i < 5; i++) weft_tensor_free(r[i].copy);

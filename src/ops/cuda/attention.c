@@ -1,6 +1,7 @@
 // CUDA kernels of the fused causal attention ops (attention_kernels.cu):
 //   causal_attention           in: q, k, v (B,H,T,D); out: o (B,H,T,D), lse (B,H,T); f[0] = scale
 //   causal_attention_backward  in: q, k, v, o, lse, go; out: gq, gk, gv (B,H,T,D); f[0] = scale
+// with i[0] = 1, o and go are (B,T,H,D) (the heads last: def_attention.c).
 // f32 and f64 (attention_kernels.cu); bf16 and f16 on tensor cores with f32
 // statistics (attention_mma_kernels.cu) where D is 16, 32, 64 or 128, and
 // otherwise the f32 kernels on widened copies (lse is f32 for the half types).
@@ -45,19 +46,19 @@ static bool heads_in_place(const weft_tensor *t, weft_cu_heads *L) {
            L->sh % vec == 0 && L->st % vec == 0;
 }
 
-// Inputs which[0..n) for the tensor-core kernels: in place where heads_in_place allows, else a contiguous copy
-// (held in hold[i], to free) read as (BH,T,D). False (nothing held) when a copy is not 16-byte aligned.
-static weft_status mma_inputs(const weft_op_args *a, const int *which, int n, int64_t T, int64_t D,
-                              const void **ptr, weft_cu_heads *L, weft_tensor **hold, bool *ok) {
+// Tensors t[0..n) (each (B,H,T,D)) for the tensor-core kernels: in place where heads_in_place allows, else a
+// contiguous copy (held in hold[i], to free) read as (BH,T,D). *ok false (nothing held) when a copy is not
+// 16-byte aligned.
+static weft_status mma_inputs(weft_tensor *const *t, int n, int64_t T, int64_t D, const void **ptr, weft_cu_heads *L,
+                              weft_tensor **hold, bool *ok) {
     *ok = true;
     for (int i = 0; i < n; i++) hold[i] = NULL;
     for (int i = 0; i < n && *ok; i++) {
-        const weft_tensor *t = a->in[which[i]];
-        if (heads_in_place(t, &L[i])) {
-            ptr[i] = weft_tensor_ptr(t);
+        if (heads_in_place(t[i], &L[i])) {
+            ptr[i] = weft_tensor_ptr(t[i]);
             continue;
         }
-        if (!(hold[i] = weft_kernel_contiguous(t))) {
+        if (!(hold[i] = weft_kernel_contiguous(t[i]))) {
             for (int j = 0; j < i; j++) weft_tensor_free(hold[j]);
             return weft_last_status();
         }
@@ -70,61 +71,78 @@ static weft_status mma_inputs(const weft_op_args *a, const int *which, int n, in
     return WEFT_OK;
 }
 
+// A (B,T,H,D) tensor (o or its gradient with the heads last, attrs i[0]) as a (B,H,T,D) view of its memory;
+// otherwise a new reference to t itself.
+static weft_tensor *as_bhtd(const weft_tensor *t, bool heads_last) {
+    if (!heads_last) return weft_tensor_ref((weft_tensor *)t);
+    const int64_t *z = t->sizes, *st = t->strides;
+    return weft_tensor_alias(t, 4, (const int64_t[]){z[0], z[2], z[1], z[3]},
+                             (const int64_t[]){st[0], st[2], st[1], st[3]}, t->offset);
+}
+
 static bool outputs_aligned(const weft_op_args *a) {
     for (int j = 0; j < a->n_out; j++)
         if ((uintptr_t)weft_tensor_ptr(a->out[j]) & 15) return false;
     return true;
 }
 
-// bf16 / f16 on tensor cores: q, k, v read in place where they can be.
+// bf16 / f16 on tensor cores: q, k, v read in place where they can be; o written in its layout.
 static weft_status mma_forward(const weft_op_args *a, int64_t BH, int64_t T, int64_t D, bool *done) {
     const void *p[3];
-    weft_cu_heads L[4];
+    weft_cu_heads L[5];
     weft_tensor *hold[3];
     bool ok;
-    weft_status st = mma_inputs(a, (const int[]){0, 1, 2}, 3, T, D, p, L, hold, &ok);
+    weft_status st = mma_inputs(a->in, 3, T, D, p, L, hold, &ok);
     if (st) return *done = true, st;
-    if (!(*done = ok && outputs_aligned(a))) {
+    weft_tensor *o = as_bhtd(a->out[0], a->attrs->i[0] != 0);
+    if (!o) {
         for (int i = 0; i < 3; i++) weft_tensor_free(hold[i]);
+        return *done = true, weft_last_status();
+    }
+    if (!(*done = ok && outputs_aligned(a) && heads_in_place(o, &L[4]))) {
+        for (int i = 0; i < 3; i++) weft_tensor_free(hold[i]);
+        weft_tensor_free(o);
         return WEFT_OK;
     }
-    L[3] = L[0];
+    L[3] = L[0]; // (no go in the forward)
     cudaError_t e = weft_cu_causal_attention_mma(p[0], p[1], p[2], L, weft_tensor_ptr(a->out[0]),
                                                  (float *)weft_tensor_ptr(a->out[1]), a->in[0]->dtype, BH, T, D,
                                                  a->attrs->f[0], weft_cu_stream(a->out[0]));
     for (int i = 0; i < 3; i++) weft_tensor_free(hold[i]);
+    weft_tensor_free(o);
     return weft_cu_done(e, a->op->name);
 }
 
-// in: q, k, v, o, lse, go; q, k, v and go read in place where they can be, o and lse contiguous.
+// in: q, k, v, o, lse, go; q, k, v, go and o read in place where they can be, lse contiguous.
 static weft_status mma_backward(const weft_op_args *a, int64_t BH, int64_t T, int64_t D, bool *done) {
-    const void *p[4];
-    weft_cu_heads L[4];
-    weft_tensor *hold[4], *ol[2] = {NULL, NULL};
-    bool ok;
-    weft_status st = mma_inputs(a, (const int[]){0, 1, 2, 5}, 4, T, D, p, L, hold, &ok);
+    const void *p[5];
+    weft_cu_heads L[5];
+    weft_tensor *hold[5], *lse = NULL;
+    bool last = a->attrs->i[0] != 0, ok;
+    weft_tensor *t[5] = {a->in[0], a->in[1], a->in[2], as_bhtd(a->in[5], last), as_bhtd(a->in[3], last)};
+    weft_status st = t[3] && t[4] ? mma_inputs(t, 5, T, D, p, L, hold, &ok) : weft_last_status();
+    weft_tensor_free(t[3]), weft_tensor_free(t[4]); // (held by the op's inputs, or copied into hold)
     if (st) return *done = true, st;
     if (!ok || !outputs_aligned(a)) {
-        for (int i = 0; i < 4; i++) weft_tensor_free(hold[i]);
+        for (int i = 0; i < 5; i++) weft_tensor_free(hold[i]);
         return *done = false, WEFT_OK;
     }
-    for (int i = 0; i < 2 && st == WEFT_OK; i++) // o and lse, as the kernels read them: contiguous, aligned
-        if (!(ol[i] = weft_kernel_contiguous(a->in[3 + i]))) st = weft_last_status();
+    if (!(lse = weft_kernel_contiguous(a->in[4]))) st = weft_last_status(); // as the kernels read it
     int64_t n = BH * T;
     weft_tensor *dl = st ? NULL : weft_tensor_new(1, &n, WEFT_F32, a->in[0]->device);
     if (!st && !dl) st = weft_last_status();
-    bool fits = st == WEFT_OK && !((uintptr_t)weft_tensor_ptr(ol[0]) & 15) && !((uintptr_t)weft_tensor_ptr(ol[1]) & 15);
+    bool fits = st == WEFT_OK && !((uintptr_t)weft_tensor_ptr(lse) & 15);
     *done = st != WEFT_OK || fits;
     if (fits) {
         cudaError_t e = weft_cu_causal_attention_mma_backward(
-            p[0], p[1], p[2], L, weft_tensor_ptr(ol[0]), (const float *)weft_tensor_ptr(ol[1]), p[3],
-            (float *)weft_tensor_ptr(dl), weft_tensor_ptr(a->out[0]), weft_tensor_ptr(a->out[1]),
-            weft_tensor_ptr(a->out[2]), a->in[0]->dtype, BH, T, D, a->attrs->f[0], weft_cu_stream(a->out[0]));
+            p[0], p[1], p[2], L, p[4], (const float *)weft_tensor_ptr(lse), p[3], (float *)weft_tensor_ptr(dl),
+            weft_tensor_ptr(a->out[0]), weft_tensor_ptr(a->out[1]), weft_tensor_ptr(a->out[2]), a->in[0]->dtype, BH,
+            T, D, a->attrs->f[0], weft_cu_stream(a->out[0]));
         st = weft_cu_done(e, a->op->name);
     }
     weft_tensor_free(dl);
-    for (int i = 0; i < 2; i++) weft_tensor_free(ol[i]);
-    for (int i = 0; i < 4; i++) weft_tensor_free(hold[i]);
+    weft_tensor_free(lse);
+    for (int i = 0; i < 5; i++) weft_tensor_free(hold[i]);
     return st;
 }
 
@@ -142,11 +160,25 @@ static weft_status cu_causal_attention(const weft_op_args *a) {
     }
     weft_kernel_inputs c;
     if ((st = weft_kernel_inputs_get(a, &c))) return st;
+    // o with the heads last (i[0]): the kernel writes (B,H,T,D) into a scratch, copied into o's order after
+    bool last = a->attrs->i[0] != 0;
+    weft_tensor *o = last ? weft_tensor_new(4, a->in[0]->sizes, (weft_dtype)dt, a->in[0]->device) : a->out[0];
+    if (!o) {
+        weft_kernel_inputs_free(&c);
+        return weft_last_status();
+    }
     cudaError_t e = weft_cu_causal_attention(weft_tensor_ptr(c.t[0]), weft_tensor_ptr(c.t[1]), weft_tensor_ptr(c.t[2]),
-                                             weft_tensor_ptr(a->out[0]), weft_tensor_ptr(a->out[1]), a->in[0]->dtype,
-                                             BH, T, D, a->attrs->f[0], weft_cu_stream(a->out[0]));
+                                             weft_tensor_ptr(o), weft_tensor_ptr(a->out[1]), a->in[0]->dtype, BH, T,
+                                             D, a->attrs->f[0], weft_cu_stream(a->out[0]));
     weft_kernel_inputs_free(&c);
-    return weft_cu_done(e, a->op->name);
+    st = weft_cu_done(e, a->op->name);
+    if (last) {
+        weft_tensor *view = st ? NULL : as_bhtd(a->out[0], true);
+        if (!st) st = view ? weft_cuda_copy(view, o) : weft_last_status();
+        weft_tensor_free(view);
+        weft_tensor_free(o);
+    }
+    return st;
 }
 
 static weft_status cu_causal_attention_backward(const weft_op_args *a) {
@@ -161,8 +193,16 @@ static weft_status cu_causal_attention_backward(const weft_op_args *a) {
         if (weft_cu_attention_mma_supports(dt, D) && ((st = mma_backward(a, BH, T, D, &done)) || done)) return st;
         return weft_kernel_widened(a, cu_causal_attention_backward);
     }
+    // o and go with the heads last (i[0]) read as (B,H,T,D) views: their contiguous copies in the kernel's order
+    bool last = a->attrs->i[0] != 0;
+    weft_tensor *ov = as_bhtd(a->in[3], last), *gv = as_bhtd(a->in[5], last);
+    weft_tensor *in[6] = {a->in[0], a->in[1], a->in[2], ov, a->in[4], gv};
+    weft_op_args b = *a;
+    b.in = in;
     weft_kernel_inputs c;
-    if ((st = weft_kernel_inputs_get(a, &c))) return st;
+    st = ov && gv ? weft_kernel_inputs_get(&b, &c) : weft_last_status();
+    weft_tensor_free(ov), weft_tensor_free(gv); // (c holds what it reads)
+    if (st) return st;
     int64_t n = BH * T;
     weft_tensor *dl = weft_tensor_new(1, &n, (weft_dtype)dt, a->in[0]->device); // Dl_i = go_i.o_i, in lse's dtype
     if (!dl) {

@@ -27,9 +27,9 @@ cudaError_t weft_cu_causal_attention_backward(const void *q, const void *k, cons
                                               cudaStream_t s);
 
 // The tensor-core kernels (attention_mma_kernels.cu): q, k, v, o, go, gq, gk, gv of dtype bf16 or f16 with D
-// 16, 32, 64 or 128 (weft_cu_attention_mma_supports); lse and dl (BH,T) f32, the rest as above. q, k, v (and
-// go) are read where L[0..2] (L[3]) say, each pointer, sb, sh and st a multiple of 16 bytes (16-byte loads);
-// o, lse and the gradients are written contiguous, 16-byte aligned.
+// 16, 32, 64 or 128 (weft_cu_attention_mma_supports); lse and dl (BH,T) f32, the rest as above. q, k, v, go
+// and o lie where L[0..4] say (each pointer, sb, sh and st a multiple of 16 bytes: 16-byte loads; o's rows
+// may be strided, its head rows written in 4-byte pairs); lse and the gradients are contiguous, 16-byte aligned.
 int weft_cu_attention_mma_supports(int dtype, int64_t D);
 cudaError_t weft_cu_causal_attention_mma(const void *q, const void *k, const void *v, const weft_cu_heads *L, void *o,
                                          float *lse, int dtype, int64_t BH, int64_t T, int64_t D, double scale,

@@ -27,7 +27,9 @@
 //
 // q, k, v and go are read where they lie (weft_cu_heads): the heads of a
 // (B,T,C) tensor, as a transformer's attention hands them over, cost no
-// copy. o, lse and the gradients are written contiguous (BH,T,D) / (BH,T).
+// copy. o is written (and read back for Dl) in its layout too: (BH,T,D), or
+// (B,T,H,D) for the op's heads-last output. lse and the gradients are
+// contiguous (BH,T) / (BH,T,D).
 //
 // Backward: Dl_i = go_i.o_i (f32) first; then, as the f32 kernels, one kernel
 // per key block for dk and dv (looping over query tiles) and one per query
@@ -193,15 +195,16 @@ constexpr int kFwdKeys = 64;
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, const T *v, weft_cu_heads qL,
-                                                   weft_cu_heads kL, weft_cu_heads vL, T *o, float *lse, int64_t Tn,
+                                                   weft_cu_heads kL, weft_cu_heads vL, T *o, weft_cu_heads oL,
+                                                   float *lse, int64_t Tn,
                                                    int64_t ntile, float scale_log2) {
     constexpr int LD = ld_of<D>(), NK = D / 16, ND = D / 8, NS = kFwdKeys / 8;
     WEFT_SMEM(smem_raw);
     T *Qs = (T *)smem_raw, *Ks = Qs + kOwn * LD, *Vs = Ks + kFwdKeys * LD;
     int64_t bh, qt;
     block_of(ntile, true, &bh, &qt);
-    const int64_t head = bh * Tn * D, i0 = qt * kOwn;
-    q += head_at(qL, bh), k += head_at(kL, bh), v += head_at(vL, bh), o += head, lse += bh * Tn;
+    const int64_t i0 = qt * kOwn;
+    q += head_at(qL, bh), k += head_at(kL, bh), v += head_at(vL, bh), o += head_at(oL, bh), lse += bh * Tn;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int rw = w * 16; // the warp's first row in the block
     load_tile<T, D>(Qs, q, i0, kOwn, Tn, qL.st);
@@ -272,7 +275,7 @@ __global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, cons
         const float lt = quad_sum(l[r]);
         if (row[r] >= Tn) continue;
         const float inv = 1.f / lt;
-        T *orow = o + row[r] * D;
+        T *orow = o + row[r] * oL.st;
 #pragma unroll
         for (int n = 0; n < ND; n++)
             *(uint32_t *)(orow + n * 8 + 2 * t) = lp<T>::pack(acc[n][2 * r] * inv, acc[n][2 * r + 1] * inv);
@@ -285,13 +288,14 @@ constexpr int kBwdRows = 32; // streamed rows per tile in the backward kernels
 
 // Dl_i = go_i.o_i in f32, a warp per row (row r: head r / Tn, position r % Tn).
 template <typename T>
-__global__ void mma_bwd_dl(const T *go, weft_cu_heads gL, const T *o, float *dl, int64_t N, int64_t Tn, int D) {
+__global__ void mma_bwd_dl(const T *go, weft_cu_heads gL, const T *o, weft_cu_heads oL, float *dl, int64_t N,
+                           int64_t Tn, int D) {
     const int lane = threadIdx.x & 31;
     for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < N;
          r += ((int64_t)gridDim.x * blockDim.x) >> 5) {
-        const T *gr = go + head_at(gL, r / Tn) + (r % Tn) * gL.st;
+        const T *gr = go + head_at(gL, r / Tn) + (r % Tn) * gL.st, *orow = o + head_at(oL, r / Tn) + (r % Tn) * oL.st;
         float s = 0;
-        for (int d = lane; d < D; d += 32) s += lp<T>::to_f(gr[d]) * lp<T>::to_f(o[r * D + d]);
+        for (int d = lane; d < D; d += 32) s += lp<T>::to_f(gr[d]) * lp<T>::to_f(orow[d]);
         for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
         if (lane == 0) dl[r] = s;
     }
@@ -438,8 +442,8 @@ cudaError_t fwd_launch(const void *q, const void *k, const void *v, const weft_c
     const size_t smem = sizeof(T) * (size_t)((kOwn + 2 * kFwdKeys) * ld_of<D>());
     cudaError_t e = weft_cu_smem_optin(mma_fwd<T, D>, smem);
     if (e != cudaSuccess) return e;
-    mma_fwd<T, D><<<nb, kThreads, smem, s>>>((const T *)q, (const T *)k, (const T *)v, L[0], L[1], L[2], (T *)o, lse,
-                                             Tn, ntile, (float)scale * kLog2e);
+    mma_fwd<T, D><<<nb, kThreads, smem, s>>>((const T *)q, (const T *)k, (const T *)v, L[0], L[1], L[2], (T *)o, L[4],
+                                             lse, Tn, ntile, (float)scale * kLog2e);
     return cudaGetLastError();
 }
 
@@ -453,7 +457,7 @@ cudaError_t bwd_launch(const void *q, const void *k, const void *v, const weft_c
     const int64_t N = BH * Tn;
     int64_t ndl = (N + 7) / 8; // 8 warps of 256 threads, grid-stride
     if (ndl > 65535 * 8) ndl = 65535 * 8;
-    mma_bwd_dl<T><<<(unsigned)ndl, 256, 0, s>>>((const T *)go, L[3], (const T *)o, dl, N, Tn, D);
+    mma_bwd_dl<T><<<(unsigned)ndl, 256, 0, s>>>((const T *)go, L[3], (const T *)o, L[4], dl, N, Tn, D);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     const size_t tiles = sizeof(T) * (size_t)((2 * kOwn + 2 * kBwdRows) * ld_of<D>());
