@@ -8,6 +8,9 @@
 // parameter's update is one fused op of the op table, run on the parameter's
 // device (the CPU's results do not depend on the thread count); graph mode
 // (weft train --graph) records the same op, so both give the same bits.
+// Alike parameters (contiguous, one device, dtype and step count) share one
+// update_multi op that runs that update for each of them (on CUDA, Adam as
+// multi-tensor launches); WEFT_OPTIM_MULTI=0 runs them one by one.
 //
 //     weft_optim_opts o = weft_optim_defaults(WEFT_OPTIM_ADAMW);
 //     o.lr = 3e-4;
@@ -87,8 +90,8 @@ weft_optim *weft_optim_create(const weft_optim_opts *o, int n, weft_tensor *cons
                               const char *const *names);
 void weft_optim_free(weft_optim *opt);
 
-// One update of every parameter that has a gradient (one fused op each, in
-// place, on the parameter's device). Every gradient is checked first (dtype,
+// One update of every parameter that has a gradient (one fused op each, or
+// one update_multi for alike parameters, in place, on their device). Every gradient is checked first (dtype,
 // shape, device), so a bad one leaves all parameters untouched.
 weft_status weft_optim_step(weft_optim *opt);
 // Drop every parameter's gradient (set_to_none).

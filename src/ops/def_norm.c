@@ -30,7 +30,7 @@ weft_status weft_cpu_batch_norm(const weft_op_args *a);
 weft_status weft_cpu_batch_norm_backward(const weft_op_args *a);
 
 static weft_status need_contiguous(const char *op, const weft_tensor *t, const char *what) {
-    if (t->ndim > 1 && !weft_tensor_is_contiguous(t))
+    if (!weft_tensor_is_contiguous(t)) // (1-D too: a strided weight would be read as contiguous)
         return weft_error(WEFT_ERR_ARG, "%s: %s must be contiguous", op, what);
     return WEFT_OK;
 }
@@ -211,6 +211,8 @@ weft_op_def weft_op_add_layer_norm = {
 
 weft_status weft_add_layer_norm(weft_tensor *x, weft_tensor *r, int n_norm_dims, weft_tensor *weight,
                                 weft_tensor *bias, double eps, weft_tensor **sum, weft_tensor **y) {
+    // (NULL result pointers are an error, not a crash: as weft_lstm_cell)
+    if (!sum || !y) return weft_error(WEFT_ERR_ARG, "add_layer_norm: sum and y must not be NULL");
     *sum = *y = NULL;
     if (!x || !r) return weft_error(WEFT_ERR_ARG, "add_layer_norm: NULL input");
     if (n_norm_dims < 1 || n_norm_dims > x->ndim)

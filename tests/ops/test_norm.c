@@ -493,6 +493,8 @@ static void test_add_ln(void) {
     weft_tensor *r64 = weft_tensor_zeros(3, bs, WEFT_F64);
     CHECK(weft_add_layer_norm(x32, r64, 1, NULL, NULL, 1e-5, &s0, &y0) != WEFT_OK && err_names("residual"));
     CHECK(weft_add_layer_norm(x32, rb, 4, NULL, NULL, 1e-5, &s0, &y0) != WEFT_OK && err_names("n_norm_dims"));
+    CHECK(weft_add_layer_norm(x32, rb, 1, NULL, NULL, 1e-5, NULL, &y0) != WEFT_OK && err_names("add_layer_norm"));
+    CHECK(weft_add_layer_norm(x32, rb, 1, NULL, NULL, 1e-5, &s0, NULL) != WEFT_OK && err_names("add_layer_norm"));
     weft_tensor *rest[] = {rb, rbw, x32, sb, yb, sw, yw, lb, bad, r64, s1, y1, s2, y2, l[0], l[1]};
     free_all(16, rest);
     for (int run = 0; run < 2; run++) free_all(4, f[run]);

@@ -149,6 +149,11 @@ static dev_state *dev_get(int index) {
             *d->seen = 0;
         }
         if (!d->alloc) {
+            // the device stays not ready and the next dev_get sets it up again: free the report record
+            // made above, or every retry leaks a device and a pinned allocation
+            if (d->report) cudaFree(d->report);
+            if (d->seen) cudaFreeHost(d->seen);
+            d->report = NULL, d->seen = NULL;
             cudaStreamDestroy(d->stream);
             pthread_mutex_unlock(&g_init_mu);
             return NULL;
