@@ -27,6 +27,8 @@
 #   compile    train_gpt2_small_cuda_vs_compile: PyTorch with torch.compile (150 s)
 #   cpu16      the four standard workloads on the CPU at 16 threads, weft built with
 #              oneDNN (a CPU-only build in /tmp) then PyTorch (240 s)
+#   suite      the rest of the suite, whose device tests then run on the real cuda:0
+#              (training, graph mode with CUDA Graphs, DDP and the parameter server; 240 s)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -45,7 +47,7 @@ fi
 [ "${1:-}" = run ] || { echo "usage: gpu-session.sh prepare | run [STEP...]" >&2; exit 2; }
 shift
 : "${B:?run me through .gpu/gpu-build.sh, which builds weft and sets B}"
-steps=${*:-tests gpt2 attention bandwidth graph standard compile cpu16}
+steps=${*:-tests gpt2 attention bandwidth graph standard compile cpu16 suite}
 out=${OUT:-/tmp/weft-gpu-session}
 mkdir -p "$out"
 budget=${SESSION_BUDGET:-470}
@@ -99,6 +101,8 @@ for step in $steps; do
       run "${w}_cpu16_weft" 25 "WEFT_NUM_THREADS=16 $C/bench_train $w"
       run "${w}_cpu16_peer" 30 "cd bench/peers && WEFT_NUM_THREADS=16 $py train.py $w"
     done ;;
+  suite) run suite 240 "cd $B && ctest -E cuda -j 12 --timeout 200 --output-on-failure"
+    grep -E "tests passed|\*\*\*Failed|Timeout" "$out/suite.log" | tail -20 | tee -a "$out/summary.txt" ;;
   *) summary "unknown step $step" ;;
   esac
 done
