@@ -209,27 +209,35 @@ weft_op_def weft_op_add_layer_norm = {
     .infer = infer_add_ln, .backward = bw_add_layer_norm,
     .kernel = {[WEFT_CPU] = {weft_cpu_add_layer_norm, WEFT_DT_FLOAT}}};
 
+// layer_norm or add_layer_norm on contiguous copies (differentiable, only where needed: the kernels read
+// rows of contiguous memory) of lead[0..n_lead) (x, or x and r), weight and bias; out gets the op's outputs.
+static weft_status ln_apply(const weft_op_def *op, int n_lead, weft_tensor *const *lead, int n_norm_dims,
+                            weft_tensor *weight, weft_tensor *bias, double eps, weft_tensor **out) {
+    for (int k = 0; k < n_lead; k++)
+        if (!lead[k]) return weft_error(WEFT_ERR_ARG, "%s: NULL input", op->name);
+    if (n_norm_dims < 1 || n_norm_dims > lead[0]->ndim)
+        return weft_error(WEFT_ERR_ARG, "%s: n_norm_dims %d out of range for a %d-d input", op->name, n_norm_dims,
+                          lead[0]->ndim);
+    weft_tensor *in[4];
+    int n = 0;
+    for (int k = 0; k < n_lead; k++) in[n++] = weft_tensor_contiguous(lead[k]);
+    if (weight) in[n++] = weft_tensor_contiguous(weight);
+    if (bias) in[n++] = weft_tensor_contiguous(bias);
+    weft_attrs at = {.i = {n_norm_dims, weight != NULL, bias != NULL}, .f = {eps}};
+    bool ok = true;
+    for (int k = 0; k < n; k++) ok &= in[k] != NULL;
+    weft_status st = ok ? weft_op_apply(op, n, in, &at, out) : weft_last_status();
+    for (int k = 0; k < n; k++) weft_tensor_free(in[k]);
+    return st;
+}
+
 weft_status weft_add_layer_norm(weft_tensor *x, weft_tensor *r, int n_norm_dims, weft_tensor *weight,
                                 weft_tensor *bias, double eps, weft_tensor **sum, weft_tensor **y) {
     // (NULL result pointers are an error, not a crash: as weft_lstm_cell)
     if (!sum || !y) return weft_error(WEFT_ERR_ARG, "add_layer_norm: sum and y must not be NULL");
     *sum = *y = NULL;
-    if (!x || !r) return weft_error(WEFT_ERR_ARG, "add_layer_norm: NULL input");
-    if (n_norm_dims < 1 || n_norm_dims > x->ndim)
-        return weft_error(WEFT_ERR_ARG, "add_layer_norm: n_norm_dims %d out of range for a %d-d input", n_norm_dims,
-                          x->ndim);
-    weft_tensor *in[4];
-    int n = 0;
-    in[n++] = weft_tensor_contiguous(x);
-    in[n++] = weft_tensor_contiguous(r);
-    if (weight) in[n++] = weft_tensor_contiguous(weight);
-    if (bias) in[n++] = weft_tensor_contiguous(bias);
     weft_tensor *out[WEFT_MAX_OP_OUT] = {0};
-    weft_attrs at = {.i = {n_norm_dims, weight != NULL, bias != NULL}, .f = {eps}};
-    bool ok = true;
-    for (int k = 0; k < n; k++) ok &= in[k] != NULL;
-    weft_status st = ok ? weft_op_apply(&weft_op_add_layer_norm, n, in, &at, out) : weft_last_status();
-    for (int k = 0; k < n; k++) weft_tensor_free(in[k]);
+    weft_status st = ln_apply(&weft_op_add_layer_norm, 2, (weft_tensor *[]){x, r}, n_norm_dims, weight, bias, eps, out);
     if (st) return st;
     weft_tensor_free(out[2]);
     weft_tensor_free(out[3]);
@@ -239,22 +247,8 @@ weft_status weft_add_layer_norm(weft_tensor *x, weft_tensor *r, int n_norm_dims,
 
 weft_tensor *weft_layer_norm(weft_tensor *x, int n_norm_dims, weft_tensor *weight, weft_tensor *bias, double eps) {
     if (!x) return weft_error_null_input("layer_norm");
-    if (n_norm_dims < 1 || n_norm_dims > x->ndim)
-        return weft_error_null(WEFT_ERR_ARG, "layer_norm: n_norm_dims %d out of range for a %d-d input", n_norm_dims,
-                               x->ndim);
-    // The kernel reads rows of contiguous memory; copies (differentiable) only when needed.
-    weft_tensor *in[3];
-    int n = 0;
-    in[n++] = weft_tensor_contiguous(x);
-    if (weight) in[n++] = weft_tensor_contiguous(weight);
-    if (bias) in[n++] = weft_tensor_contiguous(bias);
     weft_tensor *out[WEFT_MAX_OP_OUT] = {0};
-    weft_attrs at = {.i = {n_norm_dims, weight != NULL, bias != NULL}, .f = {eps}};
-    bool ok = true;
-    for (int k = 0; k < n; k++) ok &= in[k] != NULL;
-    if (ok) ok = weft_op_apply(&weft_op_layer_norm, n, in, &at, out) == WEFT_OK;
-    for (int k = 0; k < n; k++) weft_tensor_free(in[k]);
-    if (!ok) return NULL;
+    if (ln_apply(&weft_op_layer_norm, 1, &x, n_norm_dims, weight, bias, eps, out)) return NULL;
     weft_tensor_free(out[1]);
     weft_tensor_free(out[2]);
     return out[0];

@@ -130,6 +130,13 @@ void weft_kernel_inputs_free(weft_kernel_inputs *c) {
     c->n = 0;
 }
 
+weft_tensor *weft_kernel_transposed(const weft_tensor *t, int d0, int d1) {
+    int64_t sz[WEFT_MAX_DIMS], st[WEFT_MAX_DIMS];
+    for (int d = 0; d < t->ndim; d++) sz[d] = t->sizes[d], st[d] = t->strides[d];
+    sz[d0] = t->sizes[d1], st[d0] = t->strides[d1], sz[d1] = t->sizes[d0], st[d1] = t->strides[d0];
+    return weft_tensor_alias(t, t->ndim, sz, st, t->offset);
+}
+
 weft_status weft_kernel_inputs_get(const weft_op_args *a, weft_kernel_inputs *c) {
     c->n = 0;
     if (a->n_in > WEFT_KERNEL_MAX_IN) return weft_error(WEFT_ERR_ARG, "%s: %d inputs", a->op->name, a->n_in);

@@ -138,6 +138,9 @@ bool weft_view_strides(int ond, const int64_t *osz, const int64_t *ost, int nnd,
 // For kernels: t itself (a new reference) when contiguous, else a contiguous
 // copy on t's device (no autograd recording); NULL + error on failure.
 weft_tensor *weft_kernel_contiguous(const weft_tensor *t);
+// t with dims d0 and d1 swapped, as a new reference to the same memory: the
+// view a kernel reads an input through (no autograd record, unlike weft_transpose).
+weft_tensor *weft_kernel_transposed(const weft_tensor *t, int d0, int d1);
 // All of an op's inputs that way: t[i] is a new reference to in[i] or to its
 // contiguous copy. Free with weft_kernel_inputs_free; a failed get holds nothing.
 #define WEFT_KERNEL_MAX_IN 8

@@ -325,7 +325,8 @@ weft_status weft_optim_step(weft_optim *opt) {
     bool *done = calloc((size_t)opt->n, sizeof *done);
     int *idx = malloc(sizeof *idx * MULTI_MAX);
     if (!done || !idx) st = weft_error(WEFT_ERR_OOM, "%s: out of memory", opt->kind);
-    for (int i = 0; i < opt->n && st == WEFT_OK && multi_on(); i++) {
+    bool multi = multi_on();
+    for (int i = 0; i < opt->n && st == WEFT_OK && multi; i++) {
         if (done[i] || !multi_fits(opt, &opt->p[i])) continue;
         int n = 0;
         for (int j = i; j < opt->n && n < MULTI_MAX; j++)

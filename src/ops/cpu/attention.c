@@ -124,9 +124,7 @@ static bool rows_get(const weft_tensor *t, rows_opnd *r) {
 // (B,H,T,D) view of the same memory, then rows_get.
 static bool rows_get_as(const weft_tensor *t, bool heads_last, rows_opnd *r) {
     if (!heads_last) return rows_get(t, r);
-    const int64_t *z = t->sizes, *st = t->strides;
-    weft_tensor *v = weft_tensor_alias(t, 4, (const int64_t[]){z[0], z[2], z[1], z[3]},
-                                       (const int64_t[]){st[0], st[2], st[1], st[3]}, t->offset);
+    weft_tensor *v = weft_kernel_transposed(t, 1, 2);
     if (!v || !rows_get(v, r)) {
         weft_tensor_free(v);
         return false;

@@ -74,10 +74,7 @@ static weft_status mma_inputs(weft_tensor *const *t, int n, int64_t T, int64_t D
 // A (B,T,H,D) tensor (o or its gradient with the heads last, attrs i[0]) as a (B,H,T,D) view of its memory;
 // otherwise a new reference to t itself.
 static weft_tensor *as_bhtd(const weft_tensor *t, bool heads_last) {
-    if (!heads_last) return weft_tensor_ref((weft_tensor *)t);
-    const int64_t *z = t->sizes, *st = t->strides;
-    return weft_tensor_alias(t, 4, (const int64_t[]){z[0], z[2], z[1], z[3]},
-                             (const int64_t[]){st[0], st[2], st[1], st[3]}, t->offset);
+    return heads_last ? weft_kernel_transposed(t, 1, 2) : weft_tensor_ref((weft_tensor *)t);
 }
 
 static bool outputs_aligned(const weft_op_args *a) {
