@@ -57,6 +57,12 @@ weft_tensor *weft_module_get(const weft_module *m, const char *local_name); // o
 int weft_module_child_count(const weft_module *m);
 weft_module *weft_module_child_at(const weft_module *m, int i); // borrowed
 void *weft_module_impl(const weft_module *m);
+// A module may compute m(prev(x)) from prev's input x in one go where that is cheaper than running prev and
+// then m (the LSTM after an embedding: one product with the table instead of one per token). A sequential
+// asks each child whether it folds the child before it. fold sets *out to m(prev(x)) and returns WEFT_OK, or
+// leaves *out NULL and returns WEFT_OK where it does not apply; an error status is an error of the forward.
+typedef weft_status (*weft_module_fold_fn)(weft_module *m, weft_module *prev, weft_tensor *x, weft_tensor **out);
+void weft_module_set_fold(weft_module *m, weft_module_fold_fn fold);
 
 // ---- initialisation (in place, seeded; g NULL = default generator) ----
 // fan_in/fan_out of a weight: linear (out,in) -> in/out; conv (O,C,KH,KW) -> C*KH*KW / O*KH*KW.

@@ -21,6 +21,7 @@ typedef struct child {
 struct weft_module {
     const char *kind;
     weft_module_forward_fn forward;
+    weft_module_fold_fn fold; // NULL: m never folds its predecessor
     void *impl;
     void (*impl_free)(void *);
     bool training;
@@ -151,6 +152,9 @@ weft_module *weft_module_child_at(const weft_module *m, int i) {
     return (m && i >= 0 && i < m->n_children) ? m->children[i].m : NULL;
 }
 void *weft_module_impl(const weft_module *m) { return m ? m->impl : NULL; }
+void weft_module_set_fold(weft_module *m, weft_module_fold_fn fold) {
+    if (m) m->fold = fold;
+}
 const char *weft_module_kind(const weft_module *m) { return m ? m->kind : ""; }
 bool weft_module_is_training(const weft_module *m) { return m && m->training; }
 
@@ -261,17 +265,45 @@ weft_status weft_module_to_dtype(weft_module *m, weft_dtype dt) {
 }
 
 // ---- sequential ----
-static weft_tensor *seq_forward(weft_module *m, weft_tensor *x) {
-    weft_tensor *h = weft_tensor_ref(x);
-    for (int i = 0; i < m->n_children && h; i++) {
-        weft_tensor *n = weft_module_forward(m->children[i].m, h);
+// Children [from, n) applied to h (a new reference, taken). Child i+1 may fold child i: it then
+// computes both from child i's input, and child i does not run.
+static weft_tensor *seq_run(weft_module *m, int from, weft_tensor *h) {
+    for (int i = from; i < m->n_children && h; i++) {
+        weft_module *c = m->children[i].m, *next = i + 1 < m->n_children ? m->children[i + 1].m : NULL;
+        weft_tensor *n = NULL;
+        if (next && next->fold) {
+            if (next->fold(next, c, h, &n)) {
+                weft_tensor_free(h);
+                return NULL;
+            }
+            if (n) i++;
+        }
+        if (!n) n = weft_module_forward(c, h);
         weft_tensor_free(h);
         h = n;
     }
     return h;
 }
 
-weft_module *weft_nn_sequential(void) { return weft_module_new("sequential", seq_forward, NULL, NULL); }
+static weft_tensor *seq_forward(weft_module *m, weft_tensor *x) { return seq_run(m, 0, weft_tensor_ref(x)); }
+
+// A sequential folds prev where its first child does; the rest of its children then run on the result.
+static weft_status seq_fold(weft_module *m, weft_module *prev, weft_tensor *x, weft_tensor **out) {
+    *out = NULL;
+    weft_module *first = m->n_children ? m->children[0].m : NULL;
+    if (!first || !first->fold) return WEFT_OK;
+    weft_tensor *h = NULL;
+    weft_status st = first->fold(first, prev, x, &h);
+    if (st || !h) return st;
+    *out = seq_run(m, 1, h);
+    return *out ? WEFT_OK : weft_last_status();
+}
+
+weft_module *weft_nn_sequential(void) {
+    weft_module *m = weft_module_new("sequential", seq_forward, NULL, NULL);
+    weft_module_set_fold(m, seq_fold);
+    return m;
+}
 
 weft_status weft_nn_sequential_append(weft_module *seq, weft_module *m) {
     if (!seq) {

@@ -31,4 +31,8 @@ weft_tensor *weft_nn_prenorm_block(weft_module *m, int ln1, int f, int ln2, int 
 // module). NULL (and *sum NULL) on error.
 weft_tensor *weft_nn_add_norm(weft_module *norm, weft_tensor *x, weft_tensor *r, weft_tensor **sum);
 
+// m's table (borrowed) where m is a module weft_nn_embedding made, else NULL: a layer that folds the
+// lookup into its own first product (the LSTM) needs to know that its input is rows of this table.
+weft_tensor *weft_nn_embedding_table(const weft_module *m);
+
 #endif

@@ -7,6 +7,11 @@
 // sizes and a longer sequence; in f32 seq and cell agree within 1e-5. A
 // second-order gradient through a fused path is an error naming its backward
 // op, while the composed path still gives one.
+// After an embedding with fewer rows than the batch has tokens, a sequential
+// folds the lookup into the LSTM's input product (the table's rows projected
+// once, then looked up): the same outputs and gradients of every parameter as
+// the lookup then the layer, in f64 within 1e-12, and traced graphs that show
+// which ran.
 // PyTorch's stored numbers for the layer are checked in test_seq.c, the ops
 // on the accelerator in tests/ops/test_lstm_cell.c and test_lstm_seq.c.
 #include <stdlib.h>
@@ -118,8 +123,115 @@ static void test_second_order(void) {
     weft_generator_free(g);
 }
 
+// Index of the first node running op in the graph traced from m(x), or -1.
+static int first_traced(weft_module *m, weft_tensor *x, const char *op) {
+    weft_graph *g = weft_graph_new();
+    int at = -1;
+    if (g && weft_graph_trace_begin(g) == WEFT_OK) {
+        weft_graph_trace_input(g, x, "x");
+        weft_tensor *y = weft_module_forward(m, x);
+        if (y) weft_graph_trace_output(g, y);
+        weft_graph_trace_end(g);
+        weft_tensor_free(y);
+        for (int i = 0; i < weft_graph_node_count(g) && at < 0; i++) {
+            const char *o = weft_graph_node_op(g, (weft_node_id){i});
+            if (o && !strcmp(o, op)) at = i;
+        }
+    }
+    weft_graph_free(g);
+    return at;
+}
+
+// seq(embedding (V,I), lstm(I,H)) on ids (B,T) with fold on and off: y and the gradients of sum(y * w) for
+// all five parameters; folded says whether the fold should apply (more tokens than rows).
+static void check_fold(int64_t V, int64_t I, int64_t H, int64_t B, int64_t T, const char *path, uint64_t seed) {
+    weft_generator *g = weft_generator_create(seed);
+    weft_module *m = weft_nn_sequential();
+    CHECK(weft_nn_sequential_append(m, weft_nn_embedding(V, I, g)) == WEFT_OK);
+    CHECK(weft_nn_sequential_append(m, weft_nn_lstm(I, H, g)) == WEFT_OK);
+    CHECK(weft_module_to_dtype(m, WEFT_F64) == WEFT_OK);
+    int64_t N = B * T;
+    weft_tensor *ids = weft_tensor_empty(WEFT_DIMS(B, T), WEFT_I64);
+    int64_t *id = weft_tensor_data(ids);
+    for (int64_t i = 0; i < N; i++) id[i] = (int64_t)((i * 7 + seed * 3 + i / 3) % V); // every row, repeats
+    weft_tensor *w = wt_rand64(3, (const int64_t[]){B, T, H}, -1, 1, seed + 1, false);
+    bool folded = V < N;
+    int np = weft_module_param_count(m);
+    CHECK(np == 5);
+    weft_tensor *r[2][6] = {{0}};
+    if (path) setenv("WEFT_LSTM_PATH", path, 1);
+    for (int k = 0; k < 2; k++) {
+        setenv("WEFT_LSTM_FOLD", k ? "1" : "0", 1);
+        // traced: the table product runs before the lookup only when folded
+        int mm = first_traced(m, ids, "matmul"), em = first_traced(m, ids, "embedding");
+        CHECK(mm >= 0 && em >= 0 && (mm < em) == (k && folded));
+        weft_module_zero_grad(m);
+        weft_tensor *y = weft_module_forward(m, ids);
+        weft_tensor *yw = y ? weft_mul(y, w) : NULL, *l = yw ? weft_sum(yw, 0, NULL, false) : NULL;
+        CHECK(l && weft_backward(l, NULL, NULL) == WEFT_OK);
+        r[k][0] = y;
+        for (int p = 0; p < np; p++) r[k][1 + p] = weft_tensor_ref(weft_tensor_grad(weft_module_param_at(m, p, NULL, 0)));
+        weft_tensor_free(yw);
+        weft_tensor_free(l);
+    }
+    unsetenv("WEFT_LSTM_FOLD");
+    unsetenv("WEFT_LSTM_PATH");
+    static const char *what[6] = {"y", "d embedding", "d weight_ih", "d weight_hh", "d bias_ih", "d bias_hh"};
+    char msg[160];
+    for (int k = 0; k < 6; k++) {
+        snprintf(msg, sizeof msg, "fold: %s (V=%lld B=%lld T=%lld path %s)", what[k], (long long)V, (long long)B,
+                 (long long)T, path ? path : "seq");
+        CHECK(r[0][k] && r[1][k]);
+        if (r[0][k] && r[1][k]) wt_check_same(msg, r[1][k], r[0][k], 1e-12);
+        weft_tensor_free(r[0][k]);
+        weft_tensor_free(r[1][k]);
+    }
+    weft_tensor_free(ids);
+    weft_tensor_free(w);
+    weft_module_free(m);
+    weft_generator_free(g);
+}
+
+static void test_fold_embedding(void) {
+    check_fold(5, 3, 4, 3, 4, NULL, 1);     // 12 tokens, 5 rows: folded
+    check_fold(7, 4, 3, 2, 9, "cell", 2);   // the per-step path after the fold
+    check_fold(12, 3, 4, 3, 4, NULL, 3);    // as many rows as tokens: not folded
+    check_fold(40, 3, 2, 2, 5, NULL, 4);    // more rows than tokens: not folded
+    // a stacked LSTM (a sequential) folds through its first layer
+    weft_generator *g = weft_generator_create(5);
+    weft_module *m = weft_nn_sequential(), *st = weft_nn_sequential();
+    CHECK(weft_nn_sequential_append(st, weft_nn_lstm(3, 4, g)) == WEFT_OK);
+    CHECK(weft_nn_sequential_append(st, weft_nn_lstm(4, 4, g)) == WEFT_OK);
+    CHECK(weft_nn_sequential_append(m, weft_nn_embedding(4, 3, g)) == WEFT_OK);
+    CHECK(weft_nn_sequential_append(m, st) == WEFT_OK);
+    CHECK(weft_module_to_dtype(m, WEFT_F64) == WEFT_OK);
+    weft_tensor *ids = weft_tensor_empty(WEFT_DIMS(2, 5), WEFT_I32);
+    int32_t *id = weft_tensor_data(ids);
+    for (int i = 0; i < 10; i++) id[i] = (i * 3) % 4;
+    weft_tensor *y[2];
+    for (int k = 0; k < 2; k++) {
+        setenv("WEFT_LSTM_FOLD", k ? "1" : "0", 1);
+        int mm = first_traced(m, ids, "matmul"), em = first_traced(m, ids, "embedding");
+        CHECK(mm >= 0 && em >= 0 && (mm < em) == (k == 1));
+        y[k] = weft_module_forward(m, ids);
+        CHECK(y[k] && weft_tensor_size(y[k], 2) == 4);
+    }
+    unsetenv("WEFT_LSTM_FOLD");
+    if (y[0] && y[1]) wt_check_same("fold: stacked y", y[1], y[0], 1e-12);
+    // an id out of range is the lookup's error either way
+    id[3] = 4;
+    weft_tensor *bad = weft_module_forward(m, ids);
+    CHECK(bad == NULL && wt_error_has("embedding"));
+    weft_tensor_free(y[0]);
+    weft_tensor_free(y[1]);
+    weft_tensor_free(ids);
+    weft_module_free(m);
+    weft_generator_free(g);
+}
+
 int main(void) {
     RUN(test_fused_vs_composed);
+    RUN(test_fold_embedding);
     RUN(test_second_order);
     return wt_summary();
 }
