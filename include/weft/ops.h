@@ -98,8 +98,14 @@ weft_tensor *weft_linear_gelu(weft_tensor *x, weft_tensor *w, weft_tensor *b);
 // Always, float inputs of mixed dtypes are promoted (bf16 + f32 is f32).
 // Gradients reach f32 parameters as f32 (master weights). WEFT_F32 turns it
 // off (default). f16's narrow range needs loss scaling: weft_grad_scaler in optim.h.
+// Inside a region each f32 parameter (a leaf that requires grad) is cast once:
+// later ops of the region read the same copy (a pipeline's micro-batches, a
+// weight used twice), and leaving the region, or changing its dtype, drops the
+// copies. Update parameters outside the region, as the optimiser steps do.
 weft_status weft_autocast_set(weft_dtype dt);
 weft_dtype weft_autocast_get(void);
+// Parameters with a cached cast in the calling thread's region (for tests and memory accounting).
+int weft_autocast_cache_size(void);
 
 // ---- neural-network ops ----
 weft_tensor *weft_softmax(weft_tensor *t, int dim);

@@ -16,16 +16,21 @@ bool weft_grad_is_enabled(void) { return g_grad_enabled; }
 
 void weft_node_ref(weft_node *n) { __atomic_fetch_add(&n->refcount, 1, __ATOMIC_RELAXED); }
 
+// A node that saved nothing (a cast, an add) can run its backward again, as in PyTorch: the autocast
+// weight cache hands one cast to every micro-batch of a region, and each one's backward runs through it.
 void weft_node_free_saved(weft_node *n) {
+    bool any = false;
     for (int i = 0; i < n->n_in; i++) {
+        any |= n->saved_in[i] != NULL;
         weft_tensor_free(n->saved_in[i]);
         n->saved_in[i] = NULL;
     }
     for (int j = 0; j < n->n_out; j++) {
+        any |= n->saved_out[j] != NULL;
         weft_tensor_free(n->saved_out[j]);
         n->saved_out[j] = NULL;
     }
-    n->released = true;
+    n->released |= any;
 }
 
 // Releasing the last tensor of a long chain frees thousands of nodes; a

@@ -1,4 +1,5 @@
 // The dispatcher: infer -> allocate -> kernel for (device, dtype) -> record.
+#include <stdlib.h>
 #include <string.h>
 
 #include "../autograd/autograd_impl.h"
@@ -47,10 +48,64 @@ static const weft_kernel *find_kernel(const weft_op_def *op, weft_tensor *const 
 // ---- mixed precision (autocast) ----
 static _Thread_local weft_dtype tl_autocast = WEFT_F32; // WEFT_F32: off
 
+// The weight cast cache (torch.autocast's): inside a region, an f32 leaf that requires grad (a parameter) is
+// cast down once, and every later op of the region that casts it reads that copy: a pipeline's micro-batches,
+// gradient accumulation, a weight used twice. Leaving the region drops the copies, so the next region sees
+// the optimiser's update. A copy made with grad mode off serves only ops run with it off (it has no
+// autograd record). Not used while tracing a graph or building one symbolically: a graph casts its own
+// variables at every run. WEFT_AUTOCAST_CACHE=0 turns it off (torch.autocast's cache_enabled=False).
+typedef struct cast_entry {
+    weft_tensor *src, *lo; // references held: src cannot be freed and its address reused while cached
+    bool grad;
+} cast_entry;
+static _Thread_local cast_entry *tl_casts;
+static _Thread_local int tl_n_casts, tl_cap_casts;
+static _Thread_local bool tl_cache_off; // WEFT_AUTOCAST_CACHE=0, read when a region starts
+
+static void cast_cache_clear(void) {
+    for (int i = 0; i < tl_n_casts; i++) {
+        weft_tensor_free(tl_casts[i].src);
+        weft_tensor_free(tl_casts[i].lo);
+    }
+    free(tl_casts);
+    tl_casts = NULL;
+    tl_n_casts = tl_cap_casts = 0;
+}
+
+static bool cast_cacheable(const weft_tensor *t) {
+    return t->requires_grad && !t->grad_fn && t->dtype == WEFT_F32 && !tl_cache_off && !weft_trace_active &&
+           !weft_op_symbolic;
+}
+
+// t cast to lo through the cache (a new reference), or NULL with the error set.
+static weft_tensor *cast_cached(weft_tensor *t, weft_dtype lo) {
+    bool grad = weft_grad_is_enabled();
+    for (int i = 0; i < tl_n_casts; i++)
+        if (tl_casts[i].src == t && tl_casts[i].grad == grad && tl_casts[i].lo->dtype == lo)
+            return weft_tensor_ref(tl_casts[i].lo);
+    weft_tensor *c = weft_cast(t, lo);
+    if (!c) return NULL;
+    if (tl_n_casts == tl_cap_casts) { // no room: the copy is still right, just not kept
+        int cap = tl_cap_casts ? 2 * tl_cap_casts : 64;
+        cast_entry *a = realloc(tl_casts, (size_t)cap * sizeof *a);
+        if (!a) return c;
+        tl_casts = a, tl_cap_casts = cap;
+    }
+    tl_casts[tl_n_casts++] = (cast_entry){weft_tensor_ref(t), weft_tensor_ref(c), grad};
+    return c;
+}
+
+int weft_autocast_cache_size(void) { return tl_n_casts; }
+
 weft_status weft_autocast_set(weft_dtype dt) {
     if (dt != WEFT_F32 && dt != WEFT_BF16 && dt != WEFT_F16)
         return weft_error(WEFT_ERR_DTYPE, "autocast: %s is not a mixed-precision dtype (bf16, f16, or f32 = off)",
                           weft_dtype_name(dt));
+    if (dt != tl_autocast) { // leaving (or changing) the region
+        cast_cache_clear();
+        const char *e = getenv("WEFT_AUTOCAST_CACHE");
+        tl_cache_off = e && e[0] == '0';
+    }
     tl_autocast = dt;
     return WEFT_OK;
 }
@@ -82,7 +137,9 @@ static weft_status run_cast(const weft_op_def *op, int n_in, weft_tensor *const 
     for (; n < n_in && st == WEFT_OK; n++) {
         int dt = in[n]->dtype;
         bool cast = from == CAST_HALF ? weft_dtype_is_half(dt) : dt == from;
-        cin[n] = cast ? weft_cast(in[n], to) : weft_tensor_ref(in[n]);
+        if (!cast) cin[n] = weft_tensor_ref(in[n]);
+        else if (from == WEFT_F32 && to == tl_autocast && cast_cacheable(in[n])) cin[n] = cast_cached(in[n], to);
+        else cin[n] = weft_cast(in[n], to);
         if (!cin[n]) st = weft_last_status();
     }
     if (st == WEFT_OK) st = weft_op_apply(op, n_in, cin, attrs, out);

@@ -5,6 +5,11 @@
 // bf16 output itself), and the parameters' gradients are f32.
 // Checked against the f32 block (bf16 tolerances) and by the ops and casts a
 // traced forward pass runs.
+// The weight cast cache: two micro-batches in one region (forward, backward,
+// forward, backward) cast each parameter once and give bit for bit the
+// gradients of two regions; leaving the region drops the copies, and the next
+// region sees a parameter's new value; a copy made under no-grad does not
+// serve a forward that records; tracing casts for itself.
 #include <stdlib.h>
 
 #include "weft_test.h"
@@ -90,7 +95,110 @@ static void test_block_bf16(void) {
     weft_generator_free(gen);
 }
 
+// An MLP (linear, GELU, linear) on x under bf16: loss_k = sum(m(x_k) * w) for micro-batches k = 0, 1.
+// one_region: both micro-batches (forward then backward each) in one autocast region, else a region each.
+// grads: the gradients summed over both, flattened; returns the cache size seen after the second forward.
+static int micro_batches(weft_module *m, weft_tensor *const *xs, weft_tensor *w, bool one_region, double *grads) {
+    weft_module_zero_grad(m);
+    int seen = -1;
+    for (int k = 0; k < 2; k++) {
+        if (k == 0 || !one_region) weft_autocast_set(WEFT_BF16);
+        weft_tensor *y = weft_module_forward(m, xs[k]);
+        CHECK(y && weft_tensor_dtype(y) == WEFT_BF16);
+        if (k == 1) seen = weft_autocast_cache_size();
+        weft_tensor *yf = y ? weft_cast(y, WEFT_F32) : NULL;
+        CHECK(yf && weft_backward(yf, w, NULL) == WEFT_OK); // inside the region, as a pipeline schedule runs it
+        weft_tensor_free(y);
+        weft_tensor_free(yf);
+        if (!one_region) {
+            weft_autocast_set(WEFT_F32);
+            CHECK(weft_autocast_cache_size() == 0);
+        }
+    }
+    weft_autocast_set(WEFT_F32);
+    int64_t at = 0;
+    for (int i = 0; i < weft_module_param_count(m); i++) {
+        weft_tensor *p = weft_module_param_at(m, i, NULL, 0), *g = weft_tensor_grad(p);
+        CHECK(g && weft_tensor_dtype(g) == WEFT_F32);
+        if (g) weft_tensor_to_f64(g, grads + at, weft_tensor_numel(p));
+        at += weft_tensor_numel(p);
+    }
+    return seen;
+}
+
+static void test_weight_cast_cache(void) {
+    weft_generator *gen = weft_generator_create(21);
+    weft_module *m = weft_nn_sequential();
+    CHECK(weft_nn_sequential_append(m, weft_nn_linear(16, 24, true, gen)) == WEFT_OK);
+    CHECK(weft_nn_sequential_append(m, weft_nn_activation(WEFT_ACT_GELU)) == WEFT_OK);
+    CHECK(weft_nn_sequential_append(m, weft_nn_linear(24, 8, true, gen)) == WEFT_OK);
+    weft_tensor *x64[2] = {wt_rand64(WEFT_DIMS(5, 16), -1, 1, 22, false), wt_rand64(WEFT_DIMS(5, 16), -1, 1, 23, false)};
+    weft_tensor *xs[2] = {weft_cast(x64[0], WEFT_F32), weft_cast(x64[1], WEFT_F32)};
+    weft_tensor *w64 = wt_rand64(WEFT_DIMS(5, 8), -1, 1, 24, false), *w = weft_cast(w64, WEFT_F32);
+    int64_t ng = weft_module_num_elements(m);
+    double *ga = calloc((size_t)ng, sizeof(double)), *gb = calloc((size_t)ng, sizeof(double));
+    // two regions: nothing cached across them; one region: the 4 parameters cast once, reused by the second
+    // micro-batch, whose backward runs through the same cast records again
+    CHECK(micro_batches(m, xs, w, false, ga) == 4);
+    CHECK(micro_batches(m, xs, w, true, gb) == 4);
+    double e = 0, s = 0;
+    for (int64_t i = 0; i < ng; i++) e = fmax(e, fabs(ga[i] - gb[i])), s = fmax(s, fabs(ga[i]));
+    CHECK(s > 0 && e == 0); // the same bf16 copies, the same sums
+    CHECK(weft_autocast_cache_size() == 0);
+
+    // the next region sees an update made outside: w1 *= 2 doubles the first layer's pre-activation
+    weft_tensor *w1 = weft_module_find(m, "0.weight"), *b1 = weft_module_find(m, "0.bias");
+    weft_autocast_set(WEFT_BF16);
+    weft_tensor *y0 = weft_module_forward(m, xs[0]);
+    weft_autocast_set(WEFT_F32);
+    WEFT_NO_GRAD {
+        weft_tensor *w2 = weft_mul_scalar(w1, 2.0), *bz = weft_mul_scalar(b1, 2.0);
+        CHECK(weft_tensor_copy_(w1, w2) == WEFT_OK && weft_tensor_copy_(b1, bz) == WEFT_OK);
+        weft_tensor_free(w2);
+        weft_tensor_free(bz);
+    }
+    weft_autocast_set(WEFT_BF16);
+    weft_tensor *y1 = weft_module_forward(m, xs[0]);
+    weft_tensor *h = weft_linear(xs[0], w1, b1); // the first layer's new output, in bf16 from the new weights
+    CHECK(h && weft_tensor_dtype(h) == WEFT_BF16);
+    weft_autocast_set(WEFT_F32);
+    double a0[40], a1[40];
+    CHECK(y0 && y1 && weft_tensor_numel(y1) == 40);
+    if (y0 && y1) {
+        weft_tensor_to_f64(y0, a0, 40);
+        weft_tensor_to_f64(y1, a1, 40);
+        double d = 0;
+        for (int i = 0; i < 40; i++) d = fmax(d, fabs(a0[i] - a1[i]));
+        CHECK(d > 1e-2); // not the old copies
+    }
+
+    // a copy cast under no-grad has no autograd record: a forward that records casts its own
+    weft_autocast_set(WEFT_BF16);
+    weft_tensor *yn = NULL;
+    WEFT_NO_GRAD { yn = weft_module_forward(m, xs[0]); }
+    CHECK(weft_autocast_cache_size() == 4);
+    weft_module_zero_grad(m);
+    weft_tensor *yg = weft_module_forward(m, xs[0]);
+    CHECK(weft_autocast_cache_size() == 8);
+    weft_tensor *ygf = yg ? weft_cast(yg, WEFT_F32) : NULL;
+    CHECK(ygf && weft_backward(ygf, w, NULL) == WEFT_OK);
+    CHECK(weft_tensor_grad(w1) != NULL);
+    // tracing does not read the cache: the traced forward casts its 4 parameters
+    CHECK(wt_count_traced_ops(m, xs[0], WEFT_BF16, "cast") == 5); // and the input x
+    CHECK(weft_autocast_get() == WEFT_BF16 && weft_autocast_cache_size() == 8);
+    weft_autocast_set(WEFT_F32);
+    CHECK(weft_autocast_cache_size() == 0);
+
+    weft_tensor *ts[] = {x64[0], x64[1], xs[0], xs[1], w64, w, y0, y1, h, yn, yg, ygf};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) weft_tensor_free(ts[i]);
+    free(ga);
+    free(gb);
+    weft_module_free(m);
+    weft_generator_free(gen);
+}
+
 int main(void) {
     RUN(test_block_bf16);
+    RUN(test_weight_cast_cache);
     return wt_summary();
 }
