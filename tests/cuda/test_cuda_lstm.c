@@ -4,7 +4,9 @@
 // view, B*H from 1 to past one block's threads, f32 and f64; and the whole
 // recurrence lstm_seq: hs and the gradients of xg and w_hh through
 // lstm_seq_backward (cuBLAS products between per-step gate kernels), with xg
-// contiguous or read through a transposed view, T from 1 to 40.
+// contiguous or read through a transposed view, T from 1 to 40. And the
+// layer after an embedding, folded (the table projected, then looked up) and
+// not, on cuda:0 against the CPU: outputs and every parameter's gradient.
 #include <stdint.h>
 
 #include "cuda_test.h"
@@ -120,6 +122,60 @@ static void test_seq(void) {
     seq_check_f64(32, 40, 256, WT_CUDA0);
 }
 
+// seq(embedding (V,I), lstm (I,H)) made on dev with the parameters of src (NULL: drawn from g).
+static weft_module *emb_lstm(int64_t V, int64_t I, int64_t H, weft_device dev, weft_module *src, weft_generator *g) {
+    weft_device prev = weft_device_get_default();
+    weft_device_set_default(dev);
+    weft_module *m = weft_nn_sequential();
+    CHECK(weft_nn_sequential_append(m, weft_nn_embedding(V, I, g)) == WEFT_OK);
+    CHECK(weft_nn_sequential_append(m, weft_nn_lstm(I, H, g)) == WEFT_OK);
+    weft_device_set_default(prev);
+    for (int p = 0; src && p < weft_module_param_count(m); p++)
+        CHECK(weft_tensor_copy_(weft_module_param_at(m, p, NULL, 0), weft_module_param_at(src, p, NULL, 0)) == WEFT_OK);
+    return m;
+}
+
+// out[0] = m(ids), out[1 + p] = the gradient of parameter p of sum(m(ids) * w) (new references).
+static void emb_lstm_run(weft_module *m, weft_tensor *ids, weft_tensor *w, weft_tensor **out) {
+    weft_module_zero_grad(m);
+    weft_tensor *y = weft_module_forward(m, ids), *yw = y ? weft_mul(y, w) : NULL;
+    weft_tensor *l = yw ? weft_sum(yw, 0, NULL, false) : NULL;
+    CHECK(l && weft_backward(l, NULL, NULL) == WEFT_OK);
+    out[0] = y;
+    for (int p = 0; p < 5; p++) out[1 + p] = weft_tensor_ref(weft_tensor_grad(weft_module_param_at(m, p, NULL, 0)));
+    weft_tensor_free(yw);
+    weft_tensor_free(l);
+}
+
+static void test_fold_embedding(void) {
+    const int64_t V = 50, I = 24, H = 32, B = 8, T = 20; // 160 tokens, 50 rows: folded
+    weft_generator *g = weft_generator_create(41);
+    weft_module *mc = emb_lstm(V, I, H, WEFT_DEVICE_CPU, NULL, g), *md = emb_lstm(V, I, H, WT_CUDA0, mc, g);
+    weft_tensor *ids = wt_keep(weft_tensor_randint(WEFT_DIMS(B, T), 0, V, WEFT_I64, g));
+    weft_tensor *w = wt_keep(weft_tensor_randn(WEFT_DIMS(B, T, H), WEFT_F32, g));
+    weft_tensor *ids_d = wt_keep(weft_tensor_to(ids, WT_CUDA0)), *w_d = wt_keep(weft_tensor_to(w, WT_CUDA0));
+    static const char *what[6] = {"y", "d embedding", "d weight_ih", "d weight_hh", "d bias_ih", "d bias_hh"};
+    char msg[96];
+    for (int fold = 1; fold >= 0; fold--) {
+        setenv("WEFT_LSTM_FOLD", fold ? "1" : "0", 1);
+        weft_tensor *c[6] = {0}, *d[6] = {0};
+        emb_lstm_run(mc, ids, w, c);
+        emb_lstm_run(md, ids_d, w_d, d);
+        for (int k = 0; k < 6; k++) {
+            snprintf(msg, sizeof msg, "embedding + lstm%s: %s, cuda vs cpu", fold ? " (folded)" : "", what[k]);
+            CHECK(c[k] && d[k] && weft_device_equal(weft_tensor_device(d[k]), WT_CUDA0));
+            if (c[k] && d[k]) wt_check_same(msg, d[k], c[k], 1e-4);
+            weft_tensor_free(c[k]);
+            weft_tensor_free(d[k]);
+        }
+    }
+    unsetenv("WEFT_LSTM_FOLD");
+    weft_module_free(mc);
+    weft_module_free(md);
+    weft_generator_free(g);
+    wt_drop_all();
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--cpu-self-check") == 0) { // the f64 comparison, CPU against itself
         seq_check_f64(32, 40, 256, WEFT_DEVICE_CPU);
@@ -128,5 +184,6 @@ int main(int argc, char **argv) {
     WT_CUDA_OR_SKIP();
     RUN(test_shapes);
     RUN(test_seq);
+    RUN(test_fold_embedding);
     return wt_summary();
 }
