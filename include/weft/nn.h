@@ -115,6 +115,10 @@ weft_module *weft_nn_causal_self_attention(int64_t d_model, int64_t n_heads, wef
 // Pre-LayerNorm transformer block: x + attn(ln1(x)), then x + mlp(ln2(x)) with
 // mlp = linear C->4C ("mlp.fc"), GELU, linear 4C->C ("mlp.proj"). Children: ln1, attn, ln2, mlp.
 weft_module *weft_nn_transformer_block(int64_t d_model, int64_t n_heads, weft_generator *g);
+// n_blocks of them in order, children "0", "1", ... (a sequential: a pipeline splits it by block). Each
+// block's last residual add runs inside the next block's first layer norm (one add_layer_norm), and a
+// layer_norm module right after the stack in a sequential takes the last one the same way.
+weft_module *weft_nn_transformer(int64_t d_model, int64_t n_heads, int n_blocks, weft_generator *g);
 
 #ifdef __cplusplus
 }

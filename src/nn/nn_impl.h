@@ -31,6 +31,12 @@ weft_tensor *weft_nn_prenorm_block(weft_module *m, int ln1, int f, int ln2, int 
 // module). NULL (and *sum NULL) on error.
 weft_tensor *weft_nn_add_norm(weft_module *norm, weft_tensor *x, weft_tensor *r, weft_tensor **sum);
 
+// The stream through a stack of transformer blocks (weft_nn_transformer) with the last residual add left to
+// the caller, so a layer norm after the stack can take it in one add_layer_norm: the stack's output is
+// *x1 + *h (*h NULL: *x1 alone). New references; an error for any other module.
+weft_status weft_nn_transformer_pending(weft_module *stack, weft_tensor *x, weft_tensor **x1, weft_tensor **h);
+bool weft_nn_is_transformer(const weft_module *m);
+
 // m's table (borrowed) where m is a module weft_nn_embedding made, else NULL: a layer that folds the
 // lookup into its own first product (the LSTM) needs to know that its input is rows of this table.
 weft_tensor *weft_nn_embedding_table(const weft_module *m);

@@ -6,6 +6,7 @@
 #include <weft/nn.h>
 
 #include "../core/core_impl.h"
+#include "nn_impl.h"
 
 typedef struct norm_cfg {
     double momentum, eps;
@@ -74,6 +75,22 @@ weft_module *weft_nn_batch_norm(int64_t channels, double momentum, double eps) {
     return norm_new("batch_norm", batch_norm_forward, channels, momentum, eps, true);
 }
 
+// After a stack of transformer blocks: the stack's last residual add and this norm in one add_layer_norm.
+static weft_status layer_norm_fold(weft_module *m, weft_module *prev, weft_tensor *x, weft_tensor **out) {
+    *out = NULL;
+    if (!weft_nn_is_transformer(prev)) return WEFT_OK;
+    weft_tensor *x1, *h, *sum = NULL;
+    weft_status st = weft_nn_transformer_pending(prev, x, &x1, &h);
+    if (st) return st;
+    *out = h ? weft_nn_add_norm(m, x1, h, &sum) : weft_module_forward(m, x1);
+    weft_tensor_free(sum); // the stack's output: nothing after the norm reads it
+    weft_tensor_free(x1);
+    weft_tensor_free(h);
+    return *out ? WEFT_OK : weft_last_status();
+}
+
 weft_module *weft_nn_layer_norm(int64_t dim, double eps) {
-    return norm_new("layer_norm", layer_norm_forward, dim, 0, eps, false);
+    weft_module *m = norm_new("layer_norm", layer_norm_forward, dim, 0, eps, false);
+    weft_module_set_fold(m, layer_norm_fold);
+    return m;
 }

@@ -2,7 +2,10 @@
 //   x = x + attn(ln1(x))
 //   x = x + mlp(ln2(x)),   mlp = proj(gelu(fc(.))), fc C->4C, proj 4C->C
 // The first residual add and ln2 are one add_layer_norm op (one pass; the
-// attention's bf16 output is read as it is under autocast).
+// attention's bf16 output is read as it is under autocast). In a stack of
+// blocks (weft_nn_transformer) the second add is the next block's: its ln1
+// is an add_layer_norm too, and a layer norm after the stack folds the last
+// one (weft_nn_transformer_pending).
 // Children ln1, attn, ln2, mlp (mlp.fc, mlp.proj): PyTorch/nanoGPT names, so
 // "attn.qkv.weight", "mlp.fc.bias", "ln1.weight" line up with a state_dict.
 
@@ -46,15 +49,34 @@ static weft_module *block_mlp(int64_t C, weft_generator *g) {
 // ---- the block ----
 enum { CH_LN1, CH_ATTN, CH_LN2, CH_MLP }; // child indices, in insertion order
 
-weft_tensor *weft_nn_prenorm_block(weft_module *m, int ln1, int f, int ln2, int g, weft_tensor *x) {
-    weft_tensor *n1 = weft_module_forward(weft_module_child_at(m, ln1), x);
-    weft_tensor *a = n1 ? weft_module_forward(weft_module_child_at(m, f), n1) : NULL, *x1 = NULL;
+// The block's body with its last residual add left to the caller: the block's output is *x1 + *h. r is a
+// residual still to be added to x (the block before's h) or NULL; ln1 then reads x + r from one
+// add_layer_norm, so a stack of blocks never runs that add (or, under autocast, the cast of the mlp's bf16
+// output) on its own.
+static weft_status block_pending(weft_module *m, int ln1, int f, int ln2, int g, weft_tensor *x, weft_tensor *r,
+                                 weft_tensor **x1, weft_tensor **h) {
+    *x1 = *h = NULL;
+    weft_tensor *xs = NULL; // the stream: x + r
+    weft_tensor *n1 = r ? weft_nn_add_norm(weft_module_child_at(m, ln1), x, r, &xs)
+                        : weft_module_forward(weft_module_child_at(m, ln1), x);
+    if (n1 && !r) xs = weft_tensor_ref(x);
+    weft_tensor *a = n1 ? weft_module_forward(weft_module_child_at(m, f), n1) : NULL;
     weft_tensor_free(n1);
-    weft_tensor *n2 = a ? weft_nn_add_norm(weft_module_child_at(m, ln2), x, a, &x1) : NULL; // x1 = x + a
+    weft_tensor *n2 = a ? weft_nn_add_norm(weft_module_child_at(m, ln2), xs, a, x1) : NULL; // x1 = xs + a
     weft_tensor_free(a);
-    weft_tensor *h = n2 ? weft_module_forward(weft_module_child_at(m, g), n2) : NULL;
+    weft_tensor_free(xs);
+    *h = n2 ? weft_module_forward(weft_module_child_at(m, g), n2) : NULL;
     weft_tensor_free(n2);
-    weft_tensor *x2 = h ? weft_add(x1, h) : NULL;
+    if (*h) return WEFT_OK;
+    weft_tensor_free(*x1);
+    *x1 = NULL;
+    return weft_last_status();
+}
+
+weft_tensor *weft_nn_prenorm_block(weft_module *m, int ln1, int f, int ln2, int g, weft_tensor *x) {
+    weft_tensor *x1, *h;
+    if (block_pending(m, ln1, f, ln2, g, x, NULL, &x1, &h)) return NULL;
+    weft_tensor *x2 = weft_add(x1, h);
     weft_tensor_free(x1);
     weft_tensor_free(h);
     return x2;
@@ -88,3 +110,55 @@ weft_module *weft_nn_transformer_block(int64_t d_model, int64_t n_heads, weft_ge
     }
     return m;
 }
+
+// ---- a stack of blocks ----
+// The impl of every module weft_nn_transformer makes: how weft_nn_transformer_pending knows one.
+static const char transformer_stack = 0;
+
+weft_status weft_nn_transformer_pending(weft_module *stack, weft_tensor *x, weft_tensor **xo, weft_tensor **ho) {
+    *xo = *ho = NULL;
+    if (weft_module_impl(stack) != &transformer_stack)
+        return weft_error(WEFT_ERR_ARG, "transformer: %s is not a stack of blocks", weft_module_kind(stack));
+    weft_tensor *cx = weft_tensor_ref(x), *cr = NULL; // the stream so far: cx + cr (cr NULL: cx)
+    for (int i = 0; i < weft_module_child_count(stack) && cx; i++) {
+        weft_module *c = weft_module_child_at(stack, i);
+        weft_tensor *nx = NULL, *nr = NULL;
+        if (!strcmp(weft_module_kind(c), "transformer_block")) {
+            block_pending(c, CH_LN1, CH_ATTN, CH_LN2, CH_MLP, cx, cr, &nx, &nr);
+        } else { // any other layer sees the stream summed
+            weft_tensor *in = cr ? weft_add(cx, cr) : weft_tensor_ref(cx);
+            nx = in ? weft_module_forward(c, in) : NULL;
+            weft_tensor_free(in);
+        }
+        weft_tensor_free(cx);
+        weft_tensor_free(cr);
+        cx = nx, cr = nr;
+    }
+    if (!cx) return weft_last_status();
+    *xo = cx, *ho = cr;
+    return WEFT_OK;
+}
+
+static weft_tensor *stack_forward(weft_module *m, weft_tensor *x) {
+    weft_tensor *x1, *h;
+    if (weft_nn_transformer_pending(m, x, &x1, &h)) return NULL;
+    if (!h) return x1;
+    weft_tensor *y = weft_add(x1, h);
+    weft_tensor_free(x1);
+    weft_tensor_free(h);
+    return y;
+}
+
+weft_module *weft_nn_transformer(int64_t d_model, int64_t n_heads, int n_blocks, weft_generator *g) {
+    if (n_blocks <= 0) return weft_error_null(WEFT_ERR_ARG, "transformer: blocks = %d must be positive", n_blocks);
+    // kind "sequential": a pipeline splits it into its blocks like any sequential (each then adds its own residual)
+    weft_module *m = weft_module_new("sequential", stack_forward, (void *)&transformer_stack, NULL);
+    for (int i = 0; m && i < n_blocks; i++)
+        if (weft_nn_sequential_append(m, weft_nn_transformer_block(d_model, n_heads, g))) {
+            weft_module_free(m);
+            return NULL;
+        }
+    return m;
+}
+
+bool weft_nn_is_transformer(const weft_module *m) { return weft_module_impl(m) == &transformer_stack; }

@@ -36,13 +36,11 @@ static weft_module *embedding_with_positions(const weft_layer_cfg *L, weft_gener
     return m;
 }
 
-// n copies of a layer in a sequential (stacked LSTMs, transformer blocks).
+// n stacked LSTMs in a sequential.
 static weft_module *stack(const weft_layer_cfg *L, int n, weft_generator *g) {
     weft_module *s = weft_nn_sequential();
     for (int i = 0; s && i < n; i++) {
-        weft_module *m = NULL;
-        if (L->type == WEFT_CFG_LSTM) m = weft_nn_lstm(i ? L->lstm.hidden : L->lstm.in, L->lstm.hidden, g);
-        else m = weft_nn_transformer_block(L->attn.dim, L->attn.heads, g);
+        weft_module *m = weft_nn_lstm(i ? L->lstm.hidden : L->lstm.in, L->lstm.hidden, g);
         if (weft_nn_sequential_append(s, m)) {
             weft_module_free(s);
             return NULL;
@@ -79,7 +77,7 @@ static weft_module *build_layer(const weft_layer_cfg *L, weft_generator *g, weft
         return weft_nn_embedding(L->embedding.vocab, L->embedding.dim, g);
     case WEFT_CFG_LSTM: return L->lstm.layers > 1 ? stack(L, L->lstm.layers, g) : weft_nn_lstm(L->lstm.in, L->lstm.hidden, g);
     case WEFT_CFG_ATTENTION: return weft_nn_causal_self_attention(L->attn.dim, L->attn.heads, g);
-    case WEFT_CFG_TRANSFORMER: return stack(L, L->attn.blocks, g);
+    case WEFT_CFG_TRANSFORMER: return weft_nn_transformer(L->attn.dim, L->attn.heads, L->attn.blocks, g);
     case WEFT_CFG_RELU: return weft_nn_activation(WEFT_ACT_RELU);
     case WEFT_CFG_GELU: return weft_nn_activation(WEFT_ACT_GELU);
     case WEFT_CFG_TANH: return weft_nn_activation(WEFT_ACT_TANH);

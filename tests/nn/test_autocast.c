@@ -10,7 +10,12 @@
 // gradients of two regions; leaving the region drops the copies, and the next
 // region sees a parameter's new value; a copy made under no-grad does not
 // serve a forward that records; tracing casts for itself.
+// A stack of blocks (weft_nn_transformer) and a layer norm after it: each
+// block's last residual add runs in the next norm's add_layer_norm. The same
+// values and gradients as the blocks run one by one (f64), and under bf16 no
+// cast of the mlp's output (14 casts a block instead of 15) and no add.
 #include <stdlib.h>
+#include <string.h>
 
 #include "weft_test.h"
 
@@ -197,8 +202,97 @@ static void test_weight_cast_cache(void) {
     weft_generator_free(gen);
 }
 
+// y = ln(stack(x)), loss sum(y * w): y, then the gradients of x and of every parameter, flattened into out.
+// one_by_one: each block's own forward (the residual added there) and then the norm's.
+static int64_t stack_run(weft_module *seq, weft_tensor *x0, weft_tensor *w, bool one_by_one, double *out) {
+    weft_module_zero_grad(seq);
+    weft_tensor *x = weft_tensor_detach(x0);
+    weft_tensor_set_requires_grad(x, true);
+    weft_tensor *y;
+    if (one_by_one) {
+        weft_module *stack = weft_module_child_at(seq, 0);
+        weft_tensor *h = weft_tensor_ref(x);
+        for (int i = 0; i < weft_module_child_count(stack) && h; i++) {
+            weft_tensor *n = weft_module_forward(weft_module_child_at(stack, i), h);
+            weft_tensor_free(h);
+            h = n;
+        }
+        y = h ? weft_module_forward(weft_module_child_at(seq, 1), h) : NULL;
+        weft_tensor_free(h);
+    } else {
+        y = weft_module_forward(seq, x);
+    }
+    CHECK(y && weft_backward(y, w, NULL) == WEFT_OK);
+    int64_t at = 0;
+    if (y) weft_tensor_to_f64(y, out, weft_tensor_numel(y)), at += weft_tensor_numel(y);
+    weft_tensor *gx = weft_tensor_grad(x);
+    CHECK(gx != NULL);
+    if (gx) weft_tensor_to_f64(gx, out + at, weft_tensor_numel(x));
+    at += weft_tensor_numel(x);
+    for (int i = 0; i < weft_module_param_count(seq); i++) {
+        weft_tensor *p = weft_module_param_at(seq, i, NULL, 0), *g = weft_tensor_grad(p);
+        CHECK(g != NULL);
+        if (g) weft_tensor_to_f64(g, out + at, weft_tensor_numel(p));
+        at += weft_tensor_numel(p);
+    }
+    weft_tensor_free(y);
+    weft_tensor_free(x);
+    return at;
+}
+
+static void test_stack(void) {
+    const int64_t B = 2, T = 6, C = 16, nh = 2;
+    weft_generator *gen = weft_generator_create(31);
+    weft_module *seq = weft_nn_sequential();
+    CHECK(weft_nn_sequential_append(seq, weft_nn_transformer(C, nh, 3, gen)) == WEFT_OK);
+    CHECK(weft_nn_sequential_append(seq, weft_nn_layer_norm(C, 1e-5)) == WEFT_OK);
+    CHECK(weft_module_child_count(weft_module_child_at(seq, 0)) == 3 &&
+          !strcmp(weft_module_kind(weft_module_child_at(seq, 0)), "sequential")); // a pipeline splits it by block
+    CHECK(weft_module_find(seq, "0.2.mlp.proj.bias") != NULL);                  // the names of a sequential's
+    CHECK(weft_module_to_dtype(seq, WEFT_F64) == WEFT_OK);
+    weft_tensor *x = wt_rand64(WEFT_DIMS(B, T, C), -1, 1, 32, false), *w = wt_rand64(WEFT_DIMS(B, T, C), -1, 1, 33, false);
+    int64_t n = 2 * B * T * C + weft_module_num_elements(seq);
+    double *a = calloc((size_t)n, sizeof(double)), *b = calloc((size_t)n, sizeof(double));
+    CHECK(stack_run(seq, x, w, false, a) == n);
+    CHECK(stack_run(seq, x, w, true, b) == n);
+    double e = 0, s = 0;
+    for (int64_t i = 0; i < n; i++) e = fmax(e, fabs(a[i] - b[i])), s = fmax(s, fabs(b[i]));
+    printf("  stack + norm vs block by block (f64): %.3g of %.3g\n", e, s);
+    CHECK(s > 0 && e < 1e-12 * s);
+    // the stack alone: its output is the last block's x1 + h
+    weft_tensor *ys = weft_module_forward(weft_module_child_at(seq, 0), x);
+    weft_tensor *h = weft_tensor_ref(x);
+    for (int i = 0; i < 3 && h; i++) {
+        weft_tensor *nx = weft_module_forward(weft_module_child_at(weft_module_child_at(seq, 0), i), h);
+        weft_tensor_free(h);
+        h = nx;
+    }
+    if (ys && h) wt_check_same("stack alone vs block by block", ys, h, 1e-12);
+    weft_tensor_free(ys);
+    weft_tensor_free(h);
+
+    // bf16: casts and ops of the traced forward, against one block's 15
+    CHECK(weft_module_to_dtype(seq, WEFT_F32) == WEFT_OK);
+    weft_tensor *xf = weft_cast(x, WEFT_F32);
+    CHECK(wt_count_traced_ops(seq, xf, WEFT_BF16, "cast") == 3 * 14);
+    CHECK(wt_count_traced_ops(seq, xf, WEFT_BF16, "add") == 0);
+    CHECK(wt_count_traced_ops(seq, xf, WEFT_BF16, "add_layer_norm") == 3 + 2 + 1); // ln2s, ln1s after block 0, the norm
+    CHECK(wt_count_traced_ops(seq, xf, WEFT_BF16, "layer_norm") == 1);            // block 0's ln1
+    setenv("WEFT_FUSED_ADD_NORM", "0", 1); // every add apart, each mlp output cast up for its add
+    CHECK(wt_count_traced_ops(seq, xf, WEFT_BF16, "cast") == 3 * 16);
+    unsetenv("WEFT_FUSED_ADD_NORM");
+    free(a);
+    free(b);
+    weft_tensor_free(x);
+    weft_tensor_free(w);
+    weft_tensor_free(xf);
+    weft_module_free(seq);
+    weft_generator_free(gen);
+}
+
 int main(void) {
     RUN(test_block_bf16);
     RUN(test_weight_cast_cache);
+    RUN(test_stack);
     return wt_summary();
 }
