@@ -101,10 +101,12 @@ weft_tensor *weft_linear_gelu(weft_tensor *x, weft_tensor *w, weft_tensor *b);
 // Inside a region each f32 parameter (a leaf that requires grad) is cast once:
 // later ops of the region read the same copy (a pipeline's micro-batches, a
 // weight used twice), and leaving the region, or changing its dtype, drops the
-// copies. Update parameters outside the region, as the optimiser steps do.
+// copies. Update parameters outside the region, as the optimiser steps do: a
+// copy is not refreshed by an in-place write inside it (torch.autocast's rule).
+// A thread that ends inside a region keeps its copies (leave the region first).
 weft_status weft_autocast_set(weft_dtype dt);
 weft_dtype weft_autocast_get(void);
-// Parameters with a cached cast in the calling thread's region (for tests and memory accounting).
+// Casts cached in the calling thread's region: one per parameter and grad mode (for tests and memory accounting).
 int weft_autocast_cache_size(void);
 
 // ---- neural-network ops ----

@@ -116,16 +116,19 @@ static void fire_hooks(weft_tensor *leaf) {
     for (int k = 0; k < leaf->n_hooks; k++) leaf->hooks[k].fn(leaf, leaf->hooks[k].user);
 }
 
+static weft_status released_error(const weft_node *n) {
+    return weft_error(WEFT_ERR_STATE,
+                      "%s backward: saved tensors were already freed by an earlier backward; pass retain_graph to "
+                      "backward through the graph a second time",
+                      n->op->name);
+}
+
 static weft_status run_node(weft_node *n, bool create_graph, weft_tensor **gin) {
     bool any = false;
     for (int j = 0; j < n->n_out; j++) any |= n->gbuf[j] != NULL;
     for (int i = 0; i < n->n_in; i++) gin[i] = NULL;
     if (!any) return WEFT_OK;
-    if (n->released)
-        return weft_error(WEFT_ERR_STATE,
-                          "%s backward: saved tensors were already freed by an earlier backward; pass retain_graph "
-                          "to backward through the graph a second time",
-                          n->op->name);
+    if (n->released) return released_error(n);
     if (!n->op->backward) return weft_error(WEFT_ERR_UNSUPPORTED, "%s: this op is not differentiable (no backward rule; e.g. a fused backward op under create_graph)", n->op->name);
     bool needs[64], *need = n->n_in <= 64 ? needs : malloc((size_t)n->n_in);
     weft_tensor *outs_local[WEFT_MAX_OP_OUT] = {0};
@@ -234,6 +237,10 @@ weft_status weft_backward_multi(int nr, weft_tensor *const *roots, weft_tensor *
     }
     while (stack.n) {
         weft_node *n = stack.v[--stack.n];
+        if (n->released) { // before any gradient reaches a leaf: nothing half accumulated
+            st = released_error(n);
+            goto done;
+        }
         if (n->n_in > max_in) max_in = n->n_in;
         for (int i = 0; i < n->n_in; i++) {
             weft_edge *e = &n->next[i];

@@ -16,8 +16,10 @@ bool weft_grad_is_enabled(void) { return g_grad_enabled; }
 
 void weft_node_ref(weft_node *n) { __atomic_fetch_add(&n->refcount, 1, __ATOMIC_RELAXED); }
 
-// A node that saved nothing (a cast, an add) can run its backward again, as in PyTorch: the autocast
-// weight cache hands one cast to every micro-batch of a region, and each one's backward runs through it.
+// A builtin op's node that saved nothing (a cast, an add) can run its backward again, as in PyTorch: the
+// autocast weight cache hands one cast to every micro-batch of a region, and each one's backward runs
+// through it. A custom function's state is its own (a pipeline's send waits for a gradient once), so its
+// node is released like one that saved tensors.
 void weft_node_free_saved(weft_node *n) {
     bool any = false;
     for (int i = 0; i < n->n_in; i++) {
@@ -30,7 +32,7 @@ void weft_node_free_saved(weft_node *n) {
         weft_tensor_free(n->saved_out[j]);
         n->saved_out[j] = NULL;
     }
-    n->released |= any;
+    n->released |= any || n->op->node_release != NULL;
 }
 
 // Releasing the last tensor of a long chain frees thousands of nodes; a

@@ -82,12 +82,17 @@ weft_tensor *weft_nn_prenorm_block(weft_module *m, int ln1, int f, int ln2, int 
     return x2;
 }
 
-static weft_tensor *block_forward(weft_module *m, weft_tensor *x) {
+static weft_status block_check(weft_module *m, const weft_tensor *x) {
     char buf[64];
     int64_t C = *(const int64_t *)weft_module_impl(m);
     if (weft_tensor_ndim(x) != 3 || weft_tensor_size(x, 2) != C)
-        return weft_error_null(WEFT_ERR_SHAPE, "transformer_block: expected input (B,T,%lld), got %s", (long long)C,
-                               weft_tensor_shape_str(x, buf, sizeof buf));
+        return weft_error(WEFT_ERR_SHAPE, "transformer_block: expected input (B,T,%lld), got %s", (long long)C,
+                          weft_tensor_shape_str(x, buf, sizeof buf));
+    return WEFT_OK;
+}
+
+static weft_tensor *block_forward(weft_module *m, weft_tensor *x) {
+    if (block_check(m, x)) return NULL;
     return weft_nn_prenorm_block(m, CH_LN1, CH_ATTN, CH_LN2, CH_MLP, x);
 }
 
@@ -124,7 +129,7 @@ weft_status weft_nn_transformer_pending(weft_module *stack, weft_tensor *x, weft
         weft_module *c = weft_module_child_at(stack, i);
         weft_tensor *nx = NULL, *nr = NULL;
         if (!strcmp(weft_module_kind(c), "transformer_block")) {
-            block_pending(c, CH_LN1, CH_ATTN, CH_LN2, CH_MLP, cx, cr, &nx, &nr);
+            if (!block_check(c, cx)) block_pending(c, CH_LN1, CH_ATTN, CH_LN2, CH_MLP, cx, cr, &nx, &nr);
         } else { // any other layer sees the stream summed
             weft_tensor *in = cr ? weft_add(cx, cr) : weft_tensor_ref(cx);
             nx = in ? weft_module_forward(c, in) : NULL;

@@ -27,6 +27,28 @@ static void test_seed003_example(void) {
     for (int i = 0; i < 6; i++) weft_tensor_free(ts[i]);
 }
 
+// A second backward without retain_graph: through nodes that saved nothing (add, sum) it runs again and
+// accumulates again, as PyTorch does; where a node reached freed its saved tensors, it fails before any
+// gradient reaches a leaf (z's gradient stays as the first pass left it).
+static void test_second_backward(void) {
+    weft_tensor *x = scalar_leaf(3), *z = scalar_leaf(2);
+    weft_tensor *s = weft_add(x, z);
+    CHECK(weft_backward(s, NULL, NULL) == WEFT_OK && weft_backward(s, NULL, NULL) == WEFT_OK);
+    CHECK_NEAR(weft_tensor_item(weft_tensor_grad(x)), 2, 0);
+    CHECK_NEAR(weft_tensor_item(weft_tensor_grad(z)), 2, 0);
+    weft_tensor_zero_grad(x);
+    weft_tensor_zero_grad(z);
+    weft_tensor *a = weft_mul(x, x), *t = weft_add(a, z); // mul saves x
+    CHECK(weft_backward(t, NULL, NULL) == WEFT_OK);
+    CHECK_NEAR(weft_tensor_item(weft_tensor_grad(z)), 1, 0);
+    CHECK_NEAR(weft_tensor_item(weft_tensor_grad(x)), 6, 1e-12);
+    CHECK(weft_backward(t, NULL, NULL) != WEFT_OK && wt_error_has("mul backward"));
+    CHECK_NEAR(weft_tensor_item(weft_tensor_grad(z)), 1, 0); // not 2: add did not run before mul's error
+    CHECK_NEAR(weft_tensor_item(weft_tensor_grad(x)), 6, 1e-12);
+    weft_tensor *ts[] = {x, z, s, a, t};
+    for (int i = 0; i < 5; i++) weft_tensor_free(ts[i]);
+}
+
 // y = x*x*x: dy/dx = 3x^2, d2y/dx2 = 6x (create_graph)
 static void test_second_order(void) {
     weft_tensor *x = scalar_leaf(1.5);
@@ -116,6 +138,7 @@ static void test_long_chain(void) {
 
 int main(void) {
     RUN(test_seed003_example);
+    RUN(test_second_backward);
     RUN(test_second_order);
     RUN(test_retain_and_accumulate);
     RUN(test_hook_fires_when_final);

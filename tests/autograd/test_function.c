@@ -70,6 +70,11 @@ static void test_custom_gradient(void) {
     double xv[12], gv[12];
     CHECK(weft_tensor_to_f64(x, xv, 12) == WEFT_OK && weft_tensor_to_f64(weft_tensor_grad(x), gv, 12) == WEFT_OK);
     for (int i = 0; i < 12; i++) CHECK_NEAR(gv[i], 3 * xv[i] * xv[i], 1e-12);
+    // a custom function keeps its own state: a second backward through it is an error, as for an op that
+    // saved tensors (before it runs: x's gradient stays)
+    CHECK(weft_backward(s, NULL, NULL) != WEFT_OK && wt_error_has("cube backward"));
+    CHECK(weft_tensor_to_f64(weft_tensor_grad(x), gv, 12) == WEFT_OK);
+    for (int i = 0; i < 12; i++) CHECK_NEAR(gv[i], 3 * xv[i] * xv[i], 1e-12);
     int before = g_freed;
     weft_tensor_free(s);
     CHECK(g_freed == before); // y still holds the node

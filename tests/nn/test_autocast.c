@@ -188,9 +188,23 @@ static void test_weight_cast_cache(void) {
     weft_tensor *ygf = yg ? weft_cast(yg, WEFT_F32) : NULL;
     CHECK(ygf && weft_backward(ygf, w, NULL) == WEFT_OK);
     CHECK(weft_tensor_grad(w1) != NULL);
+    // WEFT_AUTOCAST_CACHE=0, read as a region starts: nothing kept
+    weft_autocast_set(WEFT_F32);
+    setenv("WEFT_AUTOCAST_CACHE", "0", 1);
+    weft_autocast_set(WEFT_BF16);
+    weft_tensor *yo = weft_module_forward(m, xs[0]);
+    CHECK(yo && weft_autocast_cache_size() == 0);
+    weft_tensor_free(yo);
+    weft_autocast_set(WEFT_F32);
+    unsetenv("WEFT_AUTOCAST_CACHE");
+    weft_autocast_set(WEFT_BF16);
+    weft_tensor_free(weft_module_forward(m, xs[0]));
+    CHECK(weft_autocast_cache_size() == 4);
+    weft_tensor_free(weft_module_forward(m, xs[0])); // the second forward reads the same copies
+    CHECK(weft_autocast_cache_size() == 4);
     // tracing does not read the cache: the traced forward casts its 4 parameters
     CHECK(wt_count_traced_ops(m, xs[0], WEFT_BF16, "cast") == 5); // and the input x
-    CHECK(weft_autocast_get() == WEFT_BF16 && weft_autocast_cache_size() == 8);
+    CHECK(weft_autocast_get() == WEFT_BF16 && weft_autocast_cache_size() == 4);
     weft_autocast_set(WEFT_F32);
     CHECK(weft_autocast_cache_size() == 0);
 
@@ -267,7 +281,12 @@ static void test_stack(void) {
         weft_tensor_free(h);
         h = nx;
     }
+    CHECK(ys && h);
     if (ys && h) wt_check_same("stack alone vs block by block", ys, h, 1e-12);
+    // a wrong input is the block's error, as without the stack
+    weft_tensor *x2d = wt_rand64(WEFT_DIMS(T, C), -1, 1, 34, false), *bad = weft_module_forward(seq, x2d);
+    CHECK(bad == NULL && wt_error_has("transformer_block: expected input (B,T,16)"));
+    weft_tensor_free(x2d);
     weft_tensor_free(ys);
     weft_tensor_free(h);
 
