@@ -8,6 +8,7 @@
 // mode (symbolic autodiff, save / load) against eager.
 // (Values and f64 gradchecks of both pools also run in test_conv.c.)
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -262,6 +263,30 @@ static void test_backward_errors(void) {
     CHECK(d && weft_tensor_to_f64(d, dv, 8) == WEFT_OK);
     CHECK(dv[0] == 0 && dv[1] == 0 && dv[2] == 0 && dv[3] == gv[1]);
     CHECK(dv[4] == (double)((gv[4] + gv[5])) && dv[5] == 0 && dv[6] == gv[6] && dv[7] == 0);
+    // the 2x2 tiling (vectorised loops): an index outside its own window, however far (the most negative
+    // one of the dtype, another window's), gives that window zeros; int32 and int64 indices, a contiguous
+    // gradient and one read through a transpose
+    pcfg t = {1, 1, 4, 6, 2, 2, 2, 2, 0, 0}; // 2x3 windows over 4x6
+    weft_attrs atl = attrs_of(&t);
+    const int64_t tix[6] = {7, INT64_MIN, 5, 0, 20, -1}; // windows at 0, 2, 4, 12, 14, 16: 7, 5, 20 are theirs
+    for (int wide = 0; wide < 2; wide++)
+        for (int tr = 0; tr < 2; tr++) {
+            int32_t i32[6];
+            for (int k = 0; k < 6; k++) i32[k] = tix[k] == INT64_MIN ? INT32_MIN : (int32_t)tix[k];
+            weft_tensor *ixt = wide ? weft_tensor_from_data(tix, WEFT_DIMS(1, 1, 2, 3), WEFT_I64)
+                                    : weft_tensor_from_data(i32, WEFT_DIMS(1, 1, 2, 3), WEFT_I32);
+            weft_tensor *g0 = tr ? wt_rand64(WEFT_DIMS(1, 1, 3, 2), -1, 1, 60, false)
+                                 : wt_rand64(WEFT_DIMS(1, 1, 2, 3), -1, 1, 60, false);
+            weft_tensor *gt = tr ? weft_transpose(g0, 2, 3) : weft_tensor_ref(g0), *in5[2] = {gt, ixt};
+            double gv6[6], dv24[24], want[24] = {0};
+            weft_tensor_to_f64(gt, gv6, 6);
+            want[7] = gv6[0], want[5] = gv6[2], want[20] = gv6[4];
+            weft_tensor *dt = weft_op_apply1(op, 2, in5, &atl);
+            CHECK(dt && weft_tensor_to_f64(dt, dv24, 24) == WEFT_OK);
+            for (int k = 0; k < 24 && dt; k++) CHECK(dv24[k] == want[k]);
+            weft_tensor *tt[] = {ixt, g0, gt, dt};
+            for (int k = 0; k < 4; k++) weft_tensor_free(tt[k]);
+        }
     weft_tensor *ts[] = {gy, ixf, ixs, ix, ixw, d};
     for (int i = 0; i < 6; i++) weft_tensor_free(ts[i]);
     weft_clear_error();
