@@ -169,24 +169,27 @@ weft_status weft_grad_sum_squares(int n, weft_tensor *const *params, double *sum
 weft_status weft_grad_scale(int n, weft_tensor *const *params, double coef);
 
 // ---- learning-rate schedules ----
+// Every kind starts with warmup_steps of linear warm-up (0: none), and then
+// counts s = step - warmup_steps:
 typedef enum weft_lr_kind {
     WEFT_LR_CONSTANT = 0, // lr = base_lr
-    WEFT_LR_STEP,         // lr = base_lr * gamma^floor(step / step_size)
-    WEFT_LR_COSINE,       // linear warm-up, then cosine down to min_lr (see weft_lr_at)
+    WEFT_LR_STEP,         // lr = base_lr * gamma^floor(s / step_size)
+    WEFT_LR_COSINE,       // cosine down to min_lr at total_steps (see weft_lr_at)
 } weft_lr_kind;
 
 typedef struct weft_lr_schedule {
     weft_lr_kind kind;
     double base_lr;
-    int64_t step_size; // step
-    double gamma;      // step
-    int64_t warmup_steps, total_steps; // cosine
+    int64_t step_size;                 // step
+    double gamma;                      // step
+    int64_t warmup_steps, total_steps; // every kind; total: cosine
     double min_lr;                     // cosine
 } weft_lr_schedule;
 
 // The learning rate at `step` (>= 0; callers usually pass the 1-based number
-// of the update about to be made). cosine:
+// of the update about to be made):
 //   step <  warmup:          base * step / warmup
+// then constant, step (above), or cosine:
 //   warmup <= step < total:  min + (base - min) * (1 + cos(pi * (step - warmup) / (total - warmup))) / 2
 //   step >= total:           min
 double weft_lr_at(const weft_lr_schedule *s, int64_t step);

@@ -583,12 +583,14 @@ double weft_clip_grad_norm(int n, weft_tensor *const *params, double max_norm) {
 double weft_lr_at(const weft_lr_schedule *s, int64_t step) {
     if (!s) return NAN;
     if (step < 0) step = 0;
+    // the linear warm-up comes first for every kind; the schedule counts its steps after it
+    if (step < s->warmup_steps) return s->base_lr * (double)step / (double)s->warmup_steps;
+    int64_t after = step - (s->warmup_steps > 0 ? s->warmup_steps : 0);
     switch (s->kind) {
     case WEFT_LR_STEP:
         if (s->step_size <= 0) return s->base_lr;
-        return s->base_lr * pow(s->gamma, (double)(step / s->step_size));
+        return s->base_lr * pow(s->gamma, (double)(after / s->step_size));
     case WEFT_LR_COSINE:
-        if (step < s->warmup_steps) return s->base_lr * (double)step / (double)s->warmup_steps;
         if (step >= s->total_steps) return s->min_lr;
         {
             double progress = (double)(step - s->warmup_steps) / (double)(s->total_steps - s->warmup_steps);
@@ -601,6 +603,8 @@ double weft_lr_at(const weft_lr_schedule *s, int64_t step) {
 weft_status weft_lr_schedule_check(const weft_lr_schedule *s) {
     if (!s) return weft_error(WEFT_ERR_ARG, "lr schedule: NULL");
     if (!nonneg(s->base_lr)) return weft_error(WEFT_ERR_ARG, "lr schedule: invalid base lr %g (need >= 0)", s->base_lr);
+    if (s->warmup_steps < 0)
+        return weft_error(WEFT_ERR_ARG, "lr schedule: warmup_steps %lld (need >= 0)", (long long)s->warmup_steps);
     switch (s->kind) {
     case WEFT_LR_CONSTANT: return WEFT_OK;
     case WEFT_LR_STEP:

@@ -142,9 +142,11 @@ weft_status weft_run_build(weft_run *r, bool with_optim) {
     weft_optim_opts o = weft_run_optim_opts(n);
     r->optim = weft_optim_create(&o, r->n_params, r->params, (const char *const *)r->names);
     if (!r->optim) return weft_last_status();
-    r->sched = (weft_lr_schedule){.kind = WEFT_LR_CONSTANT, .base_lr = n->lr};
+    // [net] warmup precedes every schedule (it was read only with cosine before)
+    r->sched = (weft_lr_schedule){.kind = WEFT_LR_CONSTANT, .base_lr = n->lr, .warmup_steps = n->warmup};
     if (n->schedule == WEFT_CFG_STEP)
-        r->sched = (weft_lr_schedule){.kind = WEFT_LR_STEP, .base_lr = n->lr, .step_size = n->step_size, .gamma = n->gamma};
+        r->sched = (weft_lr_schedule){.kind = WEFT_LR_STEP, .base_lr = n->lr, .step_size = n->step_size, .gamma = n->gamma,
+                                      .warmup_steps = n->warmup};
     else if (n->schedule == WEFT_CFG_COSINE)
         r->sched = (weft_lr_schedule){.kind = WEFT_LR_COSINE, .base_lr = n->lr, .warmup_steps = n->warmup,
                                       .total_steps = r->total_steps > 0 ? r->total_steps : 1, .min_lr = n->min_lr};

@@ -584,6 +584,19 @@ static void test_schedules(void) {
     double want_s[8] = {0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.025, 0.025};
     for (int i = 0; i < 8; i++) CHECK_NEAR(weft_lr_at(&s, i), want_s[i], 1e-15);
     CHECK_NEAR(weft_lr_at(&s, 30), 0.1 * pow(0.5, 10), 1e-15);
+    // warm-up before every kind (PyTorch's LinearLR then the schedule, in SequentialLR), the schedule counting
+    // its steps after it
+    weft_lr_schedule cw = {.kind = WEFT_LR_CONSTANT, .base_lr = 0.4, .warmup_steps = 4};
+    CHECK(weft_lr_schedule_check(&cw) == WEFT_OK);
+    double want_cw[6] = {0, 0.1, 0.2, 0.3, 0.4, 0.4};
+    for (int i = 0; i < 6; i++) CHECK_NEAR(weft_lr_at(&cw, i), want_cw[i], 1e-15);
+    CHECK_NEAR(weft_lr_at(&cw, 9999), 0.4, 0);
+    weft_lr_schedule sw = {.kind = WEFT_LR_STEP, .base_lr = 0.1, .step_size = 3, .gamma = 0.5, .warmup_steps = 2};
+    CHECK(weft_lr_schedule_check(&sw) == WEFT_OK);
+    double want_sw[9] = {0, 0.05, 0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.025};
+    for (int i = 0; i < 9; i++) CHECK_NEAR(weft_lr_at(&sw, i), want_sw[i], 1e-15);
+    weft_lr_schedule bad = {.kind = WEFT_LR_CONSTANT, .base_lr = 0.1, .warmup_steps = -1};
+    CHECK(weft_lr_schedule_check(&bad) != WEFT_OK && wt_error_has("warmup"));
     weft_lr_schedule k = {.kind = WEFT_LR_COSINE, .base_lr = 1.0, .warmup_steps = 10, .total_steps = 110, .min_lr = 0.1};
     CHECK(weft_lr_schedule_check(&k) == WEFT_OK);
     CHECK_NEAR(weft_lr_at(&k, 0), 0.0, 0);

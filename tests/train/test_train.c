@@ -394,6 +394,36 @@ static void test_eval_reports_step(void) {
 // (SGD, whose only state is a step count) is refused, naming both; so is a
 // checkpoint written before the optimiser was recorded (judged by its state
 // names), and one whose optimiser kept state this one's settings do not.
+// [net] warmup precedes every schedule, not only cosine: SGD at lr 0.1 with 2 warm-up steps makes its first
+// update at lr 0.05, bit for bit the first step of lr 0.05 without warm-up; its second at 0.1.
+static void test_warmup_constant(void) {
+    static const char *net = "[net]\ndataset = fmnist\nbatch = 16\nloss = cross_entropy\nseed = 4\noptimizer = sgd\n%s\n"
+                             "[flatten]\n[linear]\nin = 784\nout = 10\n";
+    const char *lr[3] = {"lr = 0.1\nwarmup = 2", "lr = 0.05", "lr = 0.1\nwarmup = 2\nschedule = step\nstep_size = 5"};
+    char path[3][2][512];
+    for (int k = 0; k < 3; k++) {
+        char text[512], ck[300];
+        snprintf(text, sizeof text, net, lr[k]);
+        snprintf(ck, sizeof ck, "%s/ck_warm%d", g_dir, k);
+        for (int steps = 1; steps <= 2; steps++) {
+            weft_model_cfg *cfg = cfg_of(text);
+            char sv[8];
+            snprintf(sv, sizeof sv, "%d", steps);
+            CHECK(cfg && weft_model_cfg_set(cfg, "steps", sv) == WEFT_OK);
+            weft_train_opts o = opts_in(ck);
+            weft_train_result r;
+            CHECK(cfg && weft_train(cfg, &o, &r) == WEFT_OK && r.steps == steps);
+            snprintf(path[k][steps - 1], sizeof path[k][steps - 1], "%s/ckpt-%06d.safetensors", ck, steps);
+            weft_model_cfg_free(cfg);
+        }
+    }
+    CHECK(same_ckpt(path[0][0], path[1][0])); // step 1 at 0.1 * 1/2
+    CHECK(same_ckpt(path[2][0], path[1][0])); // the step schedule warms up too
+    CHECK(same_ckpt(path[0][1], path[2][1])); // step 2 at 0.1 in both (step_size 5: no decay yet)
+    fprintf(stderr, "(a difference below is expected)\n");
+    CHECK(!same_ckpt(path[0][1], path[1][1])); // and not at 0.05
+}
+
 static void test_resume_other_optimizer(void) {
     // k_mlp with another optimiser line (momentum: a [net] key, not an override)
     char text[3][512];
@@ -465,6 +495,7 @@ int main(void) {
     RUN(test_f16_resume_scale);
     RUN(test_eval_reports_step);
     RUN(test_resume_other_optimizer);
+    RUN(test_warmup_constant);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);

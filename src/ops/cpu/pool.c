@@ -99,14 +99,15 @@ static inline int64_t idx_get(const void *ix, bool wide, int64_t i) {
             ix[ow] = base + 2 * (I)ow + (lower ? kcd : kab);                                                  \
         }                                                                                                     \
     }                                                                                                         \
-    /* (noinline, and a contiguous gradient row as its own loop, for the same reason: 2.5x as fast) */      \
+    /* The window's offset k in I's width, wrapping: it equals 0, 1, W or W+1 exactly when the index does,  \
+       since base + 2*ow + W + 1 < the plane's size fits I; any index is defined behaviour (an int64 k      \
+       would keep the loop scalar). Not inlined, and the contiguous gradient row as its own loop, for the    \
+       forward's reason: 2.5-4x as fast. */                                                                  \
     static __attribute__((noinline)) void max2x2_bw_row_##T##_##I(const T *restrict gr, int64_t gs3,          \
                                                                   const I *restrict ix, int64_t OW, I W,      \
                                                                   I base, T *restrict d0, T *restrict d1) {   \
         if (gs3 == 1) {                                                                                       \
             for (int64_t ow = 0; ow < OW; ow++) {                                                             \
-                /* k in I's width, wrapping: it equals 0, 1, W or W+1 exactly when the index does, since  \
-                   base + 2*ow + W + 1 < the plane's size fits I (an int64 k would keep the loop scalar) */ \
                 U k = (U)ix[ow] - (U)base - 2 * (U)ow;                                                        \
                 T gv = gr[ow];                                                                                \
                 d0[2 * ow] = k == 0 ? gv : 0;                                                                 \
@@ -117,12 +118,12 @@ static inline int64_t idx_get(const void *ix, bool wide, int64_t i) {
             return;                                                                                           \
         }                                                                                                     \
         for (int64_t ow = 0; ow < OW; ow++) {                                                                 \
-            int64_t k = (int64_t)ix[ow] - (base + 2 * (I)ow); /* 0, 1, W or W+1 (any index: no overflow) */ \
+            U k = (U)ix[ow] - (U)base - 2 * (U)ow;                                                            \
             T gv = gr[ow * gs3];                                                                              \
             d0[2 * ow] = k == 0 ? gv : 0;                                                                     \
             d0[2 * ow + 1] = k == 1 ? gv : 0;                                                                 \
-            d1[2 * ow] = k == W ? gv : 0;                                                                     \
-            d1[2 * ow + 1] = k == W + 1 ? gv : 0;                                                             \
+            d1[2 * ow] = k == (U)W ? gv : 0;                                                                  \
+            d1[2 * ow + 1] = k == (U)W + 1 ? gv : 0;                                                          \
         }                                                                                                     \
     }
 DEFINE_2X2(float, int32_t, uint32_t)
