@@ -29,6 +29,10 @@
 #              oneDNN (a CPU-only build in /tmp) then PyTorch (240 s)
 #   suite      the rest of the suite, whose device tests then run on the real cuda:0
 #              (training, graph mode with CUDA Graphs, DDP and the parameter server; 240 s)
+# and, named only (not in the default list):
+#   learning   issue 16's learning check: weft train models/gpt2-small-bytes.cfg --device cuda
+#              --steps 500, then its PyTorch twin (bench/peers/kjv_gpt_train.py '' 500 gpt2); their
+#              validation losses must be within 0.02 (240 s + 90 s)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -101,6 +105,10 @@ for step in $steps; do
       run "${w}_cpu16_weft" 25 "WEFT_NUM_THREADS=16 $C/bench_train $w"
       run "${w}_cpu16_peer" 30 "cd bench/peers && WEFT_NUM_THREADS=16 $py train.py $w"
     done ;;
+  learning)
+    run learning_weft 240 "$B/weft train models/gpt2-small-bytes.cfg --device cuda --steps 500 --eval-batches 50 --quiet"
+    run learning_peer 90 "cd bench/peers && $py kjv_gpt_train.py '' 500 gpt2"
+    { grep -h "final:" "$out/learning_weft.log"; grep -h "val_loss" "$out/learning_peer.log"; } | tee -a "$out/summary.txt" ;;
   suite) run suite 240 "cd $B && ctest -E cuda -j 12 --timeout 200 --output-on-failure"
     grep -E "tests passed|\*\*\*Failed|Timeout" "$out/suite.log" | tail -20 | tee -a "$out/summary.txt" ;;
   *) summary "unknown step $step" ;;
