@@ -4,7 +4,7 @@
 //   i,f,o = sigmoid(.), g = tanh(.)
 //   c_t = f*c_{t-1} + i*g,  h_t = o*tanh(c_t)
 // The input projection does not depend on the recurrence, so it runs for all
-// time steps as one (B*T,I) @ (I,4H) product before the loop. The recurrence
+// time steps as one (B*T,I) @ (I,4H) product (a linear op) before the loop. The recurrence
 // then takes one of three paths, chosen by WEFT_LSTM_PATH in the environment
 // (read at every forward; tests compare them):
 //   seq (default): the fused op lstm_seq, the whole recurrence in one call
@@ -141,16 +141,12 @@ static weft_tensor *recur_steps(weft_tensor *xg, weft_tensor *whh, int64_t T, in
     return out;
 }
 
-// The input part of the gates of rows x2 (N,I): x2 W_ih^T + b_ih + b_hh (N,4H).
+// The input part of the gates of rows x2 (N,I): x2 W_ih^T + b_ih + b_hh (N,4H), one linear product with the
+// biases' sum in its epilogue (where the fused op applies: weft_nn_linear_apply). W_ih goes in as the
+// parameter itself, so autocast casts it once per region.
 static weft_tensor *input_gates(weft_module *m, weft_tensor *x2) {
-    weft_tensor *wih = weft_module_get(m, "weight_ih");
-    weft_tensor *bih = weft_module_get(m, "bias_ih"), *bhh = weft_module_get(m, "bias_hh");
-    weft_tensor *wih_t = weft_transpose(wih, 0, 1); // (I,4H) view: BLAS transposes, no copy
-    weft_tensor *xw = weft_matmul(x2, wih_t);       // (N,4H)
-    weft_tensor_free(wih_t);
-    weft_tensor *bsum = weft_add(bih, bhh); // (4H): one broadcast add over (N,4H) instead of two
-    weft_tensor *xg = weft_add(xw, bsum);
-    weft_tensor_free(xw);
+    weft_tensor *bsum = weft_add(weft_module_get(m, "bias_ih"), weft_module_get(m, "bias_hh")); // (4H)
+    weft_tensor *xg = bsum ? weft_nn_linear_apply(x2, weft_module_get(m, "weight_ih"), bsum, false) : NULL;
     weft_tensor_free(bsum);
     return xg;
 }
