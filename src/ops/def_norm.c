@@ -114,22 +114,32 @@ static void give(const weft_bw_args *b, int i, weft_tensor *t) {
     else weft_tensor_free(t);
 }
 
+// layer_norm_backward of the output gradient gy over the normalised input s (its row statistics mean and rstd,
+// weight w or NULL): hands the weight and bias gradients to inputs iw and ib (-1: none) and returns the
+// gradient of s (NULL with the error set).
+static weft_tensor *ln_backward(const weft_bw_args *b, weft_tensor *gy, weft_tensor *s, weft_tensor *mean,
+                                weft_tensor *rstd, weft_tensor *w, int iw, int ib) {
+    bool want_wb = (iw >= 0 && b->needs[iw]) || (ib >= 0 && b->needs[ib]);
+    weft_tensor *g = weft_tensor_contiguous(gy);
+    if (!g) return NULL;
+    weft_tensor *in[5] = {g, s, mean, rstd, w};
+    weft_attrs at = {.i = {b->attrs->i[0], w != NULL, want_wb}};
+    weft_tensor *out[WEFT_MAX_OP_OUT];
+    weft_status st = weft_op_apply(&weft_op_layer_norm_backward, 4 + (w != NULL), in, &at, out);
+    weft_tensor_free(g);
+    if (st != WEFT_OK) return NULL;
+    give(b, iw, out[1]);
+    give(b, ib, out[2]);
+    return out[0];
+}
+
 static weft_status bw_layer_norm(const weft_bw_args *b) {
     if (!b->gout[0]) return WEFT_OK; // the row statistics are internal outputs
     int hw = b->attrs->i[1] != 0, hb = b->attrs->i[2] != 0;
-    int iw = hw ? 1 : -1, ib = hb ? 1 + hw : -1;
-    bool want_wb = (iw >= 0 && b->needs[iw]) || (ib >= 0 && b->needs[ib]);
-    weft_tensor *gy = weft_tensor_contiguous(b->gout[0]);
-    if (!gy) return weft_last_status();
-    weft_tensor *in[5] = {gy, b->in[0], b->out[1], b->out[2], hw ? b->in[1] : NULL};
-    weft_attrs at = {.i = {b->attrs->i[0], hw, want_wb}};
-    weft_tensor *out[WEFT_MAX_OP_OUT];
-    weft_status st = weft_op_apply(&weft_op_layer_norm_backward, 4 + hw, in, &at, out);
-    weft_tensor_free(gy);
-    if (st != WEFT_OK) return st;
-    give(b, 0, out[0]);
-    give(b, iw, out[1]);
-    give(b, ib, out[2]);
+    weft_tensor *dx = ln_backward(b, b->gout[0], b->in[0], b->out[1], b->out[2], hw ? b->in[1] : NULL, hw ? 1 : -1,
+                                  hb ? 1 + hw : -1);
+    if (!dx) return weft_last_status();
+    give(b, 0, dx);
     return WEFT_OK;
 }
 
@@ -168,25 +178,9 @@ static weft_status bw_add_layer_norm(const weft_bw_args *b) {
     int iw = hw ? 2 : -1, ib = hb ? 2 + hw : -1;
     weft_tensor *ds = b->gout[0] ? weft_tensor_ref(b->gout[0]) : NULL;
     if (b->gout[1]) { // through the norm: ds += layer_norm_backward(gy) over s
-        bool want_wb = (iw >= 0 && b->needs[iw]) || (ib >= 0 && b->needs[ib]);
-        weft_tensor *gy = weft_tensor_contiguous(b->gout[1]);
-        if (!gy) {
-            weft_tensor_free(ds);
-            return weft_last_status();
-        }
-        weft_tensor *in[5] = {gy, b->out[0], b->out[2], b->out[3], hw ? b->in[2] : NULL};
-        weft_attrs at = {.i = {b->attrs->i[0], hw, want_wb}};
-        weft_tensor *out[WEFT_MAX_OP_OUT];
-        weft_status st = weft_op_apply(&weft_op_layer_norm_backward, 4 + hw, in, &at, out);
-        weft_tensor_free(gy);
-        if (st != WEFT_OK) {
-            weft_tensor_free(ds);
-            return st;
-        }
-        give(b, iw, out[1]);
-        give(b, ib, out[2]);
-        weft_tensor *sum = ds ? weft_add(ds, out[0]) : weft_tensor_ref(out[0]);
-        weft_tensor_free(out[0]);
+        weft_tensor *dn = ln_backward(b, b->gout[1], b->out[0], b->out[2], b->out[3], hw ? b->in[2] : NULL, iw, ib);
+        weft_tensor *sum = !dn ? NULL : ds ? weft_add(ds, dn) : weft_tensor_ref(dn);
+        weft_tensor_free(dn);
         weft_tensor_free(ds);
         if (!(ds = sum)) return weft_last_status();
     }

@@ -19,6 +19,19 @@
 
 #include "weft_test.h"
 
+// Every parameter's gradient, flattened in order into out (each CHECKed present and, unless dt < 0, of dtype
+// dt); returns the count.
+static int64_t param_grads(weft_module *m, int dt, double *out) {
+    int64_t at = 0;
+    for (int i = 0; i < weft_module_param_count(m); i++) {
+        weft_tensor *p = weft_module_param_at(m, i, NULL, 0), *g = weft_tensor_grad(p);
+        CHECK(g && (dt < 0 || (int)weft_tensor_dtype(g) == dt));
+        if (g) weft_tensor_to_f64(g, out + at, weft_tensor_numel(p));
+        at += weft_tensor_numel(p);
+    }
+    return at;
+}
+
 // y = m(x) under autocast ac, loss = sum(y * w): y and every parameter's gradient (flattened, in order).
 static void run_once(weft_module *m, weft_tensor *x, weft_tensor *w, weft_dtype ac, double *y_out, double *grads) {
     weft_module_zero_grad(m);
@@ -29,13 +42,7 @@ static void run_once(weft_module *m, weft_tensor *x, weft_tensor *w, weft_dtype 
     if (!y) return;
     weft_tensor_to_f64(y, y_out, weft_tensor_numel(y));
     CHECK(weft_backward(y, w, NULL) == WEFT_OK);
-    int64_t at = 0;
-    for (int i = 0; i < weft_module_param_count(m); i++) {
-        weft_tensor *p = weft_module_param_at(m, i, NULL, 0), *g = weft_tensor_grad(p);
-        CHECK(g && weft_tensor_dtype(g) == WEFT_F32);
-        if (g) weft_tensor_to_f64(g, grads + at, weft_tensor_numel(p));
-        at += weft_tensor_numel(p);
-    }
+    param_grads(m, WEFT_F32, grads);
     weft_tensor_free(y);
 }
 
@@ -121,13 +128,7 @@ static int micro_batches(weft_module *m, weft_tensor *const *xs, weft_tensor *w,
         }
     }
     weft_autocast_set(WEFT_F32);
-    int64_t at = 0;
-    for (int i = 0; i < weft_module_param_count(m); i++) {
-        weft_tensor *p = weft_module_param_at(m, i, NULL, 0), *g = weft_tensor_grad(p);
-        CHECK(g && weft_tensor_dtype(g) == WEFT_F32);
-        if (g) weft_tensor_to_f64(g, grads + at, weft_tensor_numel(p));
-        at += weft_tensor_numel(p);
-    }
+    param_grads(m, WEFT_F32, grads);
     return seen;
 }
 
@@ -255,12 +256,7 @@ static int64_t stack_run(weft_module *seq, weft_tensor *x0, weft_tensor *w, bool
     CHECK(gx != NULL);
     if (gx) weft_tensor_to_f64(gx, out + at, weft_tensor_numel(x));
     at += weft_tensor_numel(x);
-    for (int i = 0; i < weft_module_param_count(seq); i++) {
-        weft_tensor *p = weft_module_param_at(seq, i, NULL, 0), *g = weft_tensor_grad(p);
-        CHECK(g != NULL);
-        if (g) weft_tensor_to_f64(g, out + at, weft_tensor_numel(p));
-        at += weft_tensor_numel(p);
-    }
+    at += param_grads(seq, -1, out + at);
     weft_tensor_free(y);
     weft_tensor_free(x);
     return at;
