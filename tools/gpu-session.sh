@@ -24,6 +24,8 @@
 #   bandwidth  copy / cast / add / bias / transpose GB/s at 64 MB against cudaMemcpy (30 s)
 #   graph      weft train models/gpt2-small-bytes.cfg --device cuda --graph, 30 steps (90 s)
 #   standard   the four standard workloads on the GPU, weft then PyTorch eager (120 s)
+#   graphs     the four standard workloads and gpt2-small-bytes as graph-mode steps (one CUDA
+#              Graph replay each) against weft eager and PyTorch eager (bench_graph_train; 150 s)
 #   compile    train_gpt2_small_cuda_vs_compile: PyTorch with torch.compile (150 s)
 #   cpu16      the four standard workloads on the CPU at 16 threads, weft built with
 #              oneDNN (a CPU-only build in /tmp) then PyTorch (240 s)
@@ -51,7 +53,7 @@ fi
 [ "${1:-}" = run ] || { echo "usage: gpu-session.sh prepare | run [STEP...]" >&2; exit 2; }
 shift
 : "${B:?run me through .gpu/gpu-build.sh, which builds weft and sets B}"
-steps=${*:-tests gpt2 attention bandwidth graph standard compile cpu16 suite}
+steps=${*:-tests gpt2 attention bandwidth graph standard graphs compile cpu16 suite}
 out=${OUT:-/tmp/weft-gpu-session}
 mkdir -p "$out"
 budget=${SESSION_BUDGET:-470}
@@ -90,6 +92,9 @@ for step in $steps; do
       run "${w}_cuda_weft" 20 "WEFT_BENCH_DEVICE=cuda $B/bench_train $w"
       run "${w}_cuda_peer" 25 "cd bench/peers && WEFT_BENCH_DEVICE=cuda $py train.py $w"
     done ;;
+  graphs)
+    run graphs_weft 90 "WEFT_BENCH_DEVICE=cuda $B/bench_graph_train"
+    run graphs_peer 60 "cd bench/peers && WEFT_BENCH_DEVICE=cuda $py graph_train.py" ;;
   compile) run gpt2_peer_compile 150 "cd bench/peers && WEFT_BENCH_DEVICE=cuda $py train.py train_gpt2_small_cuda_vs_compile" ;;
   cpu16)
     # a CPU build with oneDNN from the unpacked .deb files (gpu-build.sh's build has none)

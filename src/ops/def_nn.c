@@ -131,8 +131,14 @@ weft_tensor *weft_softmax(weft_tensor *t, int dim) { return softmax_like(&weft_o
 weft_tensor *weft_log_softmax(weft_tensor *t, int dim) { return softmax_like(&weft_op_log_softmax, t, dim); }
 
 // ---- cross_entropy: logits (N,C) float, targets (N) int32/int64 -> mean loss () ----
+// bf16 / f16 logits are read as they are (autocast leaves the last linear layer's output in the low dtype):
+// the kernels work in f32 and the loss is f32, as autocast's f32 ops give it; the gradient of the logits
+// comes back in their own dtype, rounded once.
+static weft_dtype ce_loss_dtype(int logits_dt) {
+    return weft_dtype_is_half(logits_dt) ? WEFT_F32 : (weft_dtype)logits_dt;
+}
 static weft_status check_ce(const char *op, weft_tensor *x, weft_tensor *t) {
-    weft_status st = weft_check_dtype(op, x, WEFT_DT_FLOAT, "the logits");
+    weft_status st = weft_check_dtype(op, x, WEFT_DT_FLOAT | WEFT_DT_HALF, "the logits");
     if (st) return st;
     if ((st = weft_check_dtype(op, t, WEFT_DT_INT, "the targets"))) return st;
     char s1[96], s2[96];
@@ -144,15 +150,16 @@ static weft_status check_ce(const char *op, weft_tensor *x, weft_tensor *t) {
 static weft_status infer_ce(const weft_op_args *a, weft_out_meta *o) {
     weft_status st = check_ce(a->op->name, a->in[0], a->in[1]);
     if (st) return st;
-    weft_meta_set(o, 0, NULL, (weft_dtype)a->in[0]->dtype);
+    weft_meta_set(o, 0, NULL, ce_loss_dtype(a->in[0]->dtype));
     return WEFT_OK;
 }
 // (logits, targets, g) -> dlogits
 static weft_status infer_ce_bw(const weft_op_args *a, weft_out_meta *o) {
     weft_status st = check_ce(a->op->name, a->in[0], a->in[1]);
     if (st) return st;
-    if (a->in[2]->numel != 1 || a->in[2]->dtype != a->in[0]->dtype)
-        return weft_error(WEFT_ERR_SHAPE, "%s: the gradient must be one element of the logits' dtype", a->op->name);
+    if (a->in[2]->numel != 1 || a->in[2]->dtype != ce_loss_dtype(a->in[0]->dtype))
+        return weft_error(WEFT_ERR_SHAPE, "%s: the gradient must be one element of the loss's dtype (%s)", a->op->name,
+                          weft_dtype_name(ce_loss_dtype(a->in[0]->dtype)));
     weft_meta_set(o, 2, a->in[0]->sizes, (weft_dtype)a->in[0]->dtype);
     return WEFT_OK;
 }
@@ -166,11 +173,11 @@ static weft_status bw_ce(const weft_bw_args *b) {
 }
 weft_op_def weft_op_cross_entropy = {.name = "cross_entropy", .n_in = 2, .n_out = 1,
                                      .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1), .infer = infer_ce, .backward = bw_ce,
-                                     .kernel = {[WEFT_CPU] = {weft_cpu_cross_entropy, WEFT_DT_FLOAT}}};
+                                     .kernel = {[WEFT_CPU] = {weft_cpu_cross_entropy, WEFT_DT_FLOAT | WEFT_DT_HALF}}};
 // It has no backward rule of its own: double backward through it reports an error.
 weft_op_def weft_op_cross_entropy_backward = {
     .name = "cross_entropy_backward", .n_in = 3, .n_out = 1, .infer = infer_ce_bw,
-    .kernel = {[WEFT_CPU] = {weft_cpu_cross_entropy_backward, WEFT_DT_FLOAT}}};
+    .kernel = {[WEFT_CPU] = {weft_cpu_cross_entropy_backward, WEFT_DT_FLOAT | WEFT_DT_HALF}}};
 
 weft_tensor *weft_cross_entropy(weft_tensor *logits, weft_tensor *targets) {
     weft_tensor *in[2] = {logits, targets};

@@ -1,7 +1,8 @@
 // The tensor-core attention kernels (src/ops/cuda/attention_mma_kernels.cu, bf16) run on the CPU: the .cu file
 // compiled as host C++ with stand-ins for what it uses of CUDA. Each CUDA thread of a block is a thread here;
-// __syncthreads is a barrier of the block; __shfl_xor_sync and mma.sync are exchanges within a warp, the mma
-// computed from the fragment layouts of the PTX ISA (m16n8k16, .bf16, f32 sums). Checked against attention in
+// __syncthreads is a barrier of the block; __shfl_xor_sync, ldmatrix and mma.sync are exchanges within a warp,
+// each by the layouts of the PTX ISA (ldmatrix m8n8.x4 with and without .trans; mma m16n8k16, .bf16, f32 sums;
+// and ldmatrix's 16-byte row alignment is checked). Checked against attention in
 // double on the same bf16 inputs: o, lse, and the gradients of q, k, v, for head dims 16 to 128, lengths that
 // do and do not fill the tiles, so that every mask, tile bound and fragment index of the kernels is exercised
 // on every machine; and with q, k, v, go read from and o written to (B,T,H,D) memory, as the op runs for a
@@ -63,6 +64,7 @@ struct warp_ex {
     pthread_barrier_t bar;
     float f[32];
     uint32_t a[32][4], b[32][2];
+    const uint16_t *row[32];
 };
 static warp_ex g_warps[4];
 
@@ -97,6 +99,30 @@ static void weft_emu_mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0
         float s = c[e];
         for (int k = 0; k < 16; k++) s += a_at(w, r, k) * b_at(w, k, n);
         c[e] = s;
+    }
+    pthread_barrier_wait(&w.bar);
+}
+
+static int g_misaligned; // ldmatrix rows not on 16 bytes (the instruction's requirement)
+
+// ldmatrix.m8n8.x4(.trans).b16: lane l gives the address of row l % 8 of matrix l / 8; register i of lane l
+// gets matrix i's (row l / 4, columns 2 (l % 4), 2 (l % 4) + 1), or, transposed, (rows 2 (l % 4),
+// 2 (l % 4) + 1, column l / 4); the lower column (row) in the low 16 bits.
+static void weft_emu_ldmatrix_x4(uint32_t (&r)[4], const void *row, bool trans) {
+    warp_ex &w = g_warps[threadIdx.x / 32];
+    const int l = threadIdx.x % 32;
+    if ((uintptr_t)row % 16) __atomic_add_fetch(&g_misaligned, 1, __ATOMIC_RELAXED);
+    w.row[l] = (const uint16_t *)row;
+    pthread_barrier_wait(&w.bar);
+    for (int i = 0; i < 4; i++) {
+        uint32_t lo, hi;
+        if (!trans) {
+            const uint16_t *p = w.row[8 * i + l / 4];
+            lo = p[2 * (l % 4)], hi = p[2 * (l % 4) + 1];
+        } else {
+            lo = w.row[8 * i + 2 * (l % 4)][l / 4], hi = w.row[8 * i + 2 * (l % 4) + 1][l / 4];
+        }
+        r[i] = lo | hi << 16;
     }
     pthread_barrier_wait(&w.bar);
 }
@@ -280,6 +306,7 @@ int main(int argc, char **argv) {
         run_case<64>(1, 130);
         run_case<128>(1, 97);
     }
+    if (g_misaligned) fprintf(stderr, "ldmatrix: %d row addresses not on 16 bytes\n", g_misaligned);
     printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return g_fail || g_misaligned ? 1 : 0;
 }

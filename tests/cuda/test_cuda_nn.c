@@ -1,7 +1,7 @@
 // The nn and normalisation ops on CUDA against the CPU: softmax and
 // log_softmax (rows of 1 to 5000, other dims, strided inputs) with their
-// backward, cross-entropy (+ backward, i32/i64 targets, an out-of-range
-// target), dropout (the same mask as the CPU, bit for bit), layer_norm
+// backward, cross-entropy (+ backward, i32/i64 targets, bf16 / f16 logits,
+// an out-of-range target), dropout (the same mask as the CPU, bit for bit), layer_norm
 // with and without weight/bias, batch_norm in training (outputs, gradients,
 // running statistics) and eval mode.
 #include <stdint.h>
@@ -9,7 +9,7 @@
 #include "cuda_test.h"
 
 static const weft_dtype float_dts[2] = {WEFT_F32, WEFT_F64};
-static double tol_of(weft_dtype dt) { return dt == WEFT_F32 ? 1e-5 : 1e-12; }
+static double tol_of(weft_dtype dt) { return dt == WEFT_F32 ? 1e-5 : dt == WEFT_F64 ? 1e-12 : 1e-2; }
 
 static weft_tensor *rand_dt(int ndim, const int64_t *sizes, weft_dtype dt, double lo, double hi, uint64_t seed) {
     weft_tensor *r = wt_rand64(ndim, sizes, lo, hi, seed, false);
@@ -107,10 +107,13 @@ static weft_tensor *targets_of(int64_t n, int64_t C, weft_dtype dt, uint64_t see
     return t;
 }
 
+// f32, f64, and bf16 / f16 logits read as they are (an f32 loss, the gradient in the logits' dtype; a
+// one-unit difference in its last place stays within 1e-2).
 static void test_cross_entropy(void) {
     const int64_t shapes[][2] = {{5, 10}, {33, 1000}, {4, 3000}, {1, 1}, {300, 7}};
-    for (int f = 0; f < 2; f++) {
-        weft_dtype dt = float_dts[f];
+    const weft_dtype dts[4] = {WEFT_F32, WEFT_F64, WEFT_BF16, WEFT_F16};
+    for (int f = 0; f < 4; f++) {
+        weft_dtype dt = dts[f];
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             int64_t N = shapes[s][0], C = shapes[s][1];
             for (int ti = 0; ti < 2; ti++) {

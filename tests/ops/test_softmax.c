@@ -254,6 +254,50 @@ static void test_ce_backward(void) {
     for (int i = 0; i < 6; i++) weft_tensor_free(fr[i]);
 }
 
+// bf16 / f16 logits (autocast's last linear layer): read as they are, the loss in f32, the gradient in the
+// logits' dtype. References in f64 from the half values: the loss within f32 rounding, each gradient element
+// within about one rounding of its dtype (2^-8 for bf16, 2^-11 for f16, relative; f16's subnormal steps) of
+// the exact one.
+static void test_ce_half(void) {
+    const int64_t N = 70, C = 600; // big enough for threads
+    int64_t tv[70];
+    for (int i = 0; i < N; i++) tv[i] = (i * 53) % C;
+    weft_tensor *t = weft_tensor_from_data(tv, WEFT_DIMS(N), WEFT_I64);
+    const weft_dtype dts[2] = {WEFT_BF16, WEFT_F16};
+    for (int k = 0; k < 2; k++) {
+        weft_tensor *x32 = randt(WEFT_DIMS(N, C), WEFT_F32, -8, 8, 50 + k), *x = weft_cast(x32, dts[k]);
+        weft_tensor_set_requires_grad(x, true);
+        double *xv = malloc(sizeof(double) * N * C), *sm = malloc(sizeof(double) * N * C),
+               *gv = malloc(sizeof(double) * N * C);
+        weft_tensor_to_f64(x, xv, N * C); // the half values, exactly
+        weft_tensor *l = weft_cross_entropy(x, t), *l2 = l ? weft_mul_scalar(l, 2) : NULL;
+        CHECK(l && weft_tensor_ndim(l) == 0 && weft_tensor_dtype(l) == WEFT_F32);
+        CHECK_NEAR(weft_tensor_item(l), ref_ce(xv, tv, N, C), 1e-5);
+        CHECK(l2 && weft_backward(l2, NULL, NULL) == WEFT_OK);
+        weft_tensor *g = weft_tensor_grad(x);
+        CHECK(g && weft_tensor_dtype(g) == dts[k]);
+        if (g) {
+            ref_softmax(xv, WEFT_DIMS(N, C), 1, false, sm);
+            weft_tensor_to_f64(g, gv, N * C);
+            double worst = 0, rel = k ? 0x1p-11 : 0x1p-8;
+            for (int64_t i = 0; i < N * C; i++) {
+                double r = 2 * (sm[i] - (tv[i / C] == i % C)) / (double)N, e = fabs(gv[i] - r) - rel * fabs(r);
+                worst = e > worst ? e : worst;
+            }
+            CHECK(worst <= (k ? 0x1p-25 : 0) + 1e-9); // f16's subnormals: steps of 2^-24 below 2^-14
+        }
+        // the same numbers as the f32 kernels on the widened logits
+        weft_tensor *xw = weft_cast(x, WEFT_F32), *lw = weft_cross_entropy(xw, t);
+        CHECK(lw && weft_tensor_item(lw) == weft_tensor_item(l));
+        weft_tensor *fr[] = {x32, x, l, l2, xw, lw};
+        for (int i = 0; i < 6; i++) weft_tensor_free(fr[i]);
+        free(xv);
+        free(sm);
+        free(gv);
+    }
+    weft_tensor_free(t);
+}
+
 static void expect_error(weft_tensor *r, const char *op) {
     CHECK(r == NULL);
     CHECK(strstr(weft_last_error(), op) != NULL);
@@ -290,6 +334,7 @@ int main(void) {
     RUN(test_backward_f32);
     RUN(test_ce_forward);
     RUN(test_ce_backward);
+    RUN(test_ce_half);
     RUN(test_errors);
     return wt_summary();
 }

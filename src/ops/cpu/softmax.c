@@ -255,7 +255,9 @@ static weft_status ce_prepare(const weft_op_args *a, ce_plan *p) {
     return WEFT_OK;
 }
 
+// bf16 / f16 logits: the f32 kernels on a widened copy, the gradient rounded once into the logits' dtype.
 weft_status weft_cpu_cross_entropy(const weft_op_args *a) {
+    if (weft_dtype_is_half(a->in[0]->dtype)) return weft_kernel_widened(a, weft_cpu_cross_entropy);
     ce_plan p;
     weft_status st = ce_prepare(a, &p);
     if (st) return st;
@@ -277,6 +279,7 @@ weft_status weft_cpu_cross_entropy(const weft_op_args *a) {
 
 // cross_entropy_backward: in (logits, targets, g 0-d) -> dlogits (N,C).
 weft_status weft_cpu_cross_entropy_backward(const weft_op_args *a) {
+    if (weft_dtype_is_half(a->in[0]->dtype)) return weft_kernel_widened(a, weft_cpu_cross_entropy_backward);
     ce_plan p;
     weft_status st = ce_prepare(a, &p);
     if (st) return st;

@@ -3,7 +3,9 @@
 // are bf16 or f16 and the head dim D is 16, 32, 64 or 128 (attention.c takes
 // the f32 kernels of attention_kernels.cu, on widened copies, otherwise).
 //
-// Products run on mma.sync.m16n8k16 (bf16 or f16 operands, f32 sums); the
+// Products run on mma.sync.m16n8k16 (bf16 or f16 operands, f32 sums), their
+// operands loaded from shared memory by ldmatrix (.trans for the B operand
+// of P V, P^T go, dS^T q and dS K: one instruction per two fragments); the
 // softmax statistics (running max, sum, lse) and the accumulators are f32;
 // P and dS are rounded to the input dtype only as operands of the next
 // product, as FlashAttention does. lse is written in f32.
@@ -88,35 +90,54 @@ template <> struct lp<__half> {
 };
 #endif
 
-// Shared tiles: rows of LD = D + 8 elements (16-bit), so 32-bit reads at even columns are aligned and the rows
-// of one fragment fall in different banks.
+// Shared tiles: rows of LD = D + 8 elements (16-bit). Every 8-element row segment starts on 16 bytes, as
+// ldmatrix needs, and the 8 rows of one 8x8 matrix (LD * 2 bytes apart: 4 banks further each) fall in
+// different banks.
 template <int D> __host__ __device__ constexpr int ld_of() { return D + 8; }
 
-__device__ __forceinline__ uint32_t ld32(const void *p) { return *(const uint32_t *)p; }
-__device__ __forceinline__ uint32_t ld16(const void *p) { return *(const uint16_t *)p; }
+// ldmatrix.x4: lane l hands over the address of row l % 8 of 8x8 matrix l / 8 (16 bytes of 16-bit
+// elements); register i of lane l receives matrix i's elements (row l / 4, columns 2 (l % 4), + 1), or with
+// .trans (rows 2 (l % 4), + 1, column l / 4): one instruction for four registers of mma fragments.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *row) {
+#ifdef WEFT_CU_EMU
+    weft_emu_ldmatrix_x4(r, row, false);
+#else
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#endif
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void *row) {
+#ifdef WEFT_CU_EMU
+    weft_emu_ldmatrix_x4(r, row, true);
+#else
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+#endif
+}
 
-// A fragment of the 16x16 block at (r0, c0) of a row-major shared tile.
+// A fragment of the 16x16 block at (r0, c0) of a row-major shared tile: matrices (rows, columns) (0, 0),
+// (8, 0), (0, 8), (8, 8) of the block are registers 0..3.
 template <typename T, int LD>
-__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const T *s, int r0, int c0, int g, int t) {
-    const T *p = s + (r0 + g) * LD + c0 + 2 * t;
-    a[0] = ld32(p);
-    a[1] = ld32(p + 8 * LD);
-    a[2] = ld32(p + 8);
-    a[3] = ld32(p + 8 * LD + 8);
+__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const T *s, int r0, int c0, int lane) {
+    ldsm_x4(a, s + (r0 + (lane & 15)) * LD + c0 + 8 * (lane >> 4));
 }
-// B fragment (16x8) with B[k][n] = X[n0 + n][k0 + k] (X row-major: the product with X's transpose).
+// B fragments (16x8) of two neighbouring 8-column tiles, B[k][n] = X[n0 + n][k0 + k] (X row-major: the product
+// with X's transpose): b[0], b[1] for columns n0.., b[2], b[3] for n0 + 8..; matrices (X rows, columns)
+// (n0, k0), (n0, k0 + 8), (n0 + 8, k0), (n0 + 8, k0 + 8).
 template <typename T, int LD>
-__device__ __forceinline__ void frag_bt(uint32_t &b0, uint32_t &b1, const T *x, int n0, int k0, int g, int t) {
-    const T *p = x + (n0 + g) * LD + k0 + 2 * t;
-    b0 = ld32(p);
-    b1 = ld32(p + 8);
+__device__ __forceinline__ void frag_bt2(uint32_t (&b)[4], const T *x, int n0, int k0, int lane) {
+    ldsm_x4(b, x + (n0 + (lane & 7) + 8 * (lane >> 4)) * LD + k0 + 8 * ((lane >> 3) & 1));
 }
-// B fragment (16x8) with B[k][n] = X[k0 + k][n0 + n] (the product with X itself).
+// B fragments (16x8) of two neighbouring 8-column tiles, B[k][n] = X[k0 + k][n0 + n] (the product with X
+// itself), transposed on the way: matrices (X rows, columns) (k0, n0), (k0 + 8, n0), (k0, n0 + 8),
+// (k0 + 8, n0 + 8).
 template <typename T, int LD>
-__device__ __forceinline__ void frag_b(uint32_t &b0, uint32_t &b1, const T *x, int k0, int n0, int g, int t) {
-    const T *p = x + (k0 + 2 * t) * LD + n0 + g;
-    b0 = ld16(p) | ld16(p + LD) << 16;
-    b1 = ld16(p + 8 * LD) | ld16(p + 9 * LD) << 16;
+__device__ __forceinline__ void frag_b2(uint32_t (&b)[4], const T *x, int k0, int n0, int lane) {
+    ldsm_x4_trans(b, x + (k0 + (lane & 15)) * LD + n0 + 8 * (lane >> 4));
 }
 
 // Head bh's first element in a tensor of layout L (attention_kernels.h).
@@ -153,19 +174,23 @@ __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// c[n] = A B^T for the 16 rows at r0 of the shared tile As and the 8 rows at n * 8 of Bs, n < N, over D.
+// c[n] = A B^T for the 16 rows at r0 of the shared tile As and the 8 rows at n * 8 of Bs, n < N (even), over
+// D: each A fragment is loaded once and serves every n.
 template <typename T, int D, int N>
-__device__ __forceinline__ void products_t(float (&c)[N][4], const T *As, int r0, const T *Bs, int g, int t) {
+__device__ __forceinline__ void products_t(float (&c)[N][4], const T *As, int r0, const T *Bs, int lane) {
     constexpr int LD = ld_of<D>();
 #pragma unroll
-    for (int n = 0; n < N; n++) {
-        c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0;
+    for (int n = 0; n < N; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0;
 #pragma unroll
-        for (int kc = 0; kc < D / 16; kc++) {
-            uint32_t a[4], b0, b1;
-            frag_a<T, LD>(a, As, r0, kc * 16, g, t);
-            frag_bt<T, LD>(b0, b1, Bs, n * 8, kc * 16, g, t);
-            lp<T>::mma(c[n], a, b0, b1);
+    for (int kc = 0; kc < D / 16; kc++) {
+        uint32_t a[4];
+        frag_a<T, LD>(a, As, r0, kc * 16, lane);
+#pragma unroll
+        for (int n = 0; n < N; n += 2) {
+            uint32_t b[4];
+            frag_bt2<T, LD>(b, Bs, n * 8, kc * 16, lane);
+            lp<T>::mma(c[n], a, b[0], b[1]);
+            lp<T>::mma(c[n + 1], a, b[2], b[3]);
         }
     }
 }
@@ -173,18 +198,19 @@ __device__ __forceinline__ void products_t(float (&c)[N][4], const T *As, int r0
 // acc (16 x D) += C Bs, with C (16 x 16 KK) the f32 C fragments of a product (8 columns each), rounded to T:
 // two neighbouring C fragments, paired, are one A fragment; Bs holds 16 KK rows of D (row-major, shared).
 template <typename T, int D, int KK>
-__device__ __forceinline__ void accumulate(float (&acc)[D / 8][4], const float (&c)[2 * KK][4], const T *Bs, int g,
-                                           int t) {
+__device__ __forceinline__ void accumulate(float (&acc)[D / 8][4], const float (&c)[2 * KK][4], const T *Bs,
+                                           int lane) {
 #pragma unroll
     for (int kk = 0; kk < KK; kk++) {
         const uint32_t a[4] = {lp<T>::pack(c[2 * kk][0], c[2 * kk][1]), lp<T>::pack(c[2 * kk][2], c[2 * kk][3]),
                                lp<T>::pack(c[2 * kk + 1][0], c[2 * kk + 1][1]),
                                lp<T>::pack(c[2 * kk + 1][2], c[2 * kk + 1][3])};
 #pragma unroll
-        for (int n = 0; n < D / 8; n++) {
-            uint32_t b0, b1;
-            frag_b<T, ld_of<D>()>(b0, b1, Bs, kk * 16, n * 8, g, t);
-            lp<T>::mma(acc[n], a, b0, b1);
+        for (int n = 0; n < D / 8; n += 2) {
+            uint32_t b[4];
+            frag_b2<T, ld_of<D>()>(b, Bs, kk * 16, n * 8, lane);
+            lp<T>::mma(acc[n], a, b[0], b[1]);
+            lp<T>::mma(acc[n + 1], a, b[2], b[3]);
         }
     }
 }
@@ -211,7 +237,7 @@ __global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, cons
     __syncthreads();
     uint32_t qa[NK][4];
 #pragma unroll
-    for (int kc = 0; kc < NK; kc++) frag_a<T, LD>(qa[kc], Qs, rw, kc * 16, g, t);
+    for (int kc = 0; kc < NK; kc++) frag_a<T, LD>(qa[kc], Qs, rw, kc * 16, lane);
 
     float acc[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
 #pragma unroll
@@ -228,15 +254,16 @@ __global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, cons
         if (j0 > i0 + rw + 15) continue; // the whole tile is above this warp's diagonal (warp-uniform)
         float s[NS][4];
 #pragma unroll
-        for (int n = 0; n < NS; n++) {
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0;
+        for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0;
+#pragma unroll
+        for (int n = 0; n < NS; n += 2)
 #pragma unroll
             for (int kc = 0; kc < NK; kc++) {
-                uint32_t b0, b1;
-                frag_bt<T, LD>(b0, b1, Ks, n * 8, kc * 16, g, t);
-                lp<T>::mma(s[n], qa[kc], b0, b1);
+                uint32_t b[4];
+                frag_bt2<T, LD>(b, Ks, n * 8, kc * 16, lane);
+                lp<T>::mma(s[n], qa[kc], b[0], b[1]);
+                lp<T>::mma(s[n + 1], qa[kc], b[2], b[3]);
             }
-        }
         // masked, scaled scores (log2 units) and the rows' new maxima
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -268,7 +295,7 @@ __global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, cons
                 s[n][e] = exp2f(s[n][e] - mref[e >> 1]);
                 l[e >> 1] += s[n][e];
             }
-        accumulate<T, D, kFwdKeys / 16>(acc, s, Vs, g, t); // o += P V
+        accumulate<T, D, kFwdKeys / 16>(acc, s, Vs, lane); // o += P V
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -340,8 +367,8 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k,
         if (i0 + kBwdRows - 1 < j0 + rw) continue; // every query of the tile is before this warp's keys
         // S^T (own keys x queries) = K Q^T and dP^T = V go^T
         float p[NQ][4], dp[NQ][4];
-        products_t<T, D, NQ>(p, Ks, rw, Qs, g, t);
-        products_t<T, D, NQ>(dp, Vs, rw, Gs, g, t);
+        products_t<T, D, NQ>(p, Ks, rw, Qs, lane);
+        products_t<T, D, NQ>(dp, Vs, rw, Gs, lane);
         // P^T = exp(s - lse_i) where j <= i < T, else 0; dS^T = P^T (dP^T - Dl_i)
 #pragma unroll
         for (int n = 0; n < NQ; n++)
@@ -353,8 +380,8 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k,
                 p[n][e] = pe;
                 dp[n][e] = pe * (dp[n][e] - Dls[c]);
             }
-        accumulate<T, D, kBwdRows / 16>(dv, p, Gs, g, t);  // dv += P^T go
-        accumulate<T, D, kBwdRows / 16>(dk, dp, Qs, g, t); // dk += dS^T q
+        accumulate<T, D, kBwdRows / 16>(dv, p, Gs, lane);  // dv += P^T go
+        accumulate<T, D, kBwdRows / 16>(dk, dp, Qs, lane); // dk += dS^T q
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -405,8 +432,8 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dq(const T *q, const T *k, c
         __syncthreads();
         if (j0 > i0 + rw + 15) continue; // every key of the tile is after this warp's queries
         float p[NJ][4], dp[NJ][4];
-        products_t<T, D, NJ>(p, Qs, rw, Ks, g, t);
-        products_t<T, D, NJ>(dp, Gs, rw, Vs, g, t);
+        products_t<T, D, NJ>(p, Qs, rw, Ks, lane);
+        products_t<T, D, NJ>(dp, Gs, rw, Vs, lane);
 #pragma unroll
         for (int n = 0; n < NJ; n++)
 #pragma unroll
@@ -415,7 +442,7 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dq(const T *q, const T *k, c
                 const float pe = j <= i && i < Tn ? exp2f(p[n][e] * scale_log2 - lrow[e >> 1]) : 0.f;
                 dp[n][e] = pe * (dp[n][e] - dlrow[e >> 1]);
             }
-        accumulate<T, D, kBwdRows / 16>(dq, dp, Ks, g, t); // dq += dS K
+        accumulate<T, D, kBwdRows / 16>(dq, dp, Ks, lane); // dq += dS K
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {

@@ -113,7 +113,7 @@ void weft_cuda_register_nn(void) {
     weft_cu_register("log_softmax", cu_softmax, WEFT_DT_FLOAT);
     weft_cu_register("softmax_backward", cu_softmax_backward, WEFT_DT_FLOAT);
     weft_cu_register("log_softmax_backward", cu_softmax_backward, WEFT_DT_FLOAT);
-    weft_cu_register("cross_entropy", cu_cross_entropy, WEFT_DT_FLOAT);
-    weft_cu_register("cross_entropy_backward", cu_cross_entropy_backward, WEFT_DT_FLOAT);
+    weft_cu_register("cross_entropy", cu_cross_entropy, WEFT_DT_FLOAT | WEFT_DT_HALF);
+    weft_cu_register("cross_entropy_backward", cu_cross_entropy_backward, WEFT_DT_FLOAT | WEFT_DT_HALF);
     weft_cu_register("dropout", cu_dropout, WEFT_DT_FLOAT | WEFT_DT_HALF);
 }

@@ -139,26 +139,36 @@ __device__ __forceinline__ int64_t target_at(const void *tg, int tdt, int64_t ts
     return tdt == WEFT_CU_I32 ? (int64_t)((const int32_t *)tg)[r * tstride] : ((const int64_t *)tg)[r * tstride];
 }
 
+// The logits of storage type XT (T, or bf16 / f16 with T float: read as they are, each element widened
+// once) in T: the kernels' arithmetic is the CPU's on its widened copy.
+template <typename T, typename XT> __device__ __forceinline__ T ce_ld(XT v) {
+    if constexpr (weft_cu_is_half<XT>::value) return weft_cu_to_f32(v);
+    else return v;
+}
+
 // rowloss[r] = max + log(sum exp(x - max)) - x[t_r] for each row of x (N,C),
 // the max and sum in T as on the CPU, the loss in double.
-template <typename T, typename G>
-__global__ void __launch_bounds__(NN_THREADS) ce_rows(const T *x, const void *tg, int tdt, int64_t tstride, int64_t N,
+template <typename T, typename XT, typename G>
+__global__ void __launch_bounds__(NN_THREADS) ce_rows(const XT *x, const void *tg, int tdt, int64_t tstride, int64_t N,
                                                       int64_t C, double *rowloss, weft_cuda_report *rep,
                                                       unsigned long long what) {
     __shared__ T sh[32];
     G g;
     const int r0 = g.rank(), rs = g.size();
     for (int64_t r = g.first(); r < N; r += g.stride()) {
-        const T *xr = x + r * C; // (C)
+        const XT *xr = x + r * C; // (C)
         T m = -INFINITY, s = 0;
-        for (int64_t i = r0; i < C; i += rs) m = xr[i] > m ? xr[i] : m;
+        for (int64_t i = r0; i < C; i += rs) {
+            const T v = ce_ld<T>(xr[i]);
+            m = v > m ? v : m;
+        }
         m = g.all(m, weft_cu_max(), sh);
-        for (int64_t i = r0; i < C; i += rs) s += weft_cu_exp(xr[i] - m);
+        for (int64_t i = r0; i < C; i += rs) s += weft_cu_exp(ce_ld<T>(xr[i]) - m);
         s = g.all(s, weft_cu_add(), sh);
         if (r0 == 0) {
             int64_t t = target_at(tg, tdt, tstride, r);
             bool ok = t >= 0 && t < C;
-            rowloss[r] = ok ? (double)m + (double)weft_cu_log(s) - (double)xr[t] : (double)NAN;
+            rowloss[r] = ok ? (double)m + (double)weft_cu_log(s) - (double)ce_ld<T>(xr[t]) : (double)NAN;
             if (!ok) weft_cu_report(rep, what, WEFT_CUDA_REPORT_TARGET, t, r, C);
         }
     }
@@ -173,17 +183,20 @@ template <typename T> __global__ void __launch_bounds__(NN_THREADS) ce_mean(cons
     if (threadIdx.x == 0) out[0] = (T)(N ? s / (double)N : (double)NAN);
 }
 
-template <typename T>
+// The loss is T: f32 for half logits.
+template <typename T, typename XT>
 static cudaError_t launch_ce(const void *x, const void *tg, int tdt, int64_t tstride, int64_t N, int64_t C,
                              double *rowloss, void *out, weft_cuda_report *rep, unsigned long long what,
                              cudaStream_t s) {
     if (N > 0 && C > 0) {
         if (C <= 1024)
-            ce_rows<T, weft_cu_warp_group><<<weft_cu_row_blocks<weft_cu_warp_group>(N, NN_THREADS), NN_THREADS, 0, s>>>(
-                (const T *)x, tg, tdt, tstride, N, C, rowloss, rep, what);
+            ce_rows<T, XT, weft_cu_warp_group>
+                <<<weft_cu_row_blocks<weft_cu_warp_group>(N, NN_THREADS), NN_THREADS, 0, s>>>(
+                    (const XT *)x, tg, tdt, tstride, N, C, rowloss, rep, what);
         else
-            ce_rows<T, weft_cu_block_group><<<weft_cu_row_blocks<weft_cu_block_group>(N, NN_THREADS), NN_THREADS, 0,
-                                              s>>>((const T *)x, tg, tdt, tstride, N, C, rowloss, rep, what);
+            ce_rows<T, XT, weft_cu_block_group>
+                <<<weft_cu_row_blocks<weft_cu_block_group>(N, NN_THREADS), NN_THREADS, 0, s>>>(
+                    (const XT *)x, tg, tdt, tstride, N, C, rowloss, rep, what);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }
@@ -191,52 +204,69 @@ static cudaError_t launch_ce(const void *x, const void *tg, int tdt, int64_t tst
     return cudaGetLastError();
 }
 
+// Run F<T, XT>(args...) for the logits' dtype: f32, f64, and bf16 / f16 read by f32 arithmetic.
+#define CE_DISPATCH(dt, fn, ...)                                           \
+    switch (dt) {                                                          \
+    case WEFT_CU_F32: return fn<float, float>(__VA_ARGS__);                \
+    case WEFT_CU_F64: return fn<double, double>(__VA_ARGS__);              \
+    case WEFT_CU_BF16: return fn<float, __nv_bfloat16>(__VA_ARGS__);       \
+    case WEFT_CU_F16: return fn<float, __half>(__VA_ARGS__);               \
+    default: return cudaErrorInvalidValue;                                 \
+    }
+
 extern "C" cudaError_t weft_cu_cross_entropy(const void *x, int dtype, const void *tg, int tdt, int64_t tstride,
                                              int64_t N, int64_t C, double *rowloss, void *out, weft_cuda_report *rep,
                                              const char *what, cudaStream_t s) {
     if (tdt != WEFT_CU_I32 && tdt != WEFT_CU_I64) return cudaErrorInvalidValue;
     const unsigned long long w = (unsigned long long)(uintptr_t)what;
-    WEFT_CU_DISPATCH_FLOAT(dtype, launch_ce, x, tg, tdt, tstride, N, C, rowloss, out, rep, w, s);
+    CE_DISPATCH(dtype, launch_ce, x, tg, tdt, tstride, N, C, rowloss, out, rep, w, s);
 }
 
 // dx = (softmax(x) - onehot(t)) scale, scale = g / N, per row; as the CPU:
-// k = scale / sum in T, dx = exp(x - max) k, then dx[t] -= scale.
-template <typename T, typename G>
-__global__ void __launch_bounds__(NN_THREADS) ce_bw_rows(const T *x, const void *tg, int tdt, int64_t tstride,
-                                                         int64_t N, int64_t C, const T *gp, T *dx,
+// k = scale / sum in T, dx = exp(x - max) k, then dx[t] -= scale. g is the loss's T; dx the logits' XT,
+// each element rounded once.
+template <typename T, typename XT, typename G>
+__global__ void __launch_bounds__(NN_THREADS) ce_bw_rows(const XT *x, const void *tg, int tdt, int64_t tstride,
+                                                         int64_t N, int64_t C, const T *gp, XT *dx,
                                                          weft_cuda_report *rep, unsigned long long what) {
     __shared__ T sh[32];
     G g;
     const int r0 = g.rank(), rs = g.size();
     const T scale = (T)((double)gp[0] / (double)N); // N > 0 here
     for (int64_t r = g.first(); r < N; r += g.stride()) {
-        const T *xr = x + r * C;
-        T *dr = dx + r * C, m = -INFINITY, s = 0;
-        for (int64_t i = r0; i < C; i += rs) m = xr[i] > m ? xr[i] : m;
+        const XT *xr = x + r * C;
+        XT *dr = dx + r * C;
+        T m = -INFINITY, s = 0;
+        for (int64_t i = r0; i < C; i += rs) {
+            const T v = ce_ld<T>(xr[i]);
+            m = v > m ? v : m;
+        }
         m = g.all(m, weft_cu_max(), sh);
-        for (int64_t i = r0; i < C; i += rs) s += weft_cu_exp(xr[i] - m);
+        for (int64_t i = r0; i < C; i += rs) s += weft_cu_exp(ce_ld<T>(xr[i]) - m);
         s = g.all(s, weft_cu_add(), sh);
         const T k = scale / s;
         const int64_t t = target_at(tg, tdt, tstride, r);
         if (r0 == 0 && (t < 0 || t >= C)) weft_cu_report(rep, what, WEFT_CUDA_REPORT_TARGET, t, r, C);
         for (int64_t i = r0; i < C; i += rs) {
-            T v = weft_cu_exp(xr[i] - m) * k;
-            dr[i] = i == t ? v - scale : v;
+            const T v = weft_cu_exp(ce_ld<T>(xr[i]) - m) * k, d = i == t ? v - scale : v;
+            if constexpr (weft_cu_is_half<XT>::value) dr[i] = weft_cu_from_f32<XT>(d);
+            else dr[i] = d;
         }
     }
 }
 
-template <typename T>
+template <typename T, typename XT>
 static cudaError_t launch_ce_bw(const void *x, const void *tg, int tdt, int64_t tstride, int64_t N, int64_t C,
                                 const void *gp, void *dx, weft_cuda_report *rep, unsigned long long what,
                                 cudaStream_t s) {
     if (C <= 1024)
-        ce_bw_rows<T, weft_cu_warp_group><<<weft_cu_row_blocks<weft_cu_warp_group>(N, NN_THREADS), NN_THREADS, 0, s>>>(
-            (const T *)x, tg, tdt, tstride, N, C, (const T *)gp, (T *)dx, rep, what);
+        ce_bw_rows<T, XT, weft_cu_warp_group>
+            <<<weft_cu_row_blocks<weft_cu_warp_group>(N, NN_THREADS), NN_THREADS, 0, s>>>(
+                (const XT *)x, tg, tdt, tstride, N, C, (const T *)gp, (XT *)dx, rep, what);
     else
-        ce_bw_rows<T, weft_cu_block_group><<<weft_cu_row_blocks<weft_cu_block_group>(N, NN_THREADS), NN_THREADS, 0,
-                                             s>>>((const T *)x, tg, tdt, tstride, N, C, (const T *)gp, (T *)dx, rep,
-                                                  what);
+        ce_bw_rows<T, XT, weft_cu_block_group>
+            <<<weft_cu_row_blocks<weft_cu_block_group>(N, NN_THREADS), NN_THREADS, 0, s>>>(
+                (const XT *)x, tg, tdt, tstride, N, C, (const T *)gp, (XT *)dx, rep, what);
     return cudaGetLastError();
 }
 
@@ -246,7 +276,7 @@ extern "C" cudaError_t weft_cu_cross_entropy_backward(const void *x, int dtype, 
     if (tdt != WEFT_CU_I32 && tdt != WEFT_CU_I64) return cudaErrorInvalidValue;
     if (N == 0 || C == 0) return cudaSuccess;
     const unsigned long long w = (unsigned long long)(uintptr_t)what;
-    WEFT_CU_DISPATCH_FLOAT(dtype, launch_ce_bw, x, tg, tdt, tstride, N, C, g, dx, rep, w, s);
+    CE_DISPATCH(dtype, launch_ce_bw, x, tg, tdt, tstride, N, C, g, dx, rep, w, s);
 }
 
 // ---------------------------------------------------------------- dropout

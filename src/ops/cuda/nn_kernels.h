@@ -21,12 +21,14 @@ cudaError_t weft_cu_softmax_backward(const void *g, const void *y, void *dx, int
 // outside [0, C) is reported into rep as op `what` (a static string; the
 // host does not wait: device/cuda/cuda_report.h); its row's loss is NaN and
 // its gradient row has no -1 term.
-// out (0-d, dtype) = mean over rows r of logsumexp(x_r) - x_r[t_r]; x (N,C)
-// contiguous; rowloss: N doubles of device scratch. N == 0 gives NaN.
+// out (0-d) = mean over rows r of logsumexp(x_r) - x_r[t_r]; x (N,C) contiguous
+// of dtype f32 / f64 / bf16 / f16; out is x's dtype, f32 for the half types
+// (read as they are, f32 arithmetic); rowloss: N doubles of device scratch.
+// N == 0 gives NaN.
 cudaError_t weft_cu_cross_entropy(const void *x, int dtype, const void *tg, int tdt, int64_t tstride, int64_t N,
                                   int64_t C, double *rowloss, void *out, weft_cuda_report *rep, const char *what,
                                   cudaStream_t s);
-// dx (N,C) = (softmax(x) - onehot(t)) g / N; g: one element on the device.
+// dx (N,C, x's dtype) = (softmax(x) - onehot(t)) g / N; g: one element of the loss's dtype on the device.
 cudaError_t weft_cu_cross_entropy_backward(const void *x, int dtype, const void *tg, int tdt, int64_t tstride,
                                            int64_t N, int64_t C, const void *g, void *dx, weft_cuda_report *rep,
                                            const char *what, cudaStream_t s);
