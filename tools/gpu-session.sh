@@ -28,7 +28,8 @@
 #              Graph replay each) against weft eager and PyTorch eager (bench_graph_train; 150 s)
 #   compile    train_gpt2_small_cuda_vs_compile: PyTorch with torch.compile (150 s)
 #   cpu16      the four standard workloads on the CPU at 16 threads, weft built with
-#              oneDNN (a CPU-only build in /tmp) then PyTorch (240 s)
+#              oneDNN (a CPU-only build in /tmp) then PyTorch, after that build's tests of
+#              oneDNN's bf16 matmul and convolution on the host's AVX512-BF16 / AMX (300 s)
 #   suite      the rest of the suite, whose device tests then run on the real cuda:0
 #              (training, graph mode with CUDA Graphs, DDP and the parameter server; 240 s)
 # and, named only (not in the default list):
@@ -104,7 +105,11 @@ for step in $steps; do
     run cpu16_build 100 "cmake -S . -B $C -DCMAKE_BUILD_TYPE=Release -DWEFT_CUDA=OFF $dnnl \
       -DOPENBLAS_LIB=$L/openblas-openmp/libopenblas.so.0 -DOPENBLAS_OMP_LIB=$L/openblas-openmp/libopenblas.so.0 \
       -DCBLAS_INCLUDE=$P/include/x86_64-linux-gnu/openblas-openmp -DCJSON_LIB=$L/libcjson.so.1 \
-      -DCMAKE_C_FLAGS=-I$P/include -DZLIB_INCLUDE_DIR=$P/include && cmake --build $C -j $(nproc) --target bench_train weft_cli"
+      -DCMAKE_C_FLAGS=-I$P/include -DZLIB_INCLUDE_DIR=$P/include && cmake --build $C -j $(nproc) --target bench_train weft_cli \
+      ops_test_gemm ops_test_conv_onednn"
+    # oneDNN's bf16 matmul and convolution on this host's AVX512-BF16 / AMX (issue 17), against the f32 paths
+    run cpu16_bf16_tests 60 "cd $C && WEFT_NUM_THREADS=16 ./ops_test_gemm && WEFT_NUM_THREADS=16 ./ops_test_conv_onednn"
+    grep -E "passed|failed|bf16" "$out/cpu16_bf16_tests.log" | tail -6 | tee -a "$out/summary.txt"
     $C/weft info 2>&1 | grep -iE "gemm|onednn|threads" | head -3 | tee -a "$out/summary.txt"
     for w in train_fmnist_mlp train_fmnist_cnn train_kjv_gpt train_kjv_lstm; do
       run "${w}_cpu16_weft" 25 "WEFT_NUM_THREADS=16 $C/bench_train $w"

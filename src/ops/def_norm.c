@@ -3,6 +3,8 @@
 // layer_norm (inputs x, [weight], [bias]; variadic, presence in attrs)
 //   attrs: i[0] = n_norm_dims, i[1] = has weight, i[2] = has bias; f[0] = eps
 //   outputs: y (shape of x), mean and rstd (the leading dims of x)
+//   A bf16 / f16 x (a linear layer's output under autocast) is read as it is: weight and bias are f32, and
+//   y, mean and rstd are f32 (autocast's f32 op, with no cast kernel); its gradient comes back in x's dtype.
 // add_layer_norm (inputs x, r, [weight], [bias]): s = x + r and y = layer_norm(s) in one pass (the
 //   residual add before a transformer block's norm). r has x's shape, and x's dtype or, when x is f32,
 //   bf16 / f16 (a branch's output under autocast, read as it is: no cast kernel). attrs as layer_norm's.
@@ -10,7 +12,8 @@
 //   in r's dtype.
 // layer_norm_backward (inputs gy, x, mean, rstd, [weight])
 //   attrs: i[0] = n_norm_dims, i[1] = has weight, i[2] = compute dweight/dbias
-//   outputs: dx, dweight, dbias (dweight/dbias: the normalised dims)
+//   outputs: dx (x's dtype), dweight, dbias (dweight/dbias: the normalised dims; f32 for a half x, as gy,
+//   mean, rstd and weight are)
 // batch_norm (inputs x, [weight], [bias], [running_mean], [running_var])
 //   attrs: i[0] = has weight, i[1] = has bias, i[2] = has running_mean, i[3] = has running_var,
 //          i[4] = training; f[0] = momentum, f[1] = eps
@@ -34,11 +37,18 @@ static weft_status need_contiguous(const char *op, const weft_tensor *t, const c
         return weft_error(WEFT_ERR_ARG, "%s: %s must be contiguous", op, what);
     return WEFT_OK;
 }
-static weft_status check_like(const char *op, const weft_tensor *x, const weft_tensor *t, const char *what) {
-    if (t->dtype != x->dtype)
+static weft_status check_dt(const char *op, weft_dtype want, const weft_tensor *t, const char *what) {
+    if (t->dtype != (int)want)
         return weft_error(WEFT_ERR_DTYPE, "%s: %s has dtype %s, expected %s", op, what,
-                          weft_dtype_name((weft_dtype)t->dtype), weft_dtype_name((weft_dtype)x->dtype));
+                          weft_dtype_name((weft_dtype)t->dtype), weft_dtype_name(want));
     return WEFT_OK;
+}
+static weft_status check_like(const char *op, const weft_tensor *x, const weft_tensor *t, const char *what) {
+    return check_dt(op, (weft_dtype)x->dtype, t, what);
+}
+// layer_norm's statistics, output and parameters: x's dtype, f32 for a bf16 / f16 x.
+static weft_dtype ln_stat_dtype(const weft_tensor *x) {
+    return weft_dtype_is_half(x->dtype) ? WEFT_F32 : (weft_dtype)x->dtype;
 }
 static weft_status bad_count(const weft_op_args *a, int want) {
     return weft_error(WEFT_ERR_ARG, "%s: expected %d inputs for these attrs, got %d", a->op->name, want, a->n_in);
@@ -52,17 +62,18 @@ static weft_status infer_layer_norm(const weft_op_args *a, weft_out_meta *o) {
     if (st) return st;
     int hw = (int)a->attrs->i[1], hb = (int)a->attrs->i[2];
     if (a->n_in != 1 + hw + hb) return bad_count(a, 1 + hw + hb);
-    if ((st = weft_check_dtype(op, x, WEFT_DT_FLOAT, "the input"))) return st;
+    if ((st = weft_check_dtype(op, x, WEFT_DT_FLOAT | WEFT_DT_HALF, "the input"))) return st;
     if (a->attrs->i[0] < 1 || a->attrs->i[0] > x->ndim)
         return weft_error(WEFT_ERR_ARG, "%s: n_norm_dims %lld out of range for a %d-d input", op,
                           (long long)a->attrs->i[0], x->ndim);
     int n = (int)a->attrs->i[0];
     if ((st = need_contiguous(op, x, "the input"))) return st;
     const int lead = x->ndim - n;
+    const weft_dtype ft = ln_stat_dtype(x);
     for (int k = 1; k < a->n_in; k++) {
         const weft_tensor *p = a->in[k];
         const char *what = (k == 1 && hw) ? "weight" : "bias";
-        if ((st = check_like(op, x, p, what)) || (st = need_contiguous(op, p, what))) return st;
+        if ((st = check_dt(op, ft, p, what)) || (st = need_contiguous(op, p, what))) return st;
         if (!weft_shape_equal(p->ndim, p->sizes, n, x->sizes + lead)) {
             char s1[96], s2[96];
             return weft_error(WEFT_ERR_SHAPE, "%s: %s has shape %s, expected %s (the last %d dims of the input)", op,
@@ -70,9 +81,9 @@ static weft_status infer_layer_norm(const weft_op_args *a, weft_out_meta *o) {
                               weft_shape_fmt(n, x->sizes + lead, s2, sizeof s2), n);
         }
     }
-    weft_meta_set(&o[0], x->ndim, x->sizes, (weft_dtype)x->dtype);
-    weft_meta_set(&o[1], lead, x->sizes, (weft_dtype)x->dtype);
-    weft_meta_set(&o[2], lead, x->sizes, (weft_dtype)x->dtype);
+    weft_meta_set(&o[0], x->ndim, x->sizes, ft);
+    weft_meta_set(&o[1], lead, x->sizes, ft);
+    weft_meta_set(&o[2], lead, x->sizes, ft);
     return WEFT_OK;
 }
 
@@ -84,9 +95,11 @@ static weft_status infer_ln_bw(const weft_op_args *a, weft_out_meta *o) {
     if (st) return st;
     int hw = (int)a->attrs->i[1];
     if (a->n_in != 4 + hw) return bad_count(a, 4 + hw);
-    if ((st = weft_check_dtype(op, x, WEFT_DT_FLOAT, "the input"))) return st;
+    if ((st = weft_check_dtype(op, x, WEFT_DT_FLOAT | WEFT_DT_HALF, "the input"))) return st;
+    const weft_dtype ft = ln_stat_dtype(x);
     for (int k = 0; k < a->n_in; k++)
-        if ((st = check_like(op, x, a->in[k], "an input")) || (st = need_contiguous(op, a->in[k], "every input")))
+        if ((k != 1 && (st = check_dt(op, ft, a->in[k], "an input"))) ||
+            (st = need_contiguous(op, a->in[k], "every input")))
             return st;
     if (a->attrs->i[0] < 1 || a->attrs->i[0] > x->ndim)
         return weft_error(WEFT_ERR_ARG, "%s: n_norm_dims %lld out of range for a %d-d input", op,
@@ -99,14 +112,15 @@ static weft_status infer_ln_bw(const weft_op_args *a, weft_out_meta *o) {
         (hw && !weft_shape_equal(a->in[4]->ndim, a->in[4]->sizes, n, x->sizes + lead)))
         return weft_error(WEFT_ERR_SHAPE, "%s: inputs do not match the shape of x", op);
     weft_meta_set(&o[0], x->ndim, x->sizes, (weft_dtype)x->dtype);
-    weft_meta_set(&o[1], n, x->sizes + lead, (weft_dtype)x->dtype);
-    weft_meta_set(&o[2], n, x->sizes + lead, (weft_dtype)x->dtype);
+    weft_meta_set(&o[1], n, x->sizes + lead, ft);
+    weft_meta_set(&o[2], n, x->sizes + lead, ft);
     return WEFT_OK;
 }
 
 weft_op_def weft_op_layer_norm_backward = {
-    .name = "layer_norm_backward", .n_in = -1, .n_out = 3, .infer = infer_ln_bw, .backward = NULL,
-    .kernel = {[WEFT_CPU] = {weft_cpu_layer_norm_backward, WEFT_DT_FLOAT}}};
+    .name = "layer_norm_backward", .n_in = -1, .n_out = 3, .dispatch_in = 1, // x's dtype picks the kernel
+    .infer = infer_ln_bw, .backward = NULL,
+    .kernel = {[WEFT_CPU] = {weft_cpu_layer_norm_backward, WEFT_DT_FLOAT | WEFT_DT_HALF}}};
 
 // Hand out gin[i] = t if input i wants it, else drop t.
 static void give(const weft_bw_args *b, int i, weft_tensor *t) {
@@ -147,7 +161,7 @@ weft_op_def weft_op_layer_norm = {
     .name = "layer_norm", .n_in = -1, .n_out = 3,
     .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1) | WEFT_SAVE_OUT(1) | WEFT_SAVE_OUT(2),
     .infer = infer_layer_norm, .backward = bw_layer_norm,
-    .kernel = {[WEFT_CPU] = {weft_cpu_layer_norm, WEFT_DT_FLOAT}}};
+    .kernel = {[WEFT_CPU] = {weft_cpu_layer_norm, WEFT_DT_FLOAT | WEFT_DT_HALF}}};
 
 // ---------------------------------------------------------------- add_layer_norm
 // layer_norm's checks on (x, [w], [b]), then r against x.
@@ -155,10 +169,12 @@ static weft_status infer_add_ln(const weft_op_args *a, weft_out_meta *o) {
     const char *op = a->op->name;
     if (a->n_in < 2) return bad_count(a, 2);
     const weft_tensor *x = a->in[0], *r = a->in[1];
+    weft_status st = weft_check_dtype(op, x, WEFT_DT_FLOAT, "the input"); // (layer_norm's also takes a half one)
+    if (st) return st;
     weft_tensor *rest[3] = {a->in[0], a->n_in > 2 ? a->in[2] : NULL, a->n_in > 3 ? a->in[3] : NULL};
     weft_op_args ln = *a;
     ln.in = rest, ln.n_in = a->n_in - 1;
-    weft_status st = infer_layer_norm(&ln, o + 1); // (its messages name this op)
+    st = infer_layer_norm(&ln, o + 1); // (its messages name this op)
     if (st) return st;
     if (!weft_shape_equal(r->ndim, r->sizes, x->ndim, x->sizes)) {
         char s1[96], s2[96];

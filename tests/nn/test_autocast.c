@@ -14,7 +14,7 @@
 // block's last residual add runs in the next norm's add_layer_norm. The same
 // values and gradients as the blocks run one by one (f64), and under bf16 no
 // cast of the mlp's output (14 casts a block instead of 15) and no add.
-// The cross-entropy loss reads a linear layer's bf16 logits without a cast.
+// The cross-entropy loss and a layer norm read a linear layer's bf16 output without a cast.
 #include <stdlib.h>
 #include <string.h>
 
@@ -318,21 +318,15 @@ static void test_stack(void) {
     weft_generator_free(gen);
 }
 
-// The loss reads the last linear layer's bf16 logits as they are: a traced forward + cross-entropy casts
-// only the input and the two parameters (no f32 copy of the logits), the loss is f32 and equals the f64
-// cross-entropy of the bf16 logits, and the gradients reach the f32 parameters.
-static void test_loss_reads_bf16(void) {
-    weft_generator *gen = weft_generator_create(7);
-    weft_module *m = weft_nn_linear(16, 10, true, gen);
-    weft_tensor *x = wt_rand64(WEFT_DIMS(6, 16), -1, 1, 3, false), *xf = weft_cast(x, WEFT_F32);
-    int64_t tv[6] = {0, 9, 3, 3, 7, 1};
-    weft_tensor *t = weft_tensor_from_data(tv, WEFT_DIMS(6), WEFT_I64);
+// The casts of a traced forward of m under bf16 followed by after(y) (y's consumer), and whether op `name` ran.
+static int traced_casts(weft_module *m, weft_tensor *x, weft_tensor *(*after)(weft_tensor *, void *), void *ctx,
+                        const char *name) {
     weft_graph *g = weft_graph_new();
-    int casts = -1, ce = 0;
+    int casts = -1, seen = 0;
     if (g && weft_graph_trace_begin(g) == WEFT_OK) {
-        weft_graph_trace_input(g, xf, "x");
+        weft_graph_trace_input(g, x, "x");
         weft_autocast_set(WEFT_BF16);
-        weft_tensor *y = weft_module_forward(m, xf), *l = y ? weft_cross_entropy(y, t) : NULL;
+        weft_tensor *y = weft_module_forward(m, x), *l = y ? after(y, ctx) : NULL;
         weft_autocast_set(WEFT_F32);
         CHECK(l != NULL);
         if (l) weft_graph_trace_output(g, l);
@@ -341,19 +335,38 @@ static void test_loss_reads_bf16(void) {
         for (int i = 0; i < weft_graph_node_count(g); i++) {
             const char *op = weft_graph_node_op(g, (weft_node_id){i});
             casts += op && !strcmp(op, "cast");
-            ce += op && !strcmp(op, "cross_entropy");
+            seen += op && !strcmp(op, name);
         }
         weft_tensor_free(y);
         weft_tensor_free(l);
     }
-    CHECK(casts == 3 && ce == 1);
     weft_graph_free(g);
+    return seen == 1 ? casts : -1;
+}
+
+static weft_tensor *ce_after(weft_tensor *y, void *t) { return weft_cross_entropy(y, t); }
+static weft_tensor *ln_after(weft_tensor *y, void *ln) { return weft_module_forward(ln, y); }
+
+// The loss reads the last linear layer's bf16 logits as they are: a traced forward + cross-entropy casts
+// only the input and the two parameters (no f32 copy of the logits), the loss is f32 and equals the f64
+// cross-entropy of the bf16 logits, and the gradients reach the f32 parameters. A layer norm after a linear
+// layer reads its bf16 output the same way: f32 out, f32 gradients of both layers' parameters.
+static void test_reads_bf16(void) {
+    weft_generator *gen = weft_generator_create(7);
+    weft_module *m = weft_nn_linear(16, 10, true, gen), *ln = weft_nn_layer_norm(10, 1e-5);
+    weft_tensor *x = wt_rand64(WEFT_DIMS(6, 16), -1, 1, 3, false), *xf = weft_cast(x, WEFT_F32);
+    int64_t tv[6] = {0, 9, 3, 3, 7, 1};
+    weft_tensor *t = weft_tensor_from_data(tv, WEFT_DIMS(6), WEFT_I64);
+    CHECK(traced_casts(m, xf, ce_after, t, "cross_entropy") == 3);
+    CHECK(traced_casts(m, xf, ln_after, ln, "layer_norm") == 3);
 
     weft_autocast_set(WEFT_BF16);
     weft_tensor *y = weft_module_forward(m, xf), *l = y ? weft_cross_entropy(y, t) : NULL;
+    weft_tensor *n = y ? weft_module_forward(ln, y) : NULL;
     weft_autocast_set(WEFT_F32);
-    CHECK(y && l && weft_tensor_dtype(y) == WEFT_BF16 && weft_tensor_dtype(l) == WEFT_F32);
-    if (y && l) {
+    CHECK(y && l && n && weft_tensor_dtype(y) == WEFT_BF16 && weft_tensor_dtype(l) == WEFT_F32 &&
+          weft_tensor_dtype(n) == WEFT_F32);
+    if (y && l && n) {
         double yv[60], ref = 0;
         weft_tensor_to_f64(y, yv, 60);
         for (int r = 0; r < 6; r++) {
@@ -363,13 +376,18 @@ static void test_loss_reads_bf16(void) {
             ref += (mx + log(s) - yv[r * 10 + tv[r]]) / 6;
         }
         CHECK_NEAR(weft_tensor_item(l), ref, 1e-5);
-        CHECK(weft_backward(l, NULL, NULL) == WEFT_OK);
+        weft_tensor *ns = weft_sum(n, 0, NULL, false), *tot = ns ? weft_add(l, ns) : NULL;
+        CHECK(tot && weft_backward(tot, NULL, NULL) == WEFT_OK);
         double gr[170];
         CHECK(param_grads(m, WEFT_F32, gr) == 170);
+        CHECK(param_grads(ln, WEFT_F32, gr) == 20);
+        weft_tensor_free(ns);
+        weft_tensor_free(tot);
     }
-    weft_tensor *fr[] = {x, xf, t, y, l};
-    for (int i = 0; i < 5; i++) weft_tensor_free(fr[i]);
+    weft_tensor *fr[] = {x, xf, t, y, l, n};
+    for (int i = 0; i < 6; i++) weft_tensor_free(fr[i]);
     weft_module_free(m);
+    weft_module_free(ln);
     weft_generator_free(gen);
 }
 
@@ -377,6 +395,6 @@ int main(void) {
     RUN(test_block_bf16);
     RUN(test_weight_cast_cache);
     RUN(test_stack);
-    RUN(test_loss_reads_bf16);
+    RUN(test_reads_bf16);
     return wt_summary();
 }

@@ -1,6 +1,7 @@
 // layer_norm and batch_norm: forward against naive f64 loops, backward by
 // finite differences and against the same formula built from primitive ops,
-// running-stat updates against the closed form, error cases.
+// running-stat updates against the closed form, error cases; layer_norm of a
+// bf16 / f16 input against the f64 op on its values.
 #include <stdlib.h>
 #include <string.h>
 
@@ -174,6 +175,51 @@ static void test_ln_partial_needs(void) {
     weft_tensor *ts[] = {x, w, y, s, y2, s2, g, gs};
     free_all(8, ts);
     weft_clear_error();
+}
+
+// A bf16 / f16 x (a linear layer's output under autocast) with f32 weight and bias: read as it is, y f32,
+// x's gradient in x's dtype, the weight's and bias's in f32. References: the f64 op on the half values.
+static void test_ln_half(void) {
+    const int64_t R = 6, C = 40, xs[2] = {R, C};
+    const weft_dtype dts[2] = {WEFT_BF16, WEFT_F16};
+    for (int k = 0; k < 2; k++) {
+        weft_tensor *x64 = wt_rand64(2, xs, -2, 3, 71 + k, false), *xh = weft_cast(x64, dts[k]);
+        weft_tensor *w64 = wt_rand64(1, &C, 0.5, 1.5, 73, false), *b64 = wt_rand64(1, &C, -1, 1, 74, false);
+        weft_tensor *w = weft_cast(w64, WEFT_F32), *b = weft_cast(b64, WEFT_F32), *gw = wt_rand64(2, xs, -1, 1, 75, false);
+        weft_tensor *gw32 = weft_cast(gw, WEFT_F32);
+        // the reference: f64 on the half values, the f32 parameters' values
+        weft_tensor *xr = weft_cast(xh, WEFT_F64), *wr = weft_cast(w, WEFT_F64), *br = weft_cast(b, WEFT_F64);
+        weft_tensor *ps[6] = {xh, w, b, xr, wr, br};
+        for (int i = 0; i < 6; i++) weft_tensor_set_requires_grad(ps[i], true);
+        weft_tensor *y = weft_layer_norm(xh, 1, w, b, 1e-5), *yr = weft_layer_norm(xr, 1, wr, br, 1e-5);
+        CHECK(y && yr && weft_tensor_dtype(y) == WEFT_F32);
+        double *ref = values(yr);
+        wt_check_values("layer_norm half x", y, ref, R * C, 2e-5);
+        weft_tensor *m = weft_mul(y, gw32), *mr = weft_mul(yr, gw), *l = weft_sum(m, 0, NULL, false),
+                    *lr = weft_sum(mr, 0, NULL, false);
+        CHECK(l && lr && weft_backward(l, NULL, NULL) == WEFT_OK && weft_backward(lr, NULL, NULL) == WEFT_OK);
+        weft_tensor *gx = weft_tensor_grad(xh), *gwt = weft_tensor_grad(w), *gb = weft_tensor_grad(b);
+        CHECK(gx && weft_tensor_dtype(gx) == dts[k] && gwt && weft_tensor_dtype(gwt) == WEFT_F32 && gb);
+        if (gx && gwt && gb) {
+            double *gxr = values(weft_tensor_grad(xr)), *gxv = values(gx), worst = 0, big = 0;
+            for (int64_t i = 0; i < R * C; i++) big = fmax(big, fabs(gxr[i]));
+            for (int64_t i = 0; i < R * C; i++) // one rounding of x's dtype, plus f32 sums
+                worst = fmax(worst, fabs(gxv[i] - gxr[i]) - (k ? 0x1p-11 : 0x1p-8) * fabs(gxr[i]));
+            CHECK(worst <= 1e-5 * big);
+            free(gxr), free(gxv);
+            double *gwr = values(weft_tensor_grad(wr)), *gbr = values(weft_tensor_grad(br));
+            wt_check_values("layer_norm half x: weight grad", gwt, gwr, C, 1e-5);
+            wt_check_values("layer_norm half x: bias grad", gb, gbr, C, 1e-5);
+            free(gwr), free(gbr);
+        }
+        // a half weight is an error that names the op (the parameters of a half x are f32)
+        weft_tensor *wh = weft_cast(w, dts[k]), *bad = weft_layer_norm(xh, 1, wh, NULL, 1e-5);
+        CHECK(bad == NULL && err_names("layer_norm"));
+        weft_clear_error();
+        weft_tensor *ts[] = {x64, xh, w64, b64, w, b, gw, gw32, xr, wr, br, y, yr, m, mr, l, lr, wh, bad};
+        free_all(19, ts);
+        free(ref);
+    }
 }
 
 static void test_ln_errors(void) {
@@ -513,6 +559,7 @@ int main(void) {
         RUN(test_ln_backward_large);
         RUN(test_ln_partial_needs);
         RUN(test_add_ln);
+        RUN(test_ln_half);
     }
     RUN(test_ln_errors);
     RUN(test_bn_forward);

@@ -59,14 +59,15 @@ static weft_status cu_layer_norm_backward(const weft_op_args *a) {
     cudaStream_t s = weft_cu_stream(a->out[0]);
     weft_tensor *part = NULL;
     cudaError_t e = cudaSuccess;
+    const weft_dtype ft = (weft_dtype)a->out[1]->dtype; // the statistics' (f32 for a bf16 / f16 x)
     if (want_wb && R > 0 && C > 0) {
         int64_t np = weft_cu_layer_norm_part_elems(R, C);
-        if (!(part = weft_tensor_new(1, &np, (weft_dtype)x->dtype, x->device))) {
+        if (!(part = weft_tensor_new(1, &np, ft, x->device))) {
             weft_kernel_inputs_free(&c);
             return weft_last_status();
         }
     } else if (!want_wb) {
-        size_t bytes = (size_t)C * weft_dtype_size((weft_dtype)x->dtype);
+        size_t bytes = (size_t)C * weft_dtype_size(ft);
         if (bytes) e = cudaMemsetAsync(weft_tensor_ptr(a->out[1]), 0, bytes, s);
         if (bytes && e == cudaSuccess) e = cudaMemsetAsync(weft_tensor_ptr(a->out[2]), 0, bytes, s);
     }
@@ -141,8 +142,8 @@ static weft_status cu_batch_norm_backward(const weft_op_args *a) {
 }
 
 void weft_cuda_register_norm(void) {
-    weft_cu_register("layer_norm", cu_layer_norm, WEFT_DT_FLOAT);
-    weft_cu_register("layer_norm_backward", cu_layer_norm_backward, WEFT_DT_FLOAT);
+    weft_cu_register("layer_norm", cu_layer_norm, WEFT_DT_FLOAT | WEFT_DT_HALF);
+    weft_cu_register("layer_norm_backward", cu_layer_norm_backward, WEFT_DT_FLOAT | WEFT_DT_HALF);
     weft_cu_register("add_layer_norm", cu_add_layer_norm, WEFT_DT_FLOAT);
     weft_cu_register("batch_norm", cu_batch_norm, WEFT_DT_FLOAT);
     weft_cu_register("batch_norm_backward", cu_batch_norm_backward, WEFT_DT_FLOAT);

@@ -16,33 +16,42 @@
 #define NORM_THREADS 256
 
 // ---------------------------------------------------------------- layer_norm
-// RES (add_layer_norm): the row is x + res (res of type RT: T, or bf16 / f16 with T float, read as it
-// is), written to sum and normalised from there: each thread reads back only what it wrote.
-template <typename T, typename RT, bool RES, typename G>
-__global__ void __launch_bounds__(NORM_THREADS) ln_fwd(const T *x, const RT *res, T *sum, const T *w, const T *b, T *y,
-                                                       T *mean, T *rstd, int64_t R, int64_t C, T eps) {
+// A value of storage type XT (T, or bf16 / f16 with T float: widened as it is read) in T.
+template <typename T, typename XT> __device__ __forceinline__ T ln_ld(XT v) {
+    if constexpr (weft_cu_is_half<XT>::value) return weft_cu_to_f32(v);
+    else return v;
+}
+
+// x of storage type XT: T, or bf16 / f16 with T float (layer_norm's half input: read as it is, the statistics
+// and y in f32). RES (add_layer_norm, XT = T): the row is x + res (res of type RT: T, or bf16 / f16 with T
+// float, read as it is), written to sum and normalised from there: each thread reads back only what it wrote.
+template <typename T, typename XT, typename RT, bool RES, typename G>
+__global__ void __launch_bounds__(NORM_THREADS) ln_fwd(const XT *x, const RT *res, T *sum, const T *w, const T *b,
+                                                       T *y, T *mean, T *rstd, int64_t R, int64_t C, T eps) {
     __shared__ T sh[32];
     G g;
     const int r0 = g.rank(), rs = g.size();
     for (int64_t r = g.first(); r < R; r += g.stride()) {
-        const T *xr = x + r * C; // (C)
-        T *yr = y + r * C;
+        const XT *xr = x + r * C; // (C)
+        T *yr = y + r * C, *sr = RES ? sum + r * C : NULL;
+        auto at = [&](int64_t i) -> T { // element i of the row to normalise
+            if constexpr (RES) return sr[i];
+            else return ln_ld<T>(xr[i]);
+        };
         T s = 0, v = 0;
-        if (RES) {
+        if constexpr (RES) {
             const RT *rr = res + r * C;
-            T *sr = sum + r * C;
             for (int64_t i = r0; i < C; i += rs) {
-                const T e = xr[i] + (T)weft_cu_to_f64(rr[i]);
+                const T e = ln_ld<T>(xr[i]) + (T)weft_cu_to_f64(rr[i]);
                 sr[i] = e;
                 s += e;
             }
-            xr = sr;
         } else {
-            for (int64_t i = r0; i < C; i += rs) s += xr[i];
+            for (int64_t i = r0; i < C; i += rs) s += at(i);
         }
         s = g.all(s, weft_cu_add(), sh);
         const T mu = s / (T)C;
-        for (int64_t i = r0; i < C; i += rs) v += (xr[i] - mu) * (xr[i] - mu);
+        for (int64_t i = r0; i < C; i += rs) v += (at(i) - mu) * (at(i) - mu);
         v = g.all(v, weft_cu_add(), sh);
         const T rsd = (T)1 / weft_cu_sqrt(v / (T)C + eps);
         if (r0 == 0) {
@@ -50,7 +59,7 @@ __global__ void __launch_bounds__(NORM_THREADS) ln_fwd(const T *x, const RT *res
             rstd[r] = rsd;
         }
         for (int64_t i = r0; i < C; i += rs) {
-            T n = (xr[i] - mu) * rsd;
+            T n = (at(i) - mu) * rsd;
             if (w) n = n * w[i];
             yr[i] = b ? n + b[i] : n;
         }
@@ -59,36 +68,40 @@ __global__ void __launch_bounds__(NORM_THREADS) ln_fwd(const T *x, const RT *res
 
 // dx per row (llm.c's layernorm_backward): n = (x - mean) rstd, dn = gy w,
 // dx = rstd (dn - mean(dn) - n mean(dn n)).
-template <typename T, typename G>
-__global__ void __launch_bounds__(NORM_THREADS) ln_bwd_dx(const T *gy, const T *x, const T *mean, const T *rstd,
-                                                          const T *w, T *dx, int64_t R, int64_t C) {
+// x and dx of storage type XT (T, or bf16 / f16 with T float: dx rounded once).
+template <typename T, typename XT, typename G>
+__global__ void __launch_bounds__(NORM_THREADS) ln_bwd_dx(const T *gy, const XT *x, const T *mean, const T *rstd,
+                                                          const T *w, XT *dx, int64_t R, int64_t C) {
     __shared__ T sh[32];
     G g;
     const int r0 = g.rank(), rs = g.size();
     for (int64_t r = g.first(); r < R; r += g.stride()) {
-        const T *gr = gy + r * C, *xr = x + r * C;
-        T *dr = dx + r * C;
+        const T *gr = gy + r * C;
+        const XT *xr = x + r * C;
+        XT *dr = dx + r * C;
         const T mu = mean[r], rsd = rstd[r];
         T sdn = 0, sdnn = 0;
         for (int64_t i = r0; i < C; i += rs) {
             T dn = w ? gr[i] * w[i] : gr[i];
             sdn += dn;
-            sdnn += dn * (xr[i] - mu);
+            sdnn += dn * (ln_ld<T>(xr[i]) - mu);
         }
         sdn = g.all(sdn, weft_cu_add(), sh);
         sdnn = g.all(sdnn, weft_cu_add(), sh);
         const T mdn = sdn / (T)C, mdnn = sdnn * rsd / (T)C;
         for (int64_t i = r0; i < C; i += rs) {
-            T n = (xr[i] - mu) * rsd, dn = w ? gr[i] * w[i] : gr[i];
-            dr[i] = (dn - mdn - n * mdnn) * rsd;
+            T n = (ln_ld<T>(xr[i]) - mu) * rsd, dn = w ? gr[i] * w[i] : gr[i];
+            const T d = (dn - mdn - n * mdnn) * rsd;
+            if constexpr (weft_cu_is_half<XT>::value) dr[i] = weft_cu_from_f32<XT>(d);
+            else dr[i] = d;
         }
     }
 }
 
 // Partial column sums over one chunk of rows: part (nchunk, 2, C) gets
 // sum gy n and sum gy. Block (32, 8): 32 columns, 8 rows at a time.
-template <typename T>
-__global__ void __launch_bounds__(NORM_THREADS) ln_bwd_wb_part(const T *gy, const T *x, const T *mean,
+template <typename T, typename XT>
+__global__ void __launch_bounds__(NORM_THREADS) ln_bwd_wb_part(const T *gy, const XT *x, const T *mean,
                                                                const T *rstd, T *part, int64_t R, int64_t C,
                                                                int64_t rows_per_chunk) {
     __shared__ T sw[8][33], sb[8][33];
@@ -98,7 +111,7 @@ __global__ void __launch_bounds__(NORM_THREADS) ln_bwd_wb_part(const T *gy, cons
     T aw = 0, ab = 0;
     if (col < C)
         for (int64_t r = rb + ty; r < re; r += 8) {
-            const T g = gy[r * C + col], n = (x[r * C + col] - mean[r]) * rstd[r];
+            const T g = gy[r * C + col], n = (ln_ld<T>(x[r * C + col]) - mean[r]) * rstd[r];
             aw += g * n;
             ab += g;
         }
@@ -146,32 +159,43 @@ extern "C" int64_t weft_cu_layer_norm_part_elems(int64_t R, int64_t C) {
     return 2 * n * C;
 }
 
-template <typename T, typename RT, bool RES>
+template <typename T, typename XT, typename RT, bool RES>
 static cudaError_t launch_ln_res(const void *x, const void *res, void *sum, const void *w, const void *b, void *y,
                                  void *mean, void *rstd, int64_t R, int64_t C, double eps, cudaStream_t s) {
     if (C <= 1024)
-        ln_fwd<T, RT, RES, weft_cu_warp_group>
+        ln_fwd<T, XT, RT, RES, weft_cu_warp_group>
             <<<weft_cu_row_blocks<weft_cu_warp_group>(R, NORM_THREADS), NORM_THREADS, 0, s>>>(
-                (const T *)x, (const RT *)res, (T *)sum, (const T *)w, (const T *)b, (T *)y, (T *)mean, (T *)rstd, R, C,
-                (T)eps);
+                (const XT *)x, (const RT *)res, (T *)sum, (const T *)w, (const T *)b, (T *)y, (T *)mean, (T *)rstd, R,
+                C, (T)eps);
     else
-        ln_fwd<T, RT, RES, weft_cu_block_group>
+        ln_fwd<T, XT, RT, RES, weft_cu_block_group>
             <<<weft_cu_row_blocks<weft_cu_block_group>(R, NORM_THREADS), NORM_THREADS, 0, s>>>(
-                (const T *)x, (const RT *)res, (T *)sum, (const T *)w, (const T *)b, (T *)y, (T *)mean, (T *)rstd, R, C,
-                (T)eps);
+                (const XT *)x, (const RT *)res, (T *)sum, (const T *)w, (const T *)b, (T *)y, (T *)mean, (T *)rstd, R,
+                C, (T)eps);
     return cudaGetLastError();
 }
 
-template <typename T>
+// layer_norm for x of storage type XT (see ln_fwd), statistics and y in T.
+template <typename T, typename XT>
 static cudaError_t launch_ln(const void *x, const void *w, const void *b, void *y, void *mean, void *rstd, int64_t R,
                              int64_t C, double eps, cudaStream_t s) {
-    return launch_ln_res<T, T, false>(x, NULL, NULL, w, b, y, mean, rstd, R, C, eps, s);
+    return launch_ln_res<T, XT, XT, false>(x, NULL, NULL, w, b, y, mean, rstd, R, C, eps, s);
 }
+
+// Run F<T, XT>(args...) for x's dtype: f32, f64, and bf16 / f16 read by f32 arithmetic.
+#define LN_DISPATCH(dt, fn, ...)                                           \
+    switch (dt) {                                                          \
+    case WEFT_CU_F32: return fn<float, float>(__VA_ARGS__);                \
+    case WEFT_CU_F64: return fn<double, double>(__VA_ARGS__);              \
+    case WEFT_CU_BF16: return fn<float, __nv_bfloat16>(__VA_ARGS__);       \
+    case WEFT_CU_F16: return fn<float, __half>(__VA_ARGS__);               \
+    default: return cudaErrorInvalidValue;                                 \
+    }
 
 extern "C" cudaError_t weft_cu_layer_norm(const void *x, const void *w, const void *b, void *y, void *mean,
                                           void *rstd, int dtype, int64_t R, int64_t C, double eps, cudaStream_t s) {
     if (R == 0) return cudaSuccess;
-    WEFT_CU_DISPATCH_FLOAT(dtype, launch_ln, x, w, b, y, mean, rstd, R, C, eps, s);
+    LN_DISPATCH(dtype, launch_ln, x, w, b, y, mean, rstd, R, C, eps, s);
 }
 
 extern "C" cudaError_t weft_cu_add_layer_norm(const void *x, const void *res, int res_dtype, void *sum, const void *w,
@@ -179,27 +203,30 @@ extern "C" cudaError_t weft_cu_add_layer_norm(const void *x, const void *res, in
                                               int64_t C, double eps, cudaStream_t s) {
     if (R == 0) return cudaSuccess;
     if (dtype == WEFT_CU_F32 && res_dtype == WEFT_CU_BF16)
-        return launch_ln_res<float, __nv_bfloat16, true>(x, res, sum, w, b, y, mean, rstd, R, C, eps, s);
+        return launch_ln_res<float, float, __nv_bfloat16, true>(x, res, sum, w, b, y, mean, rstd, R, C, eps, s);
     if (dtype == WEFT_CU_F32 && res_dtype == WEFT_CU_F16)
-        return launch_ln_res<float, __half, true>(x, res, sum, w, b, y, mean, rstd, R, C, eps, s);
+        return launch_ln_res<float, float, __half, true>(x, res, sum, w, b, y, mean, rstd, R, C, eps, s);
     if (dtype == WEFT_CU_F32 && res_dtype == WEFT_CU_F32)
-        return launch_ln_res<float, float, true>(x, res, sum, w, b, y, mean, rstd, R, C, eps, s);
+        return launch_ln_res<float, float, float, true>(x, res, sum, w, b, y, mean, rstd, R, C, eps, s);
     if (dtype == WEFT_CU_F64 && res_dtype == WEFT_CU_F64)
-        return launch_ln_res<double, double, true>(x, res, sum, w, b, y, mean, rstd, R, C, eps, s);
+        return launch_ln_res<double, double, double, true>(x, res, sum, w, b, y, mean, rstd, R, C, eps, s);
     return cudaErrorInvalidValue;
 }
 
-template <typename T>
+template <typename T, typename XT>
 static cudaError_t launch_ln_bw(const void *gy, const void *x, const void *mean, const void *rstd, const void *w,
                                 void *dx, void *dw, void *db, void *part, int64_t R, int64_t C, cudaStream_t s) {
-    const T *g = (const T *)gy, *xt = (const T *)x, *mu = (const T *)mean, *rs = (const T *)rstd;
+    const T *g = (const T *)gy, *mu = (const T *)mean, *rs = (const T *)rstd;
+    const XT *xt = (const XT *)x;
     if (R > 0 && C > 0) {
         if (C <= 1024)
-            ln_bwd_dx<T, weft_cu_warp_group><<<weft_cu_row_blocks<weft_cu_warp_group>(R, NORM_THREADS), NORM_THREADS,
-                                               0, s>>>(g, xt, mu, rs, (const T *)w, (T *)dx, R, C);
+            ln_bwd_dx<T, XT, weft_cu_warp_group>
+                <<<weft_cu_row_blocks<weft_cu_warp_group>(R, NORM_THREADS), NORM_THREADS, 0, s>>>(
+                    g, xt, mu, rs, (const T *)w, (XT *)dx, R, C);
         else
-            ln_bwd_dx<T, weft_cu_block_group><<<weft_cu_row_blocks<weft_cu_block_group>(R, NORM_THREADS),
-                                                NORM_THREADS, 0, s>>>(g, xt, mu, rs, (const T *)w, (T *)dx, R, C);
+            ln_bwd_dx<T, XT, weft_cu_block_group>
+                <<<weft_cu_row_blocks<weft_cu_block_group>(R, NORM_THREADS), NORM_THREADS, 0, s>>>(
+                    g, xt, mu, rs, (const T *)w, (XT *)dx, R, C);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }
@@ -211,7 +238,7 @@ static cudaError_t launch_ln_bw(const void *gy, const void *x, const void *mean,
     int64_t nchunk, rpc;
     ln_chunks(R, &nchunk, &rpc);
     dim3 grid((unsigned)((C + 31) / 32), (unsigned)nchunk), block(32, 8);
-    ln_bwd_wb_part<T><<<grid, block, 0, s>>>(g, xt, mu, rs, (T *)part, R, C, rpc);
+    ln_bwd_wb_part<T, XT><<<grid, block, 0, s>>>(g, xt, mu, rs, (T *)part, R, C, rpc);
     ln_bwd_wb_sum<T><<<weft_cu_blocks(C), WEFT_CU_THREADS, 0, s>>>((const T *)part, (T *)dw, (T *)db, nchunk, C);
     return cudaGetLastError();
 }
@@ -220,7 +247,7 @@ extern "C" cudaError_t weft_cu_layer_norm_backward(const void *gy, const void *x
                                                    const void *w, void *dx, void *dw, void *db, void *part, int dtype,
                                                    int64_t R, int64_t C, cudaStream_t s) {
     if ((dw == NULL) != (db == NULL) || (dw && C > 0 && R > 0 && !part)) return cudaErrorInvalidValue;
-    WEFT_CU_DISPATCH_FLOAT(dtype, launch_ln_bw, gy, x, mean, rstd, w, dx, dw, db, part, R, C, s);
+    LN_DISPATCH(dtype, launch_ln_bw, gy, x, mean, rstd, w, dx, dw, db, part, R, C, s);
 }
 
 // ---------------------------------------------------------------- batch_norm
