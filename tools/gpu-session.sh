@@ -18,18 +18,21 @@
 #     PyTorch peer are gathered in bench.txt with their ratios, and summary.txt
 #     says what ran, what failed, what was skipped.
 #
+# A session's device time (15 minutes, the machine's start included) allows about one such call, so the
+# default order puts first what the open issues need most: the CUDA tests, issue 16's headline numbers,
+# then issue 17's only unmeasured part (cpu16), then the rest as far as the budget goes.
 #   tests      ctest -R cuda (every CUDA-vs-CPU test; 150 s)
 #   gpt2       train_gpt2_small_cuda, weft then PyTorch eager with SDPA (100 s)
 #   attention  causal attention forward+backward at (8,12,1024,64), bf16 and f32, and SDPA (80 s)
-#   bandwidth  copy / cast / add / bias / transpose GB/s at 64 MB against cudaMemcpy (30 s)
-#   graph      weft train models/gpt2-small-bytes.cfg --device cuda --graph, 30 steps (90 s)
-#   standard   the four standard workloads on the GPU, weft then PyTorch eager (120 s)
-#   graphs     the four standard workloads and gpt2-small-bytes as graph-mode steps (one CUDA
-#              Graph replay each) against weft eager and PyTorch eager (bench_graph_train; 150 s)
-#   compile    train_gpt2_small_cuda_vs_compile: PyTorch with torch.compile (150 s)
 #   cpu16      the four standard workloads on the CPU at 16 threads, weft built with
 #              oneDNN (a CPU-only build in /tmp) then PyTorch, after that build's tests of
 #              oneDNN's bf16 matmul and convolution on the host's AVX512-BF16 / AMX (300 s)
+#   bandwidth  copy / cast / add / bias / transpose GB/s at 64 MB against cudaMemcpy (30 s)
+#   standard   the four standard workloads on the GPU, weft then PyTorch eager (120 s)
+#   graphs     the four standard workloads and gpt2-small-bytes as graph-mode steps (one CUDA
+#              Graph replay each) against weft eager and PyTorch eager (bench_graph_train; 150 s)
+#   graph      weft train models/gpt2-small-bytes.cfg --device cuda --graph, 30 steps (90 s)
+#   compile    train_gpt2_small_cuda_vs_compile: PyTorch with torch.compile (150 s)
 #   suite      the rest of the suite, whose device tests then run on the real cuda:0
 #              (training, graph mode with CUDA Graphs, DDP and the parameter server; 240 s)
 # and, named only (not in the default list):
@@ -54,7 +57,7 @@ fi
 [ "${1:-}" = run ] || { echo "usage: gpu-session.sh prepare | run [STEP...]" >&2; exit 2; }
 shift
 : "${B:?run me through .gpu/gpu-build.sh, which builds weft and sets B}"
-steps=${*:-tests gpt2 attention bandwidth graph standard graphs compile cpu16 suite}
+steps=${*:-tests gpt2 attention cpu16 bandwidth standard graphs graph compile suite}
 out=${OUT:-/tmp/weft-gpu-session}
 mkdir -p "$out"
 budget=${SESSION_BUDGET:-470}
