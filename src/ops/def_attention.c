@@ -6,10 +6,12 @@
 //      out 1: lse (B,H,T) = log sum_{j<=i} exp(s_ij) (natural log, max-subtracted); f32 for bf16 / f16 q.
 // Under autocast it runs in the autocast dtype (as PyTorch's scaled_dot_product_attention): on CUDA the
 // tensor-core kernels (attention_mma_kernels.cu), on the CPU the f32 kernel on widened operands.
-// causal_attention_backward: (q, k, v, o, lse, go) -> (gq, gk, gv), each (B,H,T,D).
+// causal_attention_backward: (q, k, v, o, lse, go) -> (gq, gk, gv), each (B,H,T,D) ((B,T,H,D) with i[1]).
 // attrs: f[0] = scale; i[0] = 1: o (and go) are (B,T,H,D), the heads last, so that o viewed as (B,T,H*D) is
 // the heads merged with no copy (what a transformer's attention hands its output projection; PyTorch's
-// SDPA likewise returns its output in (B,T,H,D) memory). Both ops.
+// SDPA likewise returns its output in (B,T,H,D) memory). Both ops. The backward op's i[1] = 1: gq, gk, gv
+// are (B,T,H,D) too, which the forward's backward rule asks for with i[0] and hands on as (B,H,T,D) views:
+// the gradients of q, k, v taken as views of (B,T,C) tensors (a transformer's) reach them with no copy.
 #include "op.h"
 
 #define ATTN_DT (WEFT_DT_FLOAT | WEFT_DT_HALF)
@@ -85,7 +87,7 @@ static weft_status infer_attn(const weft_op_args *a, weft_out_meta *o) {
 // (q, k, v, o, lse, go): o and go like q, lse (B,H,T).
 static weft_status infer_attn_bw(const weft_op_args *a, weft_out_meta *o) {
     weft_status st = check_qkv(a);
-    if (!st) st = weft_check_flags(a->op->name, a->attrs, 0, 1, "o heads last");
+    if (!st) st = weft_check_flags(a->op->name, a->attrs, 0, 2, "o heads last / gradients heads last");
     if (!st) st = check_o(a, a->in[3], "o");
     if (!st) st = check_o(a, a->in[5], "the gradient");
     if (st) return st;
@@ -97,23 +99,32 @@ static weft_status infer_attn_bw(const weft_op_args *a, weft_out_meta *o) {
                           weft_tensor_shape_str(q, s1, sizeof s1), weft_dtype_name((weft_dtype)lse->dtype),
                           weft_tensor_shape_str(lse, s2, sizeof s2));
     }
-    for (int j = 0; j < 3; j++) weft_meta_set(&o[j], 4, q->sizes, (weft_dtype)q->dtype);
+    const int64_t *z = q->sizes, last[4] = {z[0], z[2], z[1], z[3]};
+    for (int j = 0; j < 3; j++) weft_meta_set(&o[j], 4, a->attrs->i[1] ? last : z, (weft_dtype)q->dtype);
     return WEFT_OK;
 }
 
 // Only o carries a gradient: lse is an internal output (saved for backward),
 // so gout[1] is ignored; without gout[0] no input gets a gradient.
+// With the heads last (i[0]) the gradients come heads-last too, handed on as (B,H,T,D) views.
 static weft_status bw_attn(const weft_bw_args *b) {
     if (!b->gout[0]) return WEFT_OK;
     weft_tensor *in[6] = {b->in[0], b->in[1], b->in[2], b->out[0], b->out[1], b->gout[0]};
     weft_tensor *g[WEFT_MAX_OP_OUT];
-    weft_status st = weft_op_apply(&weft_op_causal_attention_backward, 6, in, b->attrs, g);
+    weft_attrs at = *b->attrs;
+    const bool last = at.i[0] != 0;
+    at.i[1] = last;
+    weft_status st = weft_op_apply(&weft_op_causal_attention_backward, 6, in, &at, g);
     if (st != WEFT_OK) return st;
+    static const int perm[4] = {0, 2, 1, 3};
     for (int i = 0; i < 3; i++) {
-        if (b->needs[i]) b->gin[i] = g[i];
-        else weft_tensor_free(g[i]);
+        if (b->needs[i] && st == WEFT_OK) {
+            b->gin[i] = last ? weft_permute(g[i], perm) : weft_tensor_ref(g[i]);
+            if (!b->gin[i]) st = weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
+        }
+        weft_tensor_free(g[i]);
     }
-    return WEFT_OK;
+    return st;
 }
 
 weft_op_def weft_op_causal_attention = {

@@ -5,8 +5,8 @@
 // and ldmatrix's 16-byte row alignment is checked). Checked against attention in
 // double on the same bf16 inputs: o, lse, and the gradients of q, k, v, for head dims 16 to 128, lengths that
 // do and do not fill the tiles, so that every mask, tile bound and fragment index of the kernels is exercised
-// on every machine; and with q, k, v, go read from and o written to (B,T,H,D) memory, as the op runs for a
-// transformer's attention. What this cannot check (the real instruction's layouts and rounding, timing, shared
+// on every machine; and with q, k, v, go read from and o, gq, gk, gv written to (B,T,H,D) memory, as the op
+// runs for a transformer's attention. What this cannot check (the real instruction's layouts and rounding, timing, shared
 // memory limits) is test_cuda_attention's, on a GPU.
 #include <math.h>
 #include <pthread.h>
@@ -261,11 +261,13 @@ template <int D> static void run_case(int BH, int T, int H = 1) {
     });
     launch(1, 128, 0, [=] { mma_bwd_dl<__nv_bfloat16>(G, lay, O, lay, DL, (int64_t)BH * T, T, D); });
     const size_t tiles = sizeof(__nv_bfloat16) * (size_t)((2 * kOwn + 2 * kBwdRows) * ld_of<D>());
+    // the gradients in the inputs' layout: with H > 1, (B,T,H,D), as the op's heads-last backward writes them
     launch((unsigned)(BH * ntile), kThreads, tiles + 2 * kBwdRows * sizeof(float), [=] {
-        mma_bwd_dkdv<__nv_bfloat16, D>(Q, K, V, L, G, lay, lay, lay, lay, DL, GK, GV, T, ntile, (float)scale);
+        mma_bwd_dkdv<__nv_bfloat16, D>(Q, K, V, L, G, lay, lay, lay, lay, DL, GK, lay, GV, lay, T, ntile,
+                                       (float)scale);
     });
     launch((unsigned)(BH * ntile), kThreads, tiles, [=] {
-        mma_bwd_dq<__nv_bfloat16, D>(Q, K, V, L, G, lay, lay, lay, lay, DL, GQ, T, ntile, (float)scale);
+        mma_bwd_dq<__nv_bfloat16, D>(Q, K, V, L, G, lay, lay, lay, lay, DL, GQ, lay, T, ntile, (float)scale);
     });
     auto f32 = [](const std::vector<__nv_bfloat16> &x) {
         std::vector<float> r(x.size());
@@ -276,13 +278,16 @@ template <int D> static void run_case(int BH, int T, int H = 1) {
     // Tolerances, relative to the largest reference value: o and the gradients are bf16 results of products
     // whose operands P and dS are rounded to bf16 (2^-9 relative each), so a few units of 2^-8; lse is f32.
     const char *names[5] = {"o", "lse", "grad q", "grad k", "grad v"};
-    std::vector<__nv_bfloat16> oc(n); // o back in (BH,T,D) order
-    for (int bh = 0; bh < BH; bh++)
-        for (int i = 0; i < T; i++)
-            for (int d = 0; d < D; d++)
-                oc[((size_t)bh * T + i) * D + d] =
-                    o[(size_t)((bh / H) * lay.sb + (bh % H) * lay.sh + (int64_t)i * lay.st + d)];
-    const std::vector<float> got[5] = {f32(oc), lse, f32(gq), f32(gk), f32(gv)};
+    auto bhtd = [&](const std::vector<__nv_bfloat16> &x) { // back in (BH,T,D) order
+        std::vector<__nv_bfloat16> r(n);
+        for (int bh = 0; bh < BH; bh++)
+            for (int i = 0; i < T; i++)
+                for (int d = 0; d < D; d++)
+                    r[((size_t)bh * T + i) * D + d] =
+                        x[(size_t)((bh / H) * lay.sb + (bh % H) * lay.sh + (int64_t)i * lay.st + d)];
+        return r;
+    };
+    const std::vector<float> got[5] = {f32(bhtd(o)), lse, f32(bhtd(gq)), f32(bhtd(gk)), f32(bhtd(gv))};
     const std::vector<double> *ref[5] = {&od, &lsed, &gqd, &gkd, &gvd};
     const double tol[5] = {2e-2, 1e-4, 3e-2, 3e-2, 3e-2};
     for (int i = 0; i < 5; i++) {

@@ -303,6 +303,27 @@ static void test_heads_last(void) {
               WEFT_OK &&
           wt_error_has("causal_attention_backward") && wt_error_has("expected (1,3,2,4)"));
     weft_tensor_free(q), weft_tensor_free(o), weft_tensor_free(lse);
+    // i[1]: the backward op writes gq, gk, gv with the heads last, (B,T,H,D), the transposes of i[1] = 0's
+    // results bit for bit (what the forward's backward rule asks for with the heads last: no copy to merge them)
+    const int64_t sz[4] = {2, 3, 37, 8};
+    weft_tensor *in[6], *g0[WEFT_MAX_OP_OUT] = {0}, *g1[WEFT_MAX_OP_OUT] = {0};
+    for (int i = 0; i < 3; i++) in[i] = rand_as(sz, WEFT_F64, 110 + (uint64_t)i, false);
+    weft_tensor *fw[WEFT_MAX_OP_OUT] = {0};
+    CHECK(fused2(in[0], in[1], in[2], 0.3, fw) == WEFT_OK);
+    in[3] = fw[0], in[4] = fw[1], in[5] = rand_as(sz, WEFT_F64, 113, false);
+    weft_attrs a0 = {.f = {0.3}}, a1 = {.i = {0, 1}, .f = {0.3}}, bad = {.i = {0, 2}, .f = {0.3}};
+    const weft_op_def *bw = weft_op_find("causal_attention_backward");
+    CHECK(weft_op_apply(bw, 6, in, &a0, g0) == WEFT_OK && weft_op_apply(bw, 6, in, &a1, g1) == WEFT_OK);
+    for (int j = 0; j < 3 && g0[j] && g1[j]; j++) {
+        CHECK(weft_tensor_size(g1[j], 1) == 37 && weft_tensor_size(g1[j], 2) == 3);
+        weft_tensor *t = weft_transpose(g1[j], 1, 2);
+        wt_check_same("heads-last gradient op", t, g0[j], 0);
+        weft_tensor_free(t);
+    }
+    weft_tensor *gb[WEFT_MAX_OP_OUT] = {0};
+    CHECK(weft_op_apply(bw, 6, in, &bad, gb) != WEFT_OK && wt_error_has("gradients heads last"));
+    for (int j = 0; j < 3; j++) weft_tensor_free(g0[j]), weft_tensor_free(g1[j]);
+    for (int i = 0; i < 6; i++) weft_tensor_free(in[i]);
 }
 
 // A gradient reaching only lse gives the inputs none (lse carries no gradient).

@@ -64,14 +64,16 @@ static void gemm_double(bool ta, bool tb, int64_t M, int64_t N, int64_t K, doubl
         }                                                                                                           \
         gemm_##T(false, false, m, D, n, 1, s, n, v, lv, 0, o + i0 * lo, lo); /* O = P V (m,D) */                   \
     }                                                                                                               \
-    /* One (b,h): q, k, v, o, go (T_,D) at row strides ld[0..4]; gq, gk, gv (T_,D) contiguous, lse (T_); */       \
-    /* scratch p, dp (BR, T_), dl (T_). */                                                                          \
+    /* One (b,h): q, k, v, o, go (T_,D) at row strides ld[0..4]; gq, gk, gv (T_,D) at row stride ld[5], lse   */ \
+    /* (T_); scratch p, dp (BR, T_), dl (T_). */                                                                    \
     static WEFT_CLONES void bwd_head_##T(const T *q, const T *k, const T *v, const T *o, const T *lse, const T *go, \
                                          const int64_t *ld, T *gq, T *gk, T *gv, int64_t T_, int64_t D, T scale,    \
                                          T *p, T *dp, T *dl) {                                                      \
-        const int64_t lq = ld[0], lk = ld[1], lv = ld[2], lo = ld[3], lg = ld[4];                                   \
-        memset(gk, 0, sizeof(T) * (size_t)(T_ * D));                                                                \
-        memset(gv, 0, sizeof(T) * (size_t)(T_ * D));                                                                \
+        const int64_t lq = ld[0], lk = ld[1], lv = ld[2], lo = ld[3], lg = ld[4], lw = ld[5];                       \
+        for (int64_t i = 0; i < T_; i++) {                                                                          \
+            memset(gk + i * lw, 0, sizeof(T) * (size_t)D);                                                          \
+            memset(gv + i * lw, 0, sizeof(T) * (size_t)D);                                                          \
+        }                                                                                                           \
         for (int64_t i = 0; i < T_; i++) {                                                                          \
             T acc = 0;                                                                                              \
             for (int64_t d = 0; d < D; d++) acc += go[i * lg + d] * o[i * lo + d];                                  \
@@ -86,14 +88,14 @@ static void gemm_double(bool ta, bool tb, int64_t M, int64_t N, int64_t K, doubl
                 _Pragma("omp simd") for (int64_t j = 0; j <= i; j++) pr[j] = EXP(pr[j] - l);                        \
                 for (int64_t j = i + 1; j < n; j++) pr[j] = 0;                                                      \
             }                                                                                                       \
-            gemm_##T(true, false, n, D, m, 1, p, n, go + i0 * lg, lg, 1, gv, D);      /* dV += P^T dO */            \
+            gemm_##T(true, false, n, D, m, 1, p, n, go + i0 * lg, lg, 1, gv, lw);     /* dV += P^T dO */            \
             gemm_##T(false, true, m, n, D, 1, go + i0 * lg, lg, v, lv, 0, dp, n);     /* dP = dO V^T */             \
             for (int64_t r = 0; r < m; r++) {                                                                       \
                 T *pr = p + r * n, *dr = dp + r * n, l = dl[i0 + r];                                                \
                 _Pragma("omp simd") for (int64_t j = 0; j < n; j++) dr[j] = pr[j] * (dr[j] - l); /* dS */           \
             }                                                                                                       \
-            gemm_##T(false, false, m, D, n, scale, dp, n, k, lk, 0, gq + i0 * D, D);  /* dQ = scale dS K */         \
-            gemm_##T(true, false, n, D, m, scale, dp, n, q + i0 * lq, lq, 1, gk, D);  /* dK += scale dS^T Q */      \
+            gemm_##T(false, false, m, D, n, scale, dp, n, k, lk, 0, gq + i0 * lw, lw); /* dQ = scale dS K */        \
+            gemm_##T(true, false, n, D, m, scale, dp, n, q + i0 * lq, lq, 1, gk, lw);  /* dK += scale dS^T Q */     \
         }                                                                                                           \
     }
 ATTN_KERNELS(float, weft_vexp_f32, logf)
@@ -190,7 +192,8 @@ weft_status weft_cpu_causal_attention(const weft_op_args *a) {
     return oom ? weft_error(WEFT_ERR_OOM, "causal_attention: out of memory for the score blocks") : WEFT_OK;
 }
 
-// causal_attention_backward: in (q, k, v, o, lse, go) -> gq, gk, gv (B,H,T,D); attrs f[0] = scale.
+// causal_attention_backward: in (q, k, v, o, lse, go) -> gq, gk, gv (B,H,T,D) (i[1]: (B,T,H,D)); attrs f[0] =
+// scale.
 weft_status weft_cpu_causal_attention_backward(const weft_op_args *a) {
     if (weft_dtype_is_half(a->in[0]->dtype))
         return weft_kernel_widened(a, weft_cpu_causal_attention_backward);
@@ -210,8 +213,11 @@ weft_status weft_cpu_causal_attention_backward(const weft_op_args *a) {
     bool f32 = q->dtype == WEFT_F32;
     size_t esz = weft_dtype_size((weft_dtype)q->dtype);
     const char *pl = weft_tensor_ptr(lse);
-    int64_t ld[5];
+    // gq, gk, gv: (B,H,T,D) contiguous, or (B,T,H,D) (i[1]): head bh at b*T*H*D + h*D, rows H*D apart
+    const bool glast = a->attrs->i[1] != 0;
+    int64_t ld[6];
     for (int i = 0; i < 5; i++) ld[i] = r[i].ld;
+    ld[5] = glast ? H * D : D;
     char *g[3];
     for (int i = 0; i < 3; i++) g[i] = weft_tensor_ptr(a->out[i]);
     double scale = a->attrs->f[0];
@@ -232,7 +238,8 @@ weft_status weft_cpu_causal_attention_backward(const weft_op_args *a) {
             if (!s) continue;
             const char *p[5];
             for (int i = 0; i < 5; i++) p[i] = r[i].p + rows_at(&r[i], bh, H, esz);
-            size_t h = (size_t)(bh * T_ * D) * esz, l = (size_t)(bh * T_) * esz;
+            size_t h = (size_t)(glast ? (bh / H) * T_ * H * D + (bh % H) * D : bh * T_ * D) * esz,
+                   l = (size_t)(bh * T_) * esz;
             if (f32)
                 bwd_head_float((const float *)p[0], (const float *)p[1], (const float *)p[2], (const float *)p[3],
                                (const float *)(pl + l), (const float *)p[4], ld, (float *)(g[0] + h),

@@ -1,7 +1,8 @@
 // CUDA kernels of the fused causal attention ops (attention_kernels.cu):
 //   causal_attention           in: q, k, v (B,H,T,D); out: o (B,H,T,D), lse (B,H,T); f[0] = scale
 //   causal_attention_backward  in: q, k, v, o, lse, go; out: gq, gk, gv (B,H,T,D); f[0] = scale
-// with i[0] = 1, o and go are (B,T,H,D) (the heads last: def_attention.c).
+// with i[0] = 1, o and go are (B,T,H,D) (the heads last: def_attention.c); with the backward's i[1] = 1, so
+// are gq, gk, gv (written in place by the tensor-core kernels; the f32 kernels' results are copied there).
 // f32 and f64 (attention_kernels.cu); bf16 and f16 on tensor cores with f32
 // statistics (attention_mma_kernels.cu) where D is 16, 32, 64 or 128, and
 // otherwise the f32 kernels on widened copies (lse is f32 for the half types).
@@ -128,11 +129,20 @@ static weft_status mma_backward(const weft_op_args *a, int64_t BH, int64_t T, in
     int64_t n = BH * T;
     weft_tensor *dl = st ? NULL : weft_tensor_new(1, &n, WEFT_F32, a->in[0]->device);
     if (!st && !dl) st = weft_last_status();
+    // gq, gk, gv (fresh and contiguous): (B,H,T,D), or (B,T,H,D) with i[1], as (B,H,T,D) views (L[5..7])
+    weft_cu_heads G[3];
     bool fits = st == WEFT_OK && !((uintptr_t)weft_tensor_ptr(lse) & 15);
+    for (int j = 0; j < 3 && fits; j++) {
+        weft_tensor *gview = as_bhtd(a->out[j], a->attrs->i[1] != 0);
+        if (!gview) st = weft_last_status(), fits = false;
+        else fits = heads_in_place(gview, &G[j]);
+        weft_tensor_free(gview);
+    }
     *done = st != WEFT_OK || fits;
     if (fits) {
+        weft_cu_heads LG[8] = {L[0], L[1], L[2], L[3], L[4], G[0], G[1], G[2]};
         cudaError_t e = weft_cu_causal_attention_mma_backward(
-            p[0], p[1], p[2], L, p[4], (const float *)weft_tensor_ptr(lse), p[3], (float *)weft_tensor_ptr(dl),
+            p[0], p[1], p[2], LG, p[4], (const float *)weft_tensor_ptr(lse), p[3], (float *)weft_tensor_ptr(dl),
             weft_tensor_ptr(a->out[0]), weft_tensor_ptr(a->out[1]), weft_tensor_ptr(a->out[2]), a->in[0]->dtype, BH,
             T, D, a->attrs->f[0], weft_cu_stream(a->out[0]));
         st = weft_cu_done(e, a->op->name);
@@ -202,18 +212,30 @@ static weft_status cu_causal_attention_backward(const weft_op_args *a) {
     if (st) return st;
     int64_t n = BH * T;
     weft_tensor *dl = weft_tensor_new(1, &n, (weft_dtype)dt, a->in[0]->device); // Dl_i = go_i.o_i, in lse's dtype
-    if (!dl) {
-        weft_kernel_inputs_free(&c);
-        return weft_last_status();
+    // gradients with the heads last (i[1]): the kernel writes (B,H,T,D) scratches, copied into their order after
+    const bool glast = a->attrs->i[1] != 0;
+    weft_tensor *g[3] = {a->out[0], a->out[1], a->out[2]};
+    for (int j = 0; j < 3 && glast; j++) g[j] = dl ? weft_tensor_new(4, a->in[0]->sizes, (weft_dtype)dt, a->in[0]->device) : NULL;
+    if (!dl || !g[0] || !g[1] || !g[2]) {
+        st = weft_last_status();
+        goto done;
     }
     cudaError_t e = weft_cu_causal_attention_backward(
         weft_tensor_ptr(c.t[0]), weft_tensor_ptr(c.t[1]), weft_tensor_ptr(c.t[2]), weft_tensor_ptr(c.t[3]),
-        weft_tensor_ptr(c.t[4]), weft_tensor_ptr(c.t[5]), weft_tensor_ptr(dl), weft_tensor_ptr(a->out[0]),
-        weft_tensor_ptr(a->out[1]), weft_tensor_ptr(a->out[2]), a->in[0]->dtype, BH, T, D, a->attrs->f[0],
+        weft_tensor_ptr(c.t[4]), weft_tensor_ptr(c.t[5]), weft_tensor_ptr(dl), weft_tensor_ptr(g[0]),
+        weft_tensor_ptr(g[1]), weft_tensor_ptr(g[2]), a->in[0]->dtype, BH, T, D, a->attrs->f[0],
         weft_cu_stream(a->out[0]));
+    st = weft_cu_done(e, a->op->name);
+    for (int j = 0; j < 3 && glast && !st; j++) {
+        weft_tensor *view = as_bhtd(a->out[j], true);
+        st = view ? weft_cuda_copy(view, g[j]) : weft_last_status();
+        weft_tensor_free(view);
+    }
+done:
+    for (int j = 0; j < 3 && glast; j++) weft_tensor_free(g[j]);
     weft_tensor_free(dl);
     weft_kernel_inputs_free(&c);
-    return weft_cu_done(e, a->op->name);
+    return st;
 }
 
 void weft_cuda_register_attention(void) {

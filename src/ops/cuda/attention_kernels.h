@@ -29,7 +29,8 @@ cudaError_t weft_cu_causal_attention_backward(const void *q, const void *k, cons
 // The tensor-core kernels (attention_mma_kernels.cu): q, k, v, o, go, gq, gk, gv of dtype bf16 or f16 with D
 // 16, 32, 64 or 128 (weft_cu_attention_mma_supports); lse and dl (BH,T) f32, the rest as above. q, k, v, go
 // and o lie where L[0..4] say (each pointer, sb, sh and st a multiple of 16 bytes: 16-byte loads; o's rows
-// may be strided, its head rows written in 4-byte pairs); lse and the gradients are contiguous, 16-byte aligned.
+// may be strided, its head rows written in 4-byte pairs); the backward's gq, gk, gv where L[5..7] say (the
+// same rules; e.g. (B,T,H,D) memory); lse is contiguous, 16-byte aligned.
 int weft_cu_attention_mma_supports(int dtype, int64_t D);
 cudaError_t weft_cu_causal_attention_mma(const void *q, const void *k, const void *v, const weft_cu_heads *L, void *o,
                                          float *lse, int dtype, int64_t BH, int64_t T, int64_t D, double scale,

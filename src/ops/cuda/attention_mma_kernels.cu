@@ -30,8 +30,8 @@
 // q, k, v and go are read where they lie (weft_cu_heads): the heads of a
 // (B,T,C) tensor, as a transformer's attention hands them over, cost no
 // copy. o is written (and read back for Dl) in its layout too: (BH,T,D), or
-// (B,T,H,D) for the op's heads-last output. lse and the gradients are
-// contiguous (BH,T) / (BH,T,D).
+// (B,T,H,D) for the op's heads-last output, and so are the gradients gq, gk,
+// gv. lse is contiguous (BH,T).
 //
 // Backward: Dl_i = go_i.o_i (f32) first; then, as the f32 kernels, one kernel
 // per key block for dk and dv (looping over query tiles) and one per query
@@ -334,16 +334,17 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k, const T *v, const float *lse,
                                                         const T *go, weft_cu_heads qL, weft_cu_heads kL,
                                                         weft_cu_heads vL, weft_cu_heads gL, const float *dl, T *gk,
-                                                        T *gv, int64_t Tn, int64_t ntile, float scale) {
+                                                        weft_cu_heads gkL, T *gv, weft_cu_heads gvL, int64_t Tn,
+                                                        int64_t ntile, float scale) {
     constexpr int LD = ld_of<D>(), ND = D / 8, NQ = kBwdRows / 8;
     WEFT_SMEM(smem_raw);
     T *Ks = (T *)smem_raw, *Vs = Ks + kOwn * LD, *Qs = Vs + kOwn * LD, *Gs = Qs + kBwdRows * LD;
     float *Ls = (float *)(Gs + kBwdRows * LD), *Dls = Ls + kBwdRows;
     int64_t bh, kt;
     block_of(ntile, false, &bh, &kt);
-    const int64_t head = bh * Tn * D, j0 = kt * kOwn;
+    const int64_t j0 = kt * kOwn;
     q += head_at(qL, bh), k += head_at(kL, bh), v += head_at(vL, bh), go += head_at(gL, bh);
-    gk += head, gv += head, lse += bh * Tn, dl += bh * Tn;
+    gk += head_at(gkL, bh), gv += head_at(gvL, bh), lse += bh * Tn, dl += bh * Tn;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int rw = w * 16;
     load_tile<T, D>(Ks, k, j0, kOwn, Tn, kL.st);
@@ -386,7 +387,7 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k,
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         if (key[r] >= Tn) continue;
-        T *krow = gk + key[r] * D, *vrow = gv + key[r] * D;
+        T *krow = gk + key[r] * gkL.st, *vrow = gv + key[r] * gvL.st;
 #pragma unroll
         for (int n = 0; n < ND; n++) {
             *(uint32_t *)(krow + n * 8 + 2 * t) = lp<T>::pack(dk[n][2 * r] * scale, dk[n][2 * r + 1] * scale);
@@ -401,15 +402,15 @@ template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) mma_bwd_dq(const T *q, const T *k, const T *v, const float *lse,
                                                       const T *go, weft_cu_heads qL, weft_cu_heads kL,
                                                       weft_cu_heads vL, weft_cu_heads gL, const float *dl, T *gq,
-                                                      int64_t Tn, int64_t ntile, float scale) {
+                                                      weft_cu_heads gqL, int64_t Tn, int64_t ntile, float scale) {
     constexpr int LD = ld_of<D>(), ND = D / 8, NJ = kBwdRows / 8;
     WEFT_SMEM(smem_raw);
     T *Qs = (T *)smem_raw, *Gs = Qs + kOwn * LD, *Ks = Gs + kOwn * LD, *Vs = Ks + kBwdRows * LD;
     int64_t bh, qt;
     block_of(ntile, true, &bh, &qt);
-    const int64_t head = bh * Tn * D, i0 = qt * kOwn;
+    const int64_t i0 = qt * kOwn;
     q += head_at(qL, bh), k += head_at(kL, bh), v += head_at(vL, bh), go += head_at(gL, bh);
-    gq += head, lse += bh * Tn, dl += bh * Tn;
+    gq += head_at(gqL, bh), lse += bh * Tn, dl += bh * Tn;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int rw = w * 16;
     load_tile<T, D>(Qs, q, i0, kOwn, Tn, qL.st);
@@ -447,7 +448,7 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dq(const T *q, const T *k, c
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         if (row[r] >= Tn) continue;
-        T *qrow = gq + row[r] * D;
+        T *qrow = gq + row[r] * gqL.st;
 #pragma unroll
         for (int n = 0; n < ND; n++)
             *(uint32_t *)(qrow + n * 8 + 2 * t) = lp<T>::pack(dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
@@ -492,11 +493,11 @@ cudaError_t bwd_launch(const void *q, const void *k, const void *v, const weft_c
     if ((e = weft_cu_smem_optin(mma_bwd_dkdv<T, D>, smem_kv)) != cudaSuccess) return e;
     if ((e = weft_cu_smem_optin(mma_bwd_dq<T, D>, smem_q)) != cudaSuccess) return e;
     mma_bwd_dkdv<T, D><<<nb, kThreads, smem_kv, s>>>((const T *)q, (const T *)k, (const T *)v, lse, (const T *)go,
-                                                     L[0], L[1], L[2], L[3], dl, (T *)gk, (T *)gv, Tn, ntile,
-                                                     (float)scale);
+                                                     L[0], L[1], L[2], L[3], dl, (T *)gk, L[6], (T *)gv, L[7], Tn,
+                                                     ntile, (float)scale);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     mma_bwd_dq<T, D><<<nb, kThreads, smem_q, s>>>((const T *)q, (const T *)k, (const T *)v, lse, (const T *)go, L[0],
-                                                  L[1], L[2], L[3], dl, (T *)gq, Tn, ntile, (float)scale);
+                                                  L[1], L[2], L[3], dl, (T *)gq, L[5], Tn, ntile, (float)scale);
     return cudaGetLastError();
 }
 
