@@ -2,7 +2,7 @@
 // compiled as host C++ with stand-ins for what it uses of CUDA. Each CUDA thread of a block is a thread here;
 // __syncthreads is a barrier of the block; __shfl_xor_sync, ldmatrix and mma.sync are exchanges within a warp,
 // each by the layouts of the PTX ISA (ldmatrix m8n8.x4 with and without .trans; mma m16n8k16, .bf16, f32 sums;
-// and ldmatrix's 16-byte row alignment is checked). Checked against attention in
+// and ldmatrix's 16-byte row alignment is checked); cp.async copies land only when a wait_group lets them. Checked against attention in
 // double on the same bf16 inputs: o, lse, and the gradients of q, k, v, for head dims 16 to 128, lengths that
 // do and do not fill the tiles, so that every mask, tile bound and fragment index of the kernels is exercised
 // on every machine; and with q, k, v, go read from and o, gq, gk, gv written to (B,T,H,D) memory, as the op
@@ -127,6 +127,35 @@ static void weft_emu_ldmatrix_x4(uint32_t (&r)[4], const void *row, bool trans) 
     pthread_barrier_wait(&w.bar);
 }
 
+// cp.async: each thread's copies wait in its queue, tagged with the group they will be committed in, and land
+// only when a wait_group lets their group finish, so a kernel that read a tile before waiting for it (and the
+// block's barrier after) would read the previous tile or the launch's NaN fill.
+struct emu_copy {
+    void *dst;
+    const void *src;
+    bool valid;
+    int group;
+};
+static thread_local std::vector<emu_copy> t_copies;
+static thread_local int t_committed;
+static void weft_emu_cp_async16(void *dst, const void *src, bool valid) {
+    if ((uintptr_t)dst % 16 || (uintptr_t)src % 16) __atomic_add_fetch(&g_misaligned, 1, __ATOMIC_RELAXED);
+    t_copies.push_back(emu_copy{dst, src, valid, t_committed});
+}
+static void weft_emu_cp_async_commit() { t_committed++; }
+static void weft_emu_cp_async_wait(int n) { // groups older than the n most recent committed ones land
+    std::vector<emu_copy> keep;
+    for (const emu_copy &c : t_copies) {
+        if (c.group < t_committed - n) {
+            if (c.valid) memcpy(c.dst, c.src, 16);
+            else memset(c.dst, 0, 16);
+        } else {
+            keep.push_back(c);
+        }
+    }
+    t_copies.swap(keep);
+}
+
 #define WEFT_CU_EMU 1
 #include "../../src/ops/cuda/attention_mma_kernels.cu"
 
@@ -135,11 +164,15 @@ template <typename F> struct emu_launch {
     F body;
     unsigned b, t;
 };
+static int g_unwaited; // copies still queued when a thread ended (never waited for)
 template <typename F> static void *emu_thread(void *p) {
     emu_launch<F> *l = (emu_launch<F> *)p;
     threadIdx.x = l->t;
     blockIdx.x = l->b;
+    t_copies.clear();
+    t_committed = 0;
     l->body();
+    if (!t_copies.empty()) __atomic_add_fetch(&g_unwaited, 1, __ATOMIC_RELAXED);
     return NULL;
 }
 template <typename F> static void launch(unsigned nb, unsigned nt, size_t smem, F body) {
@@ -255,18 +288,16 @@ template <int D> static void run_case(int BH, int T, int H = 1) {
     const __nv_bfloat16 *Q = qs.data(), *K = ks.data(), *V = vs.data(), *G = gs.data();
     __nv_bfloat16 *O = o.data(), *GQ = gq.data(), *GK = gk.data(), *GV = gv.data();
     float *L = lse.data(), *DL = dl.data();
-    const size_t smem_f = sizeof(__nv_bfloat16) * (size_t)((kOwn + 2 * kFwdKeys) * ld_of<D>());
-    launch((unsigned)(BH * ntile), kThreads, smem_f, [=] {
+    launch((unsigned)(BH * ntile), kThreads, fwd_smem<__nv_bfloat16, D>(), [=] {
         mma_fwd<__nv_bfloat16, D>(Q, K, V, lay, lay, lay, O, lay, L, T, ntile, (float)scale * kLog2e);
     });
     launch(1, 128, 0, [=] { mma_bwd_dl<__nv_bfloat16>(G, lay, O, lay, DL, (int64_t)BH * T, T, D); });
-    const size_t tiles = sizeof(__nv_bfloat16) * (size_t)((2 * kOwn + 2 * kBwdRows) * ld_of<D>());
     // the gradients in the inputs' layout: with H > 1, (B,T,H,D), as the op's heads-last backward writes them
-    launch((unsigned)(BH * ntile), kThreads, tiles + 2 * kBwdRows * sizeof(float), [=] {
+    launch((unsigned)(BH * ntile), kThreads, dkdv_smem<__nv_bfloat16, D>(), [=] {
         mma_bwd_dkdv<__nv_bfloat16, D>(Q, K, V, L, G, lay, lay, lay, lay, DL, GK, lay, GV, lay, T, ntile,
                                        (float)scale);
     });
-    launch((unsigned)(BH * ntile), kThreads, tiles, [=] {
+    launch((unsigned)(BH * ntile), kThreads, dq_smem<__nv_bfloat16, D>(), [=] {
         mma_bwd_dq<__nv_bfloat16, D>(Q, K, V, L, G, lay, lay, lay, lay, DL, GQ, lay, T, ntile, (float)scale);
     });
     auto f32 = [](const std::vector<__nv_bfloat16> &x) {
@@ -311,7 +342,8 @@ int main(int argc, char **argv) {
         run_case<64>(1, 130);
         run_case<128>(1, 97);
     }
-    if (g_misaligned) fprintf(stderr, "ldmatrix: %d row addresses not on 16 bytes\n", g_misaligned);
+    if (g_misaligned) fprintf(stderr, "ldmatrix / cp.async: %d addresses not on 16 bytes\n", g_misaligned);
+    if (g_unwaited) fprintf(stderr, "cp.async: %d threads ended with copies never waited for\n", g_unwaited);
     printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail || g_misaligned ? 1 : 0;
+    return g_fail || g_misaligned || g_unwaited ? 1 : 0;
 }

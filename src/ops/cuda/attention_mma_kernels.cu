@@ -23,9 +23,10 @@
 // Every kernel has 4 warps; each warp owns 16 rows of its side (query rows
 // for the forward and dq, key rows for dk/dv) and streams the other side
 // through shared memory, tiles of 64 rows in the forward and 32 in the
-// backward kernels (which hold two accumulators of D columns each). Shared
-// rows are padded to D + 8 elements. Rows past T read as zeros and are never
-// written. Only tiles on or below the diagonal are visited.
+// backward kernels (which hold two accumulators of D columns each), in two
+// buffers: the next tile's cp.async copies run while this one is computed.
+// Shared rows are padded to D + 8 elements. Rows past T read as zeros and are
+// never written. Only tiles on or below the diagonal are visited.
 //
 // q, k, v and go are read where they lie (weft_cu_heads): the heads of a
 // (B,T,C) tensor, as a transformer's attention hands them over, cost no
@@ -157,6 +158,57 @@ __device__ __forceinline__ void load_tile(T *dst, const T *src, int64_t r0, int 
     }
 }
 
+// cp.async: a 16-byte copy global -> shared that the thread does not wait for (zeros where !valid: src-size 0,
+// src then any valid address); commit closes a group of them, wait<N> waits until at most N groups are open.
+// The streamed tiles go through these, two buffers each: the next tile loads while this one is computed.
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+#ifdef WEFT_CU_EMU
+    weft_emu_cp_async16(dst, src, valid);
+#else
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#ifdef WEFT_CU_EMU
+    weft_emu_cp_async_commit();
+#else
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+#ifdef WEFT_CU_EMU
+    weft_emu_cp_async_wait(N);
+#else
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// load_tile through cp.async (not waited for: commit, wait, then a barrier before the tile is read).
+template <typename T, int D>
+__device__ __forceinline__ void load_tile_async(T *dst, const T *src, int64_t r0, int n, int64_t Tn, int64_t st) {
+    constexpr int LD = ld_of<D>(), V = D / 8; // uint4 per row
+    for (int idx = threadIdx.x; idx < n * V; idx += blockDim.x) {
+        const int r = idx / V, c = (idx - r * V) * 8;
+        const bool in = r0 + r < Tn;
+        cp_async16(dst + r * LD + c, in ? src + (r0 + r) * st + c : src, in);
+    }
+}
+
+// Shared bytes of each kernel: the own rows, and two buffers of each streamed tile (+ the backward's lse, Dl).
+constexpr int kFwdKeys = 64;  // streamed key rows per tile in the forward
+constexpr int kBwdRows = 32;  // streamed rows per tile in the backward kernels
+template <typename T, int D> __host__ __device__ constexpr size_t fwd_smem() {
+    return sizeof(T) * (size_t)((kOwn + 4 * kFwdKeys) * ld_of<D>());
+}
+template <typename T, int D> __host__ __device__ constexpr size_t dkdv_smem() {
+    return sizeof(T) * (size_t)((2 * kOwn + 4 * kBwdRows) * ld_of<D>()) + 4 * kBwdRows * sizeof(float);
+}
+template <typename T, int D> __host__ __device__ constexpr size_t dq_smem() {
+    return sizeof(T) * (size_t)((2 * kOwn + 4 * kBwdRows) * ld_of<D>());
+}
+
 // Block -> (head, tile), the heaviest tiles first (see attention_kernels.cu).
 __device__ __forceinline__ void block_of(int64_t ntile, bool heavy_last, int64_t *bh, int64_t *tile) {
     const int64_t b = blockIdx.x;
@@ -216,8 +268,8 @@ __device__ __forceinline__ void accumulate(float (&acc)[D / 8][4], const float (
 }
 
 // ---------------------------------------------------------------- forward
-// Block: 64 query rows of one head (16 per warp); key tiles of 64. Shared: Qs (64), Ks (64), Vs (64) rows.
-constexpr int kFwdKeys = 64;
+// Block: 64 query rows of one head (16 per warp); key tiles of 64. Shared: Qs (64), then two buffers of
+// Ks (64) and Vs (64) rows: tile kt + 1 loads (cp.async) while tile kt is computed.
 
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, const T *v, weft_cu_heads qL,
@@ -226,7 +278,7 @@ __global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, cons
                                                    int64_t ntile, float scale_log2) {
     constexpr int LD = ld_of<D>(), NK = D / 16, ND = D / 8, NS = kFwdKeys / 8;
     WEFT_SMEM(smem_raw);
-    T *Qs = (T *)smem_raw, *Ks = Qs + kOwn * LD, *Vs = Ks + kFwdKeys * LD;
+    T *Qs = (T *)smem_raw, *KV = Qs + kOwn * LD; // buffer b: Ks at KV + 2 b tile, Vs after it
     int64_t bh, qt;
     block_of(ntile, true, &bh, &qt);
     const int64_t i0 = qt * kOwn;
@@ -245,57 +297,70 @@ __global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, cons
     const int64_t row[2] = {i0 + rw + g, i0 + rw + g + 8};
     const int64_t last = (i0 + kOwn < Tn ? i0 + kOwn : Tn) - 1; // the block's last query row
     const int64_t ntiles = last / kFwdKeys + 1;
+    constexpr int tile = kFwdKeys * LD;
+    load_tile_async<T, D>(KV, k, 0, kFwdKeys, Tn, kL.st);
+    load_tile_async<T, D>(KV + tile, v, 0, kFwdKeys, Tn, vL.st);
+    cp_async_commit();
     for (int64_t kt = 0; kt < ntiles; kt++) {
         const int64_t j0 = kt * kFwdKeys;
-        __syncthreads(); // the previous tile is no longer read
-        load_tile<T, D>(Ks, k, j0, kFwdKeys, Tn, kL.st);
-        load_tile<T, D>(Vs, v, j0, kFwdKeys, Tn, vL.st);
-        __syncthreads();
-        if (j0 > i0 + rw + 15) continue; // the whole tile is above this warp's diagonal (warp-uniform)
-        float s[NS][4];
-#pragma unroll
-        for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0;
-#pragma unroll
-        for (int n = 0; n < NS; n += 2)
-#pragma unroll
-            for (int kc = 0; kc < NK; kc++) {
-                uint32_t b[4];
-                frag_bt2<T, LD>(b, Ks, n * 8, kc * 16, lane);
-                lp<T>::mma(s[n], qa[kc], b[0], b[1]);
-                lp<T>::mma(s[n + 1], qa[kc], b[2], b[3]);
-            }
-        // masked, scaled scores (log2 units) and the rows' new maxima
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int n = 0; n < NS; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int64_t j = j0 + n * 8 + 2 * t + (e & 1), i = row[e >> 1];
-                s[n][e] = j <= i && j < Tn ? s[n][e] * scale_log2 : -INFINITY;
-                mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
-            }
-        float alpha[2], mref[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const float mn = fmaxf(m[r], quad_max(mx[r]));
-            mref[r] = mn == -INFINITY ? 0.f : mn; // a row with nothing yet: every p is 0, alpha 0
-            alpha[r] = exp2f(m[r] - mref[r]);
-            m[r] = mn;
-            l[r] *= alpha[r];
+        const T *Ks = KV + 2 * tile * (kt & 1), *Vs = Ks + tile;
+        if (kt + 1 < ntiles) { // into the other buffer, last read in tile kt - 1 (before its closing barrier)
+            T *Kn = KV + 2 * tile * ((kt + 1) & 1);
+            load_tile_async<T, D>(Kn, k, j0 + kFwdKeys, kFwdKeys, Tn, kL.st);
+            load_tile_async<T, D>(Kn + tile, v, j0 + kFwdKeys, kFwdKeys, Tn, vL.st);
+            cp_async_commit();
+            cp_async_wait<1>(); // tile kt's group is done
+        } else {
+            cp_async_wait<0>();
         }
+        __syncthreads(); // every thread's part of tile kt is in
+        if (j0 <= i0 + rw + 15) { // else the whole tile is above this warp's diagonal (warp-uniform)
+            float s[NS][4];
 #pragma unroll
-        for (int n = 0; n < ND; n++) {
-            acc[n][0] *= alpha[0], acc[n][1] *= alpha[0];
-            acc[n][2] *= alpha[1], acc[n][3] *= alpha[1];
-        }
+            for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0;
 #pragma unroll
-        for (int n = 0; n < NS; n++)
+            for (int n = 0; n < NS; n += 2)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                s[n][e] = exp2f(s[n][e] - mref[e >> 1]);
-                l[e >> 1] += s[n][e];
+                for (int kc = 0; kc < NK; kc++) {
+                    uint32_t b[4];
+                    frag_bt2<T, LD>(b, Ks, n * 8, kc * 16, lane);
+                    lp<T>::mma(s[n], qa[kc], b[0], b[1]);
+                    lp<T>::mma(s[n + 1], qa[kc], b[2], b[3]);
+                }
+            // masked, scaled scores (log2 units) and the rows' new maxima
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int n = 0; n < NS; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int64_t j = j0 + n * 8 + 2 * t + (e & 1), i = row[e >> 1];
+                    s[n][e] = j <= i && j < Tn ? s[n][e] * scale_log2 : -INFINITY;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+                }
+            float alpha[2], mref[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const float mn = fmaxf(m[r], quad_max(mx[r]));
+                mref[r] = mn == -INFINITY ? 0.f : mn; // a row with nothing yet: every p is 0, alpha 0
+                alpha[r] = exp2f(m[r] - mref[r]);
+                m[r] = mn;
+                l[r] *= alpha[r];
             }
-        accumulate<T, D, kFwdKeys / 16>(acc, s, Vs, lane); // o += P V
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                acc[n][0] *= alpha[0], acc[n][1] *= alpha[0];
+                acc[n][2] *= alpha[1], acc[n][3] *= alpha[1];
+            }
+#pragma unroll
+            for (int n = 0; n < NS; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    s[n][e] = exp2f(s[n][e] - mref[e >> 1]);
+                    l[e >> 1] += s[n][e];
+                }
+            accumulate<T, D, kFwdKeys / 16>(acc, s, Vs, lane); // o += P V
+        }
+        __syncthreads(); // tile kt is no longer read: its buffer takes tile kt + 2
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -311,7 +376,6 @@ __global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, cons
 }
 
 // ---------------------------------------------------------------- backward
-constexpr int kBwdRows = 32; // streamed rows per tile in the backward kernels
 
 // Dl_i = go_i.o_i in f32, a warp per row (row r: head r / Tn, position r % Tn).
 template <typename T>
@@ -329,7 +393,8 @@ __global__ void mma_bwd_dl(const T *go, weft_cu_heads gL, const T *o, weft_cu_he
 }
 
 // dk, dv for 64 key rows of one head (16 per warp), looping over query tiles of 32 from the diagonal on.
-// Shared: Ks, Vs (64 rows), Qs, Gs (go) (32 rows), and the tile's lse and Dl.
+// Shared: Ks, Vs (64 rows), then two buffers of Qs, Gs (go) (32 rows) and the tile's lse and Dl: tile i + 1
+// loads (cp.async; lse and Dl by plain stores) while tile i is computed.
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k, const T *v, const float *lse,
                                                         const T *go, weft_cu_heads qL, weft_cu_heads kL,
@@ -338,8 +403,9 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k,
                                                         int64_t ntile, float scale) {
     constexpr int LD = ld_of<D>(), ND = D / 8, NQ = kBwdRows / 8;
     WEFT_SMEM(smem_raw);
-    T *Ks = (T *)smem_raw, *Vs = Ks + kOwn * LD, *Qs = Vs + kOwn * LD, *Gs = Qs + kBwdRows * LD;
-    float *Ls = (float *)(Gs + kBwdRows * LD), *Dls = Ls + kBwdRows;
+    constexpr int tile = kBwdRows * LD;
+    T *Ks = (T *)smem_raw, *Vs = Ks + kOwn * LD, *QG = Vs + kOwn * LD; // buffer b: Qs at QG + 2 b tile, Gs after
+    float *LD2 = (float *)(QG + 4 * tile);                              // buffer b: Ls at LD2 + 2 b kBwdRows, Dls after
     int64_t bh, kt;
     block_of(ntile, false, &bh, &kt);
     const int64_t j0 = kt * kOwn;
@@ -356,33 +422,50 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k,
         for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0;
     const int64_t key[2] = {j0 + rw + g, j0 + rw + g + 8};
     const float scale_log2 = scale * kLog2e;
-    for (int64_t i0 = (j0 / kBwdRows) * kBwdRows; i0 < Tn; i0 += kBwdRows) {
-        __syncthreads(); // the previous tile is no longer read (and Ks, Vs are loaded)
-        load_tile<T, D>(Qs, q, i0, kBwdRows, Tn, qL.st);
-        load_tile<T, D>(Gs, go, i0, kBwdRows, Tn, gL.st);
+    // query tile i0's q, go (async) and lse, Dl (plain stores) into buffer b
+    auto fetch = [&](int64_t i0, int b) {
+        load_tile_async<T, D>(QG + 2 * tile * b, q, i0, kBwdRows, Tn, qL.st);
+        load_tile_async<T, D>(QG + 2 * tile * b + tile, go, i0, kBwdRows, Tn, gL.st);
+        cp_async_commit();
+        float *L2 = LD2 + 2 * kBwdRows * b;
         for (int r = threadIdx.x; r < kBwdRows; r += blockDim.x) {
-            Ls[r] = i0 + r < Tn ? lse[i0 + r] : 0.f;
-            Dls[r] = i0 + r < Tn ? dl[i0 + r] : 0.f;
+            L2[r] = i0 + r < Tn ? lse[i0 + r] : 0.f;
+            L2[kBwdRows + r] = i0 + r < Tn ? dl[i0 + r] : 0.f;
         }
-        __syncthreads();
-        if (i0 + kBwdRows - 1 < j0 + rw) continue; // every query of the tile is before this warp's keys
-        // S^T (own keys x queries) = K Q^T and dP^T = V go^T
-        float p[NQ][4], dp[NQ][4];
-        products_t<T, D, NQ>(p, Ks, rw, Qs, lane);
-        products_t<T, D, NQ>(dp, Vs, rw, Gs, lane);
-        // P^T = exp(s - lse_i) where j <= i < T, else 0; dS^T = P^T (dP^T - Dl_i)
+    };
+    const int64_t first = (j0 / kBwdRows) * kBwdRows;
+    if (first < Tn) fetch(first, 0);
+    for (int64_t i0 = first, it = 0; i0 < Tn; i0 += kBwdRows, it++) {
+        const int b = (int)(it & 1);
+        const T *Qs = QG + 2 * tile * b, *Gs = Qs + tile;
+        const float *Ls = LD2 + 2 * kBwdRows * b, *Dls = Ls + kBwdRows;
+        if (i0 + kBwdRows < Tn) { // into the other buffer, last read in tile it - 1 (before its closing barrier)
+            fetch(i0 + kBwdRows, b ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads(); // tile it is in (and Ks, Vs, loaded before the loop)
+        if (i0 + kBwdRows - 1 >= j0 + rw) { // else every query of the tile is before this warp's keys
+            // S^T (own keys x queries) = K Q^T and dP^T = V go^T
+            float p[NQ][4], dp[NQ][4];
+            products_t<T, D, NQ>(p, Ks, rw, Qs, lane);
+            products_t<T, D, NQ>(dp, Vs, rw, Gs, lane);
+            // P^T = exp(s - lse_i) where j <= i < T, else 0; dS^T = P^T (dP^T - Dl_i)
 #pragma unroll
-        for (int n = 0; n < NQ; n++)
+            for (int n = 0; n < NQ; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int c = n * 8 + 2 * t + (e & 1);
-                const int64_t i = i0 + c, j = key[e >> 1];
-                const float pe = j <= i && i < Tn ? exp2f(p[n][e] * scale_log2 - Ls[c] * kLog2e) : 0.f;
-                p[n][e] = pe;
-                dp[n][e] = pe * (dp[n][e] - Dls[c]);
-            }
-        accumulate<T, D, kBwdRows / 16>(dv, p, Gs, lane);  // dv += P^T go
-        accumulate<T, D, kBwdRows / 16>(dk, dp, Qs, lane); // dk += dS^T q
+                for (int e = 0; e < 4; e++) {
+                    const int c = n * 8 + 2 * t + (e & 1);
+                    const int64_t i = i0 + c, j = key[e >> 1];
+                    const float pe = j <= i && i < Tn ? exp2f(p[n][e] * scale_log2 - Ls[c] * kLog2e) : 0.f;
+                    p[n][e] = pe;
+                    dp[n][e] = pe * (dp[n][e] - Dls[c]);
+                }
+            accumulate<T, D, kBwdRows / 16>(dv, p, Gs, lane);  // dv += P^T go
+            accumulate<T, D, kBwdRows / 16>(dk, dp, Qs, lane); // dk += dS^T q
+        }
+        __syncthreads(); // tile it is no longer read: its buffer takes tile it + 2
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -397,7 +480,8 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k,
 }
 
 // dq for 64 query rows of one head (16 per warp), looping over key tiles of 32 up to the diagonal.
-// Shared: Qs, Gs (go) (64 rows), Ks, Vs (32 rows).
+// Shared: Qs, Gs (go) (64 rows), then two buffers of Ks, Vs (32 rows): tile j + 1 loads (cp.async) while tile
+// j is computed.
 template <typename T, int D>
 __global__ void __launch_bounds__(kThreads) mma_bwd_dq(const T *q, const T *k, const T *v, const float *lse,
                                                       const T *go, weft_cu_heads qL, weft_cu_heads kL,
@@ -405,7 +489,8 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dq(const T *q, const T *k, c
                                                       weft_cu_heads gqL, int64_t Tn, int64_t ntile, float scale) {
     constexpr int LD = ld_of<D>(), ND = D / 8, NJ = kBwdRows / 8;
     WEFT_SMEM(smem_raw);
-    T *Qs = (T *)smem_raw, *Gs = Qs + kOwn * LD, *Ks = Gs + kOwn * LD, *Vs = Ks + kBwdRows * LD;
+    constexpr int tile = kBwdRows * LD;
+    T *Qs = (T *)smem_raw, *Gs = Qs + kOwn * LD, *KV = Gs + kOwn * LD; // buffer b: Ks at KV + 2 b tile, Vs after
     int64_t bh, qt;
     block_of(ntile, true, &bh, &qt);
     const int64_t i0 = qt * kOwn;
@@ -426,24 +511,36 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dq(const T *q, const T *k, c
     for (int n = 0; n < ND; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0;
     const float scale_log2 = scale * kLog2e;
     const int64_t last = (i0 + kOwn < Tn ? i0 + kOwn : Tn) - 1;
-    for (int64_t j0 = 0; j0 <= last; j0 += kBwdRows) {
-        __syncthreads();
-        load_tile<T, D>(Ks, k, j0, kBwdRows, Tn, kL.st);
-        load_tile<T, D>(Vs, v, j0, kBwdRows, Tn, vL.st);
-        __syncthreads();
-        if (j0 > i0 + rw + 15) continue; // every key of the tile is after this warp's queries
-        float p[NJ][4], dp[NJ][4];
-        products_t<T, D, NJ>(p, Qs, rw, Ks, lane);
-        products_t<T, D, NJ>(dp, Gs, rw, Vs, lane);
+    load_tile_async<T, D>(KV, k, 0, kBwdRows, Tn, kL.st);
+    load_tile_async<T, D>(KV + tile, v, 0, kBwdRows, Tn, vL.st);
+    cp_async_commit();
+    for (int64_t j0 = 0, it = 0; j0 <= last; j0 += kBwdRows, it++) {
+        const T *Ks = KV + 2 * tile * (it & 1), *Vs = Ks + tile;
+        if (j0 + kBwdRows <= last) { // into the other buffer, last read in tile it - 1 (before its closing barrier)
+            T *Kn = KV + 2 * tile * ((it + 1) & 1);
+            load_tile_async<T, D>(Kn, k, j0 + kBwdRows, kBwdRows, Tn, kL.st);
+            load_tile_async<T, D>(Kn + tile, v, j0 + kBwdRows, kBwdRows, Tn, vL.st);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads(); // tile it is in (and Qs, Gs, loaded before the loop)
+        if (j0 <= i0 + rw + 15) { // else every key of the tile is after this warp's queries
+            float p[NJ][4], dp[NJ][4];
+            products_t<T, D, NJ>(p, Qs, rw, Ks, lane);
+            products_t<T, D, NJ>(dp, Gs, rw, Vs, lane);
 #pragma unroll
-        for (int n = 0; n < NJ; n++)
+            for (int n = 0; n < NJ; n++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int64_t j = j0 + n * 8 + 2 * t + (e & 1), i = row[e >> 1];
-                const float pe = j <= i && i < Tn ? exp2f(p[n][e] * scale_log2 - lrow[e >> 1]) : 0.f;
-                dp[n][e] = pe * (dp[n][e] - dlrow[e >> 1]);
-            }
-        accumulate<T, D, kBwdRows / 16>(dq, dp, Ks, lane); // dq += dS K
+                for (int e = 0; e < 4; e++) {
+                    const int64_t j = j0 + n * 8 + 2 * t + (e & 1), i = row[e >> 1];
+                    const float pe = j <= i && i < Tn ? exp2f(p[n][e] * scale_log2 - lrow[e >> 1]) : 0.f;
+                    dp[n][e] = pe * (dp[n][e] - dlrow[e >> 1]);
+                }
+            accumulate<T, D, kBwdRows / 16>(dq, dp, Ks, lane); // dq += dS K
+        }
+        __syncthreads(); // tile it is no longer read: its buffer takes tile it + 2
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -467,7 +564,7 @@ cudaError_t fwd_launch(const void *q, const void *k, const void *v, const weft_c
     const int64_t ntile = (Tn + kOwn - 1) / kOwn;
     unsigned nb;
     if (!weft_cu_grid_of(BH, ntile, &nb)) return cudaErrorInvalidValue;
-    const size_t smem = sizeof(T) * (size_t)((kOwn + 2 * kFwdKeys) * ld_of<D>());
+    const size_t smem = fwd_smem<T, D>();
     cudaError_t e = weft_cu_smem_optin(mma_fwd<T, D>, smem);
     if (e != cudaSuccess) return e;
     mma_fwd<T, D><<<nb, kThreads, smem, s>>>((const T *)q, (const T *)k, (const T *)v, L[0], L[1], L[2], (T *)o, L[4],
@@ -488,8 +585,7 @@ cudaError_t bwd_launch(const void *q, const void *k, const void *v, const weft_c
     mma_bwd_dl<T><<<(unsigned)ndl, 256, 0, s>>>((const T *)go, L[3], (const T *)o, L[4], dl, N, Tn, D);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    const size_t tiles = sizeof(T) * (size_t)((2 * kOwn + 2 * kBwdRows) * ld_of<D>());
-    const size_t smem_kv = tiles + 2 * kBwdRows * sizeof(float), smem_q = tiles;
+    const size_t smem_kv = dkdv_smem<T, D>(), smem_q = dq_smem<T, D>();
     if ((e = weft_cu_smem_optin(mma_bwd_dkdv<T, D>, smem_kv)) != cudaSuccess) return e;
     if ((e = weft_cu_smem_optin(mma_bwd_dq<T, D>, smem_q)) != cudaSuccess) return e;
     mma_bwd_dkdv<T, D><<<nb, kThreads, smem_kv, s>>>((const T *)q, (const T *)k, (const T *)v, lse, (const T *)go,
