@@ -2,7 +2,8 @@
 // compiled as host C++ with stand-ins for what it uses of CUDA. Each CUDA thread of a block is a thread here;
 // __syncthreads is a barrier of the block; __shfl_xor_sync, ldmatrix and mma.sync are exchanges within a warp,
 // each by the layouts of the PTX ISA (ldmatrix m8n8.x4 with and without .trans; mma m16n8k16, .bf16, f32 sums;
-// and ldmatrix's 16-byte row alignment is checked); cp.async copies land only when a wait_group lets them. Checked against attention in
+// and ldmatrix's 16-byte row alignment is checked); cp.async copies land only when a wait_group lets them, and a
+// thread's ldmatrix of bytes that another thread's cp.async may be writing (no barrier between) is a race. Checked against attention in
 // double on the same bf16 inputs: o, lse, and the gradients of q, k, v, for head dims 16 to 128, lengths that
 // do and do not fill the tiles, so that every mask, tile bound and fragment index of the kernels is exercised
 // on every machine; and with q, k, v, go read from and o, gq, gk, gv written to (B,T,H,D) memory, as the op
@@ -58,7 +59,63 @@ static inline float __bfloat162float(__nv_bfloat16 b) {
 static inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) { return {bf16_of(lo), bf16_of(hi)}; }
 
 static pthread_barrier_t g_block_bar;
-#define __syncthreads() pthread_barrier_wait(&g_block_bar)
+static thread_local int t_epoch; // barriers this thread has passed in its block: the same count in every thread
+#define __syncthreads() (pthread_barrier_wait(&g_block_bar), t_epoch++)
+
+// Races on shared memory through cp.async: a copy issued in barrier interval e1 and waited for in e2 may land on
+// the GPU at any time in between, so another thread's ldmatrix of those 16 bytes in an interval of [e1, e2] (a
+// buffer refilled before every warp is done with it) is a race. Per 16-byte chunk: each thread's last read
+// interval, and the open copy's writer and interval. (The backward's lse / Dl rows go by plain stores and are
+// not tracked.) Accesses outside the launch's shared memory count too.
+struct emu_window {
+    int writer, from, to; // writer -1: none
+};
+static std::vector<int> g_last_read;            // [chunk * 128 + thread]: interval, -1 none
+static std::vector<emu_window> g_window;        // [chunk]
+static size_t g_smem_size;
+static pthread_mutex_t g_race_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_races, g_outside;
+static long emu_chunk(const void *p) {
+    const long off = (long)((const unsigned char *)p - emu_smem);
+    if (off < 0 || off + 16 > (long)g_smem_size) {
+        __atomic_add_fetch(&g_outside, 1, __ATOMIC_RELAXED);
+        return -1;
+    }
+    return off / 16;
+}
+static void emu_race(const char *what, long c, int a, int b) {
+    if (!g_races) fprintf(stderr, "race: %s, shared bytes %ld, threads %d and %d\n", what, c * 16, a, b);
+    g_races++;
+}
+static void emu_on_read(const void *p) {
+    const long c = emu_chunk(p);
+    if (c < 0) return;
+    const int me = (int)threadIdx.x;
+    pthread_mutex_lock(&g_race_mu);
+    g_last_read[(size_t)c * 128 + me] = t_epoch;
+    const emu_window &w = g_window[c];
+    if (w.writer >= 0 && w.writer != me && t_epoch >= w.from && t_epoch <= w.to)
+        emu_race("a read while a cp.async into it may land", c, w.writer, me);
+    pthread_mutex_unlock(&g_race_mu);
+}
+static void emu_on_issue(const void *p) {
+    const long c = emu_chunk(p);
+    if (c < 0) return;
+    const int me = (int)threadIdx.x;
+    pthread_mutex_lock(&g_race_mu);
+    for (int t = 0; t < 128; t++)
+        if (t != me && g_last_read[(size_t)c * 128 + t] == t_epoch)
+            emu_race("a cp.async into bytes read since the last barrier", c, me, t);
+    g_window[c] = emu_window{me, t_epoch, 1 << 30};
+    pthread_mutex_unlock(&g_race_mu);
+}
+static void emu_on_land(const void *p) {
+    const long c = emu_chunk(p);
+    if (c < 0) return;
+    pthread_mutex_lock(&g_race_mu);
+    g_window[c].to = t_epoch;
+    pthread_mutex_unlock(&g_race_mu);
+}
 
 struct warp_ex {
     pthread_barrier_t bar;
@@ -112,6 +169,7 @@ static void weft_emu_ldmatrix_x4(uint32_t (&r)[4], const void *row, bool trans) 
     warp_ex &w = g_warps[threadIdx.x / 32];
     const int l = threadIdx.x % 32;
     if ((uintptr_t)row % 16) __atomic_add_fetch(&g_misaligned, 1, __ATOMIC_RELAXED);
+    emu_on_read(row);
     w.row[l] = (const uint16_t *)row;
     pthread_barrier_wait(&w.bar);
     for (int i = 0; i < 4; i++) {
@@ -140,6 +198,7 @@ static thread_local std::vector<emu_copy> t_copies;
 static thread_local int t_committed;
 static void weft_emu_cp_async16(void *dst, const void *src, bool valid) {
     if ((uintptr_t)dst % 16 || (uintptr_t)src % 16) __atomic_add_fetch(&g_misaligned, 1, __ATOMIC_RELAXED);
+    emu_on_issue(dst);
     t_copies.push_back(emu_copy{dst, src, valid, t_committed});
 }
 static void weft_emu_cp_async_commit() { t_committed++; }
@@ -147,6 +206,7 @@ static void weft_emu_cp_async_wait(int n) { // groups older than the n most rece
     std::vector<emu_copy> keep;
     for (const emu_copy &c : t_copies) {
         if (c.group < t_committed - n) {
+            emu_on_land(c.dst);
             if (c.valid) memcpy(c.dst, c.src, 16);
             else memset(c.dst, 0, 16);
         } else {
@@ -169,6 +229,7 @@ template <typename F> static void *emu_thread(void *p) {
     emu_launch<F> *l = (emu_launch<F> *)p;
     threadIdx.x = l->t;
     blockIdx.x = l->b;
+    t_epoch = 0;
     t_copies.clear();
     t_committed = 0;
     l->body();
@@ -181,6 +242,9 @@ template <typename F> static void launch(unsigned nb, unsigned nt, size_t smem, 
     for (unsigned b = 0; b < nb; b++) {
         memset(buf.data(), 0xff, buf.size()); // NaN bytes: a read before a write shows
         emu_smem = buf.data();
+        g_smem_size = smem;
+        g_last_read.assign((smem / 16 + 1) * 128, -1);
+        g_window.assign(smem / 16 + 1, emu_window{-1, 0, 0});
         pthread_barrier_init(&g_block_bar, NULL, nt);
         for (int w = 0; w < 4; w++) pthread_barrier_init(&g_warps[w].bar, NULL, 32);
         std::vector<pthread_t> th(nt);
@@ -338,12 +402,19 @@ int main(int argc, char **argv) {
     run_case<64>(2, 65);
     run_case<16>(6, 33, 3); // heads of (B,T,C) tensors: 2 sequences of 3 heads
     run_case<32>(4, 70, 2);
+    run_case<16>(1, 31); // one tile short, full, one row over, and two or more tiles of the backward's 32
+    run_case<16>(1, 32);
+    run_case<16>(1, 33);
+    run_case<16>(1, 129);
+    run_case<16>(4, 95, 4);
     if (!quick) {
         run_case<64>(1, 130);
         run_case<128>(1, 97);
     }
     if (g_misaligned) fprintf(stderr, "ldmatrix / cp.async: %d addresses not on 16 bytes\n", g_misaligned);
     if (g_unwaited) fprintf(stderr, "cp.async: %d threads ended with copies never waited for\n", g_unwaited);
+    if (g_races) fprintf(stderr, "shared memory: %d races between cp.async and ldmatrix\n", g_races);
+    if (g_outside) fprintf(stderr, "shared memory: %d accesses outside the launch's bytes\n", g_outside);
     printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail || g_misaligned || g_unwaited ? 1 : 0;
+    return g_fail || g_misaligned || g_unwaited || g_races || g_outside ? 1 : 0;
 }
