@@ -55,8 +55,10 @@ weft_status weft_cu_done(cudaError_t e, const char *op) {
     if (e == cudaErrorInvalidValue)
         return weft_error(WEFT_ERR_UNSUPPORTED, "%s: the CUDA kernel does not handle these arguments", op);
     weft_status st = weft_cuda_check(e, op);
-    int dev = 0;
-    if (st == WEFT_OK && wait && cudaGetDevice(&dev) == cudaSuccess) st = weft_cuda_report_poll(dev);
+    // every device's report (the op's device need not be the thread's current one; only devices that ran a
+    // checking kernel have a record to read)
+    for (int dev = 0, n = wait ? weft_cuda_device_count() : 0; dev < n && st == WEFT_OK; dev++)
+        st = weft_cuda_report_poll(dev);
     return st;
 }
 
