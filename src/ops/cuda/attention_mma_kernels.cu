@@ -99,24 +99,19 @@ template <int D> __host__ __device__ constexpr int ld_of() { return D + 8; }
 // ldmatrix.x4: lane l hands over the address of row l % 8 of 8x8 matrix l / 8 (16 bytes of 16-bit
 // elements); register i of lane l receives matrix i's elements (row l / 4, columns 2 (l % 4), + 1), or with
 // .trans (rows 2 (l % 4), + 1, column l / 4): one instruction for four registers of mma fragments.
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *row) {
+template <bool TRANS> __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *row) {
 #ifdef WEFT_CU_EMU
-    weft_emu_ldmatrix_x4(r, row, false);
+    weft_emu_ldmatrix_x4(r, row, TRANS);
 #else
     const unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-#endif
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void *row) {
-#ifdef WEFT_CU_EMU
-    weft_emu_ldmatrix_x4(r, row, true);
-#else
-    const unsigned a = (unsigned)__cvta_generic_to_shared(row);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
+    if constexpr (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(a));
 #endif
 }
 
@@ -124,21 +119,21 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void *row)
 // (8, 0), (0, 8), (8, 8) of the block are registers 0..3.
 template <typename T, int LD>
 __device__ __forceinline__ void frag_a(uint32_t (&a)[4], const T *s, int r0, int c0, int lane) {
-    ldsm_x4(a, s + (r0 + (lane & 15)) * LD + c0 + 8 * (lane >> 4));
+    ldsm_x4<false>(a, s + (r0 + (lane & 15)) * LD + c0 + 8 * (lane >> 4));
 }
 // B fragments (16x8) of two neighbouring 8-column tiles, B[k][n] = X[n0 + n][k0 + k] (X row-major: the product
 // with X's transpose): b[0], b[1] for columns n0.., b[2], b[3] for n0 + 8..; matrices (X rows, columns)
 // (n0, k0), (n0, k0 + 8), (n0 + 8, k0), (n0 + 8, k0 + 8).
 template <typename T, int LD>
 __device__ __forceinline__ void frag_bt2(uint32_t (&b)[4], const T *x, int n0, int k0, int lane) {
-    ldsm_x4(b, x + (n0 + (lane & 7) + 8 * (lane >> 4)) * LD + k0 + 8 * ((lane >> 3) & 1));
+    ldsm_x4<false>(b, x + (n0 + (lane & 7) + 8 * (lane >> 4)) * LD + k0 + 8 * ((lane >> 3) & 1));
 }
 // B fragments (16x8) of two neighbouring 8-column tiles, B[k][n] = X[k0 + k][n0 + n] (the product with X
 // itself), transposed on the way: matrices (X rows, columns) (k0, n0), (k0 + 8, n0), (k0, n0 + 8),
 // (k0 + 8, n0 + 8).
 template <typename T, int LD>
 __device__ __forceinline__ void frag_b2(uint32_t (&b)[4], const T *x, int k0, int n0, int lane) {
-    ldsm_x4_trans(b, x + (k0 + (lane & 15)) * LD + n0 + 8 * (lane >> 4));
+    ldsm_x4<true>(b, x + (k0 + (lane & 15)) * LD + n0 + 8 * (lane >> 4));
 }
 
 // Head bh's first element in a tensor of layout L (attention_kernels.h).

@@ -121,6 +121,17 @@ template <> __device__ __forceinline__ __nv_bfloat16 weft_cu_from_f32<__nv_bfloa
     return __float2bfloat16_rn(v);
 }
 
+// A value of storage type ST (T itself, or bf16 / f16 with T float) in the arithmetic type T, and back: the
+// half types widen exactly and round once (nearest even); other types pass as they are.
+template <typename T, typename ST> __device__ __forceinline__ T weft_cu_ld(ST v) {
+    if constexpr (weft_cu_is_half<ST>::value) return weft_cu_to_f32(v);
+    else return v;
+}
+template <typename ST, typename T> __device__ __forceinline__ ST weft_cu_st(T v) {
+    if constexpr (weft_cu_is_half<ST>::value) return weft_cu_from_f32<ST>(v);
+    else return v;
+}
+
 // Run F<T>(args...) for the tensor's dtype: DISPATCH(dtype, launch_fn, args...).
 // Returns cudaErrorInvalidValue for a dtype the family does not handle.
 #define WEFT_CU_DISPATCH_FLOAT(dt, fn, ...)                          \
@@ -128,6 +139,16 @@ template <> __device__ __forceinline__ __nv_bfloat16 weft_cu_from_f32<__nv_bfloa
     case WEFT_CU_F32: return fn<float>(__VA_ARGS__);                  \
     case WEFT_CU_F64: return fn<double>(__VA_ARGS__);                 \
     default: return cudaErrorInvalidValue;                            \
+    }
+// Run F<T, ST>(args...) for a float tensor read in arithmetic type T from storage type ST: f32 and f64 as they
+// are, bf16 / f16 in f32 (weft_cu_ld / weft_cu_st).
+#define WEFT_CU_DISPATCH_FLOAT_HALF(dt, fn, ...)                          \
+    switch (dt) {                                                         \
+    case WEFT_CU_F32: return fn<float, float>(__VA_ARGS__);               \
+    case WEFT_CU_F64: return fn<double, double>(__VA_ARGS__);             \
+    case WEFT_CU_BF16: return fn<float, __nv_bfloat16>(__VA_ARGS__);      \
+    case WEFT_CU_F16: return fn<float, __half>(__VA_ARGS__);              \
+    default: return cudaErrorInvalidValue;                                \
     }
 #define WEFT_CU_DISPATCH_NUM(dt, fn, ...)                             \
     switch (dt) {                                                     \

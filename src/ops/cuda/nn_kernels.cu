@@ -139,15 +139,9 @@ __device__ __forceinline__ int64_t target_at(const void *tg, int tdt, int64_t ts
     return tdt == WEFT_CU_I32 ? (int64_t)((const int32_t *)tg)[r * tstride] : ((const int64_t *)tg)[r * tstride];
 }
 
-// The logits of storage type XT (T, or bf16 / f16 with T float: read as they are, each element widened
-// once) in T: the kernels' arithmetic is the CPU's on its widened copy.
-template <typename T, typename XT> __device__ __forceinline__ T ce_ld(XT v) {
-    if constexpr (weft_cu_is_half<XT>::value) return weft_cu_to_f32(v);
-    else return v;
-}
-
 // rowloss[r] = max + log(sum exp(x - max)) - x[t_r] for each row of x (N,C),
-// the max and sum in T as on the CPU, the loss in double.
+// the max and sum in T as on the CPU, the loss in double. The logits' storage type XT: T, or bf16 / f16 with
+// T float (read as they are: the CPU's arithmetic on its widened copy).
 template <typename T, typename XT, typename G>
 __global__ void __launch_bounds__(NN_THREADS) ce_rows(const XT *x, const void *tg, int tdt, int64_t tstride, int64_t N,
                                                       int64_t C, double *rowloss, weft_cuda_report *rep,
@@ -159,16 +153,16 @@ __global__ void __launch_bounds__(NN_THREADS) ce_rows(const XT *x, const void *t
         const XT *xr = x + r * C; // (C)
         T m = -INFINITY, s = 0;
         for (int64_t i = r0; i < C; i += rs) {
-            const T v = ce_ld<T>(xr[i]);
+            const T v = weft_cu_ld<T>(xr[i]);
             m = v > m ? v : m;
         }
         m = g.all(m, weft_cu_max(), sh);
-        for (int64_t i = r0; i < C; i += rs) s += weft_cu_exp(ce_ld<T>(xr[i]) - m);
+        for (int64_t i = r0; i < C; i += rs) s += weft_cu_exp(weft_cu_ld<T>(xr[i]) - m);
         s = g.all(s, weft_cu_add(), sh);
         if (r0 == 0) {
             int64_t t = target_at(tg, tdt, tstride, r);
             bool ok = t >= 0 && t < C;
-            rowloss[r] = ok ? (double)m + (double)weft_cu_log(s) - (double)ce_ld<T>(xr[t]) : (double)NAN;
+            rowloss[r] = ok ? (double)m + (double)weft_cu_log(s) - (double)weft_cu_ld<T>(xr[t]) : (double)NAN;
             if (!ok) weft_cu_report(rep, what, WEFT_CUDA_REPORT_TARGET, t, r, C);
         }
     }
@@ -204,22 +198,12 @@ static cudaError_t launch_ce(const void *x, const void *tg, int tdt, int64_t tst
     return cudaGetLastError();
 }
 
-// Run F<T, XT>(args...) for the logits' dtype: f32, f64, and bf16 / f16 read by f32 arithmetic.
-#define CE_DISPATCH(dt, fn, ...)                                           \
-    switch (dt) {                                                          \
-    case WEFT_CU_F32: return fn<float, float>(__VA_ARGS__);                \
-    case WEFT_CU_F64: return fn<double, double>(__VA_ARGS__);              \
-    case WEFT_CU_BF16: return fn<float, __nv_bfloat16>(__VA_ARGS__);       \
-    case WEFT_CU_F16: return fn<float, __half>(__VA_ARGS__);               \
-    default: return cudaErrorInvalidValue;                                 \
-    }
-
 extern "C" cudaError_t weft_cu_cross_entropy(const void *x, int dtype, const void *tg, int tdt, int64_t tstride,
                                              int64_t N, int64_t C, double *rowloss, void *out, weft_cuda_report *rep,
                                              const char *what, cudaStream_t s) {
     if (tdt != WEFT_CU_I32 && tdt != WEFT_CU_I64) return cudaErrorInvalidValue;
     const unsigned long long w = (unsigned long long)(uintptr_t)what;
-    CE_DISPATCH(dtype, launch_ce, x, tg, tdt, tstride, N, C, rowloss, out, rep, w, s);
+    WEFT_CU_DISPATCH_FLOAT_HALF(dtype, launch_ce, x, tg, tdt, tstride, N, C, rowloss, out, rep, w, s);
 }
 
 // dx = (softmax(x) - onehot(t)) scale, scale = g / N, per row; as the CPU:
@@ -238,19 +222,18 @@ __global__ void __launch_bounds__(NN_THREADS) ce_bw_rows(const XT *x, const void
         XT *dr = dx + r * C;
         T m = -INFINITY, s = 0;
         for (int64_t i = r0; i < C; i += rs) {
-            const T v = ce_ld<T>(xr[i]);
+            const T v = weft_cu_ld<T>(xr[i]);
             m = v > m ? v : m;
         }
         m = g.all(m, weft_cu_max(), sh);
-        for (int64_t i = r0; i < C; i += rs) s += weft_cu_exp(ce_ld<T>(xr[i]) - m);
+        for (int64_t i = r0; i < C; i += rs) s += weft_cu_exp(weft_cu_ld<T>(xr[i]) - m);
         s = g.all(s, weft_cu_add(), sh);
         const T k = scale / s;
         const int64_t t = target_at(tg, tdt, tstride, r);
         if (r0 == 0 && (t < 0 || t >= C)) weft_cu_report(rep, what, WEFT_CUDA_REPORT_TARGET, t, r, C);
         for (int64_t i = r0; i < C; i += rs) {
-            const T v = weft_cu_exp(ce_ld<T>(xr[i]) - m) * k, d = i == t ? v - scale : v;
-            if constexpr (weft_cu_is_half<XT>::value) dr[i] = weft_cu_from_f32<XT>(d);
-            else dr[i] = d;
+            const T v = weft_cu_exp(weft_cu_ld<T>(xr[i]) - m) * k, d = i == t ? v - scale : v;
+            dr[i] = weft_cu_st<XT>(d);
         }
     }
 }
@@ -276,7 +259,7 @@ extern "C" cudaError_t weft_cu_cross_entropy_backward(const void *x, int dtype, 
     if (tdt != WEFT_CU_I32 && tdt != WEFT_CU_I64) return cudaErrorInvalidValue;
     if (N == 0 || C == 0) return cudaSuccess;
     const unsigned long long w = (unsigned long long)(uintptr_t)what;
-    CE_DISPATCH(dtype, launch_ce_bw, x, tg, tdt, tstride, N, C, g, dx, rep, w, s);
+    WEFT_CU_DISPATCH_FLOAT_HALF(dtype, launch_ce_bw, x, tg, tdt, tstride, N, C, g, dx, rep, w, s);
 }
 
 // ---------------------------------------------------------------- dropout

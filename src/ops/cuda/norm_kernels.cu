@@ -16,12 +16,6 @@
 #define NORM_THREADS 256
 
 // ---------------------------------------------------------------- layer_norm
-// A value of storage type XT (T, or bf16 / f16 with T float: widened as it is read) in T.
-template <typename T, typename XT> __device__ __forceinline__ T ln_ld(XT v) {
-    if constexpr (weft_cu_is_half<XT>::value) return weft_cu_to_f32(v);
-    else return v;
-}
-
 // x of storage type XT: T, or bf16 / f16 with T float (layer_norm's half input: read as it is, the statistics
 // and y in f32). RES (add_layer_norm, XT = T): the row is x + res (res of type RT: T, or bf16 / f16 with T
 // float, read as it is), written to sum and normalised from there: each thread reads back only what it wrote.
@@ -36,13 +30,13 @@ __global__ void __launch_bounds__(NORM_THREADS) ln_fwd(const XT *x, const RT *re
         T *yr = y + r * C, *sr = RES ? sum + r * C : NULL;
         auto at = [&](int64_t i) -> T { // element i of the row to normalise
             if constexpr (RES) return sr[i];
-            else return ln_ld<T>(xr[i]);
+            else return weft_cu_ld<T>(xr[i]);
         };
         T s = 0, v = 0;
         if constexpr (RES) {
             const RT *rr = res + r * C;
             for (int64_t i = r0; i < C; i += rs) {
-                const T e = ln_ld<T>(xr[i]) + (T)weft_cu_to_f64(rr[i]);
+                const T e = weft_cu_ld<T>(xr[i]) + (T)weft_cu_to_f64(rr[i]);
                 sr[i] = e;
                 s += e;
             }
@@ -84,16 +78,15 @@ __global__ void __launch_bounds__(NORM_THREADS) ln_bwd_dx(const T *gy, const XT 
         for (int64_t i = r0; i < C; i += rs) {
             T dn = w ? gr[i] * w[i] : gr[i];
             sdn += dn;
-            sdnn += dn * (ln_ld<T>(xr[i]) - mu);
+            sdnn += dn * (weft_cu_ld<T>(xr[i]) - mu);
         }
         sdn = g.all(sdn, weft_cu_add(), sh);
         sdnn = g.all(sdnn, weft_cu_add(), sh);
         const T mdn = sdn / (T)C, mdnn = sdnn * rsd / (T)C;
         for (int64_t i = r0; i < C; i += rs) {
-            T n = (ln_ld<T>(xr[i]) - mu) * rsd, dn = w ? gr[i] * w[i] : gr[i];
+            T n = (weft_cu_ld<T>(xr[i]) - mu) * rsd, dn = w ? gr[i] * w[i] : gr[i];
             const T d = (dn - mdn - n * mdnn) * rsd;
-            if constexpr (weft_cu_is_half<XT>::value) dr[i] = weft_cu_from_f32<XT>(d);
-            else dr[i] = d;
+            dr[i] = weft_cu_st<XT>(d);
         }
     }
 }
@@ -111,7 +104,7 @@ __global__ void __launch_bounds__(NORM_THREADS) ln_bwd_wb_part(const T *gy, cons
     T aw = 0, ab = 0;
     if (col < C)
         for (int64_t r = rb + ty; r < re; r += 8) {
-            const T g = gy[r * C + col], n = (ln_ld<T>(x[r * C + col]) - mean[r]) * rstd[r];
+            const T g = gy[r * C + col], n = (weft_cu_ld<T>(x[r * C + col]) - mean[r]) * rstd[r];
             aw += g * n;
             ab += g;
         }
@@ -182,20 +175,10 @@ static cudaError_t launch_ln(const void *x, const void *w, const void *b, void *
     return launch_ln_res<T, XT, XT, false>(x, NULL, NULL, w, b, y, mean, rstd, R, C, eps, s);
 }
 
-// Run F<T, XT>(args...) for x's dtype: f32, f64, and bf16 / f16 read by f32 arithmetic.
-#define LN_DISPATCH(dt, fn, ...)                                           \
-    switch (dt) {                                                          \
-    case WEFT_CU_F32: return fn<float, float>(__VA_ARGS__);                \
-    case WEFT_CU_F64: return fn<double, double>(__VA_ARGS__);              \
-    case WEFT_CU_BF16: return fn<float, __nv_bfloat16>(__VA_ARGS__);       \
-    case WEFT_CU_F16: return fn<float, __half>(__VA_ARGS__);               \
-    default: return cudaErrorInvalidValue;                                 \
-    }
-
 extern "C" cudaError_t weft_cu_layer_norm(const void *x, const void *w, const void *b, void *y, void *mean,
                                           void *rstd, int dtype, int64_t R, int64_t C, double eps, cudaStream_t s) {
     if (R == 0) return cudaSuccess;
-    LN_DISPATCH(dtype, launch_ln, x, w, b, y, mean, rstd, R, C, eps, s);
+    WEFT_CU_DISPATCH_FLOAT_HALF(dtype, launch_ln, x, w, b, y, mean, rstd, R, C, eps, s);
 }
 
 extern "C" cudaError_t weft_cu_add_layer_norm(const void *x, const void *res, int res_dtype, void *sum, const void *w,
@@ -247,7 +230,7 @@ extern "C" cudaError_t weft_cu_layer_norm_backward(const void *gy, const void *x
                                                    const void *w, void *dx, void *dw, void *db, void *part, int dtype,
                                                    int64_t R, int64_t C, cudaStream_t s) {
     if ((dw == NULL) != (db == NULL) || (dw && C > 0 && R > 0 && !part)) return cudaErrorInvalidValue;
-    LN_DISPATCH(dtype, launch_ln_bw, gy, x, mean, rstd, w, dx, dw, db, part, R, C, s);
+    WEFT_CU_DISPATCH_FLOAT_HALF(dtype, launch_ln_bw, gy, x, mean, rstd, w, dx, dw, db, part, R, C, s);
 }
 
 // ---------------------------------------------------------------- batch_norm
