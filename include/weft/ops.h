@@ -120,6 +120,10 @@ weft_tensor *weft_causal_attention(weft_tensor *q, weft_tensor *k, weft_tensor *
 // The same attention with its output in (B,T,H,D) order, the heads last (the transpose of the above), so
 // that a view of it as (B,T,H*D) merges the heads with no copy.
 weft_tensor *weft_causal_attention_heads_last(weft_tensor *q, weft_tensor *k, weft_tensor *v, double scale);
+// The same attention over one packed qkv (B,T,3C) (a transformer's one qkv product: q, k, v its three C-wide
+// blocks, each C = n_heads*D split into heads as (B,T,n_heads,D)) -> (B,T,C), the heads merged, as
+// weft_causal_attention_heads_last viewed as (B,T,C). Its gradient is one (B,T,3C) tensor.
+weft_tensor *weft_causal_attention_qkv(weft_tensor *qkv, int64_t n_heads, double scale);
 // Fused LSTM cell (PyTorch's gate order i,f,g,o): gates (B,4H) = x W_ih^T + b_ih + h W_hh^T + b_hh,
 // c_prev (B,H) or NULL (zero state) -> *h = o*tanh(c), *c = f*c_prev + i*g (B,H), new references;
 // i,f,o = sigmoid and g = tanh of their gate. Differentiable once (double backward is an error).

@@ -1,26 +1,22 @@
 // Multi-head causal self-attention, x (B,T,C) -> (B,T,C), as in GPT-2 / nanoGPT:
-//   q,k,v = split(qkv(x))                      each (B,T,C), views
-//   -> (B,nh,T,hd) views (hd = C/nh)
+//   q,k,v = split(qkv(x))                      each (B,T,C)
+//   -> (B,nh,T,hd) heads (hd = C/nh)
 //   att = softmax(q k^T / sqrt(hd) + mask)     (B,nh,T,T), mask -inf above the diagonal
 //   y = att v -> (B,T,C) -> proj(y)
 // Children "qkv" (linear C->3C) and "proj" (linear C->C), named as PyTorch's
 // nanoGPT. Built from public ops only.
 //
-// q, k and v come from three products on row blocks (narrow views) of the
-// qkv layer's weight and bias, so no (B,T,3C) tensor is split (whose backward
-// would add three zero-filled (B,T,3C) gradients); the head split is views,
-// which matmul hands to BLAS as row-major / transposed matrices. The fused
-// op writes its output with the heads last, (B,T,nh,hd), so the merge before
-// proj is a view (the composed path copies (B,nh,T,hd) -> (B,T,C) there). (The tensor-parallel
-// attention, tp_layers.c, splits its (B,T,3C) output: weft_nn_attention_heads.)
-//
-// The heads go through the fused op, y = weft_causal_attention_heads_last(q,
-// k, v, 1/sqrt(hd)) on those (B,nh,T,hd) views (k untransposed), no (T,T) score
-// tensor kept; its CPU kernel reads the views where they lie and skips the
-// masked blocks. WEFT_FUSED_ATTENTION=0 in the environment runs the composed
-// ops instead on the CPU (matmul, mask add, softmax, matmul: 5% slower for
-// kjv-gpt on 2026-11-27). tests/nn/test_seq.c checks the module against
-// PyTorch, test_fused_attention.c the two paths against each other.
+// The heads go through the packed fused op, y = weft_causal_attention_qkv(qkv,
+// nh, 1/sqrt(hd)): it reads q, k and v as views of the one (B,T,3C) product,
+// writes y with the heads merged, (B,T,C), and sends back one (B,T,3C)
+// gradient, so the qkv layer is one product each way and no slice gradient is
+// zero-filled and added. No (T,T) score tensor is kept; its CPU kernel reads
+// the heads where they lie and skips the masked blocks. WEFT_FUSED_ATTENTION=0
+// in the environment runs the composed ops instead on the CPU (split, matmul,
+// mask add, softmax, matmul, and a copy merging the heads). The
+// tensor-parallel attention (tp_layers.c) shares weft_nn_attention_heads.
+// tests/nn/test_seq.c checks the module against PyTorch,
+// test_fused_attention.c the two paths against each other.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,29 +93,22 @@ static weft_tensor *composed_heads(weft_tensor *const *heads, weft_tensor *mask,
     return y;
 }
 
-// q, k, v (B,T,C) each (any strides) -> the heads' attention merged back to (B,T,C).
-static weft_tensor *attention_heads3(weft_tensor *const *qkv3, int64_t nh, int64_t hd, weft_tensor **mask_cache) {
-    int64_t B = weft_tensor_size(qkv3[0], 0), T = weft_tensor_size(qkv3[0], 1), C = nh * hd;
-    weft_dtype dt = weft_tensor_dtype(qkv3[0]);
-    bool fused = use_fused(weft_tensor_device(qkv3[0]));
+// The composed path: qkv (B,T,3C) split into q, k, v (B,T,C) views -> the heads' attention merged to (B,T,C).
+static weft_tensor *composed_attention(weft_tensor *qkv, int64_t nh, int64_t hd, weft_tensor **mask_cache) {
+    int64_t B = weft_tensor_size(qkv, 0), T = weft_tensor_size(qkv, 1), C = nh * hd;
+    weft_dtype dt = weft_tensor_dtype(qkv);
     // bf16 / f16 heads (under autocast) take an f32 mask: the scores are promoted to f32 by the add
-    weft_dtype mdt = dt == WEFT_F64 ? WEFT_F64 : WEFT_F32;
-    weft_tensor *mask = fused ? NULL : causal_mask(mask_cache, T, mdt, weft_tensor_device(qkv3[0]));
-    if (!fused && !mask) return NULL;
-    // (B,T,C) -> (B,T,nh,hd) views -> q,v (B,nh,T,hd), k^T (B,nh,hd,T) (fused: k (B,nh,T,hd))
+    weft_tensor *mask = causal_mask(mask_cache, T, dt == WEFT_F64 ? WEFT_F64 : WEFT_F32, weft_tensor_device(qkv));
+    weft_tensor *parts[3] = {NULL, NULL, NULL};
+    if (!mask || weft_split(qkv, 2, 3, (const int64_t[]){C, C, C}, parts) != WEFT_OK) return NULL;
+    // (B,T,C) -> (B,T,nh,hd) views -> q,v (B,nh,T,hd), k^T (B,nh,hd,T)
     weft_tensor *heads[3];
     static const int perm_qv[4] = {0, 2, 1, 3}, perm_kt[4] = {0, 2, 3, 1};
     for (int p = 0; p < 3; p++) {
-        weft_tensor *v4 = weft_view(qkv3[p], WEFT_DIMS(B, T, nh, hd));
-        heads[p] = weft_permute(v4, p == 1 && !fused ? perm_kt : perm_qv);
+        weft_tensor *v4 = weft_view(parts[p], WEFT_DIMS(B, T, nh, hd));
+        heads[p] = weft_permute(v4, p == 1 ? perm_kt : perm_qv);
         weft_tensor_free(v4);
-    }
-    if (fused) { // the output with the heads last, (B,T,nh,hd): merged into (B,T,C) by a view, no copy
-        weft_tensor *y = weft_causal_attention_heads_last(heads[0], heads[1], heads[2], 1.0 / sqrt((double)hd));
-        for (int p = 0; p < 3; p++) weft_tensor_free(heads[p]);
-        weft_tensor *ym = y ? weft_view(y, WEFT_DIMS(B, T, C)) : NULL;
-        weft_tensor_free(y);
-        return ym;
+        weft_tensor_free(parts[p]);
     }
     weft_tensor *y = composed_heads(heads, mask, hd); // (B,nh,T,hd)
     for (int p = 0; p < 3; p++) weft_tensor_free(heads[p]);
@@ -131,7 +120,7 @@ static weft_tensor *attention_heads3(weft_tensor *const *qkv3, int64_t nh, int64
     return ym;
 }
 
-// The module's input: f32 or f64 (under autocast the q, k, v products give bf16 / f16, which the heads take).
+// The module's input: f32 or f64 (under autocast the qkv product gives bf16 / f16, which the heads take).
 static weft_status check_dtype(weft_tensor *t, bool half_ok) {
     weft_dtype dt = weft_tensor_dtype(t);
     if (dt != WEFT_F32 && dt != WEFT_F64 && !(half_ok && (dt == WEFT_BF16 || dt == WEFT_F16)))
@@ -148,40 +137,9 @@ weft_tensor *weft_nn_attention_heads(weft_tensor *qkv, int64_t nh, int64_t hd, w
         return weft_error_null(WEFT_ERR_SHAPE, "causal_self_attention: expected qkv (B,T,%lld), got %s",
                                (long long)(3 * C), weft_tensor_shape_str(qkv, buf, sizeof buf));
     if (check_dtype(qkv, true)) return NULL;
-    weft_tensor *parts[3] = {NULL, NULL, NULL};
-    if (weft_split(qkv, 2, 3, (const int64_t[]){C, C, C}, parts) != WEFT_OK) return NULL;
-    weft_tensor *y = attention_heads3(parts, nh, hd, mask_cache);
-    for (int p = 0; p < 3; p++) weft_tensor_free(parts[p]);
-    return y;
-}
-
-// q, k, v = x W_p^T + b_p for the three row blocks p of the qkv layer's
-// weight (3C,C) and bias (3C): three products on narrow views of the
-// parameters instead of one product split afterwards. The backward then sums
-// three (B,T,C) input gradients and writes three slices of the small weight
-// gradient, where the split of the (B,T,3C) output gave three zero-filled
-// (B,T,3C) gradients to add (a fifth of the attention's memory traffic).
-static weft_status qkv_project(weft_module *lin, weft_tensor *x_in, int64_t C, weft_tensor **out) {
-    weft_tensor *w = weft_module_get(lin, "weight"), *b = weft_module_get(lin, "bias");
-    for (int p = 0; p < 3; p++) out[p] = NULL;
-    // under autocast x is cast down once, not by each of the three products
-    weft_dtype ac = weft_autocast_get();
-    bool down = ac != WEFT_F32 && weft_tensor_dtype(x_in) == WEFT_F32;
-    weft_tensor *x = down ? weft_cast(x_in, ac) : weft_tensor_ref(x_in);
-    if (!x) return weft_last_status();
-    for (int p = 0; p < 3; p++) {
-        weft_tensor *wp = weft_narrow(w, 0, p * C, C), *bp = b ? weft_narrow(b, 0, p * C, C) : NULL;
-        out[p] = wp && (bp || !b) ? weft_nn_linear_apply(x, wp, bp, false) : NULL;
-        weft_tensor_free(wp);
-        weft_tensor_free(bp);
-        if (!out[p]) {
-            for (int j = 0; j < p; j++) weft_tensor_free(out[j]);
-            weft_tensor_free(x);
-            return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
-        }
-    }
-    weft_tensor_free(x);
-    return WEFT_OK;
+    if (use_fused(weft_tensor_device(qkv))) // the heads merged by the op, its gradient one (B,T,3C) tensor
+        return weft_causal_attention_qkv(qkv, nh, 1.0 / sqrt((double)hd));
+    return composed_attention(qkv, nh, hd, mask_cache);
 }
 
 static weft_tensor *attn_forward(weft_module *m, weft_tensor *x) {
@@ -192,10 +150,9 @@ static weft_tensor *attn_forward(weft_module *m, weft_tensor *x) {
         return weft_error_null(WEFT_ERR_SHAPE, "causal_self_attention: expected input (B,T,%lld), got %s",
                                (long long)C, weft_tensor_shape_str(x, buf, sizeof buf));
     if (check_dtype(x, false)) return NULL;
-    weft_tensor *q3[3]; // child 0, the qkv linear layer, as three products
-    if (qkv_project(weft_module_child_at(m, 0), x, C, q3)) return NULL;
-    weft_tensor *ym = attention_heads3(q3, nh, C / nh, &a->mask);
-    for (int p = 0; p < 3; p++) weft_tensor_free(q3[p]);
+    weft_tensor *qkv = weft_module_forward(weft_module_child_at(m, 0), x); // one product: (B,T,3C)
+    weft_tensor *ym = weft_nn_attention_heads(qkv, nh, C / nh, &a->mask);
+    weft_tensor_free(qkv);
     weft_tensor *out = ym ? weft_module_forward(weft_module_child_at(m, 1), ym) : NULL;
     weft_tensor_free(ym);
     return out;

@@ -12,7 +12,14 @@
 // SDPA likewise returns its output in (B,T,H,D) memory). Both ops. The backward op's i[1] = 1: gq, gk, gv
 // are (B,T,H,D) too, which the forward's backward rule asks for with i[0] and hands on as (B,H,T,D) views:
 // the gradients of q, k, v taken as views of (B,T,C) tensors (a transformer's) reach them with no copy.
-#include "op.h"
+//
+// causal_attention_qkv: (qkv) (B,T,3C), q, k, v its three C-wide blocks (C = H*D, the heads of each (B,T,H,D)
+//   as a transformer's one qkv product gives them) -> o (B,T,C), the heads merged; lse (B,H,T).
+// causal_attention_qkv_backward: (qkv, o, lse, go) -> gqkv (B,T,3C): gq, gk, gv written into its blocks.
+// attrs: i[0] = H (heads, dividing C), f[0] = scale. The same maths as causal_attention with the heads last,
+// run by that op's kernels on views (attention.h): one product makes q, k and v, and their gradients come
+// back as one (B,T,3C) tensor for one product back, with no slice gradients to zero-fill and add.
+#include "attention.h"
 
 #define ATTN_DT (WEFT_DT_FLOAT | WEFT_DT_HALF)
 
@@ -20,9 +27,6 @@
 static weft_dtype lse_dtype(const weft_tensor *q) {
     return weft_dtype_is_half(q->dtype) ? WEFT_F32 : (weft_dtype)q->dtype;
 }
-
-weft_status weft_cpu_causal_attention(const weft_op_args *a);
-weft_status weft_cpu_causal_attention_backward(const weft_op_args *a);
 
 extern weft_op_def weft_op_causal_attention_backward;
 
@@ -149,6 +153,139 @@ weft_tensor *weft_causal_attention_heads_last(weft_tensor *q, weft_tensor *k, we
     weft_tensor *in[3] = {q, k, v}, *out[WEFT_MAX_OP_OUT];
     weft_attrs at = {.i = {1}, .f = {scale}};
     if (weft_op_apply(&weft_op_causal_attention, 3, in, &at, out) != WEFT_OK) return NULL;
+    weft_tensor_free(out[1]); // lse stays saved for backward
+    return out[0];
+}
+
+// ---- the packed ops ----
+
+extern weft_op_def weft_op_causal_attention_qkv_backward;
+
+// qkv (B,T,3C) of an attention dtype, attrs i[0] = H heads dividing C (> 0) -> *C.
+static weft_status check_packed(const weft_op_args *a, int64_t *C) {
+    const weft_tensor *x = a->in[0];
+    char s1[96];
+    if (x->ndim != 3 || x->sizes[2] % 3 || x->sizes[2] == 0)
+        return weft_error(WEFT_ERR_SHAPE, "%s: qkv must be (B,T,3C) with C > 0, got %s", a->op->name,
+                          weft_tensor_shape_str(x, s1, sizeof s1));
+    weft_status st = weft_check_dtype(a->op->name, x, ATTN_DT, "qkv");
+    if (st) return st;
+    *C = x->sizes[2] / 3;
+    const int64_t H = a->attrs->i[0];
+    if (H < 1 || H > *C || *C % H)
+        return weft_error(WEFT_ERR_ARG, "%s: %lld heads do not divide C = %lld (qkv %s)", a->op->name, (long long)H,
+                          (long long)*C, weft_tensor_shape_str(x, s1, sizeof s1));
+    return WEFT_OK;
+}
+
+static weft_status infer_attn_qkv(const weft_op_args *a, weft_out_meta *o) {
+    int64_t C = 0;
+    weft_status st = check_packed(a, &C);
+    if (st) return st;
+    const weft_tensor *x = a->in[0];
+    const int64_t *z = x->sizes, so[3] = {z[0], z[1], C}, sl[3] = {z[0], a->attrs->i[0], z[1]};
+    weft_meta_set(&o[0], 3, so, (weft_dtype)x->dtype);
+    weft_meta_set(&o[1], 3, sl, lse_dtype(x));
+    return WEFT_OK;
+}
+
+// (qkv, o, lse, go): o and go (B,T,C) of qkv's dtype, lse (B,H,T) in its dtype -> gqkv like qkv.
+static weft_status infer_attn_qkv_bw(const weft_op_args *a, weft_out_meta *o) {
+    int64_t C = 0;
+    weft_status st = check_packed(a, &C);
+    if (st) return st;
+    const weft_tensor *x = a->in[0];
+    const int64_t *z = x->sizes, so[3] = {z[0], z[1], C}, sl[3] = {z[0], a->attrs->i[0], z[1]};
+    static const char *what[4] = {"", "o", "lse", "the gradient"};
+    for (int i = 1; i < 4; i++) {
+        const weft_tensor *t = a->in[i];
+        const int64_t *want = i == 2 ? sl : so;
+        weft_dtype dt = i == 2 ? lse_dtype(x) : (weft_dtype)x->dtype;
+        if (t->dtype != dt || !weft_shape_equal(t->ndim, t->sizes, 3, want)) {
+            char s1[96], s2[96];
+            return weft_error(WEFT_ERR_SHAPE, "%s: %s must be %s %s, got %s %s", a->op->name, what[i],
+                              weft_dtype_name(dt), weft_shape_fmt(3, want, s1, sizeof s1),
+                              weft_dtype_name((weft_dtype)t->dtype), weft_tensor_shape_str(t, s2, sizeof s2));
+        }
+    }
+    weft_meta_set(&o[0], 3, z, (weft_dtype)x->dtype);
+    return WEFT_OK;
+}
+
+// Block p (C wide) of t's last dim, (B,T,n*C), as H heads of D = C/H: (B,T,H,D) with the heads last, else
+// (B,H,T,D). A view of t's memory (no autograd record): any strides.
+static weft_tensor *heads_of(const weft_tensor *t, int64_t H, int64_t C, int p, bool heads_last) {
+    const int64_t *s = t->strides, D = C / H;
+    const int64_t sz[4] = {t->sizes[0], heads_last ? t->sizes[1] : H, heads_last ? H : t->sizes[1], D};
+    const int64_t st[4] = {s[0], heads_last ? s[1] : D * s[2], heads_last ? D * s[2] : s[1], s[2]};
+    return weft_tensor_alias(t, 4, sz, st, t->offset + p * C * s[2]);
+}
+
+static void free_all(weft_tensor **t, int n) {
+    for (int i = 0; i < n; i++) weft_tensor_free(t[i]);
+}
+
+weft_status weft_attention_qkv_run(const weft_op_args *a, weft_kernel_fn attention) {
+    const weft_tensor *x = a->in[0];
+    const int64_t H = a->attrs->i[0], C = x->sizes[2] / 3;
+    weft_tensor *in[3] = {heads_of(x, H, C, 0, false), heads_of(x, H, C, 1, false), heads_of(x, H, C, 2, false)};
+    weft_tensor *o = heads_of(a->out[0], H, C, 0, true), *out[2] = {o, a->out[1]};
+    weft_status st = in[0] && in[1] && in[2] && o ? WEFT_OK : weft_last_status();
+    if (!st) {
+        const weft_attrs at = {.i = {1}, .f = {a->attrs->f[0]}}; // o with the heads last
+        const weft_op_args b = {.op = a->op, .n_in = 3, .in = in, .attrs = &at, .n_out = 2, .out = out};
+        st = attention(&b);
+    }
+    free_all(in, 3);
+    weft_tensor_free(o);
+    return st;
+}
+
+weft_status weft_attention_qkv_backward_run(const weft_op_args *a, weft_kernel_fn backward) {
+    const weft_tensor *x = a->in[0], *g = a->out[0];
+    const int64_t H = a->attrs->i[0], C = x->sizes[2] / 3;
+    weft_tensor *in[6] = {heads_of(x, H, C, 0, false), heads_of(x, H, C, 1, false), heads_of(x, H, C, 2, false),
+                          heads_of(a->in[1], H, C, 0, true), weft_tensor_ref(a->in[2]),
+                          heads_of(a->in[3], H, C, 0, true)};
+    weft_tensor *out[3] = {heads_of(g, H, C, 0, true), heads_of(g, H, C, 1, true), heads_of(g, H, C, 2, true)};
+    weft_status st = WEFT_OK;
+    for (int i = 0; i < 6 && !st; i++)
+        if (!in[i] || (i < 3 && !out[i])) st = weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
+    if (!st) {
+        const weft_attrs at = {.i = {1, 1}, .f = {a->attrs->f[0]}}; // o, go and the gradients with the heads last
+        const weft_op_args b = {.op = a->op, .n_in = 6, .in = in, .attrs = &at, .n_out = 3, .out = out};
+        st = backward(&b);
+    }
+    free_all(in, 6);
+    free_all(out, 3);
+    return st;
+}
+
+static weft_status cpu_attn_qkv(const weft_op_args *a) { return weft_attention_qkv_run(a, weft_cpu_causal_attention); }
+static weft_status cpu_attn_qkv_bw(const weft_op_args *a) {
+    return weft_attention_qkv_backward_run(a, weft_cpu_causal_attention_backward);
+}
+
+// Only o carries a gradient (lse is saved for backward).
+static weft_status bw_attn_qkv(const weft_bw_args *b) {
+    if (!b->gout[0] || !b->needs[0]) return WEFT_OK;
+    weft_tensor *in[4] = {b->in[0], b->out[0], b->out[1], b->gout[0]};
+    b->gin[0] = weft_op_apply1(&weft_op_causal_attention_qkv_backward, 4, in, b->attrs);
+    return b->gin[0] ? WEFT_OK : weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
+}
+
+weft_op_def weft_op_causal_attention_qkv = {
+    .name = "causal_attention_qkv", .n_in = 1, .n_out = 2, .flags = WEFT_OPF_AUTOCAST,
+    .save = WEFT_SAVE_IN(0) | WEFT_SAVE_OUT(0) | WEFT_SAVE_OUT(1), .infer = infer_attn_qkv, .backward = bw_attn_qkv,
+    .kernel = {[WEFT_CPU] = {cpu_attn_qkv, ATTN_DT}}};
+weft_op_def weft_op_causal_attention_qkv_backward = {
+    .name = "causal_attention_qkv_backward", .n_in = 4, .n_out = 1, .infer = infer_attn_qkv_bw,
+    .kernel = {[WEFT_CPU] = {cpu_attn_qkv_bw, ATTN_DT}}};
+
+weft_tensor *weft_causal_attention_qkv(weft_tensor *qkv, int64_t n_heads, double scale) {
+    weft_tensor *in[1] = {qkv}, *out[WEFT_MAX_OP_OUT];
+    weft_attrs at = {.i = {n_heads}, .f = {scale}};
+    if (weft_op_apply(&weft_op_causal_attention_qkv, 1, in, &at, out) != WEFT_OK) return NULL;
     weft_tensor_free(out[1]); // lse stays saved for backward
     return out[0];
 }

@@ -6,7 +6,8 @@
 // (non-contiguous), f32 and f64; a head dim above 128 is an error naming the op.
 // bf16 and f16 (the tensor-core kernels where D is 16, 32, 64 or 128, the f32
 // kernels on widened copies otherwise) against the CPU's f32 arithmetic on the
-// same rounded inputs, and attention under bf16 autocast.
+// same rounded inputs, and attention under bf16 autocast. The packed op
+// (causal_attention_qkv, one (B,T,3C) input) in all four dtypes.
 //
 // The op is looked up in the table and applied by name (attrs f[0] = scale),
 // so the test builds whether or not the public weft_causal_attention is
@@ -139,39 +140,47 @@ static void test_head_dim_too_large(void) {
 // against f64 on the CPU).
 // permuted: q, k, v are the (B,H,T,D) views of (B,T,H,D) tensors (the heads of a (B,T,C) tensor), which the
 // tensor-core kernels read in place.
+// f on in64 cast to dt, run on the CPU and on CUDA: the output and each input's gradient within tol of the
+// largest CPU value; what names the case in a failure.
+static void lp_compare(wt_cuda_fn f, void *ctx, int n, weft_tensor *const *in64, weft_dtype dt, double tol,
+                       const char *what) {
+    double *cpu[4] = {0}, *gpu[4] = {0};
+    int64_t lc[4] = {0}, lg[4] = {0};
+    bool ok = wt_run_as(f, ctx, n, in64, dt, WEFT_DEVICE_CPU, cpu, lc) && wt_run_as(f, ctx, n, in64, dt, WT_CUDA0, gpu, lg);
+    CHECK(ok);
+    for (int r = 0; r <= n && ok; r++) {
+        if (!cpu[r]) continue;
+        CHECK(gpu[r] != NULL && lg[r] == lc[r]);
+        if (!gpu[r] || lg[r] != lc[r]) continue;
+        double big = 0, err = 0;
+        int64_t at = 0;
+        for (int64_t j = 0; j < lc[r]; j++) {
+            big = fmax(big, fabs(cpu[r][j]));
+            double e = fabs(gpu[r][j] - cpu[r][j]);
+            if (!(e <= err)) err = e, at = j;
+        }
+        bool good = err <= tol * fmax(big, 1e-3);
+        if (!good)
+            fprintf(stderr, "%s %s: %s %d: element %lld: %.6g vs cpu %.6g (values up to %.3g)\n", what,
+                    weft_dtype_name(dt), r ? "gradient of input" : "output", r - 1, (long long)at, gpu[r][at],
+                    cpu[r][at], big);
+        CHECK(good);
+    }
+    for (int r = 0; r < 4; r++) free(cpu[r]), free(gpu[r]);
+}
+
 static void lp_check(int64_t B, int64_t H, int64_t T, int64_t D, weft_dtype dt, double tol, bool permuted,
                      bool last) {
     int64_t sizes[4] = {B, H, T, D};
     if (permuted) sizes[1] = T, sizes[2] = H;
     weft_tensor *in64[3];
     for (int i = 0; i < 3; i++) in64[i] = wt_rand64(4, sizes, -2, 2, 100 * (uint64_t)T + 10 * (uint64_t)D + (uint64_t)i, false);
+    char what[128];
     for (int out = 0; out < 2; out++) {
         attn_case c = {1 / sqrt((double)D), permuted, out, last};
-        double *cpu[4] = {0}, *gpu[4] = {0};
-        int64_t lc[4] = {0}, lg[4] = {0};
-        bool ok = wt_run_as(attn_fn, &c, 3, in64, dt, WEFT_DEVICE_CPU, cpu, lc) &&
-                  wt_run_as(attn_fn, &c, 3, in64, dt, WT_CUDA0, gpu, lg);
-        CHECK(ok);
-        for (int r = 0; r < 4 && ok; r++) {
-            if (!cpu[r]) continue;
-            CHECK(gpu[r] != NULL && lg[r] == lc[r]);
-            if (!gpu[r] || lg[r] != lc[r]) continue;
-            double big = 0, err = 0;
-            int64_t at = 0;
-            for (int64_t j = 0; j < lc[r]; j++) {
-                big = fmax(big, fabs(cpu[r][j]));
-                double e = fabs(gpu[r][j] - cpu[r][j]);
-                if (!(e <= err)) err = e, at = j;
-            }
-            bool good = err <= tol * fmax(big, 1e-3);
-            if (!good)
-                fprintf(stderr, "%s B=%lld H=%lld T=%lld D=%lld: %s: element %lld: %.6g vs cpu %.6g (values up to %.3g)\n",
-                        weft_dtype_name(dt), (long long)B, (long long)H, (long long)T, (long long)D,
-                        r == 0 ? (out ? "lse" : "o") : r == 1 ? "grad q" : r == 2 ? "grad k" : "grad v",
-                        (long long)at, gpu[r][at], cpu[r][at], big);
-            CHECK(good);
-        }
-        for (int r = 0; r < 4; r++) free(cpu[r]), free(gpu[r]);
+        snprintf(what, sizeof what, "causal_attention %s B=%lld H=%lld T=%lld D=%lld", out ? "lse" : "o",
+                 (long long)B, (long long)H, (long long)T, (long long)D);
+        lp_compare(attn_fn, &c, 3, in64, dt, tol, what);
     }
     for (int i = 0; i < 3; i++) weft_tensor_free(in64[i]);
 }
@@ -214,6 +223,40 @@ static void test_autocast(void) {
     for (int i = 0; i < 3; i++) weft_tensor_free(x[i]), weft_tensor_free(lo[i]), weft_tensor_free(dx[i]), weft_tensor_free(dlo[i]);
 }
 
+// causal_attention_qkv: one packed (B,T,3C) input, C = H*D.
+typedef struct qkv_case {
+    int64_t H;
+    double scale;
+} qkv_case;
+static weft_tensor *qkv_fn(weft_tensor *const *in, void *ctx) {
+    const qkv_case *c = ctx;
+    return weft_causal_attention_qkv(in[0], c->H, c->scale);
+}
+
+// The packed op on CUDA against the CPU: f32 and f64 (the f32 kernels on copies of the heads, gradients copied
+// into the packed buffer), bf16 and f16 (the tensor-core kernels reading the heads in place and writing the
+// gradients into the three blocks of one (B,T,3C) buffer, or the widened path for D = 48 and for a C whose
+// blocks are not 16-byte aligned).
+static void test_packed(void) {
+    const struct { int64_t B, T, H, D; } cs[] = {{2, 129, 3, 64}, {1, 64, 2, 32}, {2, 7, 4, 16}, {1, 70, 2, 48}, {1, 33, 3, 4}};
+    char what[128];
+    for (int i = 0; i < 5; i++) {
+        const int64_t B = cs[i].B, T = cs[i].T, H = cs[i].H, D = cs[i].D;
+        qkv_case c = {H, 1 / sqrt((double)D)};
+        weft_tensor *x64 = wt_rand64(3, (const int64_t[]){B, T, 3 * H * D}, -2, 2, 70 + (uint64_t)i, false);
+        snprintf(what, sizeof what, "causal_attention_qkv B=%lld T=%lld H=%lld D=%lld", (long long)B, (long long)T,
+                 (long long)H, (long long)D);
+        for (int f = 0; f < 2; f++) {
+            weft_tensor *x = weft_cast(x64, f ? WEFT_F64 : WEFT_F32);
+            wt_cuda_compare(what, qkv_fn, &c, 1, &x, f ? 1e-10 : 1e-4, true);
+            weft_tensor_free(x);
+        }
+        lp_compare(qkv_fn, &c, 1, &x64, WEFT_BF16, 2.5e-2, what);
+        lp_compare(qkv_fn, &c, 1, &x64, WEFT_F16, 4e-3, what);
+        weft_tensor_free(x64);
+    }
+}
+
 int main(void) {
     WT_CUDA_OR_SKIP();
     g_op = weft_op_find("causal_attention");
@@ -229,5 +272,6 @@ int main(void) {
     RUN(test_head_dim_too_large);
     RUN(test_half);
     RUN(test_autocast);
+    RUN(test_packed);
     return wt_summary();
 }

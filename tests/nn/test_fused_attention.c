@@ -58,11 +58,11 @@ static void test_fused_matches_composed(void) {
     double *y1 = malloc(sizeof(double) * (size_t)ny), *g1 = malloc(sizeof(double) * (size_t)ng);
 
     setenv("WEFT_FUSED_ATTENTION", "0", 1);
-    CHECK(wt_count_traced_ops(m, x, WEFT_F32, "causal_attention") == 0);
+    CHECK(wt_count_traced_ops(m, x, WEFT_F32, "causal_attention_qkv") == 0);
     CHECK(wt_count_traced_ops(m, x, WEFT_F32, "softmax") == 1);
     CHECK(run_once(m, x, w, y0, g0) == ng);
     unsetenv("WEFT_FUSED_ATTENTION"); // the default: fused
-    CHECK(wt_count_traced_ops(m, x, WEFT_F32, "causal_attention") == 1);
+    CHECK(wt_count_traced_ops(m, x, WEFT_F32, "causal_attention_qkv") == 1);
     CHECK(wt_count_traced_ops(m, x, WEFT_F32, "softmax") == 0);
     CHECK(run_once(m, x, w, y1, g1) == ng);
 
@@ -75,7 +75,7 @@ static void test_fused_matches_composed(void) {
 
     // anything but "0" keeps the fused path
     setenv("WEFT_FUSED_ATTENTION", "1", 1);
-    CHECK(wt_count_traced_ops(m, x, WEFT_F32, "causal_attention") == 1);
+    CHECK(wt_count_traced_ops(m, x, WEFT_F32, "causal_attention_qkv") == 1);
     unsetenv("WEFT_FUSED_ATTENTION");
 
     free(y0);

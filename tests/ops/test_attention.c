@@ -3,6 +3,9 @@
 // matmul) in f64, on several shapes and on strided views; lse against
 // logsumexp of the masked scores; f32 within a tolerance; finite-difference
 // gradients; errors naming the op; no second-order gradient.
+// causal_attention_qkv (one packed (B,T,3C) input) against the split heads
+// through causal_attention in f64, f32 and bf16, on a transposed qkv, by
+// finite differences, and its errors.
 #include <stdlib.h>
 #include <string.h>
 
@@ -398,6 +401,110 @@ static void test_no_second_order(void) {
     for (int i = 0; i < 5; i++) weft_tensor_free(ts[i]);
 }
 
+// The split path the packed op replaces: qkv (B,T,3C) split into q, k, v, their heads (B,H,T,D) views,
+// the heads-last attention merged back to (B,T,C) by a view.
+static weft_tensor *split_heads_attention(weft_tensor *qkv, int64_t H, double scale) {
+    const int64_t B = weft_tensor_size(qkv, 0), T = weft_tensor_size(qkv, 1), C = weft_tensor_size(qkv, 2) / 3;
+    static const int perm[4] = {0, 2, 1, 3};
+    weft_tensor *parts[3], *h[3];
+    if (weft_split(qkv, 2, 3, (const int64_t[]){C, C, C}, parts) != WEFT_OK) return NULL;
+    for (int p = 0; p < 3; p++) {
+        weft_tensor *v4 = weft_view(parts[p], WEFT_DIMS(B, T, H, C / H));
+        h[p] = weft_permute(v4, perm);
+        weft_tensor_free(v4);
+        weft_tensor_free(parts[p]);
+    }
+    weft_tensor *y = weft_causal_attention_heads_last(h[0], h[1], h[2], scale);
+    for (int p = 0; p < 3; p++) weft_tensor_free(h[p]);
+    weft_tensor *ym = y ? weft_view(y, WEFT_DIMS(B, T, C)) : NULL;
+    weft_tensor_free(y);
+    return ym;
+}
+
+// Packed vs split on leaves of one dtype: the output and the gradient of qkv (loss sum(y * w)).
+static void packed_case(int64_t B, int64_t T, int64_t H, int64_t D, weft_dtype dt, double tol) {
+    const int64_t C = H * D;
+    const double scale = 1.0 / sqrt((double)D);
+    weft_tensor *x[2], *y[2], *g[2];
+    weft_tensor *w = rand_as((const int64_t[]){B, T, C, 1}, dt, 41, false), *w3 = weft_view(w, WEFT_DIMS(B, T, C));
+    for (int r = 0; r < 2; r++) {
+        weft_tensor *x64 = wt_rand64(WEFT_DIMS(B, T, 3 * C), -1.5, 1.5, 40, false);
+        x[r] = weft_cast(x64, dt);
+        weft_tensor_free(x64);
+        weft_tensor_set_requires_grad(x[r], true);
+        y[r] = r ? weft_causal_attention_qkv(x[r], H, scale) : split_heads_attention(x[r], H, scale);
+        CHECK(y[r] && weft_tensor_ndim(y[r]) == 3 && weft_tensor_size(y[r], 2) == C);
+        CHECK(y[r] && weft_backward(y[r], w3, NULL) == WEFT_OK);
+        g[r] = weft_tensor_grad(x[r]);
+        CHECK(g[r] && weft_tensor_dtype(g[r]) == dt);
+    }
+    if (y[0] && y[1]) wt_check_same("packed o", y[1], y[0], tol);
+    if (g[0] && g[1]) wt_check_same("packed d(qkv)", g[1], g[0], tol);
+    weft_tensor *ts[] = {w, w3, x[0], x[1], y[0], y[1]};
+    for (int i = 0; i < 6; i++) weft_tensor_free(ts[i]);
+}
+
+typedef struct qkv_case {
+    int64_t H;
+    double scale;
+    bool transposed; // qkv given as a (B,3C,T) tensor transposed: no unit stride in its last dim
+} qkv_case;
+static weft_tensor *f_qkv(weft_tensor *const *in, void *u) {
+    const qkv_case *c = u;
+    weft_tensor *x = c->transposed ? weft_transpose(in[0], 1, 2) : weft_tensor_ref(in[0]);
+    weft_tensor *y = weft_causal_attention_qkv(x, c->H, c->scale);
+    weft_tensor_free(x);
+    return y;
+}
+
+static void test_packed(void) {
+    // the same kernels on the same values (bit for bit with OpenBLAS and oneDNN here; a BLAS may round
+    // products of another row stride differently): f64, f32 threaded, bf16 (one bf16 step of 1 at most)
+    packed_case(2, 37, 3, 5, WEFT_F64, 1e-13);   // T past one row block
+    packed_case(2, 70, 4, 16, WEFT_F32, 1e-6);   // threaded
+    packed_case(1, 33, 2, 32, WEFT_BF16, 1.6e-2); // widened to f32, rounded once
+    // finite differences: contiguous, two heads; transposed; one head of D = 1
+    qkv_case c0 = {2, 0.7, false}, c1 = {3, 0.5, true}, c2 = {1, 1.0, false};
+    weft_tensor *a = wt_rand64(WEFT_DIMS(2, 5, 12), -1, 1, 50, true);
+    weft_tensor *b = wt_rand64(WEFT_DIMS(1, 18, 4), -1, 1, 51, true); // (B,3C,T): qkv (1,4,18), C = 6
+    weft_tensor *d = wt_rand64(WEFT_DIMS(1, 6, 3), -1, 1, 52, true);
+    CHECK_GRAD(f_qkv, 1, &a, &c0);
+    CHECK_GRAD(f_qkv, 1, &b, &c1);
+    CHECK_GRAD(f_qkv, 1, &d, &c2);
+    // the transposed qkv against the same values contiguous
+    weft_tensor *bt = weft_transpose(b, 1, 2), *bc = weft_tensor_clone(bt);
+    weft_tensor *y0 = weft_causal_attention_qkv(bt, 3, 0.5), *y1 = weft_causal_attention_qkv(bc, 3, 0.5);
+    CHECK(y0 && y1 && !weft_tensor_is_contiguous(bt));
+    if (y0 && y1) wt_check_same("transposed qkv", y0, y1, 0);
+    weft_tensor *ts[] = {a, b, d, bt, bc, y0, y1};
+    for (int i = 0; i < 7; i++) weft_tensor_free(ts[i]);
+}
+
+static void test_packed_errors(void) {
+    weft_tensor *x = weft_tensor_zeros(WEFT_DIMS(2, 5, 12), WEFT_F64), *x2 = weft_tensor_zeros(WEFT_DIMS(5, 12), WEFT_F64);
+    weft_tensor *x13 = weft_tensor_zeros(WEFT_DIMS(2, 5, 13), WEFT_F64), *xi = weft_tensor_zeros(WEFT_DIMS(2, 5, 12), WEFT_I32);
+    EXPECT_NULL(weft_causal_attention_qkv(x2, 2, 1), "causal_attention_qkv: qkv must be (B,T,3C)");
+    EXPECT_NULL(weft_causal_attention_qkv(x13, 1, 1), "causal_attention_qkv: qkv must be (B,T,3C)");
+    EXPECT_NULL(weft_causal_attention_qkv(xi, 2, 1), "causal_attention_qkv: qkv has dtype i32");
+    EXPECT_NULL(weft_causal_attention_qkv(x, 3, 1), "causal_attention_qkv: 3 heads do not divide C = 4");
+    EXPECT_NULL(weft_causal_attention_qkv(x, 0, 1), "0 heads");
+    EXPECT_NULL(weft_causal_attention_qkv(x, 8, 1), "8 heads");
+    EXPECT_NULL(weft_causal_attention_qkv(NULL, 2, 1), "causal_attention_qkv");
+    // the backward op checks its own inputs: an o of qkv's shape, an lse of the wrong dtype
+    weft_tensor *o = weft_tensor_zeros(WEFT_DIMS(2, 5, 4), WEFT_F64), *lse = weft_tensor_zeros(WEFT_DIMS(2, 2, 5), WEFT_F64);
+    weft_tensor *lsef = weft_tensor_zeros(WEFT_DIMS(2, 2, 5), WEFT_F32);
+    const weft_op_def *bw = weft_op_find("causal_attention_qkv_backward");
+    weft_attrs at = {.i = {2}, .f = {1}};
+    weft_tensor *g[WEFT_MAX_OP_OUT];
+    weft_clear_error();
+    CHECK(weft_op_apply(bw, 4, (weft_tensor *[]){x, x, lse, o}, &at, g) != WEFT_OK && wt_error_has("o must be f64 (2,5,4)"));
+    CHECK(weft_op_apply(bw, 4, (weft_tensor *[]){x, o, lsef, o}, &at, g) != WEFT_OK && wt_error_has("lse must be f64"));
+    CHECK(weft_op_apply(bw, 4, (weft_tensor *[]){x, o, lse, o}, &at, g) == WEFT_OK);
+    if (g[0]) CHECK(weft_tensor_ndim(g[0]) == 3 && weft_tensor_size(g[0], 2) == 12);
+    weft_tensor *ts[] = {x, x2, x13, xi, o, lse, lsef, g[0]};
+    for (int i = 0; i < 8; i++) weft_tensor_free(ts[i]);
+}
+
 int main(void) {
     RUN(test_shapes);
     RUN(test_t1);
@@ -409,5 +516,7 @@ int main(void) {
     RUN(test_lse_no_grad);
     RUN(test_errors);
     RUN(test_no_second_order);
+    RUN(test_packed);
+    RUN(test_packed_errors);
     return wt_summary();
 }

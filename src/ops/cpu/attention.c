@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../attention.h"
 #include "gemm.h"
 #include "iter.h"
 #include "vmath.h"
@@ -136,6 +137,23 @@ static bool rows_get_as(const weft_tensor *t, bool heads_last, rows_opnd *r) {
     return true;
 }
 
+// An output written where it lies: (B,H,T,D), or (B,T,H,D) with heads_last, unit stride in D and rows at
+// least D apart (what the dispatcher allocates, and the packed op's views of its blocks). r->copy holds the
+// (B,H,T,D) view to free; false with an error naming op for any other layout.
+static bool rows_out(const weft_tensor *t, bool heads_last, rows_opnd *r, const char *op) {
+    weft_tensor *v = heads_last ? weft_kernel_transposed(t, 1, 2) : weft_tensor_ref((weft_tensor *)t);
+    if (!v) return false;
+    const int64_t *sz = v->sizes, *st = v->strides;
+    if (!((st[3] == 1 || sz[3] <= 1) && (st[2] >= sz[3] || sz[2] <= 1) && st[0] >= 0 && st[1] >= 0)) {
+        weft_tensor_free(v);
+        weft_error(WEFT_ERR_UNSUPPORTED, "%s: an output must have unit stride in D", op);
+        return false;
+    }
+    *r = (rows_opnd){.copy = v, .p = weft_tensor_ptr(v), .sb = st[0], .sh = st[1],
+                     .ld = sz[2] <= 1 || st[2] < 1 ? (sz[3] > 1 ? sz[3] : 1) : st[2]};
+    return true;
+}
+
 // Element offset of head bh = b*H + h of r, in bytes.
 static size_t rows_at(const rows_opnd *r, int64_t bh, int64_t H, size_t esz) {
     return (size_t)((bh / H) * r->sb + (bh % H) * r->sh) * esz;
@@ -145,22 +163,22 @@ static size_t rows_at(const rows_opnd *r, int64_t bh, int64_t H, size_t esz) {
 weft_status weft_cpu_causal_attention(const weft_op_args *a) {
     if (weft_dtype_is_half(a->in[0]->dtype))
         return weft_kernel_widened(a, weft_cpu_causal_attention);
-    rows_opnd r[3] = {{0}};
-    for (int i = 0; i < 3; i++)
-        if (!rows_get(a->in[i], &r[i])) {
-            for (int j = 0; j < i; j++) weft_tensor_free(r[j].copy);
-            return weft_last_status();
-        }
+    rows_opnd r[4] = {{0}}; // q, k, v, then o (B,H,T,D), or (B,T,H,D) with i[0] (the heads last)
+    bool ok = true;
+    for (int i = 0; i < 3 && ok; i++) ok = rows_get(a->in[i], &r[i]);
+    if (ok) ok = rows_out(a->out[0], a->attrs->i[0] != 0, &r[3], a->op->name);
+    if (!ok) {
+        for (int j = 0; j < 4; j++) weft_tensor_free(r[j].copy);
+        return weft_last_status();
+    }
     const weft_tensor *q = a->in[0];
     int64_t H = q->sizes[1], BH = q->sizes[0] * H, T_ = q->sizes[2], D = q->sizes[3];
     int64_t nblk = (T_ + BR - 1) / BR, ntask = BH * nblk;
     bool f32 = q->dtype == WEFT_F32;
     size_t esz = weft_dtype_size((weft_dtype)q->dtype);
-    char *po = weft_tensor_ptr(a->out[0]), *pl = weft_tensor_ptr(a->out[1]);
+    char *po = (char *)r[3].p, *pl = weft_tensor_ptr(a->out[1]);
     double scale = a->attrs->f[0];
-    // o: (B,H,T,D) contiguous, or (B,T,H,D) (i[0]): head bh at b*T*H*D + h*D, rows H*D apart
-    const bool last = a->attrs->i[0] != 0;
-    const int64_t lo = last ? H * D : D;
+    const int64_t lo = r[3].ld;
     int nt = weft_num_threads();
     if (nt > ntask) nt = ntask > 0 ? (int)ntask : 1;
     bool oom = false;
@@ -177,8 +195,7 @@ weft_status weft_cpu_causal_attention(const weft_op_args *a) {
             int64_t bh = t / nblk, i0 = (t % nblk) * BR, i1 = i0 + BR < T_ ? i0 + BR : T_;
             const char *hq = r[0].p + rows_at(&r[0], bh, H, esz), *hk = r[1].p + rows_at(&r[1], bh, H, esz),
                        *hv = r[2].p + rows_at(&r[2], bh, H, esz);
-            int64_t ho = last ? (bh / H) * T_ * H * D + (bh % H) * D : bh * T_ * D;
-            size_t hoff = (size_t)ho * esz, loff = (size_t)(bh * T_) * esz;
+            size_t hoff = rows_at(&r[3], bh, H, esz), loff = (size_t)(bh * T_) * esz;
             if (f32)
                 fwd_block_float((const float *)hq, r[0].ld, (const float *)hk, r[1].ld, (const float *)hv, r[2].ld,
                                 (float *)(po + hoff), lo, (float *)(pl + loff), i0, i1, D, (float)scale, s);
@@ -188,7 +205,7 @@ weft_status weft_cpu_causal_attention(const weft_op_args *a) {
         }
         free(s);
     }
-    for (int i = 0; i < 3; i++) weft_tensor_free(r[i].copy);
+    for (int i = 0; i < 4; i++) weft_tensor_free(r[i].copy);
     return oom ? weft_error(WEFT_ERR_OOM, "causal_attention: out of memory for the score blocks") : WEFT_OK;
 }
 
@@ -199,13 +216,17 @@ weft_status weft_cpu_causal_attention_backward(const weft_op_args *a) {
         return weft_kernel_widened(a, weft_cpu_causal_attention_backward);
     // q, k, v, o, go where they lie (rows_opnd); lse contiguous
     static const int which[5] = {0, 1, 2, 3, 5};
-    rows_opnd r[5] = {{0}};
+    // then gq, gk, gv (B,H,T,D), or (B,T,H,D) with i[1] (the heads last), at one row stride
+    rows_opnd r[8] = {{0}};
     weft_tensor *lse = NULL;
     bool ok = true;
     for (int i = 0; i < 5 && ok; i++) ok = rows_get_as(a->in[which[i]], i >= 3 && a->attrs->i[0], &r[i]);
+    for (int j = 0; j < 3 && ok; j++) ok = rows_out(a->out[j], a->attrs->i[1] != 0, &r[5 + j], a->op->name);
+    if (ok && (r[6].ld != r[5].ld || r[7].ld != r[5].ld))
+        ok = !weft_error(WEFT_ERR_UNSUPPORTED, "%s: the gradients' rows must lie equally far apart", a->op->name);
     if (ok) ok = (lse = weft_kernel_contiguous(a->in[4])) != NULL;
     if (!ok) {
-        for (int i = 0; i < 5; i++) weft_tensor_free(r[i].copy);
+        for (int i = 0; i < 8; i++) weft_tensor_free(r[i].copy);
         return weft_last_status();
     }
     const weft_tensor *q = a->in[0];
@@ -213,13 +234,8 @@ weft_status weft_cpu_causal_attention_backward(const weft_op_args *a) {
     bool f32 = q->dtype == WEFT_F32;
     size_t esz = weft_dtype_size((weft_dtype)q->dtype);
     const char *pl = weft_tensor_ptr(lse);
-    // gq, gk, gv: (B,H,T,D) contiguous, or (B,T,H,D) (i[1]): head bh at b*T*H*D + h*D, rows H*D apart
-    const bool glast = a->attrs->i[1] != 0;
     int64_t ld[6];
-    for (int i = 0; i < 5; i++) ld[i] = r[i].ld;
-    ld[5] = glast ? H * D : D;
-    char *g[3];
-    for (int i = 0; i < 3; i++) g[i] = weft_tensor_ptr(a->out[i]);
+    for (int i = 0; i < 6; i++) ld[i] = r[i].ld;
     double scale = a->attrs->f[0];
     int nt = weft_num_threads();
     if (nt > BH) nt = BH > 0 ? (int)BH : 1;
@@ -236,24 +252,24 @@ weft_status weft_cpu_causal_attention_backward(const weft_op_args *a) {
 #pragma omp for schedule(dynamic, 1)
         for (int64_t bh = 0; bh < BH; bh++) {
             if (!s) continue;
-            const char *p[5];
-            for (int i = 0; i < 5; i++) p[i] = r[i].p + rows_at(&r[i], bh, H, esz);
-            size_t h = (size_t)(glast ? (bh / H) * T_ * H * D + (bh % H) * D : bh * T_ * D) * esz,
-                   l = (size_t)(bh * T_) * esz;
+            const char *p[8];
+            for (int i = 0; i < 8; i++) p[i] = r[i].p + rows_at(&r[i], bh, H, esz);
+            char *g0 = (char *)p[5], *g1 = (char *)p[6], *g2 = (char *)p[7];
+            size_t l = (size_t)(bh * T_) * esz;
             if (f32)
                 bwd_head_float((const float *)p[0], (const float *)p[1], (const float *)p[2], (const float *)p[3],
-                               (const float *)(pl + l), (const float *)p[4], ld, (float *)(g[0] + h),
-                               (float *)(g[1] + h), (float *)(g[2] + h), T_, D, (float)scale, (float *)sp,
+                               (const float *)(pl + l), (const float *)p[4], ld, (float *)g0, (float *)g1,
+                               (float *)g2, T_, D, (float)scale, (float *)sp,
                                (float *)sdp, (float *)sdl);
             else
                 bwd_head_double((const double *)p[0], (const double *)p[1], (const double *)p[2],
                                 (const double *)p[3], (const double *)(pl + l), (const double *)p[4], ld,
-                                (double *)(g[0] + h), (double *)(g[1] + h), (double *)(g[2] + h), T_, D, scale,
+                                (double *)g0, (double *)g1, (double *)g2, T_, D, scale,
                                 (double *)sp, (double *)sdp, (double *)sdl);
         }
         free(s);
     }
-    for (int i = 0; i < 5; i++) weft_tensor_free(r[i].copy);
+    for (int i = 0; i < 8; i++) weft_tensor_free(r[i].copy);
     weft_tensor_free(lse);
     return oom ? weft_error(WEFT_ERR_OOM, "causal_attention_backward: out of memory for the score blocks") : WEFT_OK;
 }

@@ -1,6 +1,7 @@
 // CUDA kernels of the fused causal attention ops (attention_kernels.cu):
 //   causal_attention           in: q, k, v (B,H,T,D); out: o (B,H,T,D), lse (B,H,T); f[0] = scale
 //   causal_attention_backward  in: q, k, v, o, lse, go; out: gq, gk, gv (B,H,T,D); f[0] = scale
+//   causal_attention_qkv (and its backward): the two above on views of one packed (B,T,3C) (attention.h)
 // with i[0] = 1, o and go are (B,T,H,D) (the heads last: def_attention.c); with the backward's i[1] = 1, so
 // are gq, gk, gv (written in place by the tensor-core kernels; the f32 kernels' results are copied there).
 // f32 and f64 (attention_kernels.cu); bf16 and f16 on tensor cores with f32
@@ -14,6 +15,7 @@
 // device copy here.
 #include <stdint.h>
 
+#include "../attention.h"
 #include "attention_kernels.h"
 #include "cuda_ops.h"
 
@@ -238,8 +240,16 @@ done:
     return st;
 }
 
+// The packed ops (causal_attention_qkv): views of qkv's blocks through the kernels above.
+static weft_status cu_attention_qkv(const weft_op_args *a) { return weft_attention_qkv_run(a, cu_causal_attention); }
+static weft_status cu_attention_qkv_backward(const weft_op_args *a) {
+    return weft_attention_qkv_backward_run(a, cu_causal_attention_backward);
+}
+
 void weft_cuda_register_attention(void) {
     const uint32_t dts = WEFT_DT_FLOAT | WEFT_DT_HALF;
     weft_cu_register("causal_attention", cu_causal_attention, dts);
     weft_cu_register("causal_attention_backward", cu_causal_attention_backward, dts);
+    weft_cu_register("causal_attention_qkv", cu_attention_qkv, dts);
+    weft_cu_register("causal_attention_qkv_backward", cu_attention_qkv_backward, dts);
 }
