@@ -21,7 +21,13 @@ static weft_status ok_if(const weft_bw_args *b) {
     return WEFT_OK;
 }
 
+// The dtype of the statistics and f32-needing outputs (softmax's y, the loss) for an input of dtype dt: f32
+// for bf16 / f16 (read as they are, in f32 arithmetic), else dt.
+static weft_dtype stat_dtype(int dt) { return weft_dtype_is_half(dt) ? WEFT_F32 : (weft_dtype)dt; }
+
 // ---- softmax / log_softmax ----
+// bf16 / f16 x (a low-precision product's output under autocast) is read as it is: y is f32, as autocast's
+// f32 ops give it, and the gradient of x comes back in x's dtype (the f32 gradient rounded once).
 // i[0]: the dim, normalised (the kernels take it as it is): 0..ndim-1, 0 for a 0-d tensor.
 static weft_status check_softmax_dim(const char *op, const weft_attrs *at, int ndim) {
     if (at->i[0] >= 0 && at->i[0] < (ndim ? ndim : 1)) return WEFT_OK;
@@ -29,9 +35,9 @@ static weft_status check_softmax_dim(const char *op, const weft_attrs *at, int n
 }
 static weft_status infer_softmax(const weft_op_args *a, weft_out_meta *o) {
     const weft_tensor *x = a->in[0];
-    weft_status st = weft_check_dtype(a->op->name, x, WEFT_DT_FLOAT, "the input");
+    weft_status st = weft_check_dtype(a->op->name, x, WEFT_DT_FLOAT | WEFT_DT_HALF, "the input");
     if (st || (st = check_softmax_dim(a->op->name, a->attrs, x->ndim))) return st;
-    weft_meta_set(o, x->ndim, x->sizes, (weft_dtype)x->dtype);
+    weft_meta_set(o, x->ndim, x->sizes, stat_dtype(x->dtype));
     return WEFT_OK;
 }
 // (g, y): equal shapes and dtypes.
@@ -50,14 +56,21 @@ static weft_status infer_softmax_bw(const weft_op_args *a, weft_out_meta *o) {
     return WEFT_OK;
 }
 
+// The gradient g in x's dtype (bf16 / f16 x: g is f32, rounded once); takes ownership of g.
+static weft_tensor *in_dtype(const weft_bw_args *b, weft_tensor *g) {
+    if (!g || g->dtype == b->in_meta[0].dtype) return g;
+    weft_tensor *c = weft_cast(g, b->in_meta[0].dtype);
+    weft_tensor_free(g);
+    return c;
+}
 static weft_status bw_softmax(const weft_bw_args *b) {
     weft_tensor *in[2] = {b->gout[0], b->out[0]};
-    b->gin[0] = weft_op_apply1(&weft_op_softmax_backward, 2, in, b->attrs);
+    b->gin[0] = in_dtype(b, weft_op_apply1(&weft_op_softmax_backward, 2, in, b->attrs));
     return ok_if(b);
 }
 static weft_status bw_log_softmax(const weft_bw_args *b) {
     weft_tensor *in[2] = {b->gout[0], b->out[0]};
-    b->gin[0] = weft_op_apply1(&weft_op_log_softmax_backward, 2, in, b->attrs);
+    b->gin[0] = in_dtype(b, weft_op_apply1(&weft_op_log_softmax_backward, 2, in, b->attrs));
     return ok_if(b);
 }
 
@@ -106,7 +119,7 @@ static weft_status bw_log_softmax_backward(const weft_bw_args *b) {
     return ok_if(b);
 }
 
-#define K_SM .kernel = {[WEFT_CPU] = {weft_cpu_softmax, WEFT_DT_FLOAT}}
+#define K_SM .kernel = {[WEFT_CPU] = {weft_cpu_softmax, WEFT_DT_FLOAT | WEFT_DT_HALF}}
 #define K_SMB .kernel = {[WEFT_CPU] = {weft_cpu_softmax_backward, WEFT_DT_FLOAT}}
 weft_op_def weft_op_softmax = {.name = "softmax", .n_in = 1, .n_out = 1, .save = WEFT_SAVE_OUT(0), .variant = 0,
                                .infer = infer_softmax, .backward = bw_softmax, K_SM};
@@ -134,9 +147,6 @@ weft_tensor *weft_log_softmax(weft_tensor *t, int dim) { return softmax_like(&we
 // bf16 / f16 logits are read as they are (autocast leaves the last linear layer's output in the low dtype):
 // the kernels work in f32 and the loss is f32, as autocast's f32 ops give it; the gradient of the logits
 // comes back in their own dtype, rounded once.
-static weft_dtype ce_loss_dtype(int logits_dt) {
-    return weft_dtype_is_half(logits_dt) ? WEFT_F32 : (weft_dtype)logits_dt;
-}
 static weft_status check_ce(const char *op, weft_tensor *x, weft_tensor *t) {
     weft_status st = weft_check_dtype(op, x, WEFT_DT_FLOAT | WEFT_DT_HALF, "the logits");
     if (st) return st;
@@ -150,16 +160,16 @@ static weft_status check_ce(const char *op, weft_tensor *x, weft_tensor *t) {
 static weft_status infer_ce(const weft_op_args *a, weft_out_meta *o) {
     weft_status st = check_ce(a->op->name, a->in[0], a->in[1]);
     if (st) return st;
-    weft_meta_set(o, 0, NULL, ce_loss_dtype(a->in[0]->dtype));
+    weft_meta_set(o, 0, NULL, stat_dtype(a->in[0]->dtype));
     return WEFT_OK;
 }
 // (logits, targets, g) -> dlogits
 static weft_status infer_ce_bw(const weft_op_args *a, weft_out_meta *o) {
     weft_status st = check_ce(a->op->name, a->in[0], a->in[1]);
     if (st) return st;
-    if (a->in[2]->numel != 1 || a->in[2]->dtype != ce_loss_dtype(a->in[0]->dtype))
+    if (a->in[2]->numel != 1 || a->in[2]->dtype != stat_dtype(a->in[0]->dtype))
         return weft_error(WEFT_ERR_SHAPE, "%s: the gradient must be one element of the loss's dtype (%s)", a->op->name,
-                          weft_dtype_name(ce_loss_dtype(a->in[0]->dtype)));
+                          weft_dtype_name(stat_dtype(a->in[0]->dtype)));
     weft_meta_set(o, 2, a->in[0]->sizes, (weft_dtype)a->in[0]->dtype);
     return WEFT_OK;
 }

@@ -1,5 +1,5 @@
 // The nn and normalisation ops on CUDA against the CPU: softmax and
-// log_softmax (rows of 1 to 5000, other dims, strided inputs) with their
+// log_softmax (rows of 1 to 5000, other dims, strided inputs, bf16 / f16 x) with their
 // backward, cross-entropy (+ backward, i32/i64 targets, bf16 / f16 logits,
 // an out-of-range target), dropout (the same mask as the CPU, bit for bit), layer_norm
 // with and without weight/bias (bf16 / f16 inputs too), batch_norm in training (outputs,
@@ -48,8 +48,9 @@ static void sm_both(const char *shape, weft_tensor *x, int dim, bool transposed)
 
 static void test_softmax(void) {
     const int64_t lens[] = {1, 10, 1024, 5000};
-    for (int f = 0; f < 2; f++) {
-        weft_dtype dt = float_dts[f];
+    const weft_dtype dts[4] = {WEFT_F32, WEFT_F64, WEFT_BF16, WEFT_F16}; // bf16 / f16 x read as it is, y f32
+    for (int f = 0; f < 4; f++) {
+        weft_dtype dt = dts[f];
         for (int l = 0; l < 4; l++) { // rows (last dim): a warp per row up to 1024, a block above
             char shape[64];
             snprintf(shape, sizeof shape, "(7,%lld)", (long long)lens[l]);

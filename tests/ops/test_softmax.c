@@ -1,7 +1,9 @@
 // softmax, log_softmax and cross_entropy: forward against naive references
 // (any dim, non-contiguous input, extreme values), backward by finite
 // differences in f64 (and second order through the fused backward ops), f32
-// backward against the closed form, errors naming the op.
+// backward against the closed form, errors naming the op. bf16 / f16 input
+// (as autocast hands a product's output over): f32 output, the gradient in
+// the input's dtype, against the f32 ops on the widened values.
 #include <stdlib.h>
 #include <string.h>
 
@@ -298,6 +300,35 @@ static void test_ce_half(void) {
     weft_tensor_free(t);
 }
 
+// softmax / log_softmax of bf16 and f16 x, over the last dim and over a middle one: y is f32 and the same
+// bits as the f32 op on the widened x (the reference's f32 values: check_forward's tolerance); the gradient of
+// x is in x's dtype, the f32 gradient rounded once.
+static void test_softmax_half(void) {
+    const weft_dtype dts[2] = {WEFT_BF16, WEFT_F16};
+    for (int k = 0; k < 2; k++)
+        for (int lg = 0; lg < 2; lg++)
+            for (int dim = 1; dim < 3; dim++) {
+                weft_tensor *x32 = randt(WEFT_DIMS(3, 70, 40), WEFT_F32, -6, 6, 60 + (uint64_t)(4 * k + 2 * lg + dim));
+                weft_tensor *x = weft_cast(x32, dts[k]), *xw = weft_cast(x, WEFT_F32);
+                weft_tensor_set_requires_grad(x, true);
+                weft_tensor_set_requires_grad(xw, true);
+                weft_tensor *y = lg ? weft_log_softmax(x, dim) : weft_softmax(x, dim);
+                weft_tensor *yw = lg ? weft_log_softmax(xw, dim) : weft_softmax(xw, dim);
+                CHECK(y && yw && weft_tensor_dtype(y) == WEFT_F32);
+                if (!y || !yw) continue;
+                wt_check_same("half softmax vs widened", y, yw, 0);
+                check_forward(xw, dim, lg, 1e-5); // and the widened values against the reference
+                weft_tensor *w = randt(WEFT_DIMS(3, 70, 40), WEFT_F32, -1, 1, 70);
+                CHECK(weft_backward(y, w, NULL) == WEFT_OK && weft_backward(yw, w, NULL) == WEFT_OK);
+                weft_tensor *g = weft_tensor_grad(x), *gw = weft_tensor_grad(xw);
+                CHECK(g && gw && weft_tensor_dtype(g) == dts[k]);
+                weft_tensor *gr = gw ? weft_cast(gw, dts[k]) : NULL;
+                if (g && gr) wt_check_same("half softmax gradient", g, gr, 0);
+                weft_tensor *ts[] = {x32, x, xw, y, yw, w, gr};
+                for (int i = 0; i < 7; i++) weft_tensor_free(ts[i]);
+            }
+}
+
 static void expect_error(weft_tensor *r, const char *op) {
     CHECK(r == NULL);
     CHECK(strstr(weft_last_error(), op) != NULL);
@@ -335,6 +366,7 @@ int main(void) {
     RUN(test_ce_forward);
     RUN(test_ce_backward);
     RUN(test_ce_half);
+    RUN(test_softmax_half);
     RUN(test_errors);
     return wt_summary();
 }

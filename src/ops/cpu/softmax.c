@@ -161,6 +161,7 @@ static void run_softmax(weft_dtype dt, bool bw, bool lg, const char *p0, const c
 
 // softmax / log_softmax (variant 0 / 1): in x, attrs i[0] = dim.
 weft_status weft_cpu_softmax(const weft_op_args *a) {
+    if (weft_dtype_is_half(a->in[0]->dtype)) return weft_kernel_widened(a, weft_cpu_softmax); // y is f32
     weft_tensor *x = weft_kernel_contiguous(a->in[0]), *y = a->out[0];
     if (!x) return weft_last_status();
     int64_t outer, D, inner;

@@ -13,7 +13,7 @@ static void split3(const weft_tensor *t, int dim, int64_t *outer, int64_t *D, in
     for (int d = dim + 1; d < t->ndim; d++) *inner *= t->sizes[d];
 }
 
-// softmax / log_softmax: in x, out y (x's shape).
+// softmax / log_softmax: in x, out y (x's shape; f32 for bf16 / f16 x, read as it is).
 static weft_status cu_softmax(const weft_op_args *a) {
     weft_tensor *y = a->out[0];
     if (y->numel == 0) return WEFT_OK;
@@ -109,8 +109,8 @@ static weft_status cu_dropout(const weft_op_args *a) {
 }
 
 void weft_cuda_register_nn(void) {
-    weft_cu_register("softmax", cu_softmax, WEFT_DT_FLOAT);
-    weft_cu_register("log_softmax", cu_softmax, WEFT_DT_FLOAT);
+    weft_cu_register("softmax", cu_softmax, WEFT_DT_FLOAT | WEFT_DT_HALF);
+    weft_cu_register("log_softmax", cu_softmax, WEFT_DT_FLOAT | WEFT_DT_HALF);
     weft_cu_register("softmax_backward", cu_softmax_backward, WEFT_DT_FLOAT);
     weft_cu_register("log_softmax_backward", cu_softmax_backward, WEFT_DT_FLOAT);
     weft_cu_register("cross_entropy", cu_cross_entropy, WEFT_DT_FLOAT | WEFT_DT_HALF);

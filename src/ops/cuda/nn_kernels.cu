@@ -4,7 +4,8 @@
 // Softmax over the last dim (inner == 1) runs a warp per row up to 1024
 // columns and a block per row above; over another dim, a thread per column
 // of the (outer, D, inner) view walks D (neighbouring threads read
-// neighbouring addresses). Sums are in T like the CPU's row kernels.
+// neighbouring addresses). Sums are in T like the CPU's row kernels. The
+// forward reads bf16 / f16 x in f32 and writes f32 y.
 #include <math.h>
 #include <stdint.h>
 
@@ -16,26 +17,30 @@
 #define NN_THREADS 256
 
 // ---------------------------------------------------------------- softmax
-// Rows of (rows, D): y = softmax(x) or log_softmax(x) per row.
-template <typename T, typename G>
-__global__ void __launch_bounds__(NN_THREADS) softmax_rows(const T *x, T *y, int64_t rows, int64_t D, int lg) {
+// Rows of (rows, D): y = softmax(x) or log_softmax(x) per row. x's storage type XT: T, or bf16 / f16 read in
+// f32 (T = float; y f32, as the statistics).
+template <typename T, typename XT, typename G>
+__global__ void __launch_bounds__(NN_THREADS) softmax_rows(const XT *x, T *y, int64_t rows, int64_t D, int lg) {
     __shared__ T sh[32];
     G g;
     const int r0 = g.rank(), rs = g.size();
     for (int64_t r = g.first(); r < rows; r += g.stride()) {
-        const T *xr = x + r * D; // (D)
+        const XT *xr = x + r * D; // (D)
         T *yr = y + r * D;
         T m = -INFINITY, s = 0;
-        for (int64_t i = r0; i < D; i += rs) m = xr[i] > m ? xr[i] : m;
+        for (int64_t i = r0; i < D; i += rs) {
+            const T v = weft_cu_ld<T>(xr[i]);
+            m = v > m ? v : m;
+        }
         m = g.all(m, weft_cu_max(), sh);
-        for (int64_t i = r0; i < D; i += rs) s += weft_cu_exp(xr[i] - m);
+        for (int64_t i = r0; i < D; i += rs) s += weft_cu_exp(weft_cu_ld<T>(xr[i]) - m);
         s = g.all(s, weft_cu_add(), sh);
         if (lg) {
             const T ls = weft_cu_log(s); // (x - m) first: exact for x near m
-            for (int64_t i = r0; i < D; i += rs) yr[i] = (xr[i] - m) - ls;
+            for (int64_t i = r0; i < D; i += rs) yr[i] = (weft_cu_ld<T>(xr[i]) - m) - ls;
         } else {
             const T inv = (T)1 / s;
-            for (int64_t i = r0; i < D; i += rs) yr[i] = weft_cu_exp(xr[i] - m) * inv;
+            for (int64_t i = r0; i < D; i += rs) yr[i] = weft_cu_exp(weft_cu_ld<T>(xr[i]) - m) * inv;
         }
     }
 }
@@ -63,22 +68,22 @@ __global__ void __launch_bounds__(NN_THREADS)
 }
 
 // (outer, D, inner), inner > 1: one thread per (o, j) column.
-template <typename T>
-__global__ void softmax_cols(const T *x, T *y, int64_t outer, int64_t D, int64_t inner, int lg) {
+template <typename T, typename XT>
+__global__ void softmax_cols(const XT *x, T *y, int64_t outer, int64_t D, int64_t inner, int lg) {
     WEFT_CU_GRID_LOOP(t, outer * inner) {
         const int64_t o = t / inner, j = t - o * inner, base = o * D * inner + j;
         T m = -INFINITY, s = 0;
         for (int64_t d = 0; d < D; d++) {
-            T v = x[base + d * inner];
+            T v = weft_cu_ld<T>(x[base + d * inner]);
             m = v > m ? v : m;
         }
-        for (int64_t d = 0; d < D; d++) s += weft_cu_exp(x[base + d * inner] - m);
+        for (int64_t d = 0; d < D; d++) s += weft_cu_exp(weft_cu_ld<T>(x[base + d * inner]) - m);
         if (lg) {
             const T ls = weft_cu_log(s);
-            for (int64_t d = 0; d < D; d++) y[base + d * inner] = (x[base + d * inner] - m) - ls;
+            for (int64_t d = 0; d < D; d++) y[base + d * inner] = (weft_cu_ld<T>(x[base + d * inner]) - m) - ls;
         } else {
             const T inv = (T)1 / s;
-            for (int64_t d = 0; d < D; d++) y[base + d * inner] = weft_cu_exp(x[base + d * inner] - m) * inv;
+            for (int64_t d = 0; d < D; d++) y[base + d * inner] = weft_cu_exp(weft_cu_ld<T>(x[base + d * inner]) - m) * inv;
         }
     }
 }
@@ -99,25 +104,40 @@ __global__ void softmax_bw_cols(const T *g, const T *y, T *dx, int64_t outer, in
     }
 }
 
-template <typename T>
-static cudaError_t launch_softmax(const void *p0, const void *p1, void *q, int64_t outer, int64_t D, int64_t inner,
-                                  int lg, bool bw, cudaStream_t s) {
-    const T *a = (const T *)p0, *b = (const T *)p1;
-    T *y = (T *)q;
+template <typename T, typename XT>
+static cudaError_t launch_softmax(const void *px, void *py, int64_t outer, int64_t D, int64_t inner, int lg,
+                                  cudaStream_t s) {
+    const XT *x = (const XT *)px;
+    T *y = (T *)py;
     if (inner == 1) {
         if (D <= 1024) {
             unsigned nb = weft_cu_row_blocks<weft_cu_warp_group>(outer, NN_THREADS);
-            if (bw) softmax_bw_rows<T, weft_cu_warp_group><<<nb, NN_THREADS, 0, s>>>(a, b, y, outer, D, lg);
-            else softmax_rows<T, weft_cu_warp_group><<<nb, NN_THREADS, 0, s>>>(a, y, outer, D, lg);
+            softmax_rows<T, XT, weft_cu_warp_group><<<nb, NN_THREADS, 0, s>>>(x, y, outer, D, lg);
         } else {
             unsigned nb = weft_cu_row_blocks<weft_cu_block_group>(outer, NN_THREADS);
-            if (bw) softmax_bw_rows<T, weft_cu_block_group><<<nb, NN_THREADS, 0, s>>>(a, b, y, outer, D, lg);
-            else softmax_rows<T, weft_cu_block_group><<<nb, NN_THREADS, 0, s>>>(a, y, outer, D, lg);
+            softmax_rows<T, XT, weft_cu_block_group><<<nb, NN_THREADS, 0, s>>>(x, y, outer, D, lg);
         }
     } else {
-        unsigned nb = weft_cu_blocks(outer * inner);
-        if (bw) softmax_bw_cols<T><<<nb, WEFT_CU_THREADS, 0, s>>>(a, b, y, outer, D, inner, lg);
-        else softmax_cols<T><<<nb, WEFT_CU_THREADS, 0, s>>>(a, y, outer, D, inner, lg);
+        softmax_cols<T, XT><<<weft_cu_blocks(outer * inner), WEFT_CU_THREADS, 0, s>>>(x, y, outer, D, inner, lg);
+    }
+    return cudaGetLastError();
+}
+
+template <typename T>
+static cudaError_t launch_softmax_bw(const void *pg, const void *py, void *pdx, int64_t outer, int64_t D,
+                                     int64_t inner, int lg, cudaStream_t s) {
+    const T *g = (const T *)pg, *y = (const T *)py;
+    T *dx = (T *)pdx;
+    if (inner == 1) {
+        if (D <= 1024) {
+            unsigned nb = weft_cu_row_blocks<weft_cu_warp_group>(outer, NN_THREADS);
+            softmax_bw_rows<T, weft_cu_warp_group><<<nb, NN_THREADS, 0, s>>>(g, y, dx, outer, D, lg);
+        } else {
+            unsigned nb = weft_cu_row_blocks<weft_cu_block_group>(outer, NN_THREADS);
+            softmax_bw_rows<T, weft_cu_block_group><<<nb, NN_THREADS, 0, s>>>(g, y, dx, outer, D, lg);
+        }
+    } else {
+        softmax_bw_cols<T><<<weft_cu_blocks(outer * inner), WEFT_CU_THREADS, 0, s>>>(g, y, dx, outer, D, inner, lg);
     }
     return cudaGetLastError();
 }
@@ -125,13 +145,13 @@ static cudaError_t launch_softmax(const void *p0, const void *p1, void *q, int64
 extern "C" cudaError_t weft_cu_softmax(const void *x, void *y, int dtype, int64_t outer, int64_t D, int64_t inner,
                                        int lg, cudaStream_t s) {
     if (outer * D * inner == 0) return cudaSuccess;
-    WEFT_CU_DISPATCH_FLOAT(dtype, launch_softmax, x, nullptr, y, outer, D, inner, lg, false, s);
+    WEFT_CU_DISPATCH_FLOAT_HALF(dtype, launch_softmax, x, y, outer, D, inner, lg, s);
 }
 
 extern "C" cudaError_t weft_cu_softmax_backward(const void *g, const void *y, void *dx, int dtype, int64_t outer,
                                                 int64_t D, int64_t inner, int lg, cudaStream_t s) {
     if (outer * D * inner == 0) return cudaSuccess;
-    WEFT_CU_DISPATCH_FLOAT(dtype, launch_softmax, g, y, dx, outer, D, inner, lg, true, s);
+    WEFT_CU_DISPATCH_FLOAT(dtype, launch_softmax_bw, g, y, dx, outer, D, inner, lg, s);
 }
 
 // ---------------------------------------------------------------- cross-entropy

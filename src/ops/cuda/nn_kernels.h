@@ -9,7 +9,8 @@
 extern "C" {
 #endif
 
-// x, y contiguous (outer, D, inner), softmax over D; lg: log_softmax. dtype f32/f64.
+// x, y contiguous (outer, D, inner), softmax over D; lg: log_softmax. dtype (x's) f32/f64, or bf16 / f16 with
+// y f32.
 cudaError_t weft_cu_softmax(const void *x, void *y, int dtype, int64_t outer, int64_t D, int64_t inner, int lg,
                             cudaStream_t s);
 // g, y, dx contiguous (outer, D, inner): softmax dx = y (g - sum(g y)),
