@@ -7,7 +7,8 @@
 // double on the same bf16 inputs: o, lse, and the gradients of q, k, v, for head dims 16 to 128, lengths that
 // do and do not fill the tiles, so that every mask, tile bound and fragment index of the kernels is exercised
 // on every machine; and with q, k, v, go read from and o, gq, gk, gv written to (B,T,H,D) memory, as the op
-// runs for a transformer's attention. What this cannot check (the real instruction's layouts and rounding, timing, shared
+// runs for a transformer's attention; and with q, k, v read from and gq, gk, gv written to the blocks of one
+// (B,T,3C) buffer each, as the packed op runs them. What this cannot check (the real instruction's layouts and rounding, timing, shared
 // memory limits) is test_cuda_attention's, on a GPU.
 #include <math.h>
 #include <pthread.h>
@@ -285,9 +286,11 @@ static float rnd() { // [-1, 1)
 // H > 1: q, k, v and go are read where they lie in (B,T,H,D) buffers (the heads of a (B,T,C) tensor, as the
 // op hands them over from a transformer's attention), B = BH / H, and o is written (and read back for the
 // backward) in that order too (the op's heads-last output); else all contiguous (BH,T,D).
-template <int D> static void run_case(int BH, int T, int H = 1) {
+// packed (H > 1): q, k, v are the three C-wide blocks of one (B,T,3C) buffer and gq, gk, gv are written into
+// the blocks of another (causal_attention_qkv, as the attention module runs it): rows 3C apart.
+template <int D> static void run_case(int BH, int T, int H = 1, bool packed = false) {
     const size_t n = (size_t)BH * T * D;
-    std::vector<__nv_bfloat16> q(n), k(n), v(n), go(n), o(n), gq(n), gk(n), gv(n);
+    std::vector<__nv_bfloat16> q(n), k(n), v(n), go(n), o(n);
     std::vector<double> qd(n), kd(n), vd(n), god(n);
     for (size_t i = 0; i < n; i++) {
         q[i] = bf16_of(rnd() * 2), k[i] = bf16_of(rnd() * 2), v[i] = bf16_of(rnd()), go[i] = bf16_of(rnd());
@@ -338,31 +341,36 @@ template <int D> static void run_case(int BH, int T, int H = 1) {
     // the kernels' inputs: the same values, contiguous or scattered into (B,T,H,D) order (C = H*D)
     const int64_t C = (int64_t)H * D;
     const weft_cu_heads lay = H > 1 ? weft_cu_heads{H, (int64_t)T * C, D, C} : weft_cu_heads{1, (int64_t)T * D, 0, D};
-    std::vector<__nv_bfloat16> qs(n), ks(n), vs(n), gs(n);
+    // q, k, v's layout (and their gradients'): packed, block p at p*C of (B,T,3C); else as o and go
+    const weft_cu_heads pl = packed ? weft_cu_heads{H, (int64_t)T * 3 * C, D, 3 * C} : lay;
+    const size_t np = packed ? 3 * n : n, off[3] = {0, packed ? (size_t)C : 0, packed ? 2 * (size_t)C : 0};
+    std::vector<__nv_bfloat16> qkv(packed ? np : 3 * n), gs(n), gqkv(packed ? np : 3 * n);
+    __nv_bfloat16 *qp = qkv.data() + off[0], *kp = qkv.data() + (packed ? off[1] : n), *vp = qkv.data() + (packed ? off[2] : 2 * n);
+    auto at = [&](const weft_cu_heads &L, int bh, int i, int d) {
+        return (size_t)((bh / H) * L.sb + (bh % H) * L.sh + (int64_t)i * L.st + d);
+    };
     for (int bh = 0; bh < BH; bh++)
         for (int i = 0; i < T; i++)
             for (int d = 0; d < D; d++) {
-                const size_t from = ((size_t)bh * T + i) * D + d;
-                const size_t to = (size_t)((bh / H) * lay.sb + (bh % H) * lay.sh + (int64_t)i * lay.st + d);
-                qs[to] = q[from], ks[to] = k[from], vs[to] = v[from], gs[to] = go[from];
+                const size_t from = ((size_t)bh * T + i) * D + d, to = at(pl, bh, i, d);
+                qp[to] = q[from], kp[to] = k[from], vp[to] = v[from], gs[at(lay, bh, i, d)] = go[from];
             }
     // the kernels, launched as attention_mma_kernels.cu's launchers do
     const int64_t ntile = (T + kOwn - 1) / kOwn;
     std::vector<float> lse((size_t)BH * T), dl((size_t)BH * T);
-    const __nv_bfloat16 *Q = qs.data(), *K = ks.data(), *V = vs.data(), *G = gs.data();
-    __nv_bfloat16 *O = o.data(), *GQ = gq.data(), *GK = gk.data(), *GV = gv.data();
+    const __nv_bfloat16 *Q = qp, *K = kp, *V = vp, *G = gs.data();
+    __nv_bfloat16 *O = o.data(), *GQ = gqkv.data(), *GK = GQ + (packed ? off[1] : n), *GV = GQ + (packed ? off[2] : 2 * n);
     float *L = lse.data(), *DL = dl.data();
     launch((unsigned)(BH * ntile), kThreads, fwd_smem<__nv_bfloat16, D>(), [=] {
-        mma_fwd<__nv_bfloat16, D>(Q, K, V, lay, lay, lay, O, lay, L, T, ntile, (float)scale * kLog2e);
+        mma_fwd<__nv_bfloat16, D>(Q, K, V, pl, pl, pl, O, lay, L, T, ntile, (float)scale * kLog2e);
     });
     launch(1, 128, 0, [=] { mma_bwd_dl<__nv_bfloat16>(G, lay, O, lay, DL, (int64_t)BH * T, T, D); });
     // the gradients in the inputs' layout: with H > 1, (B,T,H,D), as the op's heads-last backward writes them
     launch((unsigned)(BH * ntile), kThreads, dkdv_smem<__nv_bfloat16, D>(), [=] {
-        mma_bwd_dkdv<__nv_bfloat16, D>(Q, K, V, L, G, lay, lay, lay, lay, DL, GK, lay, GV, lay, T, ntile,
-                                       (float)scale);
+        mma_bwd_dkdv<__nv_bfloat16, D>(Q, K, V, L, G, pl, pl, pl, lay, DL, GK, pl, GV, pl, T, ntile, (float)scale);
     });
     launch((unsigned)(BH * ntile), kThreads, dq_smem<__nv_bfloat16, D>(), [=] {
-        mma_bwd_dq<__nv_bfloat16, D>(Q, K, V, L, G, lay, lay, lay, lay, DL, GQ, lay, T, ntile, (float)scale);
+        mma_bwd_dq<__nv_bfloat16, D>(Q, K, V, L, G, pl, pl, pl, lay, DL, GQ, pl, T, ntile, (float)scale);
     });
     auto f32 = [](const std::vector<__nv_bfloat16> &x) {
         std::vector<float> r(x.size());
@@ -373,23 +381,23 @@ template <int D> static void run_case(int BH, int T, int H = 1) {
     // Tolerances, relative to the largest reference value: o and the gradients are bf16 results of products
     // whose operands P and dS are rounded to bf16 (2^-9 relative each), so a few units of 2^-8; lse is f32.
     const char *names[5] = {"o", "lse", "grad q", "grad k", "grad v"};
-    auto bhtd = [&](const std::vector<__nv_bfloat16> &x) { // back in (BH,T,D) order
+    auto bhtd = [&](const __nv_bfloat16 *x, const weft_cu_heads &L) { // back in (BH,T,D) order
         std::vector<__nv_bfloat16> r(n);
         for (int bh = 0; bh < BH; bh++)
             for (int i = 0; i < T; i++)
-                for (int d = 0; d < D; d++)
-                    r[((size_t)bh * T + i) * D + d] =
-                        x[(size_t)((bh / H) * lay.sb + (bh % H) * lay.sh + (int64_t)i * lay.st + d)];
+                for (int d = 0; d < D; d++) r[((size_t)bh * T + i) * D + d] = x[at(L, bh, i, d)];
         return r;
     };
-    const std::vector<float> got[5] = {f32(bhtd(o)), lse, f32(bhtd(gq)), f32(bhtd(gk)), f32(bhtd(gv))};
+    const std::vector<float> got[5] = {f32(bhtd(O, lay)), lse, f32(bhtd(GQ, pl)), f32(bhtd(GK, pl)), f32(bhtd(GV, pl))};
     const std::vector<double> *ref[5] = {&od, &lsed, &gqd, &gkd, &gvd};
     const double tol[5] = {2e-2, 1e-4, 3e-2, 3e-2, 3e-2};
     for (int i = 0; i < 5; i++) {
-        snprintf(what, sizeof what, "bf16 D=%d BH=%d T=%d%s: %s", D, BH, T, H > 1 ? " (B,T,H,D)" : "", names[i]);
+        snprintf(what, sizeof what, "bf16 D=%d BH=%d T=%d%s: %s", D, BH, T,
+                 packed ? " packed (B,T,3C)" : H > 1 ? " (B,T,H,D)" : "", names[i]);
         check(what, got[i], *ref[i], tol[i]);
     }
-    printf("ok   D=%d BH=%d T=%d%s\n", D, BH, T, H > 1 ? " read in (B,T,H,D) order" : "");
+    printf("ok   D=%d BH=%d T=%d%s\n", D, BH, T,
+           packed ? " read from and written to packed (B,T,3C)" : H > 1 ? " read in (B,T,H,D) order" : "");
     fflush(stdout);
 }
 
@@ -407,6 +415,8 @@ int main(int argc, char **argv) {
     run_case<16>(1, 33);
     run_case<16>(1, 129);
     run_case<16>(4, 95, 4);
+    run_case<16>(6, 33, 3, true); // causal_attention_qkv: q, k, v and their gradients in one (B,T,3C) each
+    run_case<32>(4, 70, 2, true);
     if (!quick) {
         run_case<64>(1, 130);
         run_case<128>(1, 97);

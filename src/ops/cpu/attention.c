@@ -111,15 +111,25 @@ typedef struct rows_opnd {
     int64_t sb, sh, ld; // element strides of b, h and a row
 } rows_opnd;
 
-static bool rows_get(const weft_tensor *t, rows_opnd *r) {
+// The kernels read (and write) t where it lies: unit stride in D, rows at least D apart.
+static bool rows_direct(const weft_tensor *t) {
     const int64_t *sz = t->sizes, *st = t->strides;
-    bool direct = (st[3] == 1 || sz[3] <= 1) && (st[2] >= sz[3] || sz[2] <= 1) && st[0] >= 0 && st[1] >= 0;
-    r->copy = direct ? NULL : weft_kernel_contiguous(t);
-    if (!direct && !r->copy) return false;
-    const weft_tensor *u = direct ? t : r->copy;
+    return (st[3] == 1 || sz[3] <= 1) && (st[2] >= sz[3] || sz[2] <= 1) && st[0] >= 0 && st[1] >= 0;
+}
+
+// r for u (t itself or its copy): its first element, head and row strides.
+static void rows_set(rows_opnd *r, const weft_tensor *u) {
+    const int64_t *sz = u->sizes;
     r->p = weft_tensor_ptr(u);
     r->sb = u->strides[0], r->sh = u->strides[1];
     r->ld = sz[2] <= 1 || u->strides[2] < 1 ? (sz[3] > 1 ? sz[3] : 1) : u->strides[2];
+}
+
+static bool rows_get(const weft_tensor *t, rows_opnd *r) {
+    bool direct = rows_direct(t);
+    r->copy = direct ? NULL : weft_kernel_contiguous(t);
+    if (!direct && !r->copy) return false;
+    rows_set(r, direct ? t : r->copy);
     return true;
 }
 
@@ -143,14 +153,13 @@ static bool rows_get_as(const weft_tensor *t, bool heads_last, rows_opnd *r) {
 static bool rows_out(const weft_tensor *t, bool heads_last, rows_opnd *r, const char *op) {
     weft_tensor *v = heads_last ? weft_kernel_transposed(t, 1, 2) : weft_tensor_ref((weft_tensor *)t);
     if (!v) return false;
-    const int64_t *sz = v->sizes, *st = v->strides;
-    if (!((st[3] == 1 || sz[3] <= 1) && (st[2] >= sz[3] || sz[2] <= 1) && st[0] >= 0 && st[1] >= 0)) {
+    if (!rows_direct(v)) {
         weft_tensor_free(v);
         weft_error(WEFT_ERR_UNSUPPORTED, "%s: an output must have unit stride in D", op);
         return false;
     }
-    *r = (rows_opnd){.copy = v, .p = weft_tensor_ptr(v), .sb = st[0], .sh = st[1],
-                     .ld = sz[2] <= 1 || st[2] < 1 ? (sz[3] > 1 ? sz[3] : 1) : st[2]};
+    r->copy = v;
+    rows_set(r, v);
     return true;
 }
 
