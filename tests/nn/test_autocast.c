@@ -346,11 +346,13 @@ static int traced_casts(weft_module *m, weft_tensor *x, weft_tensor *(*after)(we
 
 static weft_tensor *ce_after(weft_tensor *y, void *t) { return weft_cross_entropy(y, t); }
 static weft_tensor *ln_after(weft_tensor *y, void *ln) { return weft_module_forward(ln, y); }
+static weft_tensor *sm_after(weft_tensor *y, void *lg) { return lg ? weft_log_softmax(y, 1) : weft_softmax(y, 1); }
 
 // The loss reads the last linear layer's bf16 logits as they are: a traced forward + cross-entropy casts
 // only the input and the two parameters (no f32 copy of the logits), the loss is f32 and equals the f64
 // cross-entropy of the bf16 logits, and the gradients reach the f32 parameters. A layer norm after a linear
-// layer reads its bf16 output the same way: f32 out, f32 gradients of both layers' parameters.
+// layer reads its bf16 output the same way: f32 out, f32 gradients of both layers' parameters. So do softmax
+// and log_softmax (f32 out, no cast of their input).
 static void test_reads_bf16(void) {
     weft_generator *gen = weft_generator_create(7);
     weft_module *m = weft_nn_linear(16, 10, true, gen), *ln = weft_nn_layer_norm(10, 1e-5);
@@ -359,6 +361,8 @@ static void test_reads_bf16(void) {
     weft_tensor *t = weft_tensor_from_data(tv, WEFT_DIMS(6), WEFT_I64);
     CHECK(traced_casts(m, xf, ce_after, t, "cross_entropy") == 3);
     CHECK(traced_casts(m, xf, ln_after, ln, "layer_norm") == 3);
+    CHECK(traced_casts(m, xf, sm_after, NULL, "softmax") == 3);
+    CHECK(traced_casts(m, xf, sm_after, (void *)1, "log_softmax") == 3);
 
     weft_autocast_set(WEFT_BF16);
     weft_tensor *y = weft_module_forward(m, xf), *l = y ? weft_cross_entropy(y, t) : NULL;
