@@ -14,7 +14,12 @@
 weft_status weft_attention_qkv_run(const weft_op_args *a, weft_kernel_fn attention);
 weft_status weft_attention_qkv_backward_run(const weft_op_args *a, weft_kernel_fn backward);
 
+// They pass the op's outputs (or views of them) to those kernels: o and lse, or gq, gk, gv, with the heads
+// last and at any strides (unit stride in D). Every device's causal_attention kernels therefore write their
+// outputs through their strides (the CPU's directly, CUDA's f32 kernels through a scratch copy).
 weft_status weft_cpu_causal_attention(const weft_op_args *a);
 weft_status weft_cpu_causal_attention_backward(const weft_op_args *a);
+weft_status weft_cpu_causal_attention_qkv(const weft_op_args *a);
+weft_status weft_cpu_causal_attention_qkv_backward(const weft_op_args *a);
 
 #endif

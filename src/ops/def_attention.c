@@ -1,5 +1,6 @@
-// Op entries of fused causal attention: causal_attention and its backward op.
-// Kernels: cpu/attention.c (CUDA registers its own at init).
+// Op entries of fused causal attention: causal_attention, causal_attention_qkv and their backward ops.
+// Kernels: cpu/attention.c (CUDA registers its own at init); the packed ops run the others' kernels on views
+// (attention_packed.c).
 //
 // causal_attention: (q, k, v), each (B,H,T,D), f32, f64, bf16 or f16, one shape, any strides
 //   -> out 0: o (B,H,T,D), o_i = sum_{j<=i} p_ij v_j, p_ij = exp(s_ij - lse_i), s_ij = scale q_i.k_j
@@ -203,67 +204,14 @@ static weft_status infer_attn_qkv_bw(const weft_op_args *a, weft_out_meta *o) {
         weft_dtype dt = i == 2 ? lse_dtype(x) : (weft_dtype)x->dtype;
         if (t->dtype != dt || !weft_shape_equal(t->ndim, t->sizes, 3, want)) {
             char s1[96], s2[96];
-            return weft_error(WEFT_ERR_SHAPE, "%s: %s must be %s %s, got %s %s", a->op->name, what[i],
+            return weft_error(t->dtype != dt ? WEFT_ERR_DTYPE : WEFT_ERR_SHAPE, "%s: %s must be %s %s, got %s %s",
+                              a->op->name, what[i],
                               weft_dtype_name(dt), weft_shape_fmt(3, want, s1, sizeof s1),
                               weft_dtype_name((weft_dtype)t->dtype), weft_tensor_shape_str(t, s2, sizeof s2));
         }
     }
     weft_meta_set(&o[0], 3, z, (weft_dtype)x->dtype);
     return WEFT_OK;
-}
-
-// Block p (C wide) of t's last dim, (B,T,n*C), as H heads of D = C/H: (B,T,H,D) with the heads last, else
-// (B,H,T,D). A view of t's memory (no autograd record): any strides.
-static weft_tensor *heads_of(const weft_tensor *t, int64_t H, int64_t C, int p, bool heads_last) {
-    const int64_t *s = t->strides, D = C / H;
-    const int64_t sz[4] = {t->sizes[0], heads_last ? t->sizes[1] : H, heads_last ? H : t->sizes[1], D};
-    const int64_t st[4] = {s[0], heads_last ? s[1] : D * s[2], heads_last ? D * s[2] : s[1], s[2]};
-    return weft_tensor_alias(t, 4, sz, st, t->offset + p * C * s[2]);
-}
-
-static void free_all(weft_tensor **t, int n) {
-    for (int i = 0; i < n; i++) weft_tensor_free(t[i]);
-}
-
-weft_status weft_attention_qkv_run(const weft_op_args *a, weft_kernel_fn attention) {
-    const weft_tensor *x = a->in[0];
-    const int64_t H = a->attrs->i[0], C = x->sizes[2] / 3;
-    weft_tensor *in[3] = {heads_of(x, H, C, 0, false), heads_of(x, H, C, 1, false), heads_of(x, H, C, 2, false)};
-    weft_tensor *o = heads_of(a->out[0], H, C, 0, true), *out[2] = {o, a->out[1]};
-    weft_status st = in[0] && in[1] && in[2] && o ? WEFT_OK : weft_last_status();
-    if (!st) {
-        const weft_attrs at = {.i = {1}, .f = {a->attrs->f[0]}}; // o with the heads last
-        const weft_op_args b = {.op = a->op, .n_in = 3, .in = in, .attrs = &at, .n_out = 2, .out = out};
-        st = attention(&b);
-    }
-    free_all(in, 3);
-    weft_tensor_free(o);
-    return st;
-}
-
-weft_status weft_attention_qkv_backward_run(const weft_op_args *a, weft_kernel_fn backward) {
-    const weft_tensor *x = a->in[0], *g = a->out[0];
-    const int64_t H = a->attrs->i[0], C = x->sizes[2] / 3;
-    weft_tensor *in[6] = {heads_of(x, H, C, 0, false), heads_of(x, H, C, 1, false), heads_of(x, H, C, 2, false),
-                          heads_of(a->in[1], H, C, 0, true), weft_tensor_ref(a->in[2]),
-                          heads_of(a->in[3], H, C, 0, true)};
-    weft_tensor *out[3] = {heads_of(g, H, C, 0, true), heads_of(g, H, C, 1, true), heads_of(g, H, C, 2, true)};
-    weft_status st = WEFT_OK;
-    for (int i = 0; i < 6 && !st; i++)
-        if (!in[i] || (i < 3 && !out[i])) st = weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
-    if (!st) {
-        const weft_attrs at = {.i = {1, 1}, .f = {a->attrs->f[0]}}; // o, go and the gradients with the heads last
-        const weft_op_args b = {.op = a->op, .n_in = 6, .in = in, .attrs = &at, .n_out = 3, .out = out};
-        st = backward(&b);
-    }
-    free_all(in, 6);
-    free_all(out, 3);
-    return st;
-}
-
-static weft_status cpu_attn_qkv(const weft_op_args *a) { return weft_attention_qkv_run(a, weft_cpu_causal_attention); }
-static weft_status cpu_attn_qkv_bw(const weft_op_args *a) {
-    return weft_attention_qkv_backward_run(a, weft_cpu_causal_attention_backward);
 }
 
 // Only o carries a gradient (lse is saved for backward).
@@ -277,10 +225,10 @@ static weft_status bw_attn_qkv(const weft_bw_args *b) {
 weft_op_def weft_op_causal_attention_qkv = {
     .name = "causal_attention_qkv", .n_in = 1, .n_out = 2, .flags = WEFT_OPF_AUTOCAST,
     .save = WEFT_SAVE_IN(0) | WEFT_SAVE_OUT(0) | WEFT_SAVE_OUT(1), .infer = infer_attn_qkv, .backward = bw_attn_qkv,
-    .kernel = {[WEFT_CPU] = {cpu_attn_qkv, ATTN_DT}}};
+    .kernel = {[WEFT_CPU] = {weft_cpu_causal_attention_qkv, ATTN_DT}}};
 weft_op_def weft_op_causal_attention_qkv_backward = {
     .name = "causal_attention_qkv_backward", .n_in = 4, .n_out = 1, .infer = infer_attn_qkv_bw,
-    .kernel = {[WEFT_CPU] = {cpu_attn_qkv_bw, ATTN_DT}}};
+    .kernel = {[WEFT_CPU] = {weft_cpu_causal_attention_qkv_backward, ATTN_DT}}};
 
 weft_tensor *weft_causal_attention_qkv(weft_tensor *qkv, int64_t n_heads, double scale) {
     weft_tensor *in[1] = {qkv}, *out[WEFT_MAX_OP_OUT];

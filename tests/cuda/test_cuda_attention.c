@@ -232,11 +232,20 @@ static weft_tensor *qkv_fn(weft_tensor *const *in, void *ctx) {
     const qkv_case *c = ctx;
     return weft_causal_attention_qkv(in[0], c->H, c->scale);
 }
+// qkv = in[0][..., 1:] of a (B,T,3C+1) tensor
+static weft_tensor *qkv_narrow_fn(weft_tensor *const *in, void *ctx) {
+    const qkv_case *c = ctx;
+    weft_tensor *x = weft_narrow(in[0], 2, 1, weft_tensor_size(in[0], 2) - 1);
+    weft_tensor *y = x ? weft_causal_attention_qkv(x, c->H, c->scale) : NULL;
+    weft_tensor_free(x);
+    return y;
+}
 
 // The packed op on CUDA against the CPU: f32 and f64 (the f32 kernels on copies of the heads, gradients copied
 // into the packed buffer), bf16 and f16 (the tensor-core kernels reading the heads in place and writing the
-// gradients into the three blocks of one (B,T,3C) buffer, or the widened path for D = 48 and for a C whose
-// blocks are not 16-byte aligned).
+// gradients into the three blocks of one (B,T,3C) buffer; the widened f32 kernels for D = 48 and D = 4). With
+// qkv narrowed out of a (B,T,3C+1) tensor at element 1, its heads are not 16-byte aligned: the tensor-core
+// kernels read contiguous copies. And empty batches and sequences.
 static void test_packed(void) {
     const struct { int64_t B, T, H, D; } cs[] = {{2, 129, 3, 64}, {1, 64, 2, 32}, {2, 7, 4, 16}, {1, 70, 2, 48}, {1, 33, 3, 4}};
     char what[128];
@@ -254,6 +263,20 @@ static void test_packed(void) {
         lp_compare(qkv_fn, &c, 1, &x64, WEFT_BF16, 2.5e-2, what);
         lp_compare(qkv_fn, &c, 1, &x64, WEFT_F16, 4e-3, what);
         weft_tensor_free(x64);
+    }
+    qkv_case c = {2, 1 / sqrt(32.0)};
+    weft_tensor *xn = wt_rand64(3, (const int64_t[]){2, 65, 3 * 64 + 1}, -2, 2, 80, false);
+    lp_compare(qkv_narrow_fn, &c, 1, &xn, WEFT_BF16, 2.5e-2, "causal_attention_qkv narrowed (misaligned)");
+    weft_tensor *xf = weft_cast(xn, WEFT_F32);
+    wt_cuda_compare("causal_attention_qkv narrowed f32", qkv_narrow_fn, &c, 1, &xf, 1e-4, true);
+    weft_tensor_free(xf);
+    weft_tensor_free(xn);
+    const int64_t empty[2][3] = {{0, 5, 192}, {2, 0, 192}};
+    for (int e = 0; e < 2; e++) {
+        weft_tensor *x0 = wt_rand64(3, empty[e], -1, 1, 81, false);
+        lp_compare(qkv_fn, &c, 1, &x0, WEFT_BF16, 0, "causal_attention_qkv empty");
+        wt_cuda_compare("causal_attention_qkv empty f64", qkv_fn, &c, 1, &x0, 0, true);
+        weft_tensor_free(x0);
     }
 }
 

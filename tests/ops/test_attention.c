@@ -478,6 +478,20 @@ static void test_packed(void) {
     if (y0 && y1) wt_check_same("transposed qkv", y0, y1, 0);
     weft_tensor *ts[] = {a, b, d, bt, bc, y0, y1};
     for (int i = 0; i < 7; i++) weft_tensor_free(ts[i]);
+    // empty batches and sequences: empty outputs, and an empty gradient of qkv's shape
+    const int64_t empty[2][3] = {{0, 5, 12}, {2, 0, 12}};
+    for (int e = 0; e < 2; e++) {
+        weft_tensor *x = wt_rand64(3, empty[e], -1, 1, 53, true), *y = weft_causal_attention_qkv(x, 2, 0.5);
+        CHECK(y && weft_tensor_size(y, 0) == empty[e][0] && weft_tensor_size(y, 1) == empty[e][1] &&
+              weft_tensor_size(y, 2) == 4);
+        weft_tensor *sy = y ? weft_sum(y, 0, NULL, false) : NULL;
+        CHECK(sy && weft_backward(sy, NULL, NULL) == WEFT_OK);
+        weft_tensor *g = weft_tensor_grad(x);
+        CHECK(g && weft_tensor_numel(g) == 0 && weft_tensor_size(g, 2) == 12);
+        weft_tensor_free(sy);
+        weft_tensor_free(y);
+        weft_tensor_free(x);
+    }
 }
 
 static void test_packed_errors(void) {

@@ -147,15 +147,17 @@ static bool rows_get_as(const weft_tensor *t, bool heads_last, rows_opnd *r) {
     return true;
 }
 
-// An output written where it lies: (B,H,T,D), or (B,T,H,D) with heads_last, unit stride in D and rows at
-// least D apart (what the dispatcher allocates, and the packed op's views of its blocks). r->copy holds the
+// An output written where it lies: (B,H,T,D), or (B,T,H,D) with heads_last, unit stride in D, rows and heads
+// at least D apart (what the dispatcher allocates, and the packed op's views of its blocks). r->copy holds the
 // (B,H,T,D) view to free; false with an error naming op for any other layout.
 static bool rows_out(const weft_tensor *t, bool heads_last, rows_opnd *r, const char *op) {
     weft_tensor *v = heads_last ? weft_kernel_transposed(t, 1, 2) : weft_tensor_ref((weft_tensor *)t);
     if (!v) return false;
-    if (!rows_direct(v)) {
+    // the tasks write heads in parallel: distinct heads and batches must not share a row (a stride-0 view)
+    const int64_t *sz = v->sizes, *st = v->strides;
+    if (!rows_direct(v) || (sz[1] > 1 && st[1] < sz[3]) || (sz[0] > 1 && st[0] < sz[3])) {
         weft_tensor_free(v);
-        weft_error(WEFT_ERR_UNSUPPORTED, "%s: an output must have unit stride in D", op);
+        weft_error(WEFT_ERR_UNSUPPORTED, "%s: an output must have unit stride in D and heads apart", op);
         return false;
     }
     r->copy = v;
@@ -281,4 +283,12 @@ weft_status weft_cpu_causal_attention_backward(const weft_op_args *a) {
     for (int i = 0; i < 8; i++) weft_tensor_free(r[i].copy);
     weft_tensor_free(lse);
     return oom ? weft_error(WEFT_ERR_OOM, "causal_attention_backward: out of memory for the score blocks") : WEFT_OK;
+}
+
+// causal_attention_qkv (and its backward): the kernels above on views of the packed (B,T,3C) operands.
+weft_status weft_cpu_causal_attention_qkv(const weft_op_args *a) {
+    return weft_attention_qkv_run(a, weft_cpu_causal_attention);
+}
+weft_status weft_cpu_causal_attention_qkv_backward(const weft_op_args *a) {
+    return weft_attention_qkv_backward_run(a, weft_cpu_causal_attention_backward);
 }

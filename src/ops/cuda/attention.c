@@ -131,7 +131,8 @@ static weft_status mma_backward(const weft_op_args *a, int64_t BH, int64_t T, in
     int64_t n = BH * T;
     weft_tensor *dl = st ? NULL : weft_tensor_new(1, &n, WEFT_F32, a->in[0]->device);
     if (!st && !dl) st = weft_last_status();
-    // gq, gk, gv (fresh and contiguous): (B,H,T,D), or (B,T,H,D) with i[1], as (B,H,T,D) views (L[5..7])
+    // gq, gk, gv: (B,H,T,D), or (B,T,H,D) with i[1], as (B,H,T,D) views (L[5..7]); any strides with unit
+    // stride in D (the packed op's are blocks of one (B,T,3C) gradient)
     weft_cu_heads G[3];
     bool fits = st == WEFT_OK && !((uintptr_t)weft_tensor_ptr(lse) & 15);
     for (int j = 0; j < 3 && fits; j++) {
@@ -169,9 +170,10 @@ static weft_status cu_causal_attention(const weft_op_args *a) {
     }
     weft_kernel_inputs c;
     if ((st = weft_kernel_inputs_get(a, &c))) return st;
-    // o with the heads last (i[0]): the kernel writes (B,H,T,D) into a scratch, copied into o's order after
-    bool last = a->attrs->i[0] != 0;
-    weft_tensor *o = last ? weft_tensor_new(4, a->in[0]->sizes, (weft_dtype)dt, a->in[0]->device) : a->out[0];
+    // o with the heads last (i[0]), or any o not contiguous (a view the packed op hands over): the kernel
+    // writes (B,H,T,D) into a scratch, copied into o's layout after
+    const bool last = a->attrs->i[0] != 0, scratch = last || !weft_tensor_is_contiguous(a->out[0]);
+    weft_tensor *o = scratch ? weft_tensor_new(4, a->in[0]->sizes, (weft_dtype)dt, a->in[0]->device) : a->out[0];
     if (!o) {
         weft_kernel_inputs_free(&c);
         return weft_last_status();
@@ -181,8 +183,8 @@ static weft_status cu_causal_attention(const weft_op_args *a) {
                                              D, a->attrs->f[0], weft_cu_stream(a->out[0]));
     weft_kernel_inputs_free(&c);
     st = weft_cu_done(e, a->op->name);
-    if (last) {
-        weft_tensor *view = st ? NULL : as_bhtd(a->out[0], true);
+    if (scratch) {
+        weft_tensor *view = st ? NULL : as_bhtd(a->out[0], last);
         if (!st) st = view ? weft_cuda_copy(view, o) : weft_last_status();
         weft_tensor_free(view);
         weft_tensor_free(o);
@@ -214,10 +216,14 @@ static weft_status cu_causal_attention_backward(const weft_op_args *a) {
     if (st) return st;
     int64_t n = BH * T;
     weft_tensor *dl = weft_tensor_new(1, &n, (weft_dtype)dt, a->in[0]->device); // Dl_i = go_i.o_i, in lse's dtype
-    // gradients with the heads last (i[1]): the kernel writes (B,H,T,D) scratches, copied into their order after
+    // gradients with the heads last (i[1]), or not contiguous (the packed op's views of its blocks): the kernel
+    // writes (B,H,T,D) scratches, copied into their layouts after
     const bool glast = a->attrs->i[1] != 0;
+    bool scratch = glast;
+    for (int j = 0; j < 3; j++) scratch |= !weft_tensor_is_contiguous(a->out[j]);
     weft_tensor *g[3] = {a->out[0], a->out[1], a->out[2]};
-    for (int j = 0; j < 3 && glast; j++) g[j] = dl ? weft_tensor_new(4, a->in[0]->sizes, (weft_dtype)dt, a->in[0]->device) : NULL;
+    for (int j = 0; j < 3 && scratch; j++)
+        g[j] = dl ? weft_tensor_new(4, a->in[0]->sizes, (weft_dtype)dt, a->in[0]->device) : NULL;
     if (!dl || !g[0] || !g[1] || !g[2]) {
         st = weft_last_status();
         goto done;
@@ -228,13 +234,13 @@ static weft_status cu_causal_attention_backward(const weft_op_args *a) {
         weft_tensor_ptr(g[1]), weft_tensor_ptr(g[2]), a->in[0]->dtype, BH, T, D, a->attrs->f[0],
         weft_cu_stream(a->out[0]));
     st = weft_cu_done(e, a->op->name);
-    for (int j = 0; j < 3 && glast && !st; j++) {
-        weft_tensor *view = as_bhtd(a->out[j], true);
+    for (int j = 0; j < 3 && scratch && !st; j++) {
+        weft_tensor *view = as_bhtd(a->out[j], glast);
         st = view ? weft_cuda_copy(view, g[j]) : weft_last_status();
         weft_tensor_free(view);
     }
 done:
-    for (int j = 0; j < 3 && glast; j++) weft_tensor_free(g[j]);
+    for (int j = 0; j < 3 && scratch; j++) weft_tensor_free(g[j]);
     weft_tensor_free(dl);
     weft_kernel_inputs_free(&c);
     return st;
