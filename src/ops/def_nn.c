@@ -2,7 +2,8 @@
 // ops), cross_entropy (+ backward) and dropout. Kernels: cpu/softmax.c,
 // cpu/dropout.c.
 //
-// attrs: softmax family i[0] = dim (normalised; 0 for a 0-d tensor).
+// attrs: softmax family i[0] = dim (normalised; 0 for a 0-d tensor); the backward ops' i[1] = 1 + dx's dtype
+//        when it is bf16 / f16 (y f32), else 0.
 //        dropout i[0] = seed, i[1] = counter offset, f[0] = p.
 #include "op.h"
 
@@ -27,7 +28,8 @@ static weft_dtype stat_dtype(int dt) { return weft_dtype_is_half(dt) ? WEFT_F32 
 
 // ---- softmax / log_softmax ----
 // bf16 / f16 x (a low-precision product's output under autocast) is read as it is: y is f32, as autocast's
-// f32 ops give it, and the gradient of x comes back in x's dtype (the f32 gradient rounded once).
+// f32 ops give it, and the gradient of x comes back in x's dtype: the backward op computes in f32 and rounds
+// dx once as it writes it (its attr i[1]), with no cast kernel either way.
 // i[0]: the dim, normalised (the kernels take it as it is): 0..ndim-1, 0 for a 0-d tensor.
 static weft_status check_softmax_dim(const char *op, const weft_attrs *at, int ndim) {
     if (at->i[0] >= 0 && at->i[0] < (ndim ? ndim : 1)) return WEFT_OK;
@@ -52,26 +54,38 @@ static weft_status infer_softmax_bw(const weft_op_args *a, weft_out_meta *o) {
                           weft_tensor_shape_str(g, s1, sizeof s1), weft_tensor_shape_str(y, s2, sizeof s2));
     }
     if ((st = check_softmax_dim(a->op->name, a->attrs, y->ndim))) return st;
-    weft_meta_set(o, y->ndim, y->sizes, (weft_dtype)y->dtype);
+    // i[1]: 0, dx in y's dtype; else 1 + a half dtype for dx (an f32 y of a bf16 / f16 x, whose gradient the
+    // kernel rounds once as it writes it)
+    const int64_t od = a->attrs->i[1];
+    if (od && (y->dtype != WEFT_F32 || od < 1 || od > WEFT_NUM_DTYPES || !weft_dtype_is_half((int)od - 1)))
+        return weft_error(WEFT_ERR_ARG, "%s: attr i[1] = %lld: dx's dtype must be bf16 or f16 (1 + its code), for an "
+                          "f32 output", a->op->name, (long long)od);
+    weft_meta_set(o, y->ndim, y->sizes, od ? (weft_dtype)(od - 1) : (weft_dtype)y->dtype);
     return WEFT_OK;
 }
 
-// The gradient g in x's dtype (bf16 / f16 x: g is f32, rounded once); takes ownership of g.
-static weft_tensor *in_dtype(const weft_bw_args *b, weft_tensor *g) {
-    if (!g || g->dtype == b->in_meta[0].dtype) return g;
-    weft_tensor *c = weft_cast(g, b->in_meta[0].dtype);
-    weft_tensor_free(g);
-    return c;
+// The backward op's attrs for a forward whose x had dtype xdt: dx written in it (i[1]) when it is half.
+static weft_attrs bw_attrs(const weft_attrs *at, weft_dtype xdt) {
+    weft_attrs r = *at;
+    r.i[1] = weft_dtype_is_half(xdt) ? 1 + (int64_t)xdt : 0;
+    return r;
 }
 static weft_status bw_softmax(const weft_bw_args *b) {
     weft_tensor *in[2] = {b->gout[0], b->out[0]};
-    b->gin[0] = in_dtype(b, weft_op_apply1(&weft_op_softmax_backward, 2, in, b->attrs));
+    const weft_attrs at = bw_attrs(b->attrs, b->in_meta[0].dtype);
+    b->gin[0] = weft_op_apply1(&weft_op_softmax_backward, 2, in, &at);
     return ok_if(b);
 }
 static weft_status bw_log_softmax(const weft_bw_args *b) {
     weft_tensor *in[2] = {b->gout[0], b->out[0]};
-    b->gin[0] = in_dtype(b, weft_op_apply1(&weft_op_log_softmax_backward, 2, in, b->attrs));
+    const weft_attrs at = bw_attrs(b->attrs, b->in_meta[0].dtype);
+    b->gin[0] = weft_op_apply1(&weft_op_log_softmax_backward, 2, in, &at);
     return ok_if(b);
+}
+
+// The upstream gradient h of a backward op's dx in y's dtype (dx was half: h is too), a new reference.
+static weft_tensor *upstream(weft_tensor *h, const weft_tensor *y) {
+    return h->dtype == y->dtype ? weft_tensor_ref(h) : weft_cast(h, (weft_dtype)y->dtype);
 }
 
 // sum over the softmax dim, kept (so it broadcasts back).
@@ -82,10 +96,12 @@ static weft_tensor *sum_dim(weft_tensor *t, const weft_attrs *at) {
 // Second order. dx = y (g - s), s = sum(g y). With upstream h:
 //   d/dg = y (h - sum(h y)) (the same fused op), d/dy = h (g - s) - g sum(h y).
 static weft_status bw_softmax_backward(const weft_bw_args *b) {
-    weft_tensor *g = b->in[0], *y = b->in[1], *h = b->gout[0];
+    weft_tensor *g = b->in[0], *y = b->in[1], *h = upstream(b->gout[0], y);
+    if (!h) return weft_last_status();
     if (b->needs[0]) {
         weft_tensor *in[2] = {h, y};
-        b->gin[0] = weft_op_apply1(&weft_op_softmax_backward, 2, in, b->attrs);
+        const weft_attrs at = bw_attrs(b->attrs, (weft_dtype)g->dtype);
+        b->gin[0] = weft_op_apply1(&weft_op_softmax_backward, 2, in, &at);
     }
     if (b->needs[1]) {
         weft_tensor *gy = weft_mul(g, y), *s = gy ? sum_dim(gy, b->attrs) : NULL, *hy = weft_mul(h, y);
@@ -95,12 +111,14 @@ static weft_status bw_softmax_backward(const weft_bw_args *b) {
         weft_tensor *ts[] = {gy, s, hy, t, gs, a1, a2};
         for (int k = 0; k < 7; k++) weft_tensor_free(ts[k]);
     }
+    weft_tensor_free(h);
     return ok_if(b);
 }
 // dx = g - exp(y) S, S = sum(g). With upstream h:
 //   d/dg = h - sum(h exp(y)), d/dy = -h exp(y) S.
 static weft_status bw_log_softmax_backward(const weft_bw_args *b) {
-    weft_tensor *g = b->in[0], *y = b->in[1], *h = b->gout[0];
+    weft_tensor *g = b->in[0], *y = b->in[1], *h = upstream(b->gout[0], y);
+    if (!h) return weft_last_status();
     weft_tensor *e = weft_exp(y);
     if (b->needs[0]) {
         weft_tensor *he = weft_mul(h, e), *s = he ? sum_dim(he, b->attrs) : NULL;
@@ -116,6 +134,7 @@ static weft_status bw_log_softmax_backward(const weft_bw_args *b) {
         weft_tensor_free(t);
     }
     weft_tensor_free(e);
+    weft_tensor_free(h);
     return ok_if(b);
 }
 

@@ -327,6 +327,44 @@ static void test_softmax_half(void) {
                 weft_tensor *ts[] = {x32, x, xw, y, yw, w, gr};
                 for (int i = 0; i < 7; i++) weft_tensor_free(ts[i]);
             }
+    // second order: the gradient of x (bf16, written by the backward op) recorded and differentiated again,
+    // against the same on the widened values (bf16 tolerance: the first gradient is rounded to bf16)
+    for (int lg = 0; lg < 2; lg++) {
+        weft_tensor *x32 = randt(WEFT_DIMS(5, 9), WEFT_F32, -2, 2, 90 + (uint64_t)lg), *x = weft_cast(x32, WEFT_BF16);
+        weft_tensor *xw = weft_cast(x, WEFT_F32), *w = randt(WEFT_DIMS(5, 9), WEFT_F32, -1, 1, 92);
+        weft_tensor *src[2] = {x, xw}, *gg[2] = {NULL, NULL};
+        for (int r = 0; r < 2; r++) {
+            weft_tensor_set_requires_grad(src[r], true);
+            weft_tensor *y = lg ? weft_log_softmax(src[r], 1) : weft_softmax(src[r], 1), *yw = weft_mul(y, w);
+            weft_tensor *s1 = weft_sum(yw, 0, NULL, false);
+            weft_backward_opts o = {.create_graph = true};
+            CHECK(s1 && weft_backward(s1, NULL, &o) == WEFT_OK);
+            weft_tensor *g = weft_tensor_grad(src[r]), *g32 = g ? weft_cast(g, WEFT_F32) : NULL;
+            CHECK(g && weft_tensor_dtype(g) == weft_tensor_dtype(src[r]) && weft_tensor_requires_grad(g));
+            weft_tensor *sq = g32 ? weft_mul(g32, g32) : NULL, *s2 = sq ? weft_sum(sq, 0, NULL, false) : NULL;
+            weft_tensor_zero_grad(src[r]); // (the recorded gradient holds the graph)
+            CHECK(s2 && weft_backward(s2, NULL, NULL) == WEFT_OK);
+            gg[r] = weft_tensor_grad(src[r]) ? weft_cast(weft_tensor_grad(src[r]), WEFT_F32) : NULL;
+            weft_tensor *ts[] = {y, yw, s1, g32, sq, s2};
+            for (int i = 0; i < 6; i++) weft_tensor_free(ts[i]);
+        }
+        CHECK(gg[0] && gg[1]);
+        if (gg[0] && gg[1]) wt_check_same("half softmax second order", gg[0], gg[1], 5e-2);
+        weft_tensor *ts[] = {x32, x, xw, w, gg[0], gg[1]};
+        for (int i = 0; i < 6; i++) weft_tensor_free(ts[i]);
+    }
+    // the backward op's dx dtype (attr i[1] = 1 + dtype): a half one only, and only for an f32 y
+    weft_tensor *g = randt(WEFT_DIMS(2, 3), WEFT_F32, -1, 1, 93), *g64 = randt(WEFT_DIMS(2, 3), WEFT_F64, -1, 1, 94);
+    const weft_op_def *bw = weft_op_find("softmax_backward");
+    weft_attrs ok_at = {.i = {1, 1 + WEFT_BF16}}, bad_dt = {.i = {1, 1 + WEFT_F64}}, bad_code = {.i = {1, 99}};
+    weft_tensor *d = weft_op_apply1(bw, 2, (weft_tensor *[]){g, g}, &ok_at);
+    CHECK(d && weft_tensor_dtype(d) == WEFT_BF16);
+    weft_tensor_free(d);
+    CHECK(!weft_op_apply1(bw, 2, (weft_tensor *[]){g, g}, &bad_dt) && wt_error_has("softmax_backward: attr i[1]"));
+    CHECK(!weft_op_apply1(bw, 2, (weft_tensor *[]){g, g}, &bad_code) && wt_error_has("softmax_backward: attr i[1]"));
+    CHECK(!weft_op_apply1(bw, 2, (weft_tensor *[]){g64, g64}, &ok_at) && wt_error_has("for an f32 output"));
+    weft_tensor_free(g);
+    weft_tensor_free(g64);
 }
 
 static void expect_error(weft_tensor *r, const char *op) {

@@ -174,6 +174,7 @@ weft_status weft_cpu_softmax(const weft_op_args *a) {
 
 // softmax_backward / log_softmax_backward (variant 0 / 1): in (g, y), attrs i[0] = dim.
 weft_status weft_cpu_softmax_backward(const weft_op_args *a) {
+    if (weft_dtype_is_half(a->out[0]->dtype)) return weft_kernel_widened(a, weft_cpu_softmax_backward); // dx rounded
     weft_tensor *g = weft_kernel_contiguous(a->in[0]), *y = g ? weft_kernel_contiguous(a->in[1]) : NULL, *dx = a->out[0];
     if (!g || !y) {
         weft_tensor_free(g);

@@ -45,25 +45,27 @@ __global__ void __launch_bounds__(NN_THREADS) softmax_rows(const XT *x, T *y, in
     }
 }
 
-// softmax: dx = y (g - sum(g y)); log_softmax: dx = g - exp(y) sum(g), per row.
-template <typename T, typename G>
+// softmax: dx = y (g - sum(g y)); log_softmax: dx = g - exp(y) sum(g), per row. dx's storage type DT: T, or
+// bf16 / f16 (the gradient of a half x, T = float), rounded once as it is written.
+template <typename T, typename DT, typename G>
 __global__ void __launch_bounds__(NN_THREADS)
-    softmax_bw_rows(const T *gr_, const T *y, T *dx, int64_t rows, int64_t D, int lg) {
+    softmax_bw_rows(const T *gr_, const T *y, DT *dx, int64_t rows, int64_t D, int lg) {
     __shared__ T sh[32];
     G g;
     const int r0 = g.rank(), rs = g.size();
     for (int64_t r = g.first(); r < rows; r += g.stride()) {
         const T *gr = gr_ + r * D, *yr = y + r * D;
-        T *dr = dx + r * D, s = 0;
+        DT *dr = dx + r * D;
+        T s = 0;
         if (lg)
             for (int64_t i = r0; i < D; i += rs) s += gr[i];
         else
             for (int64_t i = r0; i < D; i += rs) s += gr[i] * yr[i];
         s = g.all(s, weft_cu_add(), sh);
         if (lg)
-            for (int64_t i = r0; i < D; i += rs) dr[i] = gr[i] - weft_cu_exp(yr[i]) * s;
+            for (int64_t i = r0; i < D; i += rs) dr[i] = weft_cu_st<DT>(gr[i] - weft_cu_exp(yr[i]) * s);
         else
-            for (int64_t i = r0; i < D; i += rs) dr[i] = yr[i] * (gr[i] - s);
+            for (int64_t i = r0; i < D; i += rs) dr[i] = weft_cu_st<DT>(yr[i] * (gr[i] - s));
     }
 }
 
@@ -88,8 +90,8 @@ __global__ void softmax_cols(const XT *x, T *y, int64_t outer, int64_t D, int64_
     }
 }
 
-template <typename T>
-__global__ void softmax_bw_cols(const T *g, const T *y, T *dx, int64_t outer, int64_t D, int64_t inner, int lg) {
+template <typename T, typename DT>
+__global__ void softmax_bw_cols(const T *g, const T *y, DT *dx, int64_t outer, int64_t D, int64_t inner, int lg) {
     WEFT_CU_GRID_LOOP(t, outer * inner) {
         const int64_t o = t / inner, j = t - o * inner, base = o * D * inner + j;
         T s = 0;
@@ -99,7 +101,7 @@ __global__ void softmax_bw_cols(const T *g, const T *y, T *dx, int64_t outer, in
         }
         for (int64_t d = 0; d < D; d++) {
             const int64_t k = base + d * inner;
-            dx[k] = lg ? g[k] - weft_cu_exp(y[k]) * s : y[k] * (g[k] - s);
+            dx[k] = weft_cu_st<DT>(lg ? g[k] - weft_cu_exp(y[k]) * s : y[k] * (g[k] - s));
         }
     }
 }
@@ -123,21 +125,21 @@ static cudaError_t launch_softmax(const void *px, void *py, int64_t outer, int64
     return cudaGetLastError();
 }
 
-template <typename T>
+template <typename T, typename DT>
 static cudaError_t launch_softmax_bw(const void *pg, const void *py, void *pdx, int64_t outer, int64_t D,
                                      int64_t inner, int lg, cudaStream_t s) {
     const T *g = (const T *)pg, *y = (const T *)py;
-    T *dx = (T *)pdx;
+    DT *dx = (DT *)pdx;
     if (inner == 1) {
         if (D <= 1024) {
             unsigned nb = weft_cu_row_blocks<weft_cu_warp_group>(outer, NN_THREADS);
-            softmax_bw_rows<T, weft_cu_warp_group><<<nb, NN_THREADS, 0, s>>>(g, y, dx, outer, D, lg);
+            softmax_bw_rows<T, DT, weft_cu_warp_group><<<nb, NN_THREADS, 0, s>>>(g, y, dx, outer, D, lg);
         } else {
             unsigned nb = weft_cu_row_blocks<weft_cu_block_group>(outer, NN_THREADS);
-            softmax_bw_rows<T, weft_cu_block_group><<<nb, NN_THREADS, 0, s>>>(g, y, dx, outer, D, lg);
+            softmax_bw_rows<T, DT, weft_cu_block_group><<<nb, NN_THREADS, 0, s>>>(g, y, dx, outer, D, lg);
         }
     } else {
-        softmax_bw_cols<T><<<weft_cu_blocks(outer * inner), WEFT_CU_THREADS, 0, s>>>(g, y, dx, outer, D, inner, lg);
+        softmax_bw_cols<T, DT><<<weft_cu_blocks(outer * inner), WEFT_CU_THREADS, 0, s>>>(g, y, dx, outer, D, inner, lg);
     }
     return cudaGetLastError();
 }
@@ -151,7 +153,7 @@ extern "C" cudaError_t weft_cu_softmax(const void *x, void *y, int dtype, int64_
 extern "C" cudaError_t weft_cu_softmax_backward(const void *g, const void *y, void *dx, int dtype, int64_t outer,
                                                 int64_t D, int64_t inner, int lg, cudaStream_t s) {
     if (outer * D * inner == 0) return cudaSuccess;
-    WEFT_CU_DISPATCH_FLOAT(dtype, launch_softmax_bw, g, y, dx, outer, D, inner, lg, s);
+    WEFT_CU_DISPATCH_FLOAT_HALF(dtype, launch_softmax_bw, g, y, dx, outer, D, inner, lg, s); // (by dx's dtype)
 }
 
 // ---------------------------------------------------------------- cross-entropy

@@ -14,7 +14,8 @@ extern "C" {
 cudaError_t weft_cu_softmax(const void *x, void *y, int dtype, int64_t outer, int64_t D, int64_t inner, int lg,
                             cudaStream_t s);
 // g, y, dx contiguous (outer, D, inner): softmax dx = y (g - sum(g y)),
-// log_softmax dx = g - exp(y) sum(g), sums over D.
+// log_softmax dx = g - exp(y) sum(g), sums over D. dtype (dx's): f32 / f64 as g and y, or bf16 / f16 with
+// g and y f32 (dx rounded once).
 cudaError_t weft_cu_softmax_backward(const void *g, const void *y, void *dx, int dtype, int64_t outer, int64_t D,
                                      int64_t inner, int lg, cudaStream_t s);
 
