@@ -85,6 +85,7 @@ static weft_status bw_log_softmax(const weft_bw_args *b) {
 
 // The upstream gradient h of a backward op's dx in y's dtype (dx was half: h is too), a new reference.
 static weft_tensor *upstream(weft_tensor *h, const weft_tensor *y) {
+    if (!h) return weft_error_null(WEFT_ERR_STATE, "softmax backward: no upstream gradient");
     return h->dtype == y->dtype ? weft_tensor_ref(h) : weft_cast(h, (weft_dtype)y->dtype);
 }
 
