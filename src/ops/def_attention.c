@@ -162,8 +162,9 @@ weft_tensor *weft_causal_attention_heads_last(weft_tensor *q, weft_tensor *k, we
 
 extern weft_op_def weft_op_causal_attention_qkv_backward;
 
-// qkv (B,T,3C) of an attention dtype, attrs i[0] = H heads dividing C (> 0) -> *C.
-static weft_status check_packed(const weft_op_args *a, int64_t *C) {
+// qkv (B,T,3C) of an attention dtype, attrs i[0] = H heads dividing C (> 0) -> the shapes of o (B,T,C) and
+// lse (B,H,T).
+static weft_status check_packed(const weft_op_args *a, int64_t *so, int64_t *sl) {
     const weft_tensor *x = a->in[0];
     char s1[96];
     if (x->ndim != 3 || x->sizes[2] % 3 || x->sizes[2] == 0)
@@ -171,20 +172,20 @@ static weft_status check_packed(const weft_op_args *a, int64_t *C) {
                           weft_tensor_shape_str(x, s1, sizeof s1));
     weft_status st = weft_check_dtype(a->op->name, x, ATTN_DT, "qkv");
     if (st) return st;
-    *C = x->sizes[2] / 3;
-    const int64_t H = a->attrs->i[0];
-    if (H < 1 || H > *C || *C % H)
+    const int64_t C = x->sizes[2] / 3, H = a->attrs->i[0];
+    if (H < 1 || H > C || C % H)
         return weft_error(WEFT_ERR_ARG, "%s: %lld heads do not divide C = %lld (qkv %s)", a->op->name, (long long)H,
-                          (long long)*C, weft_tensor_shape_str(x, s1, sizeof s1));
+                          (long long)C, weft_tensor_shape_str(x, s1, sizeof s1));
+    so[0] = x->sizes[0], so[1] = x->sizes[1], so[2] = C;
+    sl[0] = x->sizes[0], sl[1] = H, sl[2] = x->sizes[1];
     return WEFT_OK;
 }
 
 static weft_status infer_attn_qkv(const weft_op_args *a, weft_out_meta *o) {
-    int64_t C = 0;
-    weft_status st = check_packed(a, &C);
+    int64_t so[3], sl[3];
+    weft_status st = check_packed(a, so, sl);
     if (st) return st;
     const weft_tensor *x = a->in[0];
-    const int64_t *z = x->sizes, so[3] = {z[0], z[1], C}, sl[3] = {z[0], a->attrs->i[0], z[1]};
     weft_meta_set(&o[0], 3, so, (weft_dtype)x->dtype);
     weft_meta_set(&o[1], 3, sl, lse_dtype(x));
     return WEFT_OK;
@@ -192,11 +193,10 @@ static weft_status infer_attn_qkv(const weft_op_args *a, weft_out_meta *o) {
 
 // (qkv, o, lse, go): o and go (B,T,C) of qkv's dtype, lse (B,H,T) in its dtype -> gqkv like qkv.
 static weft_status infer_attn_qkv_bw(const weft_op_args *a, weft_out_meta *o) {
-    int64_t C = 0;
-    weft_status st = check_packed(a, &C);
+    int64_t so[3], sl[3];
+    weft_status st = check_packed(a, so, sl);
     if (st) return st;
     const weft_tensor *x = a->in[0];
-    const int64_t *z = x->sizes, so[3] = {z[0], z[1], C}, sl[3] = {z[0], a->attrs->i[0], z[1]};
     static const char *what[4] = {"", "o", "lse", "the gradient"};
     for (int i = 1; i < 4; i++) {
         const weft_tensor *t = a->in[i];
@@ -210,7 +210,7 @@ static weft_status infer_attn_qkv_bw(const weft_op_args *a, weft_out_meta *o) {
                               weft_dtype_name((weft_dtype)t->dtype), weft_tensor_shape_str(t, s2, sizeof s2));
         }
     }
-    weft_meta_set(&o[0], 3, z, (weft_dtype)x->dtype);
+    weft_meta_set(&o[0], 3, x->sizes, (weft_dtype)x->dtype);
     return WEFT_OK;
 }
 

@@ -101,7 +101,8 @@ static weft_status bw_softmax_backward(const weft_bw_args *b) {
     if (!h) return weft_last_status();
     if (b->needs[0]) {
         weft_tensor *in[2] = {h, y};
-        const weft_attrs at = bw_attrs(b->attrs, (weft_dtype)g->dtype);
+        weft_attrs at = *b->attrs;
+        at.i[1] = 0; // d/dg in g's dtype (f32 / f64, as y's)
         b->gin[0] = weft_op_apply1(&weft_op_softmax_backward, 2, in, &at);
     }
     if (b->needs[1]) {
