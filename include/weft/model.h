@@ -148,6 +148,7 @@ typedef struct weft_net_cfg {
     double gamma, min_lr;
     double clip;               // max global gradient norm, 0 = off
     weft_cfg_precision precision; // matmul/conv precision of training steps (f32 = off)
+    double loss_scale;            // f16: the loss scaler's initial scale (65536)
     int64_t eval_every, ckpt_every, log_every; // in steps, 0 = once per epoch
     // Model parallelism (a job of N ranks: data parallel N / (tp * pp)); docs/parallelism.md
     int tp, pp;                // tensor- and pipeline-parallel sizes (1: off)

@@ -131,16 +131,30 @@ weft_status weft_optim_load_state(weft_optim *opt, weft_optim_lookup_fn lookup, 
 // growth. Usage per step:
 //   weft_tensor *sl = weft_grad_scaler_scale(gs, loss);
 //   weft_backward(sl, NULL, NULL);
-//   weft_grad_scaler_step(gs, opt, &stepped);  // unscale, check, step or skip, update
+//   weft_grad_scaler_unscale(gs, opt);         // optional: before clipping
+//   weft_clip_grad_norm(n, params, 1.0);       // (overflowed: an Inf/NaN norm, and the step skips)
+//   weft_grad_scaler_step(gs, opt, &stepped);  // unscale unless done, check, step or skip, update
+// Unscaling and the check run on the gradients' devices, with one number
+// read back per call (their sum of squares in f64), whatever the count.
 typedef struct weft_grad_scaler weft_grad_scaler;
 // Zero arguments take PyTorch's defaults: 65536, 2.0, 0.5, 2000.
 weft_grad_scaler *weft_grad_scaler_create(double init_scale, double growth, double backoff, int growth_interval);
 void weft_grad_scaler_free(weft_grad_scaler *gs);
 weft_tensor *weft_grad_scaler_scale(weft_grad_scaler *gs, weft_tensor *loss); // loss * scale (new tensor)
-// Divides every gradient of opt's parameters by the scale, steps opt unless a
-// gradient is not finite, and updates the scale. *stepped (may be NULL) says
-// whether opt stepped. Gradients are left unscaled either way.
+// PyTorch's scaler.unscale_(opt): divides every gradient of opt's parameters
+// (f32/f64) by the scale, in place, and notes whether all of them are finite.
+// Once between steps: a second call is WEFT_ERR_STATE.
+weft_status weft_grad_scaler_unscale(weft_grad_scaler *gs, weft_optim *opt);
+// Unscales (unless weft_grad_scaler_unscale did), steps opt unless a gradient
+// is not finite, and updates the scale. *stepped (may be NULL) says whether
+// opt stepped. Gradients are left unscaled either way.
 weft_status weft_grad_scaler_step(weft_grad_scaler *gs, weft_optim *opt, bool *stepped);
+// The scale's update alone (PyTorch's scaler.update()), for a caller that
+// divided and checked the gradients itself, as model parallelism does (its
+// check spans processes) with weft_grad_scale: found_inf backs the scale off,
+// anything else counts a good step. It also ends the step for
+// weft_grad_scaler_unscale.
+weft_status weft_grad_scaler_update(weft_grad_scaler *gs, bool found_inf);
 double weft_grad_scaler_get_scale(const weft_grad_scaler *gs);
 // What a checkpoint keeps so that a resumed run scales as the uninterrupted
 // one would (PyTorch's GradScaler.state_dict): the current scale and the
@@ -155,7 +169,8 @@ weft_status weft_grad_scaler_set_state(weft_grad_scaler *gs, double scale, int64
 // (parameters without a gradient are skipped); when above max_norm, every
 // gradient is scaled in place by max_norm / (norm + 1e-6). Returns the norm
 // before clipping (0 when no parameter has a gradient; NaN/Inf gradients give
-// a NaN/Inf norm and no scaling), or -1 with an error for bad arguments.
+// a NaN/Inf norm: a NaN one leaves the gradients alone, an infinite one scales
+// them by 0, as PyTorch's does), or -1 with an error for bad arguments.
 // Gradients may be on any device: each one's sum of squares (f64) is computed
 // and summed there in parameter order, the norm is read back once, and the
 // scaling runs there. Non-contiguous gradients are replaced by contiguous

@@ -397,6 +397,10 @@ weft_status weft_zero_grad_scale(weft_zero *z, double coef);
 // Collective: one optimiser step over this rank's shard, then the shards are
 // all-gathered into every replica's parameters.
 weft_status weft_zero_update(weft_zero *z);
+// Collective: weft_zero_update without the optimiser step (f16 loss scaling's
+// skipped step, whose gradients overflowed): the step's collectives still run,
+// as every rank of the group must.
+weft_status weft_zero_skip_update(weft_zero *z);
 // Drops the parameters' .grad (and any reduced shard gradient not yet used).
 void weft_zero_zero_grad(weft_zero *z);
 int weft_zero_stage(const weft_zero *z);

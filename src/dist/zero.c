@@ -415,10 +415,11 @@ static weft_status gather_params(weft_zero *z, int g) {
     return st;
 }
 
-weft_status weft_zero_update(weft_zero *z) {
+// The update, or (skip) its collectives alone: every rank gathers the parameters either way.
+static weft_status update(weft_zero *z, bool skip) {
     if (!z) return weft_error(WEFT_ERR_ARG, "zero_update: handle is NULL");
     if (!z->reduced) return weft_error(WEFT_ERR_STATE, "zero_update: call weft_zero_reduce_grads first");
-    weft_status first = z->bad ? WEFT_ERR_STATE : z->opt ? weft_optim_step(z->opt) : WEFT_OK;
+    weft_status first = z->bad ? WEFT_ERR_STATE : z->opt && !skip ? weft_optim_step(z->opt) : WEFT_OK;
     char msg[480] = "zero_update: the gradients' reduction failed on this rank; parameters not updated";
     if (first != WEFT_OK && !z->bad) snprintf(msg, sizeof msg, "zero_update: %s", weft_last_error());
     for (int i = 0; i < z->np; i++) // the gradient views may hold the flat buffer (stage 1)
@@ -432,6 +433,9 @@ weft_status weft_zero_update(weft_zero *z) {
     drop_step(z);
     return first == WEFT_OK ? WEFT_OK : weft_error(first, "%s", msg);
 }
+
+weft_status weft_zero_update(weft_zero *z) { return update(z, false); }
+weft_status weft_zero_skip_update(weft_zero *z) { return update(z, true); }
 
 weft_status weft_zero_step(weft_zero *z) {
     weft_status st = weft_zero_reduce_grads(z);

@@ -97,6 +97,7 @@ static const keydef NET_KEYS[] = {
     NK("min_lr", K_FLOAT, min_lr, 0, 1e3, 0, NULL),
     NK("clip", K_FLOAT, clip, 0, 1e9, 0, NULL),
     NK("precision", K_ENUM, precision, 0, 0, 0, PRECISIONS),
+    NK("loss_scale", K_FLOAT, loss_scale, 0, 1e30, F_LO_OPEN, NULL),
     NK("eval_every", K_INT, eval_every, 0, BIG, 0, NULL),
     NK("ckpt_every", K_INT, ckpt_every, 0, BIG, 0, NULL),
     NK("log_every", K_INT, log_every, 0, BIG, 0, NULL),
@@ -488,6 +489,7 @@ static void net_defaults(weft_net_cfg *n) {
     n->schedule = WEFT_CFG_CONSTANT;
     n->gamma = 0.1;
     n->log_every = 100;
+    n->loss_scale = 65536; // f16: torch.cuda.amp.GradScaler's init_scale
     n->tp = n->pp = 1;
 }
 
@@ -530,12 +532,14 @@ static const char *net_key_inapplicable(const weft_net_cfg *n, const char *key) 
     if ((!strcmp(key, "step_size") || !strcmp(key, "gamma")) && n->schedule != WEFT_CFG_STEP) return "schedule";
     if (!strcmp(key, "min_lr") && n->schedule != WEFT_CFG_COSINE) return "schedule";
     if ((!strcmp(key, "context") || !strcmp(key, "val_fraction")) && n->dataset != WEFT_CFG_KJV) return "dataset";
+    if (!strcmp(key, "loss_scale") && n->precision != WEFT_CFG_F16) return "precision";
     return NULL;
 }
 
 static const char *net_enum_value(const weft_net_cfg *n, const char *what) {
     if (!strcmp(what, "optimizer")) return weft_cfg_optimizer_name(n->optimizer);
     if (!strcmp(what, "schedule")) return weft_cfg_schedule_name(n->schedule);
+    if (!strcmp(what, "precision")) return enum_name(PRECISIONS, 3, (int)n->precision);
     return weft_cfg_dataset_name(n->dataset);
 }
 

@@ -9,7 +9,9 @@
 struct weft_grad_scaler {
     double scale, growth, backoff;
     int interval;
-    int64_t good; // finite steps in a row since the scale last changed (the growth tracker)
+    int64_t good;   // finite steps in a row since the scale last changed (the growth tracker)
+    bool unscaled;  // weft_grad_scaler_unscale ran since the last step
+    bool found_inf; // ... and found a gradient that is not finite
 };
 
 weft_grad_scaler *weft_grad_scaler_create(double init_scale, double growth, double backoff, int growth_interval) {
@@ -24,7 +26,7 @@ weft_grad_scaler *weft_grad_scaler_create(double init_scale, double growth, doub
                                init_scale, growth, backoff, growth_interval);
     weft_grad_scaler *gs = calloc(1, sizeof *gs);
     if (!gs) return weft_error_null(WEFT_ERR_OOM, "grad_scaler: out of memory");
-    *gs = (weft_grad_scaler){init_scale, growth, backoff, growth_interval, 0};
+    *gs = (weft_grad_scaler){.scale = init_scale, .growth = growth, .backoff = backoff, .interval = growth_interval};
     return gs;
 }
 
@@ -51,41 +53,53 @@ weft_tensor *weft_grad_scaler_scale(weft_grad_scaler *gs, weft_tensor *loss) {
     return weft_mul_scalar(loss, gs->scale);
 }
 
-// g / scale in place of g; *finite &= every element of g is finite (summed in
-// f64 so a large finite gradient cannot overflow the check).
-static weft_status unscale(weft_tensor *p, double inv, bool *finite) {
-    weft_tensor *g = weft_tensor_grad(p);
-    if (!g) return WEFT_OK;
-    weft_tensor *u = weft_mul_scalar(g, inv), *g64 = u ? weft_cast(u, WEFT_F64) : NULL;
-    weft_tensor *a = g64 ? weft_abs(g64) : NULL, *s = a ? weft_sum(a, 0, NULL, false) : NULL;
-    weft_status st = s ? weft_tensor_set_grad(p, u) : weft_last_status();
-    if (st == WEFT_OK && !isfinite(weft_tensor_item(s))) *finite = false;
-    weft_tensor_free(u);
-    weft_tensor_free(g64);
-    weft_tensor_free(a);
-    weft_tensor_free(s);
-    return st;
+// Every gradient of opt's parameters divided by the scale in place (one
+// grad_scale op each), then their sum of squares in f64 on their devices,
+// read back once: it is finite exactly when every unscaled gradient is (the
+// square of the largest f32 is about 1e77), so one number checks them all.
+static weft_status unscale(weft_grad_scaler *gs, weft_optim *opt) {
+    int n = weft_optim_param_count(opt);
+    weft_tensor **ps = malloc(sizeof *ps * (size_t)(n > 0 ? n : 1));
+    if (!ps) return weft_error(WEFT_ERR_OOM, "grad_scaler: out of memory");
+    for (int i = 0; i < n; i++) ps[i] = weft_optim_param_at(opt, i);
+    double sum = 0;
+    weft_status st = weft_grad_scale(n, ps, 1.0 / gs->scale);
+    if (!st) st = weft_grad_sum_squares(n, ps, &sum);
+    free(ps);
+    if (st) return st;
+    gs->unscaled = true;
+    gs->found_inf = !isfinite(sum);
+    return WEFT_OK;
+}
+
+weft_status weft_grad_scaler_unscale(weft_grad_scaler *gs, weft_optim *opt) {
+    if (!gs || !opt) return weft_error(WEFT_ERR_ARG, "grad_scaler_unscale: NULL argument");
+    if (gs->unscaled)
+        return weft_error(WEFT_ERR_STATE, "grad_scaler_unscale: already called since the last step (the gradients are unscaled)");
+    return unscale(gs, opt);
+}
+
+weft_status weft_grad_scaler_update(weft_grad_scaler *gs, bool found_inf) {
+    if (!gs) return weft_error(WEFT_ERR_ARG, "grad_scaler_update: NULL scaler");
+    gs->unscaled = false;
+    if (found_inf) { // a skipped step: this scale overflowed f16 somewhere
+        gs->scale *= gs->backoff;
+        gs->good = 0;
+    } else if (++gs->good >= gs->interval) {
+        gs->scale *= gs->growth;
+        gs->good = 0;
+    }
+    return WEFT_OK;
 }
 
 weft_status weft_grad_scaler_step(weft_grad_scaler *gs, weft_optim *opt, bool *stepped) {
     if (stepped) *stepped = false;
     if (!gs || !opt) return weft_error(WEFT_ERR_ARG, "grad_scaler_step: NULL argument");
-    bool prev = weft_grad_set_enabled(false), finite = true;
-    weft_status st = WEFT_OK;
-    for (int i = 0; i < weft_optim_param_count(opt) && st == WEFT_OK; i++)
-        st = unscale(weft_optim_param_at(opt, i), 1.0 / gs->scale, &finite);
-    weft_grad_set_enabled(prev);
-    if (st != WEFT_OK) return st;
-    if (!finite) { // skip the step: this scale overflowed f16 somewhere
-        gs->scale *= gs->backoff;
-        gs->good = 0;
-        return WEFT_OK;
+    weft_status st = gs->unscaled ? WEFT_OK : unscale(gs, opt);
+    if (st) return st;
+    if (!gs->found_inf) {
+        if ((st = weft_optim_step(opt))) return st; // (unscaled stays set: a retried step does not divide again)
+        if (stepped) *stepped = true;
     }
-    if ((st = weft_optim_step(opt)) != WEFT_OK) return st;
-    if (stepped) *stepped = true;
-    if (++gs->good >= gs->interval) {
-        gs->scale *= gs->growth;
-        gs->good = 0;
-    }
-    return WEFT_OK;
+    return weft_grad_scaler_update(gs, gs->found_inf);
 }

@@ -190,6 +190,7 @@ weft_status weft_dist_run_attach(weft_run *r) {
 }
 
 bool weft_dist_run_is_server(const weft_run *r) { return r->dist->server; }
+weft_train_dist weft_dist_run_mode(const weft_run *r) { return r->dist ? r->dist->mode : WEFT_TRAIN_DIST_NONE; }
 
 weft_status weft_dist_run_serve(weft_run *r) { return weft_ps_serve(r->dist->ps); }
 

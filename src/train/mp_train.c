@@ -70,8 +70,6 @@ static int count_layers(const weft_module *net, const weft_model_cfg *cfg, int *
 weft_status weft_mp_run_init(weft_run *r, weft_comm *world) {
     const weft_net_cfg *n = &r->cfg->net;
     if (r->opts.graph) return weft_error(WEFT_ERR_ARG, "train --graph: model-parallel runs (tp, pp, zero) take eager steps");
-    if (n->precision == WEFT_CFG_F16)
-        return weft_error(WEFT_ERR_ARG, "train: precision = f16 (loss scaling) cannot be combined with tp, pp or zero");
     struct weft_mp_run *m = calloc(1, sizeof *m);
     if (!m) return weft_error(WEFT_ERR_OOM, "train: out of memory");
     r->mp = m;
@@ -212,16 +210,24 @@ weft_tensor *weft_mp_loss(const weft_run *r, weft_tensor *logits, weft_tensor *l
     return weft_model_loss(r->cfg, logits, labels);
 }
 
+// A micro-batch's loss, times the loss scale under f16 (its backward starts there).
 static weft_tensor *pp_loss(weft_tensor *out, weft_tensor *target, void *user) {
-    return weft_mp_loss((const weft_run *)user, out, target);
+    const weft_run *r = user;
+    weft_tensor *l = weft_mp_loss(r, out, target);
+    if (!l || !r->scaler) return l;
+    weft_tensor *sl = weft_grad_scaler_scale(r->scaler, l);
+    weft_tensor_free(l);
+    return sl;
 }
 
 // Forward and backward of one batch: through the pipeline in micro-batches
-// (the mean loss of the batch on every rank), or whole.
+// (the mean loss of the batch on every rank), or whole. f16: the backward
+// runs from the scaled loss; *loss_out is the loss itself.
 weft_status weft_mp_forward_backward(weft_run *r, weft_tensor *x, weft_tensor *y, double *loss_out) {
     struct weft_mp_run *m = r->mp;
     if (m->pp) {
         weft_status st = weft_pp_step(m->pp, x, y, pp_loss, r, loss_out);
+        if (!st && r->scaler) *loss_out /= weft_grad_scaler_get_scale(r->scaler);
         return st ? st : weft_dist_run_check_loss(r, *loss_out);
     }
     weft_tensor *logits = weft_module_forward(r->net, x), *loss = weft_mp_loss(r, logits, y);
@@ -229,7 +235,10 @@ weft_status weft_mp_forward_backward(weft_run *r, weft_tensor *x, weft_tensor *y
     if (!loss) return weft_last_status();
     *loss_out = weft_tensor_item(loss);
     weft_status st = weft_dist_run_check_loss(r, *loss_out);
-    if (!st) st = weft_backward(loss, NULL, NULL);
+    weft_tensor *sl = !st && r->scaler ? weft_grad_scaler_scale(r->scaler, loss) : NULL;
+    if (!st && r->scaler && !sl) st = weft_last_status();
+    if (!st) st = weft_backward(sl ? sl : loss, NULL, NULL);
+    weft_tensor_free(sl);
     weft_tensor_free(loss);
     return st;
 }
@@ -265,14 +274,21 @@ weft_status weft_mp_after_backward(weft_run *r) {
 // clip_grad_norm over the whole model: this rank's sum of squares (each
 // TP-replicated parameter counted on one tp rank), summed over the
 // model-parallel group; with ZeRO, over the shards' gradients.
-weft_status weft_mp_clip(weft_run *r, double max_norm) {
+static weft_status mp_grad_scale(weft_run *r, double coef) {
     struct weft_mp_run *m = r->mp;
-    double sum = 0;
-    weft_status st;
-    if (m->zero) { // the shards' gradients (the held module's parameter k is r->params[k])
-        st = weft_zero_grad_sum_squares(m->zero, m->count_norm, &sum);
-    } else {
-        st = weft_grad_sum_squares(m->n_counted, m->counted, &sum);
+    return m->zero ? weft_zero_grad_scale(m->zero, coef) : weft_grad_scale(r->n_params, r->params, coef);
+}
+
+weft_status weft_mp_unscale_clip(weft_run *r, double max_norm, bool *found_inf) {
+    struct weft_mp_run *m = r->mp;
+    *found_inf = false;
+    if (!(max_norm > 0) && !r->scaler) return WEFT_OK;
+    double inv = r->scaler ? 1.0 / weft_grad_scaler_get_scale(r->scaler) : 1, sum = 0;
+    // unscaled first: the check and the norm are the unscaled gradients'
+    weft_status st = inv != 1 ? mp_grad_scale(r, inv) : WEFT_OK;
+    if (!st) {
+        if (m->zero) st = weft_zero_grad_sum_squares(m->zero, m->count_norm, &sum); // the shards' gradients
+        else st = weft_grad_sum_squares(m->n_counted, m->counted, &sum);
     }
     // Over the model-parallel group (the dp replicas hold the same averaged
     // gradients, or ZeRO summed their shards already). A failed rank adds NaN.
@@ -281,18 +297,20 @@ weft_status weft_mp_clip(weft_run *r, double max_norm) {
     if (!cs) sum = weft_tensor_item(t);
     weft_tensor_free(t);
     if (st || cs) return st ? st : cs;
+    *found_inf = r->scaler && !isfinite(sum); // an Inf/NaN anywhere in the model: every rank skips the step
+    if (!(max_norm > 0) || *found_inf) return WEFT_OK;
     double coef = max_norm / (sqrt(sum) + 1e-6);
     if (!(coef < 1)) return WEFT_OK; // (a NaN norm: left alone, as weft_clip_grad_norm)
-    return m->zero ? weft_zero_grad_scale(m->zero, coef) : weft_grad_scale(r->n_params, r->params, coef);
+    return mp_grad_scale(r, coef);
 }
 
 bool weft_mp_owns_step(const weft_run *r) { return r->mp && r->mp->zero; }
 
-weft_status weft_mp_step(weft_run *r, double lr) {
+weft_status weft_mp_step(weft_run *r, double lr, bool skip) {
     weft_optim *o = weft_zero_optim(r->mp->zero);
     if (o) weft_optim_set_lr(o, lr);
     weft_optim_set_lr(r->optim, lr); // what the metrics report
-    return weft_zero_update(r->mp->zero);
+    return skip ? weft_zero_skip_update(r->mp->zero) : weft_zero_update(r->mp->zero);
 }
 
 // Evaluation of one batch: the loss (and, for a classifier, the number of

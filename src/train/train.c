@@ -97,10 +97,10 @@ static weft_status run_precision(weft_run *r) {
     const char *p = n->precision == WEFT_CFG_BF16 ? "bf16" : "f16";
     if (r->opts.graph && n->precision == WEFT_CFG_F16)
         return weft_error(WEFT_ERR_UNSUPPORTED, "train: precision = %s (loss scaling) runs eager steps only (not --graph)", p);
-    if (n->precision == WEFT_CFG_F16 && (r->dist || n->clip > 0))
+    if (n->precision == WEFT_CFG_F16 && weft_dist_run_mode(r) == WEFT_TRAIN_DIST_PS)
         return weft_error(WEFT_ERR_UNSUPPORTED,
-                          "train: precision = f16 (loss scaling) works without clip and in single-process runs only");
-    if (n->precision == WEFT_CFG_F16 && !r->scaler && !(r->scaler = weft_grad_scaler_create(0, 0, 0, 0)))
+                          "train: precision = f16 (loss scaling) does not run under --dist ps (the servers step)");
+    if (n->precision == WEFT_CFG_F16 && !r->scaler && !(r->scaler = weft_grad_scaler_create(n->loss_scale, 0, 0, 0)))
         return weft_last_status();
     return WEFT_OK;
 }
@@ -312,27 +312,33 @@ static weft_status train_step(weft_run *r, weft_tensor *x, weft_tensor *y, doubl
 }
 
 // After the backward: gradients averaged across ranks, clipped, one optimiser step.
+// f16 (r->scaler): the gradients are unscaled before clipping, and a step
+// whose gradients are not finite is skipped, on every rank alike (DDP's
+// ranks hold the same averaged gradients; model parallelism checks them
+// over the group).
 static weft_status finish_step(weft_run *r, double t0, double l, double *loss_out) {
     const weft_net_cfg *n = &r->cfg->net;
     weft_status st;
+    bool found_inf = false;
     if (r->dist && (st = weft_dist_run_after_backward(r, now_s() - t0))) return st;
-    if (n->clip > 0) {
-        if (r->mp) {
-            if ((st = weft_mp_clip(r, n->clip))) return st;
-        } else if (weft_clip_grad_norm(r->n_params, r->params, n->clip) < 0) {
-            return weft_last_status();
-        }
+    if (r->mp) {
+        if ((st = weft_mp_unscale_clip(r, n->clip, &found_inf))) return st;
+    } else if (n->clip > 0) {
+        if (r->scaler && (st = weft_grad_scaler_unscale(r->scaler, r->optim))) return st;
+        if (weft_clip_grad_norm(r->n_params, r->params, n->clip) < 0) return weft_last_status();
     }
     double lr = weft_lr_at(&r->sched, r->step + 1); // step k uses lr(k), k from 1
     if (r->mp && weft_mp_owns_step(r)) {
-        if ((st = weft_mp_step(r, lr))) return st;
+        if ((st = weft_mp_step(r, lr, found_inf))) return st;
     } else if (r->dist && weft_dist_run_owns_step(r)) {
         if ((st = weft_dist_run_step(r, lr))) return st;
     } else {
         weft_optim_set_lr(r->optim, lr);
-        // f16: a step whose gradients overflowed is skipped (and the scale backs off)
-        if ((st = r->scaler ? weft_grad_scaler_step(r->scaler, r->optim, NULL) : weft_optim_step(r->optim))) return st;
+        if (r->scaler && !r->mp) st = weft_grad_scaler_step(r->scaler, r->optim, NULL); // skips an overflowed step
+        else if (!found_inf) st = weft_optim_step(r->optim);
+        if (st) return st;
     }
+    if (r->mp && r->scaler && (st = weft_grad_scaler_update(r->scaler, found_inf))) return st;
     weft_optim_zero_grad(r->optim);
     r->step++;
     *loss_out = l;

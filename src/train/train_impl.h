@@ -81,6 +81,7 @@ struct weft_graph *weft_graph_train_graph(const weft_run *r, int i); // step gra
 // r->dist, or leaves it NULL for a single process; every other hook is
 // called only when r->dist is set.
 weft_status weft_dist_run_init(weft_run *r);
+weft_train_dist weft_dist_run_mode(const weft_run *r); // WEFT_TRAIN_DIST_NONE without r->dist
 void weft_dist_run_loader(const weft_run *r, weft_loader_opts *lo);  // this rank's share of the data
 weft_status weft_dist_run_attach(weft_run *r);   // after the model and optimiser exist
 bool weft_dist_run_is_server(const weft_run *r); // a parameter server: serves instead of training
@@ -107,9 +108,11 @@ weft_module *weft_mp_build(weft_run *r, bool **is_held); // the network; is_held
 weft_status weft_mp_attach(weft_run *r);                 // DDP over the dp group, or ZeRO
 weft_status weft_mp_forward_backward(weft_run *r, weft_tensor *x, weft_tensor *y, double *loss_out);
 weft_status weft_mp_after_backward(weft_run *r);         // gradients averaged over the dp group
-weft_status weft_mp_clip(weft_run *r, double max_norm);  // the norm over the whole model
+// f16 (r->scaler): every gradient divided by the scale, *found_inf agreed over the group; then, for
+// max_norm > 0, clipped by the norm over the whole model. Nothing to do without either.
+weft_status weft_mp_unscale_clip(weft_run *r, double max_norm, bool *found_inf);
 bool weft_mp_owns_step(const weft_run *r);               // ZeRO steps the optimiser
-weft_status weft_mp_step(weft_run *r, double lr);
+weft_status weft_mp_step(weft_run *r, double lr, bool skip); // skip: the collectives alone (f16 overflow)
 weft_tensor *weft_mp_loss(const weft_run *r, weft_tensor *logits, weft_tensor *labels);
 weft_status weft_mp_eval_batch(const weft_run *r, weft_tensor *x, weft_tensor *y, double *acc); // acc[3]
 bool weft_mp_counts_samples(const weft_run *r);

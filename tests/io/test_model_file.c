@@ -236,6 +236,9 @@ static void test_errors(void) {
         {"[embedding]\ndim = 4\n", {"t.cfg:3:", "[embedding]", "first layer of a kjv"}},
         {"[flatten]\n[linear]\nout = vocab\n", {"t.cfg:5:", "'out'", "'vocab' needs dataset = kjv"}},
         {"[flatten]\n[linear]\nout = 10\n[lstm]\nhidden = 4\n", {"t.cfg:6:", "[lstm]", "(T,C)"}},
+        {"precision = bf16\nloss_scale = 8\n[flatten]\n[linear]\nout = 10\n",
+         {"t.cfg:4:", "'loss_scale' does not apply to precision = bf16"}},
+        {"precision = f16\nloss_scale = 0\n[flatten]\n[linear]\nout = 10\n", {"t.cfg:4:", "'loss_scale'", "out of range"}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(buf, sizeof buf, "%s%s", NET, cases[i].text);
@@ -534,6 +537,16 @@ static const char *doc_section(const char *doc, const char *sec, size_t *len) {
 
 // Every section and every key the writer knows is documented in a table row of
 // its own section in docs/model-files.md, and the worked example loads.
+// [net] loss_scale: f16's initial loss scale, PyTorch's 65536 unless given.
+static void test_loss_scale(void) {
+    const char *f16 = "[net]\ndataset = fmnist\nprecision = f16\nloss_scale = 1024\n[flatten]\n[linear]\nout = 10\n";
+    const char *dflt = "[net]\ndataset = fmnist\nprecision = f16\n[flatten]\n[linear]\nout = 10\n";
+    weft_model_cfg *a = weft_model_cfg_parse(f16, strlen(f16), "a.cfg"), *b = weft_model_cfg_parse(dflt, strlen(dflt), "b.cfg");
+    CHECK(a && a->net.loss_scale == 1024 && b && b->net.loss_scale == 65536);
+    weft_model_cfg_free(a);
+    weft_model_cfg_free(b);
+}
+
 static void test_docs(void) {
     char path[600];
     snprintf(path, sizeof path, "%s../docs/model-files.md", g_models);
@@ -554,6 +567,7 @@ static void test_docs(void) {
         c.net.optimizer = (weft_cfg_optimizer)variant;
         c.net.schedule = (weft_cfg_schedule)(variant % 3);
         c.net.dataset = (weft_cfg_dataset)(variant % 2);
+        c.net.precision = (weft_cfg_precision)(variant % 3); // f16 brings loss_scale
         char *text = NULL;
         size_t len = 0;
         FILE *f = open_memstream(&text, &len);
@@ -616,6 +630,7 @@ int main(void) {
     RUN(test_override);
     RUN(test_fuzz);
     RUN(test_parallel_keys);
+    RUN(test_loss_scale);
     RUN(test_docs);
     return wt_summary();
 }

@@ -1,7 +1,7 @@
 // Mixed precision on the CPU: bf16/f16 matmul (widened operands, one
 // rounding), autocast (matmul runs in the low dtype, f32 in and out, f32
-// gradients for f32 parameters), and the f16 loss scaler (unscale, skip on
-// overflow, back off, grow).
+// gradients for f32 parameters), and the f16 loss scaler (unscale, clip,
+// skip on overflow, back off, grow).
 #include <math.h>
 #include <stdlib.h>
 
@@ -145,6 +145,73 @@ static void test_grad_scaler(void) {
     wt_drop_all();
 }
 
+// unscale, clip, step (PyTorch's recipe for clipping under loss scaling):
+// with a power-of-two scale every step equals clip + step on the plain loss's
+// gradients, bit for bit, and clips there (the unscaled norm is above
+// max_norm, the scaled one would be far above). Two parameters, so that the
+// one read-back covers several gradients. An Inf gradient in one of them:
+// the norm is infinite, the step is skipped and the scale backs off. A second unscale before the step is an
+// error; update alone moves the scale as step does.
+static void test_grad_scaler_unscale_clip(void) {
+    weft_tensor *p[2] = {rand32(4, 4, 11, true), rand32(3, 5, 12, true)};
+    weft_tensor *q[2] = {rand32(4, 4, 11, true), rand32(3, 5, 12, true)};
+    weft_optim_opts o = weft_optim_defaults(WEFT_OPTIM_ADAM);
+    o.lr = 0.01;
+    weft_optim *op = weft_optim_create(&o, 2, p, NULL), *oq = weft_optim_create(&o, 2, q, NULL);
+    weft_grad_scaler *gs = weft_grad_scaler_create(4096, 2, 0.5, 100);
+    CHECK(gs && op && oq);
+    bool stepped = false;
+    for (int step = 0; step < 3; step++) {
+        weft_tensor *l[2];
+        for (int k = 0; k < 2; k++) {
+            weft_tensor **t = k ? q : p;
+            weft_tensor *a = wt_keep(weft_sum(wt_keep(weft_mul(t[0], t[0])), 0, NULL, false));
+            weft_tensor *b = wt_keep(weft_sum(wt_keep(weft_mul(t[1], t[1])), 0, NULL, false));
+            l[k] = wt_keep(weft_mul_scalar(wt_keep(weft_add(a, b)), 3.0));
+        }
+        CHECK(weft_backward(wt_keep(weft_grad_scaler_scale(gs, l[0])), NULL, NULL) == WEFT_OK);
+        CHECK(weft_backward(l[1], NULL, NULL) == WEFT_OK);
+        CHECK(weft_grad_scaler_unscale(gs, op) == WEFT_OK);
+        wt_check_same("unscaled gradient", weft_tensor_grad(p[1]), weft_tensor_grad(q[1]), 0);
+        double np_ = weft_clip_grad_norm(2, p, 1.0), nq = weft_clip_grad_norm(2, q, 1.0);
+        CHECK(np_ == nq && np_ > 1.0); // it clipped
+        CHECK(weft_grad_scaler_unscale(gs, op) == WEFT_ERR_STATE && wt_error_has("already"));
+        CHECK(weft_grad_scaler_step(gs, op, &stepped) == WEFT_OK && stepped);
+        CHECK(weft_optim_step(oq) == WEFT_OK);
+        for (int k = 0; k < 2; k++) wt_check_same("unscale + clip + step == clip + step", p[k], q[k], 0);
+        weft_optim_zero_grad(op);
+        weft_optim_zero_grad(oq);
+        wt_drop_all();
+    }
+    CHECK(weft_grad_scaler_get_scale(gs) == 4096);
+    weft_tensor *before = wt_keep(weft_tensor_clone(p[0]));
+    weft_tensor *g = wt_keep(weft_tensor_full(WEFT_DIMS(4, 4), WEFT_F32, 1)), *one = wt_keep(weft_tensor_full(WEFT_DIMS(3, 5), WEFT_F32, 1));
+    float *gv = weft_tensor_data(g);
+    gv[5] = INFINITY;
+    weft_tensor_set_grad(p[0], g);
+    weft_tensor_set_grad(p[1], one);
+    CHECK(weft_grad_scaler_unscale(gs, op) == WEFT_OK);
+    double ones[15];
+    weft_tensor_to_f64(weft_tensor_grad(p[1]), ones, 15);
+    CHECK(ones[0] == 1.0 / 4096 && ones[14] == 1.0 / 4096); // unscaled
+    CHECK(weft_clip_grad_norm(2, p, 1.0) == INFINITY);
+    CHECK(weft_grad_scaler_step(gs, op, &stepped) == WEFT_OK && !stepped);
+    wt_check_same("skipped step", p[0], before, 0);
+    CHECK(weft_grad_scaler_get_scale(gs) == 2048);
+    CHECK(weft_grad_scaler_update(gs, false) == WEFT_OK && weft_grad_scaler_get_scale(gs) == 2048);
+    CHECK(weft_grad_scaler_update(gs, true) == WEFT_OK && weft_grad_scaler_get_scale(gs) == 1024);
+    CHECK(weft_grad_scaler_update(NULL, true) != WEFT_OK && weft_grad_scaler_unscale(NULL, op) != WEFT_OK);
+    weft_grad_scaler *fast = weft_grad_scaler_create(8, 2, 0.5, 2);
+    CHECK(fast && weft_grad_scaler_update(fast, false) == WEFT_OK && weft_grad_scaler_get_scale(fast) == 8);
+    CHECK(weft_grad_scaler_update(fast, false) == WEFT_OK && weft_grad_scaler_get_scale(fast) == 16);
+    weft_grad_scaler_free(fast);
+    weft_grad_scaler_free(gs);
+    weft_optim_free(op);
+    weft_optim_free(oq);
+    for (int k = 0; k < 2; k++) weft_tensor_free(p[k]), weft_tensor_free(q[k]);
+    wt_drop_all();
+}
+
 // get_state / set_state carry a scaler over (a checkpoint): a copy made
 // mid-way, one good step after a backoff, grows on the same step as the
 // original (its growth tracker came along) and a fresh scaler given only the
@@ -226,6 +293,7 @@ int main(void) {
     RUN(test_half_matmul);
     RUN(test_autocast_matmul);
     RUN(test_grad_scaler);
+    RUN(test_grad_scaler_unscale_clip);
     RUN(test_grad_scaler_state);
     RUN(test_train_f16);
     return wt_summary();

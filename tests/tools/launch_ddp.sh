@@ -45,6 +45,17 @@ rc=$?
 [ $rc -eq 0 ] && grep -q '^final: .*steps=10 .*ranks=2$' "$tmp/out3" && [ "$(grep -c '^final:' "$tmp/out3")" -eq 1 ] && ok ||
     { bad "plain mpirun: exit $rc, out: $(cat "$tmp/out3")"; cat "$tmp/err3" >&2; }
 
+# 3b. precision = f16 with clip: loss scaling under DDP (the ranks average scaled gradients, then
+#     each unscales, clips and steps or skips alike); from a scale that overflows at first, it
+#     backs off and learns as the f32 run does.
+sed 's/^seed = 1$/seed = 1\nprecision = f16\nclip = 1\nloss_scale = 1e12/' "$cfg" >"$tmp/f16.cfg"
+"$weft" launch -n 2 -- weft train "$tmp/f16.cfg" --steps 40 --dist ddp --quiet --ckpt-dir "$tmp/ckh" >"$tmp/outh" 2>"$tmp/errh"
+rc=$?
+acc=$(sed -n 's/^final: test_acc=\([0-9.]*\).*/\1/p' "$tmp/outh")
+[ $rc -eq 0 ] && awk -v a="$acc" 'BEGIN { exit !(a > 0.6) }' && ok || { bad "f16 ddp: exit $rc, test_acc '$acc'"; cat "$tmp/errh" >&2; }
+scale=$(grep -a -o '"loss_scale":"[0-9.e+]*"' "$tmp/ckh/ckpt-000040.safetensors" | cut -d'"' -f4)
+awk -v s="$scale" 'BEGIN { exit !(s != "" && s < 1e12) }' && ok || bad "f16 ddp: the loss scale did not back off: '$scale'"
+
 # 4. A NaN loss stops every rank at the same step with one message; not restarted.
 printf '[net]\ndataset = fmnist\nbatch = 32\nepochs = 1\noptimizer = sgd\nlr = 900\nseed = 1\n[flatten]\n[linear]\nout = 64\n[relu]\n[linear]\nout = 10\n' >"$tmp/boom.cfg"
 "$weft" launch -n 2 --max-restarts 3 -- weft train "$tmp/boom.cfg" --steps 50 --dist ddp --quiet >"$tmp/out4" 2>"$tmp/err4"

@@ -2,9 +2,10 @@
 # Model parallelism from the command line (weft train --tp/--pp/--zero under
 # weft launch): a small byte GPT trained 6 steps gives the single process's
 # final losses (printed to 4 decimals) under tensor, pipeline (every
-# schedule) and 3D layouts; ZeRO 1 and 2 give the data-parallel run's; a
-# checkpoint written by one layout resumes on others (and on one process,
-# and the other way) as if uninterrupted; a killed rank restarts from it;
+# schedule) and 3D layouts, also in f16 with loss scaling; ZeRO 1 and 2
+# give the data-parallel run's; a checkpoint written by one layout resumes
+# on others (and on one process, and the other way) as if uninterrupted; a
+# killed rank restarts from it;
 # bad layouts fail before any data is read, naming the setting.
 # Usage: launch_mp.sh PATH/TO/weft SOURCE_DIR
 weft=$1 src=$2
@@ -93,6 +94,28 @@ awk '{ print } /^\[(embedding|transformer)\]/ { print "stage = 0" } /^\[(layerno
 cfg=$tmp/stages.cfg
 run 2 "$tmp/st" --pp 2
 same "stage = 0 / 1 by hand, pp=2" "$tmp/ref" "$tmp/st"
+cfg=$cfg0
+
+# precision = f16 (loss scaling, clip = 1 on the unscaled gradients) from a
+# scale its gradients overflow: steps 1 and 2 are skipped and the scale
+# backs off to 262144. The overflow reaches some ranks' gradients only, so
+# a rank that checked its own alone would step where the others skip. One
+# micro-batch: the pipeline computes what one process does. tp=2 regroups
+# f16 sums (within 0.002); ZeRO 1 as the plain data-parallel average.
+sed 's/^seed = 1$/seed = 1\nprecision = f16\nloss_scale = 1048576/' "$cfg0" >"$tmp/f16.cfg"
+cfg=$tmp/f16.cfg
+run 1 "$tmp/href" --ckpt-dir "$tmp/ckh"
+grep -a -q '"loss_scale":"262144"' "$tmp/ckh/ckpt-000006.safetensors" && ok ||
+    bad "f16: the scale did not back off twice: $(grep -a -o '"loss_scale":"[0-9]*"' "$tmp/ckh/ckpt-000006.safetensors")"
+run 2 "$tmp/hpp" --pp 2 --microbatches 1
+same "f16, pp=2" "$tmp/href" "$tmp/hpp"
+run 2 "$tmp/htp" --tp 2
+a=$(val "$tmp/href" | cut -d= -f2) b=$(val "$tmp/htp" | cut -d= -f2)
+awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; exit !(a != "" && b != "" && d < 0.002 && d > -0.002) }' && ok ||
+    bad "f16, tp=2: val_loss $b, one process $a"
+run 2 "$tmp/hdp"
+run 2 "$tmp/hz1" --zero 1
+same "f16, zero=1" "$tmp/hdp" "$tmp/hz1"
 cfg=$cfg0
 
 # Data parallel replicas (dp = 2): ZeRO 1 and 2 as the plain average.
