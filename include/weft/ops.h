@@ -171,6 +171,15 @@ weft_tensor *weft_layer_norm(weft_tensor *x, int n_norm_dims, weft_tensor *weigh
 // (NULL on error).
 weft_status weft_add_layer_norm(weft_tensor *x, weft_tensor *r, int n_norm_dims, weft_tensor *weight,
                                 weft_tensor *bias, double eps, weft_tensor **sum, weft_tensor **y);
+// Both with y written in y_dtype: bf16 / f16 where y would be f32 (an f32 or half x) gives the f32 result
+// rounded once, the same bits as weft_cast of it, with no cast kernel (what torch.compile fuses for a
+// linear layer reading the norm under autocast); its backward reads y's gradient in that dtype. Any
+// other y_dtype: the plain op.
+weft_tensor *weft_layer_norm_to(weft_tensor *x, int n_norm_dims, weft_tensor *weight, weft_tensor *bias, double eps,
+                                weft_dtype y_dtype);
+weft_status weft_add_layer_norm_to(weft_tensor *x, weft_tensor *r, int n_norm_dims, weft_tensor *weight,
+                                   weft_tensor *bias, double eps, weft_dtype y_dtype, weft_tensor **sum,
+                                   weft_tensor **y);
 // x (N,C,...). In training uses batch statistics and updates running_mean/var
 // in place (momentum as in PyTorch); in eval uses the running statistics.
 // running_mean/var/weight/bias (C) may each be NULL.

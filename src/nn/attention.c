@@ -120,12 +120,12 @@ static weft_tensor *composed_attention(weft_tensor *qkv, int64_t nh, int64_t hd,
     return ym;
 }
 
-// The module's input: f32 or f64 (under autocast the qkv product gives bf16 / f16, which the heads take).
-static weft_status check_dtype(weft_tensor *t, bool half_ok) {
+// The module's input and the heads': f32 or f64, or bf16 / f16 (under autocast the block's norm writes that for
+// the qkv product, and the qkv product gives it to the heads).
+static weft_status check_dtype(weft_tensor *t) {
     weft_dtype dt = weft_tensor_dtype(t);
-    if (dt != WEFT_F32 && dt != WEFT_F64 && !(half_ok && (dt == WEFT_BF16 || dt == WEFT_F16)))
-        return weft_error(WEFT_ERR_DTYPE, "causal_self_attention: input must be f32 or f64%s",
-                          half_ok ? " (bf16 or f16 under autocast)" : "");
+    if (dt != WEFT_F32 && dt != WEFT_F64 && dt != WEFT_BF16 && dt != WEFT_F16)
+        return weft_error(WEFT_ERR_DTYPE, "causal_self_attention: input must be f32 or f64 (bf16 or f16 under autocast)");
     return WEFT_OK;
 }
 
@@ -136,7 +136,7 @@ weft_tensor *weft_nn_attention_heads(weft_tensor *qkv, int64_t nh, int64_t hd, w
     if (weft_tensor_ndim(qkv) != 3 || weft_tensor_size(qkv, 2) != 3 * C)
         return weft_error_null(WEFT_ERR_SHAPE, "causal_self_attention: expected qkv (B,T,%lld), got %s",
                                (long long)(3 * C), weft_tensor_shape_str(qkv, buf, sizeof buf));
-    if (check_dtype(qkv, true)) return NULL;
+    if (check_dtype(qkv)) return NULL;
     if (use_fused(weft_tensor_device(qkv))) // the heads merged by the op, its gradient one (B,T,3C) tensor
         return weft_causal_attention_qkv(qkv, nh, 1.0 / sqrt((double)hd));
     return composed_attention(qkv, nh, hd, mask_cache);
@@ -149,7 +149,7 @@ static weft_tensor *attn_forward(weft_module *m, weft_tensor *x) {
     if (weft_tensor_ndim(x) != 3 || weft_tensor_size(x, 2) != C)
         return weft_error_null(WEFT_ERR_SHAPE, "causal_self_attention: expected input (B,T,%lld), got %s",
                                (long long)C, weft_tensor_shape_str(x, buf, sizeof buf));
-    if (check_dtype(x, false)) return NULL;
+    if (check_dtype(x)) return NULL;
     weft_tensor *qkv = weft_module_forward(weft_module_child_at(m, 0), x); // one product: (B,T,3C)
     weft_tensor *ym = weft_nn_attention_heads(qkv, nh, C / nh, &a->mask);
     weft_tensor_free(qkv);

@@ -28,8 +28,15 @@ weft_tensor *weft_nn_linear_apply(weft_tensor *x, weft_tensor *w, weft_tensor *b
 weft_tensor *weft_nn_prenorm_block(weft_module *m, int ln1, int f, int ln2, int g, weft_tensor *x);
 // norm(x + r), with *sum = x + r (a new reference): one add_layer_norm op
 // where norm is a layer_norm module (WEFT_FUSED_ADD_NORM=0: the add, then the
-// module). NULL (and *sum NULL) on error.
-weft_tensor *weft_nn_add_norm(weft_module *norm, weft_tensor *x, weft_tensor *r, weft_tensor **sum);
+// module). NULL (and *sum NULL) on error. y_dtype: bf16 / f16 has a
+// layer_norm module write its output in that dtype (weft_layer_norm_to: for a
+// linear layer reading it under autocast; WEFT_NORM_HALF_OUT=0 turns it off),
+// anything else the module's own dtype; weft_nn_norm_to is the same without
+// the add.
+weft_tensor *weft_nn_add_norm(weft_module *norm, weft_tensor *x, weft_tensor *r, weft_tensor **sum,
+                              weft_dtype y_dtype);
+weft_tensor *weft_nn_norm_to(weft_module *norm, weft_tensor *x, weft_dtype y_dtype);
+static inline bool weft_nn_is_half(weft_dtype d) { return d == WEFT_BF16 || d == WEFT_F16; }
 
 // The stream through a stack of transformer blocks (weft_nn_transformer) with the last residual add left to
 // the caller, so a layer norm after the stack can take it in one add_layer_norm: the stack's output is

@@ -27,19 +27,35 @@ static weft_tensor *layer_norm_forward(weft_module *m, weft_tensor *x) {
     return weft_layer_norm(x, 1, weft_module_get(m, "weight"), weft_module_get(m, "bias"), c->eps);
 }
 
-weft_tensor *weft_nn_add_norm(weft_module *norm, weft_tensor *x, weft_tensor *r, weft_tensor **sum) {
+static bool is_layer_norm(const weft_module *m) { return m && !strcmp(weft_module_kind(m), "layer_norm"); }
+
+// y_dtype for a layer_norm module: a half one where asked for (WEFT_NORM_HALF_OUT=0: never), else f32.
+static weft_dtype norm_y_dtype(weft_dtype y_dtype) {
+    const char *e = getenv("WEFT_NORM_HALF_OUT");
+    return weft_nn_is_half(y_dtype) && (!e || strcmp(e, "0")) ? y_dtype : WEFT_F32;
+}
+
+weft_tensor *weft_nn_norm_to(weft_module *norm, weft_tensor *x, weft_dtype y_dtype) {
+    if (!is_layer_norm(norm) || !weft_nn_is_half(norm_y_dtype(y_dtype))) return weft_module_forward(norm, x);
+    const norm_cfg *c = weft_module_impl(norm);
+    return weft_layer_norm_to(x, 1, weft_module_get(norm, "weight"), weft_module_get(norm, "bias"), c->eps,
+                              norm_y_dtype(y_dtype));
+}
+
+weft_tensor *weft_nn_add_norm(weft_module *norm, weft_tensor *x, weft_tensor *r, weft_tensor **sum,
+                              weft_dtype y_dtype) {
     *sum = NULL;
     const char *e = getenv("WEFT_FUSED_ADD_NORM");
-    if (norm && !strcmp(weft_module_kind(norm), "layer_norm") && (!e || strcmp(e, "0"))) {
+    if (is_layer_norm(norm) && (!e || strcmp(e, "0"))) {
         const norm_cfg *c = weft_module_impl(norm);
         weft_tensor *y;
-        return weft_add_layer_norm(x, r, 1, weft_module_get(norm, "weight"), weft_module_get(norm, "bias"), c->eps, sum,
-                                   &y) == WEFT_OK
+        return weft_add_layer_norm_to(x, r, 1, weft_module_get(norm, "weight"), weft_module_get(norm, "bias"), c->eps,
+                                      norm_y_dtype(y_dtype), sum, &y) == WEFT_OK
                    ? y
                    : NULL;
     }
     if (!(*sum = weft_add(x, r))) return NULL;
-    weft_tensor *y = weft_module_forward(norm, *sum);
+    weft_tensor *y = weft_nn_norm_to(norm, *sum, y_dtype);
     if (!y) {
         weft_tensor_free(*sum);
         *sum = NULL;
@@ -82,7 +98,7 @@ static weft_status layer_norm_fold(weft_module *m, weft_module *prev, weft_tenso
     weft_tensor *x1, *h, *sum = NULL;
     weft_status st = weft_nn_transformer_pending(prev, x, &x1, &h);
     if (st) return st;
-    *out = h ? weft_nn_add_norm(m, x1, h, &sum) : weft_module_forward(m, x1);
+    *out = h ? weft_nn_add_norm(m, x1, h, &sum, WEFT_F32) : weft_module_forward(m, x1);
     weft_tensor_free(sum); // the stack's output: nothing after the norm reads it
     weft_tensor_free(x1);
     weft_tensor_free(h);

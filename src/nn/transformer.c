@@ -53,16 +53,25 @@ enum { CH_LN1, CH_ATTN, CH_LN2, CH_MLP }; // child indices, in insertion order
 // residual still to be added to x (the block before's h) or NULL; ln1 then reads x + r from one
 // add_layer_norm, so a stack of blocks never runs that add (or, under autocast, the cast of the mlp's bf16
 // output) on its own.
+// Under autocast a norm whose reader is this file's attention or mlp (each starts with a linear layer, which
+// reads the autocast dtype) writes that dtype itself: no cast kernel either way (weft_nn_add_norm).
+static weft_dtype norm_out_dtype(weft_module *reader) {
+    const char *k = weft_module_kind(reader);
+    weft_dtype ac = weft_autocast_get();
+    return weft_nn_is_half(ac) && (!strcmp(k, "causal_self_attention") || !strcmp(k, "mlp")) ? ac : WEFT_F32;
+}
+
 static weft_status block_pending(weft_module *m, int ln1, int f, int ln2, int g, weft_tensor *x, weft_tensor *r,
                                  weft_tensor **x1, weft_tensor **h) {
     *x1 = *h = NULL;
     weft_tensor *xs = NULL; // the stream: x + r
-    weft_tensor *n1 = r ? weft_nn_add_norm(weft_module_child_at(m, ln1), x, r, &xs)
-                        : weft_module_forward(weft_module_child_at(m, ln1), x);
+    weft_dtype y1 = norm_out_dtype(weft_module_child_at(m, f)), y2 = norm_out_dtype(weft_module_child_at(m, g));
+    weft_tensor *n1 = r ? weft_nn_add_norm(weft_module_child_at(m, ln1), x, r, &xs, y1)
+                        : weft_nn_norm_to(weft_module_child_at(m, ln1), x, y1);
     if (n1 && !r) xs = weft_tensor_ref(x);
     weft_tensor *a = n1 ? weft_module_forward(weft_module_child_at(m, f), n1) : NULL;
     weft_tensor_free(n1);
-    weft_tensor *n2 = a ? weft_nn_add_norm(weft_module_child_at(m, ln2), xs, a, x1) : NULL; // x1 = xs + a
+    weft_tensor *n2 = a ? weft_nn_add_norm(weft_module_child_at(m, ln2), xs, a, x1, y2) : NULL; // x1 = xs + a
     weft_tensor_free(a);
     weft_tensor_free(xs);
     *h = n2 ? weft_module_forward(weft_module_child_at(m, g), n2) : NULL;

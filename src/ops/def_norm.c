@@ -5,13 +5,17 @@
 //   outputs: y (shape of x), mean and rstd (the leading dims of x)
 //   A bf16 / f16 x (a linear layer's output under autocast) is read as it is: weight and bias are f32, and
 //   y, mean and rstd are f32 (autocast's f32 op, with no cast kernel); its gradient comes back in x's dtype.
+//   attrs i[3] = 0, or 1 + bf16 / f16 where y would be f32: y written in that dtype, the f32 result rounded
+//   once (the same bits as a cast of it), for a consumer that reads it so (the linear layer after a
+//   transformer block's norm under autocast); its gradient gy then comes in that dtype too.
 // add_layer_norm (inputs x, r, [weight], [bias]): s = x + r and y = layer_norm(s) in one pass (the
 //   residual add before a transformer block's norm). r has x's shape, and x's dtype or, when x is f32,
 //   bf16 / f16 (a branch's output under autocast, read as it is: no cast kernel). attrs as layer_norm's.
 //   outputs: s (x's dtype), y, mean, rstd. Backward: ds = gs + layer_norm_backward(gy); dx = ds, dr = ds
 //   in r's dtype.
 // layer_norm_backward (inputs gy, x, mean, rstd, [weight])
-//   attrs: i[0] = n_norm_dims, i[1] = has weight, i[2] = compute dweight/dbias
+//   attrs: i[0] = n_norm_dims, i[1] = has weight, i[2] = compute dweight/dbias. gy has the statistics'
+//   dtype, or bf16 / f16 where that is f32 (the gradient of a half y, read as it is).
 //   outputs: dx (x's dtype), dweight, dbias (dweight/dbias: the normalised dims; f32 for a half x, as gy,
 //   mean, rstd and weight are)
 // batch_norm (inputs x, [weight], [bias], [running_mean], [running_var])
@@ -50,6 +54,20 @@ static weft_status check_like(const char *op, const weft_tensor *x, const weft_t
 static weft_dtype ln_stat_dtype(const weft_tensor *x) {
     return weft_dtype_is_half(x->dtype) ? WEFT_F32 : (weft_dtype)x->dtype;
 }
+// y's dtype: the statistics' ft, or the half dtype attr i[3] names (ft f32 only).
+static weft_status ln_y_dtype(const weft_op_args *a, weft_dtype ft, weft_dtype *yt) {
+    int64_t code = a->attrs->i[3];
+    *yt = ft;
+    if (code == 0) return WEFT_OK;
+    if (code < 1 || code > WEFT_NUM_DTYPES || !weft_dtype_is_half((weft_dtype)(code - 1)))
+        return weft_error(WEFT_ERR_ARG, "%s: attr i[3] = %lld names no output dtype (0, or 1 + bf16 / f16)",
+                          a->op->name, (long long)code);
+    if (ft != WEFT_F32)
+        return weft_error(WEFT_ERR_DTYPE, "%s: a %s output needs f32 statistics (an f32 or half input), not %s",
+                          a->op->name, weft_dtype_name((weft_dtype)(code - 1)), weft_dtype_name(ft));
+    *yt = (weft_dtype)(code - 1);
+    return WEFT_OK;
+}
 static weft_status bad_count(const weft_op_args *a, int want) {
     return weft_error(WEFT_ERR_ARG, "%s: expected %d inputs for these attrs, got %d", a->op->name, want, a->n_in);
 }
@@ -81,7 +99,9 @@ static weft_status infer_layer_norm(const weft_op_args *a, weft_out_meta *o) {
                               weft_shape_fmt(n, x->sizes + lead, s2, sizeof s2), n);
         }
     }
-    weft_meta_set(&o[0], x->ndim, x->sizes, ft);
+    weft_dtype yt;
+    if ((st = ln_y_dtype(a, ft, &yt))) return st;
+    weft_meta_set(&o[0], x->ndim, x->sizes, yt);
     weft_meta_set(&o[1], lead, x->sizes, ft);
     weft_meta_set(&o[2], lead, x->sizes, ft);
     return WEFT_OK;
@@ -97,8 +117,9 @@ static weft_status infer_ln_bw(const weft_op_args *a, weft_out_meta *o) {
     if (a->n_in != 4 + hw) return bad_count(a, 4 + hw);
     if ((st = weft_check_dtype(op, x, WEFT_DT_FLOAT | WEFT_DT_HALF, "the input"))) return st;
     const weft_dtype ft = ln_stat_dtype(x);
+    bool half_gy = ft == WEFT_F32 && weft_dtype_is_half(gy->dtype); // a half y's gradient
     for (int k = 0; k < a->n_in; k++)
-        if ((k != 1 && (st = check_dt(op, ft, a->in[k], "an input"))) ||
+        if ((k != 1 && !(k == 0 && half_gy) && (st = check_dt(op, ft, a->in[k], "an input"))) ||
             (st = need_contiguous(op, a->in[k], "every input")))
             return st;
     if (a->attrs->i[0] < 1 || a->attrs->i[0] > x->ndim)
@@ -222,7 +243,7 @@ weft_op_def weft_op_add_layer_norm = {
 // layer_norm or add_layer_norm on contiguous copies (differentiable, only where needed: the kernels read
 // rows of contiguous memory) of lead[0..n_lead) (x, or x and r), weight and bias; out gets the op's outputs.
 static weft_status ln_apply(const weft_op_def *op, int n_lead, weft_tensor *const *lead, int n_norm_dims,
-                            weft_tensor *weight, weft_tensor *bias, double eps, weft_tensor **out) {
+                            weft_tensor *weight, weft_tensor *bias, double eps, weft_dtype y_dtype, weft_tensor **out) {
     for (int k = 0; k < n_lead; k++)
         if (!lead[k]) return weft_error(WEFT_ERR_ARG, "%s: NULL input", op->name);
     if (n_norm_dims < 1 || n_norm_dims > lead[0]->ndim)
@@ -233,7 +254,9 @@ static weft_status ln_apply(const weft_op_def *op, int n_lead, weft_tensor *cons
     for (int k = 0; k < n_lead; k++) in[n++] = weft_tensor_contiguous(lead[k]);
     if (weight) in[n++] = weft_tensor_contiguous(weight);
     if (bias) in[n++] = weft_tensor_contiguous(bias);
-    weft_attrs at = {.i = {n_norm_dims, weight != NULL, bias != NULL}, .f = {eps}};
+    // y_dtype: a half one is attr i[3]; anything else is the default (the op checks the rest)
+    weft_attrs at = {.i = {n_norm_dims, weight != NULL, bias != NULL, weft_dtype_is_half(y_dtype) ? 1 + y_dtype : 0},
+                     .f = {eps}};
     bool ok = true;
     for (int k = 0; k < n; k++) ok &= in[k] != NULL;
     weft_status st = ok ? weft_op_apply(op, n, in, &at, out) : weft_last_status();
@@ -241,13 +264,15 @@ static weft_status ln_apply(const weft_op_def *op, int n_lead, weft_tensor *cons
     return st;
 }
 
-weft_status weft_add_layer_norm(weft_tensor *x, weft_tensor *r, int n_norm_dims, weft_tensor *weight,
-                                weft_tensor *bias, double eps, weft_tensor **sum, weft_tensor **y) {
+weft_status weft_add_layer_norm_to(weft_tensor *x, weft_tensor *r, int n_norm_dims, weft_tensor *weight,
+                                   weft_tensor *bias, double eps, weft_dtype y_dtype, weft_tensor **sum,
+                                   weft_tensor **y) {
     // (NULL result pointers are an error, not a crash: as weft_lstm_cell)
     if (!sum || !y) return weft_error(WEFT_ERR_ARG, "add_layer_norm: sum and y must not be NULL");
     *sum = *y = NULL;
     weft_tensor *out[WEFT_MAX_OP_OUT] = {0};
-    weft_status st = ln_apply(&weft_op_add_layer_norm, 2, (weft_tensor *[]){x, r}, n_norm_dims, weight, bias, eps, out);
+    weft_status st =
+        ln_apply(&weft_op_add_layer_norm, 2, (weft_tensor *[]){x, r}, n_norm_dims, weight, bias, eps, y_dtype, out);
     if (st) return st;
     weft_tensor_free(out[2]);
     weft_tensor_free(out[3]);
@@ -255,13 +280,23 @@ weft_status weft_add_layer_norm(weft_tensor *x, weft_tensor *r, int n_norm_dims,
     return WEFT_OK;
 }
 
-weft_tensor *weft_layer_norm(weft_tensor *x, int n_norm_dims, weft_tensor *weight, weft_tensor *bias, double eps) {
+weft_status weft_add_layer_norm(weft_tensor *x, weft_tensor *r, int n_norm_dims, weft_tensor *weight,
+                                weft_tensor *bias, double eps, weft_tensor **sum, weft_tensor **y) {
+    return weft_add_layer_norm_to(x, r, n_norm_dims, weight, bias, eps, WEFT_F32, sum, y);
+}
+
+weft_tensor *weft_layer_norm_to(weft_tensor *x, int n_norm_dims, weft_tensor *weight, weft_tensor *bias, double eps,
+                                weft_dtype y_dtype) {
     if (!x) return weft_error_null_input("layer_norm");
     weft_tensor *out[WEFT_MAX_OP_OUT] = {0};
-    if (ln_apply(&weft_op_layer_norm, 1, &x, n_norm_dims, weight, bias, eps, out)) return NULL;
+    if (ln_apply(&weft_op_layer_norm, 1, &x, n_norm_dims, weight, bias, eps, y_dtype, out)) return NULL;
     weft_tensor_free(out[1]);
     weft_tensor_free(out[2]);
     return out[0];
+}
+
+weft_tensor *weft_layer_norm(weft_tensor *x, int n_norm_dims, weft_tensor *weight, weft_tensor *bias, double eps) {
+    return weft_layer_norm_to(x, n_norm_dims, weight, bias, eps, WEFT_F32);
 }
 
 // ---------------------------------------------------------------- batch_norm

@@ -2,7 +2,7 @@
 // log_softmax (rows of 1 to 5000, other dims, strided inputs, bf16 / f16 x) with their
 // backward, cross-entropy (+ backward, i32/i64 targets, bf16 / f16 logits,
 // an out-of-range target), dropout (the same mask as the CPU, bit for bit), layer_norm
-// with and without weight/bias (bf16 / f16 inputs too), batch_norm in training (outputs,
+// with and without weight/bias (bf16 / f16 inputs and outputs too), batch_norm in training (outputs,
 // gradients, running statistics) and eval mode.
 #include <stdint.h>
 
@@ -204,6 +204,7 @@ static void test_dropout(void) {
 typedef struct ln_case {
     int n_norm;
     bool w, b, transposed;
+    weft_dtype y; // weft_layer_norm_to's y dtype (WEFT_F32 / 0: the plain op)
 } ln_case;
 
 // in: x, [weight], [bias]
@@ -213,7 +214,7 @@ static weft_tensor *ln_fn(weft_tensor *const *in, void *ctx) {
     weft_tensor *x = in[0], *v = NULL;
     weft_tensor *w = c->w ? in[k++] : NULL, *b = c->b ? in[k++] : NULL;
     if (c->transposed) x = v = weft_transpose(x, 0, -1);
-    weft_tensor *r = weft_layer_norm(x, c->n_norm, w, b, 1e-5);
+    weft_tensor *r = weft_layer_norm_to(x, c->n_norm, w, b, 1e-5, c->y);
     weft_tensor_free(v);
     return r;
 }
@@ -237,7 +238,7 @@ static void test_layer_norm(void) {
             if (shapes[s].transposed) ws[0] = shapes[s].s[0];
             weft_tensor *w = rand_dt(nn, ws, dt, 0.5, 1.5, 90 + s), *b = rand_dt(nn, ws, dt, -1, 1, 100 + s);
             for (int mode = 0; mode < 4; mode++) {
-                ln_case c = {nn, (mode & 1) != 0, (mode & 2) != 0, shapes[s].transposed};
+                ln_case c = {nn, (mode & 1) != 0, (mode & 2) != 0, shapes[s].transposed, WEFT_F32};
                 weft_tensor *in[3];
                 int n = 0;
                 in[n++] = x;
@@ -253,15 +254,34 @@ static void test_layer_norm(void) {
             weft_tensor_free(b);
         }
     }
+    // y written in bf16 / f16 (weft_layer_norm_to) from an f32 or half x: its gradient, from the comparison's
+    // upstream in y's dtype, is read as it is; a warp per row (C = 768) and a block per row (C = 2000)
+    const int64_t ys[2][2] = {{64, 768}, {5, 2000}};
+    const weft_dtype half[2] = {WEFT_BF16, WEFT_F16};
+    for (int xi = 0; xi < 3; xi++)
+        for (int yi = 0; yi < 2; yi++)
+            for (int s = 0; s < 2; s++) {
+                weft_dtype xdt = xi == 0 ? WEFT_F32 : half[xi - 1];
+                int64_t C = ys[s][1];
+                weft_tensor *in[3] = {rand_dt(2, ys[s], xdt, -2, 2, 140 + s), rand_dt(1, &C, WEFT_F32, 0.5, 1.5, 142),
+                                      rand_dt(1, &C, WEFT_F32, -1, 1, 143)};
+                ln_case c = {1, true, true, false, half[yi]};
+                char what[128];
+                snprintf(what, sizeof what, "layer_norm (%lld,%lld) %s -> %s", (long long)ys[s][0], (long long)C,
+                         weft_dtype_name(xdt), weft_dtype_name(half[yi]));
+                wt_cuda_compare(what, ln_fn, &c, 3, in, 2e-2, true);
+                for (int i = 0; i < 3; i++) weft_tensor_free(in[i]);
+            }
 }
 
 // add_layer_norm: s = x + r and y = layer_norm(s), returned as s + y*y so both outputs carry gradient;
 // f32 and f64, and an f32 input with a bf16 residual (the residual's gradient in bf16); one row per
 // warp (C = 768) and per block (C = 2000).
+// ctx: y's dtype (NULL: the plain op), as weft_add_layer_norm_to takes it.
 static weft_tensor *aln_fn(weft_tensor *const *in, void *ctx) {
-    (void)ctx;
     weft_tensor *s, *y;
-    if (weft_add_layer_norm(in[0], in[1], 1, in[2], in[3], 1e-5, &s, &y)) return NULL;
+    if (weft_add_layer_norm_to(in[0], in[1], 1, in[2], in[3], 1e-5, ctx ? *(weft_dtype *)ctx : WEFT_F32, &s, &y))
+        return NULL;
     weft_tensor *q = weft_mul(y, y), *r = weft_add(s, q);
     weft_tensor_free(s), weft_tensor_free(y), weft_tensor_free(q);
     return r;
@@ -269,16 +289,17 @@ static weft_tensor *aln_fn(weft_tensor *const *in, void *ctx) {
 
 static void test_add_layer_norm(void) {
     const int64_t shapes[2][2] = {{64, 768}, {5, 2000}};
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 5; k++) // f32, f64, a bf16 residual, and that with y in bf16 / f16
         for (int s = 0; s < 2; s++) {
-            weft_dtype dt = k == 1 ? WEFT_F64 : WEFT_F32, rdt = k == 2 ? WEFT_BF16 : dt;
+            weft_dtype dt = k == 1 ? WEFT_F64 : WEFT_F32, rdt = k >= 2 ? WEFT_BF16 : dt;
+            weft_dtype ydt = k == 3 ? WEFT_BF16 : k == 4 ? WEFT_F16 : dt;
             int64_t C = shapes[s][1];
             weft_tensor *in[4] = {rand_dt(2, shapes[s], dt, -2, 2, 500 + s), rand_dt(2, shapes[s], rdt, -1, 1, 510 + s),
                                   rand_dt(1, &C, dt, 0.5, 1.5, 520 + s), rand_dt(1, &C, dt, -1, 1, 530 + s)};
             char what[96];
-            snprintf(what, sizeof what, "add_layer_norm (%lld,%lld) %s + %s", (long long)shapes[s][0], (long long)C,
-                     weft_dtype_name(dt), weft_dtype_name(rdt));
-            wt_cuda_compare(what, aln_fn, NULL, 4, in, dt == WEFT_F32 ? (k == 2 ? 2e-2 : 2e-5) : 1e-12, true);
+            snprintf(what, sizeof what, "add_layer_norm (%lld,%lld) %s + %s -> %s", (long long)shapes[s][0],
+                     (long long)C, weft_dtype_name(dt), weft_dtype_name(rdt), weft_dtype_name(ydt));
+            wt_cuda_compare(what, aln_fn, &ydt, 4, in, dt == WEFT_F32 ? (k >= 2 ? 2e-2 : 2e-5) : 1e-12, true);
             for (int i = 0; i < 4; i++) weft_tensor_free(in[i]);
         }
 }

@@ -1,7 +1,8 @@
 // layer_norm and batch_norm: forward against naive f64 loops, backward by
 // finite differences and against the same formula built from primitive ops,
 // running-stat updates against the closed form, error cases; layer_norm of a
-// bf16 / f16 input against the f64 op on its values.
+// bf16 / f16 input against the f64 op on its values, and its bf16 / f16 output
+// against a cast of the f32 one.
 #include <stdlib.h>
 #include <string.h>
 
@@ -220,6 +221,69 @@ static void test_ln_half(void) {
         free_all(19, ts);
         free(ref);
     }
+}
+
+// y written in bf16 / f16 (weft_layer_norm_to, weft_add_layer_norm_to): the same bits as casting the f32 y,
+// and, with a half gradient flowing back into it, the same gradients as the cast's backward gives (x f32 or
+// half, with weight and bias, and through add_layer_norm's sum and y both); the half gy is read as it is.
+// A half y of f64 statistics is an error naming the op.
+static void test_ln_half_out(void) {
+    const int64_t R = 5, C = 48, xs[2] = {R, C};
+    const weft_dtype dts[2] = {WEFT_BF16, WEFT_F16};
+    for (int k = 0; k < 2; k++)
+        for (int xk = 0; xk < 3; xk++) { // x: f32, bf16, f32 through add_layer_norm (a bf16 residual)
+            weft_dtype yt = dts[k];
+            weft_tensor *x64 = wt_rand64(2, xs, -2, 3, 81 + xk, false), *r64 = wt_rand64(2, xs, -1, 1, 84, false);
+            weft_tensor *w64 = wt_rand64(1, &C, 0.5, 1.5, 85, false), *b64 = wt_rand64(1, &C, -1, 1, 86, false);
+            weft_tensor *c64 = wt_rand64(2, xs, -1, 1, 87, false), *cf = wt_keep(weft_cast(c64, WEFT_F32));
+            weft_tensor *p[2][4], *y[2], *sm[2] = {NULL, NULL};
+            for (int run = 0; run < 2; run++) { // 0: y in yt; 1: f32 y, then a cast
+                p[run][0] = weft_cast(x64, xk == 1 ? WEFT_BF16 : WEFT_F32);
+                p[run][1] = weft_cast(r64, WEFT_BF16);
+                p[run][2] = weft_cast(w64, WEFT_F32);
+                p[run][3] = weft_cast(b64, WEFT_F32);
+                for (int i = 0; i < 4; i++) weft_tensor_set_requires_grad(p[run][i], true);
+                weft_dtype want = run ? WEFT_F32 : yt;
+                if (xk < 2) {
+                    y[run] = weft_layer_norm_to(p[run][0], 1, p[run][2], p[run][3], 1e-5, want);
+                } else {
+                    CHECK(weft_add_layer_norm_to(p[run][0], p[run][1], 1, p[run][2], p[run][3], 1e-5, want, &sm[run],
+                                                 &y[run]) == WEFT_OK);
+                }
+                if (run && y[run]) {
+                    weft_tensor *t = weft_cast(y[run], yt);
+                    weft_tensor_free(y[run]);
+                    y[run] = t;
+                }
+                CHECK(y[run] && weft_tensor_dtype(y[run]) == yt);
+                if (!y[run]) return;
+                // loss = sum(f32(y) * c) (+ sum(sum * c) through add_layer_norm's sum): gy arrives in yt
+                weft_tensor *l = wt_keep(weft_sum(wt_keep(weft_mul(wt_keep(weft_cast(y[run], WEFT_F32)), cf)), 0, NULL, false));
+                if (sm[run]) l = wt_keep(weft_add(l, wt_keep(weft_sum(wt_keep(weft_mul(sm[run], cf)), 0, NULL, false))));
+                CHECK(weft_backward(l, NULL, NULL) == WEFT_OK);
+            }
+            wt_check_same("half y == cast of the f32 y", y[0], y[1], 0);
+            if (xk == 2) wt_check_same("add_layer_norm_to sum", sm[0], sm[1], 0);
+            const char *names[4] = {"dx", "dr", "dweight", "dbias"};
+            for (int i = 0; i < 4; i++) {
+                if (i == 1 && xk < 2) continue;
+                weft_tensor *g0 = weft_tensor_grad(p[0][i]), *g1 = weft_tensor_grad(p[1][i]);
+                CHECK(g0 && g1);
+                if (g0 && g1) wt_check_same(names[i], g0, g1, 0);
+            }
+            weft_tensor *ts[] = {x64, r64, w64, b64, c64, y[0], y[1], sm[0], sm[1]};
+            free_all(9, ts);
+            for (int run = 0; run < 2; run++) free_all(4, p[run]);
+            wt_drop_all();
+        }
+    weft_tensor *x64 = wt_rand64(2, xs, -2, 3, 88, false);
+    weft_tensor *bad = weft_layer_norm_to(x64, 1, NULL, NULL, 1e-5, WEFT_BF16);
+    CHECK(bad == NULL && err_names("layer_norm") && err_names("f32 statistics"));
+    weft_clear_error();
+    weft_tensor *plain = weft_layer_norm_to(x64, 1, NULL, NULL, 1e-5, WEFT_I32); // not a half dtype: the plain op
+    CHECK(plain && weft_tensor_dtype(plain) == WEFT_F64);
+    weft_tensor_free(plain);
+    weft_tensor_free(x64);
 }
 
 static void test_ln_errors(void) {
@@ -560,6 +624,7 @@ int main(void) {
         RUN(test_ln_partial_needs);
         RUN(test_add_ln);
         RUN(test_ln_half);
+        RUN(test_ln_half_out);
     }
     RUN(test_ln_errors);
     RUN(test_bn_forward);

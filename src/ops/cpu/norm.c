@@ -216,10 +216,11 @@ LN_ROW_BWD(double, _avx2, LN_AVX2)
 LN_FWD(float)
 LN_FWD(double)
 
-// A bf16 / f16 x: the f32 kernels on a widened copy (y and the statistics are f32; in the backward, dx is
-// rounded once into x's dtype).
+// A bf16 / f16 x or y: the f32 kernels on widened copies (the statistics are f32; y, and in the backward
+// dx, rounded once into a half dtype; a half gy widened).
 weft_status weft_cpu_layer_norm(const weft_op_args *a) {
-    if (weft_dtype_is_half(a->in[0]->dtype)) return weft_kernel_widened(a, weft_cpu_layer_norm);
+    if (weft_dtype_is_half(a->in[0]->dtype) || weft_dtype_is_half(a->out[0]->dtype))
+        return weft_kernel_widened(a, weft_cpu_layer_norm);
     const weft_tensor *x = a->in[0];
     int64_t C = ln_row(x, a->attrs->i[0]), R = a->out[1]->numel; // rows: the leading dims
     bool hw = a->attrs->i[1] != 0, hb = a->attrs->i[2] != 0;
@@ -265,6 +266,7 @@ ADD_LN_FWD(double)
 
 // in: x, r, [weight], [bias]; out: s, y, mean, rstd
 weft_status weft_cpu_add_layer_norm(const weft_op_args *a) {
+    if (weft_dtype_is_half(a->out[1]->dtype)) return weft_kernel_widened(a, weft_cpu_add_layer_norm); // a half y
     const weft_tensor *x = a->in[0], *r = a->in[1];
     int64_t C = ln_row(x, a->attrs->i[0]), R = a->out[2]->numel;
     bool hw = a->attrs->i[1] != 0, hb = a->attrs->i[2] != 0;
@@ -323,7 +325,8 @@ LN_BWD(double)
 
 // in: gy, x, mean, rstd, [weight]; out: dx, dweight, dbias
 weft_status weft_cpu_layer_norm_backward(const weft_op_args *a) {
-    if (weft_dtype_is_half(a->in[1]->dtype)) return weft_kernel_widened(a, weft_cpu_layer_norm_backward);
+    if (weft_dtype_is_half(a->in[1]->dtype) || weft_dtype_is_half(a->in[0]->dtype))
+        return weft_kernel_widened(a, weft_cpu_layer_norm_backward);
     const weft_tensor *gy = a->in[0], *x = a->in[1], *mean = a->in[2], *rstd = a->in[3];
     int64_t C = ln_row(x, a->attrs->i[0]), R = mean->numel;
     const weft_tensor *w = a->attrs->i[1] ? a->in[4] : NULL;

@@ -1,6 +1,7 @@
 // CUDA kernels of the normalisation family (layer_norm, batch_norm and their
 // fused backward ops), mirroring cpu/norm.c. Attrs (see def_norm.c):
-//   layer_norm           i[0] = n_norm_dims, i[1] = has weight, i[2] = has bias; f[0] = eps
+//   layer_norm           i[0] = n_norm_dims, i[1] = has weight, i[2] = has bias, i[3] = y's half dtype
+//                        (0: none; the op's infer sets out[0]'s dtype); f[0] = eps
 //   layer_norm_backward  i[0] = n_norm_dims, i[1] = has weight, i[2] = want dweight/dbias
 //   batch_norm           i[0] = has weight, i[1] = has bias, i[2] = has running_mean, i[3] = has running_var,
 //                        i[4] = training; f[0] = momentum, f[1] = eps
@@ -9,6 +10,11 @@
 #include "cuda_ops.h"
 #include "norm_kernels.h"
 
+
+// -1 for t in the statistics' dtype (stat), else t's half dtype.
+static int half_of(const weft_tensor *t, const weft_tensor *stat) {
+    return t->dtype == stat->dtype ? -1 : t->dtype;
+}
 
 static int64_t ln_row(const weft_tensor *x, int64_t n) {
     int64_t C = 1;
@@ -27,8 +33,8 @@ static weft_status cu_layer_norm(const weft_op_args *a) {
     int64_t C = ln_row(x, a->attrs->i[0]), R = a->out[1]->numel;
     cudaError_t e = weft_cu_layer_norm(weft_tensor_ptr(x), w ? weft_tensor_ptr(w) : NULL, b ? weft_tensor_ptr(b) : NULL,
                                        weft_tensor_ptr(a->out[0]), weft_tensor_ptr(a->out[1]),
-                                       weft_tensor_ptr(a->out[2]), x->dtype, R, C, a->attrs->f[0],
-                                       weft_cu_stream(a->out[0]));
+                                       weft_tensor_ptr(a->out[2]), x->dtype, half_of(a->out[0], a->out[1]), R, C,
+                                       a->attrs->f[0], weft_cu_stream(a->out[0]));
     weft_kernel_inputs_free(&c);
     return weft_cu_done(e, a->op->name);
 }
@@ -42,8 +48,8 @@ static weft_status cu_add_layer_norm(const weft_op_args *a) {
     cudaError_t e = weft_cu_add_layer_norm(weft_tensor_ptr(x), weft_tensor_ptr(r), r->dtype, weft_tensor_ptr(a->out[0]),
                                            w ? weft_tensor_ptr(w) : NULL, b ? weft_tensor_ptr(b) : NULL,
                                            weft_tensor_ptr(a->out[1]), weft_tensor_ptr(a->out[2]),
-                                           weft_tensor_ptr(a->out[3]), x->dtype, R, C, a->attrs->f[0],
-                                           weft_cu_stream(a->out[0]));
+                                           weft_tensor_ptr(a->out[3]), x->dtype, half_of(a->out[1], a->out[2]), R,
+                                           C, a->attrs->f[0], weft_cu_stream(a->out[0]));
     return weft_cu_done(e, a->op->name);
 }
 
@@ -73,7 +79,8 @@ static weft_status cu_layer_norm_backward(const weft_op_args *a) {
     }
     if (e == cudaSuccess)
         e = weft_cu_layer_norm_backward(
-            weft_tensor_ptr(c.t[0]), weft_tensor_ptr(x), weft_tensor_ptr(c.t[2]), weft_tensor_ptr(c.t[3]),
+            weft_tensor_ptr(c.t[0]), half_of(c.t[0], c.t[2]), weft_tensor_ptr(x), weft_tensor_ptr(c.t[2]),
+            weft_tensor_ptr(c.t[3]),
             w ? weft_tensor_ptr(w) : NULL, weft_tensor_ptr(a->out[0]), want_wb ? weft_tensor_ptr(a->out[1]) : NULL,
             want_wb ? weft_tensor_ptr(a->out[2]) : NULL, part ? weft_tensor_ptr(part) : NULL, x->dtype, R, C, s);
     weft_tensor_free(part);

@@ -19,15 +19,17 @@
 // x of storage type XT: T, or bf16 / f16 with T float (layer_norm's half input: read as it is, the statistics
 // and y in f32). RES (add_layer_norm, XT = T): the row is x + res (res of type RT: T, or bf16 / f16 with T
 // float, read as it is), written to sum and normalised from there: each thread reads back only what it wrote.
-template <typename T, typename XT, typename RT, bool RES, typename G>
+// y of storage type YT: T, or bf16 / f16 with T float (rounded once, for a consumer reading that dtype).
+template <typename T, typename XT, typename RT, bool RES, typename YT, typename G>
 __global__ void __launch_bounds__(NORM_THREADS) ln_fwd(const XT *x, const RT *res, T *sum, const T *w, const T *b,
-                                                       T *y, T *mean, T *rstd, int64_t R, int64_t C, T eps) {
+                                                       YT *y, T *mean, T *rstd, int64_t R, int64_t C, T eps) {
     __shared__ T sh[32];
     G g;
     const int r0 = g.rank(), rs = g.size();
     for (int64_t r = g.first(); r < R; r += g.stride()) {
         const XT *xr = x + r * C; // (C)
-        T *yr = y + r * C, *sr = RES ? sum + r * C : NULL;
+        YT *yr = y + r * C;
+        T *sr = RES ? sum + r * C : NULL;
         auto at = [&](int64_t i) -> T { // element i of the row to normalise
             if constexpr (RES) return sr[i];
             else return weft_cu_ld<T>(xr[i]);
@@ -55,28 +57,30 @@ __global__ void __launch_bounds__(NORM_THREADS) ln_fwd(const XT *x, const RT *re
         for (int64_t i = r0; i < C; i += rs) {
             T n = (at(i) - mu) * rsd;
             if (w) n = n * w[i];
-            yr[i] = b ? n + b[i] : n;
+            yr[i] = weft_cu_st<YT>(b ? n + b[i] : n);
         }
     }
 }
 
 // dx per row (llm.c's layernorm_backward): n = (x - mean) rstd, dn = gy w,
 // dx = rstd (dn - mean(dn) - n mean(dn n)).
-// x and dx of storage type XT (T, or bf16 / f16 with T float: dx rounded once).
-template <typename T, typename XT, typename G>
-__global__ void __launch_bounds__(NORM_THREADS) ln_bwd_dx(const T *gy, const XT *x, const T *mean, const T *rstd,
+// x and dx of storage type XT (T, or bf16 / f16 with T float: dx rounded once); gy of GT (T, or bf16 / f16
+// with T float: a half y's gradient, read as it is).
+template <typename T, typename XT, typename GT, typename G>
+__global__ void __launch_bounds__(NORM_THREADS) ln_bwd_dx(const GT *gy, const XT *x, const T *mean, const T *rstd,
                                                           const T *w, XT *dx, int64_t R, int64_t C) {
     __shared__ T sh[32];
     G g;
     const int r0 = g.rank(), rs = g.size();
     for (int64_t r = g.first(); r < R; r += g.stride()) {
-        const T *gr = gy + r * C;
+        const GT *gr = gy + r * C;
         const XT *xr = x + r * C;
         XT *dr = dx + r * C;
         const T mu = mean[r], rsd = rstd[r];
         T sdn = 0, sdnn = 0;
         for (int64_t i = r0; i < C; i += rs) {
-            T dn = w ? gr[i] * w[i] : gr[i];
+            const T gi = weft_cu_ld<T>(gr[i]);
+            T dn = w ? gi * w[i] : gi;
             sdn += dn;
             sdnn += dn * (weft_cu_ld<T>(xr[i]) - mu);
         }
@@ -84,7 +88,8 @@ __global__ void __launch_bounds__(NORM_THREADS) ln_bwd_dx(const T *gy, const XT 
         sdnn = g.all(sdnn, weft_cu_add(), sh);
         const T mdn = sdn / (T)C, mdnn = sdnn * rsd / (T)C;
         for (int64_t i = r0; i < C; i += rs) {
-            T n = (weft_cu_ld<T>(xr[i]) - mu) * rsd, dn = w ? gr[i] * w[i] : gr[i];
+            const T gi = weft_cu_ld<T>(gr[i]);
+            T n = (weft_cu_ld<T>(xr[i]) - mu) * rsd, dn = w ? gi * w[i] : gi;
             const T d = (dn - mdn - n * mdnn) * rsd;
             dr[i] = weft_cu_st<XT>(d);
         }
@@ -93,8 +98,8 @@ __global__ void __launch_bounds__(NORM_THREADS) ln_bwd_dx(const T *gy, const XT 
 
 // Partial column sums over one chunk of rows: part (nchunk, 2, C) gets
 // sum gy n and sum gy. Block (32, 8): 32 columns, 8 rows at a time.
-template <typename T, typename XT>
-__global__ void __launch_bounds__(NORM_THREADS) ln_bwd_wb_part(const T *gy, const XT *x, const T *mean,
+template <typename T, typename XT, typename GT>
+__global__ void __launch_bounds__(NORM_THREADS) ln_bwd_wb_part(const GT *gy, const XT *x, const T *mean,
                                                                const T *rstd, T *part, int64_t R, int64_t C,
                                                                int64_t rows_per_chunk) {
     __shared__ T sw[8][33], sb[8][33];
@@ -104,7 +109,7 @@ __global__ void __launch_bounds__(NORM_THREADS) ln_bwd_wb_part(const T *gy, cons
     T aw = 0, ab = 0;
     if (col < C)
         for (int64_t r = rb + ty; r < re; r += 8) {
-            const T g = gy[r * C + col], n = (weft_cu_ld<T>(x[r * C + col]) - mean[r]) * rstd[r];
+            const T g = weft_cu_ld<T>(gy[r * C + col]), n = (weft_cu_ld<T>(x[r * C + col]) - mean[r]) * rstd[r];
             aw += g * n;
             ab += g;
         }
@@ -152,62 +157,87 @@ extern "C" int64_t weft_cu_layer_norm_part_elems(int64_t R, int64_t C) {
     return 2 * n * C;
 }
 
-template <typename T, typename XT, typename RT, bool RES>
-static cudaError_t launch_ln_res(const void *x, const void *res, void *sum, const void *w, const void *b, void *y,
-                                 void *mean, void *rstd, int64_t R, int64_t C, double eps, cudaStream_t s) {
+template <typename T, typename XT, typename RT, bool RES, typename YT>
+static cudaError_t launch_ln_y(const void *x, const void *res, void *sum, const void *w, const void *b, void *y,
+                               void *mean, void *rstd, int64_t R, int64_t C, double eps, cudaStream_t s) {
     if (C <= 1024)
-        ln_fwd<T, XT, RT, RES, weft_cu_warp_group>
+        ln_fwd<T, XT, RT, RES, YT, weft_cu_warp_group>
             <<<weft_cu_row_blocks<weft_cu_warp_group>(R, NORM_THREADS), NORM_THREADS, 0, s>>>(
-                (const XT *)x, (const RT *)res, (T *)sum, (const T *)w, (const T *)b, (T *)y, (T *)mean, (T *)rstd, R,
-                C, (T)eps);
+                (const XT *)x, (const RT *)res, (T *)sum, (const T *)w, (const T *)b, (YT *)y, (T *)mean, (T *)rstd,
+                R, C, (T)eps);
     else
-        ln_fwd<T, XT, RT, RES, weft_cu_block_group>
+        ln_fwd<T, XT, RT, RES, YT, weft_cu_block_group>
             <<<weft_cu_row_blocks<weft_cu_block_group>(R, NORM_THREADS), NORM_THREADS, 0, s>>>(
-                (const XT *)x, (const RT *)res, (T *)sum, (const T *)w, (const T *)b, (T *)y, (T *)mean, (T *)rstd, R,
-                C, (T)eps);
+                (const XT *)x, (const RT *)res, (T *)sum, (const T *)w, (const T *)b, (YT *)y, (T *)mean, (T *)rstd,
+                R, C, (T)eps);
     return cudaGetLastError();
 }
 
-// layer_norm for x of storage type XT (see ln_fwd), statistics and y in T.
+// y in T, or (T float) in the half dtype y_dtype names.
+template <typename T, typename XT, typename RT, bool RES>
+static cudaError_t launch_ln_res(const void *x, const void *res, void *sum, const void *w, const void *b, void *y,
+                                 void *mean, void *rstd, int64_t R, int64_t C, double eps, int y_dtype,
+                                 cudaStream_t s) {
+    if constexpr (sizeof(T) == 4) {
+        if (y_dtype == WEFT_CU_BF16)
+            return launch_ln_y<T, XT, RT, RES, __nv_bfloat16>(x, res, sum, w, b, y, mean, rstd, R, C, eps, s);
+        if (y_dtype == WEFT_CU_F16)
+            return launch_ln_y<T, XT, RT, RES, __half>(x, res, sum, w, b, y, mean, rstd, R, C, eps, s);
+    }
+    return launch_ln_y<T, XT, RT, RES, T>(x, res, sum, w, b, y, mean, rstd, R, C, eps, s);
+}
+
+// layer_norm for x of storage type XT (see ln_fwd), statistics in T, y in T or y_dtype.
 template <typename T, typename XT>
 static cudaError_t launch_ln(const void *x, const void *w, const void *b, void *y, void *mean, void *rstd, int64_t R,
-                             int64_t C, double eps, cudaStream_t s) {
-    return launch_ln_res<T, XT, XT, false>(x, NULL, NULL, w, b, y, mean, rstd, R, C, eps, s);
+                             int64_t C, double eps, int y_dtype, cudaStream_t s) {
+    return launch_ln_res<T, XT, XT, false>(x, NULL, NULL, w, b, y, mean, rstd, R, C, eps, y_dtype, s);
+}
+
+// A half y needs f32 statistics.
+static bool y_dtype_ok(int dtype, int y_dtype) {
+    bool stats32 = dtype == WEFT_CU_F32 || dtype == WEFT_CU_BF16 || dtype == WEFT_CU_F16;
+    return y_dtype == -1 || ((y_dtype == WEFT_CU_BF16 || y_dtype == WEFT_CU_F16) && stats32);
 }
 
 extern "C" cudaError_t weft_cu_layer_norm(const void *x, const void *w, const void *b, void *y, void *mean,
-                                          void *rstd, int dtype, int64_t R, int64_t C, double eps, cudaStream_t s) {
+                                          void *rstd, int dtype, int y_dtype, int64_t R, int64_t C, double eps,
+                                          cudaStream_t s) {
+    if (!y_dtype_ok(dtype, y_dtype)) return cudaErrorInvalidValue;
     if (R == 0) return cudaSuccess;
-    WEFT_CU_DISPATCH_FLOAT_HALF(dtype, launch_ln, x, w, b, y, mean, rstd, R, C, eps, s);
+    WEFT_CU_DISPATCH_FLOAT_HALF(dtype, launch_ln, x, w, b, y, mean, rstd, R, C, eps, y_dtype, s);
 }
 
 extern "C" cudaError_t weft_cu_add_layer_norm(const void *x, const void *res, int res_dtype, void *sum, const void *w,
-                                              const void *b, void *y, void *mean, void *rstd, int dtype, int64_t R,
-                                              int64_t C, double eps, cudaStream_t s) {
+                                              const void *b, void *y, void *mean, void *rstd, int dtype, int y_dtype,
+                                              int64_t R, int64_t C, double eps, cudaStream_t s) {
+    if (!y_dtype_ok(dtype, y_dtype)) return cudaErrorInvalidValue;
     if (R == 0) return cudaSuccess;
+    const int yd = y_dtype;
     if (dtype == WEFT_CU_F32 && res_dtype == WEFT_CU_BF16)
-        return launch_ln_res<float, float, __nv_bfloat16, true>(x, res, sum, w, b, y, mean, rstd, R, C, eps, s);
+        return launch_ln_res<float, float, __nv_bfloat16, true>(x, res, sum, w, b, y, mean, rstd, R, C, eps, yd, s);
     if (dtype == WEFT_CU_F32 && res_dtype == WEFT_CU_F16)
-        return launch_ln_res<float, float, __half, true>(x, res, sum, w, b, y, mean, rstd, R, C, eps, s);
+        return launch_ln_res<float, float, __half, true>(x, res, sum, w, b, y, mean, rstd, R, C, eps, yd, s);
     if (dtype == WEFT_CU_F32 && res_dtype == WEFT_CU_F32)
-        return launch_ln_res<float, float, float, true>(x, res, sum, w, b, y, mean, rstd, R, C, eps, s);
+        return launch_ln_res<float, float, float, true>(x, res, sum, w, b, y, mean, rstd, R, C, eps, yd, s);
     if (dtype == WEFT_CU_F64 && res_dtype == WEFT_CU_F64)
-        return launch_ln_res<double, double, double, true>(x, res, sum, w, b, y, mean, rstd, R, C, eps, s);
+        return launch_ln_res<double, double, double, true>(x, res, sum, w, b, y, mean, rstd, R, C, eps, yd, s);
     return cudaErrorInvalidValue;
 }
 
-template <typename T, typename XT>
-static cudaError_t launch_ln_bw(const void *gy, const void *x, const void *mean, const void *rstd, const void *w,
-                                void *dx, void *dw, void *db, void *part, int64_t R, int64_t C, cudaStream_t s) {
-    const T *g = (const T *)gy, *mu = (const T *)mean, *rs = (const T *)rstd;
+template <typename T, typename XT, typename GT>
+static cudaError_t launch_ln_bw_g(const void *gy, const void *x, const void *mean, const void *rstd, const void *w,
+                                  void *dx, void *dw, void *db, void *part, int64_t R, int64_t C, cudaStream_t s) {
+    const GT *g = (const GT *)gy;
+    const T *mu = (const T *)mean, *rs = (const T *)rstd;
     const XT *xt = (const XT *)x;
     if (R > 0 && C > 0) {
         if (C <= 1024)
-            ln_bwd_dx<T, XT, weft_cu_warp_group>
+            ln_bwd_dx<T, XT, GT, weft_cu_warp_group>
                 <<<weft_cu_row_blocks<weft_cu_warp_group>(R, NORM_THREADS), NORM_THREADS, 0, s>>>(
                     g, xt, mu, rs, (const T *)w, (XT *)dx, R, C);
         else
-            ln_bwd_dx<T, XT, weft_cu_block_group>
+            ln_bwd_dx<T, XT, GT, weft_cu_block_group>
                 <<<weft_cu_row_blocks<weft_cu_block_group>(R, NORM_THREADS), NORM_THREADS, 0, s>>>(
                     g, xt, mu, rs, (const T *)w, (XT *)dx, R, C);
         cudaError_t e = cudaGetLastError();
@@ -221,16 +251,31 @@ static cudaError_t launch_ln_bw(const void *gy, const void *x, const void *mean,
     int64_t nchunk, rpc;
     ln_chunks(R, &nchunk, &rpc);
     dim3 grid((unsigned)((C + 31) / 32), (unsigned)nchunk), block(32, 8);
-    ln_bwd_wb_part<T, XT><<<grid, block, 0, s>>>(g, xt, mu, rs, (T *)part, R, C, rpc);
+    ln_bwd_wb_part<T, XT, GT><<<grid, block, 0, s>>>(g, xt, mu, rs, (T *)part, R, C, rpc);
     ln_bwd_wb_sum<T><<<weft_cu_blocks(C), WEFT_CU_THREADS, 0, s>>>((const T *)part, (T *)dw, (T *)db, nchunk, C);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t weft_cu_layer_norm_backward(const void *gy, const void *x, const void *mean, const void *rstd,
-                                                   const void *w, void *dx, void *dw, void *db, void *part, int dtype,
-                                                   int64_t R, int64_t C, cudaStream_t s) {
+// gy in T, or (T float) in the half dtype gy_dtype names.
+template <typename T, typename XT>
+static cudaError_t launch_ln_bw(const void *gy, const void *x, const void *mean, const void *rstd, const void *w,
+                                void *dx, void *dw, void *db, void *part, int64_t R, int64_t C, int gy_dtype,
+                                cudaStream_t s) {
+    if constexpr (sizeof(T) == 4) {
+        if (gy_dtype == WEFT_CU_BF16)
+            return launch_ln_bw_g<T, XT, __nv_bfloat16>(gy, x, mean, rstd, w, dx, dw, db, part, R, C, s);
+        if (gy_dtype == WEFT_CU_F16)
+            return launch_ln_bw_g<T, XT, __half>(gy, x, mean, rstd, w, dx, dw, db, part, R, C, s);
+    }
+    return launch_ln_bw_g<T, XT, T>(gy, x, mean, rstd, w, dx, dw, db, part, R, C, s);
+}
+
+extern "C" cudaError_t weft_cu_layer_norm_backward(const void *gy, int gy_dtype, const void *x, const void *mean,
+                                                   const void *rstd, const void *w, void *dx, void *dw, void *db,
+                                                   void *part, int dtype, int64_t R, int64_t C, cudaStream_t s) {
     if ((dw == NULL) != (db == NULL) || (dw && C > 0 && R > 0 && !part)) return cudaErrorInvalidValue;
-    WEFT_CU_DISPATCH_FLOAT_HALF(dtype, launch_ln_bw, gy, x, mean, rstd, w, dx, dw, db, part, R, C, s);
+    if (!y_dtype_ok(dtype, gy_dtype)) return cudaErrorInvalidValue;
+    WEFT_CU_DISPATCH_FLOAT_HALF(dtype, launch_ln_bw, gy, x, mean, rstd, w, dx, dw, db, part, R, C, gy_dtype, s);
 }
 
 // ---------------------------------------------------------------- batch_norm

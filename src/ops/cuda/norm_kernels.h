@@ -13,20 +13,22 @@ extern "C" {
 // x, y (R,C); w, b (C) or NULL; mean, rstd (R). Per row: mean, biased
 // variance from the deviations, rstd = 1/sqrt(var + eps), y = (x - mean) rstd w + b.
 // dtype is x's: f32 / f64 (everything in it), or bf16 / f16 (x read as it is; w, b, y, mean, rstd f32).
+// y_dtype: -1 (y as just said), or WEFT_CU_BF16 / WEFT_CU_F16 where y would be f32 (rounded once).
 cudaError_t weft_cu_layer_norm(const void *x, const void *w, const void *b, void *y, void *mean, void *rstd,
-                               int dtype, int64_t R, int64_t C, double eps, cudaStream_t s);
+                               int dtype, int y_dtype, int64_t R, int64_t C, double eps, cudaStream_t s);
 // add_layer_norm: sum = x + res (res: dtype's, or bf16 / f16 with f32 x: res_dtype), then y, mean, rstd
-// of sum as weft_cu_layer_norm gives them. All (R,C) / (R) contiguous.
+// of sum as weft_cu_layer_norm gives them (y_dtype as there). All (R,C) / (R) contiguous.
 cudaError_t weft_cu_add_layer_norm(const void *x, const void *res, int res_dtype, void *sum, const void *w,
-                                   const void *b, void *y, void *mean, void *rstd, int dtype, int64_t R, int64_t C,
-                                   double eps, cudaStream_t s);
+                                   const void *b, void *y, void *mean, void *rstd, int dtype, int y_dtype, int64_t R,
+                                   int64_t C, double eps, cudaStream_t s);
 // gy, x, dx (R,C); mean, rstd (R); w (C) or NULL. dx per row; with dw, db
 // (C) not NULL also dw = sum_r gy (x - mean) rstd, db = sum_r gy, through
 // `part` (device scratch of weft_cu_layer_norm_part_elems(R, C) elements of the
-// statistics' dtype). dtype is x's (and dx's); bf16 / f16 x: everything else f32.
-cudaError_t weft_cu_layer_norm_backward(const void *gy, const void *x, const void *mean, const void *rstd,
-                                        const void *w, void *dx, void *dw, void *db, void *part, int dtype, int64_t R,
-                                        int64_t C, cudaStream_t s);
+// statistics' dtype). dtype is x's (and dx's); bf16 / f16 x: everything else f32. gy_dtype: -1 (gy in
+// the statistics' dtype), or WEFT_CU_BF16 / WEFT_CU_F16 where that is f32 (a half y's gradient).
+cudaError_t weft_cu_layer_norm_backward(const void *gy, int gy_dtype, const void *x, const void *mean,
+                                        const void *rstd, const void *w, void *dx, void *dw, void *db, void *part,
+                                        int dtype, int64_t R, int64_t C, cudaStream_t s);
 int64_t weft_cu_layer_norm_part_elems(int64_t R, int64_t C);
 
 // One channel's per-channel vector: data and stride (elements); data NULL = absent.
