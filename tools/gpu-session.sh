@@ -19,9 +19,14 @@
 #     says what ran, what failed, what was skipped.
 #
 # A session's device time (15 minutes, the machine's start included) allows about one such call, so the
-# default order puts first what the open issues need most: the CUDA tests, issue 16's headline numbers,
-# then issue 17's only unmeasured part (cpu16), then the rest as far as the budget goes.
+# default order puts first what the open issues need most: the CUDA tests, the search for issue 16's
+# learning gap, its headline numbers, then the rest as far as the budget goes.
 #   tests      ctest -R cuda (every CUDA-vs-CPU test; 150 s)
+#   bisect     issue 16's learning gap (2026-11-27, H100: after 500 steps weft's gpt2-small-bytes had val loss
+#              2.1177, its PyTorch twin 1.9391): 300 steps of it with each fused path turned off in turn
+#              (WEFT_FUSED_ATTENTION, WEFT_NORM_HALF_OUT + WEFT_FUSED_ADD_NORM, WEFT_OPTIM_MULTI,
+#              WEFT_CUDA_LT + WEFT_FUSED_LINEAR, WEFT_AUTOCAST_CACHE), in f32, and the twin: the variant
+#              whose val loss comes near the twin's names the path to look at (about 240 s)
 #   gpt2       train_gpt2_small_cuda, weft then PyTorch eager with SDPA (100 s)
 #   attention  causal attention forward+backward at (8,12,1024,64), bf16 and f32, and SDPA (80 s)
 #   cpu16      the four standard workloads on the CPU at 16 threads, weft built with
@@ -57,7 +62,7 @@ fi
 [ "${1:-}" = run ] || { echo "usage: gpu-session.sh prepare | run [STEP...]" >&2; exit 2; }
 shift
 : "${B:?run me through .gpu/gpu-build.sh, which builds weft and sets B}"
-steps=${*:-tests gpt2 attention cpu16 bandwidth standard graphs graph compile suite}
+steps=${*:-tests bisect gpt2 attention bandwidth graphs graph compile standard cpu16 suite}
 out=${OUT:-/tmp/weft-gpu-session}
 mkdir -p "$out"
 budget=${SESSION_BUDGET:-470}
@@ -90,6 +95,19 @@ for step in $steps; do
     run attention_weft 40 "$B/bench_attention_cuda"
     run attention_peer 40 "cd bench/peers && $py attention_cuda.py" ;;
   bandwidth) run bandwidth 30 "$B/bench_cuda_bandwidth" ;;
+  bisect)
+    a="--device cuda --steps 300 --eval-batches 50 --quiet"
+    for v in "default:" "attention_composed:WEFT_FUSED_ATTENTION=0" \
+             "norms_f32:WEFT_NORM_HALF_OUT=0 WEFT_FUSED_ADD_NORM=0" "optim_single:WEFT_OPTIM_MULTI=0" \
+             "linear_plain:WEFT_CUDA_LT=0 WEFT_FUSED_LINEAR=0" "no_cast_cache:WEFT_AUTOCAST_CACHE=0"; do
+      run "bisect_${v%%:*}" 40 "env ${v#*:} $B/weft train models/gpt2-small-bytes.cfg $a"
+      grep -h "^final:" "$out/bisect_${v%%:*}.log" | sed "s/^/bisect ${v%%:*} /" | tee -a "$out/summary.txt"
+    done
+    sed '/^precision/d' models/gpt2-small-bytes.cfg > "$out/gpt2-f32.cfg"
+    run bisect_f32 90 "$B/weft train $out/gpt2-f32.cfg $a"
+    grep -h "^final:" "$out/bisect_f32.log" | sed "s/^/bisect f32 /" | tee -a "$out/summary.txt"
+    run bisect_peer 60 "cd bench/peers && $py kjv_gpt_train.py '' 300 gpt2"
+    grep -h "val_loss" "$out/bisect_peer.log" | sed "s/^/bisect peer /" | tee -a "$out/summary.txt" ;;
   graph) run graph 90 "WEFT_CUDA_GRAPHS_DEBUG=1 $B/weft train models/gpt2-small-bytes.cfg --device cuda --graph --steps 30" ;;
   standard)
     for w in train_fmnist_mlp train_fmnist_cnn train_kjv_gpt train_kjv_lstm; do

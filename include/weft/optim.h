@@ -142,8 +142,9 @@ weft_grad_scaler *weft_grad_scaler_create(double init_scale, double growth, doub
 void weft_grad_scaler_free(weft_grad_scaler *gs);
 weft_tensor *weft_grad_scaler_scale(weft_grad_scaler *gs, weft_tensor *loss); // loss * scale (new tensor)
 // PyTorch's scaler.unscale_(opt): divides every gradient of opt's parameters
-// (f32/f64) by the scale, in place, and notes whether all of them are finite.
-// Once between steps: a second call is WEFT_ERR_STATE.
+// (f32/f64) by the scale, in place, and notes whether all of them are finite
+// (their f64 sum of squares: f64 gradients above about 1e154 read as
+// overflowed). Once between steps: a second call is WEFT_ERR_STATE.
 weft_status weft_grad_scaler_unscale(weft_grad_scaler *gs, weft_optim *opt);
 // Unscales (unless weft_grad_scaler_unscale did), steps opt unless a gradient
 // is not finite, and updates the scale. *stepped (may be NULL) says whether
@@ -151,9 +152,9 @@ weft_status weft_grad_scaler_unscale(weft_grad_scaler *gs, weft_optim *opt);
 weft_status weft_grad_scaler_step(weft_grad_scaler *gs, weft_optim *opt, bool *stepped);
 // The scale's update alone (PyTorch's scaler.update()), for a caller that
 // divided and checked the gradients itself, as model parallelism does (its
-// check spans processes) with weft_grad_scale: found_inf backs the scale off,
-// anything else counts a good step. It also ends the step for
-// weft_grad_scaler_unscale.
+// check spans processes) with weft_grad_scale: found_inf, or an overflow that
+// weft_grad_scaler_unscale found this step, backs the scale off; anything
+// else counts a good step. It also ends the step for weft_grad_scaler_unscale.
 weft_status weft_grad_scaler_update(weft_grad_scaler *gs, bool found_inf);
 double weft_grad_scaler_get_scale(const weft_grad_scaler *gs);
 // What a checkpoint keeps so that a resumed run scales as the uninterrupted

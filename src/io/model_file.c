@@ -97,7 +97,7 @@ static const keydef NET_KEYS[] = {
     NK("min_lr", K_FLOAT, min_lr, 0, 1e3, 0, NULL),
     NK("clip", K_FLOAT, clip, 0, 1e9, 0, NULL),
     NK("precision", K_ENUM, precision, 0, 0, 0, PRECISIONS),
-    NK("loss_scale", K_FLOAT, loss_scale, 0, 1e30, F_LO_OPEN, NULL),
+    NK("loss_scale", K_FLOAT, loss_scale, 0, 1e12, F_LO_OPEN, NULL), // (a scaled f32 loss stays finite)
     NK("eval_every", K_INT, eval_every, 0, BIG, 0, NULL),
     NK("ckpt_every", K_INT, ckpt_every, 0, BIG, 0, NULL),
     NK("log_every", K_INT, log_every, 0, BIG, 0, NULL),

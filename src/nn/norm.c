@@ -29,17 +29,20 @@ static weft_tensor *layer_norm_forward(weft_module *m, weft_tensor *x) {
 
 static bool is_layer_norm(const weft_module *m) { return m && !strcmp(weft_module_kind(m), "layer_norm"); }
 
-// y_dtype for a layer_norm module: a half one where asked for (WEFT_NORM_HALF_OUT=0: never), else f32.
-static weft_dtype norm_y_dtype(weft_dtype y_dtype) {
+// y_dtype for a layer_norm module of x: a half one where asked for and the norm's output would be f32 (an f32
+// or half x; an f64 one stays f64, as autocast leaves it), else f32 (WEFT_NORM_HALF_OUT=0: always).
+static weft_dtype norm_y_dtype(const weft_tensor *x, weft_dtype y_dtype) {
     const char *e = getenv("WEFT_NORM_HALF_OUT");
-    return weft_nn_is_half(y_dtype) && (!e || strcmp(e, "0")) ? y_dtype : WEFT_F32;
+    weft_dtype xd = x ? weft_tensor_dtype(x) : WEFT_F64;
+    bool f32_out = xd == WEFT_F32 || weft_nn_is_half(xd);
+    return weft_nn_is_half(y_dtype) && f32_out && (!e || strcmp(e, "0")) ? y_dtype : WEFT_F32;
 }
 
 weft_tensor *weft_nn_norm_to(weft_module *norm, weft_tensor *x, weft_dtype y_dtype) {
-    if (!is_layer_norm(norm) || !weft_nn_is_half(norm_y_dtype(y_dtype))) return weft_module_forward(norm, x);
+    weft_dtype yt = norm_y_dtype(x, y_dtype);
+    if (!is_layer_norm(norm) || !weft_nn_is_half(yt)) return weft_module_forward(norm, x);
     const norm_cfg *c = weft_module_impl(norm);
-    return weft_layer_norm_to(x, 1, weft_module_get(norm, "weight"), weft_module_get(norm, "bias"), c->eps,
-                              norm_y_dtype(y_dtype));
+    return weft_layer_norm_to(x, 1, weft_module_get(norm, "weight"), weft_module_get(norm, "bias"), c->eps, yt);
 }
 
 weft_tensor *weft_nn_add_norm(weft_module *norm, weft_tensor *x, weft_tensor *r, weft_tensor **sum,
@@ -50,7 +53,7 @@ weft_tensor *weft_nn_add_norm(weft_module *norm, weft_tensor *x, weft_tensor *r,
         const norm_cfg *c = weft_module_impl(norm);
         weft_tensor *y;
         return weft_add_layer_norm_to(x, r, 1, weft_module_get(norm, "weight"), weft_module_get(norm, "bias"), c->eps,
-                                      norm_y_dtype(y_dtype), sum, &y) == WEFT_OK
+                                      norm_y_dtype(x, y_dtype), sum, &y) == WEFT_OK
                    ? y
                    : NULL;
     }

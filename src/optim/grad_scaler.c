@@ -64,12 +64,13 @@ static weft_status unscale(weft_grad_scaler *gs, weft_optim *opt) {
     for (int i = 0; i < n; i++) ps[i] = weft_optim_param_at(opt, i);
     double sum = 0;
     weft_status st = weft_grad_scale(n, ps, 1.0 / gs->scale);
-    if (!st) st = weft_grad_sum_squares(n, ps, &sum);
+    if (!st) {
+        gs->unscaled = true; // divided: a retried step must not divide again
+        st = weft_grad_sum_squares(n, ps, &sum);
+    }
     free(ps);
-    if (st) return st;
-    gs->unscaled = true;
-    gs->found_inf = !isfinite(sum);
-    return WEFT_OK;
+    gs->found_inf = st != WEFT_OK || !isfinite(sum); // (a failed check skips the step)
+    return st;
 }
 
 weft_status weft_grad_scaler_unscale(weft_grad_scaler *gs, weft_optim *opt) {
@@ -81,6 +82,7 @@ weft_status weft_grad_scaler_unscale(weft_grad_scaler *gs, weft_optim *opt) {
 
 weft_status weft_grad_scaler_update(weft_grad_scaler *gs, bool found_inf) {
     if (!gs) return weft_error(WEFT_ERR_ARG, "grad_scaler_update: NULL scaler");
+    if (gs->unscaled) found_inf |= gs->found_inf; // what weft_grad_scaler_unscale found counts too
     gs->unscaled = false;
     if (found_inf) { // a skipped step: this scale overflowed f16 somewhere
         gs->scale *= gs->backoff;

@@ -535,8 +535,6 @@ static const char *doc_section(const char *doc, const char *sec, size_t *len) {
     return h;
 }
 
-// Every section and every key the writer knows is documented in a table row of
-// its own section in docs/model-files.md, and the worked example loads.
 // [net] loss_scale: f16's initial loss scale, PyTorch's 65536 unless given.
 static void test_loss_scale(void) {
     const char *f16 = "[net]\ndataset = fmnist\nprecision = f16\nloss_scale = 1024\n[flatten]\n[linear]\nout = 10\n";
@@ -547,6 +545,8 @@ static void test_loss_scale(void) {
     weft_model_cfg_free(b);
 }
 
+// Every section and every key the writer knows is documented in a table row of
+// its own section in docs/model-files.md, and the worked example loads.
 static void test_docs(void) {
     char path[600];
     snprintf(path, sizeof path, "%s../docs/model-files.md", g_models);

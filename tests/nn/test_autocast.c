@@ -57,6 +57,23 @@ static double rel_err(const double *a, const double *b, int64_t n) {
     return s > 0 ? e / s : e;
 }
 
+// An f64 block under bf16 autocast is left alone, norms included: the plain f64 output, bit for bit.
+static void test_block_f64(void) {
+    weft_generator *gen = weft_generator_create(21);
+    weft_module *m = weft_nn_transformer_block(16, 2, gen);
+    CHECK(m && weft_module_to_dtype(m, WEFT_F64) == WEFT_OK);
+    weft_tensor *x = wt_rand64(WEFT_DIMS(2, 5, 16), -1, 1, 22, false);
+    weft_tensor *y0 = weft_module_forward(m, x);
+    weft_autocast_set(WEFT_BF16);
+    weft_tensor *y1 = weft_module_forward(m, x);
+    weft_autocast_set(WEFT_F32);
+    CHECK(y0 && y1 && weft_tensor_dtype(y1) == WEFT_F64);
+    if (y0 && y1) wt_check_same("f64 block under autocast", y1, y0, 0);
+    weft_tensor_free(x), weft_tensor_free(y0), weft_tensor_free(y1);
+    weft_module_free(m);
+    weft_generator_free(gen);
+}
+
 static void test_block_bf16(void) {
     const int64_t B = 2, T = 8, C = 32, nh = 4;
     weft_generator *gen = weft_generator_create(11);
@@ -410,6 +427,7 @@ static void test_reads_bf16(void) {
 
 int main(void) {
     RUN(test_block_bf16);
+    RUN(test_block_f64);
     RUN(test_weight_cast_cache);
     RUN(test_stack);
     RUN(test_reads_bf16);

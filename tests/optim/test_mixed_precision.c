@@ -200,6 +200,10 @@ static void test_grad_scaler_unscale_clip(void) {
     CHECK(weft_grad_scaler_get_scale(gs) == 2048);
     CHECK(weft_grad_scaler_update(gs, false) == WEFT_OK && weft_grad_scaler_get_scale(gs) == 2048);
     CHECK(weft_grad_scaler_update(gs, true) == WEFT_OK && weft_grad_scaler_get_scale(gs) == 1024);
+    // update after unscale: the overflow unscale found backs the scale off, whatever the caller says
+    weft_tensor_set_grad(p[0], g);
+    CHECK(weft_grad_scaler_unscale(gs, op) == WEFT_OK);
+    CHECK(weft_grad_scaler_update(gs, false) == WEFT_OK && weft_grad_scaler_get_scale(gs) == 512);
     CHECK(weft_grad_scaler_update(NULL, true) != WEFT_OK && weft_grad_scaler_unscale(NULL, op) != WEFT_OK);
     weft_grad_scaler *fast = weft_grad_scaler_create(8, 2, 0.5, 2);
     CHECK(fast && weft_grad_scaler_update(fast, false) == WEFT_OK && weft_grad_scaler_get_scale(fast) == 8);
