@@ -125,7 +125,8 @@ static weft_tensor *composed_attention(weft_tensor *qkv, int64_t nh, int64_t hd,
 static weft_status check_dtype(weft_tensor *t) {
     weft_dtype dt = weft_tensor_dtype(t);
     if (dt != WEFT_F32 && dt != WEFT_F64 && dt != WEFT_BF16 && dt != WEFT_F16)
-        return weft_error(WEFT_ERR_DTYPE, "causal_self_attention: input must be f32 or f64 (bf16 or f16 under autocast)");
+        return weft_error(WEFT_ERR_DTYPE,
+                          "causal_self_attention: input must be f32 or f64 (bf16 or f16 under autocast)");
     return WEFT_OK;
 }
 

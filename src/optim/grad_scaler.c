@@ -76,7 +76,8 @@ static weft_status unscale(weft_grad_scaler *gs, weft_optim *opt) {
 weft_status weft_grad_scaler_unscale(weft_grad_scaler *gs, weft_optim *opt) {
     if (!gs || !opt) return weft_error(WEFT_ERR_ARG, "grad_scaler_unscale: NULL argument");
     if (gs->unscaled)
-        return weft_error(WEFT_ERR_STATE, "grad_scaler_unscale: already called since the last step (the gradients are unscaled)");
+        return weft_error(WEFT_ERR_STATE,
+                          "grad_scaler_unscale: already called since the last step (the gradients are unscaled)");
     return unscale(gs, opt);
 }
 
