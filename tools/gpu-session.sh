@@ -25,8 +25,9 @@
 #   bisect     issue 16's learning gap (2026-11-27, H100: after 500 steps weft's gpt2-small-bytes had val loss
 #              2.1177, its PyTorch twin 1.9391): 300 steps of it with each fused path turned off in turn
 #              (WEFT_FUSED_ATTENTION, WEFT_NORM_HALF_OUT + WEFT_FUSED_ADD_NORM, WEFT_OPTIM_MULTI,
-#              WEFT_CUDA_LT + WEFT_FUSED_LINEAR, WEFT_AUTOCAST_CACHE), in f32, and the twin: the variant
-#              whose val loss comes near the twin's names the path to look at (about 240 s)
+#              WEFT_CUDA_LT + WEFT_FUSED_LINEAR, WEFT_AUTOCAST_CACHE), in f32, and the twin in bf16 and in
+#              f32: the variant whose val loss comes near the twin's names the path to look at; weft's f32
+#              run against the twin's says whether it is bf16's at all (about 330 s)
 #   gpt2       train_gpt2_small_cuda, weft then PyTorch eager with SDPA (100 s)
 #   attention  causal attention forward+backward at (8,12,1024,64), bf16 and f32, and SDPA (80 s)
 #   cpu16      the four standard workloads on the CPU at 16 threads, weft built with
@@ -107,7 +108,9 @@ for step in $steps; do
     run bisect_f32 90 "$B/weft train $out/gpt2-f32.cfg $a"
     grep -h "^final:" "$out/bisect_f32.log" | sed "s/^/bisect f32 /" | tee -a "$out/summary.txt"
     run bisect_peer 60 "cd bench/peers && $py kjv_gpt_train.py '' 300 gpt2"
-    grep -h "val_loss" "$out/bisect_peer.log" | sed "s/^/bisect peer /" | tee -a "$out/summary.txt" ;;
+    grep -h "val_loss" "$out/bisect_peer.log" | sed "s/^/bisect peer /" | tee -a "$out/summary.txt"
+    run bisect_peer_f32 90 "cd bench/peers && $py kjv_gpt_train.py '' 300 gpt2 f32"
+    grep -h "val_loss" "$out/bisect_peer_f32.log" | sed "s/^/bisect peer f32 /" | tee -a "$out/summary.txt" ;;
   graph) run graph 90 "WEFT_CUDA_GRAPHS_DEBUG=1 $B/weft train models/gpt2-small-bytes.cfg --device cuda --graph --steps 30" ;;
   standard)
     for w in train_fmnist_mlp train_fmnist_cnn train_kjv_gpt train_kjv_lstm; do

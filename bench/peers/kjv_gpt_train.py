@@ -6,6 +6,7 @@
 #   python3 kjv_gpt_train.py '' N gpt2       models/gpt2-small-bytes.cfg: 8 x 1024, d 768, 12 blocks of 12 heads,
 #                                            AdamW lr 6e-4 betas (0.9, 0.95) wd 0.1 after 50 steps of linear
 #                                            warm-up, bf16 autocast, on cuda (SDPA)
+#   python3 kjv_gpt_train.py '' N gpt2 f32   the same without autocast (f32 throughout)
 import os
 import sys
 
@@ -18,6 +19,7 @@ from train import GPT
 
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 500
 gpt2 = len(sys.argv) > 3 and sys.argv[3] == "gpt2"
+low = gpt2 and not (len(sys.argv) > 4 and sys.argv[4] == "f32")  # `... gpt2 f32`: no autocast
 dev = torch.device("cuda" if gpt2 else "cpu")
 B, T = (8, 1024) if gpt2 else (32, 128)
 text = np.fromfile(os.path.expanduser("~/.cache/weft/kjv.txt"), dtype=np.uint8)
@@ -34,7 +36,7 @@ def batch(data):
 
 
 def loss_of(model, x, y):
-    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=gpt2):
+    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=low):
         return F.cross_entropy(model(x).reshape(-1, 256).float(), y.reshape(-1))
 
 
