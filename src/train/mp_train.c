@@ -271,14 +271,15 @@ weft_status weft_mp_after_backward(weft_run *r) {
     return st;
 }
 
-// clip_grad_norm over the whole model: this rank's sum of squares (each
-// TP-replicated parameter counted on one tp rank), summed over the
-// model-parallel group; with ZeRO, over the shards' gradients.
+// Every gradient this rank holds (ZeRO: its shards') times coef.
 static weft_status mp_grad_scale(weft_run *r, double coef) {
     struct weft_mp_run *m = r->mp;
     return m->zero ? weft_zero_grad_scale(m->zero, coef) : weft_grad_scale(r->n_params, r->params, coef);
 }
 
+// Unscaling (f16), the overflow check and clip_grad_norm over the whole model: this rank's sum of squares
+// (each TP-replicated parameter counted on one tp rank), summed over the model-parallel group; with ZeRO,
+// over the shards' gradients.
 weft_status weft_mp_unscale_clip(weft_run *r, double max_norm, bool *found_inf) {
     struct weft_mp_run *m = r->mp;
     *found_inf = false;
