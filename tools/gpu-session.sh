@@ -22,6 +22,10 @@
 # default order puts first what the open issues need most: the CUDA tests, the search for issue 16's
 # learning gap, its headline numbers, then the rest as far as the budget goes.
 #   tests      ctest -R cuda (every CUDA-vs-CPU test; 150 s)
+#   parity     tests/train/test_device_gpt.c on cuda:0: a GPT at gpt2-small-bytes' width (two blocks) trained
+#              3 steps on the GPU and on the CPU from the same weights and batches, in f32 and bf16; every
+#              gradient (AdamW's moments after step 1) and the losses compared tensor by tensor, so a wrong
+#              kernel is named by the parameter whose gradient it spoils (about 60 s)
 #   bisect     issue 16's learning gap (2026-11-27, H100: after 500 steps weft's gpt2-small-bytes had val loss
 #              2.1177, its PyTorch twin 1.9391): 300 steps of it with each fused path turned off in turn
 #              (WEFT_FUSED_ATTENTION, WEFT_NORM_HALF_OUT + WEFT_FUSED_ADD_NORM, WEFT_OPTIM_MULTI,
@@ -63,7 +67,7 @@ fi
 [ "${1:-}" = run ] || { echo "usage: gpu-session.sh prepare | run [STEP...]" >&2; exit 2; }
 shift
 : "${B:?run me through .gpu/gpu-build.sh, which builds weft and sets B}"
-steps=${*:-tests bisect gpt2 attention bandwidth graphs graph compile standard cpu16 suite}
+steps=${*:-tests parity bisect gpt2 attention bandwidth graphs graph compile standard cpu16 suite}
 out=${OUT:-/tmp/weft-gpu-session}
 mkdir -p "$out"
 budget=${SESSION_BUDGET:-470}
@@ -89,6 +93,8 @@ for step in $steps; do
   case $step in
   tests) run tests 150 "cd $B && ctest -R cuda -j 8 --timeout 120 --output-on-failure"
     grep -E "tests passed|Failed|\*\*\*Failed|Exception" "$out/tests.log" | tail -20 | tee -a "$out/summary.txt" ;;
+  parity) run parity 150 "$B/train_test_device_gpt"
+    grep -E "train loss|worst|differs|passed" "$out/parity.log" | tee -a "$out/summary.txt" ;;
   gpt2)
     run gpt2_weft 45 "WEFT_BENCH_DEVICE=cuda $B/bench_train train_gpt2_small_cuda"
     run gpt2_peer 55 "cd bench/peers && WEFT_BENCH_DEVICE=cuda $py train.py 'train_gpt2_small_cuda\$'" ;;
