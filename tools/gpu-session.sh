@@ -33,6 +33,8 @@
 #              f32: the variant whose val loss comes near the twin's names the path to look at; weft's f32
 #              run against the twin's says whether it is bf16's at all (about 330 s)
 #   gpt2       train_gpt2_small_cuda, weft then PyTorch eager with SDPA (100 s)
+#   profile    where a gpt2-small-bytes step goes: Nsight Compute's time of every kernel of 3 training steps
+#              (and one evaluation batch), summed by kernel name per step (tools/kernel_times.py; 150 s)
 #   attention  causal attention forward+backward at (8,12,1024,64), bf16 and f32, and SDPA (80 s)
 #   cpu16      the four standard workloads on the CPU at 16 threads, weft built with
 #              oneDNN (a CPU-only build in /tmp) then PyTorch, after that build's tests of
@@ -67,7 +69,7 @@ fi
 [ "${1:-}" = run ] || { echo "usage: gpu-session.sh prepare | run [STEP...]" >&2; exit 2; }
 shift
 : "${B:?run me through .gpu/gpu-build.sh, which builds weft and sets B}"
-steps=${*:-tests parity bisect gpt2 attention bandwidth graphs graph compile standard cpu16 suite}
+steps=${*:-tests parity bisect gpt2 profile attention bandwidth graphs graph compile standard cpu16 suite}
 out=${OUT:-/tmp/weft-gpu-session}
 mkdir -p "$out"
 budget=${SESSION_BUDGET:-470}
@@ -98,6 +100,10 @@ for step in $steps; do
   gpt2)
     run gpt2_weft 45 "WEFT_BENCH_DEVICE=cuda $B/bench_train train_gpt2_small_cuda"
     run gpt2_peer 55 "cd bench/peers && WEFT_BENCH_DEVICE=cuda $py train.py 'train_gpt2_small_cuda\$'" ;;
+  profile)
+    run profile 150 "ncu --csv --metrics gpu__time_duration.sum $B/weft train models/gpt2-small-bytes.cfg --device cuda \
+      --steps 3 --eval-batches 1 --quiet > $out/profile.csv"
+    $py tools/kernel_times.py "$out/profile.csv" 30 3 > "$out/profile.txt" 2>&1; head -16 "$out/profile.txt" | tee -a "$out/summary.txt" ;;
   attention)
     run attention_weft 40 "$B/bench_attention_cuda"
     run attention_peer 40 "cd bench/peers && $py attention_cuda.py" ;;

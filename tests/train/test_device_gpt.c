@@ -2,7 +2,8 @@
 // learning check, taken apart): from the same initial weights and batches, after step 1 each parameter's
 // AdamW first moment is 0.1 x its gradient and the second 0.05 x its square, so the step-1 checkpoints
 // compare every gradient of the network, one by one; after step 3 they compare the optimiser's history,
-// the training loss and the validation loss. In f32 and under bf16 autocast, so every path a GPU step
+// the training loss and the validation loss. An evaluation follows every step (as at an epoch's end), so the
+// steps after one run as they do in a long run. In f32 and under bf16 autocast, so every path a GPU step
 // takes (tensor-core attention, half-precision norms, fused add + norm, cuBLASLt epilogues, the weight cast
 // cache, multi-tensor AdamW, the evaluation's no-grad forward) meets its CPU twin at its real sizes.
 //
@@ -91,7 +92,7 @@ static void one_precision(const char *precision, bool mock, double tol_grad, dou
     char cfg[1024];
     snprintf(cfg, sizeof cfg,
              "[net]\ndataset = kjv\ncontext = %d\nbatch = %d\nsteps = 3\noptimizer = adamw\nlr = 6e-4\n"
-             "betas = 0.9, 0.95\nweight_decay = 0.1\nwarmup = 2\nprecision = %s\nseed = 1\n"
+             "betas = 0.9, 0.95\nweight_decay = 0.1\nwarmup = 2\nprecision = %s\nseed = 1\neval_every = 1\n"
              "[embedding]\nvocab = 256\ndim = %d\nposition = learned\n[transformer]\nheads = %d\nblocks = 2\n"
              "[layernorm]\n[linear]\nout = vocab\n",
              ctx, batch, precision, d, heads);
