@@ -28,10 +28,11 @@
 #              kernel is named by the parameter whose gradient it spoils (about 60 s)
 #   bisect     issue 16's learning gap (2026-11-27, H100: after 500 steps weft's gpt2-small-bytes had val loss
 #              2.1177, its PyTorch twin 1.9391): 300 steps of it with each fused path turned off in turn
-#              (WEFT_FUSED_ATTENTION, WEFT_NORM_HALF_OUT + WEFT_FUSED_ADD_NORM, WEFT_OPTIM_MULTI,
+#              (WEFT_FUSED_ATTENTION: composed ops; WEFT_ATTN_MMA: the f32 attention kernels on widened copies;
+#              WEFT_NORM_HALF_OUT + WEFT_FUSED_ADD_NORM, WEFT_OPTIM_MULTI,
 #              WEFT_CUDA_LT + WEFT_FUSED_LINEAR, WEFT_AUTOCAST_CACHE), in f32, and the twin in bf16 and in
 #              f32: the variant whose val loss comes near the twin's names the path to look at; weft's f32
-#              run against the twin's says whether it is bf16's at all (about 330 s)
+#              run against the twin's says whether it is bf16's at all (about 350 s)
 #   gpt2       train_gpt2_small_cuda, weft then PyTorch eager with SDPA (100 s)
 #   profile    where a gpt2-small-bytes step goes: Nsight Compute's time of every kernel of 3 training steps
 #              (and one evaluation batch), summed by kernel name per step (tools/kernel_times.py; 150 s)
@@ -110,10 +111,10 @@ for step in $steps; do
   bandwidth) run bandwidth 30 "$B/bench_cuda_bandwidth" ;;
   bisect)
     a="--device cuda --steps 300 --eval-batches 50 --quiet"
-    for v in "default:" "attention_composed:WEFT_FUSED_ATTENTION=0" \
+    for v in "default:" "attention_composed:WEFT_FUSED_ATTENTION=0" "attention_f32:WEFT_ATTN_MMA=0" \
              "norms_f32:WEFT_NORM_HALF_OUT=0 WEFT_FUSED_ADD_NORM=0" "optim_single:WEFT_OPTIM_MULTI=0" \
              "linear_plain:WEFT_CUDA_LT=0 WEFT_FUSED_LINEAR=0" "no_cast_cache:WEFT_AUTOCAST_CACHE=0"; do
-      run "bisect_${v%%:*}" 40 "env ${v#*:} $B/weft train models/gpt2-small-bytes.cfg $a"
+      run "bisect_${v%%:*}" 60 "env ${v#*:} $B/weft train models/gpt2-small-bytes.cfg $a"
       grep -h "^final:" "$out/bisect_${v%%:*}.log" | sed "s/^/bisect ${v%%:*} /" | tee -a "$out/summary.txt"
     done
     sed '/^precision/d' models/gpt2-small-bytes.cfg > "$out/gpt2-f32.cfg"

@@ -12,8 +12,8 @@
 // gradient, so the qkv layer is one product each way and no slice gradient is
 // zero-filled and added. No (T,T) score tensor is kept; its CPU kernel reads
 // the heads where they lie and skips the masked blocks. WEFT_FUSED_ATTENTION=0
-// in the environment runs the composed ops instead on the CPU (split, matmul,
-// mask add, softmax, matmul, and a copy merging the heads). The
+// in the environment runs the composed ops instead, on any device (split,
+// matmul, mask add, softmax, matmul, and a copy merging the heads). The
 // tensor-parallel attention (tp_layers.c) shares weft_nn_attention_heads.
 // tests/nn/test_seq.c checks the module against PyTorch,
 // test_fused_attention.c the two paths against each other.
@@ -71,9 +71,8 @@ static weft_tensor *causal_mask(weft_tensor **cache, int64_t T, weft_dtype dt, w
     return m;
 }
 
-// The fused op, except on the CPU with WEFT_FUSED_ATTENTION=0 (read at every call).
-static bool use_fused(weft_device dev) {
-    if (dev.type == WEFT_CUDA) return true;
+// The fused op, except with WEFT_FUSED_ATTENTION=0 (read at every call).
+static bool use_fused(void) {
     const char *e = getenv("WEFT_FUSED_ATTENTION");
     return !(e && !strcmp(e, "0"));
 }
@@ -138,7 +137,7 @@ weft_tensor *weft_nn_attention_heads(weft_tensor *qkv, int64_t nh, int64_t hd, w
         return weft_error_null(WEFT_ERR_SHAPE, "causal_self_attention: expected qkv (B,T,%lld), got %s",
                                (long long)(3 * C), weft_tensor_shape_str(qkv, buf, sizeof buf));
     if (check_dtype(qkv)) return NULL;
-    if (use_fused(weft_tensor_device(qkv))) // the heads merged by the op, its gradient one (B,T,3C) tensor
+    if (use_fused()) // the heads merged by the op, its gradient one (B,T,3C) tensor
         return weft_causal_attention_qkv(qkv, nh, 1.0 / sqrt((double)hd));
     return composed_attention(qkv, nh, hd, mask_cache);
 }

@@ -13,7 +13,7 @@ weft_status weft_nn_add_uniform_param(weft_module *m, const char *name, int ndim
 // and its tensor-parallel form (src/dist/tp_layers.c, which holds nh of the
 // heads): qkv (B,T,3*nh*hd) -> q, k, v -> softmax(q k^T / sqrt(hd) + causal
 // mask) v -> (B,T,nh*hd), heads merged. The packed fused op,
-// weft_causal_attention_qkv (on the CPU composed ops with WEFT_FUSED_ATTENTION=0). *mask_cache keeps the (T,T) mask of the
+// weft_causal_attention_qkv (composed ops with WEFT_FUSED_ATTENTION=0). *mask_cache keeps the (T,T) mask of the
 // composed path between calls (the caller frees it).
 weft_tensor *weft_nn_attention_heads(weft_tensor *qkv, int64_t nh, int64_t hd, weft_tensor **mask_cache);
 

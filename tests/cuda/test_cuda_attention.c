@@ -223,6 +223,63 @@ static void test_autocast(void) {
     for (int i = 0; i < 3; i++) weft_tensor_free(x[i]), weft_tensor_free(lo[i]), weft_tensor_free(dx[i]), weft_tensor_free(dlo[i]);
 }
 
+// rms of a - b over rms of b, and the mean of a - b over rms of b (a bias, where rounding alone averages out),
+// for two float tensors of one shape (any device).
+static void err_stats(const weft_tensor *a, const weft_tensor *b, double *rel, double *bias) {
+    weft_tensor *ah = weft_tensor_to((weft_tensor *)a, WEFT_DEVICE_CPU), *bh = weft_tensor_to((weft_tensor *)b, WEFT_DEVICE_CPU);
+    weft_tensor *a64 = ah ? weft_cast(ah, WEFT_F64) : NULL, *b64 = bh ? weft_cast(bh, WEFT_F64) : NULL;
+    *rel = *bias = INFINITY;
+    if (a64 && b64 && weft_tensor_numel(a64) == weft_tensor_numel(b64)) {
+        const double *x = weft_tensor_data(a64), *y = weft_tensor_data(b64);
+        int64_t n = weft_tensor_numel(b64);
+        double d2 = 0, y2 = 0, d = 0;
+        for (int64_t i = 0; i < n; i++) d2 += (x[i] - y[i]) * (x[i] - y[i]), y2 += y[i] * y[i], d += x[i] - y[i];
+        *rel = sqrt(d2 / y2), *bias = (d / (double)n) / sqrt(y2 / (double)n);
+    }
+    weft_tensor_free(ah), weft_tensor_free(bh), weft_tensor_free(a64), weft_tensor_free(b64);
+}
+
+// The tensor-core kernels against the f32 kernels (WEFT_ATTN_MMA=0, on widened copies of the same bf16
+// inputs), both on the GPU, at gpt2-small-bytes' shape: the packed op over (B,T,3C) with 12 heads of 64 and
+// T = 1024, forward and backward, as the transformer runs it. Both round o and the gradients to bf16 once;
+// the tensor-core kernels also round P and dS to bf16 as operands (FlashAttention's choice), so they may
+// differ by a few units of 2^-9 per element, but not on average: a bias that training would accumulate fails.
+static void test_mma_vs_f32_gpt2(void) {
+    const int64_t B = 2, T = 1024, H = 12, D = 64, C = H * D;
+    int64_t sz[3] = {B, T, 3 * C};
+    weft_tensor *h = rand_dt(3, sz, WEFT_BF16, 77), *w = rand_dt(3, (int64_t[]){B, T, C}, WEFT_BF16, 78);
+    weft_tensor *wd = weft_tensor_to(w, WT_CUDA0);
+    weft_tensor *y[2] = {NULL, NULL}, *g[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        if (k) setenv("WEFT_ATTN_MMA", "0", 1);
+        weft_tensor *x = weft_tensor_to(h, WT_CUDA0);
+        weft_tensor_set_requires_grad(x, true);
+        y[k] = weft_causal_attention_qkv(x, H, 1 / sqrt((double)D));
+        weft_tensor *m = y[k] ? weft_mul(y[k], wd) : NULL, *l = m ? weft_sum(m, 0, NULL, false) : NULL;
+        CHECK(l && weft_backward(l, NULL, NULL) == WEFT_OK);
+        g[k] = weft_tensor_grad(x) ? weft_tensor_ref(weft_tensor_grad(x)) : NULL;
+        weft_tensor_free(m), weft_tensor_free(l), weft_tensor_free(x);
+        unsetenv("WEFT_ATTN_MMA");
+    }
+    CHECK(y[0] && y[1] && g[0] && g[1]);
+    if (y[0] && y[1] && g[0] && g[1]) {
+        double rel, bias;
+        err_stats(y[0], y[1], &rel, &bias);
+        printf("  (2,12,1024,64) bf16: o        tensor cores vs f32 kernels: rel %.3g, bias %.3g\n", rel, bias);
+        CHECK(rel < 1e-2 && fabs(bias) < 1e-3);
+        const char *names[3] = {"grad q", "grad k", "grad v"};
+        for (int p = 0; p < 3; p++) {
+            weft_tensor *a = weft_narrow(g[0], 2, p * C, C), *b = weft_narrow(g[1], 2, p * C, C);
+            err_stats(a, b, &rel, &bias);
+            printf("  (2,12,1024,64) bf16: %-8s tensor cores vs f32 kernels: rel %.3g, bias %.3g\n", names[p], rel, bias);
+            CHECK(rel < 2e-2 && fabs(bias) < 2e-3);
+            weft_tensor_free(a), weft_tensor_free(b);
+        }
+    }
+    weft_tensor *all[] = {h, w, wd, y[0], y[1], g[0], g[1]};
+    for (int i = 0; i < 7; i++) weft_tensor_free(all[i]);
+}
+
 // causal_attention_qkv: one packed (B,T,3C) input, C = H*D.
 typedef struct qkv_case {
     int64_t H;
@@ -296,5 +353,6 @@ int main(void) {
     RUN(test_half);
     RUN(test_autocast);
     RUN(test_packed);
+    RUN(test_mma_vs_f32_gpt2);
     return wt_summary();
 }

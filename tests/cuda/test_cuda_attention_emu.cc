@@ -357,13 +357,28 @@ template <int D> static void run_case(int BH, int T, int H = 1, bool packed = fa
             }
     // the kernels, launched as attention_mma_kernels.cu's launchers do
     const int64_t ntile = (T + kOwn - 1) / kOwn;
+    constexpr int MT = fwd_mt_max<D>(); // the forward's default; with 2, the 64-row blocks must give the same bits
+    const int64_t ftile = (T + kOwn * MT - 1) / (kOwn * MT), ftile1 = (T + kOwn - 1) / kOwn;
     std::vector<float> lse((size_t)BH * T), dl((size_t)BH * T);
     const __nv_bfloat16 *Q = qp, *K = kp, *V = vp, *G = gs.data();
     __nv_bfloat16 *O = o.data(), *GQ = gqkv.data(), *GK = GQ + (packed ? off[1] : n), *GV = GQ + (packed ? off[2] : 2 * n);
     float *L = lse.data(), *DL = dl.data();
-    launch((unsigned)(BH * ntile), kThreads, fwd_smem<__nv_bfloat16, D>(), [=] {
-        mma_fwd<__nv_bfloat16, D>(Q, K, V, pl, pl, pl, O, lay, L, T, ntile, (float)scale * kLog2e);
+    launch((unsigned)(BH * ftile), kThreads, fwd_smem<__nv_bfloat16, D, MT>(), [=] {
+        mma_fwd<__nv_bfloat16, D, MT>(Q, K, V, pl, pl, pl, O, lay, L, T, ftile, (float)scale * kLog2e);
     });
+    if (MT == 2) { // WEFT_ATTN_FWD_ROWS=64: one 16-row block a warp
+        std::vector<__nv_bfloat16> o1(n);
+        std::vector<float> lse1((size_t)BH * T);
+        __nv_bfloat16 *O1 = o1.data();
+        float *L1 = lse1.data();
+        launch((unsigned)(BH * ftile1), kThreads, fwd_smem<__nv_bfloat16, D, 1>(), [=] {
+            mma_fwd<__nv_bfloat16, D, 1>(Q, K, V, pl, pl, pl, O1, lay, L1, T, ftile1, (float)scale * kLog2e);
+        });
+        const bool same = !memcmp(o1.data(), o.data(), n * sizeof(__nv_bfloat16)) &&
+                          !memcmp(lse1.data(), lse.data(), lse.size() * sizeof(float));
+        if (!same) fprintf(stderr, "bf16 D=%d BH=%d T=%d: the forward's 64- and 128-row blocks differ\n", D, BH, T);
+        same ? g_pass++ : g_fail++;
+    }
     launch(1, 128, 0, [=] { mma_bwd_dl<__nv_bfloat16>(G, lay, O, lay, DL, (int64_t)BH * T, T, D); });
     // the gradients in the inputs' layout: with H > 1, (B,T,H,D), as the op's heads-last backward writes them
     launch((unsigned)(BH * ntile), kThreads, dkdv_smem<__nv_bfloat16, D>(), [=] {
@@ -415,10 +430,12 @@ int main(int argc, char **argv) {
     run_case<16>(1, 33);
     run_case<16>(1, 129);
     run_case<16>(4, 95, 4);
+    run_case<16>(1, 257); // two full blocks of the forward's 128 query rows (D up to 64) and one row more
     run_case<16>(6, 33, 3, true); // causal_attention_qkv: q, k, v and their gradients in one (B,T,3C) each
     run_case<32>(4, 70, 2, true);
     if (!quick) {
         run_case<64>(1, 130);
+        run_case<64>(2, 300, 2);
         run_case<128>(1, 97);
     }
     if (g_misaligned) fprintf(stderr, "ldmatrix / cp.async: %d addresses not on 16 bytes\n", g_misaligned);

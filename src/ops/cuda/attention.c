@@ -6,7 +6,8 @@
 // are gq, gk, gv (written in place by the tensor-core kernels; the f32 kernels' results are copied there).
 // f32 and f64 (attention_kernels.cu); bf16 and f16 on tensor cores with f32
 // statistics (attention_mma_kernels.cu) where D is 16, 32, 64 or 128, and
-// otherwise the f32 kernels on widened copies (lse is f32 for the half types).
+// otherwise the f32 kernels on widened copies (lse is f32 for the half types; WEFT_ATTN_MMA=0 takes these
+// for every bf16 / f16 input, to compare the two).
 // D up to 128 (above: WEFT_ERR_UNSUPPORTED naming the op).
 // Inputs may be any strided view. The tensor-core kernels read q, k, v (and
 // go) where they lie when each head's rows are 16-byte aligned with unit
@@ -14,6 +15,8 @@
 // every other input, and every input of the f32 kernels, gets a contiguous
 // device copy here.
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "../attention.h"
 #include "attention_kernels.h"
@@ -78,6 +81,12 @@ static weft_status mma_inputs(weft_tensor *const *t, int n, int64_t T, int64_t D
 // otherwise a new reference to t itself.
 static weft_tensor *as_bhtd(const weft_tensor *t, bool heads_last) {
     return heads_last ? weft_kernel_transposed(t, 1, 2) : weft_tensor_ref((weft_tensor *)t);
+}
+
+// The tensor-core kernels for a half-precision input of head dim D (not with WEFT_ATTN_MMA=0).
+static bool mma_for(int dtype, int64_t D) {
+    const char *e = getenv("WEFT_ATTN_MMA");
+    return weft_cu_attention_mma_supports(dtype, D) && !(e && !strcmp(e, "0"));
 }
 
 static bool outputs_aligned(const weft_op_args *a) {
@@ -165,7 +174,7 @@ static weft_status cu_causal_attention(const weft_op_args *a) {
     int dt = a->in[0]->dtype;
     if (weft_dtype_is_half(dt)) {
         bool done = false;
-        if (weft_cu_attention_mma_supports(dt, D) && ((st = mma_forward(a, BH, T, D, &done)) || done)) return st;
+        if (mma_for(dt, D) && ((st = mma_forward(a, BH, T, D, &done)) || done)) return st;
         return weft_kernel_widened(a, cu_causal_attention); // (a misaligned buffer, an unsupported D: f32 kernels)
     }
     weft_kernel_inputs c;
@@ -201,7 +210,7 @@ static weft_status cu_causal_attention_backward(const weft_op_args *a) {
     int dt = a->in[0]->dtype;
     if (weft_dtype_is_half(dt)) {
         bool done = false;
-        if (weft_cu_attention_mma_supports(dt, D) && ((st = mma_backward(a, BH, T, D, &done)) || done)) return st;
+        if (mma_for(dt, D) && ((st = mma_backward(a, BH, T, D, &done)) || done)) return st;
         return weft_kernel_widened(a, cu_causal_attention_backward);
     }
     // o and go with the heads last (i[0]) read as (B,H,T,D) views: their contiguous copies in the kernel's order

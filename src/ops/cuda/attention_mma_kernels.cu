@@ -44,6 +44,7 @@
 // f64 reference on every machine; test_cuda_attention runs them on a GPU.
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "attention_heads.h"
 #ifndef WEFT_CU_EMU
@@ -194,8 +195,11 @@ __device__ __forceinline__ void load_tile_async(T *dst, const T *src, int64_t r0
 // Shared bytes of each kernel: the own rows, and two buffers of each streamed tile (+ the backward's lse, Dl).
 constexpr int kFwdKeys = 64;  // streamed key rows per tile in the forward
 constexpr int kBwdRows = 32;  // streamed rows per tile in the backward kernels
-template <typename T, int D> __host__ __device__ constexpr size_t fwd_smem() {
-    return sizeof(T) * (size_t)((kOwn + 4 * kFwdKeys) * ld_of<D>());
+// The forward's 16-row blocks a warp (MT): 2 by default where D is up to 64 (at 128 the sums would not fit
+// in registers), 1 with WEFT_ATTN_FWD_ROWS=64; a block has kOwn MT query rows.
+template <int D> __host__ __device__ constexpr int fwd_mt_max() { return D <= 64 ? 2 : 1; }
+template <typename T, int D, int MT> __host__ __device__ constexpr size_t fwd_smem() {
+    return sizeof(T) * (size_t)((kOwn * MT + 4 * kFwdKeys) * ld_of<D>());
 }
 template <typename T, int D> __host__ __device__ constexpr size_t dkdv_smem() {
     return sizeof(T) * (size_t)((2 * kOwn + 4 * kBwdRows) * ld_of<D>()) + 4 * kBwdRows * sizeof(float);
@@ -221,76 +225,111 @@ __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// c[n] = A B^T for the 16 rows at r0 of the shared tile As and the 8 rows at n * 8 of Bs, n < N (even), over
-// D: each A fragment is loaded once and serves every n.
-template <typename T, int D, int N>
-__device__ __forceinline__ void products_t(float (&c)[N][4], const T *As, int r0, const T *Bs, int lane) {
+// c[m][n] = A B^T for the 16 rows at r0 + 16 m of the shared tile As (m < MT) and the 8 rows at n * 8 of Bs,
+// n < N (even), over D: each B fragment is loaded once and serves every m, each A fragment every n.
+template <typename T, int D, int N, int MT>
+__device__ __forceinline__ void products_t(float (&c)[MT][N][4], const T *As, int r0, const T *Bs, int lane) {
     constexpr int LD = ld_of<D>();
 #pragma unroll
-    for (int n = 0; n < N; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0;
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int n = 0; n < N; n++) c[m][n][0] = c[m][n][1] = c[m][n][2] = c[m][n][3] = 0;
 #pragma unroll
     for (int kc = 0; kc < D / 16; kc++) {
-        uint32_t a[4];
-        frag_a<T, LD>(a, As, r0, kc * 16, lane);
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; m++) frag_a<T, LD>(a[m], As, r0 + 16 * m, kc * 16, lane);
 #pragma unroll
         for (int n = 0; n < N; n += 2) {
             uint32_t b[4];
             frag_bt2<T, LD>(b, Bs, n * 8, kc * 16, lane);
-            lp<T>::mma(c[n], a, b[0], b[1]);
-            lp<T>::mma(c[n + 1], a, b[2], b[3]);
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                lp<T>::mma(c[m][n], a[m], b[0], b[1]);
+                lp<T>::mma(c[m][n + 1], a[m], b[2], b[3]);
+            }
         }
     }
 }
+// c = A B^T for one 16-row block (products_t with MT = 1 on plain [N][4] sums).
+template <typename T, int D, int N>
+__device__ __forceinline__ void products_t(float (&c)[N][4], const T *As, int r0, const T *Bs, int lane) {
+    products_t<T, D, N, 1>(reinterpret_cast<float(&)[1][N][4]>(c), As, r0, Bs, lane);
+}
 
-// acc (16 x D) += C Bs, with C (16 x 16 KK) the f32 C fragments of a product (8 columns each), rounded to T:
-// two neighbouring C fragments, paired, are one A fragment; Bs holds 16 KK rows of D (row-major, shared).
-template <typename T, int D, int KK>
-__device__ __forceinline__ void accumulate(float (&acc)[D / 8][4], const float (&c)[2 * KK][4], const T *Bs,
+// acc[m] (16 x D) += C[m] Bs for m < MT, with C[m] (16 x 16 KK) the f32 C fragments of a product (8 columns
+// each), rounded to T: two neighbouring C fragments, paired, are one A fragment; Bs holds 16 KK rows of D
+// (row-major, shared), each B fragment loaded once for every m.
+template <typename T, int D, int KK, int MT>
+__device__ __forceinline__ void accumulate(float (&acc)[MT][D / 8][4], const float (&c)[MT][2 * KK][4], const T *Bs,
                                            int lane) {
 #pragma unroll
     for (int kk = 0; kk < KK; kk++) {
-        const uint32_t a[4] = {lp<T>::pack(c[2 * kk][0], c[2 * kk][1]), lp<T>::pack(c[2 * kk][2], c[2 * kk][3]),
-                               lp<T>::pack(c[2 * kk + 1][0], c[2 * kk + 1][1]),
-                               lp<T>::pack(c[2 * kk + 1][2], c[2 * kk + 1][3])};
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            a[m][0] = lp<T>::pack(c[m][2 * kk][0], c[m][2 * kk][1]);
+            a[m][1] = lp<T>::pack(c[m][2 * kk][2], c[m][2 * kk][3]);
+            a[m][2] = lp<T>::pack(c[m][2 * kk + 1][0], c[m][2 * kk + 1][1]);
+            a[m][3] = lp<T>::pack(c[m][2 * kk + 1][2], c[m][2 * kk + 1][3]);
+        }
 #pragma unroll
         for (int n = 0; n < D / 8; n += 2) {
             uint32_t b[4];
             frag_b2<T, ld_of<D>()>(b, Bs, kk * 16, n * 8, lane);
-            lp<T>::mma(acc[n], a, b[0], b[1]);
-            lp<T>::mma(acc[n + 1], a, b[2], b[3]);
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                lp<T>::mma(acc[m][n], a[m], b[0], b[1]);
+                lp<T>::mma(acc[m][n + 1], a[m], b[2], b[3]);
+            }
         }
     }
 }
+template <typename T, int D, int KK>
+__device__ __forceinline__ void accumulate(float (&acc)[D / 8][4], const float (&c)[2 * KK][4], const T *Bs, int lane) {
+    accumulate<T, D, KK, 1>(reinterpret_cast<float(&)[1][D / 8][4]>(acc),
+                            reinterpret_cast<const float(&)[1][2 * KK][4]>(c), Bs, lane);
+}
 
 // ---------------------------------------------------------------- forward
-// Block: 64 query rows of one head (16 per warp); key tiles of 64. Shared: Qs (64), then two buffers of
-// Ks (64) and Vs (64) rows: tile kt + 1 loads (cp.async) while tile kt is computed.
+// Block: 64 MT query rows of one head, 16 MT per warp; key tiles of 64. Shared: Qs, then two buffers of Ks
+// (64) and Vs (64) rows: tile kt + 1 loads (cp.async) while tile kt is computed. With two 16-row blocks a
+// warp (MT = 2) every K and V fragment the warp loads serves two mma: half the shared-memory reads per
+// product, which bound the kernel with one (FlashAttention-2's 128-row blocks of 4 warps, for D up to 64).
+// Each row's arithmetic is the same either way: the results are the same bits.
 
-template <typename T, int D>
+template <typename T, int D, int MT>
 __global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, const T *v, weft_cu_heads qL,
                                                    weft_cu_heads kL, weft_cu_heads vL, T *o, weft_cu_heads oL,
                                                    float *lse, int64_t Tn,
                                                    int64_t ntile, float scale_log2) {
-    constexpr int LD = ld_of<D>(), NK = D / 16, ND = D / 8, NS = kFwdKeys / 8;
+    constexpr int LD = ld_of<D>(), NK = D / 16, ND = D / 8, NS = kFwdKeys / 8, RW = 16 * MT, ROWS = kOwn * MT;
     WEFT_SMEM(smem_raw);
-    T *Qs = (T *)smem_raw, *KV = Qs + kOwn * LD; // buffer b: Ks at KV + 2 b tile, Vs after it
+    T *Qs = (T *)smem_raw, *KV = Qs + ROWS * LD; // buffer b: Ks at KV + 2 b tile, Vs after it
     int64_t bh, qt;
     block_of(ntile, true, &bh, &qt);
-    const int64_t i0 = qt * kOwn;
+    const int64_t i0 = qt * ROWS;
     q += head_at(qL, bh), k += head_at(kL, bh), v += head_at(vL, bh), o += head_at(oL, bh), lse += bh * Tn;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int rw = w * 16; // the warp's first row in the block
-    load_tile<T, D>(Qs, q, i0, kOwn, Tn, qL.st);
+    const int rw = w * RW; // the warp's first row in the block
+    load_tile<T, D>(Qs, q, i0, ROWS, Tn, qL.st);
     __syncthreads();
-    uint32_t qa[NK][4];
+    uint32_t qa[MT][NK][4];
 #pragma unroll
-    for (int kc = 0; kc < NK; kc++) frag_a<T, LD>(qa[kc], Qs, rw, kc * 16, lane);
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int kc = 0; kc < NK; kc++) frag_a<T, LD>(qa[mt][kc], Qs, rw + 16 * mt, kc * 16, lane);
 
-    float acc[ND][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};
+    float acc[MT][ND][4], m[MT][2], l[MT][2];
+    int64_t row[MT][2];
 #pragma unroll
-    for (int n = 0; n < ND; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0;
-    const int64_t row[2] = {i0 + rw + g, i0 + rw + g + 8};
-    const int64_t last = (i0 + kOwn < Tn ? i0 + kOwn : Tn) - 1; // the block's last query row
+    for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+        for (int n = 0; n < ND; n++) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0;
+        m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0;
+        row[mt][0] = i0 + rw + 16 * mt + g, row[mt][1] = row[mt][0] + 8;
+    }
+    const int64_t last = (i0 + ROWS < Tn ? i0 + ROWS : Tn) - 1; // the block's last query row
     const int64_t ntiles = last / kFwdKeys + 1;
     constexpr int tile = kFwdKeys * LD;
     load_tile_async<T, D>(KV, k, 0, kFwdKeys, Tn, kL.st);
@@ -309,65 +348,77 @@ __global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, cons
             cp_async_wait<0>();
         }
         __syncthreads(); // every thread's part of tile kt is in
-        if (j0 <= i0 + rw + 15) { // else the whole tile is above this warp's diagonal (warp-uniform)
-            float s[NS][4];
+        if (j0 <= i0 + rw + RW - 1) { // else the whole tile is above this warp's diagonal (warp-uniform)
+            float s[MT][NS][4];
 #pragma unroll
-            for (int n = 0; n < NS; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0;
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int n = 0; n < NS; n++) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0;
 #pragma unroll
             for (int n = 0; n < NS; n += 2)
 #pragma unroll
                 for (int kc = 0; kc < NK; kc++) {
                     uint32_t b[4];
                     frag_bt2<T, LD>(b, Ks, n * 8, kc * 16, lane);
-                    lp<T>::mma(s[n], qa[kc], b[0], b[1]);
-                    lp<T>::mma(s[n + 1], qa[kc], b[2], b[3]);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        lp<T>::mma(s[mt][n], qa[mt][kc], b[0], b[1]);
+                        lp<T>::mma(s[mt][n + 1], qa[mt][kc], b[2], b[3]);
+                    }
                 }
-            // masked, scaled scores (log2 units) and the rows' new maxima
-            float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-            for (int n = 0; n < NS; n++)
+            for (int mt = 0; mt < MT; mt++) {
+                // masked, scaled scores (log2 units) and the rows' new maxima (a block of rows wholly above the
+                // diagonal gets p = 0: its rows had keys in earlier tiles, so their maxima are finite)
+                float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int64_t j = j0 + n * 8 + 2 * t + (e & 1), i = row[e >> 1];
-                    s[n][e] = j <= i && j < Tn ? s[n][e] * scale_log2 : -INFINITY;
-                    mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+                for (int n = 0; n < NS; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int64_t j = j0 + n * 8 + 2 * t + (e & 1), i = row[mt][e >> 1];
+                        s[mt][n][e] = j <= i && j < Tn ? s[mt][n][e] * scale_log2 : -INFINITY;
+                        mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][n][e]);
+                    }
+                float alpha[2], mref[2];
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const float mn = fmaxf(m[mt][r], quad_max(mx[r]));
+                    mref[r] = mn == -INFINITY ? 0.f : mn; // a row with nothing yet: every p is 0, alpha 0
+                    alpha[r] = exp2f(m[mt][r] - mref[r]);
+                    m[mt][r] = mn;
+                    l[mt][r] *= alpha[r];
                 }
-            float alpha[2], mref[2];
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const float mn = fmaxf(m[r], quad_max(mx[r]));
-                mref[r] = mn == -INFINITY ? 0.f : mn; // a row with nothing yet: every p is 0, alpha 0
-                alpha[r] = exp2f(m[r] - mref[r]);
-                m[r] = mn;
-                l[r] *= alpha[r];
+                for (int n = 0; n < ND; n++) {
+                    acc[mt][n][0] *= alpha[0], acc[mt][n][1] *= alpha[0];
+                    acc[mt][n][2] *= alpha[1], acc[mt][n][3] *= alpha[1];
+                }
+#pragma unroll
+                for (int n = 0; n < NS; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        s[mt][n][e] = exp2f(s[mt][n][e] - mref[e >> 1]);
+                        l[mt][e >> 1] += s[mt][n][e];
+                    }
             }
-#pragma unroll
-            for (int n = 0; n < ND; n++) {
-                acc[n][0] *= alpha[0], acc[n][1] *= alpha[0];
-                acc[n][2] *= alpha[1], acc[n][3] *= alpha[1];
-            }
-#pragma unroll
-            for (int n = 0; n < NS; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    s[n][e] = exp2f(s[n][e] - mref[e >> 1]);
-                    l[e >> 1] += s[n][e];
-                }
-            accumulate<T, D, kFwdKeys / 16>(acc, s, Vs, lane); // o += P V
+            accumulate<T, D, kFwdKeys / 16, MT>(acc, s, Vs, lane); // o += P V
         }
         __syncthreads(); // tile kt is no longer read: its buffer takes tile kt + 2
     }
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const float lt = quad_sum(l[r]);
-        if (row[r] >= Tn) continue;
-        const float inv = 1.f / lt;
-        T *orow = o + row[r] * oL.st;
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int n = 0; n < ND; n++)
-            *(uint32_t *)(orow + n * 8 + 2 * t) = lp<T>::pack(acc[n][2 * r] * inv, acc[n][2 * r + 1] * inv);
-        if (t == 0) lse[row[r]] = (m[r] + log2f(lt)) / kLog2e;
-    }
+        for (int r = 0; r < 2; r++) {
+            const float lt = quad_sum(l[mt][r]);
+            if (row[mt][r] >= Tn) continue;
+            const float inv = 1.f / lt;
+            T *orow = o + row[mt][r] * oL.st;
+#pragma unroll
+            for (int n = 0; n < ND; n++)
+                *(uint32_t *)(orow + n * 8 + 2 * t) =
+                    lp<T>::pack(acc[mt][n][2 * r] * inv, acc[mt][n][2 * r + 1] * inv);
+            if (t == 0) lse[row[mt][r]] = (m[mt][r] + log2f(lt)) / kLog2e;
+        }
 }
 
 // ---------------------------------------------------------------- backward
@@ -553,18 +604,30 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dq(const T *q, const T *k, c
 #ifndef WEFT_CU_EMU
 namespace {
 
+template <typename T, int D, int MT>
+cudaError_t fwd_launch_mt(const void *q, const void *k, const void *v, const weft_cu_heads *L, void *o, float *lse,
+                          int64_t BH, int64_t Tn, double scale, cudaStream_t s) {
+    const int64_t ntile = (Tn + kOwn * MT - 1) / (kOwn * MT);
+    unsigned nb;
+    if (!weft_cu_grid_of(BH, ntile, &nb)) return cudaErrorInvalidValue;
+    const size_t smem = fwd_smem<T, D, MT>();
+    cudaError_t e = weft_cu_smem_optin(mma_fwd<T, D, MT>, smem);
+    if (e != cudaSuccess) return e;
+    mma_fwd<T, D, MT><<<nb, kThreads, smem, s>>>((const T *)q, (const T *)k, (const T *)v, L[0], L[1], L[2], (T *)o,
+                                                 L[4], lse, Tn, ntile, (float)scale * kLog2e);
+    return cudaGetLastError();
+}
+
 template <typename T, int D>
 cudaError_t fwd_launch(const void *q, const void *k, const void *v, const weft_cu_heads *L, void *o, float *lse,
                        int64_t BH, int64_t Tn, double scale, cudaStream_t s) {
-    const int64_t ntile = (Tn + kOwn - 1) / kOwn;
-    unsigned nb;
-    if (!weft_cu_grid_of(BH, ntile, &nb)) return cudaErrorInvalidValue;
-    const size_t smem = fwd_smem<T, D>();
-    cudaError_t e = weft_cu_smem_optin(mma_fwd<T, D>, smem);
-    if (e != cudaSuccess) return e;
-    mma_fwd<T, D><<<nb, kThreads, smem, s>>>((const T *)q, (const T *)k, (const T *)v, L[0], L[1], L[2], (T *)o, L[4],
-                                             lse, Tn, ntile, (float)scale * kLog2e);
-    return cudaGetLastError();
+    static const bool rows64 = [] {
+        const char *e = getenv("WEFT_ATTN_FWD_ROWS");
+        return e && atoi(e) == 64;
+    }();
+    if constexpr (fwd_mt_max<D>() == 2)
+        if (!rows64) return fwd_launch_mt<T, D, 2>(q, k, v, L, o, lse, BH, Tn, scale, s);
+    return fwd_launch_mt<T, D, 1>(q, k, v, L, o, lse, BH, Tn, scale, s);
 }
 
 template <typename T, int D>
