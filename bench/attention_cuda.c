@@ -1,18 +1,24 @@
 // needs: cuda
 // Fused causal attention on the GPU, forward + backward (the ops causal_attention and causal_attention_backward,
 // called through the op table as autograd does), at GPT-2-small's shape (8,12,1024,64):
-//   attention_cuda_bf16   TFLOP/s, 7 B H T^2 D FLOPs a step (causal: QK^T and PV forward, five products back)
-//   attention_cuda_f32    the same in f32 (CUDA cores)
+//   attention_cuda_bf16         TFLOP/s, 7 B H T^2 D FLOPs a step (causal: QK^T and PV forward, five products back)
+//   attention_cuda_bf16_fwd     the forward alone, 2 B H T^2 D FLOPs
+//   attention_cuda_bf16_rows64  the same two with WEFT_ATTN_FWD_ROWS=64 (the forward's 64-row blocks, one
+//   ..._rows64_fwd              16-row block a warp, as before 2026-11-27 night): which tiling is faster here
+//   attention_cuda_bf16_onepass forward + backward with WEFT_ATTN_BWD=fused (FlashAttention-2's single backward
+//                               pass, dq by atomics) instead of the two deterministic backward kernels
+//   attention_cuda_f32          forward + backward in f32 (CUDA cores)
 // Twin: bench/peers/attention_cuda.py (torch scaled_dot_product_attention, is_causal). Goal (issue 16):
 // bf16 >= 200 TFLOP/s. Without a GPU it prints a note and no lines.
 #include <math.h>
+#include <stdlib.h>
 #include <weft.h>
 #include <weft/device.h>
 
 #include "../src/ops/op.h"
 #include "bench_util.h"
 
-static int run(int argc, char **argv, const char *name, weft_dtype dt) {
+static int run(int argc, char **argv, const char *name, weft_dtype dt, bool fwd_only) {
     if (!bench_selected(argc, argv, name)) return 0;
     const int64_t B = 8, H = 12, T = 1024, D = 64;
     const weft_device cu = {WEFT_CUDA, 0};
@@ -32,12 +38,12 @@ static int run(int argc, char **argv, const char *name, weft_dtype dt) {
             weft_tensor *o[WEFT_MAX_OP_OUT] = {0}, *g[WEFT_MAX_OP_OUT] = {0};
             if (weft_op_apply(fwd, 3, x, &at, o) != WEFT_OK) fail = 1;
             weft_tensor *in[6] = {x[0], x[1], x[2], o[0], o[1], x[3]};
-            if (!fail && weft_op_apply(bwd, 6, in, &at, g) != WEFT_OK) fail = 1;
+            if (!fail && !fwd_only && weft_op_apply(bwd, 6, in, &at, g) != WEFT_OK) fail = 1;
             weft_device_synchronize(cu);
             for (int j = 0; j < 3; j++) weft_tensor_free(o[j]), weft_tensor_free(g[j]);
         });
     if (fail) fprintf(stderr, "%s: %s\n", name, weft_last_error());
-    else bench_report(name, 7.0 * B * H * (double)T * T * D / s * 1e-12, "TFLOP/s", 1);
+    else bench_report(name, (fwd_only ? 2.0 : 7.0) * B * H * (double)T * T * D / s * 1e-12, "TFLOP/s", 1);
     for (int i = 0; i < 4; i++) weft_tensor_free(x[i]);
     return fail;
 }
@@ -47,7 +53,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "attention_cuda: no CUDA device; nothing measured\n");
         return 0;
     }
-    int f = run(argc, argv, "attention_cuda_bf16", WEFT_BF16);
-    f |= run(argc, argv, "attention_cuda_f32", WEFT_F32);
+    int f = run(argc, argv, "attention_cuda_bf16", WEFT_BF16, false);
+    f |= run(argc, argv, "attention_cuda_bf16_fwd", WEFT_BF16, true);
+    setenv("WEFT_ATTN_FWD_ROWS", "64", 1);
+    f |= run(argc, argv, "attention_cuda_bf16_rows64", WEFT_BF16, false);
+    f |= run(argc, argv, "attention_cuda_bf16_rows64_fwd", WEFT_BF16, true);
+    unsetenv("WEFT_ATTN_FWD_ROWS");
+    setenv("WEFT_ATTN_BWD", "fused", 1);
+    f |= run(argc, argv, "attention_cuda_bf16_onepass", WEFT_BF16, false);
+    unsetenv("WEFT_ATTN_BWD");
+    f |= run(argc, argv, "attention_cuda_f32", WEFT_F32, false);
     return f;
 }

@@ -19,13 +19,16 @@
 #     says what ran, what failed, what was skipped.
 #
 # A session's device time (15 minutes, the machine's start included) allows about one such call, so the
-# default order puts first what the open issues need most: the CUDA tests, the search for issue 16's
+# default order puts first what the open issues need most: the CUDA tests, the per-gradient GPU-vs-CPU
+# parity check, the attention variants (which tiling to make the default), the search for issue 16's
 # learning gap, its headline numbers, then the rest as far as the budget goes.
 #   tests      ctest -R cuda (every CUDA-vs-CPU test; 150 s)
 #   parity     tests/train/test_device_gpt.c on cuda:0: a GPT at gpt2-small-bytes' width (two blocks) trained
 #              3 steps on the GPU and on the CPU from the same weights and batches, in f32 and bf16; every
 #              gradient (AdamW's moments after step 1) and the losses compared tensor by tensor, so a wrong
 #              kernel is named by the parameter whose gradient it spoils (about 60 s)
+#   attention  causal attention forward+backward at (8,12,1024,64), bf16 and f32, the forward alone, the
+#              one-pass backward and the 64-row forward blocks, and SDPA (80 s)
 #   bisect     issue 16's learning gap (2026-11-27, H100: after 500 steps weft's gpt2-small-bytes had val loss
 #              2.1177, its PyTorch twin 1.9391): 300 steps of it with each fused path turned off in turn
 #              (WEFT_FUSED_ATTENTION: composed ops; WEFT_ATTN_MMA: the f32 attention kernels on widened copies;
@@ -33,10 +36,11 @@
 #              WEFT_CUDA_LT + WEFT_FUSED_LINEAR, WEFT_AUTOCAST_CACHE), in f32, and the twin in bf16 and in
 #              f32: the variant whose val loss comes near the twin's names the path to look at; weft's f32
 #              run against the twin's says whether it is bf16's at all (about 350 s)
-#   gpt2       train_gpt2_small_cuda, weft then PyTorch eager with SDPA (100 s)
+#   gpt2       train_gpt2_small_cuda, weft then PyTorch eager with SDPA, then weft with the attention's
+#              one-pass backward (WEFT_ATTN_BWD=fused) and with 64-row forward blocks (WEFT_ATTN_FWD_ROWS=64)
+#              (170 s)
 #   profile    where a gpt2-small-bytes step goes: Nsight Compute's time of every kernel of 3 training steps
 #              (and one evaluation batch), summed by kernel name per step (tools/kernel_times.py; 150 s)
-#   attention  causal attention forward+backward at (8,12,1024,64), bf16 and f32, and SDPA (80 s)
 #   cpu16      the four standard workloads on the CPU at 16 threads, weft built with
 #              oneDNN (a CPU-only build in /tmp) then PyTorch, after that build's tests of
 #              oneDNN's bf16 matmul and convolution on the host's AVX512-BF16 / AMX (300 s)
@@ -70,7 +74,7 @@ fi
 [ "${1:-}" = run ] || { echo "usage: gpu-session.sh prepare | run [STEP...]" >&2; exit 2; }
 shift
 : "${B:?run me through .gpu/gpu-build.sh, which builds weft and sets B}"
-steps=${*:-tests parity bisect gpt2 profile attention bandwidth graphs graph compile standard cpu16 suite}
+steps=${*:-tests parity attention bisect gpt2 profile bandwidth graphs graph compile standard cpu16 suite}
 out=${OUT:-/tmp/weft-gpu-session}
 mkdir -p "$out"
 budget=${SESSION_BUDGET:-470}
@@ -96,11 +100,16 @@ for step in $steps; do
   case $step in
   tests) run tests 150 "cd $B && ctest -R cuda -j 8 --timeout 120 --output-on-failure"
     grep -E "tests passed|Failed|\*\*\*Failed|Exception" "$out/tests.log" | tail -20 | tee -a "$out/summary.txt" ;;
-  parity) run parity 150 "$B/train_test_device_gpt"
-    grep -E "train loss|worst|differs|passed" "$out/parity.log" | tee -a "$out/summary.txt" ;;
+  parity) run parity 120 "$B/train_test_device_gpt"
+    grep -E "train loss|worst|differs|passed" "$out/parity.log" 2>/dev/null | tee -a "$out/summary.txt" ;;
   gpt2)
     run gpt2_weft 45 "WEFT_BENCH_DEVICE=cuda $B/bench_train train_gpt2_small_cuda"
-    run gpt2_peer 55 "cd bench/peers && WEFT_BENCH_DEVICE=cuda $py train.py 'train_gpt2_small_cuda\$'" ;;
+    run gpt2_peer 55 "cd bench/peers && WEFT_BENCH_DEVICE=cuda $py train.py 'train_gpt2_small_cuda\$'"
+    # the attention's one-pass backward (dq by atomics) and 64-row forward blocks, to choose the defaults
+    run gpt2onepass_weft 45 "WEFT_ATTN_BWD=fused WEFT_BENCH_DEVICE=cuda $B/bench_train train_gpt2_small_cuda"
+    run gpt2rows64_weft 45 "WEFT_ATTN_FWD_ROWS=64 WEFT_BENCH_DEVICE=cuda $B/bench_train train_gpt2_small_cuda"
+    grep -h "^train_gpt2_small_cuda " "$out/gpt2_weft.log" "$out/gpt2onepass_weft.log" "$out/gpt2rows64_weft.log" \
+      2>/dev/null | paste -sd' ' | sed 's/^/gpt2 default, one-pass backward, 64-row forward: /' | tee -a "$out/summary.txt" ;;
   profile)
     run profile 150 "ncu --csv --metrics gpu__time_duration.sum $B/weft train models/gpt2-small-bytes.cfg --device cuda \
       --steps 3 --eval-batches 1 --quiet > $out/profile.csv"

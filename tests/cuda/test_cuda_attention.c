@@ -240,8 +240,9 @@ static void err_stats(const weft_tensor *a, const weft_tensor *b, double *rel, d
 }
 
 // The tensor-core kernels against the f32 kernels (WEFT_ATTN_MMA=0, on widened copies of the same bf16
-// inputs), both on the GPU, at gpt2-small-bytes' shape: the packed op over (B,T,3C) with 12 heads of 64 and
-// T = 1024, forward and backward, as the transformer runs it. Both round o and the gradients to bf16 once;
+// inputs), all on the GPU, at gpt2-small-bytes' shape: the packed op over (B,T,3C) with 12 heads of 64 and
+// T = 1024, forward and backward, as the transformer runs it; the backward both as two kernels (the default)
+// and in one pass with dq by atomics (WEFT_ATTN_BWD=fused). Both round o and the gradients to bf16 once;
 // the tensor-core kernels also round P and dS to bf16 as operands (FlashAttention's choice), so they may
 // differ by a few units of 2^-9 per element, but not on average: a bias that training would accumulate fails.
 static void test_mma_vs_f32_gpt2(void) {
@@ -249,9 +250,12 @@ static void test_mma_vs_f32_gpt2(void) {
     int64_t sz[3] = {B, T, 3 * C};
     weft_tensor *h = rand_dt(3, sz, WEFT_BF16, 77), *w = rand_dt(3, (int64_t[]){B, T, C}, WEFT_BF16, 78);
     weft_tensor *wd = weft_tensor_to(w, WT_CUDA0);
-    weft_tensor *y[2] = {NULL, NULL}, *g[2] = {NULL, NULL};
-    for (int k = 0; k < 2; k++) {
-        if (k) setenv("WEFT_ATTN_MMA", "0", 1);
+    // 0: the f32 kernels (the reference), 1: tensor cores, two backward kernels, 2: tensor cores, one pass
+    const char *label[3] = {"f32 kernels", "two kernels", "one pass"};
+    weft_tensor *y[3] = {NULL, NULL, NULL}, *g[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < 3; k++) {
+        if (k == 0) setenv("WEFT_ATTN_MMA", "0", 1);
+        if (k == 2) setenv("WEFT_ATTN_BWD", "fused", 1);
         weft_tensor *x = weft_tensor_to(h, WT_CUDA0);
         weft_tensor_set_requires_grad(x, true);
         y[k] = weft_causal_attention_qkv(x, H, 1 / sqrt((double)D));
@@ -260,24 +264,32 @@ static void test_mma_vs_f32_gpt2(void) {
         g[k] = weft_tensor_grad(x) ? weft_tensor_ref(weft_tensor_grad(x)) : NULL;
         weft_tensor_free(m), weft_tensor_free(l), weft_tensor_free(x);
         unsetenv("WEFT_ATTN_MMA");
+        unsetenv("WEFT_ATTN_BWD");
     }
-    CHECK(y[0] && y[1] && g[0] && g[1]);
-    if (y[0] && y[1] && g[0] && g[1]) {
+    for (int k = 1; k < 3; k++) {
+        CHECK(y[0] && y[k] && g[0] && g[k]);
+        if (!(y[0] && y[k] && g[0] && g[k])) continue;
         double rel, bias;
-        err_stats(y[0], y[1], &rel, &bias);
-        printf("  (2,12,1024,64) bf16: o        tensor cores vs f32 kernels: rel %.3g, bias %.3g\n", rel, bias);
+        err_stats(y[k], y[0], &rel, &bias);
+        printf("  (2,12,1024,64) bf16 %-11s vs f32 kernels: o       rel %.3g, bias %.3g\n", label[k], rel, bias);
         CHECK(rel < 1e-2 && fabs(bias) < 1e-3);
         const char *names[3] = {"grad q", "grad k", "grad v"};
         for (int p = 0; p < 3; p++) {
-            weft_tensor *a = weft_narrow(g[0], 2, p * C, C), *b = weft_narrow(g[1], 2, p * C, C);
+            weft_tensor *a = weft_narrow(g[k], 2, p * C, C), *b = weft_narrow(g[0], 2, p * C, C);
             err_stats(a, b, &rel, &bias);
-            printf("  (2,12,1024,64) bf16: %-8s tensor cores vs f32 kernels: rel %.3g, bias %.3g\n", names[p], rel, bias);
+            printf("  (2,12,1024,64) bf16 %-11s vs f32 kernels: %-7s rel %.3g, bias %.3g\n", label[k], names[p], rel,
+                   bias);
             CHECK(rel < 2e-2 && fabs(bias) < 2e-3);
             weft_tensor_free(a), weft_tensor_free(b);
         }
     }
-    weft_tensor *all[] = {h, w, wd, y[0], y[1], g[0], g[1]};
-    for (int i = 0; i < 7; i++) weft_tensor_free(all[i]);
+    if (g[1] && g[2]) { // the single pass computes dk and dv as the two kernels do: the same bits
+        weft_tensor *a = weft_narrow(g[2], 2, C, 2 * C), *b = weft_narrow(g[1], 2, C, 2 * C);
+        wt_check_same("one pass vs two kernels: grad k, grad v", a, b, 0);
+        weft_tensor_free(a), weft_tensor_free(b);
+    }
+    weft_tensor *all[] = {h, w, wd, y[0], y[1], y[2], g[0], g[1], g[2]};
+    for (int i = 0; i < 9; i++) weft_tensor_free(all[i]);
 }
 
 // causal_attention_qkv: one packed (B,T,3C) input, C = H*D.

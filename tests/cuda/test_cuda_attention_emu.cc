@@ -58,6 +58,18 @@ static inline float __bfloat162float(__nv_bfloat16 b) {
     return f;
 }
 static inline __nv_bfloat162 __floats2bfloat162_rn(float lo, float hi) { return {bf16_of(lo), bf16_of(hi)}; }
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return bf16_of(f); }
+static void weft_emu_atomic_add(float *p, float v) { // atomicAdd: a compare-and-swap loop on the bits
+    uint32_t old, upd;
+    __atomic_load(reinterpret_cast<uint32_t *>(p), &old, __ATOMIC_RELAXED);
+    do {
+        float f;
+        memcpy(&f, &old, 4);
+        f += v;
+        memcpy(&upd, &f, 4);
+    } while (!__atomic_compare_exchange(reinterpret_cast<uint32_t *>(p), &old, &upd, false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED));
+}
 
 static pthread_barrier_t g_block_bar;
 static thread_local int t_epoch; // barriers this thread has passed in its block: the same count in every thread
@@ -387,6 +399,27 @@ template <int D> static void run_case(int BH, int T, int H = 1, bool packed = fa
     launch((unsigned)(BH * ntile), kThreads, dq_smem<__nv_bfloat16, D>(), [=] {
         mma_bwd_dq<__nv_bfloat16, D>(Q, K, V, L, G, pl, pl, pl, lay, DL, GQ, pl, T, ntile, (float)scale);
     });
+    // the single pass (WEFT_ATTN_BWD=fused): dk and dv the same bits as the two kernels', dq by atomics into f32
+    std::vector<__nv_bfloat16> gqkv1(gqkv.size());
+    std::vector<float> dqa((size_t)BH * T * D, 0.f); // zeroes, as the launcher's cudaMemsetAsync leaves it
+    {
+        __nv_bfloat16 *GQ1 = gqkv1.data(), *GK1 = GQ1 + (packed ? off[1] : n), *GV1 = GQ1 + (packed ? off[2] : 2 * n);
+        float *DQA = dqa.data();
+        launch((unsigned)(BH * ntile), kThreads, fused_bwd_smem<__nv_bfloat16, D>(), [=] {
+            mma_bwd_fused<__nv_bfloat16, D>(Q, K, V, L, G, pl, pl, pl, lay, DL, GK1, pl, GV1, pl, DQA, T, ntile,
+                                            (float)scale);
+        });
+        launch(2, 256, 0, [=] { mma_bwd_dq_store<__nv_bfloat16>(DQA, GQ1, pl, (int64_t)n, T, D, (float)scale); });
+        bool same_kv = true;
+        for (int bh = 0; bh < BH; bh++)
+            for (int i = 0; i < T; i++)
+                for (int d = 0; d < D; d++) {
+                    const size_t x = (bh / H) * pl.sb + (bh % H) * pl.sh + (int64_t)i * pl.st + d;
+                    same_kv &= GK1[x].x == GK[x].x && GV1[x].x == GV[x].x;
+                }
+        if (!same_kv) fprintf(stderr, "bf16 D=%d BH=%d T=%d: the single pass's dk / dv differ from the two kernels'\n", D, BH, T);
+        same_kv ? g_pass++ : g_fail++;
+    }
     auto f32 = [](const std::vector<__nv_bfloat16> &x) {
         std::vector<float> r(x.size());
         for (size_t i = 0; i < x.size(); i++) r[i] = __bfloat162float(x[i]);
@@ -395,7 +428,7 @@ template <int D> static void run_case(int BH, int T, int H = 1, bool packed = fa
     char what[96];
     // Tolerances, relative to the largest reference value: o and the gradients are bf16 results of products
     // whose operands P and dS are rounded to bf16 (2^-9 relative each), so a few units of 2^-8; lse is f32.
-    const char *names[5] = {"o", "lse", "grad q", "grad k", "grad v"};
+    const char *names[6] = {"o", "lse", "grad q", "grad k", "grad v", "grad q (single pass)"};
     auto bhtd = [&](const __nv_bfloat16 *x, const weft_cu_heads &L) { // back in (BH,T,D) order
         std::vector<__nv_bfloat16> r(n);
         for (int bh = 0; bh < BH; bh++)
@@ -403,10 +436,11 @@ template <int D> static void run_case(int BH, int T, int H = 1, bool packed = fa
                 for (int d = 0; d < D; d++) r[((size_t)bh * T + i) * D + d] = x[at(L, bh, i, d)];
         return r;
     };
-    const std::vector<float> got[5] = {f32(bhtd(O, lay)), lse, f32(bhtd(GQ, pl)), f32(bhtd(GK, pl)), f32(bhtd(GV, pl))};
-    const std::vector<double> *ref[5] = {&od, &lsed, &gqd, &gkd, &gvd};
-    const double tol[5] = {2e-2, 1e-4, 3e-2, 3e-2, 3e-2};
-    for (int i = 0; i < 5; i++) {
+    const std::vector<float> got[6] = {f32(bhtd(O, lay)), lse, f32(bhtd(GQ, pl)), f32(bhtd(GK, pl)), f32(bhtd(GV, pl)),
+                                       f32(bhtd(gqkv1.data(), pl))};
+    const std::vector<double> *ref[6] = {&od, &lsed, &gqd, &gkd, &gvd, &gqd};
+    const double tol[6] = {2e-2, 1e-4, 3e-2, 3e-2, 3e-2, 3e-2};
+    for (int i = 0; i < 6; i++) {
         snprintf(what, sizeof what, "bf16 D=%d BH=%d T=%d%s: %s", D, BH, T,
                  packed ? " packed (B,T,3C)" : H > 1 ? " (B,T,H,D)" : "", names[i]);
         check(what, got[i], *ref[i], tol[i]);

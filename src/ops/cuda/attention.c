@@ -137,9 +137,14 @@ static weft_status mma_backward(const weft_op_args *a, int64_t BH, int64_t T, in
         return *done = false, WEFT_OK;
     }
     if (!(lse = weft_kernel_contiguous(a->in[4]))) st = weft_last_status(); // as the kernels read it
-    int64_t n = BH * T;
+    int64_t n = BH * T, nq = BH * T * D;
     weft_tensor *dl = st ? NULL : weft_tensor_new(1, &n, WEFT_F32, a->in[0]->device);
     if (!st && !dl) st = weft_last_status();
+    // WEFT_ATTN_BWD=fused: the single pass, dq added by atomics into an f32 scratch
+    const char *e = getenv("WEFT_ATTN_BWD");
+    const bool fused = !st && e && !strcmp(e, "fused");
+    weft_tensor *dqa = fused ? weft_tensor_new(1, &nq, WEFT_F32, a->in[0]->device) : NULL;
+    if (fused && !dqa) st = weft_last_status();
     // gq, gk, gv: (B,H,T,D), or (B,T,H,D) with i[1], as (B,H,T,D) views (L[5..7]); any strides with unit
     // stride in D (the packed op's are blocks of one (B,T,3C) gradient)
     weft_cu_heads G[3];
@@ -153,12 +158,13 @@ static weft_status mma_backward(const weft_op_args *a, int64_t BH, int64_t T, in
     *done = st != WEFT_OK || fits;
     if (fits) {
         weft_cu_heads LG[8] = {L[0], L[1], L[2], L[3], L[4], G[0], G[1], G[2]};
-        cudaError_t e = weft_cu_causal_attention_mma_backward(
+        cudaError_t ce = weft_cu_causal_attention_mma_backward(
             p[0], p[1], p[2], LG, p[4], (const float *)weft_tensor_ptr(lse), p[3], (float *)weft_tensor_ptr(dl),
-            weft_tensor_ptr(a->out[0]), weft_tensor_ptr(a->out[1]), weft_tensor_ptr(a->out[2]), a->in[0]->dtype, BH,
-            T, D, a->attrs->f[0], weft_cu_stream(a->out[0]));
-        st = weft_cu_done(e, a->op->name);
+            dqa ? (float *)weft_tensor_ptr(dqa) : NULL, weft_tensor_ptr(a->out[0]), weft_tensor_ptr(a->out[1]),
+            weft_tensor_ptr(a->out[2]), a->in[0]->dtype, BH, T, D, a->attrs->f[0], weft_cu_stream(a->out[0]));
+        st = weft_cu_done(ce, a->op->name);
     }
+    weft_tensor_free(dqa);
     weft_tensor_free(dl);
     weft_tensor_free(lse);
     for (int i = 0; i < 5; i++) weft_tensor_free(hold[i]);

@@ -35,10 +35,12 @@ int weft_cu_attention_mma_supports(int dtype, int64_t D);
 cudaError_t weft_cu_causal_attention_mma(const void *q, const void *k, const void *v, const weft_cu_heads *L, void *o,
                                          float *lse, int dtype, int64_t BH, int64_t T, int64_t D, double scale,
                                          cudaStream_t s);
+// dq_acc: NULL for the two deterministic kernels (dk/dv, then dq), or an f32 (BH,T,D) scratch for the single
+// pass that adds dq there by atomics (FlashAttention-2's; its contents on entry do not matter).
 cudaError_t weft_cu_causal_attention_mma_backward(const void *q, const void *k, const void *v, const weft_cu_heads *L,
                                                   const void *o, const float *lse, const void *go, float *dl,
-                                                  void *gq, void *gk, void *gv, int dtype, int64_t BH, int64_t T,
-                                                  int64_t D, double scale, cudaStream_t s);
+                                                  float *dq_acc, void *gq, void *gk, void *gv, int dtype, int64_t BH,
+                                                  int64_t T, int64_t D, double scale, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -37,6 +37,9 @@
 // Backward: Dl_i = go_i.o_i (f32) first; then, as the f32 kernels, one kernel
 // per key block for dk and dv (looping over query tiles) and one per query
 // block for dq (looping over key tiles): no atomics, the same bits each run.
+// Or (WEFT_ATTN_BWD=fused) FlashAttention-2's single pass, mma_bwd_fused:
+// the dk/dv kernel also adds each query tile's dq into an f32 buffer by
+// atomics, 5 products a tile pair instead of 7, dq's last bits varying.
 //
 // tests/cuda/test_cuda_attention_emu.cc compiles the kernels for the host
 // (WEFT_CU_EMU: a thread per CUDA thread, mma and shuffles exchanged within
@@ -75,6 +78,8 @@ template <> struct lp<__nv_bfloat16> {
         return *(uint32_t *)&v;
     }
     static __device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+    static __device__ __forceinline__ __nv_bfloat16 round(float f) { return __float2bfloat16_rn(f); }
+    static __device__ __forceinline__ __nv_bfloat16 zero() { return __float2bfloat16_rn(0.f); }
 };
 #ifndef WEFT_CU_EMU
 template <> struct lp<__half> {
@@ -89,6 +94,8 @@ template <> struct lp<__half> {
         return *(uint32_t *)&v;
     }
     static __device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
+    static __device__ __forceinline__ __half round(float f) { return __float2half_rn(f); }
+    static __device__ __forceinline__ __half zero() { return __float2half_rn(0.f); }
 };
 #endif
 
@@ -135,6 +142,15 @@ __device__ __forceinline__ void frag_bt2(uint32_t (&b)[4], const T *x, int n0, i
 template <typename T, int LD>
 __device__ __forceinline__ void frag_b2(uint32_t (&b)[4], const T *x, int k0, int n0, int lane) {
     ldsm_x4<true>(b, x + (k0 + (lane & 15)) * LD + n0 + 8 * (lane >> 4));
+}
+
+// *p += v in global memory, by an atomic (the result unused: a reduction the hardware does in L2).
+__device__ __forceinline__ void weft_cu_atomic_add_f32(float *p, float v) {
+#ifdef WEFT_CU_EMU
+    weft_emu_atomic_add(p, v);
+#else
+    atomicAdd(p, v);
+#endif
 }
 
 // Head bh's first element in a tensor of layout L (attention_kernels.h).
@@ -203,6 +219,10 @@ template <typename T, int D, int MT> __host__ __device__ constexpr size_t fwd_sm
 }
 template <typename T, int D> __host__ __device__ constexpr size_t dkdv_smem() {
     return sizeof(T) * (size_t)((2 * kOwn + 4 * kBwdRows) * ld_of<D>()) + 4 * kBwdRows * sizeof(float);
+}
+constexpr int kDsLd = kOwn + 8; // the fused backward's dS tile: kBwdRows query rows of the block's 64 keys, padded
+template <typename T, int D> __host__ __device__ constexpr size_t fused_bwd_smem() {
+    return dkdv_smem<T, D>() + sizeof(T) * (size_t)(kBwdRows * kDsLd);
 }
 template <typename T, int D> __host__ __device__ constexpr size_t dq_smem() {
     return sizeof(T) * (size_t)((2 * kOwn + 4 * kBwdRows) * ld_of<D>());
@@ -598,6 +618,143 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dq(const T *q, const T *k, c
     }
 }
 
+// The backward in one pass (FlashAttention-2's algorithm): mma_bwd_dkdv's loop, which also has each query
+// tile's dq += dS K from the block's 64 keys added into an f32 (BH,T,D) accumulator by atomics, instead of
+// mma_bwd_dq recomputing S and dP: 5 products a tile pair where the two kernels run 7, at the price of the
+// last bits of dq varying from run to run (the order of the additions). dS goes through shared memory
+// (queries x keys, rounded to T as the product's operand); then warp w multiplies query rows 16 (w & 1) by
+// columns (w >> 1) D / 2 (D >= 32; at D = 16 warps 0 and 1 take all 16). dqa must be zero before;
+// mma_bwd_dq_store scales and rounds it into gq.
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads) mma_bwd_fused(const T *q, const T *k, const T *v, const float *lse,
+                                                         const T *go, weft_cu_heads qL, weft_cu_heads kL,
+                                                         weft_cu_heads vL, weft_cu_heads gL, const float *dl, T *gk,
+                                                         weft_cu_heads gkL, T *gv, weft_cu_heads gvL, float *dqa,
+                                                         int64_t Tn, int64_t ntile, float scale) {
+    constexpr int LD = ld_of<D>(), ND = D / 8, NQ = kBwdRows / 8;
+    constexpr int DW = D >= 32 ? D / 2 : D, NW = DW / 8; // dq columns a warp, and their 8-column tiles
+    WEFT_SMEM(smem_raw);
+    constexpr int tile = kBwdRows * LD;
+    T *Ks = (T *)smem_raw, *Vs = Ks + kOwn * LD, *QG = Vs + kOwn * LD; // buffer b: Qs at QG + 2 b tile, Gs after
+    float *LD2 = (float *)(QG + 4 * tile);                              // buffer b: Ls at LD2 + 2 b kBwdRows, Dls after
+    T *Ss = (T *)(LD2 + 4 * kBwdRows);                                  // dS: kBwdRows rows of kDsLd
+    int64_t bh, kt;
+    block_of(ntile, false, &bh, &kt);
+    const int64_t j0 = kt * kOwn;
+    q += head_at(qL, bh), k += head_at(kL, bh), v += head_at(vL, bh), go += head_at(gL, bh);
+    gk += head_at(gkL, bh), gv += head_at(gvL, bh), lse += bh * Tn, dl += bh * Tn, dqa += bh * Tn * D;
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int rw = w * 16;
+    const int mq = w & 1, c0 = (w >> 1) * DW; // this warp's dq rows (16 mq ..) and columns (c0 ..)
+    const bool dq_warp = D >= 32 || w < 2;
+    load_tile<T, D>(Ks, k, j0, kOwn, Tn, kL.st);
+    load_tile<T, D>(Vs, v, j0, kOwn, Tn, vL.st);
+    float dk[ND][4], dv[ND][4];
+#pragma unroll
+    for (int n = 0; n < ND; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0;
+    const int64_t key[2] = {j0 + rw + g, j0 + rw + g + 8};
+    const float scale_log2 = scale * kLog2e;
+    auto fetch = [&](int64_t i0, int b) {
+        load_tile_async<T, D>(QG + 2 * tile * b, q, i0, kBwdRows, Tn, qL.st);
+        load_tile_async<T, D>(QG + 2 * tile * b + tile, go, i0, kBwdRows, Tn, gL.st);
+        cp_async_commit();
+        float *L2 = LD2 + 2 * kBwdRows * b;
+        for (int r = threadIdx.x; r < kBwdRows; r += blockDim.x) {
+            L2[r] = i0 + r < Tn ? lse[i0 + r] : 0.f;
+            L2[kBwdRows + r] = i0 + r < Tn ? dl[i0 + r] : 0.f;
+        }
+    };
+    const int64_t first = (j0 / kBwdRows) * kBwdRows;
+    if (first < Tn) fetch(first, 0);
+    for (int64_t i0 = first, it = 0; i0 < Tn; i0 += kBwdRows, it++) {
+        const int b = (int)(it & 1);
+        const T *Qs = QG + 2 * tile * b, *Gs = Qs + tile;
+        const float *Ls = LD2 + 2 * kBwdRows * b, *Dls = Ls + kBwdRows;
+        if (i0 + kBwdRows < Tn) {
+            fetch(i0 + kBwdRows, b ^ 1);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads(); // tile it is in (and Ks, Vs, loaded before the loop)
+        if (i0 + kBwdRows - 1 >= j0 + rw) { // else every query of the tile is before this warp's keys
+            float p[NQ][4], dp[NQ][4];
+            products_t<T, D, NQ>(p, Ks, rw, Qs, lane);
+            products_t<T, D, NQ>(dp, Vs, rw, Gs, lane);
+#pragma unroll
+            for (int n = 0; n < NQ; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int c = n * 8 + 2 * t + (e & 1);
+                    const int64_t i = i0 + c, j = key[e >> 1];
+                    const float pe = j <= i && i < Tn ? exp2f(p[n][e] * scale_log2 - Ls[c] * kLog2e) : 0.f;
+                    p[n][e] = pe;
+                    dp[n][e] = pe * (dp[n][e] - Dls[c]);
+                    // dS (query c, key rw + g + 8 (e >> 1)), rounded as the other products' operands are
+                    Ss[c * kDsLd + rw + g + 8 * (e >> 1)] = lp<T>::round(dp[n][e]);
+                }
+            accumulate<T, D, kBwdRows / 16>(dv, p, Gs, lane);  // dv += P^T go
+            accumulate<T, D, kBwdRows / 16>(dk, dp, Qs, lane); // dk += dS^T q
+        } else { // this warp's 16 keys take no part in the tile: zeros for the dq product
+            for (int idx = lane; idx < kBwdRows * 16; idx += 32) Ss[(idx / 16) * kDsLd + rw + idx % 16] = lp<T>::zero();
+        }
+        __syncthreads(); // the block's dS is in
+        if (dq_warp) { // dq rows 16 mq .. of the tile += dS (16 x 64 keys) K (64 keys x DW columns at c0)
+            float c[NW][4];
+#pragma unroll
+            for (int n = 0; n < NW; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0;
+#pragma unroll
+            for (int kk = 0; kk < kOwn / 16; kk++) {
+                uint32_t a[4];
+                frag_a<T, kDsLd>(a, Ss, 16 * mq, kk * 16, lane);
+#pragma unroll
+                for (int n = 0; n < NW; n += 2) {
+                    uint32_t bb[4];
+                    frag_b2<T, LD>(bb, Ks, kk * 16, c0 + n * 8, lane);
+                    lp<T>::mma(c[n], a, bb[0], bb[1]);
+                    lp<T>::mma(c[n + 1], a, bb[2], bb[3]);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int64_t i = i0 + 16 * mq + g + 8 * r;
+                if (i >= Tn) continue;
+                float *drow = dqa + i * D + c0 + 2 * t;
+#pragma unroll
+                for (int n = 0; n < NW; n++) {
+                    weft_cu_atomic_add_f32(drow + n * 8, c[n][2 * r]);
+                    weft_cu_atomic_add_f32(drow + n * 8 + 1, c[n][2 * r + 1]);
+                }
+            }
+        }
+        __syncthreads(); // tile it and dS are no longer read: its buffer takes tile it + 2
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (key[r] >= Tn) continue;
+        T *krow = gk + key[r] * gkL.st, *vrow = gv + key[r] * gvL.st;
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+            *(uint32_t *)(krow + n * 8 + 2 * t) = lp<T>::pack(dk[n][2 * r] * scale, dk[n][2 * r + 1] * scale);
+            *(uint32_t *)(vrow + n * 8 + 2 * t) = lp<T>::pack(dv[n][2 * r], dv[n][2 * r + 1]);
+        }
+    }
+}
+
+// gq = scale * dqa, rounded to T, written where gqL says; dqa contiguous (BH,T,D). A thread per 2 elements.
+template <typename T>
+__global__ void mma_bwd_dq_store(const float *dqa, T *gq, weft_cu_heads gqL, int64_t N, int64_t Tn, int D,
+                                 float scale) {
+    for (int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; 2 * x < N;
+         x += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t e = 2 * x, r = e / D, d = e - r * D; // D is even: a pair never crosses a row
+        T *dst = gq + head_at(gqL, r / Tn) + (r % Tn) * gqL.st + d;
+        *(uint32_t *)dst = lp<T>::pack(dqa[e] * scale, dqa[e + 1] * scale);
+    }
+}
+
 } // namespace
 
 // ---------------------------------------------------------------- launchers
@@ -621,10 +778,8 @@ cudaError_t fwd_launch_mt(const void *q, const void *k, const void *v, const wef
 template <typename T, int D>
 cudaError_t fwd_launch(const void *q, const void *k, const void *v, const weft_cu_heads *L, void *o, float *lse,
                        int64_t BH, int64_t Tn, double scale, cudaStream_t s) {
-    static const bool rows64 = [] {
-        const char *e = getenv("WEFT_ATTN_FWD_ROWS");
-        return e && atoi(e) == 64;
-    }();
+    const char *e = getenv("WEFT_ATTN_FWD_ROWS"); // (read at every launch: the bench compares the two)
+    const bool rows64 = e && atoi(e) == 64;
     if constexpr (fwd_mt_max<D>() == 2)
         if (!rows64) return fwd_launch_mt<T, D, 2>(q, k, v, L, o, lse, BH, Tn, scale, s);
     return fwd_launch_mt<T, D, 1>(q, k, v, L, o, lse, BH, Tn, scale, s);
@@ -632,8 +787,8 @@ cudaError_t fwd_launch(const void *q, const void *k, const void *v, const weft_c
 
 template <typename T, int D>
 cudaError_t bwd_launch(const void *q, const void *k, const void *v, const weft_cu_heads *L, const void *o,
-                       const float *lse, const void *go, float *dl, void *gq, void *gk, void *gv, int64_t BH,
-                       int64_t Tn, double scale, cudaStream_t s) {
+                       const float *lse, const void *go, float *dl, float *dqa, void *gq, void *gk, void *gv,
+                       int64_t BH, int64_t Tn, double scale, cudaStream_t s) {
     const int64_t ntile = (Tn + kOwn - 1) / kOwn;
     unsigned nb;
     if (!weft_cu_grid_of(BH, ntile, &nb)) return cudaErrorInvalidValue;
@@ -643,6 +798,19 @@ cudaError_t bwd_launch(const void *q, const void *k, const void *v, const weft_c
     mma_bwd_dl<T><<<(unsigned)ndl, 256, 0, s>>>((const T *)go, L[3], (const T *)o, L[4], dl, N, Tn, D);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
+    if (dqa) { // one pass, dq by atomics into dqa (mma_bwd_fused), then scaled and rounded into gq
+        if ((e = cudaMemsetAsync(dqa, 0, sizeof(float) * (size_t)(N * D), s)) != cudaSuccess) return e;
+        const size_t smem = fused_bwd_smem<T, D>();
+        if ((e = weft_cu_smem_optin(mma_bwd_fused<T, D>, smem)) != cudaSuccess) return e;
+        mma_bwd_fused<T, D><<<nb, kThreads, smem, s>>>((const T *)q, (const T *)k, (const T *)v, lse, (const T *)go,
+                                                       L[0], L[1], L[2], L[3], dl, (T *)gk, L[6], (T *)gv, L[7], dqa,
+                                                       Tn, ntile, (float)scale);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+        int64_t nst = (N * D / 2 + 255) / 256;
+        if (nst > 65535 * 8) nst = 65535 * 8;
+        mma_bwd_dq_store<T><<<(unsigned)nst, 256, 0, s>>>(dqa, (T *)gq, L[5], N * D, Tn, D, (float)scale);
+        return cudaGetLastError();
+    }
     const size_t smem_kv = dkdv_smem<T, D>(), smem_q = dq_smem<T, D>();
     if ((e = weft_cu_smem_optin(mma_bwd_dkdv<T, D>, smem_kv)) != cudaSuccess) return e;
     if ((e = weft_cu_smem_optin(mma_bwd_dq<T, D>, smem_q)) != cudaSuccess) return e;
@@ -681,13 +849,13 @@ extern "C" cudaError_t weft_cu_causal_attention_mma(const void *q, const void *k
 
 extern "C" cudaError_t weft_cu_causal_attention_mma_backward(const void *q, const void *k, const void *v,
                                                              const weft_cu_heads *L, const void *o, const float *lse,
-                                                             const void *go, float *dl, void *gq, void *gk, void *gv,
-                                                             int dtype, int64_t BH, int64_t T, int64_t D, double scale,
-                                                             cudaStream_t s) {
+                                                             const void *go, float *dl, float *dq_acc, void *gq,
+                                                             void *gk, void *gv, int dtype, int64_t BH, int64_t T,
+                                                             int64_t D, double scale, cudaStream_t s) {
     if (!weft_cu_attention_mma_supports(dtype, D) || BH < 0 || T < 0) return cudaErrorInvalidValue;
     if (BH == 0 || T == 0) return cudaSuccess;
     if (dtype == WEFT_CU_BF16)
-        MMA_DISPATCH_D(__nv_bfloat16, bwd_launch, D, q, k, v, L, o, lse, go, dl, gq, gk, gv, BH, T, scale, s)
-    MMA_DISPATCH_D(__half, bwd_launch, D, q, k, v, L, o, lse, go, dl, gq, gk, gv, BH, T, scale, s)
+        MMA_DISPATCH_D(__nv_bfloat16, bwd_launch, D, q, k, v, L, o, lse, go, dl, dq_acc, gq, gk, gv, BH, T, scale, s)
+    MMA_DISPATCH_D(__half, bwd_launch, D, q, k, v, L, o, lse, go, dl, dq_acc, gq, gk, gv, BH, T, scale, s)
 }
 #endif
