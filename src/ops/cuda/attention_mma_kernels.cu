@@ -144,12 +144,17 @@ __device__ __forceinline__ void frag_b2(uint32_t (&b)[4], const T *x, int k0, in
     ldsm_x4<true>(b, x + (k0 + (lane & 15)) * LD + n0 + 8 * (lane >> 4));
 }
 
-// *p += v in global memory, by an atomic (the result unused: a reduction the hardware does in L2).
-__device__ __forceinline__ void weft_cu_atomic_add_f32(float *p, float v) {
-#ifdef WEFT_CU_EMU
-    weft_emu_atomic_add(p, v);
+// p[0] += a, p[1] += b in global memory (p 8-byte aligned), by atomics whose results go unused: reductions the
+// hardware does in L2, one vector instruction for the pair on sm_90.
+__device__ __forceinline__ void atomic_add_f32x2(float *p, float a, float b) {
+#if defined(WEFT_CU_EMU)
+    weft_emu_atomic_add(p, a);
+    weft_emu_atomic_add(p + 1, b);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2 *>(p), make_float2(a, b));
 #else
-    atomicAdd(p, v);
+    atomicAdd(p, a);
+    atomicAdd(p + 1, b);
 #endif
 }
 
@@ -723,10 +728,7 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_fused(const T *q, const T *k
                 if (i >= Tn) continue;
                 float *drow = dqa + i * D + c0 + 2 * t;
 #pragma unroll
-                for (int n = 0; n < NW; n++) {
-                    weft_cu_atomic_add_f32(drow + n * 8, c[n][2 * r]);
-                    weft_cu_atomic_add_f32(drow + n * 8 + 1, c[n][2 * r + 1]);
-                }
+                for (int n = 0; n < NW; n++) atomic_add_f32x2(drow + n * 8, c[n][2 * r], c[n][2 * r + 1]);
             }
         }
         __syncthreads(); // tile it and dS are no longer read: its buffer takes tile it + 2
