@@ -21,6 +21,7 @@
 
 #include "../linalg.h"
 #include "blas.h"
+#include "elementwise_kernels.h"
 #include "linear_kernels.h"
 
 typedef struct mat_view {
@@ -174,7 +175,8 @@ static weft_status cu_matmul(const weft_op_args *args) {
 // (descriptors, layouts and the heuristic's algorithm) are cached per shape
 // for the calling thread. Everything else, and WEFT_CUDA_LT=0, is cu_matmul
 // followed by linear_kernels.cu's bias pass. GELU runs in that same kernel
-// from h into y: cuBLASLt's GELU epilogues are the tanh approximation, and
+// from h into y, or, after cuBLASLt's epilogue, as the elementwise gelu
+// (vector loads): cuBLASLt's GELU epilogues are the tanh approximation, and
 // weft's gelu is the exact form. (With the bias pass, bf16 / f16 h is rounded
 // twice, after the product and after the bias. After cuBLASLt's epilogue the
 // GELU reads h as stored, rounded to bf16 / f16, where the CPU takes it from
@@ -334,7 +336,10 @@ static weft_status cu_linear(const weft_op_args *args) {
         st = cu_matmul(&m);
         if (st == WEFT_OK && args->n_in == 3 && !(b = weft_kernel_contiguous(args->in[2]))) st = weft_last_status();
     }
-    if (st == WEFT_OK && (b || y != h))
+    if (st == WEFT_OK && !b && y != h) // (the bias is in h already) y = gelu(h): the elementwise family's
+        // kernel, whose contiguous loop moves vectors (the same formula, f32 math for bf16 / f16, rounded once)
+        st = weft_cu_done(weft_cu_ew_unary(WEFT_CU_EW_GELU, weft_cu_desc(y), weft_cu_desc(h), 0, s), args->op->name);
+    else if (st == WEFT_OK && (b || y != h))
         st = weft_cu_done(weft_cu_bias_act(cdt, weft_tensor_ptr(h), y != h ? weft_tensor_ptr(y) : NULL,
                                            b ? weft_tensor_ptr(b) : NULL, rows, n, s),
                           args->op->name);
