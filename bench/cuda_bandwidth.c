@@ -6,6 +6,8 @@
 //   add_bandwidth_cuda        f32 + f32 -> f32, 16M elements
 //   bias_add_bandwidth_cuda   (16384,1024) + (1024) broadcast (the strided path)
 //   transpose_bandwidth_cuda  (4096,4096) f32 transposed, made contiguous (a strided copy)
+//   add_bf16_bandwidth_cuda   bf16 + bf16 -> bf16, 32M elements (the elementwise family on the autocast dtype)
+//   gelu_bf16_bandwidth_cuda  gelu of bf16, 32M elements (the MLP's activation under autocast)
 // Goal (issue 16): >= 0.8 of the copy bandwidth. Without a GPU it prints a note and no lines.
 #include <cuda_runtime.h>
 #include <weft.h>
@@ -63,8 +65,19 @@ int main(int argc, char **argv) {
     RUN("bias_add_bandwidth_cuda", 2.0 * n * 4, weft_add(rows, bias));
     weft_tensor *mt = weft_transpose(m, 0, 1);
     RUN("transpose_bandwidth_cuda", 2.0 * 4096 * 4096 * 4, weft_tensor_contiguous(mt));
+    // 64 MB of bf16 each (twice the elements)
+    const int64_t n2 = 2 * n;
+    weft_tensor *fa = dev_rand(1, &n2), *fb = dev_rand(1, &n2);
+    weft_tensor *ah = fa ? weft_cast(fa, WEFT_BF16) : NULL, *bh = fb ? weft_cast(fb, WEFT_BF16) : NULL;
+    weft_tensor_free(fa);
+    weft_tensor_free(fb);
+    if (!ah || !bh) fail = 1;
+    if (ah && bh) {
+        RUN("add_bf16_bandwidth_cuda", 3.0 * n2 * 2, weft_add(ah, bh));
+        RUN("gelu_bf16_bandwidth_cuda", 2.0 * n2 * 2, weft_gelu(ah));
+    }
 #undef RUN
-    weft_tensor *all[] = {a, b, m, bias, rows, mt};
-    for (int i = 0; i < 6; i++) weft_tensor_free(all[i]);
+    weft_tensor *all[] = {a, b, m, bias, rows, mt, ah, bh};
+    for (int i = 0; i < 8; i++) weft_tensor_free(all[i]);
     return fail;
 }
