@@ -7,6 +7,8 @@
 //   ..._rows64_fwd              16-row block a warp, as before 2026-11-27 night): which tiling is faster here
 //   attention_cuda_bf16_onepass forward + backward with WEFT_ATTN_BWD=fused (FlashAttention-2's single backward
 //                               pass, dq by atomics) instead of the two deterministic backward kernels
+//   attention_cuda_bf16_bwd128  forward + backward with WEFT_ATTN_BWD_ROWS=128 (the two backward kernels with
+//                               128 own rows a block, two 16-row blocks a warp)
 //   attention_cuda_f32          forward + backward in f32 (CUDA cores)
 // Twin: bench/peers/attention_cuda.py (torch scaled_dot_product_attention, is_causal). Goal (issue 16):
 // bf16 >= 200 TFLOP/s. Without a GPU it prints a note and no lines.
@@ -62,6 +64,9 @@ int main(int argc, char **argv) {
     setenv("WEFT_ATTN_BWD", "fused", 1);
     f |= run(argc, argv, "attention_cuda_bf16_onepass", WEFT_BF16, false);
     unsetenv("WEFT_ATTN_BWD");
+    setenv("WEFT_ATTN_BWD_ROWS", "128", 1);
+    f |= run(argc, argv, "attention_cuda_bf16_bwd128", WEFT_BF16, false);
+    unsetenv("WEFT_ATTN_BWD_ROWS");
     f |= run(argc, argv, "attention_cuda_f32", WEFT_F32, false);
     return f;
 }

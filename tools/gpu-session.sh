@@ -28,7 +28,7 @@
 #              gradient (AdamW's moments after step 1) and the losses compared tensor by tensor, so a wrong
 #              kernel is named by the parameter whose gradient it spoils (about 60 s)
 #   attention  causal attention forward+backward at (8,12,1024,64), bf16 and f32, the forward alone, the
-#              one-pass backward and the 64-row forward blocks, and SDPA (80 s)
+#              one-pass backward, the 64-row forward blocks and the 128-row backward blocks, and SDPA (80 s)
 #   bisect     issue 16's learning gap (2026-11-27, H100: after 500 steps weft's gpt2-small-bytes had val loss
 #              2.1177, its PyTorch twin 1.9391): 300 steps of it with each fused path turned off in turn
 #              (WEFT_FUSED_ATTENTION: composed ops; WEFT_ATTN_MMA: the f32 attention kernels on widened copies;

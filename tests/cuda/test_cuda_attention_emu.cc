@@ -394,11 +394,31 @@ template <int D> static void run_case(int BH, int T, int H = 1, bool packed = fa
     launch(1, 128, 0, [=] { mma_bwd_dl<__nv_bfloat16>(G, lay, O, lay, DL, (int64_t)BH * T, T, D); });
     // the gradients in the inputs' layout: with H > 1, (B,T,H,D), as the op's heads-last backward writes them
     launch((unsigned)(BH * ntile), kThreads, dkdv_smem<__nv_bfloat16, D>(), [=] {
-        mma_bwd_dkdv<__nv_bfloat16, D>(Q, K, V, L, G, pl, pl, pl, lay, DL, GK, pl, GV, pl, T, ntile, (float)scale);
+        mma_bwd_dkdv<__nv_bfloat16, D, 1>(Q, K, V, L, G, pl, pl, pl, lay, DL, GK, pl, GV, pl, T, ntile, (float)scale);
     });
     launch((unsigned)(BH * ntile), kThreads, dq_smem<__nv_bfloat16, D>(), [=] {
-        mma_bwd_dq<__nv_bfloat16, D>(Q, K, V, L, G, pl, pl, pl, lay, DL, GQ, pl, T, ntile, (float)scale);
+        mma_bwd_dq<__nv_bfloat16, D, 1>(Q, K, V, L, G, pl, pl, pl, lay, DL, GQ, pl, T, ntile, (float)scale);
     });
+    if (MT == 2) { // WEFT_ATTN_BWD_ROWS=128: two 16-row blocks a warp in both kernels, the same bits
+        std::vector<__nv_bfloat16> g2(gqkv.size());
+        __nv_bfloat16 *GQ2 = g2.data(), *GK2 = GQ2 + (packed ? off[1] : n), *GV2 = GQ2 + (packed ? off[2] : 2 * n);
+        launch((unsigned)(BH * ftile), kThreads, dkdv_smem<__nv_bfloat16, D, 2>(), [=] {
+            mma_bwd_dkdv<__nv_bfloat16, D, 2>(Q, K, V, L, G, pl, pl, pl, lay, DL, GK2, pl, GV2, pl, T, ftile,
+                                              (float)scale);
+        });
+        launch((unsigned)(BH * ftile), kThreads, dq_smem<__nv_bfloat16, D, 2>(), [=] {
+            mma_bwd_dq<__nv_bfloat16, D, 2>(Q, K, V, L, G, pl, pl, pl, lay, DL, GQ2, pl, T, ftile, (float)scale);
+        });
+        bool same = true;
+        for (int bh = 0; bh < BH; bh++)
+            for (int i = 0; i < T; i++)
+                for (int d = 0; d < D; d++) {
+                    const size_t x = (bh / H) * pl.sb + (bh % H) * pl.sh + (int64_t)i * pl.st + d;
+                    same &= GQ2[x].x == GQ[x].x && GK2[x].x == GK[x].x && GV2[x].x == GV[x].x;
+                }
+        if (!same) fprintf(stderr, "bf16 D=%d BH=%d T=%d: the backward's 64- and 128-row blocks differ\n", D, BH, T);
+        same ? g_pass++ : g_fail++;
+    }
     // the single pass (WEFT_ATTN_BWD=fused): dk and dv the same bits as the two kernels', dq by atomics into f32
     std::vector<__nv_bfloat16> gqkv1(gqkv.size());
     std::vector<float> dqa((size_t)BH * T * D, 0.f); // zeroes, as the launcher's cudaMemsetAsync leaves it

@@ -37,7 +37,8 @@
 // Backward: Dl_i = go_i.o_i (f32) first; then, as the f32 kernels, one kernel
 // per key block for dk and dv (looping over query tiles) and one per query
 // block for dq (looping over key tiles): no atomics, the same bits each run.
-// Or (WEFT_ATTN_BWD=fused) FlashAttention-2's single pass, mma_bwd_fused:
+// WEFT_ATTN_BWD_ROWS=128 runs both with two 16-row blocks a warp (D up to 64),
+// the same bits. Or (WEFT_ATTN_BWD=fused) FlashAttention-2's single pass, mma_bwd_fused:
 // the dk/dv kernel also adds each query tile's dq into an f32 buffer by
 // atomics, 5 products a tile pair instead of 7, dq's last bits varying.
 //
@@ -222,15 +223,17 @@ template <int D> __host__ __device__ constexpr int fwd_mt_max() { return D <= 64
 template <typename T, int D, int MT> __host__ __device__ constexpr size_t fwd_smem() {
     return sizeof(T) * (size_t)((kOwn * MT + 4 * kFwdKeys) * ld_of<D>());
 }
-template <typename T, int D> __host__ __device__ constexpr size_t dkdv_smem() {
-    return sizeof(T) * (size_t)((2 * kOwn + 4 * kBwdRows) * ld_of<D>()) + 4 * kBwdRows * sizeof(float);
+// The backward kernels' 16-row blocks a warp (MT): 1 by default, 2 with WEFT_ATTN_BWD_ROWS=128 where D is up
+// to 64 (the own rows then 128 a block).
+template <typename T, int D, int MT = 1> __host__ __device__ constexpr size_t dkdv_smem() {
+    return sizeof(T) * (size_t)((2 * kOwn * MT + 4 * kBwdRows) * ld_of<D>()) + 4 * kBwdRows * sizeof(float);
 }
 constexpr int kDsLd = kOwn + 8; // the fused backward's dS tile: kBwdRows query rows of the block's 64 keys, padded
 template <typename T, int D> __host__ __device__ constexpr size_t fused_bwd_smem() {
     return dkdv_smem<T, D>() + sizeof(T) * (size_t)(kBwdRows * kDsLd);
 }
-template <typename T, int D> __host__ __device__ constexpr size_t dq_smem() {
-    return sizeof(T) * (size_t)((2 * kOwn + 4 * kBwdRows) * ld_of<D>());
+template <typename T, int D, int MT = 1> __host__ __device__ constexpr size_t dq_smem() {
+    return sizeof(T) * (size_t)((2 * kOwn * MT + 4 * kBwdRows) * ld_of<D>());
 }
 
 // Block -> (head, tile), the heaviest tiles first (see attention_kernels.cu).
@@ -463,35 +466,40 @@ __global__ void mma_bwd_dl(const T *go, weft_cu_heads gL, const T *o, weft_cu_he
     }
 }
 
-// dk, dv for 64 key rows of one head (16 per warp), looping over query tiles of 32 from the diagonal on.
-// Shared: Ks, Vs (64 rows), then two buffers of Qs, Gs (go) (32 rows) and the tile's lse and Dl: tile i + 1
-// loads (cp.async; lse and Dl by plain stores) while tile i is computed.
-template <typename T, int D>
+// dk, dv for 64 MT key rows of one head (16 MT per warp), looping over query tiles of 32 from the diagonal on.
+// Shared: Ks, Vs (64 MT rows), then two buffers of Qs, Gs (go) (32 rows) and the tile's lse and Dl: tile i + 1
+// loads (cp.async; lse and Dl by plain stores) while tile i is computed. MT = 2 (WEFT_ATTN_BWD_ROWS=128) has
+// every Q and go fragment a warp loads serve two mma, as the forward's 128-row blocks; the same bits.
+template <typename T, int D, int MT>
 __global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k, const T *v, const float *lse,
                                                         const T *go, weft_cu_heads qL, weft_cu_heads kL,
                                                         weft_cu_heads vL, weft_cu_heads gL, const float *dl, T *gk,
                                                         weft_cu_heads gkL, T *gv, weft_cu_heads gvL, int64_t Tn,
                                                         int64_t ntile, float scale) {
-    constexpr int LD = ld_of<D>(), ND = D / 8, NQ = kBwdRows / 8;
+    constexpr int LD = ld_of<D>(), ND = D / 8, NQ = kBwdRows / 8, RW = 16 * MT, ROWS = kOwn * MT;
     WEFT_SMEM(smem_raw);
     constexpr int tile = kBwdRows * LD;
-    T *Ks = (T *)smem_raw, *Vs = Ks + kOwn * LD, *QG = Vs + kOwn * LD; // buffer b: Qs at QG + 2 b tile, Gs after
+    T *Ks = (T *)smem_raw, *Vs = Ks + ROWS * LD, *QG = Vs + ROWS * LD; // buffer b: Qs at QG + 2 b tile, Gs after
     float *LD2 = (float *)(QG + 4 * tile);                              // buffer b: Ls at LD2 + 2 b kBwdRows, Dls after
     int64_t bh, kt;
     block_of(ntile, false, &bh, &kt);
-    const int64_t j0 = kt * kOwn;
+    const int64_t j0 = kt * ROWS;
     q += head_at(qL, bh), k += head_at(kL, bh), v += head_at(vL, bh), go += head_at(gL, bh);
     gk += head_at(gkL, bh), gv += head_at(gvL, bh), lse += bh * Tn, dl += bh * Tn;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int rw = w * 16;
-    load_tile<T, D>(Ks, k, j0, kOwn, Tn, kL.st);
-    load_tile<T, D>(Vs, v, j0, kOwn, Tn, vL.st);
-    float dk[ND][4], dv[ND][4];
+    const int rw = w * RW;
+    load_tile<T, D>(Ks, k, j0, ROWS, Tn, kL.st);
+    load_tile<T, D>(Vs, v, j0, ROWS, Tn, vL.st);
+    float dk[MT][ND][4], dv[MT][ND][4];
+    int64_t key[MT][2];
 #pragma unroll
-    for (int n = 0; n < ND; n++)
+    for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
-        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0;
-    const int64_t key[2] = {j0 + rw + g, j0 + rw + g + 8};
+        for (int n = 0; n < ND; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dk[mt][n][e] = dv[mt][n][e] = 0;
+        key[mt][0] = j0 + rw + 16 * mt + g, key[mt][1] = key[mt][0] + 8;
+    }
     const float scale_log2 = scale * kLog2e;
     // query tile i0's q, go (async) and lse, Dl (plain stores) into buffer b
     auto fetch = [&](int64_t i0, int b) {
@@ -519,69 +527,77 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k,
         __syncthreads(); // tile it is in (and Ks, Vs, loaded before the loop)
         if (i0 + kBwdRows - 1 >= j0 + rw) { // else every query of the tile is before this warp's keys
             // S^T (own keys x queries) = K Q^T and dP^T = V go^T
-            float p[NQ][4], dp[NQ][4];
-            products_t<T, D, NQ>(p, Ks, rw, Qs, lane);
-            products_t<T, D, NQ>(dp, Vs, rw, Gs, lane);
+            float p[MT][NQ][4], dp[MT][NQ][4];
+            products_t<T, D, NQ, MT>(p, Ks, rw, Qs, lane);
+            products_t<T, D, NQ, MT>(dp, Vs, rw, Gs, lane);
             // P^T = exp(s - lse_i) where j <= i < T, else 0; dS^T = P^T (dP^T - Dl_i)
 #pragma unroll
-            for (int n = 0; n < NQ; n++)
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int c = n * 8 + 2 * t + (e & 1);
-                    const int64_t i = i0 + c, j = key[e >> 1];
-                    const float pe = j <= i && i < Tn ? exp2f(p[n][e] * scale_log2 - Ls[c] * kLog2e) : 0.f;
-                    p[n][e] = pe;
-                    dp[n][e] = pe * (dp[n][e] - Dls[c]);
-                }
-            accumulate<T, D, kBwdRows / 16>(dv, p, Gs, lane);  // dv += P^T go
-            accumulate<T, D, kBwdRows / 16>(dk, dp, Qs, lane); // dk += dS^T q
+                for (int n = 0; n < NQ; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int c = n * 8 + 2 * t + (e & 1);
+                        const int64_t i = i0 + c, j = key[mt][e >> 1];
+                        const float pe = j <= i && i < Tn ? exp2f(p[mt][n][e] * scale_log2 - Ls[c] * kLog2e) : 0.f;
+                        p[mt][n][e] = pe;
+                        dp[mt][n][e] = pe * (dp[mt][n][e] - Dls[c]);
+                    }
+            accumulate<T, D, kBwdRows / 16, MT>(dv, p, Gs, lane);  // dv += P^T go
+            accumulate<T, D, kBwdRows / 16, MT>(dk, dp, Qs, lane); // dk += dS^T q
         }
         __syncthreads(); // tile it is no longer read: its buffer takes tile it + 2
     }
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        if (key[r] >= Tn) continue;
-        T *krow = gk + key[r] * gkL.st, *vrow = gv + key[r] * gvL.st;
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int n = 0; n < ND; n++) {
-            *(uint32_t *)(krow + n * 8 + 2 * t) = lp<T>::pack(dk[n][2 * r] * scale, dk[n][2 * r + 1] * scale);
-            *(uint32_t *)(vrow + n * 8 + 2 * t) = lp<T>::pack(dv[n][2 * r], dv[n][2 * r + 1]);
+        for (int r = 0; r < 2; r++) {
+            if (key[mt][r] >= Tn) continue;
+            T *krow = gk + key[mt][r] * gkL.st, *vrow = gv + key[mt][r] * gvL.st;
+#pragma unroll
+            for (int n = 0; n < ND; n++) {
+                *(uint32_t *)(krow + n * 8 + 2 * t) =
+                    lp<T>::pack(dk[mt][n][2 * r] * scale, dk[mt][n][2 * r + 1] * scale);
+                *(uint32_t *)(vrow + n * 8 + 2 * t) = lp<T>::pack(dv[mt][n][2 * r], dv[mt][n][2 * r + 1]);
+            }
         }
-    }
 }
 
-// dq for 64 query rows of one head (16 per warp), looping over key tiles of 32 up to the diagonal.
-// Shared: Qs, Gs (go) (64 rows), then two buffers of Ks, Vs (32 rows): tile j + 1 loads (cp.async) while tile
-// j is computed.
-template <typename T, int D>
+// dq for 64 MT query rows of one head (16 MT per warp), looping over key tiles of 32 up to the diagonal.
+// Shared: Qs, Gs (go) (64 MT rows), then two buffers of Ks, Vs (32 rows): tile j + 1 loads (cp.async) while
+// tile j is computed.
+template <typename T, int D, int MT>
 __global__ void __launch_bounds__(kThreads) mma_bwd_dq(const T *q, const T *k, const T *v, const float *lse,
                                                       const T *go, weft_cu_heads qL, weft_cu_heads kL,
                                                       weft_cu_heads vL, weft_cu_heads gL, const float *dl, T *gq,
                                                       weft_cu_heads gqL, int64_t Tn, int64_t ntile, float scale) {
-    constexpr int LD = ld_of<D>(), ND = D / 8, NJ = kBwdRows / 8;
+    constexpr int LD = ld_of<D>(), ND = D / 8, NJ = kBwdRows / 8, RW = 16 * MT, ROWS = kOwn * MT;
     WEFT_SMEM(smem_raw);
     constexpr int tile = kBwdRows * LD;
-    T *Qs = (T *)smem_raw, *Gs = Qs + kOwn * LD, *KV = Gs + kOwn * LD; // buffer b: Ks at KV + 2 b tile, Vs after
+    T *Qs = (T *)smem_raw, *Gs = Qs + ROWS * LD, *KV = Gs + ROWS * LD; // buffer b: Ks at KV + 2 b tile, Vs after
     int64_t bh, qt;
     block_of(ntile, true, &bh, &qt);
-    const int64_t i0 = qt * kOwn;
+    const int64_t i0 = qt * ROWS;
     q += head_at(qL, bh), k += head_at(kL, bh), v += head_at(vL, bh), go += head_at(gL, bh);
     gq += head_at(gqL, bh), lse += bh * Tn, dl += bh * Tn;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int rw = w * 16;
-    load_tile<T, D>(Qs, q, i0, kOwn, Tn, qL.st);
-    load_tile<T, D>(Gs, go, i0, kOwn, Tn, gL.st);
-    const int64_t row[2] = {i0 + rw + g, i0 + rw + g + 8};
-    float lrow[2], dlrow[2];
-    for (int r = 0; r < 2; r++) {
-        lrow[r] = row[r] < Tn ? lse[row[r]] * kLog2e : 0.f;
-        dlrow[r] = row[r] < Tn ? dl[row[r]] : 0.f;
-    }
-    float dq[ND][4];
+    const int rw = w * RW;
+    load_tile<T, D>(Qs, q, i0, ROWS, Tn, qL.st);
+    load_tile<T, D>(Gs, go, i0, ROWS, Tn, gL.st);
+    int64_t row[MT][2];
+    float lrow[MT][2], dlrow[MT][2], dq[MT][ND][4];
 #pragma unroll
-    for (int n = 0; n < ND; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0;
+    for (int mt = 0; mt < MT; mt++) {
+        row[mt][0] = i0 + rw + 16 * mt + g, row[mt][1] = row[mt][0] + 8;
+        for (int r = 0; r < 2; r++) {
+            lrow[mt][r] = row[mt][r] < Tn ? lse[row[mt][r]] * kLog2e : 0.f;
+            dlrow[mt][r] = row[mt][r] < Tn ? dl[row[mt][r]] : 0.f;
+        }
+#pragma unroll
+        for (int n = 0; n < ND; n++) dq[mt][n][0] = dq[mt][n][1] = dq[mt][n][2] = dq[mt][n][3] = 0;
+    }
     const float scale_log2 = scale * kLog2e;
-    const int64_t last = (i0 + kOwn < Tn ? i0 + kOwn : Tn) - 1;
+    const int64_t last = (i0 + ROWS < Tn ? i0 + ROWS : Tn) - 1;
     load_tile_async<T, D>(KV, k, 0, kBwdRows, Tn, kL.st);
     load_tile_async<T, D>(KV + tile, v, 0, kBwdRows, Tn, vL.st);
     cp_async_commit();
@@ -597,30 +613,35 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dq(const T *q, const T *k, c
             cp_async_wait<0>();
         }
         __syncthreads(); // tile it is in (and Qs, Gs, loaded before the loop)
-        if (j0 <= i0 + rw + 15) { // else every key of the tile is after this warp's queries
-            float p[NJ][4], dp[NJ][4];
-            products_t<T, D, NJ>(p, Qs, rw, Ks, lane);
-            products_t<T, D, NJ>(dp, Gs, rw, Vs, lane);
+        if (j0 <= i0 + rw + RW - 1) { // else every key of the tile is after this warp's queries
+            float p[MT][NJ][4], dp[MT][NJ][4];
+            products_t<T, D, NJ, MT>(p, Qs, rw, Ks, lane);
+            products_t<T, D, NJ, MT>(dp, Gs, rw, Vs, lane);
 #pragma unroll
-            for (int n = 0; n < NJ; n++)
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int64_t j = j0 + n * 8 + 2 * t + (e & 1), i = row[e >> 1];
-                    const float pe = j <= i && i < Tn ? exp2f(p[n][e] * scale_log2 - lrow[e >> 1]) : 0.f;
-                    dp[n][e] = pe * (dp[n][e] - dlrow[e >> 1]);
-                }
-            accumulate<T, D, kBwdRows / 16>(dq, dp, Ks, lane); // dq += dS K
+                for (int n = 0; n < NJ; n++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int64_t j = j0 + n * 8 + 2 * t + (e & 1), i = row[mt][e >> 1];
+                        const float pe = j <= i && i < Tn ? exp2f(p[mt][n][e] * scale_log2 - lrow[mt][e >> 1]) : 0.f;
+                        dp[mt][n][e] = pe * (dp[mt][n][e] - dlrow[mt][e >> 1]);
+                    }
+            accumulate<T, D, kBwdRows / 16, MT>(dq, dp, Ks, lane); // dq += dS K
         }
         __syncthreads(); // tile it is no longer read: its buffer takes tile it + 2
     }
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        if (row[r] >= Tn) continue;
-        T *qrow = gq + row[r] * gqL.st;
+    for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int n = 0; n < ND; n++)
-            *(uint32_t *)(qrow + n * 8 + 2 * t) = lp<T>::pack(dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
-    }
+        for (int r = 0; r < 2; r++) {
+            if (row[mt][r] >= Tn) continue;
+            T *qrow = gq + row[mt][r] * gqL.st;
+#pragma unroll
+            for (int n = 0; n < ND; n++)
+                *(uint32_t *)(qrow + n * 8 + 2 * t) =
+                    lp<T>::pack(dq[mt][n][2 * r] * scale, dq[mt][n][2 * r + 1] * scale);
+        }
 }
 
 // The backward in one pass (FlashAttention-2's algorithm): mma_bwd_dkdv's loop, which also has each query
@@ -787,6 +808,28 @@ cudaError_t fwd_launch(const void *q, const void *k, const void *v, const weft_c
     return fwd_launch_mt<T, D, 1>(q, k, v, L, o, lse, BH, Tn, scale, s);
 }
 
+// The two deterministic backward kernels with MT 16-row blocks a warp (after mma_bwd_dl).
+template <typename T, int D, int MT>
+cudaError_t bwd_split(const void *q, const void *k, const void *v, const weft_cu_heads *L, const float *lse,
+                      const void *go, const float *dl, void *gq, void *gk, void *gv, int64_t BH, int64_t Tn,
+                      double scale, cudaStream_t s) {
+    const int64_t ntile = (Tn + kOwn * MT - 1) / (kOwn * MT);
+    unsigned nb;
+    if (!weft_cu_grid_of(BH, ntile, &nb)) return cudaErrorInvalidValue;
+    const size_t smem_kv = dkdv_smem<T, D, MT>(), smem_q = dq_smem<T, D, MT>();
+    cudaError_t e;
+    if ((e = weft_cu_smem_optin(mma_bwd_dkdv<T, D, MT>, smem_kv)) != cudaSuccess) return e;
+    if ((e = weft_cu_smem_optin(mma_bwd_dq<T, D, MT>, smem_q)) != cudaSuccess) return e;
+    mma_bwd_dkdv<T, D, MT><<<nb, kThreads, smem_kv, s>>>((const T *)q, (const T *)k, (const T *)v, lse,
+                                                         (const T *)go, L[0], L[1], L[2], L[3], dl, (T *)gk, L[6],
+                                                         (T *)gv, L[7], Tn, ntile, (float)scale);
+    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    mma_bwd_dq<T, D, MT><<<nb, kThreads, smem_q, s>>>((const T *)q, (const T *)k, (const T *)v, lse, (const T *)go,
+                                                      L[0], L[1], L[2], L[3], dl, (T *)gq, L[5], Tn, ntile,
+                                                      (float)scale);
+    return cudaGetLastError();
+}
+
 template <typename T, int D>
 cudaError_t bwd_launch(const void *q, const void *k, const void *v, const weft_cu_heads *L, const void *o,
                        const float *lse, const void *go, float *dl, float *dqa, void *gq, void *gk, void *gv,
@@ -813,16 +856,10 @@ cudaError_t bwd_launch(const void *q, const void *k, const void *v, const weft_c
         mma_bwd_dq_store<T><<<(unsigned)nst, 256, 0, s>>>(dqa, (T *)gq, L[5], N * D, Tn, D, (float)scale);
         return cudaGetLastError();
     }
-    const size_t smem_kv = dkdv_smem<T, D>(), smem_q = dq_smem<T, D>();
-    if ((e = weft_cu_smem_optin(mma_bwd_dkdv<T, D>, smem_kv)) != cudaSuccess) return e;
-    if ((e = weft_cu_smem_optin(mma_bwd_dq<T, D>, smem_q)) != cudaSuccess) return e;
-    mma_bwd_dkdv<T, D><<<nb, kThreads, smem_kv, s>>>((const T *)q, (const T *)k, (const T *)v, lse, (const T *)go,
-                                                     L[0], L[1], L[2], L[3], dl, (T *)gk, L[6], (T *)gv, L[7], Tn,
-                                                     ntile, (float)scale);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    mma_bwd_dq<T, D><<<nb, kThreads, smem_q, s>>>((const T *)q, (const T *)k, (const T *)v, lse, (const T *)go, L[0],
-                                                  L[1], L[2], L[3], dl, (T *)gq, L[5], Tn, ntile, (float)scale);
-    return cudaGetLastError();
+    const char *rows = getenv("WEFT_ATTN_BWD_ROWS"); // (read at every launch: the bench compares the two)
+    if constexpr (fwd_mt_max<D>() == 2)
+        if (rows && atoi(rows) == 128) return bwd_split<T, D, 2>(q, k, v, L, lse, go, dl, gq, gk, gv, BH, Tn, scale, s);
+    return bwd_split<T, D, 1>(q, k, v, L, lse, go, dl, gq, gk, gv, BH, Tn, scale, s);
 }
 
 #define MMA_DISPATCH_D(T, fn, D, ...)                   \
