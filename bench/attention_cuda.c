@@ -3,8 +3,8 @@
 // called through the op table as autograd does), at GPT-2-small's shape (8,12,1024,64):
 //   attention_cuda_bf16         TFLOP/s, 7 B H T^2 D FLOPs a step (causal: QK^T and PV forward, five products back)
 //   attention_cuda_bf16_fwd     the forward alone, 2 B H T^2 D FLOPs
-//   attention_cuda_bf16_rows64  the same two with WEFT_ATTN_FWD_ROWS=64 (the forward's 64-row blocks, one
-//   ..._rows64_fwd              16-row block a warp, as before 2026-11-27 night): which tiling is faster here
+//   attention_cuda_bf16_rows128 the same two with WEFT_ATTN_FWD_ROWS=128 (the forward's 128-row blocks, two
+//   ..._rows128_fwd             16-row blocks a warp): which tiling is faster here
 //   attention_cuda_bf16_onepass forward + backward with WEFT_ATTN_BWD=fused (FlashAttention-2's single backward
 //                               pass, dq by atomics) instead of the two deterministic backward kernels
 //   attention_cuda_bf16_bwd128  forward + backward with WEFT_ATTN_BWD_ROWS=128 (the two backward kernels with
@@ -57,9 +57,9 @@ int main(int argc, char **argv) {
     }
     int f = run(argc, argv, "attention_cuda_bf16", WEFT_BF16, false);
     f |= run(argc, argv, "attention_cuda_bf16_fwd", WEFT_BF16, true);
-    setenv("WEFT_ATTN_FWD_ROWS", "64", 1);
-    f |= run(argc, argv, "attention_cuda_bf16_rows64", WEFT_BF16, false);
-    f |= run(argc, argv, "attention_cuda_bf16_rows64_fwd", WEFT_BF16, true);
+    setenv("WEFT_ATTN_FWD_ROWS", "128", 1);
+    f |= run(argc, argv, "attention_cuda_bf16_rows128", WEFT_BF16, false);
+    f |= run(argc, argv, "attention_cuda_bf16_rows128_fwd", WEFT_BF16, true);
     unsetenv("WEFT_ATTN_FWD_ROWS");
     setenv("WEFT_ATTN_BWD", "fused", 1);
     f |= run(argc, argv, "attention_cuda_bf16_onepass", WEFT_BF16, false);

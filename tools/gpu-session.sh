@@ -36,9 +36,7 @@
 #              WEFT_CUDA_LT + WEFT_FUSED_LINEAR, WEFT_AUTOCAST_CACHE), in f32, and the twin in bf16 and in
 #              f32: the variant whose val loss comes near the twin's names the path to look at; weft's f32
 #              run against the twin's says whether it is bf16's at all (about 350 s)
-#   gpt2       train_gpt2_small_cuda, weft then PyTorch eager with SDPA, then weft with the attention's
-#              one-pass backward (WEFT_ATTN_BWD=fused) and with 64-row forward blocks (WEFT_ATTN_FWD_ROWS=64)
-#              (170 s)
+#   gpt2       train_gpt2_small_cuda, weft then PyTorch eager with SDPA (100 s)
 #   profile    where a gpt2-small-bytes step goes: Nsight Compute's time of every kernel of 3 training steps
 #              (and one evaluation batch), summed by kernel name per step (tools/kernel_times.py; 150 s)
 #   cpu16      the four standard workloads on the CPU at 16 threads, weft built with
@@ -104,12 +102,7 @@ for step in $steps; do
     grep -E "train loss|worst|differs|passed" "$out/parity.log" 2>/dev/null | tee -a "$out/summary.txt" ;;
   gpt2)
     run gpt2_weft 45 "WEFT_BENCH_DEVICE=cuda $B/bench_train train_gpt2_small_cuda"
-    run gpt2_peer 55 "cd bench/peers && WEFT_BENCH_DEVICE=cuda $py train.py 'train_gpt2_small_cuda\$'"
-    # the attention's one-pass backward (dq by atomics) and 64-row forward blocks, to choose the defaults
-    run gpt2onepass_weft 45 "WEFT_ATTN_BWD=fused WEFT_BENCH_DEVICE=cuda $B/bench_train train_gpt2_small_cuda"
-    run gpt2rows64_weft 45 "WEFT_ATTN_FWD_ROWS=64 WEFT_BENCH_DEVICE=cuda $B/bench_train train_gpt2_small_cuda"
-    grep -h "^train_gpt2_small_cuda " "$out/gpt2_weft.log" "$out/gpt2onepass_weft.log" "$out/gpt2rows64_weft.log" \
-      2>/dev/null | paste -sd' ' | sed 's/^/gpt2 default, one-pass backward, 64-row forward: /' | tee -a "$out/summary.txt" ;;
+    run gpt2_peer 55 "cd bench/peers && WEFT_BENCH_DEVICE=cuda $py train.py 'train_gpt2_small_cuda\$'" ;;
   profile)
     run profile 150 "ncu --csv --metrics gpu__time_duration.sum $B/weft train models/gpt2-small-bytes.cfg --device cuda \
       --steps 3 --eval-batches 1 --quiet > $out/profile.csv"
@@ -120,19 +113,22 @@ for step in $steps; do
   bandwidth) run bandwidth 30 "$B/bench_cuda_bandwidth" ;;
   bisect)
     a="--device cuda --steps 300 --eval-batches 50 --quiet"
-    for v in "default:" "attention_composed:WEFT_FUSED_ATTENTION=0" "attention_f32:WEFT_ATTN_MMA=0" \
+    # first the four that say whether the gap is bf16's or there in f32 too: weft and the twin, each both ways
+    run bisect_default 40 "$B/weft train models/gpt2-small-bytes.cfg $a"
+    grep -h "^final:" "$out/bisect_default.log" 2>/dev/null | sed "s/^/bisect default /" | tee -a "$out/summary.txt"
+    run bisect_peer 60 "cd bench/peers && $py kjv_gpt_train.py '' 300 gpt2"
+    grep -h "val_loss" "$out/bisect_peer.log" 2>/dev/null | sed "s/^/bisect peer /" | tee -a "$out/summary.txt"
+    sed '/^precision/d' models/gpt2-small-bytes.cfg > "$out/gpt2-f32.cfg"
+    run bisect_f32 90 "$B/weft train $out/gpt2-f32.cfg $a"
+    grep -h "^final:" "$out/bisect_f32.log" 2>/dev/null | sed "s/^/bisect f32 /" | tee -a "$out/summary.txt"
+    run bisect_peer_f32 90 "cd bench/peers && $py kjv_gpt_train.py '' 300 gpt2 f32"
+    grep -h "val_loss" "$out/bisect_peer_f32.log" 2>/dev/null | sed "s/^/bisect peer f32 /" | tee -a "$out/summary.txt"
+    for v in "attention_composed:WEFT_FUSED_ATTENTION=0" "attention_f32:WEFT_ATTN_MMA=0" \
              "norms_f32:WEFT_NORM_HALF_OUT=0 WEFT_FUSED_ADD_NORM=0" "optim_single:WEFT_OPTIM_MULTI=0" \
              "linear_plain:WEFT_CUDA_LT=0 WEFT_FUSED_LINEAR=0" "no_cast_cache:WEFT_AUTOCAST_CACHE=0"; do
       run "bisect_${v%%:*}" 60 "env ${v#*:} $B/weft train models/gpt2-small-bytes.cfg $a"
-      grep -h "^final:" "$out/bisect_${v%%:*}.log" | sed "s/^/bisect ${v%%:*} /" | tee -a "$out/summary.txt"
-    done
-    sed '/^precision/d' models/gpt2-small-bytes.cfg > "$out/gpt2-f32.cfg"
-    run bisect_f32 90 "$B/weft train $out/gpt2-f32.cfg $a"
-    grep -h "^final:" "$out/bisect_f32.log" | sed "s/^/bisect f32 /" | tee -a "$out/summary.txt"
-    run bisect_peer 60 "cd bench/peers && $py kjv_gpt_train.py '' 300 gpt2"
-    grep -h "val_loss" "$out/bisect_peer.log" | sed "s/^/bisect peer /" | tee -a "$out/summary.txt"
-    run bisect_peer_f32 90 "cd bench/peers && $py kjv_gpt_train.py '' 300 gpt2 f32"
-    grep -h "val_loss" "$out/bisect_peer_f32.log" | sed "s/^/bisect peer f32 /" | tee -a "$out/summary.txt" ;;
+      grep -h "^final:" "$out/bisect_${v%%:*}.log" 2>/dev/null | sed "s/^/bisect ${v%%:*} /" | tee -a "$out/summary.txt"
+    done ;;
   graph) run graph 90 "WEFT_CUDA_GRAPHS_DEBUG=1 $B/weft train models/gpt2-small-bytes.cfg --device cuda --graph --steps 30" ;;
   standard)
     for w in train_fmnist_mlp train_fmnist_cnn train_kjv_gpt train_kjv_lstm; do

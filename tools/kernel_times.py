@@ -27,7 +27,6 @@ def main():
         except (KeyError, ValueError):
             continue
         name = row.get("Kernel Name", "?")
-        name = name if len(name) <= 90 else name[:87] + "..."
         ms[name] += v
         calls[name] += 1
     total = sum(ms.values())
@@ -36,7 +35,8 @@ def main():
         sys.exit(1)
     print(f"kernels: {sum(calls.values()) / div:.0f} launches, {total / div:.3f} ms of GPU time (per {div:g})")
     for name, v in sorted(ms.items(), key=lambda kv: -kv[1])[:top]:
-        print(f"{v / div:9.3f} ms {100 * v / total:5.1f}% {calls[name] / div:7.1f}x  {name}")
+        short = name if len(name) <= 90 else name[:87] + "..."  # (summed under the whole name)
+        print(f"{v / div:9.3f} ms {100 * v / total:5.1f}% {calls[name] / div:7.1f}x  {short}")
 
 
 if __name__ == "__main__":

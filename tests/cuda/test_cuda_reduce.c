@@ -95,7 +95,7 @@ static void test_axes(void) {
     }
 }
 
-// bf16 / f16 inputs (the kernels read them through float): every op over each axis, all axes, a column sum.
+// bf16 / f16 inputs (the kernels read them through float): every op over each axis, all axes, column sums.
 static void test_half(void) {
     const weft_dtype dts[2] = {WEFT_BF16, WEFT_F16};
     for (int f = 0; f < 2; f++) {
@@ -104,8 +104,12 @@ static void test_half(void) {
         all_ops("(4,5,6)", x, (red_case){.n = 0});
         weft_tensor *y = rand_dt(WEFT_DIMS(3000, 24), dts[f], -2, 2, 42 + f);
         all_ops("(3000,24)", y, (red_case){.n = 1, .axes = {0}});
+        // a bias gradient: (B,T,N) summed over B and T (the column sums, 2800 rows in 11 chunks of 256)
+        weft_tensor *z = rand_dt(WEFT_DIMS(4, 700, 96), dts[f], -2, 2, 44 + f);
+        all_ops("(4,700,96)", z, (red_case){.n = 2, .axes = {0, 1}});
         weft_tensor_free(x);
         weft_tensor_free(y);
+        weft_tensor_free(z);
     }
 }
 
@@ -134,6 +138,12 @@ static void test_lengths(void) {
         all_ops("(40,9000)", c, (red_case){.n = 1, .axes = {0}});
         all_ops("(40,9000)", c, (red_case){.n = 1, .axes = {0}, .view = 1});
         weft_tensor_free(c);
+        // leading dims of a contiguous tensor (the column sums): more rows than one chunk of 256, columns past
+        // a multiple of 32
+        weft_tensor *d = rand_dt(WEFT_DIMS(4, 700, 97), float_dts[f], -1, 1, 31);
+        all_ops("(4,700,97)", d, (red_case){.n = 2, .axes = {0, 1}});
+        all_ops("(4,700,97)", d, (red_case){.n = 1, .axes = {0}, .keep = true});
+        weft_tensor_free(d);
     }
 }
 

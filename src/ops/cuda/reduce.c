@@ -30,6 +30,22 @@ static weft_status cu_reduce(const weft_op_args *a) {
     if (p.n_red == 0 && (kind == WEFT_RED_MAX || kind == WEFT_RED_MIN || kind == WEFT_RED_ARGMAX))
         return weft_error(WEFT_ERR_SHAPE, "%s: reducing over an empty dimension", a->op->name);
     if (p.n_out == 0) return WEFT_OK;
+    // sum / mean over a contiguous float tensor's leading dims (the CPU's column fast path, cpu/reduce.c):
+    // coalesced column sums (a linear layer's bias gradient)
+    uint32_t mask = (uint32_t)a->attrs->i[0];
+    int k = 0;
+    while (k < x->ndim && (mask & (1u << k))) k++;
+    if ((kind == WEFT_RED_SUM || kind == WEFT_RED_MEAN) && (weft_dtype_is_float(x->dtype) || weft_dtype_is_half(x->dtype)) &&
+        k > 0 && k < x->ndim && mask == (1u << k) - 1 && weft_tensor_is_contiguous(x) && p.n_red > 1 && p.n_out > 1) {
+        int64_t np = weft_cu_colsum_parts(p.n_red) * p.n_out;
+        weft_tensor *part = weft_tensor_new(1, &np, WEFT_F64, x->device);
+        if (!part) return weft_last_status();
+        double scale = kind == WEFT_RED_MEAN ? 1.0 / (double)p.n_red : 1.0;
+        cudaError_t e = weft_cu_colsum(weft_tensor_ptr(x), x->dtype, p.n_red, p.n_out, weft_tensor_ptr(out), scale,
+                                       (double *)weft_tensor_ptr(part), weft_cu_stream(out));
+        weft_tensor_free(part);
+        return weft_cu_done(e, a->op->name);
+    }
     weft_cu_reduce_plan cp;
     memcpy(&cp, &p, sizeof cp);
     cudaError_t e = weft_cu_reduce(&cp, weft_tensor_ptr(x), x->dtype, weft_tensor_ptr(out), kind, a->attrs->i[2],

@@ -8,6 +8,7 @@
 // outputs whose reduced elements are strided, e.g. a column sum, where
 // neighbouring threads read neighbouring addresses), up to 1024 a warp, longer
 // ones a block of 256.
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <type_traits>
@@ -220,6 +221,66 @@ static cudaError_t launch(const plan &p, const void *x, void *out, int kind, int
         reduce_kernel<T, weft_cu_block_group><<<nb, RED_THREADS, 0, s>>>(p, xt, out, kind, corr);
     }
     return cudaGetLastError();
+}
+
+// ---- column sums: x (R, K) row-major, summed over its R rows (a linear layer's bias gradient) ----
+// The general kernels give such a column a block whose threads read one element each from rows K apart:
+// uncoalesced. Here a warp reads 32 neighbouring columns of a row, 8 warps a block take every 8th row of a
+// chunk of kColRows rows, their double sums are added in shared memory in a fixed order, one partial per
+// (chunk, column); a second pass adds the chunks' partials in order: the same bits every run.
+constexpr int kColRows = 256;
+
+template <typename T>
+__global__ void __launch_bounds__(256) colsum_part(const T *x, int64_t R, int64_t K, double *part) {
+    __shared__ double sh[8][33];
+    const int tx = (int)threadIdx.x & 31, ty = (int)threadIdx.x >> 5;
+    const int64_t c = (int64_t)blockIdx.x * 32 + tx, r0 = (int64_t)blockIdx.y * kColRows;
+    const int64_t r1 = r0 + kColRows < R ? r0 + kColRows : R;
+    double s = 0;
+    if (c < K)
+        for (int64_t r = r0 + ty; r < r1; r += 8) s += weft_cu_to_f64(x[r * K + c]);
+    sh[ty][tx] = s;
+    __syncthreads();
+    if (ty == 0 && c < K) {
+        double t = sh[0][tx];
+        for (int k = 1; k < 8; k++) t += sh[k][tx];
+        part[(int64_t)blockIdx.y * K + c] = t;
+    }
+}
+
+template <typename T>
+__global__ void colsum_final(const double *part, int64_t nch, int64_t K, T *out, double scale) {
+    for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < K; c += (int64_t)gridDim.x * blockDim.x) {
+        double t = 0;
+        for (int64_t k = 0; k < nch; k++) t += part[k * K + c];
+        out[c] = store_as<T>(t * scale);
+    }
+}
+
+template <typename T>
+static cudaError_t colsum_launch(const void *x, int64_t R, int64_t K, void *out, double scale, double *part,
+                                 cudaStream_t s) {
+    const int64_t nch = (R + kColRows - 1) / kColRows, nbx = (K + 31) / 32;
+    if (nch > 65535 || nbx > INT32_MAX) return cudaErrorInvalidValue;
+    colsum_part<T><<<dim3((unsigned)nbx, (unsigned)nch), 256, 0, s>>>((const T *)x, R, K, part);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    colsum_final<T><<<weft_cu_blocks(K), WEFT_CU_THREADS, 0, s>>>(part, nch, K, (T *)out, scale);
+    return cudaGetLastError();
+}
+
+extern "C" int64_t weft_cu_colsum_parts(int64_t R) { return (R + kColRows - 1) / kColRows; }
+
+extern "C" cudaError_t weft_cu_colsum(const void *x, int dtype, int64_t R, int64_t K, void *out, double scale,
+                                      double *part, cudaStream_t s) {
+    if (R <= 0 || K <= 0) return cudaErrorInvalidValue;
+    switch (dtype) {
+    case WEFT_CU_F32: return colsum_launch<float>(x, R, K, out, scale, part, s);
+    case WEFT_CU_F64: return colsum_launch<double>(x, R, K, out, scale, part, s);
+    case WEFT_CU_BF16: return colsum_launch<__nv_bfloat16>(x, R, K, out, scale, part, s);
+    case WEFT_CU_F16: return colsum_launch<__half>(x, R, K, out, scale, part, s);
+    default: return cudaErrorInvalidValue;
+    }
 }
 
 extern "C" cudaError_t weft_cu_reduce(const weft_cu_reduce_plan *p, const void *x, int dtype, void *out, int kind,
