@@ -223,18 +223,20 @@ static void test_autocast(void) {
     for (int i = 0; i < 3; i++) weft_tensor_free(x[i]), weft_tensor_free(lo[i]), weft_tensor_free(dx[i]), weft_tensor_free(dlo[i]);
 }
 
-// rms of a - b over rms of b, and the mean of a - b over rms of b (a bias, where rounding alone averages out),
-// for two float tensors of one shape (any device).
-static void err_stats(const weft_tensor *a, const weft_tensor *b, double *rel, double *bias) {
+// rms of a - b over rms of b; the mean of a - b over rms of b (an offset, where rounding alone averages out);
+// and sum(a b) / sum(b b) - 1 (a scaling, e.g. P truncated instead of rounded, which zero-mean values hide
+// from the mean), for two float tensors of one shape (any device).
+static void err_stats(const weft_tensor *a, const weft_tensor *b, double *rel, double *bias, double *scale) {
     weft_tensor *ah = weft_tensor_to((weft_tensor *)a, WEFT_DEVICE_CPU), *bh = weft_tensor_to((weft_tensor *)b, WEFT_DEVICE_CPU);
     weft_tensor *a64 = ah ? weft_cast(ah, WEFT_F64) : NULL, *b64 = bh ? weft_cast(bh, WEFT_F64) : NULL;
-    *rel = *bias = INFINITY;
+    *rel = *bias = *scale = INFINITY;
     if (a64 && b64 && weft_tensor_numel(a64) == weft_tensor_numel(b64)) {
         const double *x = weft_tensor_data(a64), *y = weft_tensor_data(b64);
         int64_t n = weft_tensor_numel(b64);
-        double d2 = 0, y2 = 0, d = 0;
-        for (int64_t i = 0; i < n; i++) d2 += (x[i] - y[i]) * (x[i] - y[i]), y2 += y[i] * y[i], d += x[i] - y[i];
-        *rel = sqrt(d2 / y2), *bias = (d / (double)n) / sqrt(y2 / (double)n);
+        double d2 = 0, y2 = 0, d = 0, xy = 0;
+        for (int64_t i = 0; i < n; i++)
+            d2 += (x[i] - y[i]) * (x[i] - y[i]), y2 += y[i] * y[i], d += x[i] - y[i], xy += x[i] * y[i];
+        *rel = sqrt(d2 / y2), *bias = (d / (double)n) / sqrt(y2 / (double)n), *scale = xy / y2 - 1;
     }
     weft_tensor_free(ah), weft_tensor_free(bh), weft_tensor_free(a64), weft_tensor_free(b64);
 }
@@ -269,17 +271,19 @@ static void test_mma_vs_f32_gpt2(void) {
     for (int k = 1; k < 3; k++) {
         CHECK(y[0] && y[k] && g[0] && g[k]);
         if (!(y[0] && y[k] && g[0] && g[k])) continue;
-        double rel, bias;
-        err_stats(y[k], y[0], &rel, &bias);
-        printf("  (2,12,1024,64) bf16 %-11s vs f32 kernels: o       rel %.3g, bias %.3g\n", label[k], rel, bias);
-        CHECK(rel < 1e-2 && fabs(bias) < 1e-3);
+        // (H100, 2026-11-27: rel about 2e-3 for o and 2.7e-3 for the gradients, offsets up to 3e-6)
+        double rel, bias, scale;
+        err_stats(y[k], y[0], &rel, &bias, &scale);
+        printf("  (2,12,1024,64) bf16 %-11s vs f32 kernels: o       rel %.3g, offset %.3g, scale %.3g\n", label[k],
+               rel, bias, scale);
+        CHECK(rel < 1e-2 && fabs(bias) < 1e-4 && fabs(scale) < 1e-3);
         const char *names[3] = {"grad q", "grad k", "grad v"};
         for (int p = 0; p < 3; p++) {
             weft_tensor *a = weft_narrow(g[k], 2, p * C, C), *b = weft_narrow(g[0], 2, p * C, C);
-            err_stats(a, b, &rel, &bias);
-            printf("  (2,12,1024,64) bf16 %-11s vs f32 kernels: %-7s rel %.3g, bias %.3g\n", label[k], names[p], rel,
-                   bias);
-            CHECK(rel < 2e-2 && fabs(bias) < 2e-3);
+            err_stats(a, b, &rel, &bias, &scale);
+            printf("  (2,12,1024,64) bf16 %-11s vs f32 kernels: %-7s rel %.3g, offset %.3g, scale %.3g\n", label[k],
+                   names[p], rel, bias, scale);
+            CHECK(rel < 2e-2 && fabs(bias) < 1e-4 && fabs(scale) < 1e-3);
             weft_tensor_free(a), weft_tensor_free(b);
         }
     }

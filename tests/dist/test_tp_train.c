@@ -207,7 +207,7 @@ static void test_device_block(void) {
         return;
     }
     enum { C = 16, NH = 4 };
-    // the fused attention on both (a CUDA device always takes it)
+    // the fused attention on both (the default on every device)
     setenv("WEFT_FUSED_ATTENTION", "1", 1);
     weft_tensor *grads[2][32] = {{NULL}}, *outs[2] = {NULL};
     int np = 0;
@@ -311,7 +311,7 @@ static void test_device_gpt_seq(void) {
     weft_model_cfg *cfg = weft_model_cfg_parse(gpt_cfg, strlen(gpt_cfg), "gpt");
     CHECK(cfg != NULL);
     if (!cfg) return;
-    setenv("WEFT_FUSED_ATTENTION", "1", 1); // what a CUDA device always runs
+    setenv("WEFT_FUSED_ATTENTION", "1", 1); // the default on every device
     weft_tensor *grads[2][64] = {{NULL}};
     double loss[2] = {0, 0};
     int np = 0;

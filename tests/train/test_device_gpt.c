@@ -104,6 +104,11 @@ static bool run_pair(const char *precision, bool small, weft_train_result *rc, w
     snprintf(dc, sizeof dc, "%s/%s_cpu", g_dir, precision);
     snprintf(dd, sizeof dd, "%s/%s_dev", g_dir, precision);
     if (!run(cfg, "cpu", dc, rc) || !run(cfg, "cuda", dd, rd)) return false;
+    for (int k = 0; k < 2; k++) { // only steps 1 and 3 are compared (at gpt2 width a checkpoint is 185 MB)
+        char two[500];
+        snprintf(two, sizeof two, "%s/ckpt-000002.safetensors", k ? dd : dc);
+        unlink(two);
+    }
     printf("%s, d %d, context %d, %s: train loss %.6f (cpu %.6f), val loss %.6f (cpu %.6f)\n", precision, d, ctx,
            small ? "small" : "gpt2-small-bytes' width", rd->train_loss, rc->train_loss, rd->val_loss, rc->val_loss);
     return true;

@@ -21,7 +21,8 @@
 // from one product into the next without leaving registers.
 //
 // Every kernel has 4 warps; each warp owns 16 rows of its side (query rows
-// for the forward and dq, key rows for dk/dv) and streams the other side
+// for the forward and dq, key rows for dk/dv; 32 with WEFT_ATTN_FWD_ROWS=128
+// or WEFT_ATTN_BWD_ROWS=128, slower on an H100) and streams the other side
 // through shared memory, tiles of 64 rows in the forward and 32 in the
 // backward kernels (which hold two accumulators of D columns each), in two
 // buffers: the next tile's cp.async copies run while this one is computed.

@@ -336,8 +336,9 @@ static weft_status cu_linear(const weft_op_args *args) {
         st = cu_matmul(&m);
         if (st == WEFT_OK && args->n_in == 3 && !(b = weft_kernel_contiguous(args->in[2]))) st = weft_last_status();
     }
-    if (st == WEFT_OK && !b && y != h) // (the bias is in h already) y = gelu(h): the elementwise family's
-        // kernel, whose contiguous loop moves vectors (the same formula, f32 math for bf16 / f16, rounded once)
+    if (st == WEFT_OK && !b && y != h) // (h has its bias, from cuBLASLt's epilogue, or none) y = gelu(h): the
+        // elementwise family's kernel, whose contiguous loop moves vectors (the same formula, f32 math for bf16 /
+        // f16, rounded once)
         st = weft_cu_done(weft_cu_ew_unary(WEFT_CU_EW_GELU, weft_cu_desc(y), weft_cu_desc(h), 0, s), args->op->name);
     else if (st == WEFT_OK && (b || y != h))
         st = weft_cu_done(weft_cu_bias_act(cdt, weft_tensor_ptr(h), y != h ? weft_tensor_ptr(y) : NULL,
