@@ -74,6 +74,24 @@ void wt_drop_all(void) {
     g_capkeep = 0;
 }
 
+bool wt_write_verses(const char *path, int n) {
+    FILE *f = fopen(path, "w");
+    if (!f) return false;
+    static const char *const w[] = {"and", "the", "LORD", "said", "unto", "Moses", "behold", "I", "will", "send", "thee",
+                                    "into", "land", "of", "Egypt", "children", "Israel", "went", "up", "out", "house",
+                                    "bondage"};
+    uint64_t s = 7;
+    for (int v = 0; v < n; v++) {
+        fprintf(f, "%d:%d ", v / 30 + 1, v % 30 + 1);
+        for (int k = 0; k < 12; k++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            fprintf(f, "%s%s", k ? " " : "", w[(s >> 33) % (sizeof w / sizeof *w)]);
+        }
+        fputs(".\n", f);
+    }
+    return fclose(f) == 0;
+}
+
 void wt_vals(double *v, int64_t n, double lo, double hi, uint64_t seed) {
     uint64_t s = seed * 6364136223846793005ULL + 1442695040888963407ULL;
     for (int64_t i = 0; i < n; i++) {

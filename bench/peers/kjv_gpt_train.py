@@ -7,6 +7,8 @@
 #                                            AdamW lr 6e-4 betas (0.9, 0.95) wd 0.1 after 50 steps of linear
 #                                            warm-up, bf16 autocast, on cuda (SDPA)
 #   python3 kjv_gpt_train.py '' N gpt2 f32   the same without autocast (f32 throughout)
+#   python3 kjv_gpt_train.py '' N gpt2 bf16 S  with seed S (default 1) for the initial weights and the batches,
+#                                            to see how far two seeds' runs differ
 import os
 import sys
 
@@ -20,12 +22,13 @@ from train import GPT
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 500
 gpt2 = len(sys.argv) > 3 and sys.argv[3] == "gpt2"
 low = gpt2 and not (len(sys.argv) > 4 and sys.argv[4] == "f32")  # `... gpt2 f32`: no autocast
+seed = int(sys.argv[5]) if len(sys.argv) > 5 else 1
 dev = torch.device("cuda" if gpt2 else "cpu")
 B, T = (8, 1024) if gpt2 else (32, 128)
 text = np.fromfile(os.path.expanduser("~/.cache/weft/kjv.txt"), dtype=np.uint8)
 cut = int(len(text) * 0.9)
 train, val = torch.from_numpy(text[:cut].astype(np.int64)), torch.from_numpy(text[cut:].astype(np.int64))
-g = torch.Generator().manual_seed(1)
+g = torch.Generator().manual_seed(seed)
 
 
 def batch(data):
@@ -40,7 +43,7 @@ def loss_of(model, x, y):
         return F.cross_entropy(model(x).reshape(-1, 256).float(), y.reshape(-1))
 
 
-torch.manual_seed(1)
+torch.manual_seed(seed)
 if gpt2:
     model = GPT(c=768, ctx=1024, heads=12, blocks=12, sdpa=True).to(dev)
     opt = torch.optim.AdamW(model.parameters(), 6e-4, betas=(0.9, 0.95), weight_decay=0.1)

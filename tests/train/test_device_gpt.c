@@ -160,20 +160,7 @@ int main(void) {
     if (!mkdtemp(g_dir)) return 1;
     // a text of some variety (a repeated sentence would be learned in a step): verses built from word lists
     snprintf(g_text, sizeof g_text, "%s/text.txt", g_dir);
-    FILE *f = fopen(g_text, "w");
-    if (!f) return 1;
-    const char *w[] = {"and", "the", "LORD", "said", "unto", "Moses", "behold", "I", "will", "send", "thee",
-                       "into", "land", "of", "Egypt", "children", "Israel", "went", "up", "out", "house", "bondage"};
-    uint64_t s = 7;
-    for (int v = 0; v < 3000; v++) {
-        fprintf(f, "%d:%d ", v / 30 + 1, v % 30 + 1);
-        for (int k = 0; k < 12; k++) {
-            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-            fprintf(f, "%s%s", k ? " " : "", w[(s >> 33) % (sizeof w / sizeof *w)]);
-        }
-        fputs(".\n", f);
-    }
-    fclose(f);
+    if (!wt_write_verses(g_text, 3000)) return 1;
     RUN(test_device_vs_cpu);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
