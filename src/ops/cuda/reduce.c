@@ -36,7 +36,8 @@ static weft_status cu_reduce(const weft_op_args *a) {
     int k = 0;
     while (k < x->ndim && (mask & (1u << k))) k++;
     if ((kind == WEFT_RED_SUM || kind == WEFT_RED_MEAN) && (weft_dtype_is_float(x->dtype) || weft_dtype_is_half(x->dtype)) &&
-        k > 0 && k < x->ndim && mask == (1u << k) - 1 && weft_tensor_is_contiguous(x) && p.n_red > 1 && p.n_out > 1) {
+        k > 0 && k < x->ndim && mask == (1u << k) - 1 && weft_tensor_is_contiguous(x) && p.n_red > 1 && p.n_out > 1 &&
+        weft_cu_colsum_parts(p.n_red) <= 65535) { // (a grid's y: more rows go the general way)
         int64_t np = weft_cu_colsum_parts(p.n_red) * p.n_out;
         weft_tensor *part = weft_tensor_new(1, &np, WEFT_F64, x->device);
         if (!part) return weft_last_status();

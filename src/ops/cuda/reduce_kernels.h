@@ -35,7 +35,7 @@ cudaError_t weft_cu_reduce(const weft_cu_reduce_plan *p, const void *x, int dtyp
                            cudaStream_t s);
 // out[c] = scale * sum over r of x[r K + c], for a row-major (R, K) float x (f32, f64, bf16, f16; summed in
 // double, out in x's dtype): the sum or mean over a contiguous tensor's leading dims, e.g. a linear layer's
-// bias gradient. part: a scratch of weft_cu_colsum_parts(R) * K doubles.
+// bias gradient. part: a scratch of weft_cu_colsum_parts(R) * K doubles; at most 65535 parts (R up to 16.7M).
 int64_t weft_cu_colsum_parts(int64_t R);
 cudaError_t weft_cu_colsum(const void *x, int dtype, int64_t R, int64_t K, void *out, double scale, double *part,
                            cudaStream_t s);
