@@ -74,6 +74,16 @@ void wt_drop_all(void) {
     g_capkeep = 0;
 }
 
+FILE *wt_open_data(const char *name) {
+    char path[1024];
+    const char *f = __FILE__, *slash = strrchr(f, '/');
+    if (slash) snprintf(path, sizeof path, "%.*s/data/%s", (int)(slash - f), f, name);
+    else snprintf(path, sizeof path, "data/%s", name);
+    FILE *fp = fopen(path, "r");
+    if (!fp) fprintf(stderr, "cannot open %s\n", path);
+    return fp;
+}
+
 bool wt_write_verses(const char *path, int n) {
     FILE *f = fopen(path, "w");
     if (!f) return false;

@@ -58,6 +58,9 @@ const char *wt_models_dir(void);
 // Synthetic Fashion-MNIST IDX files dir/<prefix>-{images-idx3,labels-idx1}-ubyte: n 28x28
 // images whose label k shows as a bright band at rows 2k+4..2k+6 over LCG noise.
 void wt_write_fmnist_split(const char *dir, const char *prefix, int n, uint32_t seed);
+// tests/data/<name> opened for reading (found from this file's place in the source tree), or NULL with a
+// message on stderr.
+FILE *wt_open_data(const char *name);
 // A text file of n verses "c:v w w ... w.\n" of 12 words drawn by an LCG from a list of 22 (the byte-level
 // language models' test corpus; tests/data/gen_gpt_twin.py writes the same text). false: not written.
 bool wt_write_verses(const char *path, int n);

@@ -394,7 +394,8 @@ template <int D> static void run_case(int BH, int T, int H = 1, bool packed = fa
     launch(1, 128, 0, [=] { mma_bwd_dl<__nv_bfloat16>(G, lay, O, lay, DL, (int64_t)BH * T, T, D); });
     // the gradients in the inputs' layout: with H > 1, (B,T,H,D), as the op's heads-last backward writes them
     launch((unsigned)(BH * ntile), kThreads, dkdv_smem<__nv_bfloat16, D>(), [=] {
-        mma_bwd_dkdv<__nv_bfloat16, D, 1>(Q, K, V, L, G, pl, pl, pl, lay, DL, GK, pl, GV, pl, T, ntile, (float)scale);
+        mma_bwd_dkdv<__nv_bfloat16, D, 1>(Q, K, V, L, G, pl, pl, pl, lay, DL, GK, pl, GV, pl, nullptr, T, ntile,
+                                          (float)scale);
     });
     launch((unsigned)(BH * ntile), kThreads, dq_smem<__nv_bfloat16, D>(), [=] {
         mma_bwd_dq<__nv_bfloat16, D, 1>(Q, K, V, L, G, pl, pl, pl, lay, DL, GQ, pl, T, ntile, (float)scale);
@@ -403,7 +404,7 @@ template <int D> static void run_case(int BH, int T, int H = 1, bool packed = fa
         std::vector<__nv_bfloat16> g2(gqkv.size());
         __nv_bfloat16 *GQ2 = g2.data(), *GK2 = GQ2 + (packed ? off[1] : n), *GV2 = GQ2 + (packed ? off[2] : 2 * n);
         launch((unsigned)(BH * ftile), kThreads, dkdv_smem<__nv_bfloat16, D, 2>(), [=] {
-            mma_bwd_dkdv<__nv_bfloat16, D, 2>(Q, K, V, L, G, pl, pl, pl, lay, DL, GK2, pl, GV2, pl, T, ftile,
+            mma_bwd_dkdv<__nv_bfloat16, D, 2>(Q, K, V, L, G, pl, pl, pl, lay, DL, GK2, pl, GV2, pl, nullptr, T, ftile,
                                               (float)scale);
         });
         launch((unsigned)(BH * ftile), kThreads, dq_smem<__nv_bfloat16, D, 2>(), [=] {
@@ -426,8 +427,8 @@ template <int D> static void run_case(int BH, int T, int H = 1, bool packed = fa
         __nv_bfloat16 *GQ1 = gqkv1.data(), *GK1 = GQ1 + (packed ? off[1] : n), *GV1 = GQ1 + (packed ? off[2] : 2 * n);
         float *DQA = dqa.data();
         launch((unsigned)(BH * ntile), kThreads, fused_bwd_smem<__nv_bfloat16, D>(), [=] {
-            mma_bwd_fused<__nv_bfloat16, D>(Q, K, V, L, G, pl, pl, pl, lay, DL, GK1, pl, GV1, pl, DQA, T, ntile,
-                                            (float)scale);
+            mma_bwd_dkdv<__nv_bfloat16, D, 1, true>(Q, K, V, L, G, pl, pl, pl, lay, DL, GK1, pl, GV1, pl, DQA, T,
+                                                    ntile, (float)scale);
         });
         launch(2, 256, 0, [=] { mma_bwd_dq_store<__nv_bfloat16>(DQA, GQ1, pl, (int64_t)n, T, D, (float)scale); });
         bool same_kv = true;
@@ -437,7 +438,8 @@ template <int D> static void run_case(int BH, int T, int H = 1, bool packed = fa
                     const size_t x = (bh / H) * pl.sb + (bh % H) * pl.sh + (int64_t)i * pl.st + d;
                     same_kv &= GK1[x].x == GK[x].x && GV1[x].x == GV[x].x;
                 }
-        if (!same_kv) fprintf(stderr, "bf16 D=%d BH=%d T=%d: the single pass's dk / dv differ from the two kernels'\n", D, BH, T);
+        if (!same_kv)
+            fprintf(stderr, "bf16 D=%d BH=%d T=%d: the single pass's dk / dv differ from the two kernels'\n", D, BH, T);
         same_kv ? g_pass++ : g_fail++;
     }
     auto f32 = [](const std::vector<__nv_bfloat16> &x) {

@@ -19,17 +19,10 @@ typedef struct ref_tensor {
 static ref_tensor *refs;
 static int n_refs;
 
-// tests/data/seq_ref.txt next to this file's directory (located via __FILE__).
+// tests/data/seq_ref.txt
 static bool load_refs(void) {
-    char path[1024];
-    const char *f = __FILE__, *slash = strrchr(f, '/');
-    if (slash) snprintf(path, sizeof path, "%.*s/../data/seq_ref.txt", (int)(slash - f), f);
-    else snprintf(path, sizeof path, "../data/seq_ref.txt");
-    FILE *fp = fopen(path, "r");
-    if (!fp) {
-        fprintf(stderr, "cannot open %s\n", path);
-        return false;
-    }
+    FILE *fp = wt_open_data("seq_ref.txt");
+    if (!fp) return false;
     int c;
     while ((c = fgetc(fp)) != EOF) {
         if (c == '#' || c == '\n') { // comment or blank line
@@ -57,7 +50,7 @@ static bool load_refs(void) {
     return n_refs > 0;
 bad:
     fclose(fp);
-    fprintf(stderr, "%s: malformed entry\n", path);
+    fprintf(stderr, "tests/data/seq_ref.txt: malformed entry\n");
     return false;
 }
 

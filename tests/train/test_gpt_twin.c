@@ -23,15 +23,8 @@ typedef struct ref {
 } ref;
 
 static bool load_ref(ref *r) {
-    char path[512];
-    const char *f = __FILE__, *slash = strrchr(f, '/');
-    if (slash) snprintf(path, sizeof path, "%.*s/../data/gpt_twin_ref.txt", (int)(slash - f), f);
-    else snprintf(path, sizeof path, "../data/gpt_twin_ref.txt");
-    FILE *fp = fopen(path, "r");
-    if (!fp) {
-        fprintf(stderr, "cannot open %s\n", path);
-        return false;
-    }
+    FILE *fp = wt_open_data("gpt_twin_ref.txt");
+    if (!fp) return false;
     char line[256], kind[16], name[64];
     double v;
     int k, nl = 0;

@@ -39,8 +39,8 @@
 // per key block for dk and dv (looping over query tiles) and one per query
 // block for dq (looping over key tiles): no atomics, the same bits each run.
 // WEFT_ATTN_BWD_ROWS=128 runs both with two 16-row blocks a warp (D up to 64),
-// the same bits. Or (WEFT_ATTN_BWD=fused) FlashAttention-2's single pass, mma_bwd_fused:
-// the dk/dv kernel also adds each query tile's dq into an f32 buffer by
+// the same bits. Or (WEFT_ATTN_BWD=fused) FlashAttention-2's single pass,
+// mma_bwd_dkdv with DQ: it also adds each query tile's dq into an f32 buffer by
 // atomics, 5 products a tile pair instead of 7, dq's last bits varying.
 //
 // tests/cuda/test_cuda_attention_emu.cc compiles the kernels for the host
@@ -473,24 +473,37 @@ __global__ void mma_bwd_dl(const T *go, weft_cu_heads gL, const T *o, weft_cu_he
 // Shared: Ks, Vs (64 MT rows), then two buffers of Qs, Gs (go) (32 rows) and the tile's lse and Dl: tile i + 1
 // loads (cp.async; lse and Dl by plain stores) while tile i is computed. MT = 2 (WEFT_ATTN_BWD_ROWS=128) has
 // every Q and go fragment a warp loads serve two mma, as the forward's 128-row blocks; the same bits.
-template <typename T, int D, int MT>
+//
+// DQ (MT = 1): the backward in one pass (FlashAttention-2's algorithm, WEFT_ATTN_BWD=fused): each query tile's
+// dq += dS K from the block's 64 keys is also added into an f32 (BH,T,D) accumulator dqa by atomics, instead of
+// mma_bwd_dq recomputing S and dP: 5 products a tile pair where the two kernels run 7, at the price of the last
+// bits of dq varying from run to run (the order of the additions). dS goes through shared memory (Ss: queries x
+// keys, rounded to T as the product's operand); then warp w multiplies query rows 16 (w & 1) by columns
+// (w >> 1) D / 2 (D >= 32; at D = 16 warps 0 and 1 take all 16). dqa must be zero before; mma_bwd_dq_store
+// scales and rounds it into gq. dk and dv are the same bits either way.
+template <typename T, int D, int MT, bool DQ = false>
 __global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k, const T *v, const float *lse,
                                                         const T *go, weft_cu_heads qL, weft_cu_heads kL,
                                                         weft_cu_heads vL, weft_cu_heads gL, const float *dl, T *gk,
-                                                        weft_cu_heads gkL, T *gv, weft_cu_heads gvL, int64_t Tn,
-                                                        int64_t ntile, float scale) {
+                                                        weft_cu_heads gkL, T *gv, weft_cu_heads gvL, float *dqa,
+                                                        int64_t Tn, int64_t ntile, float scale) {
+    static_assert(!DQ || MT == 1, "the one-pass backward takes one 16-row block a warp");
     constexpr int LD = ld_of<D>(), ND = D / 8, NQ = kBwdRows / 8, RW = 16 * MT, ROWS = kOwn * MT;
+    constexpr int DW = D >= 32 ? D / 2 : D, NW = DW / 8; // DQ: dq columns a warp, and their 8-column tiles
     WEFT_SMEM(smem_raw);
     constexpr int tile = kBwdRows * LD;
     T *Ks = (T *)smem_raw, *Vs = Ks + ROWS * LD, *QG = Vs + ROWS * LD; // buffer b: Qs at QG + 2 b tile, Gs after
     float *LD2 = (float *)(QG + 4 * tile);                              // buffer b: Ls at LD2 + 2 b kBwdRows, Dls after
+    T *Ss = (T *)(LD2 + 4 * kBwdRows);                                  // DQ: dS, kBwdRows rows of kDsLd
     int64_t bh, kt;
     block_of(ntile, false, &bh, &kt);
     const int64_t j0 = kt * ROWS;
     q += head_at(qL, bh), k += head_at(kL, bh), v += head_at(vL, bh), go += head_at(gL, bh);
     gk += head_at(gkL, bh), gv += head_at(gvL, bh), lse += bh * Tn, dl += bh * Tn;
+    if constexpr (DQ) dqa += bh * Tn * D;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int rw = w * RW;
+    const int mq = w & 1, c0 = (w >> 1) * DW; // DQ: this warp's dq rows (16 mq ..) and columns (c0 ..)
     load_tile<T, D>(Ks, k, j0, ROWS, Tn, kL.st);
     load_tile<T, D>(Vs, v, j0, ROWS, Tn, vL.st);
     float dk[MT][ND][4], dv[MT][ND][4];
@@ -545,11 +558,43 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k,
                         const float pe = j <= i && i < Tn ? exp2f(p[mt][n][e] * scale_log2 - Ls[c] * kLog2e) : 0.f;
                         p[mt][n][e] = pe;
                         dp[mt][n][e] = pe * (dp[mt][n][e] - Dls[c]);
+                        // DQ: dS (query c, key rw + g + 8 (e >> 1)), rounded as the other products' operands are
+                        if constexpr (DQ) Ss[c * kDsLd + rw + g + 8 * (e >> 1)] = lp<T>::round(dp[mt][n][e]);
                     }
             accumulate<T, D, kBwdRows / 16, MT>(dv, p, Gs, lane);  // dv += P^T go
             accumulate<T, D, kBwdRows / 16, MT>(dk, dp, Qs, lane); // dk += dS^T q
+        } else if constexpr (DQ) { // this warp's 16 keys take no part in the tile: zeros for the dq product
+            for (int idx = lane; idx < kBwdRows * 16; idx += 32) Ss[(idx / 16) * kDsLd + rw + idx % 16] = lp<T>::zero();
         }
-        __syncthreads(); // tile it is no longer read: its buffer takes tile it + 2
+        if constexpr (DQ) {
+            __syncthreads(); // the block's dS is in
+            if (D >= 32 || w < 2) { // dq rows 16 mq .. of the tile += dS (16 x 64 keys) K (64 keys x DW columns at c0)
+                float c[NW][4];
+#pragma unroll
+                for (int n = 0; n < NW; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0;
+#pragma unroll
+                for (int kk = 0; kk < kOwn / 16; kk++) {
+                    uint32_t a[4];
+                    frag_a<T, kDsLd>(a, Ss, 16 * mq, kk * 16, lane);
+#pragma unroll
+                    for (int n = 0; n < NW; n += 2) {
+                        uint32_t bb[4];
+                        frag_b2<T, LD>(bb, Ks, kk * 16, c0 + n * 8, lane);
+                        lp<T>::mma(c[n], a, bb[0], bb[1]);
+                        lp<T>::mma(c[n + 1], a, bb[2], bb[3]);
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int64_t i = i0 + 16 * mq + g + 8 * r;
+                    if (i >= Tn) continue;
+                    float *drow = dqa + i * D + c0 + 2 * t;
+#pragma unroll
+                    for (int n = 0; n < NW; n++) atomic_add_f32x2(drow + n * 8, c[n][2 * r], c[n][2 * r + 1]);
+                }
+            }
+        }
+        __syncthreads(); // tile it (and DQ's dS) is no longer read: its buffer takes tile it + 2
     }
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -647,128 +692,6 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dq(const T *q, const T *k, c
         }
 }
 
-// The backward in one pass (FlashAttention-2's algorithm): mma_bwd_dkdv's loop, which also has each query
-// tile's dq += dS K from the block's 64 keys added into an f32 (BH,T,D) accumulator by atomics, instead of
-// mma_bwd_dq recomputing S and dP: 5 products a tile pair where the two kernels run 7, at the price of the
-// last bits of dq varying from run to run (the order of the additions). dS goes through shared memory
-// (queries x keys, rounded to T as the product's operand); then warp w multiplies query rows 16 (w & 1) by
-// columns (w >> 1) D / 2 (D >= 32; at D = 16 warps 0 and 1 take all 16). dqa must be zero before;
-// mma_bwd_dq_store scales and rounds it into gq.
-template <typename T, int D>
-__global__ void __launch_bounds__(kThreads) mma_bwd_fused(const T *q, const T *k, const T *v, const float *lse,
-                                                         const T *go, weft_cu_heads qL, weft_cu_heads kL,
-                                                         weft_cu_heads vL, weft_cu_heads gL, const float *dl, T *gk,
-                                                         weft_cu_heads gkL, T *gv, weft_cu_heads gvL, float *dqa,
-                                                         int64_t Tn, int64_t ntile, float scale) {
-    constexpr int LD = ld_of<D>(), ND = D / 8, NQ = kBwdRows / 8;
-    constexpr int DW = D >= 32 ? D / 2 : D, NW = DW / 8; // dq columns a warp, and their 8-column tiles
-    WEFT_SMEM(smem_raw);
-    constexpr int tile = kBwdRows * LD;
-    T *Ks = (T *)smem_raw, *Vs = Ks + kOwn * LD, *QG = Vs + kOwn * LD; // buffer b: Qs at QG + 2 b tile, Gs after
-    float *LD2 = (float *)(QG + 4 * tile);                              // buffer b: Ls at LD2 + 2 b kBwdRows, Dls after
-    T *Ss = (T *)(LD2 + 4 * kBwdRows);                                  // dS: kBwdRows rows of kDsLd
-    int64_t bh, kt;
-    block_of(ntile, false, &bh, &kt);
-    const int64_t j0 = kt * kOwn;
-    q += head_at(qL, bh), k += head_at(kL, bh), v += head_at(vL, bh), go += head_at(gL, bh);
-    gk += head_at(gkL, bh), gv += head_at(gvL, bh), lse += bh * Tn, dl += bh * Tn, dqa += bh * Tn * D;
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int rw = w * 16;
-    const int mq = w & 1, c0 = (w >> 1) * DW; // this warp's dq rows (16 mq ..) and columns (c0 ..)
-    const bool dq_warp = D >= 32 || w < 2;
-    load_tile<T, D>(Ks, k, j0, kOwn, Tn, kL.st);
-    load_tile<T, D>(Vs, v, j0, kOwn, Tn, vL.st);
-    float dk[ND][4], dv[ND][4];
-#pragma unroll
-    for (int n = 0; n < ND; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0;
-    const int64_t key[2] = {j0 + rw + g, j0 + rw + g + 8};
-    const float scale_log2 = scale * kLog2e;
-    auto fetch = [&](int64_t i0, int b) {
-        load_tile_async<T, D>(QG + 2 * tile * b, q, i0, kBwdRows, Tn, qL.st);
-        load_tile_async<T, D>(QG + 2 * tile * b + tile, go, i0, kBwdRows, Tn, gL.st);
-        cp_async_commit();
-        float *L2 = LD2 + 2 * kBwdRows * b;
-        for (int r = threadIdx.x; r < kBwdRows; r += blockDim.x) {
-            L2[r] = i0 + r < Tn ? lse[i0 + r] : 0.f;
-            L2[kBwdRows + r] = i0 + r < Tn ? dl[i0 + r] : 0.f;
-        }
-    };
-    const int64_t first = (j0 / kBwdRows) * kBwdRows;
-    if (first < Tn) fetch(first, 0);
-    for (int64_t i0 = first, it = 0; i0 < Tn; i0 += kBwdRows, it++) {
-        const int b = (int)(it & 1);
-        const T *Qs = QG + 2 * tile * b, *Gs = Qs + tile;
-        const float *Ls = LD2 + 2 * kBwdRows * b, *Dls = Ls + kBwdRows;
-        if (i0 + kBwdRows < Tn) {
-            fetch(i0 + kBwdRows, b ^ 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads(); // tile it is in (and Ks, Vs, loaded before the loop)
-        if (i0 + kBwdRows - 1 >= j0 + rw) { // else every query of the tile is before this warp's keys
-            float p[NQ][4], dp[NQ][4];
-            products_t<T, D, NQ>(p, Ks, rw, Qs, lane);
-            products_t<T, D, NQ>(dp, Vs, rw, Gs, lane);
-#pragma unroll
-            for (int n = 0; n < NQ; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int c = n * 8 + 2 * t + (e & 1);
-                    const int64_t i = i0 + c, j = key[e >> 1];
-                    const float pe = j <= i && i < Tn ? exp2f(p[n][e] * scale_log2 - Ls[c] * kLog2e) : 0.f;
-                    p[n][e] = pe;
-                    dp[n][e] = pe * (dp[n][e] - Dls[c]);
-                    // dS (query c, key rw + g + 8 (e >> 1)), rounded as the other products' operands are
-                    Ss[c * kDsLd + rw + g + 8 * (e >> 1)] = lp<T>::round(dp[n][e]);
-                }
-            accumulate<T, D, kBwdRows / 16>(dv, p, Gs, lane);  // dv += P^T go
-            accumulate<T, D, kBwdRows / 16>(dk, dp, Qs, lane); // dk += dS^T q
-        } else { // this warp's 16 keys take no part in the tile: zeros for the dq product
-            for (int idx = lane; idx < kBwdRows * 16; idx += 32) Ss[(idx / 16) * kDsLd + rw + idx % 16] = lp<T>::zero();
-        }
-        __syncthreads(); // the block's dS is in
-        if (dq_warp) { // dq rows 16 mq .. of the tile += dS (16 x 64 keys) K (64 keys x DW columns at c0)
-            float c[NW][4];
-#pragma unroll
-            for (int n = 0; n < NW; n++) c[n][0] = c[n][1] = c[n][2] = c[n][3] = 0;
-#pragma unroll
-            for (int kk = 0; kk < kOwn / 16; kk++) {
-                uint32_t a[4];
-                frag_a<T, kDsLd>(a, Ss, 16 * mq, kk * 16, lane);
-#pragma unroll
-                for (int n = 0; n < NW; n += 2) {
-                    uint32_t bb[4];
-                    frag_b2<T, LD>(bb, Ks, kk * 16, c0 + n * 8, lane);
-                    lp<T>::mma(c[n], a, bb[0], bb[1]);
-                    lp<T>::mma(c[n + 1], a, bb[2], bb[3]);
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int64_t i = i0 + 16 * mq + g + 8 * r;
-                if (i >= Tn) continue;
-                float *drow = dqa + i * D + c0 + 2 * t;
-#pragma unroll
-                for (int n = 0; n < NW; n++) atomic_add_f32x2(drow + n * 8, c[n][2 * r], c[n][2 * r + 1]);
-            }
-        }
-        __syncthreads(); // tile it and dS are no longer read: its buffer takes tile it + 2
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        if (key[r] >= Tn) continue;
-        T *krow = gk + key[r] * gkL.st, *vrow = gv + key[r] * gvL.st;
-#pragma unroll
-        for (int n = 0; n < ND; n++) {
-            *(uint32_t *)(krow + n * 8 + 2 * t) = lp<T>::pack(dk[n][2 * r] * scale, dk[n][2 * r + 1] * scale);
-            *(uint32_t *)(vrow + n * 8 + 2 * t) = lp<T>::pack(dv[n][2 * r], dv[n][2 * r + 1]);
-        }
-    }
-}
-
 // gq = scale * dqa, rounded to T, written where gqL says; dqa contiguous (BH,T,D). A thread per 2 elements.
 template <typename T>
 __global__ void mma_bwd_dq_store(const float *dqa, T *gq, weft_cu_heads gqL, int64_t N, int64_t Tn, int D,
@@ -824,7 +747,7 @@ cudaError_t bwd_split(const void *q, const void *k, const void *v, const weft_cu
     if ((e = weft_cu_smem_optin(mma_bwd_dq<T, D, MT>, smem_q)) != cudaSuccess) return e;
     mma_bwd_dkdv<T, D, MT><<<nb, kThreads, smem_kv, s>>>((const T *)q, (const T *)k, (const T *)v, lse,
                                                          (const T *)go, L[0], L[1], L[2], L[3], dl, (T *)gk, L[6],
-                                                         (T *)gv, L[7], Tn, ntile, (float)scale);
+                                                         (T *)gv, L[7], nullptr, Tn, ntile, (float)scale);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     mma_bwd_dq<T, D, MT><<<nb, kThreads, smem_q, s>>>((const T *)q, (const T *)k, (const T *)v, lse, (const T *)go,
                                                       L[0], L[1], L[2], L[3], dl, (T *)gq, L[5], Tn, ntile,
@@ -845,13 +768,13 @@ cudaError_t bwd_launch(const void *q, const void *k, const void *v, const weft_c
     mma_bwd_dl<T><<<(unsigned)ndl, 256, 0, s>>>((const T *)go, L[3], (const T *)o, L[4], dl, N, Tn, D);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    if (dqa) { // one pass, dq by atomics into dqa (mma_bwd_fused), then scaled and rounded into gq
+    if (dqa) { // one pass, dq by atomics into dqa (mma_bwd_dkdv with DQ), then scaled and rounded into gq
         if ((e = cudaMemsetAsync(dqa, 0, sizeof(float) * (size_t)(N * D), s)) != cudaSuccess) return e;
         const size_t smem = fused_bwd_smem<T, D>();
-        if ((e = weft_cu_smem_optin(mma_bwd_fused<T, D>, smem)) != cudaSuccess) return e;
-        mma_bwd_fused<T, D><<<nb, kThreads, smem, s>>>((const T *)q, (const T *)k, (const T *)v, lse, (const T *)go,
-                                                       L[0], L[1], L[2], L[3], dl, (T *)gk, L[6], (T *)gv, L[7], dqa,
-                                                       Tn, ntile, (float)scale);
+        if ((e = weft_cu_smem_optin(mma_bwd_dkdv<T, D, 1, true>, smem)) != cudaSuccess) return e;
+        mma_bwd_dkdv<T, D, 1, true><<<nb, kThreads, smem, s>>>((const T *)q, (const T *)k, (const T *)v, lse,
+                                                               (const T *)go, L[0], L[1], L[2], L[3], dl, (T *)gk,
+                                                               L[6], (T *)gv, L[7], dqa, Tn, ntile, (float)scale);
         if ((e = cudaGetLastError()) != cudaSuccess) return e;
         int64_t nst = (N * D / 2 + 255) / 256;
         if (nst > 65535 * 8) nst = 65535 * 8;
