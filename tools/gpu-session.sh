@@ -19,41 +19,43 @@
 #     says what ran, what failed, what was skipped.
 #
 # A session's device time (15 minutes, the machine's start included) allows about one such call, so the
-# default order puts first what the open issues need most: the CUDA tests, the per-gradient GPU-vs-CPU
-# parity check, the attention variants (which tiling to make the default), the search for issue 16's
-# learning gap, its headline numbers, then the rest as far as the budget goes.
-#   tests      ctest -R cuda (every CUDA-vs-CPU test; 150 s)
+# default order puts first what the open issues need most: the CUDA tests, issue 16's headline numbers
+# (PyTorch eager and torch.compile in the same run), its learning check, where a step's time goes, then the
+# rest as far as the budget goes. Each step's cap is far above what it took on an H100 (in brackets).
+#   tests      ctest -R cuda (every CUDA-vs-CPU test; cap 150 s, took 19 s)
+#   gpt2       train_gpt2_small_cuda, weft then PyTorch eager with SDPA (100 s, took 31 s)
+#   compile    train_gpt2_small_cuda_vs_compile: PyTorch with torch.compile (150 s)
+#   learning   issue 16's learning check, 500 steps of gpt2-small-bytes: weft and its PyTorch twin
+#              (bench/peers/kjv_gpt_train.py) each from its own seed 1 and seed 2 (how far two runs of one
+#              framework land apart), and the twin from weft's own start: weft's drawn weights, batches and
+#              evaluation windows (about 300 s of caps)
+#   profile    where a gpt2-small-bytes step goes: Nsight Compute's time of every kernel of 3 training steps
+#              (and one evaluation batch), summed by kernel name per step (tools/kernel_times.py; 150 s)
 #   parity     tests/train/test_device_gpt.c on cuda:0: a GPT at gpt2-small-bytes' width (two blocks) trained
 #              3 steps on the GPU and on the CPU from the same weights and batches, in f32 and bf16; every
 #              gradient (AdamW's moments after step 1) and the losses compared tensor by tensor, so a wrong
 #              kernel is named by the parameter whose gradient it spoils (about 60 s)
 #   attention  causal attention forward+backward at (8,12,1024,64), bf16 and f32, the forward alone, the
 #              one-pass backward, the 64-row forward blocks and the 128-row backward blocks, and SDPA (80 s)
-#   bisect     issue 16's learning gap (2026-11-27, H100: after 500 steps weft's gpt2-small-bytes had val loss
-#              2.1177, its PyTorch twin 1.9391): 300 steps of it with each fused path turned off in turn
-#              (WEFT_FUSED_ATTENTION: composed ops; WEFT_ATTN_MMA: the f32 attention kernels on widened copies;
-#              WEFT_NORM_HALF_OUT + WEFT_FUSED_ADD_NORM, WEFT_OPTIM_MULTI,
-#              WEFT_CUDA_LT + WEFT_FUSED_LINEAR, WEFT_AUTOCAST_CACHE), in f32, and the twin in bf16 and in
-#              f32: the variant whose val loss comes near the twin's names the path to look at; weft's f32
-#              run against the twin's says whether it is bf16's at all (about 350 s)
-#   gpt2       train_gpt2_small_cuda, weft then PyTorch eager with SDPA (100 s)
-#   profile    where a gpt2-small-bytes step goes: Nsight Compute's time of every kernel of 3 training steps
-#              (and one evaluation batch), summed by kernel name per step (tools/kernel_times.py; 150 s)
-#   cpu16      the four standard workloads on the CPU at 16 threads, weft built with
-#              oneDNN (a CPU-only build in /tmp) then PyTorch, after that build's tests of
-#              oneDNN's bf16 matmul and convolution on the host's AVX512-BF16 / AMX (300 s)
 #   bandwidth  copy / cast / add / bias / transpose GB/s at 64 MB against cudaMemcpy (30 s)
-#   standard   the four standard workloads on the GPU, weft then PyTorch eager (120 s)
 #   graphs     the four standard workloads and gpt2-small-bytes as graph-mode steps (one CUDA
 #              Graph replay each) against weft eager and PyTorch eager (bench_graph_train; 150 s)
 #   graph      weft train models/gpt2-small-bytes.cfg --device cuda --graph, 30 steps (90 s)
-#   compile    train_gpt2_small_cuda_vs_compile: PyTorch with torch.compile (150 s)
+#   standard   the four standard workloads on the GPU, weft then PyTorch eager (120 s)
+#   bisect     300 steps of gpt2-small-bytes with each fused path turned off in turn (WEFT_FUSED_ATTENTION:
+#              composed ops; WEFT_ATTN_MMA: the f32 attention kernels on widened copies; WEFT_NORM_HALF_OUT +
+#              WEFT_FUSED_ADD_NORM, WEFT_OPTIM_MULTI, WEFT_CUDA_LT + WEFT_FUSED_LINEAR, WEFT_AUTOCAST_CACHE), in
+#              f32, and the twin in bf16 and in f32 (2026-11-27, H100: every variant within 0.02 of weft's
+#              default; about 350 s)
+#   cpu16      the four standard workloads on the CPU at 16 threads, weft built with
+#              oneDNN (a CPU-only build in /tmp) then PyTorch, after that build's tests of
+#              oneDNN's bf16 matmul and convolution on the host's AVX512-BF16 / AMX (300 s)
+#   trace      named only: weft and the twin from weft's start, every step's loss and the validation loss
+#              every 100 steps, bf16 (500 steps) and f32 (300), and the twin's validation loss of weft's weights after 500 steps
+#   repeat     named only: three 200-step bf16 runs logging every step's loss: are two the same bits, and does
+#              evaluating every 100 steps change training?
 #   suite      the rest of the suite, whose device tests then run on the real cuda:0
 #              (training, graph mode with CUDA Graphs, DDP and the parameter server; 240 s)
-# and, named only (not in the default list):
-#   learning   issue 16's learning check: weft train models/gpt2-small-bytes.cfg --device cuda
-#              --steps 500, then its PyTorch twin (bench/peers/kjv_gpt_train.py '' 500 gpt2); their
-#              validation losses must be within 0.02 (240 s + 90 s)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -72,7 +74,7 @@ fi
 [ "${1:-}" = run ] || { echo "usage: gpu-session.sh prepare | run [STEP...]" >&2; exit 2; }
 shift
 : "${B:?run me through .gpu/gpu-build.sh, which builds weft and sets B}"
-steps=${*:-tests parity attention bisect gpt2 profile bandwidth graphs graph compile standard cpu16 suite}
+steps=${*:-tests gpt2 compile learning profile parity attention bandwidth graphs graph standard bisect cpu16 suite}
 out=${OUT:-/tmp/weft-gpu-session}
 mkdir -p "$out"
 budget=${SESSION_BUDGET:-470}
@@ -164,9 +166,52 @@ for step in $steps; do
       run "${w}_cpu16_peer" 30 "cd bench/peers && WEFT_NUM_THREADS=16 $py train.py $w"
     done ;;
   learning)
-    run learning_weft 240 "$B/weft train models/gpt2-small-bytes.cfg --device cuda --steps 500 --eval-batches 50 --quiet"
+    # issue 16's learning check at 500 steps: weft and its twin from their own seeds' starts (seeds 1 and 2, how
+    # far two runs of one framework land apart), then the twin from weft's start: weft's drawn weights (a
+    # checkpoint after one step at lr 1e-30, which leaves them as drawn), weft's batches and evaluation windows
+    a="--device cuda --steps 500 --eval-batches 50 --quiet"
+    run learning_weft 60 "$B/weft train models/gpt2-small-bytes.cfg $a"
+    run learning_init 60 "rm -rf /tmp/weft-init && $B/weft train models/gpt2-small-bytes.cfg --device cuda --steps 1 \
+      --lr 1e-30 --eval-batches 1 --quiet --ckpt-dir /tmp/weft-init"
+    run learning_peer_same 90 "cd bench/peers && $py kjv_gpt_train.py '' 500 gpt2 bf16 1 /tmp/weft-init/ckpt-000001.safetensors"
     run learning_peer 90 "cd bench/peers && $py kjv_gpt_train.py '' 500 gpt2"
-    { grep -h "final:" "$out/learning_weft.log"; grep -h "val_loss" "$out/learning_peer.log"; } | tee -a "$out/summary.txt" ;;
+    run learning_weft_seed2 60 "$B/weft train models/gpt2-small-bytes.cfg $a --seed 2"
+    run learning_peer_seed2 90 "cd bench/peers && $py kjv_gpt_train.py '' 500 gpt2 bf16 2"
+    for f in learning_weft learning_peer_same learning_peer learning_weft_seed2 learning_peer_seed2; do
+      grep -h "final:\|val_loss" "$out/$f.log" 2>/dev/null | tail -1 | sed "s/^/$f /"
+    done | tee -a "$out/summary.txt" ;;
+  trace)
+    # weft and its twin from the same start (learning's init checkpoint; made here when missing), step by step:
+    # every step's training loss and the validation loss every 100 steps, in bf16 and in f32, and the twin's
+    # validation loss of weft's weights after 500 steps (is the gap in weft's training or in its evaluation?)
+    init=/tmp/weft-init/ckpt-000001.safetensors; c=models/gpt2-small-bytes.cfg
+    [ -f $init ] || run learning_init 60 "rm -rf /tmp/weft-init && $B/weft train $c --device cuda --steps 1 \
+      --lr 1e-30 --eval-batches 1 --quiet --ckpt-dir /tmp/weft-init"
+    sed 's/^seed = 1$/seed = 1\nlog_every = 1\neval_every = 100\nckpt_every = 500/' $c > "$out/trace-bf16.cfg"
+    sed '/^precision/d' "$out/trace-bf16.cfg" > "$out/trace-f32.cfg"
+    run trace_weft 60 "rm -rf /tmp/weft-w500 && $B/weft train $out/trace-bf16.cfg --device cuda --steps 500 --quiet \
+      --log-dir $out/trace_bf16 --ckpt-dir /tmp/weft-w500"
+    run trace_peer 90 "cd bench/peers && TWIN_LOG=1 TWIN_EVAL_EVERY=100 $py kjv_gpt_train.py '' 500 gpt2 bf16 1 $init"
+    run trace_peer_eval 60 "cd bench/peers && $py kjv_gpt_train.py '' 0 gpt2 bf16 1 /tmp/weft-w500/ckpt-000500.safetensors"
+    run trace_weft_f32 120 "$B/weft train $out/trace-f32.cfg --device cuda --steps 300 --quiet --log-dir $out/trace_f32"
+    run trace_peer_f32 120 "cd bench/peers && TWIN_LOG=1 TWIN_EVAL_EVERY=100 $py kjv_gpt_train.py '' 300 gpt2 f32 1 $init"
+    for f in trace_weft trace_peer trace_peer_eval trace_weft_f32 trace_peer_f32; do
+      grep -h "final:\|val_loss" "$out/$f.log" 2>/dev/null | tail -1 | sed "s/^/$f /"
+    done | tee -a "$out/summary.txt" ;;
+  repeat)
+    # is weft's bf16 step the same bits run to run on the GPU, and does evaluating every 100 steps leave training
+    # alone (as it does on the CPU)? Three 200-step runs of gpt2-small-bytes logging every step's loss.
+    c=models/gpt2-small-bytes.cfg
+    sed 's/^seed = 1$/seed = 1\nlog_every = 1/' $c > "$out/repeat.cfg"
+    sed 's/^seed = 1$/seed = 1\nlog_every = 1\neval_every = 100/' $c > "$out/repeat-eval.cfg"
+    for r in a b; do run repeat_$r 40 "$B/weft train $out/repeat.cfg --device cuda --steps 200 --quiet --log-dir $out/repeat_$r"; done
+    run repeat_eval 40 "$B/weft train $out/repeat-eval.cfg --device cuda --steps 200 --quiet --log-dir $out/repeat_eval"
+    steps_of() { grep ',nan,nan$' "$out/repeat_$1/metrics.csv" 2>/dev/null | cut -d, -f1,3; }
+    for r in b eval; do
+      d=$(diff <(steps_of a) <(steps_of $r) | grep -m1 '^<' | cut -c3- | cut -d, -f1)
+      [ -s "$out/repeat_$r/metrics.csv" ] || d="(no log)"
+      summary "repeat $r against a: $([ -n "$d" ] && echo "first differing step $d" || echo "the same loss at every step")"
+    done ;;
   suite) run suite 240 "cd $B && ctest -E cuda -j 12 --timeout 200 --output-on-failure"
     grep -E "tests passed|\*\*\*Failed|Timeout" "$out/suite.log" | tail -20 | tee -a "$out/summary.txt" ;;
   *) summary "unknown step $step" ;;

@@ -9,6 +9,13 @@
 #   python3 kjv_gpt_train.py '' N gpt2 f32   the same without autocast (f32 throughout)
 #   python3 kjv_gpt_train.py '' N gpt2 bf16 S  with seed S (default 1) for the initial weights and the batches,
 #                                            to see how far two seeds' runs differ
+#   python3 kjv_gpt_train.py '' N gpt2 bf16 S CKPT   weft's own start: the initial weights read from CKPT (a weft
+#                                            checkpoint, e.g. of `weft train ... --steps 1 --lr 1e-30`, whose one step
+#                                            leaves the weights as they were drawn), the training batches drawn as
+#                                            weft_lm_batch draws them with seed S, and the validation loss over
+#                                            weft's own evaluation windows: the two frameworks then see the same
+#                                            weights and the same text, and differ only in their arithmetic
+import json
 import os
 import sys
 
@@ -23,19 +30,62 @@ steps = int(sys.argv[2]) if len(sys.argv) > 2 else 500
 gpt2 = len(sys.argv) > 3 and sys.argv[3] == "gpt2"
 low = gpt2 and not (len(sys.argv) > 4 and sys.argv[4] == "f32")  # `... gpt2 f32`: no autocast
 seed = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+ckpt = sys.argv[6] if len(sys.argv) > 6 else None
 dev = torch.device("cuda" if gpt2 else "cpu")
 B, T = (8, 1024) if gpt2 else (32, 128)
 text = np.fromfile(os.path.expanduser("~/.cache/weft/kjv.txt"), dtype=np.uint8)
-cut = int(len(text) * 0.9)
+cut = len(text) - int(len(text) * 0.1 + 0.5)  # weft_train_val_split: the last 10%, rounded
 train, val = torch.from_numpy(text[:cut].astype(np.int64)), torch.from_numpy(text[cut:].astype(np.int64))
 g = torch.Generator().manual_seed(seed)
+M64 = (1 << 64) - 1
 
 
-def batch(data):
-    ix = torch.randint(0, len(data) - T - 1, (B,), generator=g)
+def mix(z):  # src/data/data_impl.h: splitmix64's finaliser
+    z = (z + 0x9E3779B97F4A7C15) & M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def key(a, b):  # weft_data_key
+    return mix(mix(a) ^ ((b * 0xD6E8FEB86659FD93 + 0x632BE59BD9B4E019) & M64))
+
+
+def windows(data, ix):
     x = torch.stack([data[i:i + T] for i in ix])
     y = torch.stack([data[i + 1:i + T + 1] for i in ix])
     return x.to(dev), y.to(dev)
+
+
+def batch(data, s=None, bseed=None):
+    if ckpt is None:
+        return windows(data, torch.randint(0, len(data) - T - 1, (B,), generator=g).tolist())
+    k = key(bseed, s)  # src/data/text.c: weft_lm_batch's window starts for (seed, step)
+    return windows(data, [(key(k, b) * (len(data) - T)) >> 64 for b in range(B)])
+
+
+def load_weft(model, path):
+    # weft's parameter names (its checkpoint's "model." tensors) and the twin's
+    names = [("0.weight", "tok.weight"), ("0.pos", "pos.weight")]
+    for i in range(len(model.blocks)):
+        for w, t in [("ln1", "ln1"), ("attn.qkv", "qkv"), ("attn.proj", "proj"), ("ln2", "ln2"), ("mlp.fc", "fc"),
+                     ("mlp.proj", "fc_proj")]:
+            names += [(f"1.{i}.{w}.{k}", f"blocks.{i}.{t}.{k}") for k in ("weight", "bias")]
+    names += [("2.weight", "ln.weight"), ("2.bias", "ln.bias"), ("3.weight", "head.weight"), ("3.bias", "head.bias")]
+    with open(path, "rb") as f:  # safetensors: an 8-byte header length, a JSON header, the data
+        n = int.from_bytes(f.read(8), "little")
+        head, data = json.loads(f.read(n)), f.read()
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for wn, tn in names:
+            h = head["model." + wn]
+            if h["dtype"] != "F32":
+                sys.exit(f"{path}: model.{wn} is {h['dtype']}, expected F32")
+            a, b = h["data_offsets"]
+            w = torch.from_numpy(np.frombuffer(data[a:b], dtype=np.float32).copy()).view(h["shape"])
+            if w.shape != params[tn].shape:
+                sys.exit(f"{path}: model.{wn} has shape {tuple(w.shape)}, the twin's {tn} {tuple(params[tn].shape)}")
+            params[tn].copy_(w)
 
 
 def loss_of(model, x, y):
@@ -53,15 +103,33 @@ else:
     model = GPT()
     opt = torch.optim.AdamW(model.parameters(), 1e-3, weight_decay=0.01)
     sched = None
+if ckpt:
+    load_weft(model, ckpt)
+# TWIN_LOG=1: each step's loss ("step S LOSS", as weft's metrics.csv with log_every = 1); TWIN_EVAL_EVERY=K: the
+# validation loss every K steps ("eval S LOSS")
+log, eval_every = os.environ.get("TWIN_LOG") == "1", int(os.environ.get("TWIN_EVAL_EVERY", "0"))
+
+
+def val_loss():
+    model.eval()
+    with torch.no_grad():
+        # weft evaluates fixed windows (src/train/train.c: seed 0xe7a1, step i)
+        vl = sum(loss_of(model, *batch(val, i, 0xe7a1)).item() for i in range(50)) / 50
+    model.train()
+    return vl
+
+
+loss = torch.tensor(float("nan"))
 for s in range(steps):
-    x, y = batch(train)
+    x, y = batch(train, s, seed)
     loss = loss_of(model, x, y)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
     if sched:
         sched.step()
-model.eval()
-with torch.no_grad():
-    vl = sum(loss_of(model, *batch(val)).item() for _ in range(50)) / 50
-print(f"steps {steps} val_loss {vl:.4f} train_loss {loss.item():.4f}", flush=True)
+    if log:
+        print(f"step {s + 1} {loss.item():.6f}", flush=True)
+    if eval_every and (s + 1) % eval_every == 0 and s + 1 < steps:
+        print(f"eval {s + 1} {val_loss():.4f}", flush=True)
+print(f"steps {steps} val_loss {val_loss():.4f} train_loss {loss.item():.4f}", flush=True)
