@@ -9,6 +9,10 @@
 //                               pass, dq by atomics) instead of the two deterministic backward kernels
 //   attention_cuda_bf16_bwd128  forward + backward with WEFT_ATTN_BWD_ROWS=128 (the two backward kernels with
 //                               128 own rows a block, two 16-row blocks a warp)
+//   attention_cuda_bf16_cudnn   forward + backward (and ..._cudnn_fwd the forward alone) through cuDNN's fused
+//   ..._cudnn_fwd               attention (WEFT_ATTN_CUDNN=1), where this build has cuDNN and cuDNN runs the shape
+//   ..._cudnn_nondet            (else a note and no line); _nondet: its backward free to add dq in any order
+//                               (WEFT_ATTN_CUDNN_DETERMINISTIC=0)
 //   attention_cuda_f32          forward + backward in f32 (CUDA cores)
 // Twin: bench/peers/attention_cuda.py (torch scaled_dot_product_attention, is_causal). Goal (issue 16):
 // bf16 >= 200 TFLOP/s. Without a GPU it prints a note and no lines.
@@ -17,6 +21,12 @@
 #include <weft.h>
 #include <weft/device.h>
 
+#include "../src/ops/cuda/attention_cudnn.h"
+// (weak: a build without CUDA has neither; then cuDNN never runs)
+#pragma weak weft_cudnn_attention_enabled
+#pragma weak weft_cudnn_attention_runs
+static bool cudnn_on(void) { return weft_cudnn_attention_enabled && weft_cudnn_attention_enabled(); }
+static int64_t cudnn_runs(void) { return weft_cudnn_attention_runs ? weft_cudnn_attention_runs() : 0; }
 #include "../src/ops/op.h"
 #include "bench_util.h"
 
@@ -33,6 +43,7 @@ static int run(int argc, char **argv, const char *name, weft_dtype dt, bool fwd_
         weft_tensor_free(c);
     }
     weft_attrs at = {.f = {1 / sqrt((double)D)}};
+    const int64_t runs0 = cudnn_runs();
     int fail = !fwd || !bwd || !x[0] || !x[1] || !x[2] || !x[3];
     double s = 0;
     if (!fail)
@@ -45,6 +56,8 @@ static int run(int argc, char **argv, const char *name, weft_dtype dt, bool fwd_
             for (int j = 0; j < 3; j++) weft_tensor_free(o[j]), weft_tensor_free(g[j]);
         });
     if (fail) fprintf(stderr, "%s: %s\n", name, weft_last_error());
+    else if (cudnn_on() && cudnn_runs() == runs0)
+        fprintf(stderr, "%s: cuDNN did not run this shape; nothing measured\n", name);
     else bench_report(name, (fwd_only ? 2.0 : 7.0) * B * H * (double)T * T * D / s * 1e-12, "TFLOP/s", 1);
     for (int i = 0; i < 4; i++) weft_tensor_free(x[i]);
     return fail;
@@ -67,6 +80,13 @@ int main(int argc, char **argv) {
     setenv("WEFT_ATTN_BWD_ROWS", "128", 1);
     f |= run(argc, argv, "attention_cuda_bf16_bwd128", WEFT_BF16, false);
     unsetenv("WEFT_ATTN_BWD_ROWS");
+    setenv("WEFT_ATTN_CUDNN", "1", 1);
+    f |= run(argc, argv, "attention_cuda_bf16_cudnn", WEFT_BF16, false);
+    f |= run(argc, argv, "attention_cuda_bf16_cudnn_fwd", WEFT_BF16, true);
+    setenv("WEFT_ATTN_CUDNN_DETERMINISTIC", "0", 1);
+    f |= run(argc, argv, "attention_cuda_bf16_cudnn_nondet", WEFT_BF16, false);
+    unsetenv("WEFT_ATTN_CUDNN_DETERMINISTIC");
+    unsetenv("WEFT_ATTN_CUDNN");
     f |= run(argc, argv, "attention_cuda_f32", WEFT_F32, false);
     return f;
 }

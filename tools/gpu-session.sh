@@ -19,11 +19,13 @@
 #     says what ran, what failed, what was skipped.
 #
 # A session's device time (15 minutes, the machine's start included) allows about one such call, so the
-# default order puts first what the open issues need most: the CUDA tests, issue 16's headline numbers
-# (PyTorch eager and torch.compile in the same run), its learning check, where a step's time goes, then the
-# rest as far as the budget goes. Each step's cap is far above what it took on an H100 (in brackets).
+# default order puts first what the open issues need most: the CUDA tests, attention (weft's kernels and
+# cuDNN's), issue 16's headline numbers (PyTorch eager and torch.compile in the same run), whether weft's bf16
+# step repeats bit for bit, where a step's time goes, the learning check, then the rest as far as the budget
+# goes. Each step's cap is far above what it took on an H100 (in brackets). Named-only steps: trace.
 #   tests      ctest -R cuda (every CUDA-vs-CPU test; cap 150 s, took 19 s)
-#   gpt2       train_gpt2_small_cuda, weft then PyTorch eager with SDPA (100 s, took 31 s)
+#   gpt2       train_gpt2_small_cuda, weft (its own attention kernels, then cuDNN's: WEFT_ATTN_CUDNN=1), then
+#              PyTorch eager with SDPA (145 s, took 31 s without the cuDNN run)
 #   compile    train_gpt2_small_cuda_vs_compile: PyTorch with torch.compile (150 s)
 #   learning   issue 16's learning check, 500 steps of gpt2-small-bytes: weft and its PyTorch twin
 #              (bench/peers/kjv_gpt_train.py) each from its own seed 1 and seed 2 (how far two runs of one
@@ -36,7 +38,8 @@
 #              gradient (AdamW's moments after step 1) and the losses compared tensor by tensor, so a wrong
 #              kernel is named by the parameter whose gradient it spoils (about 60 s)
 #   attention  causal attention forward+backward at (8,12,1024,64), bf16 and f32, the forward alone, the
-#              one-pass backward, the 64-row forward blocks and the 128-row backward blocks, and SDPA (80 s)
+#              one-pass backward, the 64-row forward blocks and the 128-row backward blocks, cuDNN's fused
+#              attention (deterministic and not), and SDPA (80 s)
 #   bandwidth  copy / cast / add / bias / transpose GB/s at 64 MB against cudaMemcpy (30 s)
 #   graphs     the four standard workloads and gpt2-small-bytes as graph-mode steps (one CUDA
 #              Graph replay each) against weft eager and PyTorch eager (bench_graph_train; 150 s)
@@ -52,7 +55,7 @@
 #              oneDNN's bf16 matmul and convolution on the host's AVX512-BF16 / AMX (300 s)
 #   trace      named only: weft and the twin from weft's start, every step's loss and the validation loss
 #              every 100 steps, bf16 (500 steps) and f32 (300), and the twin's validation loss of weft's weights after 500 steps
-#   repeat     named only: three 200-step bf16 runs logging every step's loss: are two the same bits, and does
+#   repeat     three 200-step bf16 runs logging every step's loss: are two the same bits, and does
 #              evaluating every 100 steps change training?
 #   suite      the rest of the suite, whose device tests then run on the real cuda:0
 #              (training, graph mode with CUDA Graphs, DDP and the parameter server; 240 s)
@@ -74,7 +77,7 @@ fi
 [ "${1:-}" = run ] || { echo "usage: gpu-session.sh prepare | run [STEP...]" >&2; exit 2; }
 shift
 : "${B:?run me through .gpu/gpu-build.sh, which builds weft and sets B}"
-steps=${*:-tests gpt2 compile learning profile parity attention bandwidth graphs graph standard bisect cpu16 suite}
+steps=${*:-tests attention gpt2 compile repeat profile learning parity bandwidth graphs graph standard bisect cpu16 suite}
 out=${OUT:-/tmp/weft-gpu-session}
 mkdir -p "$out"
 budget=${SESSION_BUDGET:-470}
@@ -82,6 +85,7 @@ t0=$(date +%s)
 py=${PYTHON:-python3} # on the GPU machine python3 has PyTorch
 : > "$out/bench.txt"
 summary() { echo "$*" | tee -a "$out/summary.txt"; }
+summary "$(grep -h -m1 'cuDNN:' "$B.configure.log" "$B/CMakeCache.txt" 2>/dev/null | head -1)"
 summary "gpu-session $(git rev-parse --short HEAD 2>/dev/null) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), $(nproc) cores, $(date -u +%FT%TZ)"
 
 # run NAME CAP CMD...: the command under `timeout CAP`, its output in NAME.log, bench lines kept.
@@ -104,6 +108,8 @@ for step in $steps; do
     grep -E "train loss|worst|differs|passed" "$out/parity.log" 2>/dev/null | tee -a "$out/summary.txt" ;;
   gpt2)
     run gpt2_weft 45 "WEFT_BENCH_DEVICE=cuda $B/bench_train train_gpt2_small_cuda"
+    # and with cuDNN's fused attention (where the build found cuDNN; bench.txt's gpt2_weft_cudnn line)
+    run gpt2_weft_cudnn 45 "WEFT_ATTN_CUDNN=1 WEFT_BENCH_DEVICE=cuda $B/bench_train train_gpt2_small_cuda"
     run gpt2_peer 55 "cd bench/peers && WEFT_BENCH_DEVICE=cuda $py train.py 'train_gpt2_small_cuda\$'" ;;
   profile)
     run profile 150 "ncu --csv --metrics gpu__time_duration.sum $B/weft train models/gpt2-small-bytes.cfg --device cuda \

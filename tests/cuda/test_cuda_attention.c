@@ -7,7 +7,9 @@
 // bf16 and f16 (the tensor-core kernels where D is 16, 32, 64 or 128, the f32
 // kernels on widened copies otherwise) against the CPU's f32 arithmetic on the
 // same rounded inputs, and attention under bf16 autocast. The packed op
-// (causal_attention_qkv, one (B,T,3C) input) in all four dtypes.
+// (causal_attention_qkv, one (B,T,3C) input) in all four dtypes. The bf16 / f16 cases again through
+// cuDNN's fused attention (WEFT_ATTN_CUDNN=1) where the build has it, and at gpt2's shape every half-precision
+// way (f32 kernels, tensor cores two ways, cuDNN) against the f32 kernels.
 //
 // The op is looked up in the table and applied by name (attrs f[0] = scale),
 // so the test builds whether or not the public weft_causal_attention is
@@ -15,6 +17,12 @@
 #include <stdint.h>
 
 #include "cuda_test.h"
+#include "ops/cuda/attention_cudnn.h"
+// (weak: a build without CUDA has neither; then cuDNN never runs)
+#pragma weak weft_cudnn_attention_enabled
+#pragma weak weft_cudnn_attention_runs
+static bool cudnn_on(void) { return weft_cudnn_attention_enabled && weft_cudnn_attention_enabled(); }
+static int64_t cudnn_runs(void) { return weft_cudnn_attention_runs ? weft_cudnn_attention_runs() : 0; }
 #include "ops/op.h"
 
 static const weft_op_def *g_op;
@@ -252,12 +260,18 @@ static void test_mma_vs_f32_gpt2(void) {
     int64_t sz[3] = {B, T, 3 * C};
     weft_tensor *h = rand_dt(3, sz, WEFT_BF16, 77), *w = rand_dt(3, (int64_t[]){B, T, C}, WEFT_BF16, 78);
     weft_tensor *wd = weft_tensor_to(w, WT_CUDA0);
-    // 0: the f32 kernels (the reference), 1: tensor cores, two backward kernels, 2: tensor cores, one pass
-    const char *label[3] = {"f32 kernels", "two kernels", "one pass"};
-    weft_tensor *y[3] = {NULL, NULL, NULL}, *g[3] = {NULL, NULL, NULL};
-    for (int k = 0; k < 3; k++) {
+    // 0: the f32 kernels (the reference), 1: tensor cores, two backward kernels, 2: tensor cores, one pass,
+    // 3: cuDNN's fused attention (where this build has it and cuDNN runs this shape)
+    const char *label[4] = {"f32 kernels", "two kernels", "one pass", "cuDNN"};
+    weft_tensor *y[4] = {NULL, NULL, NULL, NULL}, *g[4] = {NULL, NULL, NULL, NULL};
+    setenv("WEFT_ATTN_CUDNN", "1", 1);
+    const int n = cudnn_on() ? 4 : 3;
+    unsetenv("WEFT_ATTN_CUDNN");
+    int64_t ran = 0; // cuDNN's runs in k = 3
+    for (int k = 0; k < n; k++) {
         if (k == 0) setenv("WEFT_ATTN_MMA", "0", 1);
         if (k == 2) setenv("WEFT_ATTN_BWD", "fused", 1);
+        if (k == 3) setenv("WEFT_ATTN_CUDNN", "1", 1), ran = cudnn_runs();
         weft_tensor *x = weft_tensor_to(h, WT_CUDA0);
         weft_tensor_set_requires_grad(x, true);
         y[k] = weft_causal_attention_qkv(x, H, 1 / sqrt((double)D));
@@ -267,8 +281,13 @@ static void test_mma_vs_f32_gpt2(void) {
         weft_tensor_free(m), weft_tensor_free(l), weft_tensor_free(x);
         unsetenv("WEFT_ATTN_MMA");
         unsetenv("WEFT_ATTN_BWD");
+        if (k == 3) {
+            unsetenv("WEFT_ATTN_CUDNN");
+            ran = cudnn_runs() - ran;
+            printf("  (2,12,1024,64) bf16 cuDNN: %lld of 2 calls ran on cuDNN\n", (long long)ran);
+        }
     }
-    for (int k = 1; k < 3; k++) {
+    for (int k = 1; k < n; k++) {
         CHECK(y[0] && y[k] && g[0] && g[k]);
         if (!(y[0] && y[k] && g[0] && g[k])) continue;
         // (H100, 2026-11-27: rel about 2e-3 for o and 2.7e-3 for the gradients, offsets up to 3e-6)
@@ -292,9 +311,10 @@ static void test_mma_vs_f32_gpt2(void) {
         wt_check_same("one pass vs two kernels: grad k, grad v", a, b, 0);
         weft_tensor_free(a), weft_tensor_free(b);
     }
-    weft_tensor *all[] = {h, w, wd, y[0], y[1], y[2], g[0], g[1], g[2]};
-    for (int i = 0; i < 9; i++) weft_tensor_free(all[i]);
+    weft_tensor *all[] = {h, w, wd, y[0], y[1], y[2], y[3], g[0], g[1], g[2], g[3]};
+    for (int i = 0; i < 11; i++) weft_tensor_free(all[i]);
 }
+
 
 // causal_attention_qkv: one packed (B,T,3C) input, C = H*D.
 typedef struct qkv_case {
@@ -353,6 +373,23 @@ static void test_packed(void) {
     }
 }
 
+// With WEFT_ATTN_CUDNN=1 (where this build has cuDNN): the half-precision cases of test_half and test_packed
+// again, now through cuDNN's fused attention wherever cuDNN runs the shape, against the same CPU references and
+// tolerances; it says how many calls cuDNN ran (a shape it refuses runs weft's kernels, checked the same way).
+static void test_cudnn(void) {
+    setenv("WEFT_ATTN_CUDNN", "1", 1);
+    if (!cudnn_on()) {
+        unsetenv("WEFT_ATTN_CUDNN");
+        printf("  cuDNN attention: not in this build\n");
+        return;
+    }
+    int64_t r0 = cudnn_runs();
+    test_half();
+    test_packed();
+    printf("  cuDNN attention: %lld calls ran on cuDNN\n", (long long)(cudnn_runs() - r0));
+    unsetenv("WEFT_ATTN_CUDNN");
+}
+
 int main(void) {
     WT_CUDA_OR_SKIP();
     g_op = weft_op_find("causal_attention");
@@ -370,5 +407,6 @@ int main(void) {
     RUN(test_autocast);
     RUN(test_packed);
     RUN(test_mma_vs_f32_gpt2);
+    RUN(test_cudnn);
     return wt_summary();
 }

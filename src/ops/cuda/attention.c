@@ -7,7 +7,9 @@
 // f32 and f64 (attention_kernels.cu); bf16 and f16 on tensor cores with f32
 // statistics (attention_mma_kernels.cu) where D is 16, 32, 64 or 128, and
 // otherwise the f32 kernels on widened copies (lse is f32 for the half types; WEFT_ATTN_MMA=0 takes these
-// for every bf16 / f16 input, to compare the two).
+// for every bf16 / f16 input, to compare the two). With WEFT_ATTN_CUDNN=1, the bf16 / f16 cases the tensor-core
+// kernels would run go to cuDNN's fused attention instead where this build has it and cuDNN can run the
+// shape (attention_cudnn.h; the same statistics, so either backward follows either forward).
 // D up to 128 (above: WEFT_ERR_UNSUPPORTED naming the op).
 // Inputs may be any strided view. The tensor-core kernels read q, k, v (and
 // go) where they lie when each head's rows are 16-byte aligned with unit
@@ -15,10 +17,12 @@
 // every other input, and every input of the f32 kernels, gets a contiguous
 // device copy here.
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../attention.h"
+#include "attention_cudnn.h"
 #include "attention_kernels.h"
 #include "cuda_ops.h"
 
@@ -95,6 +99,50 @@ static bool outputs_aligned(const weft_op_args *a) {
     return true;
 }
 
+// A weft_cu_heads layout as cuDNN's strides of a (B,H,T,D) tensor: a contiguous copy read as (BH,T,D) (H = 1)
+// splits its heads; the zero strides of size-1 dims get the values a contiguous tensor would have.
+static void cudnn_strides(const weft_cu_heads *L, int64_t H, int64_t T, int64_t D, int64_t s[3]) {
+    int64_t st = L->st ? L->st : D, sh = L->sh, sb = L->sb;
+    if (L->H != H) sh = sb, sb *= H; // (BH,T,D): head b*H + h at (b*H + h)*sb
+    if (!sh) sh = st * T;
+    if (!sb) sb = sh * H;
+    s[0] = sb, s[1] = sh, s[2] = st;
+}
+
+// cuDNN's fused attention (attention_cudnn.h) when WEFT_ATTN_CUDNN=1 asks for it and cuDNN can run this shape
+// and layout (*ran true), else nothing (*ran false: weft's kernels run it). L: the layouts of q, k, v, o, go,
+// gq, gk, gv (the forward's first four); ptr as weft_cudnn_attention_run takes them.
+static weft_status cudnn_attention(const weft_op_args *a, bool backward, const weft_cu_heads *L, void *const *ptr,
+                                   bool *ran) {
+    *ran = false;
+    if (!weft_cudnn_attention_enabled()) return WEFT_OK;
+    const weft_tensor *q = a->in[0];
+    weft_cudnn_attn c = {.bf16 = q->dtype == WEFT_BF16, .device = q->device.index, .backward = backward,
+                         .B = q->sizes[0], .H = q->sizes[1], .T = q->sizes[2], .D = q->sizes[3],
+                         .scale = (float)a->attrs->f[0]};
+    for (int i = 0; i < (backward ? WEFT_CUDNN_N : WEFT_CUDNN_GO); i++) cudnn_strides(&L[i], c.H, c.T, c.D, c.s[i]);
+    size_t ws = 0;
+    char msg[512];
+    if (!weft_cudnn_attention_plan(&c, &ws, msg, sizeof msg)) {
+        static bool told; // (once a process: the reason is the same for every layer)
+        if (!told)
+            fprintf(stderr, "weft: WEFT_ATTN_CUDNN=1, but cuDNN cannot run %s at (%lld,%lld,%lld,%lld): %s; weft's "
+                            "kernels run it\n",
+                    a->op->name, (long long)c.B, (long long)c.H, (long long)c.T, (long long)c.D, msg);
+        told = true;
+        return WEFT_OK;
+    }
+    int64_t n = (int64_t)ws;
+    weft_tensor *w = ws ? weft_tensor_new(1, &n, WEFT_U8, q->device) : NULL;
+    if (ws && !w) return weft_last_status();
+    int rc = weft_cudnn_attention_run(&c, ptr, w ? weft_tensor_ptr(w) : NULL, (void *)weft_cu_stream(a->out[0]), msg,
+                                      sizeof msg);
+    weft_tensor_free(w); // (stream-ordered: reused only by work queued after this)
+    if (rc) return weft_error(WEFT_ERR_DEVICE, "%s: %s", a->op->name, msg);
+    *ran = true;
+    return WEFT_OK;
+}
+
 // bf16 / f16 on tensor cores: q, k, v read in place where they can be; o written in its layout.
 static weft_status mma_forward(const weft_op_args *a, int64_t BH, int64_t T, int64_t D, bool *done) {
     const void *p[3];
@@ -114,6 +162,15 @@ static weft_status mma_forward(const weft_op_args *a, int64_t BH, int64_t T, int
         return WEFT_OK;
     }
     L[3] = L[0]; // (no go in the forward)
+    weft_cu_heads C[4] = {L[0], L[1], L[2], L[4]}; // q, k, v, o
+    void *cp[5] = {(void *)p[0], (void *)p[1], (void *)p[2], weft_tensor_ptr(a->out[0]), weft_tensor_ptr(a->out[1])};
+    bool ran = false;
+    weft_status cs = cudnn_attention(a, false, C, cp, &ran);
+    if (cs || ran) {
+        for (int i = 0; i < 3; i++) weft_tensor_free(hold[i]);
+        weft_tensor_free(o);
+        return cs;
+    }
     cudaError_t e = weft_cu_causal_attention_mma(p[0], p[1], p[2], L, weft_tensor_ptr(a->out[0]),
                                                  (float *)weft_tensor_ptr(a->out[1]), a->in[0]->dtype, BH, T, D,
                                                  a->attrs->f[0], weft_cu_stream(a->out[0]));
@@ -156,7 +213,14 @@ static weft_status mma_backward(const weft_op_args *a, int64_t BH, int64_t T, in
         weft_tensor_free(gview);
     }
     *done = st != WEFT_OK || fits;
-    if (fits) {
+    bool ran = false;
+    if (fits) { // cuDNN's (q, k, v, o, go, gq, gk, gv; pointers q, k, v, o, go, lse, gq, gk, gv), if asked for
+        weft_cu_heads C[8] = {L[0], L[1], L[2], L[4], L[3], G[0], G[1], G[2]};
+        void *cp[9] = {(void *)p[0], (void *)p[1], (void *)p[2], (void *)p[4], (void *)p[3], weft_tensor_ptr(lse),
+                       weft_tensor_ptr(a->out[0]), weft_tensor_ptr(a->out[1]), weft_tensor_ptr(a->out[2])};
+        st = cudnn_attention(a, true, C, cp, &ran);
+    }
+    if (fits && !st && !ran) {
         weft_cu_heads LG[8] = {L[0], L[1], L[2], L[3], L[4], G[0], G[1], G[2]};
         cudaError_t ce = weft_cu_causal_attention_mma_backward(
             p[0], p[1], p[2], LG, p[4], (const float *)weft_tensor_ptr(lse), p[3], (float *)weft_tensor_ptr(dl),

@@ -1,0 +1,244 @@
+// cuDNN's fused causal attention for causal_attention(_backward) in bf16 / f16 (attention_cudnn.h): one
+// cudnn-frontend graph with an SDPA node (or its backward) per shape, layout and scale, built on first use
+// and kept for the life of the process, as llm.c's cudnn_att.cpp does. Built only where CMake found cuDNN
+// and the frontend's headers (WEFT_HAVE_CUDNN); otherwise nothing is ever planned.
+#include "attention_cudnn.h"
+
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <atomic>
+
+static std::atomic<int64_t> g_runs{0}; // weft_cudnn_attention_runs
+
+extern "C" int64_t weft_cudnn_attention_runs(void) { return g_runs.load(); }
+
+#ifdef WEFT_HAVE_CUDNN
+#include <cudnn_frontend.h>
+
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace fe = cudnn_frontend;
+
+namespace {
+
+// The tensors' uids in a graph's variant pack.
+enum : int64_t { UID_Q = 1, UID_K, UID_V, UID_O, UID_GO, UID_GQ, UID_GK, UID_GV, UID_STATS };
+
+struct Plan {
+    std::shared_ptr<fe::graph::Graph> graph; // NULL: cuDNN cannot run this shape (kept so it is asked once)
+    int64_t workspace = 0;
+    std::string why;
+};
+
+std::mutex g_mu;                                 // the caches and the handles
+std::map<std::vector<int64_t>, Plan> g_plans;    // by weft_cudnn_attn's fields
+std::unordered_map<int, cudnnHandle_t> g_handle; // by device
+
+std::vector<int64_t> key_of(const weft_cudnn_attn *a) {
+    float scale = a->scale;
+    int32_t scale_bits;
+    memcpy(&scale_bits, &scale, sizeof scale_bits);
+    std::vector<int64_t> k = {a->bf16, a->device, a->backward, a->B, a->H, a->T, a->D, scale_bits};
+    int n = a->backward ? WEFT_CUDNN_N : WEFT_CUDNN_GO;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < 3; j++) k.push_back(a->s[i][j]);
+    return k;
+}
+
+// The handle of a's device (the caller holds g_mu), made on first use.
+cudnnHandle_t handle_for(int device, std::string *why) {
+    auto it = g_handle.find(device);
+    if (it != g_handle.end()) return it->second;
+    cudnnHandle_t h = nullptr;
+    cudnnStatus_t s = cudnnCreate(&h);
+    if (s != CUDNN_STATUS_SUCCESS) {
+        *why = std::string("cudnnCreate: ") + cudnnGetErrorString(s);
+        return nullptr;
+    }
+    g_handle[device] = h;
+    return h;
+}
+
+std::shared_ptr<fe::graph::Tensor_attributes> heads(fe::graph::Graph &g, const weft_cudnn_attn *a, int i,
+                                                    int64_t uid, const char *name) {
+    return g.tensor(fe::graph::Tensor_attributes()
+                        .set_name(name)
+                        .set_uid(uid)
+                        .set_dim({a->B, a->H, a->T, a->D})
+                        .set_stride({a->s[i][0], a->s[i][1], a->s[i][2], 1}));
+}
+
+void out_heads(const std::shared_ptr<fe::graph::Tensor_attributes> &t, const weft_cudnn_attn *a, int i, int64_t uid) {
+    t->set_output(true).set_uid(uid).set_dim({a->B, a->H, a->T, a->D});
+    t->set_stride({a->s[i][0], a->s[i][1], a->s[i][2], 1});
+}
+
+std::shared_ptr<fe::graph::Tensor_attributes> stats_attrs(const weft_cudnn_attn *a) {
+    auto t = std::make_shared<fe::graph::Tensor_attributes>();
+    t->set_name("stats").set_uid(UID_STATS).set_data_type(fe::DataType_t::FLOAT);
+    t->set_dim({a->B, a->H, a->T, 1}).set_stride({a->H * a->T, a->T, 1, 1}); // weft's lse: (B,H,T) contiguous
+    return t;
+}
+
+// Builds a's graph with cuDNN (slow: tens of milliseconds); the caller holds g_mu.
+Plan build(const weft_cudnn_attn *a) {
+    Plan p;
+    cudaError_t ce = cudaSetDevice(a->device);
+    if (ce != cudaSuccess) {
+        p.why = std::string("cudaSetDevice: ") + cudaGetErrorString(ce);
+        return p;
+    }
+    cudnnHandle_t h = handle_for(a->device, &p.why);
+    if (!h) return p;
+    auto g = std::make_shared<fe::graph::Graph>();
+    g->set_io_data_type(a->bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF)
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    auto q = heads(*g, a, WEFT_CUDNN_Q, UID_Q, "q"), k = heads(*g, a, WEFT_CUDNN_K, UID_K, "k"),
+         v = heads(*g, a, WEFT_CUDNN_V, UID_V, "v");
+    if (!a->backward) {
+        auto o = fe::graph::SDPA_attributes()
+                     .set_name("attention")
+                     .set_generate_stats(true)
+                     .set_causal_mask(true)
+                     .set_attn_scale(a->scale);
+        auto [out, stats] = g->sdpa(q, k, v, o);
+        out_heads(out, a, WEFT_CUDNN_O, UID_O);
+        auto want = stats_attrs(a);
+        stats->set_output(true).set_uid(UID_STATS).set_data_type(fe::DataType_t::FLOAT);
+        stats->set_dim(want->get_dim()).set_stride(want->get_stride());
+    } else {
+        auto o = heads(*g, a, WEFT_CUDNN_O, UID_O, "o"), go = heads(*g, a, WEFT_CUDNN_GO, UID_GO, "go");
+        auto stats = g->tensor(*stats_attrs(a));
+        // Deterministic unless WEFT_ATTN_CUDNN_DETERMINISTIC=0 (dq then added by atomics, in no fixed order)
+        const char *d = getenv("WEFT_ATTN_CUDNN_DETERMINISTIC");
+        auto o_attrs = fe::graph::SDPA_backward_attributes()
+                           .set_name("attention_backward")
+                           .set_causal_mask(true)
+                           .set_attn_scale(a->scale)
+                           .set_deterministic_algorithm(!(d && !strcmp(d, "0")));
+        auto [gq, gk, gv] = g->sdpa_backward(q, k, v, o, go, stats, o_attrs);
+        out_heads(gq, a, WEFT_CUDNN_GQ, UID_GQ);
+        out_heads(gk, a, WEFT_CUDNN_GK, UID_GK);
+        out_heads(gv, a, WEFT_CUDNN_GV, UID_GV);
+    }
+    // validate, lower to cuDNN's backend, ask its heuristics, build the chosen plan: the first failing step says why
+#define WEFT_CUDNN_TRY(x)                                                                                              \
+    do {                                                                                                               \
+        fe::error_t r_ = (x);                                                                                          \
+        if (!r_.is_good()) {                                                                                           \
+            p.why = r_.get_message();                                                                                  \
+            return p;                                                                                                  \
+        }                                                                                                              \
+    } while (0)
+    WEFT_CUDNN_TRY(g->validate());
+    WEFT_CUDNN_TRY(g->build_operation_graph(h));
+    WEFT_CUDNN_TRY(g->create_execution_plans({fe::HeurMode_t::A}));
+    WEFT_CUDNN_TRY(g->check_support(h));
+    WEFT_CUDNN_TRY(g->build_plans(h));
+    WEFT_CUDNN_TRY(g->get_workspace_size(p.workspace));
+#undef WEFT_CUDNN_TRY
+    p.graph = g;
+    return p;
+}
+
+} // namespace
+
+extern "C" int weft_cudnn_attention_enabled(void) {
+    const char *e = getenv("WEFT_ATTN_CUDNN");
+    return e && !strcmp(e, "1");
+}
+
+extern "C" int weft_cudnn_attention_plan(const weft_cudnn_attn *a, size_t *workspace, char *why, size_t why_len) {
+    if (why && why_len) why[0] = 0;
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto key = key_of(a);
+    auto it = g_plans.find(key);
+    if (it == g_plans.end()) {
+        int prev = -1;
+        cudaGetDevice(&prev);
+        Plan p;
+        try { // (the frontend throws in a few places: never across the C boundary)
+            p = build(a);
+        } catch (const std::exception &x) {
+            p = Plan{};
+            p.why = x.what();
+        } catch (...) {
+            p = Plan{};
+            p.why = "cuDNN attention: unknown exception while planning";
+        }
+        it = g_plans.emplace(key, p).first;
+        if (prev >= 0) cudaSetDevice(prev);
+    }
+    if (!it->second.graph) {
+        if (why && why_len) snprintf(why, why_len, "%s", it->second.why.c_str());
+        return 0;
+    }
+    *workspace = (size_t)it->second.workspace;
+    return 1;
+}
+
+extern "C" int weft_cudnn_attention_run(const weft_cudnn_attn *a, void *const *ptr, void *workspace, void *st,
+                                        char *err, size_t err_len) {
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto it = g_plans.find(key_of(a));
+    auto h = g_handle.find(a->device);
+    if (it == g_plans.end() || !it->second.graph || h == g_handle.end()) {
+        snprintf(err, err_len, "cuDNN attention: no plan for this shape (plan it first)");
+        return -1;
+    }
+    std::unordered_map<int64_t, void *> pack;
+    if (!a->backward)
+        pack = {{UID_Q, ptr[0]}, {UID_K, ptr[1]}, {UID_V, ptr[2]}, {UID_O, ptr[3]}, {UID_STATS, ptr[4]}};
+    else
+        pack = {{UID_Q, ptr[0]},     {UID_K, ptr[1]},  {UID_V, ptr[2]},  {UID_O, ptr[3]}, {UID_GO, ptr[4]},
+                {UID_STATS, ptr[5]}, {UID_GQ, ptr[6]}, {UID_GK, ptr[7]}, {UID_GV, ptr[8]}};
+    cudnnStatus_t s = cudnnSetStream(h->second, (cudaStream_t)st);
+    if (s != CUDNN_STATUS_SUCCESS) {
+        snprintf(err, err_len, "cudnnSetStream: %s", cudnnGetErrorString(s));
+        return -1;
+    }
+    try {
+        fe::error_t e = it->second.graph->execute(h->second, pack, workspace);
+        if (!e.is_good()) {
+            snprintf(err, err_len, "cuDNN attention: %s", e.get_message().c_str());
+            return -1;
+        }
+    } catch (const std::exception &x) {
+        snprintf(err, err_len, "cuDNN attention: %s", x.what());
+        return -1;
+    } catch (...) {
+        snprintf(err, err_len, "cuDNN attention: unknown exception while running");
+        return -1;
+    }
+    g_runs++;
+    return 0;
+}
+
+#else // no cuDNN in this build: the caller always runs its own kernels
+
+extern "C" int weft_cudnn_attention_enabled(void) { return 0; }
+
+extern "C" int weft_cudnn_attention_plan(const weft_cudnn_attn *a, size_t *workspace, char *why, size_t why_len) {
+    (void)a, (void)workspace;
+    if (why && why_len) snprintf(why, why_len, "weft was built without cuDNN");
+    return 0;
+}
+
+extern "C" int weft_cudnn_attention_run(const weft_cudnn_attn *a, void *const *ptr, void *workspace, void *st,
+                                        char *err, size_t err_len) {
+    (void)a, (void)ptr, (void)workspace, (void)st;
+    snprintf(err, err_len, "weft was built without cuDNN");
+    return -1;
+}
+
+#endif
