@@ -39,15 +39,24 @@ struct Plan {
     std::string why;
 };
 
-std::mutex g_mu;                                 // the caches and the handles
-std::map<std::vector<int64_t>, Plan> g_plans;    // by weft_cudnn_attn's fields
-std::unordered_map<int, cudnnHandle_t> g_handle; // by device
+// The plans by weft_cudnn_attn's fields, and the handles by device, under g_mu. Made on first use and never
+// freed: destroying cuDNN's plans at exit would run after the CUDA runtime has shut down.
+std::mutex g_mu;
+auto *g_plans = new std::map<std::vector<int64_t>, Plan>();
+auto *g_handle = new std::unordered_map<int, cudnnHandle_t>();
+
+// The backward adds dq in a fixed order unless WEFT_ATTN_CUDNN_DETERMINISTIC=0 (then by atomics, in any order).
+bool deterministic() {
+    const char *d = getenv("WEFT_ATTN_CUDNN_DETERMINISTIC");
+    return !(d && !strcmp(d, "0"));
+}
 
 std::vector<int64_t> key_of(const weft_cudnn_attn *a) {
     float scale = a->scale;
     int32_t scale_bits;
     memcpy(&scale_bits, &scale, sizeof scale_bits);
-    std::vector<int64_t> k = {a->bf16, a->device, a->backward, a->B, a->H, a->T, a->D, scale_bits};
+    std::vector<int64_t> k = {a->bf16, a->device, a->backward, a->B, a->H, a->T, a->D, scale_bits,
+                              a->backward && deterministic()};
     int n = a->backward ? WEFT_CUDNN_N : WEFT_CUDNN_GO;
     for (int i = 0; i < n; i++)
         for (int j = 0; j < 3; j++) k.push_back(a->s[i][j]);
@@ -56,15 +65,15 @@ std::vector<int64_t> key_of(const weft_cudnn_attn *a) {
 
 // The handle of a's device (the caller holds g_mu), made on first use.
 cudnnHandle_t handle_for(int device, std::string *why) {
-    auto it = g_handle.find(device);
-    if (it != g_handle.end()) return it->second;
+    auto it = g_handle->find(device);
+    if (it != g_handle->end()) return it->second;
     cudnnHandle_t h = nullptr;
     cudnnStatus_t s = cudnnCreate(&h);
     if (s != CUDNN_STATUS_SUCCESS) {
         *why = std::string("cudnnCreate: ") + cudnnGetErrorString(s);
         return nullptr;
     }
-    g_handle[device] = h;
+    (*g_handle)[device] = h;
     return h;
 }
 
@@ -119,13 +128,11 @@ Plan build(const weft_cudnn_attn *a) {
     } else {
         auto o = heads(*g, a, WEFT_CUDNN_O, UID_O, "o"), go = heads(*g, a, WEFT_CUDNN_GO, UID_GO, "go");
         auto stats = g->tensor(*stats_attrs(a));
-        // Deterministic unless WEFT_ATTN_CUDNN_DETERMINISTIC=0 (dq then added by atomics, in no fixed order)
-        const char *d = getenv("WEFT_ATTN_CUDNN_DETERMINISTIC");
         auto o_attrs = fe::graph::SDPA_backward_attributes()
                            .set_name("attention_backward")
                            .set_causal_mask(true)
                            .set_attn_scale(a->scale)
-                           .set_deterministic_algorithm(!(d && !strcmp(d, "0")));
+                           .set_deterministic_algorithm(deterministic());
         auto [gq, gk, gv] = g->sdpa_backward(q, k, v, o, go, stats, o_attrs);
         out_heads(gq, a, WEFT_CUDNN_GQ, UID_GQ);
         out_heads(gk, a, WEFT_CUDNN_GK, UID_GK);
@@ -162,8 +169,8 @@ extern "C" int weft_cudnn_attention_plan(const weft_cudnn_attn *a, size_t *works
     if (why && why_len) why[0] = 0;
     std::lock_guard<std::mutex> lock(g_mu);
     auto key = key_of(a);
-    auto it = g_plans.find(key);
-    if (it == g_plans.end()) {
+    auto it = g_plans->find(key);
+    if (it == g_plans->end()) {
         int prev = -1;
         cudaGetDevice(&prev);
         Plan p;
@@ -176,7 +183,7 @@ extern "C" int weft_cudnn_attention_plan(const weft_cudnn_attn *a, size_t *works
             p = Plan{};
             p.why = "cuDNN attention: unknown exception while planning";
         }
-        it = g_plans.emplace(key, p).first;
+        it = g_plans->emplace(key, p).first;
         if (prev >= 0) cudaSetDevice(prev);
     }
     if (!it->second.graph) {
@@ -190,9 +197,9 @@ extern "C" int weft_cudnn_attention_plan(const weft_cudnn_attn *a, size_t *works
 extern "C" int weft_cudnn_attention_run(const weft_cudnn_attn *a, void *const *ptr, void *workspace, void *st,
                                         char *err, size_t err_len) {
     std::lock_guard<std::mutex> lock(g_mu);
-    auto it = g_plans.find(key_of(a));
-    auto h = g_handle.find(a->device);
-    if (it == g_plans.end() || !it->second.graph || h == g_handle.end()) {
+    auto it = g_plans->find(key_of(a));
+    auto h = g_handle->find(a->device);
+    if (it == g_plans->end() || !it->second.graph || h == g_handle->end()) {
         snprintf(err, err_len, "cuDNN attention: no plan for this shape (plan it first)");
         return -1;
     }
