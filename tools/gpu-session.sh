@@ -10,6 +10,8 @@
 #
 # On the GPU machine (the device tool's run, with carry [".gpu"]):
 #   bash .gpu/gpu-build.sh 'bash tools/gpu-session.sh run [STEP...]'
+#     (where the cuDNN attention might not compile against the machine's cuDNN, first
+#      `bash .gpu/gpu-build.sh true || cmake -DWEFT_CUDNN=OFF ${TMPDIR:-/tmp}/weft-gpu-build;`)
 #     runs the steps in this order (all when none is named), each under its own
 #     time cap, and skips a step whose cap no longer fits in SESSION_BUDGET
 #     seconds (default 470, counted from the script's start, after gpu-build.sh's build; the device tool
