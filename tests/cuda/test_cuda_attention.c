@@ -285,6 +285,7 @@ static void test_mma_vs_f32_gpt2(void) {
             unsetenv("WEFT_ATTN_CUDNN");
             ran = cudnn_runs() - ran;
             printf("  (2,12,1024,64) bf16 cuDNN: %lld of 2 calls ran on cuDNN\n", (long long)ran);
+            CHECK(ran == 2); // (the build has cuDNN, and a GPU that runs this build's sm_90 code has its SDPA)
         }
     }
     for (int k = 1; k < n; k++) {
@@ -373,6 +374,48 @@ static void test_packed(void) {
     }
 }
 
+// cuDNN's statistics are weft's lse: a cuDNN forward followed by weft's backward, and weft's forward followed by
+// cuDNN's backward, give weft's own gradients (bf16 at (2,3,129,64), T not a multiple of cuDNN's tiles), and
+// the two forwards the same lse.
+static void test_cudnn_mixed(void) {
+    const weft_op_def *fwd = weft_op_find("causal_attention"), *bwd = weft_op_find("causal_attention_backward");
+    int64_t sz[4] = {2, 3, 129, 64};
+    weft_tensor *x[4]; // q, k, v, go
+    for (int i = 0; i < 4; i++) {
+        weft_tensor *h = rand_dt(4, sz, WEFT_BF16, 90 + (uint64_t)i);
+        x[i] = weft_tensor_to(h, WT_CUDA0);
+        weft_tensor_free(h);
+    }
+    weft_attrs at = {.f = {0.125}};
+    // k: which side cuDNN runs (0: neither, 1: the forward, 2: the backward)
+    weft_tensor *o[3][WEFT_MAX_OP_OUT] = {{0}}, *g[3][WEFT_MAX_OP_OUT] = {{0}};
+    for (int k = 0; k < 3; k++) {
+        int64_t r0 = cudnn_runs();
+        if (k == 1) setenv("WEFT_ATTN_CUDNN", "1", 1);
+        CHECK(weft_op_apply(fwd, 3, x, &at, o[k]) == WEFT_OK);
+        unsetenv("WEFT_ATTN_CUDNN");
+        if (k == 2) setenv("WEFT_ATTN_CUDNN", "1", 1);
+        weft_tensor *in[6] = {x[0], x[1], x[2], o[k][0], o[k][1], x[3]};
+        CHECK(o[k][0] && weft_op_apply(bwd, 6, in, &at, g[k]) == WEFT_OK);
+        unsetenv("WEFT_ATTN_CUDNN");
+        CHECK(cudnn_runs() - r0 == (k ? 1 : 0));
+    }
+    double rel, bias, scale;
+    err_stats(o[1][1], o[0][1], &rel, &bias, &scale); // lse, f32
+    printf("  cuDNN lse vs weft's: rel %.3g, offset %.3g\n", rel, bias);
+    CHECK(rel < 1e-4 && fabs(bias) < 1e-4); // (a log2-based lse would be off by 30%)
+    for (int k = 1; k < 3; k++)
+        for (int j = 0; j < 3 && g[k][j] && g[0][j]; j++) {
+            err_stats(g[k][j], g[0][j], &rel, &bias, &scale);
+            printf("  cuDNN %s: gradient %d vs weft's: rel %.3g, offset %.3g, scale %.3g\n",
+                   k == 1 ? "forward + weft backward" : "weft forward + cuDNN backward", j, rel, bias, scale);
+            CHECK(rel < 2e-2 && fabs(bias) < 1e-4 && fabs(scale) < 1e-3); // (test_mma_vs_f32_gpt2's bounds)
+        }
+    for (int k = 0; k < 3; k++)
+        for (int j = 0; j < WEFT_MAX_OP_OUT; j++) weft_tensor_free(o[k][j]), weft_tensor_free(g[k][j]);
+    for (int i = 0; i < 4; i++) weft_tensor_free(x[i]);
+}
+
 // With WEFT_ATTN_CUDNN=1 (where this build has cuDNN): the half-precision cases of test_half and test_packed
 // again, now through cuDNN's fused attention wherever cuDNN runs the shape, against the same CPU references and
 // tolerances; it says how many calls cuDNN ran (a shape it refuses runs weft's kernels, checked the same way).
@@ -387,7 +430,9 @@ static void test_cudnn(void) {
     test_half();
     test_packed();
     printf("  cuDNN attention: %lld calls ran on cuDNN\n", (long long)(cudnn_runs() - r0));
+    CHECK(cudnn_runs() - r0 > 0);
     unsetenv("WEFT_ATTN_CUDNN");
+    test_cudnn_mixed();
 }
 
 int main(void) {

@@ -16,6 +16,7 @@
 // stride inside a row (weft_cu_heads: e.g. the heads of a (B,T,C) tensor);
 // every other input, and every input of the f32 kernels, gets a contiguous
 // device copy here.
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,13 +101,18 @@ static bool outputs_aligned(const weft_op_args *a) {
 }
 
 // A weft_cu_heads layout as cuDNN's strides of a (B,H,T,D) tensor: a contiguous copy read as (BH,T,D) (H = 1)
-// splits its heads; the zero strides of size-1 dims get the values a contiguous tensor would have.
-static void cudnn_strides(const weft_cu_heads *L, int64_t H, int64_t T, int64_t D, int64_t s[3]) {
-    int64_t st = L->st ? L->st : D, sh = L->sh, sb = L->sb;
+// splits its heads; the zero strides of size-1 dims get the values a contiguous tensor would have. False for a
+// zero stride along a longer dim (a broadcast view, e.g. k expanded over heads), which weft's kernels read and
+// cuDNN is not given.
+static bool cudnn_strides(const weft_cu_heads *L, int64_t B, int64_t H, int64_t T, int64_t D, int64_t s[3]) {
+    int64_t st = L->st, sh = L->sh, sb = L->sb;
     if (L->H != H) sh = sb, sb *= H; // (BH,T,D): head b*H + h at (b*H + h)*sb
+    if ((!st && T > 1) || (!sh && H > 1) || (!sb && B > 1)) return false;
+    if (!st) st = D;
     if (!sh) sh = st * T;
     if (!sb) sb = sh * H;
     s[0] = sb, s[1] = sh, s[2] = st;
+    return true;
 }
 
 // cuDNN's fused attention (attention_cudnn.h) when WEFT_ATTN_CUDNN=1 asks for it and cuDNN can run this shape
@@ -120,27 +126,30 @@ static weft_status cudnn_attention(const weft_op_args *a, bool backward, const w
     weft_cudnn_attn c = {.bf16 = q->dtype == WEFT_BF16, .device = q->device.index, .backward = backward,
                          .B = q->sizes[0], .H = q->sizes[1], .T = q->sizes[2], .D = q->sizes[3],
                          .scale = (float)a->attrs->f[0]};
-    for (int i = 0; i < (backward ? WEFT_CUDNN_N : WEFT_CUDNN_GO); i++) cudnn_strides(&L[i], c.H, c.T, c.D, c.s[i]);
+    for (int i = 0; i < (backward ? WEFT_CUDNN_N : WEFT_CUDNN_GO); i++)
+        if (!cudnn_strides(&L[i], c.B, c.H, c.T, c.D, c.s[i])) return WEFT_OK;
     size_t ws = 0;
     char msg[512];
-    if (!weft_cudnn_attention_plan(&c, &ws, msg, sizeof msg)) {
-        static bool told; // (once a process: the reason is the same for every layer)
-        if (!told)
+    void *stream = (void *)weft_cu_stream(a->out[0]);
+    if (!weft_cudnn_attention_plan(&c, stream, &ws, msg, sizeof msg)) {
+        static atomic_bool told; // (once a process: mostly the reason is the same for every layer)
+        if (!atomic_exchange(&told, true))
             fprintf(stderr, "weft: WEFT_ATTN_CUDNN=1, but cuDNN cannot run %s at (%lld,%lld,%lld,%lld): %s; weft's "
                             "kernels run it\n",
                     a->op->name, (long long)c.B, (long long)c.H, (long long)c.T, (long long)c.D, msg);
-        told = true;
         return WEFT_OK;
     }
     int64_t n = (int64_t)ws;
     weft_tensor *w = ws ? weft_tensor_new(1, &n, WEFT_U8, q->device) : NULL;
-    if (ws && !w) return weft_last_status();
-    int rc = weft_cudnn_attention_run(&c, ptr, w ? weft_tensor_ptr(w) : NULL, (void *)weft_cu_stream(a->out[0]), msg,
-                                      sizeof msg);
+    if (ws && !w) { // no room for cuDNN's workspace: weft's kernels need none
+        weft_clear_error();
+        return WEFT_OK;
+    }
+    int rc = weft_cudnn_attention_run(&c, ptr, w ? weft_tensor_ptr(w) : NULL, stream, msg, sizeof msg);
     weft_tensor_free(w); // (stream-ordered: reused only by work queued after this)
     if (rc) return weft_error(WEFT_ERR_DEVICE, "%s: %s", a->op->name, msg);
     *ran = true;
-    return WEFT_OK;
+    return weft_cu_done(cudaSuccess, a->op->name); // (a launch error; with WEFT_CUDA_SYNC=1, waits)
 }
 
 // bf16 / f16 on tensor cores: q, k, v read in place where they can be; o written in its layout.

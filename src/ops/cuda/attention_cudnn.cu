@@ -16,6 +16,8 @@ static std::atomic<int64_t> g_runs{0}; // weft_cudnn_attention_runs
 extern "C" int64_t weft_cudnn_attention_runs(void) { return g_runs.load(); }
 
 #ifdef WEFT_HAVE_CUDNN
+#define CUDNN_FRONTEND_SKIP_JSON_LIB // (graphs are never serialised here; the JSON library is most of the compile)
+#include <cstring>                   // (which the frontend then uses without including)
 #include <cudnn_frontend.h>
 
 #include <exception>
@@ -158,15 +160,16 @@ Plan build(const weft_cudnn_attn *a) {
     return p;
 }
 
-} // namespace
-
-extern "C" int weft_cudnn_attention_enabled(void) {
-    const char *e = getenv("WEFT_ATTN_CUDNN");
-    return e && !strcmp(e, "1");
-}
-
-extern "C" int weft_cudnn_attention_plan(const weft_cudnn_attn *a, size_t *workspace, char *why, size_t why_len) {
-    if (why && why_len) why[0] = 0;
+// weft_cudnn_attention_plan's body (the caller catches what the frontend or the standard library throws).
+int plan(const weft_cudnn_attn *a, void *st, size_t *workspace, std::string *why) {
+    // cuDNN up to 9.15 pads a backward whose T is not a multiple of 128 with a mask whose lengths the frontend
+    // copies from host memory at every run: not something a CUDA Graph can replay
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (a->backward && a->T % 128 && cudnnGetVersion() <= 91500 &&
+        (cudaStreamIsCapturing((cudaStream_t)st, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone)) {
+        *why = "a CUDA Graph is capturing, and this cuDNN's backward at this T copies from host memory";
+        return 0;
+    }
     std::lock_guard<std::mutex> lock(g_mu);
     auto key = key_of(a);
     auto it = g_plans->find(key);
@@ -174,33 +177,30 @@ extern "C" int weft_cudnn_attention_plan(const weft_cudnn_attn *a, size_t *works
         int prev = -1;
         cudaGetDevice(&prev);
         Plan p;
-        try { // (the frontend throws in a few places: never across the C boundary)
+        try { // (a failed build is remembered: it would fail again)
             p = build(a);
         } catch (const std::exception &x) {
             p = Plan{};
             p.why = x.what();
-        } catch (...) {
-            p = Plan{};
-            p.why = "cuDNN attention: unknown exception while planning";
         }
         it = g_plans->emplace(key, p).first;
         if (prev >= 0) cudaSetDevice(prev);
     }
     if (!it->second.graph) {
-        if (why && why_len) snprintf(why, why_len, "%s", it->second.why.c_str());
+        *why = it->second.why;
         return 0;
     }
     *workspace = (size_t)it->second.workspace;
     return 1;
 }
 
-extern "C" int weft_cudnn_attention_run(const weft_cudnn_attn *a, void *const *ptr, void *workspace, void *st,
-                                        char *err, size_t err_len) {
+// weft_cudnn_attention_run's body (as plan's).
+int run(const weft_cudnn_attn *a, void *const *ptr, void *workspace, void *st, std::string *err) {
     std::lock_guard<std::mutex> lock(g_mu);
     auto it = g_plans->find(key_of(a));
     auto h = g_handle->find(a->device);
     if (it == g_plans->end() || !it->second.graph || h == g_handle->end()) {
-        snprintf(err, err_len, "cuDNN attention: no plan for this shape (plan it first)");
+        *err = "cuDNN attention: no plan for this shape (plan it first)";
         return -1;
     }
     std::unordered_map<int64_t, void *> pack;
@@ -211,32 +211,63 @@ extern "C" int weft_cudnn_attention_run(const weft_cudnn_attn *a, void *const *p
                 {UID_STATS, ptr[5]}, {UID_GQ, ptr[6]}, {UID_GK, ptr[7]}, {UID_GV, ptr[8]}};
     cudnnStatus_t s = cudnnSetStream(h->second, (cudaStream_t)st);
     if (s != CUDNN_STATUS_SUCCESS) {
-        snprintf(err, err_len, "cudnnSetStream: %s", cudnnGetErrorString(s));
+        *err = std::string("cudnnSetStream: ") + cudnnGetErrorString(s);
         return -1;
     }
-    try {
-        fe::error_t e = it->second.graph->execute(h->second, pack, workspace);
-        if (!e.is_good()) {
-            snprintf(err, err_len, "cuDNN attention: %s", e.get_message().c_str());
-            return -1;
-        }
-    } catch (const std::exception &x) {
-        snprintf(err, err_len, "cuDNN attention: %s", x.what());
-        return -1;
-    } catch (...) {
-        snprintf(err, err_len, "cuDNN attention: unknown exception while running");
+    fe::error_t e = it->second.graph->execute(h->second, pack, workspace);
+    if (!e.is_good()) {
+        *err = "cuDNN attention: " + e.get_message();
         return -1;
     }
     g_runs++;
     return 0;
 }
 
+} // namespace
+
+extern "C" int weft_cudnn_attention_enabled(void) {
+    const char *e = getenv("WEFT_ATTN_CUDNN");
+    return e && !strcmp(e, "1");
+}
+
+// The two entry points: nothing thrown crosses into C.
+extern "C" int weft_cudnn_attention_plan(const weft_cudnn_attn *a, void *st, size_t *workspace, char *why,
+                                         size_t why_len) {
+    std::string w;
+    int rc = 0;
+    try {
+        rc = plan(a, st, workspace, &w);
+    } catch (const std::exception &x) {
+        rc = 0, w = x.what();
+    } catch (...) {
+        rc = 0, w = "unknown exception while planning";
+    }
+    if (why && why_len) snprintf(why, why_len, "%s", rc ? "" : w.c_str());
+    return rc;
+}
+
+extern "C" int weft_cudnn_attention_run(const weft_cudnn_attn *a, void *const *ptr, void *workspace, void *st,
+                                        char *err, size_t err_len) {
+    std::string e;
+    int rc = -1;
+    try {
+        rc = run(a, ptr, workspace, st, &e);
+    } catch (const std::exception &x) {
+        rc = -1, e = std::string("cuDNN attention: ") + x.what();
+    } catch (...) {
+        rc = -1, e = "cuDNN attention: unknown exception while running";
+    }
+    if (rc) snprintf(err, err_len, "%s", e.c_str());
+    return rc;
+}
+
 #else // no cuDNN in this build: the caller always runs its own kernels
 
 extern "C" int weft_cudnn_attention_enabled(void) { return 0; }
 
-extern "C" int weft_cudnn_attention_plan(const weft_cudnn_attn *a, size_t *workspace, char *why, size_t why_len) {
-    (void)a, (void)workspace;
+extern "C" int weft_cudnn_attention_plan(const weft_cudnn_attn *a, void *st, size_t *workspace, char *why,
+                                         size_t why_len) {
+    (void)a, (void)st, (void)workspace;
     if (why && why_len) snprintf(why, why_len, "weft was built without cuDNN");
     return 0;
 }

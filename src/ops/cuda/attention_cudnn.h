@@ -37,10 +37,11 @@ typedef struct weft_cudnn_attn {
 // 1 when this build has cuDNN's attention and WEFT_ATTN_CUDNN=1 asks for it.
 int weft_cudnn_attention_enabled(void);
 
-// Finds (or builds, once per shape and layout) cuDNN's plan for a: 1 with the workspace it needs in bytes, or 0
-// when cuDNN cannot run it (not built in, a shape or layout it does not support, no engine on this GPU: the
-// caller runs its own kernels; why, if not NULL, says what cuDNN said).
-int weft_cudnn_attention_plan(const weft_cudnn_attn *a, size_t *workspace, char *why, size_t why_len);
+// Finds (or builds, once per shape and layout) cuDNN's plan for a, to run on stream st (a cudaStream_t): 1 with
+// the workspace it needs in bytes, or 0 when cuDNN cannot run it (not built in, a shape or layout it does not
+// support, no engine on this GPU, or st capturing a CUDA Graph where this cuDNN's backward would copy from host
+// memory at every run: the caller runs its own kernels; why, if not NULL, says why).
+int weft_cudnn_attention_plan(const weft_cudnn_attn *a, void *st, size_t *workspace, char *why, size_t why_len);
 
 // Runs a's plan on stream st (a cudaStream_t). ptr: q, k, v, o, lse (the forward, writing o and lse) or q, k, v,
 // o, go, lse, gq, gk, gv (the backward, writing the last three); lse is f32 (B,H,T), contiguous. 0 on success,
