@@ -14,7 +14,8 @@
 #      `bash .gpu/gpu-build.sh true || cmake -DWEFT_CUDNN=OFF ${TMPDIR:-/tmp}/weft-gpu-build;`)
 #     runs the steps in this order (all when none is named), each under its own
 #     time cap, and skips a step whose cap no longer fits in SESSION_BUDGET
-#     seconds (default 470, counted from the script's start, after gpu-build.sh's build; the device tool
+#     seconds (default 400, counted from the script's start, after gpu-build.sh's build, which takes about
+#     3 minutes on a fresh machine since the cuDNN attention came in; the device tool
 #     stops a command at 600). Logs go to $OUT (the device tool's folder that
 #     comes back) or /tmp/weft-gpu-session; the bench lines of weft and of the
 #     PyTorch peer are gathered in bench.txt with their ratios, and summary.txt
@@ -82,7 +83,7 @@ shift
 steps=${*:-tests attention gpt2 compile repeat profile learning parity bandwidth graphs graph standard bisect cpu16 suite}
 out=${OUT:-/tmp/weft-gpu-session}
 mkdir -p "$out"
-budget=${SESSION_BUDGET:-470}
+budget=${SESSION_BUDGET:-400}
 t0=$(date +%s)
 py=${PYTHON:-python3} # on the GPU machine python3 has PyTorch
 : > "$out/bench.txt"
