@@ -103,6 +103,19 @@ run() {
   summary "$name: exit $rc in $(( $(date +%s) - s ))s$([ $rc = 124 ] && echo ' (timed out)')"
 }
 
+# weft's drawn weights for its twin (kjv_gpt_train.py's run from weft's start): a checkpoint after one step at
+# lr 1e-30, which leaves them as drawn; made once a session
+init=/tmp/weft-init/ckpt-000001.safetensors
+weft_init() {
+  [ -f $init ] || run learning_init 60 "rm -rf /tmp/weft-init && $B/weft train models/gpt2-small-bytes.cfg --device cuda \
+    --steps 1 --lr 1e-30 --eval-batches 1 --quiet --ckpt-dir /tmp/weft-init"
+}
+# finals LOG...: each log's last validation loss (weft's "final:" line, the twin's "val_loss"), into the summary
+finals() {
+  for f in "$@"; do grep -h "final:\|val_loss" "$out/$f.log" 2>/dev/null | tail -1 | sed "s/^/$f /"; done |
+    tee -a "$out/summary.txt"
+}
+
 for step in $steps; do
   case $step in
   tests) run tests 150 "cd $B && ctest -R cuda -j 8 --timeout 120 --output-on-failure"
@@ -180,22 +193,18 @@ for step in $steps; do
     # checkpoint after one step at lr 1e-30, which leaves them as drawn), weft's batches and evaluation windows
     a="--device cuda --steps 500 --eval-batches 50 --quiet"
     run learning_weft 60 "$B/weft train models/gpt2-small-bytes.cfg $a"
-    run learning_init 60 "rm -rf /tmp/weft-init && $B/weft train models/gpt2-small-bytes.cfg --device cuda --steps 1 \
-      --lr 1e-30 --eval-batches 1 --quiet --ckpt-dir /tmp/weft-init"
-    run learning_peer_same 90 "cd bench/peers && $py kjv_gpt_train.py '' 500 gpt2 bf16 1 /tmp/weft-init/ckpt-000001.safetensors"
+    weft_init
+    run learning_peer_same 90 "cd bench/peers && $py kjv_gpt_train.py '' 500 gpt2 bf16 1 $init"
     run learning_peer 90 "cd bench/peers && $py kjv_gpt_train.py '' 500 gpt2"
     run learning_weft_seed2 60 "$B/weft train models/gpt2-small-bytes.cfg $a --seed 2"
     run learning_peer_seed2 90 "cd bench/peers && $py kjv_gpt_train.py '' 500 gpt2 bf16 2"
-    for f in learning_weft learning_peer_same learning_peer learning_weft_seed2 learning_peer_seed2; do
-      grep -h "final:\|val_loss" "$out/$f.log" 2>/dev/null | tail -1 | sed "s/^/$f /"
-    done | tee -a "$out/summary.txt" ;;
+    finals learning_weft learning_peer_same learning_peer learning_weft_seed2 learning_peer_seed2 ;;
   trace)
-    # weft and its twin from the same start (learning's init checkpoint; made here when missing), step by step:
+    # weft and its twin from the same start (weft_init's checkpoint), step by step:
     # every step's training loss and the validation loss every 100 steps, in bf16 and in f32, and the twin's
     # validation loss of weft's weights after 500 steps (is the gap in weft's training or in its evaluation?)
-    init=/tmp/weft-init/ckpt-000001.safetensors; c=models/gpt2-small-bytes.cfg
-    [ -f $init ] || run learning_init 60 "rm -rf /tmp/weft-init && $B/weft train $c --device cuda --steps 1 \
-      --lr 1e-30 --eval-batches 1 --quiet --ckpt-dir /tmp/weft-init"
+    c=models/gpt2-small-bytes.cfg
+    weft_init
     sed 's/^seed = 1$/seed = 1\nlog_every = 1\neval_every = 100\nckpt_every = 500/' $c > "$out/trace-bf16.cfg"
     sed '/^precision/d' "$out/trace-bf16.cfg" > "$out/trace-f32.cfg"
     run trace_weft 60 "rm -rf /tmp/weft-w500 && $B/weft train $out/trace-bf16.cfg --device cuda --steps 500 --quiet \
@@ -204,9 +213,7 @@ for step in $steps; do
     run trace_peer_eval 60 "cd bench/peers && $py kjv_gpt_train.py '' 0 gpt2 bf16 1 /tmp/weft-w500/ckpt-000500.safetensors"
     run trace_weft_f32 120 "$B/weft train $out/trace-f32.cfg --device cuda --steps 300 --quiet --log-dir $out/trace_f32"
     run trace_peer_f32 120 "cd bench/peers && TWIN_LOG=1 TWIN_EVAL_EVERY=100 $py kjv_gpt_train.py '' 300 gpt2 f32 1 $init"
-    for f in trace_weft trace_peer trace_peer_eval trace_weft_f32 trace_peer_f32; do
-      grep -h "final:\|val_loss" "$out/$f.log" 2>/dev/null | tail -1 | sed "s/^/$f /"
-    done | tee -a "$out/summary.txt" ;;
+    finals trace_weft trace_peer trace_peer_eval trace_weft_f32 trace_peer_f32 ;;
   repeat)
     # is weft's bf16 step the same bits run to run on the GPU, and does evaluating every 100 steps leave training
     # alone (as it does on the CPU)? Three 200-step runs of gpt2-small-bytes logging every step's loss.

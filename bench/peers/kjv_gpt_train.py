@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from common import PATTERN  # noqa: F401  (sets the thread count)
 from train import GPT
+from weft_twin import param_names, window_starts
 
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 500
 gpt2 = len(sys.argv) > 3 and sys.argv[3] == "gpt2"
@@ -37,18 +38,6 @@ text = np.fromfile(os.path.expanduser("~/.cache/weft/kjv.txt"), dtype=np.uint8)
 cut = len(text) - int(len(text) * 0.1 + 0.5)  # weft_train_val_split: the last 10%, rounded
 train, val = torch.from_numpy(text[:cut].astype(np.int64)), torch.from_numpy(text[cut:].astype(np.int64))
 g = torch.Generator().manual_seed(seed)
-M64 = (1 << 64) - 1
-
-
-def mix(z):  # src/data/data_impl.h: splitmix64's finaliser
-    z = (z + 0x9E3779B97F4A7C15) & M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-    return z ^ (z >> 31)
-
-
-def key(a, b):  # weft_data_key
-    return mix(mix(a) ^ ((b * 0xD6E8FEB86659FD93 + 0x632BE59BD9B4E019) & M64))
 
 
 def windows(data, ix):
@@ -60,18 +49,11 @@ def windows(data, ix):
 def batch(data, s=None, bseed=None):
     if ckpt is None:
         return windows(data, torch.randint(0, len(data) - T - 1, (B,), generator=g).tolist())
-    k = key(bseed, s)  # src/data/text.c: weft_lm_batch's window starts for (seed, step)
-    return windows(data, [(key(k, b) * (len(data) - T)) >> 64 for b in range(B)])
+    return windows(data, window_starts(len(data), B, T, bseed, s))
 
 
 def load_weft(model, path):
-    # weft's parameter names (its checkpoint's "model." tensors) and the twin's
-    names = [("0.weight", "tok.weight"), ("0.pos", "pos.weight")]
-    for i in range(len(model.blocks)):
-        for w, t in [("ln1", "ln1"), ("attn.qkv", "qkv"), ("attn.proj", "proj"), ("ln2", "ln2"), ("mlp.fc", "fc"),
-                     ("mlp.proj", "fc_proj")]:
-            names += [(f"1.{i}.{w}.{k}", f"blocks.{i}.{t}.{k}") for k in ("weight", "bias")]
-    names += [("2.weight", "ln.weight"), ("2.bias", "ln.bias"), ("3.weight", "head.weight"), ("3.bias", "head.bias")]
+    names = param_names(len(model.blocks))  # (weft's checkpoint's "model." tensors, the twin's)
     with open(path, "rb") as f:  # safetensors: an 8-byte header length, a JSON header, the data
         n = int.from_bytes(f.read(8), "little")
         head, data = json.loads(f.read(n)), f.read()

@@ -21,9 +21,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../bench/peers"))
 from train import GPT  # noqa: E402  (the twins' model)
+from weft_twin import M64, param_names, window_starts  # noqa: E402  (weft's batches and names)
 
 BLOCKS, DIM, HEADS, CTX, BATCH, STEPS = 12, 32, 2, 1024, 2, 5
-M64 = (1 << 64) - 1
 
 
 def verses(n):  # tests/weft_test.c: wt_write_verses
@@ -48,32 +48,14 @@ def wt_vals(n, lo, hi, seed):  # tests/weft_test.c
     return v
 
 
-def mix(z):  # src/data/data_impl.h
-    z = (z + 0x9E3779B97F4A7C15) & M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-    return z ^ (z >> 31)
-
-
-def key(a, b):
-    return mix(mix(a) ^ ((b * 0xD6E8FEB86659FD93 + 0x632BE59BD9B4E019) & M64))
-
-
 def batch(train, step, seed=1):  # src/data/text.c: weft_lm_batch
-    k = key(seed, step)
-    starts = [(key(k, b) * (len(train) - CTX)) >> 64 for b in range(BATCH)]
+    starts = window_starts(len(train), BATCH, CTX, seed, step)
     x = np.stack([train[s:s + CTX] for s in starts])
     y = np.stack([train[s + 1:s + CTX + 1] for s in starts])
     return torch.tensor(x), torch.tensor(y)
 
 
-# weft's parameter names in its order, and the twin's
-names = [("0.weight", "tok.weight"), ("0.pos", "pos.weight")]
-for i in range(BLOCKS):
-    for w, t in [("ln1", "ln1"), ("attn.qkv", "qkv"), ("attn.proj", "proj"), ("ln2", "ln2"), ("mlp.fc", "fc"),
-                 ("mlp.proj", "fc_proj")]:
-        names += [(f"1.{i}.{w}.weight", f"blocks.{i}.{t}.weight"), (f"1.{i}.{w}.bias", f"blocks.{i}.{t}.bias")]
-names += [("2.weight", "ln.weight"), ("2.bias", "ln.bias"), ("3.weight", "head.weight"), ("3.bias", "head.bias")]
+names = param_names(BLOCKS)  # weft's parameter names in its order, and the twin's
 
 model = GPT(c=DIM, ctx=CTX, heads=HEADS, blocks=BLOCKS).double()
 params = dict(model.named_parameters())
