@@ -53,10 +53,14 @@ static int run(int argc, char **argv, const char *name, const char *path, int wa
         weft_tensor_free(y);
         x = xd, y = yd;
     }
-    int fail = !x || !y || !opt;
+    int fail = !x || !y || !opt, np = opt ? weft_optim_param_count(opt) : 0;
+    weft_tensor **params = calloc((size_t)np + 1, sizeof *params);
+    for (int i = 0; i < np && params; i++) params[i] = weft_optim_param_at(opt, i);
+    fail |= !params;
 #define STEP()                                                                  \
     do {                                                                        \
         weft_autocast_set(ac); /* the forward pass, as weft train does */      \
+        if (weft_autocast_cache_fill(params, np)) fail = 1;                     \
         weft_tensor *lg = weft_module_forward(net, x);                          \
         weft_tensor *l = weft_model_loss(cfg, lg, y);                           \
         weft_autocast_set(WEFT_F32);                                            \
@@ -90,6 +94,7 @@ static int run(int argc, char **argv, const char *name, const char *path, int wa
         }
     } else if (lm) bench_report(name, (double)(n->batch * n->context) / s, "tokens/s", 1);
     else bench_report(name, (double)n->batch / s, "samples/s", 1);
+    free(params);
     weft_tensor_free(x);
     weft_tensor_free(y);
     weft_optim_free(opt);

@@ -298,6 +298,36 @@ weft_op_def weft_op_where = {.name = "where", .n_in = 3, .n_out = 1, .save = WEF
 // cast: attrs.i[0] = target dtype
 weft_op_def weft_op_cast = {.name = "cast", .n_in = 1, .n_out = 1, .infer = infer_cast, .backward = bw_cast,
                             .kernel = {[WEFT_CPU] = {weft_cpu_cast, WEFT_DT_ALL}}};
+// cast_multi (x_1, ..., x_k, y_1, ..., y_k) -> nothing: y_j = x_j converted to y_j's dtype, written in place
+// (y_j contiguous, x_j's sizes, any strides for x_j; run by weft_op_apply_into with no outputs). The same
+// values as cast, bit for bit, in few launches on CUDA: autocast's weight casts at the start of a region
+// (weft_autocast_cache_fill). Dispatched by x_1's dtype.
+static weft_status infer_cast_multi(const weft_op_args *a, weft_out_meta *o) {
+    (void)o;
+    if (a->n_in < 2 || a->n_in % 2)
+        return weft_error(WEFT_ERR_ARG, "cast_multi: takes k sources then k destinations (got %d inputs)", a->n_in);
+    int k = a->n_in / 2;
+    for (int j = 0; j < k; j++) {
+        const weft_tensor *x = a->in[j], *y = a->in[k + j];
+        char sx[96], sy[96];
+        if (!weft_shape_equal(x->ndim, x->sizes, y->ndim, y->sizes))
+            return weft_error(WEFT_ERR_SHAPE, "cast_multi: pair %d: source %s and destination %s differ", j,
+                              weft_tensor_shape_str(x, sx, sizeof sx), weft_tensor_shape_str(y, sy, sizeof sy));
+        if (!weft_tensor_is_contiguous(y))
+            return weft_error(WEFT_ERR_ARG, "cast_multi: pair %d: the destination is not contiguous", j);
+    }
+    return WEFT_OK;
+}
+static weft_status cpu_cast_multi(const weft_op_args *a) {
+    weft_status st = WEFT_OK;
+    for (int j = 0, k = a->n_in / 2; j < k && st == WEFT_OK; j++) { // each pair through cast's own kernel
+        weft_op_args c = {.op = &weft_op_cast, .n_in = 1, .in = &a->in[j], .n_out = 1, .out = &a->in[k + j]};
+        st = weft_cpu_cast(&c);
+    }
+    return st;
+}
+weft_op_def weft_op_cast_multi = {.name = "cast_multi", .n_in = -1, .n_out = 0, .flags = WEFT_OPF_NONDIFF,
+                                  .infer = infer_cast_multi, .kernel = {[WEFT_CPU] = {cpu_cast_multi, WEFT_DT_ALL}}};
 // copy: a fresh contiguous copy (clone, contiguous, reshape of a non-viewable tensor)
 weft_op_def weft_op_copy = {.name = "copy", .n_in = 1, .n_out = 1, .infer = infer_same, .backward = bw_identity,
                             .kernel = {[WEFT_CPU] = {weft_cpu_cast, WEFT_DT_ALL}}};

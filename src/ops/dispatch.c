@@ -4,6 +4,7 @@
 
 #include "../autograd/autograd_impl.h"
 #include "../graph/trace_hook.h"
+#include "elementwise.h"
 #include "op.h"
 
 static const weft_attrs k_zero_attrs;
@@ -62,7 +63,16 @@ static _Thread_local cast_entry *tl_casts;
 static _Thread_local int tl_n_casts, tl_cap_casts;
 static _Thread_local bool tl_cache_off; // WEFT_AUTOCAST_CACHE=0, read when a region starts
 
+// The sources the last region cast (addresses only, no references: a hint for weft_autocast_cache_fill,
+// which casts only these; an address reused by another tensor costs at most one unused copy).
+enum { HINT_MAX = 512 };
+static _Thread_local const weft_tensor *tl_hint[HINT_MAX];
+static _Thread_local int tl_n_hint;
+
 static void cast_cache_clear(void) {
+    if (tl_n_casts) tl_n_hint = 0;
+    for (int i = 0; i < tl_n_casts; i++)
+        if (tl_n_hint < HINT_MAX && (i == 0 || tl_casts[i].src != tl_casts[i - 1].src)) tl_hint[tl_n_hint++] = tl_casts[i].src;
     for (int i = 0; i < tl_n_casts; i++) {
         weft_tensor_free(tl_casts[i].src);
         weft_tensor_free(tl_casts[i].lo);
@@ -77,25 +87,87 @@ static bool cast_cacheable(const weft_tensor *t) {
            !weft_op_symbolic;
 }
 
-// t cast to lo through the cache (a new reference), or NULL with the error set.
-static weft_tensor *cast_cached(weft_tensor *t, weft_dtype lo) {
-    bool grad = weft_grad_is_enabled();
+// The cached copy of t in dtype lo made with grad mode `grad` (borrowed), or NULL.
+static weft_tensor *cache_find(const weft_tensor *t, bool grad, weft_dtype lo) {
     for (int i = 0; i < tl_n_casts; i++)
-        if (tl_casts[i].src == t && tl_casts[i].grad == grad && tl_casts[i].lo->dtype == lo)
-            return weft_tensor_ref(tl_casts[i].lo);
-    weft_tensor *c = weft_cast(t, lo);
-    if (!c) return NULL;
-    if (tl_n_casts == tl_cap_casts) { // no room: the copy is still right, just not kept
+        if (tl_casts[i].src == t && tl_casts[i].grad == grad && tl_casts[i].lo->dtype == lo) return tl_casts[i].lo;
+    return NULL;
+}
+
+// Keeps c as t's copy (both referenced); with no room the copy is still right, just not kept.
+static void cache_put(weft_tensor *t, weft_tensor *c, bool grad) {
+    if (tl_n_casts == tl_cap_casts) {
         int cap = tl_cap_casts ? 2 * tl_cap_casts : 64;
         cast_entry *a = realloc(tl_casts, (size_t)cap * sizeof *a);
-        if (!a) return c;
+        if (!a) return;
         tl_casts = a, tl_cap_casts = cap;
     }
     tl_casts[tl_n_casts++] = (cast_entry){weft_tensor_ref(t), weft_tensor_ref(c), grad};
+}
+
+// t cast to lo through the cache (a new reference), or NULL with the error set.
+static weft_tensor *cast_cached(weft_tensor *t, weft_dtype lo) {
+    bool grad = weft_grad_is_enabled();
+    weft_tensor *c = cache_find(t, grad, lo);
+    if (c) return weft_tensor_ref(c);
+    if ((c = weft_cast(t, lo))) cache_put(t, c, grad);
     return c;
 }
 
 int weft_autocast_cache_size(void) { return tl_n_casts; }
+
+// Whether the last region cast t: a search from the previous hit on (the sources come in about the order
+// their casts did).
+static bool hinted(const weft_tensor *t, int *from) {
+    for (int k = 0; k < tl_n_hint; k++) {
+        int i = (*from + k) % tl_n_hint;
+        if (tl_hint[i] == t) {
+            *from = i + 1;
+            return true;
+        }
+    }
+    return false;
+}
+
+// The copies of a run of up to FILL_RUN sources on one device: made by one cast_multi op, each recorded for
+// autograd as cast records it, and cached.
+enum { FILL_RUN = 64 };
+static weft_status fill_run(weft_tensor **src, weft_tensor **lo, int n, bool grad) {
+    weft_tensor *in[2 * FILL_RUN];
+    for (int j = 0; j < n; j++) in[j] = src[j], in[n + j] = lo[j];
+    weft_status st = weft_op_apply_into(&weft_op_cast_multi, 2 * n, in, NULL, NULL);
+    weft_attrs at = {.i = {tl_autocast}};
+    for (int j = 0; j < n && st == WEFT_OK; j++) {
+        weft_tensor *c = lo[j];
+        if ((st = weft_autograd_record(&weft_op_cast, 1, &src[j], &at, 1, &c)) == WEFT_OK) cache_put(src[j], c, grad);
+    }
+    return st;
+}
+
+weft_status weft_autocast_cache_fill(weft_tensor *const *ts, int n) {
+    if (n < 0 || (n > 0 && !ts)) return weft_error(WEFT_ERR_ARG, "autocast_cache_fill: %d tensors at %p", n, (void *)ts);
+    const char *e = getenv("WEFT_AUTOCAST_FILL"); // 0: leave every cast to its first use (to compare)
+    if (tl_autocast == WEFT_F32 || (e && e[0] == '0')) return WEFT_OK;
+    bool grad = weft_grad_is_enabled();
+    weft_tensor *src[FILL_RUN], *lo[FILL_RUN];
+    int m = 0, from = 0;
+    weft_status st = WEFT_OK;
+    for (int i = 0; i <= n && st == WEFT_OK; i++) {
+        weft_tensor *t = i < n ? ts[i] : NULL;
+        bool take = t && cast_cacheable(t) && hinted(t, &from) && !cache_find(t, grad, tl_autocast);
+        for (int j = 0; j < m && take; j++) take = src[j] != t; // listed twice
+        if (m && (!t || m == FILL_RUN || (take && !weft_device_equal(t->device, src[0]->device)))) {
+            st = fill_run(src, lo, m, grad);
+            for (int j = 0; j < m; j++) weft_tensor_free(lo[j]);
+            m = 0;
+        }
+        if (!take || st) continue;
+        if (!(lo[m] = weft_tensor_new(t->ndim, t->sizes, tl_autocast, t->device))) st = weft_last_status();
+        else src[m++] = t;
+    }
+    for (int j = 0; j < m; j++) weft_tensor_free(lo[j]);
+    return st;
+}
 
 weft_status weft_autocast_set(weft_dtype dt) {
     if (dt != WEFT_F32 && dt != WEFT_BF16 && dt != WEFT_F16)

@@ -16,6 +16,8 @@ enum {
 weft_status weft_cpu_elementwise(const weft_op_args *a);
 weft_status weft_cpu_where(const weft_op_args *a);
 weft_status weft_cpu_cast(const weft_op_args *a);
+// cast, and cast_multi (many casts in place, few launches): autocast's weight casts (dispatch.c).
+extern weft_op_def weft_op_cast, weft_op_cast_multi;
 
 // ---- for graph fusion (src/graph/fused.c) ----
 // The CPU inner loop of elementwise variant WEFT_EW_* for dtype dt (the same

@@ -218,7 +218,7 @@ weft_status weft_run_evaluate(weft_run *r, double *loss, double *acc) {
     bool prev = weft_grad_set_enabled(false);
     weft_dtype prev_ac = weft_autocast_get();
     weft_autocast_set(weft_run_autocast(r)); // evaluate the model as it trains
-    weft_status st = WEFT_OK;
+    weft_status st = weft_autocast_cache_fill(r->params, r->n_params); // its weights' casts in a few launches
     double sum_loss = 0, correct = 0, count = 0, mean, right;
     if (n->dataset == WEFT_CFG_FMNIST) {
         int64_t N = weft_dataset_len(r->test), B = 1000;
@@ -272,7 +272,13 @@ static weft_status train_step(weft_run *r, weft_tensor *x, weft_tensor *y, doubl
     weft_dtype prev_ac = weft_autocast_get();
     weft_autocast_set(weft_run_autocast(r));
     double l = 0;
-    weft_status st;
+    weft_status st = weft_autocast_cache_fill(r->params, r->n_params); // the weights' casts in a few launches
+    if (st) {
+        weft_autocast_set(prev_ac);
+        weft_tensor_free(xd);
+        weft_tensor_free(yd);
+        return st;
+    }
     if (r->mp) { // the pipeline's micro-batches, tensor-parallel shards (mp_train.c)
         st = weft_mp_forward_backward(r, xd, yd, &l);
         weft_autocast_set(prev_ac);

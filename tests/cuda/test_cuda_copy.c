@@ -4,10 +4,11 @@
 // pointers are not), strided with 32-bit indices (a transpose, a broadcast, a
 // permuted 3-d view), and the 64-bit walk (more than 2^31 elements, where the
 // GPU has the memory for it). Lengths around the vector width (4) and past
-// one grid-stride step.
+// one grid-stride step. cast_multi (autocast's weight casts in few launches) as the CPU's casts.
 #include <stdlib.h>
 
 #include "cuda_test.h"
+#include "ops/op.h"
 
 static const weft_dtype k_dts[] = {WEFT_F32, WEFT_F64, WEFT_I32, WEFT_I64, WEFT_BOOL, WEFT_U8, WEFT_F16, WEFT_BF16};
 #define N_DTS 8
@@ -124,11 +125,57 @@ static void test_huge(void) {
     for (int i = 0; i < 7; i++) weft_tensor_free(all[i]);
 }
 
+// Source j of test_cast_multi as a view of base: from its second element (not 16-byte aligned) for j = 13,
+// transposed (2, n/2) -> (n/2, 2) for j = 17, else base itself.
+static weft_tensor *pair_view(weft_tensor *base, int j) {
+    int64_t n = weft_tensor_numel(base);
+    if (j == 13) return weft_slice(base, 0, 1, n, 1);
+    if (j != 17) return weft_tensor_ref(base);
+    weft_tensor *v = weft_view(base, WEFT_DIMS(2, n / 2)), *t = v ? weft_transpose(v, 0, 1) : NULL;
+    weft_tensor_free(v);
+    return t;
+}
+
+// cast_multi against the CPU's casts, bit for bit: 60 pairs, so two launches of the 48-tensor table, f32 to
+// bf16 and to f16 by turns (the table closed at each change), lengths around the vector width and the
+// 16384-element chunks, one empty; the pairs the table does not take run cast's own kernel: a source from
+// its second element (not 16-byte aligned), a transposed one, an f64 one.
+static void test_cast_multi(void) {
+    enum { K = 60 };
+    const weft_op_def *op = weft_op_find("cast_multi");
+    CHECK(op != NULL);
+    if (!op) return;
+    weft_tensor *h[2 * K], *d[2 * K];
+    for (int j = 0; j < K; j++) {
+        int64_t n = j == 7 ? 0 : j == 13 ? 1001 : j == 17 ? 2 * 333 : j % 4 == 0 ? 16384 * (j / 8) + 5 : 1 + 13 * j;
+        weft_dtype from = j == 11 ? WEFT_F64 : WEFT_F32, to = (j / 5) % 2 ? WEFT_F16 : WEFT_BF16;
+        weft_tensor *hb = values(1, &n, from, 500 + (uint64_t)j), *db = hb ? weft_tensor_to(hb, WT_CUDA0) : NULL;
+        h[j] = hb ? pair_view(hb, j) : NULL, d[j] = db ? pair_view(db, j) : NULL;
+        CHECK(h[j] && d[j]);
+        weft_tensor_free(hb);
+        weft_tensor_free(db);
+        h[K + j] = h[j] ? weft_tensor_zeros(weft_tensor_ndim(h[j]), weft_tensor_sizes(h[j]), to) : NULL;
+        d[K + j] = h[K + j] ? weft_tensor_to(h[K + j], WT_CUDA0) : NULL;
+    }
+    CHECK(weft_op_apply_into(op, 2 * K, h, NULL, NULL) == WEFT_OK);
+    CHECK(weft_op_apply_into(op, 2 * K, d, NULL, NULL) == WEFT_OK);
+    for (int j = 0; j < K; j++) {
+        weft_tensor *want = weft_cast(h[j], weft_tensor_dtype(h[K + j]));
+        char what[64];
+        snprintf(what, sizeof what, "cast_multi pair %d", j);
+        wt_check_same(what, h[K + j], want, 0);
+        wt_check_same(what, d[K + j], want, 0);
+        weft_tensor_free(want);
+    }
+    for (int j = 0; j < 2 * K; j++) weft_tensor_free(h[j]), weft_tensor_free(d[j]);
+}
+
 int main(int argc, char **argv) {
     (void)argv;
     WT_CUDA_OR_SKIP();
     RUN(test_contiguous);
     RUN(test_strided);
+    RUN(test_cast_multi);
     if (argc < 2) RUN(test_huge); // any argument leaves it out
     return wt_summary();
 }

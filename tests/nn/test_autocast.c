@@ -15,9 +15,12 @@
 // values and gradients as the blocks run one by one (f64), and under bf16 no
 // cast of the mlp's output (10 casts a block instead of 11) and no add.
 // The cross-entropy loss and a layer norm read a linear layer's bf16 output without a cast.
+// weft_autocast_cache_fill (the weights' casts in one cast_multi op as a training step's region starts) gives
+// the bits of casts made on first use; cast_multi gives each pair's cast.
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/op.h"
 #include "weft_test.h"
 
 // Every parameter's gradient, flattened in order into out (each CHECKed present and, unless dt < 0, of dtype
@@ -162,12 +165,18 @@ static int micro_batches(weft_module *m, weft_tensor *const *xs, weft_tensor *w,
     return seen;
 }
 
-static void test_weight_cast_cache(void) {
-    weft_generator *gen = weft_generator_create(21);
+// linear (16 -> 24), GELU, linear (24 -> 8), with biases: 4 parameters for autocast to cast.
+static weft_module *mlp(weft_generator *gen) {
     weft_module *m = weft_nn_sequential();
     CHECK(weft_nn_sequential_append(m, weft_nn_linear(16, 24, true, gen)) == WEFT_OK);
     CHECK(weft_nn_sequential_append(m, weft_nn_activation(WEFT_ACT_GELU)) == WEFT_OK);
     CHECK(weft_nn_sequential_append(m, weft_nn_linear(24, 8, true, gen)) == WEFT_OK);
+    return m;
+}
+
+static void test_weight_cast_cache(void) {
+    weft_generator *gen = weft_generator_create(21);
+    weft_module *m = mlp(gen);
     weft_tensor *x64[2] = {wt_rand64(WEFT_DIMS(5, 16), -1, 1, 22, false), wt_rand64(WEFT_DIMS(5, 16), -1, 1, 23, false)};
     weft_tensor *xs[2] = {weft_cast(x64[0], WEFT_F32), weft_cast(x64[1], WEFT_F32)};
     weft_tensor *w64 = wt_rand64(WEFT_DIMS(5, 8), -1, 1, 24, false), *w = weft_cast(w64, WEFT_F32);
@@ -257,6 +266,134 @@ static void test_weight_cast_cache(void) {
     free(gb);
     weft_module_free(m);
     weft_generator_free(gen);
+}
+
+// One region of the MLP under bf16: fill the cache from ps (unless n < 0), then y = m(x) and loss = sum(y * w);
+// y and every gradient into out (flattened); returns the cache size right after the fill.
+static int fill_region(weft_module *m, weft_tensor *const *ps, int n, weft_tensor *x, weft_tensor *w, double *out) {
+    weft_module_zero_grad(m);
+    weft_autocast_set(WEFT_BF16);
+    CHECK(n < 0 || weft_autocast_cache_fill(ps, n) == WEFT_OK);
+    int filled = weft_autocast_cache_size();
+    weft_tensor *y = weft_module_forward(m, x), *yf = y ? weft_cast(y, WEFT_F32) : NULL;
+    CHECK(yf && weft_autocast_cache_size() == 4); // every parameter cast once, filled or not
+    weft_autocast_set(WEFT_F32);
+    CHECK(yf && weft_backward(yf, w, NULL) == WEFT_OK);
+    if (yf) weft_tensor_to_f64(yf, out, 40);
+    param_grads(m, WEFT_F32, out + 40);
+    weft_tensor_free(y);
+    weft_tensor_free(yf);
+    return filled;
+}
+
+// weft_autocast_cache_fill (a training loop's weight casts in one cast_multi op as its region starts) casts
+// what the thread's previous region cast, here the MLP's 4 parameters, and not a tensor no op read nor one
+// listed twice; the forward and backward after it give bit for bit the values and gradients of copies cast
+// on first use, also after an update made between regions. Outside a region and with
+// WEFT_AUTOCAST_CACHE=0 it does nothing; a copy filled under no-grad serves only no-grad ops.
+static void test_cache_fill(void) {
+    weft_generator *gen = weft_generator_create(31);
+    weft_module *m = mlp(gen);
+    weft_tensor *x64 = wt_rand64(WEFT_DIMS(5, 16), -1, 1, 32, false), *x = weft_cast(x64, WEFT_F32);
+    weft_tensor *w64 = wt_rand64(WEFT_DIMS(5, 8), -1, 1, 33, false), *w = weft_cast(w64, WEFT_F32);
+    weft_tensor *other64 = wt_rand64(WEFT_DIMS(16, 16), -1, 1, 34, false), *other = weft_cast(other64, WEFT_F32);
+    weft_tensor_set_requires_grad(other, true);
+    weft_tensor *ps[6];
+    for (int i = 0; i < 4; i++) ps[i] = weft_module_param_at(m, i, NULL, 0);
+    ps[4] = other, ps[5] = ps[1];
+    int64_t n = 40 + weft_module_num_elements(m);
+    double *lazy = calloc((size_t)n, sizeof(double)), *filled = calloc((size_t)n, sizeof(double));
+    // outside a region: nothing
+    CHECK(weft_autocast_cache_fill(ps, 6) == WEFT_OK && weft_autocast_cache_size() == 0);
+    // a region that casts only `other` (the hint of what the MLP's first region has to fill)
+    weft_autocast_set(WEFT_BF16);
+    weft_tensor *o = weft_matmul(x, other);
+    weft_autocast_set(WEFT_F32);
+    weft_tensor_free(o);
+    CHECK(fill_region(m, ps, 4, x, w, lazy) == 0); // nothing of the MLP cast last time: all cast on first use
+    CHECK(fill_region(m, ps, 6, x, w, filled) == 4);
+    double d = 0;
+    for (int64_t i = 0; i < n; i++) d = fmax(d, fabs(lazy[i] - filled[i]));
+    CHECK(d == 0);
+    // a second fill in the region adds nothing; the gradient reaches the parameters through the filled copies
+    weft_autocast_set(WEFT_BF16);
+    CHECK(weft_autocast_cache_fill(ps, 6) == WEFT_OK && weft_autocast_cache_size() == 4);
+    CHECK(weft_autocast_cache_fill(ps, 6) == WEFT_OK && weft_autocast_cache_size() == 4);
+    weft_autocast_set(WEFT_F32);
+
+    // an update between regions (w1 *= 2): the filled copies are the new values, as first-use copies are
+    WEFT_NO_GRAD {
+        weft_tensor *w2 = weft_mul_scalar(ps[0], 2.0);
+        CHECK(weft_tensor_copy_(ps[0], w2) == WEFT_OK);
+        weft_tensor_free(w2);
+    }
+    double *after = calloc((size_t)n, sizeof(double));
+    CHECK(fill_region(m, ps, 6, x, w, after) == 4);
+    setenv("WEFT_AUTOCAST_CACHE", "0", 1); // and with the cache off, fill does nothing: first-use casts
+    weft_module_zero_grad(m);
+    weft_autocast_set(WEFT_BF16);
+    CHECK(weft_autocast_cache_fill(ps, 6) == WEFT_OK && weft_autocast_cache_size() == 0);
+    weft_autocast_set(WEFT_F32);
+    unsetenv("WEFT_AUTOCAST_CACHE");
+    CHECK(fill_region(m, ps, -1, x, w, lazy) == 0);
+    double moved = 0;
+    d = 0;
+    for (int64_t i = 0; i < n; i++) d = fmax(d, fabs(lazy[i] - after[i])), moved = fmax(moved, fabs(after[i] - filled[i]));
+    CHECK(d == 0 && moved > 1e-2);
+
+    // under no-grad: copies without autograd records, which a recording forward does not take
+    weft_autocast_set(WEFT_BF16);
+    WEFT_NO_GRAD {
+        CHECK(weft_autocast_cache_fill(ps, 6) == WEFT_OK && weft_autocast_cache_size() == 4);
+        weft_tensor_free(weft_module_forward(m, x));
+        CHECK(weft_autocast_cache_size() == 4);
+    }
+    weft_tensor_free(weft_module_forward(m, x));
+    CHECK(weft_autocast_cache_size() == 8);
+    // bad arguments
+    CHECK(weft_autocast_cache_fill(NULL, 2) != WEFT_OK && wt_error_has("autocast_cache_fill"));
+    CHECK(weft_autocast_cache_fill(ps, -1) != WEFT_OK && wt_error_has("autocast_cache_fill"));
+    CHECK(weft_autocast_cache_fill(NULL, 0) == WEFT_OK);
+    weft_autocast_set(WEFT_F32);
+
+    free(lazy);
+    free(filled);
+    free(after);
+    weft_tensor *ts[] = {x64, x, w64, w, other64, other};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) weft_tensor_free(ts[i]);
+    weft_module_free(m);
+    weft_generator_free(gen);
+}
+
+// cast_multi: every pair as cast computes it, bit for bit, whatever the dtypes and layouts (a transposed
+// source, a destination of another float type, an empty pair); mismatched pairs are refused naming the op.
+static void test_cast_multi(void) {
+    const weft_op_def *op = weft_op_find("cast_multi");
+    CHECK(op != NULL);
+    if (!op) return;
+    weft_tensor *a = wt_rand64(WEFT_DIMS(7, 5), -3, 3, 41, false), *b = weft_cast(a, WEFT_F32);
+    weft_tensor *bt = weft_transpose(b, 0, 1), *e = weft_tensor_zeros(1, (const int64_t[]){0}, WEFT_F32);
+    weft_tensor *src[4] = {b, bt, a, e};
+    weft_dtype to[4] = {WEFT_BF16, WEFT_F16, WEFT_BF16, WEFT_BF16};
+    weft_tensor *in[8];
+    for (int j = 0; j < 4; j++) {
+        in[j] = src[j];
+        in[4 + j] = weft_tensor_zeros(weft_tensor_ndim(src[j]), weft_tensor_sizes(src[j]), to[j]);
+    }
+    CHECK(weft_op_apply_into(op, 8, in, NULL, NULL) == WEFT_OK);
+    for (int j = 0; j < 4; j++) {
+        weft_tensor *c = weft_cast(src[j], to[j]);
+        wt_check_same("cast_multi pair", in[4 + j], c, 0);
+        weft_tensor_free(c);
+    }
+    weft_tensor *bad[2] = {b, e};
+    CHECK(weft_op_apply_into(op, 2, bad, NULL, NULL) != WEFT_OK && wt_error_has("cast_multi"));
+    CHECK(weft_op_apply_into(op, 3, in, NULL, NULL) != WEFT_OK && wt_error_has("cast_multi"));
+    weft_tensor *nc[2] = {bt, bt}; // a destination that is not contiguous
+    CHECK(weft_op_apply_into(op, 2, nc, NULL, NULL) != WEFT_OK && wt_error_has("contiguous"));
+    for (int j = 0; j < 4; j++) weft_tensor_free(in[4 + j]);
+    weft_tensor *ts[] = {a, b, bt, e};
+    for (int i = 0; i < 4; i++) weft_tensor_free(ts[i]);
 }
 
 // y = ln(stack(x)), loss sum(y * w): y, then the gradients of x and of every parameter, flattened into out.
@@ -429,6 +566,8 @@ int main(void) {
     RUN(test_block_bf16);
     RUN(test_block_f64);
     RUN(test_weight_cast_cache);
+    RUN(test_cache_fill);
+    RUN(test_cast_multi);
     RUN(test_stack);
     RUN(test_reads_bf16);
     return wt_summary();

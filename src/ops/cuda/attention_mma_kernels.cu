@@ -256,6 +256,26 @@ __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// 2^x on the special-function unit (ex2.approx.ftz): exp2f less the library's handling of subnormal results,
+// whose extra instructions count in these loops, which issue more arithmetic than tensor-core work. A result
+// below 2^-126, a probability too small to matter to any sum here, becomes 0; 2^-inf is 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+#ifdef WEFT_CU_EMU
+    return exp2f(x);
+#else
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+    return r;
+#endif
+}
+
+// Whether a tile's element-wise pass applies the causal and length masks, as a type: each kernel runs the pass
+// in two compiled forms and picks one per tile (warp-uniform). Only the tiles that cross a warp's diagonal or
+// the end T need the masks; elsewhere their 64-bit index tests would be most of the pass's instructions.
+template <bool B> struct masked {
+    static constexpr bool value = B;
+};
+
 // c[m][n] = A B^T for the 16 rows at r0 + 16 m of the shared tile As (m < MT) and the 8 rows at n * 8 of Bs,
 // n < N (even), over D: each B fragment is loaded once and serves every m, each A fragment every n.
 template <typename T, int D, int N, int MT>
@@ -397,25 +417,38 @@ __global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, cons
                         lp<T>::mma(s[mt][n + 1], qa[mt][kc], b[2], b[3]);
                     }
                 }
+            // masked, scaled scores (log2 units) and the rows' maxima in the tile (a block of rows wholly above the
+            // diagonal gets p = 0: its rows had keys in earlier tiles, so their maxima are finite); the masks only
+            // where a key of the tile lies after the warp's first row or at T or past it
+            float mx[MT][2];
+            auto scores = [&](auto mask) {
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    mx[mt][0] = mx[mt][1] = -INFINITY;
+#pragma unroll
+                    for (int n = 0; n < NS; n++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            float x = s[mt][n][e] * scale_log2;
+                            if constexpr (decltype(mask)::value) {
+                                const int64_t j = j0 + n * 8 + 2 * t + (e & 1), i = row[mt][e >> 1];
+                                if (!(j <= i && j < Tn)) x = -INFINITY;
+                            }
+                            s[mt][n][e] = x;
+                            mx[mt][e >> 1] = fmaxf(mx[mt][e >> 1], x);
+                        }
+                }
+            };
+            if (j0 + kFwdKeys - 1 <= i0 + rw && j0 + kFwdKeys <= Tn) scores(masked<false>{});
+            else scores(masked<true>{});
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
-                // masked, scaled scores (log2 units) and the rows' new maxima (a block of rows wholly above the
-                // diagonal gets p = 0: its rows had keys in earlier tiles, so their maxima are finite)
-                float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-                for (int n = 0; n < NS; n++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int64_t j = j0 + n * 8 + 2 * t + (e & 1), i = row[mt][e >> 1];
-                        s[mt][n][e] = j <= i && j < Tn ? s[mt][n][e] * scale_log2 : -INFINITY;
-                        mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][n][e]);
-                    }
                 float alpha[2], mref[2];
 #pragma unroll
                 for (int r = 0; r < 2; r++) {
-                    const float mn = fmaxf(m[mt][r], quad_max(mx[r]));
+                    const float mn = fmaxf(m[mt][r], quad_max(mx[mt][r]));
                     mref[r] = mn == -INFINITY ? 0.f : mn; // a row with nothing yet: every p is 0, alpha 0
-                    alpha[r] = exp2f(m[mt][r] - mref[r]);
+                    alpha[r] = fast_exp2(m[mt][r] - mref[r]);
                     m[mt][r] = mn;
                     l[mt][r] *= alpha[r];
                 }
@@ -428,7 +461,7 @@ __global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, cons
                 for (int n = 0; n < NS; n++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        s[mt][n][e] = exp2f(s[mt][n][e] - mref[e >> 1]);
+                        s[mt][n][e] = fast_exp2(s[mt][n][e] - mref[e >> 1]);
                         l[mt][e >> 1] += s[mt][n][e];
                     }
             }
@@ -524,7 +557,7 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k,
         cp_async_commit();
         float *L2 = LD2 + 2 * kBwdRows * b;
         for (int r = threadIdx.x; r < kBwdRows; r += blockDim.x) {
-            L2[r] = i0 + r < Tn ? lse[i0 + r] : 0.f;
+            L2[r] = i0 + r < Tn ? lse[i0 + r] * kLog2e : 0.f; // in log2 units
             L2[kBwdRows + r] = i0 + r < Tn ? dl[i0 + r] : 0.f;
         }
     };
@@ -546,21 +579,29 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dkdv(const T *q, const T *k,
             float p[MT][NQ][4], dp[MT][NQ][4];
             products_t<T, D, NQ, MT>(p, Ks, rw, Qs, lane);
             products_t<T, D, NQ, MT>(dp, Vs, rw, Gs, lane);
-            // P^T = exp(s - lse_i) where j <= i < T, else 0; dS^T = P^T (dP^T - Dl_i)
+            // P^T = exp(s - lse_i) where j <= i < T, else 0; dS^T = P^T (dP^T - Dl_i); the masks only where a query
+            // of the tile lies before the warp's last key, or at T or past it
+            auto probs = [&](auto mask) {
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++)
+                for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int n = 0; n < NQ; n++)
+                    for (int n = 0; n < NQ; n++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int c = n * 8 + 2 * t + (e & 1);
-                        const int64_t i = i0 + c, j = key[mt][e >> 1];
-                        const float pe = j <= i && i < Tn ? exp2f(p[mt][n][e] * scale_log2 - Ls[c] * kLog2e) : 0.f;
-                        p[mt][n][e] = pe;
-                        dp[mt][n][e] = pe * (dp[mt][n][e] - Dls[c]);
-                        // DQ: dS (query c, key rw + g + 8 (e >> 1)), rounded as the other products' operands are
-                        if constexpr (DQ) Ss[c * kDsLd + rw + g + 8 * (e >> 1)] = lp<T>::round(dp[mt][n][e]);
-                    }
+                        for (int e = 0; e < 4; e++) {
+                            const int c = n * 8 + 2 * t + (e & 1);
+                            float pe = fast_exp2(p[mt][n][e] * scale_log2 - Ls[c]);
+                            if constexpr (decltype(mask)::value) {
+                                const int64_t i = i0 + c, j = key[mt][e >> 1];
+                                if (!(j <= i && i < Tn)) pe = 0.f;
+                            }
+                            p[mt][n][e] = pe;
+                            dp[mt][n][e] = pe * (dp[mt][n][e] - Dls[c]);
+                            // DQ: dS (query c, key rw + g + 8 (e >> 1)), rounded as the other products' operands are
+                            if constexpr (DQ) Ss[c * kDsLd + rw + g + 8 * (e >> 1)] = lp<T>::round(dp[mt][n][e]);
+                        }
+            };
+            if (i0 >= j0 + rw + RW - 1 && i0 + kBwdRows <= Tn) probs(masked<false>{});
+            else probs(masked<true>{});
             accumulate<T, D, kBwdRows / 16, MT>(dv, p, Gs, lane);  // dv += P^T go
             accumulate<T, D, kBwdRows / 16, MT>(dk, dp, Qs, lane); // dk += dS^T q
         } else if constexpr (DQ) { // this warp's 16 keys take no part in the tile: zeros for the dq product
@@ -665,16 +706,25 @@ __global__ void __launch_bounds__(kThreads) mma_bwd_dq(const T *q, const T *k, c
             float p[MT][NJ][4], dp[MT][NJ][4];
             products_t<T, D, NJ, MT>(p, Qs, rw, Ks, lane);
             products_t<T, D, NJ, MT>(dp, Gs, rw, Vs, lane);
+            // dS = P (dP - Dl_i), P = exp(s - lse_i) where j <= i < T, else 0; the masks only where a key of the
+            // tile lies after the warp's first row, or a row is at T or past it
+            auto grads = [&](auto mask) {
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++)
+                for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-                for (int n = 0; n < NJ; n++)
+                    for (int n = 0; n < NJ; n++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int64_t j = j0 + n * 8 + 2 * t + (e & 1), i = row[mt][e >> 1];
-                        const float pe = j <= i && i < Tn ? exp2f(p[mt][n][e] * scale_log2 - lrow[mt][e >> 1]) : 0.f;
-                        dp[mt][n][e] = pe * (dp[mt][n][e] - dlrow[mt][e >> 1]);
-                    }
+                        for (int e = 0; e < 4; e++) {
+                            float pe = fast_exp2(p[mt][n][e] * scale_log2 - lrow[mt][e >> 1]);
+                            if constexpr (decltype(mask)::value) {
+                                const int64_t j = j0 + n * 8 + 2 * t + (e & 1), i = row[mt][e >> 1];
+                                if (!(j <= i && i < Tn)) pe = 0.f;
+                            }
+                            dp[mt][n][e] = pe * (dp[mt][n][e] - dlrow[mt][e >> 1]);
+                        }
+            };
+            if (j0 + kBwdRows - 1 <= i0 + rw && i0 + rw + RW <= Tn) grads(masked<false>{});
+            else grads(masked<true>{});
             accumulate<T, D, kBwdRows / 16, MT>(dq, dp, Ks, lane); // dq += dS K
         }
         __syncthreads(); // tile it is no longer read: its buffer takes tile it + 2

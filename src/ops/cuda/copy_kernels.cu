@@ -199,7 +199,54 @@ cudaError_t bits_launch(const weft_cu_tensor &out, const weft_cu_tensor &in, con
     return cudaGetLastError();
 }
 
+// Many contiguous tensors: block b converts chunk b - block0[k] of tensor k (kCastChunk elements, V at a time).
+constexpr int64_t kCastChunk = 16384;
+template <typename I, typename O> __global__ void __launch_bounds__(WEFT_CU_THREADS) convert_multi(weft_cu_cast_table t) {
+    const int b = (int)blockIdx.x;
+    int k = 0;
+    while (k + 1 < t.count && b >= t.block0[k + 1]) k++;
+    const int64_t lo = (int64_t)(b - t.block0[k]) * kCastChunk, n = t.n[k];
+    const int64_t hi = lo + kCastChunk < n ? lo + kCastChunk : n, hv = lo + (hi - lo) / V * V;
+    const I *x = (const I *)t.x[k];
+    O *o = (O *)t.y[k];
+    for (int64_t i = lo + (int64_t)threadIdx.x * V; i < hv; i += (int64_t)blockDim.x * V) {
+        vec<I, V> a = *(const vec<I, V> *)(x + i);
+        vec<O, V> r;
+#pragma unroll
+        for (int q = 0; q < V; q++) r.v[q] = conv<I, O>::go(a.v[q]);
+        *(vec<O, V> *)(o + i) = r;
+    }
+    for (int64_t i = hv + threadIdx.x; i < hi; i += blockDim.x) o[i] = conv<I, O>::go(x[i]);
+}
+
+template <typename O> cudaError_t cast_multi_launch(weft_cu_cast_table t, cudaStream_t s) {
+    int64_t nb = 0;
+    for (int k = 0; k < t.count; k++) {
+        t.block0[k] = (int32_t)nb;
+        nb += (t.n[k] + kCastChunk - 1) / kCastChunk;
+    }
+    t.block0[t.count] = (int32_t)nb;
+    if (nb == 0) return cudaSuccess;
+    convert_multi<float, O><<<(unsigned)nb, WEFT_CU_THREADS, 0, s>>>(t);
+    return cudaGetLastError();
+}
+
 } // namespace
+
+extern "C" int weft_cu_cast_multi_supports(int in, int out) {
+    return in == WEFT_CU_F32 && (out == WEFT_CU_BF16 || out == WEFT_CU_F16);
+}
+
+extern "C" cudaError_t weft_cu_cast_multi(weft_cu_cast_table t, int in, int out, cudaStream_t s) {
+    if (t.count <= 0 || t.count > WEFT_CU_CAST_TABLE || !weft_cu_cast_multi_supports(in, out)) return cudaErrorInvalidValue;
+    int64_t nb = 0;
+    for (int k = 0; k < t.count; k++) {
+        if (t.n[k] < 0 || !weft_cu_aligned(t.x[k], 16) || !weft_cu_aligned(t.y[k], 8)) return cudaErrorInvalidValue;
+        nb += (t.n[k] + kCastChunk - 1) / kCastChunk;
+    }
+    if (nb > 0x7fffffff) return cudaErrorInvalidValue; // block numbers fit an int
+    return out == WEFT_CU_BF16 ? cast_multi_launch<__nv_bfloat16>(t, s) : cast_multi_launch<__half>(t, s);
+}
 
 extern "C" cudaError_t weft_cu_copy(weft_cu_tensor out, weft_cu_tensor in, cudaStream_t s) {
     if (out.numel == 0) return cudaSuccess;
