@@ -109,11 +109,14 @@ weft_dtype weft_autocast_get(void);
 // Casts cached in the calling thread's region: one per parameter and grad mode (for tests and memory accounting).
 int weft_autocast_cache_size(void);
 // Makes the region's copies of many parameters at once, in a few launches (a
-// training loop's, right after entering its region): each of ts that the
-// calling thread's previous region cast (a parameter the model's low-precision
-// ops read), that is not cached yet, gets the copy and the autograd record its
-// first use would have made, the same bits. Ops then read the copies as usual.
-// Nothing happens outside a region, or with WEFT_AUTOCAST_CACHE=0.
+// training loop's, right after entering its region): each of ts whose copy an
+// op of the calling thread's previous region read (a parameter the model's
+// low-precision ops read), and that is not cached yet, gets its copy, the same
+// bits as a cast at its first use. Ops then read the copies as usual; each
+// copy's autograd record is made at its first use, where a first-use cast would
+// make it, so gradients (and their hooks, DDP's) come in the same order.
+// Nothing happens outside a region, or with WEFT_AUTOCAST_CACHE=0 or
+// WEFT_AUTOCAST_FILL=0. NULL entries are skipped.
 weft_status weft_autocast_cache_fill(weft_tensor *const *ts, int n);
 
 // ---- neural-network ops ----

@@ -248,6 +248,9 @@ weft_status weft_graph_op_named(weft_graph *g, const char *name, const char *op_
     if ((op->n_in >= 0 && n_in != op->n_in) || (op->n_in < 0 && n_in < 1) || (n_in > 0 && !in))
         return weft_error(WEFT_ERR_ARG, "graph_op: node '%s' (op %s): expected %d inputs, got %d", nm, op->name,
                           op->n_in, n_in);
+    if (op->n_out == 0) // update_multi, cast_multi: they write their inputs, which a graph value never is
+        return weft_error(WEFT_ERR_ARG, "graph_op: node '%s' (op %s): an op that writes its inputs in place has no "
+                          "place in a graph (use the single ops)", nm, op->name);
     if (n_iattrs < 0 || n_iattrs > 16 || n_fattrs < 0 || n_fattrs > 4 || (n_iattrs && !iattrs) ||
         (n_fattrs && !fattrs))
         return weft_error(WEFT_ERR_ARG, "graph_op: node '%s' (op %s): bad attrs (%d ints, %d doubles; at most 16, 4)",

@@ -55,16 +55,22 @@ static _Thread_local weft_dtype tl_autocast = WEFT_F32; // WEFT_F32: off
 // the optimiser's update. A copy made with grad mode off serves only ops run with it off (it has no
 // autograd record). Not used while tracing a graph or building one symbolically: a graph casts its own
 // variables at every run. WEFT_AUTOCAST_CACHE=0 turns it off (torch.autocast's cache_enabled=False).
+// weft_autocast_cache_fill makes many copies ahead of their first use; each gets its autograd record at that
+// first use, so the cast nodes stand in the graph where first-use casts would (the backward runs each right
+// after the last op that read the copy: a weight's gradient, and DDP's hook, come as early as without the fill).
 typedef struct cast_entry {
     weft_tensor *src, *lo; // references held: src cannot be freed and its address reused while cached
     bool grad;
+    bool pending; // made by the fill with grad on: the autograd record comes at the first use
+    bool used;    // read by an op of the region: a hint for the next region's fill
 } cast_entry;
 static _Thread_local cast_entry *tl_casts;
 static _Thread_local int tl_n_casts, tl_cap_casts;
 static _Thread_local bool tl_cache_off; // WEFT_AUTOCAST_CACHE=0, read when a region starts
 
-// The sources the last region cast (addresses only, no references: a hint for weft_autocast_cache_fill,
-// which casts only these; an address reused by another tensor costs at most one unused copy).
+// The sources whose copies the last region's ops read (addresses only, no references: a hint for
+// weft_autocast_cache_fill, which casts only these; an address reused by another tensor costs at most one
+// unused copy).
 enum { HINT_MAX = 512 };
 static _Thread_local const weft_tensor *tl_hint[HINT_MAX];
 static _Thread_local int tl_n_hint;
@@ -72,7 +78,8 @@ static _Thread_local int tl_n_hint;
 static void cast_cache_clear(void) {
     if (tl_n_casts) tl_n_hint = 0;
     for (int i = 0; i < tl_n_casts; i++)
-        if (tl_n_hint < HINT_MAX && (i == 0 || tl_casts[i].src != tl_casts[i - 1].src)) tl_hint[tl_n_hint++] = tl_casts[i].src;
+        if (tl_n_hint < HINT_MAX && tl_casts[i].used && (tl_n_hint == 0 || tl_casts[i].src != tl_hint[tl_n_hint - 1]))
+            tl_hint[tl_n_hint++] = tl_casts[i].src;
     for (int i = 0; i < tl_n_casts; i++) {
         weft_tensor_free(tl_casts[i].src);
         weft_tensor_free(tl_casts[i].lo);
@@ -87,30 +94,40 @@ static bool cast_cacheable(const weft_tensor *t) {
            !weft_op_symbolic;
 }
 
-// The cached copy of t in dtype lo made with grad mode `grad` (borrowed), or NULL.
-static weft_tensor *cache_find(const weft_tensor *t, bool grad, weft_dtype lo) {
+// The entry of t's copy in dtype lo made with grad mode `grad`, or NULL.
+static cast_entry *cache_find(const weft_tensor *t, bool grad, weft_dtype lo) {
     for (int i = 0; i < tl_n_casts; i++)
-        if (tl_casts[i].src == t && tl_casts[i].grad == grad && tl_casts[i].lo->dtype == lo) return tl_casts[i].lo;
+        if (tl_casts[i].src == t && tl_casts[i].grad == grad && tl_casts[i].lo->dtype == lo) return &tl_casts[i];
     return NULL;
 }
 
 // Keeps c as t's copy (both referenced); with no room the copy is still right, just not kept.
-static void cache_put(weft_tensor *t, weft_tensor *c, bool grad) {
+static void cache_put(weft_tensor *t, weft_tensor *c, cast_entry e) {
     if (tl_n_casts == tl_cap_casts) {
         int cap = tl_cap_casts ? 2 * tl_cap_casts : 64;
         cast_entry *a = realloc(tl_casts, (size_t)cap * sizeof *a);
         if (!a) return;
         tl_casts = a, tl_cap_casts = cap;
     }
-    tl_casts[tl_n_casts++] = (cast_entry){weft_tensor_ref(t), weft_tensor_ref(c), grad};
+    e.src = weft_tensor_ref(t), e.lo = weft_tensor_ref(c);
+    tl_casts[tl_n_casts++] = e;
 }
 
 // t cast to lo through the cache (a new reference), or NULL with the error set.
 static weft_tensor *cast_cached(weft_tensor *t, weft_dtype lo) {
     bool grad = weft_grad_is_enabled();
-    weft_tensor *c = cache_find(t, grad, lo);
-    if (c) return weft_tensor_ref(c);
-    if ((c = weft_cast(t, lo))) cache_put(t, c, grad);
+    cast_entry *e = cache_find(t, grad, lo);
+    if (e) {
+        if (e->pending) { // a filled copy's first use: its record now, as a first-use cast would make it
+            weft_attrs at = {.i = {lo}};
+            if (weft_autograd_record(&weft_op_cast, 1, &t, &at, 1, &e->lo) != WEFT_OK) return NULL;
+            e->pending = false;
+        }
+        e->used = true;
+        return weft_tensor_ref(e->lo);
+    }
+    weft_tensor *c = weft_cast(t, lo);
+    if (c) cache_put(t, c, (cast_entry){.grad = grad, .used = true});
     return c;
 }
 
@@ -129,18 +146,14 @@ static bool hinted(const weft_tensor *t, int *from) {
     return false;
 }
 
-// The copies of a run of up to FILL_RUN sources on one device: made by one cast_multi op, each recorded for
-// autograd as cast records it, and cached.
+// The copies of a run of up to FILL_RUN sources on one device, made by one cast_multi op and cached (their
+// autograd records wait for their first use).
 enum { FILL_RUN = 64 };
 static weft_status fill_run(weft_tensor **src, weft_tensor **lo, int n, bool grad) {
     weft_tensor *in[2 * FILL_RUN];
     for (int j = 0; j < n; j++) in[j] = src[j], in[n + j] = lo[j];
     weft_status st = weft_op_apply_into(&weft_op_cast_multi, 2 * n, in, NULL, NULL);
-    weft_attrs at = {.i = {tl_autocast}};
-    for (int j = 0; j < n && st == WEFT_OK; j++) {
-        weft_tensor *c = lo[j];
-        if ((st = weft_autograd_record(&weft_op_cast, 1, &src[j], &at, 1, &c)) == WEFT_OK) cache_put(src[j], c, grad);
-    }
+    for (int j = 0; j < n && st == WEFT_OK; j++) cache_put(src[j], lo[j], (cast_entry){.grad = grad, .pending = grad});
     return st;
 }
 

@@ -73,6 +73,10 @@ static void test_builder_errors(void) {
     CHECK(weft_graph_op(g, "exp", 1, &m, NULL, 0, NULL, 0, out) != WEFT_OK);
     CHECK(wt_error_has("exp"));
     CHECK(weft_graph_op(NULL, "relu", 1, &a, NULL, 0, NULL, 0, out) != WEFT_OK);
+    // ops that write their inputs in place (no outputs) are refused, naming the op
+    int before = weft_graph_node_count(g);
+    CHECK(weft_graph_op(g, "cast_multi", 2, (weft_value[]){a, a}, NULL, 0, NULL, 0, out) != WEFT_OK);
+    CHECK(wt_error_has("cast_multi") && wt_error_has("in place") && weft_graph_node_count(g) == before);
 
     // feeds: wrong shape and dtype name the placeholder; a missing feed too
     weft_value r = weft_graph_op1(g, "relu", 1, &a, NULL, 0, NULL, 0);

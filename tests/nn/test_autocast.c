@@ -286,10 +286,39 @@ static int fill_region(weft_module *m, weft_tensor *const *ps, int n, weft_tenso
     return filled;
 }
 
+// The order in which the backward of sum(m(x) * w) under bf16 reaches the 4 parameters ('0'..'3') and a copy of
+// x that requires grad ('x'), into order (5 characters); the region's cache filled from ps first unless n < 0.
+static char *g_order;
+static void note_grad(weft_tensor *leaf, void *user) {
+    (void)leaf;
+    size_t k = strlen(g_order);
+    g_order[k] = *(const char *)user, g_order[k + 1] = 0;
+}
+static void hook_order(weft_module *m, weft_tensor *x, weft_tensor *const *ps, int n, char *order) {
+    static const char names[] = "0123x";
+    weft_tensor *xg = weft_tensor_detach(x);
+    weft_tensor_set_requires_grad(xg, true);
+    weft_tensor *leaves[5] = {ps[0], ps[1], ps[2], ps[3], xg};
+    int h[5];
+    for (int i = 0; i < 5; i++) h[i] = weft_tensor_add_grad_hook(leaves[i], note_grad, (void *)&names[i]);
+    order[0] = 0;
+    g_order = order;
+    weft_module_zero_grad(m);
+    weft_autocast_set(WEFT_BF16);
+    CHECK(n < 0 || weft_autocast_cache_fill(ps, n) == WEFT_OK);
+    weft_tensor *y = weft_module_forward(m, xg), *yf = y ? weft_cast(y, WEFT_F32) : NULL;
+    weft_autocast_set(WEFT_F32);
+    weft_tensor *w = weft_tensor_ones(weft_tensor_ndim(yf), weft_tensor_sizes(yf), WEFT_F32);
+    CHECK(yf && weft_backward(yf, w, NULL) == WEFT_OK && strlen(order) == 5);
+    for (int i = 0; i < 5; i++) CHECK(weft_tensor_remove_grad_hook(leaves[i], h[i]) == WEFT_OK);
+    weft_tensor *ts[] = {xg, y, yf, w};
+    for (int i = 0; i < 4; i++) weft_tensor_free(ts[i]);
+}
+
 // weft_autocast_cache_fill (a training loop's weight casts in one cast_multi op as its region starts) casts
 // what the thread's previous region cast, here the MLP's 4 parameters, and not a tensor no op read nor one
 // listed twice; the forward and backward after it give bit for bit the values and gradients of copies cast
-// on first use, also after an update made between regions. Outside a region and with
+// on first use, also after an update made between regions, and reach the parameters in the same order. Outside a region and with
 // WEFT_AUTOCAST_CACHE=0 it does nothing; a copy filled under no-grad serves only no-grad ops.
 static void test_cache_fill(void) {
     weft_generator *gen = weft_generator_create(31);
@@ -315,11 +344,22 @@ static void test_cache_fill(void) {
     double d = 0;
     for (int64_t i = 0; i < n; i++) d = fmax(d, fabs(lazy[i] - filled[i]));
     CHECK(d == 0);
-    // a second fill in the region adds nothing; the gradient reaches the parameters through the filled copies
+    // a second fill in the region adds nothing; copies no op reads are not hinted to the next region
     weft_autocast_set(WEFT_BF16);
     CHECK(weft_autocast_cache_fill(ps, 6) == WEFT_OK && weft_autocast_cache_size() == 4);
     CHECK(weft_autocast_cache_fill(ps, 6) == WEFT_OK && weft_autocast_cache_size() == 4);
     weft_autocast_set(WEFT_F32);
+    weft_autocast_set(WEFT_BF16);
+    CHECK(weft_autocast_cache_fill(ps, 6) == WEFT_OK && weft_autocast_cache_size() == 0);
+    weft_tensor_free(weft_module_forward(m, x)); // first-use casts: hinted again
+    weft_autocast_set(WEFT_F32);
+
+    // the cast records come where first-use casts make them: the backward reaches each parameter right after
+    // the op that read its copy (x, the input, last), with or without the fill, so DDP's hooks fire as early
+    char lazy_order[8], fill_order[8];
+    hook_order(m, x, ps, -1, lazy_order);
+    hook_order(m, x, ps, 4, fill_order);
+    CHECK(!strcmp(lazy_order, fill_order) && lazy_order[4] == 'x');
 
     // an update between regions (w1 *= 2): the filled copies are the new values, as first-use copies are
     WEFT_NO_GRAD {

@@ -261,7 +261,8 @@ __device__ __forceinline__ float quad_sum(float v) {
 // below 2^-126, a probability too small to matter to any sum here, becomes 0; 2^-inf is 0.
 __device__ __forceinline__ float fast_exp2(float x) {
 #ifdef WEFT_CU_EMU
-    return exp2f(x);
+    const float r = exp2f(x);
+    return r < 1.17549435e-38f ? 0.f : r; // flushed as .ftz does
 #else
     float r;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
