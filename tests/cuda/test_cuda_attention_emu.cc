@@ -391,7 +391,7 @@ template <int D> static void run_case(int BH, int T, int H = 1, bool packed = fa
         if (!same) fprintf(stderr, "bf16 D=%d BH=%d T=%d: the forward's 64- and 128-row blocks differ\n", D, BH, T);
         same ? g_pass++ : g_fail++;
     }
-    launch(1, 128, 0, [=] { mma_bwd_dl<__nv_bfloat16>(G, lay, O, lay, DL, (int64_t)BH * T, T, D); });
+    launch(1, 128, 0, [=] { mma_bwd_dl<__nv_bfloat16, D>(G, lay, O, lay, DL, (int64_t)BH * T, T); });
     // the gradients in the inputs' layout: with H > 1, (B,T,H,D), as the op's heads-last backward writes them
     launch((unsigned)(BH * ntile), kThreads, dkdv_smem<__nv_bfloat16, D>(), [=] {
         mma_bwd_dkdv<__nv_bfloat16, D, 1>(Q, K, V, L, G, pl, pl, pl, lay, DL, GK, pl, GV, pl, nullptr, T, ntile,

@@ -488,18 +488,31 @@ __global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, cons
 
 // ---------------------------------------------------------------- backward
 
-// Dl_i = go_i.o_i in f32, a warp per row (row r: head r / Tn, position r % Tn).
-template <typename T>
+// Dl_i = go_i.o_i in f32 (row r: head r / Tn, position r % Tn): L = min(D / 8, 8) lanes a row, each adding the
+// 8 products of a 16-byte load of go and one of o at a time, then a sum over the row's L lanes; 32 / L rows a
+// warp. go and o rows are 16-byte aligned (attention.c: read in place only so, else from checked copies).
+template <typename T, int D>
 __global__ void mma_bwd_dl(const T *go, weft_cu_heads gL, const T *o, weft_cu_heads oL, float *dl, int64_t N,
-                           int64_t Tn, int D) {
-    const int lane = threadIdx.x & 31;
-    for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < N;
-         r += ((int64_t)gridDim.x * blockDim.x) >> 5) {
-        const T *gr = go + head_at(gL, r / Tn) + (r % Tn) * gL.st, *orow = o + head_at(oL, r / Tn) + (r % Tn) * oL.st;
+                           int64_t Tn) {
+    constexpr int L = D / 8 < 8 ? D / 8 : 8, RW = 32 / L;
+    const int lane = threadIdx.x & 31, k = lane % L;
+    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t r0 = warp * RW; r0 < N; r0 += nw * RW) { // (warp-uniform: every lane reaches the shuffles)
+        const int64_t r = r0 + lane / L;
         float s = 0;
-        for (int d = lane; d < D; d += 32) s += lp<T>::to_f(gr[d]) * lp<T>::to_f(orow[d]);
-        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
-        if (lane == 0) dl[r] = s;
+        if (r < N) {
+            const T *gr = go + head_at(gL, r / Tn) + (r % Tn) * gL.st, *orow = o + head_at(oL, r / Tn) + (r % Tn) * oL.st;
+            for (int c = 8 * k; c < D; c += 8 * L) {
+                const uint4 a = *(const uint4 *)(gr + c), b = *(const uint4 *)(orow + c);
+                const T *pa = (const T *)&a, *pb = (const T *)&b;
+#pragma unroll
+                for (int e = 0; e < 8; e++) s += lp<T>::to_f(pa[e]) * lp<T>::to_f(pb[e]);
+            }
+        }
+#pragma unroll
+        for (int off = L / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (k == 0 && r < N) dl[r] = s;
     }
 }
 
@@ -813,10 +826,10 @@ cudaError_t bwd_launch(const void *q, const void *k, const void *v, const weft_c
     const int64_t ntile = (Tn + kOwn - 1) / kOwn;
     unsigned nb;
     if (!weft_cu_grid_of(BH, ntile, &nb)) return cudaErrorInvalidValue;
-    const int64_t N = BH * Tn;
-    int64_t ndl = (N + 7) / 8; // 8 warps of 256 threads, grid-stride
+    const int64_t N = BH * Tn, dl_rows = 8 * (32 / (D / 8 < 8 ? D / 8 : 8)); // a block's rows: 8 warps
+    int64_t ndl = (N + dl_rows - 1) / dl_rows; // grid-stride
     if (ndl > 65535 * 8) ndl = 65535 * 8;
-    mma_bwd_dl<T><<<(unsigned)ndl, 256, 0, s>>>((const T *)go, L[3], (const T *)o, L[4], dl, N, Tn, D);
+    mma_bwd_dl<T, D><<<(unsigned)ndl, 256, 0, s>>>((const T *)go, L[3], (const T *)o, L[4], dl, N, Tn);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     if (dqa) { // one pass, dq by atomics into dqa (mma_bwd_dkdv with DQ), then scaled and rounded into gq
