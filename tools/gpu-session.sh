@@ -28,8 +28,8 @@
 # goes. Each step's cap is far above what it took on an H100 (in brackets). Named-only steps: trace.
 #   tests      ctest -R cuda (every CUDA-vs-CPU test; cap 150 s, took 19 s)
 #   gpt2       train_gpt2_small_cuda, weft (its own attention kernels, then cuDNN's: WEFT_ATTN_CUDNN=1, then
-#              each weight cast at its first use: WEFT_AUTOCAST_FILL=0), then PyTorch eager with SDPA (190 s,
-#              took 31 s without the cuDNN and no-fill runs)
+#              each weight cast at its first use: WEFT_AUTOCAST_FILL=0, then add_layer_norm's backward as three
+#              ops: WEFT_FUSED_NORM_BW=0), then PyTorch eager with SDPA (235 s, took 31 s without the last three)
 #   compile    train_gpt2_small_cuda_vs_compile: PyTorch with torch.compile (150 s)
 #   learning   issue 16's learning check, 500 steps of gpt2-small-bytes: weft and its PyTorch twin
 #              (bench/peers/kjv_gpt_train.py) each from its own seed 1 and seed 2 (how far two runs of one
@@ -129,6 +129,8 @@ for step in $steps; do
     run gpt2_weft_cudnn 45 "WEFT_ATTN_CUDNN=1 WEFT_BENCH_DEVICE=cuda $B/bench_train train_gpt2_small_cuda"
     # and each weight cast at its first use, one launch each (before 2026-11-28's weft_autocast_cache_fill)
     run gpt2_weft_nofill 45 "WEFT_AUTOCAST_FILL=0 WEFT_BENCH_DEVICE=cuda $B/bench_train train_gpt2_small_cuda"
+    # and add_layer_norm's backward as three ops (before 2026-11-28's fused one)
+    run gpt2_weft_norm3 45 "WEFT_FUSED_NORM_BW=0 WEFT_BENCH_DEVICE=cuda $B/bench_train train_gpt2_small_cuda"
     run gpt2_peer 55 "cd bench/peers && WEFT_BENCH_DEVICE=cuda $py train.py 'train_gpt2_small_cuda\$'" ;;
   profile)
     run profile 150 "ncu --csv --metrics gpu__time_duration.sum $B/weft train models/gpt2-small-bytes.cfg --device cuda \

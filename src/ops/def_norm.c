@@ -13,11 +13,15 @@
 //   bf16 / f16 (a branch's output under autocast, read as it is: no cast kernel). attrs as layer_norm's.
 //   outputs: s (x's dtype), y, mean, rstd. Backward: ds = gs + layer_norm_backward(gy); dx = ds, dr = ds
 //   in r's dtype.
-// layer_norm_backward (inputs gy, x, mean, rstd, [weight])
-//   attrs: i[0] = n_norm_dims, i[1] = has weight, i[2] = compute dweight/dbias. gy has the statistics'
-//   dtype, or bf16 / f16 where that is f32 (the gradient of a half y, read as it is).
+// layer_norm_backward (inputs gy, x, mean, rstd, [weight], [gs])
+//   attrs: i[0] = n_norm_dims, i[1] = has weight, i[2] = compute dweight/dbias, i[3] = has gs: a gradient
+//   added to dx (x's dtype, not half: add_layer_norm's gradient of s from its other readers), i[4] = 0, or
+//   1 + bf16 / f16 (x f32): dx also written in that dtype (add_layer_norm's residual gradient, rounded once,
+//   the bits of a cast). gy has the statistics' dtype, or bf16 / f16 where that is f32 (the gradient of a
+//   half y, read as it is).
 //   outputs: dx (x's dtype), dweight, dbias (dweight/dbias: the normalised dims; f32 for a half x, as gy,
-//   mean, rstd and weight are)
+//   mean, rstd and weight are), dx in i[4]'s dtype (empty, shape (0), without it). dx + gs and its
+//   rounding are the bits of an add and a cast after the op: one kernel instead of three on CUDA.
 // batch_norm (inputs x, [weight], [bias], [running_mean], [running_var])
 //   attrs: i[0] = has weight, i[1] = has bias, i[2] = has running_mean, i[3] = has running_var,
 //          i[4] = training; f[0] = momentum, f[1] = eps
@@ -28,6 +32,8 @@
 //   outputs: dx, dweight (C), dbias (C)
 // The kernels expect a contiguous x (and gy, layer_norm's weight/bias); the
 // public constructors and backward rules make them so.
+#include <stdlib.h>
+
 #include "op.h"
 
 weft_status weft_cpu_layer_norm(const weft_op_args *a);
@@ -111,17 +117,27 @@ static weft_status infer_ln_bw(const weft_op_args *a, weft_out_meta *o) {
     const char *op = a->op->name;
     if (a->n_in < 2) return bad_count(a, 4);
     const weft_tensor *gy = a->in[0], *x = a->in[1];
-    weft_status st = weft_check_flags(op, a->attrs, 1, 2, "has weight / compute dweight");
+    weft_status st = weft_check_flags(op, a->attrs, 1, 3, "has weight / compute dweight / has gs");
     if (st) return st;
-    int hw = (int)a->attrs->i[1];
-    if (a->n_in != 4 + hw) return bad_count(a, 4 + hw);
+    int hw = (int)a->attrs->i[1], hg = (int)a->attrs->i[3];
+    if (a->n_in != 4 + hw + hg) return bad_count(a, 4 + hw + hg);
     if ((st = weft_check_dtype(op, x, WEFT_DT_FLOAT | WEFT_DT_HALF, "the input"))) return st;
     const weft_dtype ft = ln_stat_dtype(x);
+    if ((hg || a->attrs->i[4]) && ft != (weft_dtype)x->dtype)
+        return weft_error(WEFT_ERR_DTYPE, "%s: an added gradient or a half dx needs an f32 / f64 input, not %s", op,
+                          weft_dtype_name((weft_dtype)x->dtype));
+    int64_t hc = a->attrs->i[4];
+    weft_dtype ht = hc ? (weft_dtype)(hc - 1) : ft;
+    if (hc && (hc < 1 || hc > WEFT_NUM_DTYPES || !weft_dtype_is_half(ht) || ft != WEFT_F32))
+        return weft_error(WEFT_ERR_ARG, "%s: attr i[4] = %lld names no dx dtype (0, or 1 + bf16 / f16 for an f32 input)",
+                          op, (long long)hc);
     bool half_gy = ft == WEFT_F32 && weft_dtype_is_half(gy->dtype); // a half y's gradient
     for (int k = 0; k < a->n_in; k++)
         if ((k != 1 && !(k == 0 && half_gy) && (st = check_dt(op, ft, a->in[k], "an input"))) ||
             (st = need_contiguous(op, a->in[k], "every input")))
             return st;
+    if (hg && !weft_shape_equal(a->in[4 + hw]->ndim, a->in[4 + hw]->sizes, x->ndim, x->sizes))
+        return weft_error(WEFT_ERR_SHAPE, "%s: the added gradient does not match the shape of x", op);
     if (a->attrs->i[0] < 1 || a->attrs->i[0] > x->ndim)
         return weft_error(WEFT_ERR_ARG, "%s: n_norm_dims %lld out of range for a %d-d input", op,
                           (long long)a->attrs->i[0], x->ndim);
@@ -135,11 +151,13 @@ static weft_status infer_ln_bw(const weft_op_args *a, weft_out_meta *o) {
     weft_meta_set(&o[0], x->ndim, x->sizes, (weft_dtype)x->dtype);
     weft_meta_set(&o[1], n, x->sizes + lead, ft);
     weft_meta_set(&o[2], n, x->sizes + lead, ft);
+    if (ht != ft) weft_meta_set(&o[3], x->ndim, x->sizes, ht);
+    else weft_meta_set(&o[3], 1, (const int64_t[]){0}, ft);
     return WEFT_OK;
 }
 
 weft_op_def weft_op_layer_norm_backward = {
-    .name = "layer_norm_backward", .n_in = -1, .n_out = 3, .dispatch_in = 1, // x's dtype picks the kernel
+    .name = "layer_norm_backward", .n_in = -1, .n_out = 4, .dispatch_in = 1, // x's dtype picks the kernel
     .infer = infer_ln_bw, .backward = NULL,
     .kernel = {[WEFT_CPU] = {weft_cpu_layer_norm_backward, WEFT_DT_FLOAT | WEFT_DT_HALF}}};
 
@@ -151,20 +169,25 @@ static void give(const weft_bw_args *b, int i, weft_tensor *t) {
 
 // layer_norm_backward of the output gradient gy over the normalised input s (its row statistics mean and rstd,
 // weight w or NULL): hands the weight and bias gradients to inputs iw and ib (-1: none) and returns the
-// gradient of s (NULL with the error set).
+// gradient of s (NULL with the error set), plus gs when given (s's dtype, contiguous); with half (bf16 / f16,
+// else -1) also that gradient rounded to half, in *lo.
 static weft_tensor *ln_backward(const weft_bw_args *b, weft_tensor *gy, weft_tensor *s, weft_tensor *mean,
-                                weft_tensor *rstd, weft_tensor *w, int iw, int ib) {
+                                weft_tensor *rstd, weft_tensor *w, int iw, int ib, weft_tensor *gs, int half,
+                                weft_tensor **lo) {
     bool want_wb = (iw >= 0 && b->needs[iw]) || (ib >= 0 && b->needs[ib]);
     weft_tensor *g = weft_tensor_contiguous(gy);
     if (!g) return NULL;
-    weft_tensor *in[5] = {g, s, mean, rstd, w};
-    weft_attrs at = {.i = {b->attrs->i[0], w != NULL, want_wb}};
+    weft_tensor *in[6] = {g, s, mean, rstd, w, gs};
+    if (!w) in[4] = gs;
+    weft_attrs at = {.i = {b->attrs->i[0], w != NULL, want_wb, gs != NULL, half >= 0 ? 1 + half : 0}};
     weft_tensor *out[WEFT_MAX_OP_OUT];
-    weft_status st = weft_op_apply(&weft_op_layer_norm_backward, 4 + (w != NULL), in, &at, out);
+    weft_status st = weft_op_apply(&weft_op_layer_norm_backward, 4 + (w != NULL) + (gs != NULL), in, &at, out);
     weft_tensor_free(g);
     if (st != WEFT_OK) return NULL;
     give(b, iw, out[1]);
     give(b, ib, out[2]);
+    if (lo) *lo = out[3];
+    else weft_tensor_free(out[3]);
     return out[0];
 }
 
@@ -172,7 +195,7 @@ static weft_status bw_layer_norm(const weft_bw_args *b) {
     if (!b->gout[0]) return WEFT_OK; // the row statistics are internal outputs
     int hw = b->attrs->i[1] != 0, hb = b->attrs->i[2] != 0;
     weft_tensor *dx = ln_backward(b, b->gout[0], b->in[0], b->out[1], b->out[2], hw ? b->in[1] : NULL, hw ? 1 : -1,
-                                  hb ? 1 + hw : -1);
+                                  hb ? 1 + hw : -1, NULL, -1, NULL);
     if (!dx) return weft_last_status();
     give(b, 0, dx);
     return WEFT_OK;
@@ -210,21 +233,36 @@ static weft_status infer_add_ln(const weft_op_args *a, weft_out_meta *o) {
     return WEFT_OK;
 }
 
+// ds = gs + layer_norm_backward(gy), dx = ds and dr = ds in r's dtype. Where they can, the add and the cast
+// to a half r are in the norm's backward op (one CUDA kernel for the three; WEFT_FUSED_NORM_BW=0: three ops).
 static weft_status bw_add_layer_norm(const weft_bw_args *b) {
     int hw = b->attrs->i[1] != 0, hb = b->attrs->i[2] != 0;
     int iw = hw ? 2 : -1, ib = hb ? 2 + hw : -1;
-    weft_tensor *ds = b->gout[0] ? weft_tensor_ref(b->gout[0]) : NULL;
+    weft_tensor *s = b->out[0], *ds = b->gout[0] ? weft_tensor_ref(b->gout[0]) : NULL, *dr = NULL;
+    weft_dtype rdt = b->in_meta[1].dtype; // (r itself is not saved: the backward needs only its dtype)
     if (b->gout[1]) { // through the norm: ds += layer_norm_backward(gy) over s
-        weft_tensor *dn = ln_backward(b, b->gout[1], b->out[0], b->out[2], b->out[3], hw ? b->in[2] : NULL, iw, ib);
-        weft_tensor *sum = !dn ? NULL : ds ? weft_add(ds, dn) : weft_tensor_ref(dn);
+        const char *e = getenv("WEFT_FUSED_NORM_BW");
+        bool fuse = !(e && e[0] == '0') && (!ds || ds->dtype == s->dtype);
+        int half = fuse && b->needs[1] && rdt != s->dtype && weft_dtype_is_half(rdt) && s->dtype == WEFT_F32 ? (int)rdt : -1;
+        weft_tensor *gs = NULL;
+        if (fuse && ds && !(gs = weft_tensor_contiguous(ds))) {
+            weft_tensor_free(ds);
+            return weft_last_status();
+        }
+        weft_tensor *dn = ln_backward(b, b->gout[1], s, b->out[2], b->out[3], hw ? b->in[2] : NULL, iw, ib, gs, half,
+                                      half >= 0 ? &dr : NULL);
+        weft_tensor *sum = !dn ? NULL : gs || !ds ? weft_tensor_ref(dn) : weft_add(ds, dn);
         weft_tensor_free(dn);
+        weft_tensor_free(gs);
         weft_tensor_free(ds);
-        if (!(ds = sum)) return weft_last_status();
+        if (!(ds = sum)) {
+            weft_tensor_free(dr);
+            return weft_last_status();
+        }
     }
     if (!ds) return WEFT_OK;
     // the residual's gradient in its own dtype (bf16 for a bf16 branch)
-    weft_dtype rdt = b->in_meta[1].dtype; // (r itself is not saved: the backward needs only its dtype)
-    weft_tensor *dr = b->needs[1] ? (rdt == ds->dtype ? weft_tensor_ref(ds) : weft_cast(ds, rdt)) : NULL;
+    if (b->needs[1] && !dr) dr = rdt == ds->dtype ? weft_tensor_ref(ds) : weft_cast(ds, rdt);
     if (b->needs[1] && !dr) {
         weft_tensor_free(ds);
         return weft_last_status();

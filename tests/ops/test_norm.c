@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/op.h"
 #include "weft_test.h"
 
 static void free_all(int n, weft_tensor **ts) {
@@ -534,6 +535,75 @@ static weft_tensor *aln_fn(weft_tensor *const *in, void *user) {
     return r;
 }
 
+// loss = sum(s + y * y) of add_layer_norm(x, r) (x f32, r bf16, weight and bias f32, gradients into x and r):
+// the gradient of s through the norm and directly, and r's in bf16.
+static void aln_bf16_grads(weft_tensor *const *in, weft_tensor **gx, weft_tensor **gr) {
+    weft_tensor *x = weft_cast(in[0], WEFT_F32), *r = weft_cast(in[1], WEFT_BF16), *w = weft_cast(in[2], WEFT_F32);
+    weft_tensor *b = weft_cast(in[3], WEFT_F32), *s = NULL, *y = NULL;
+    weft_tensor_set_requires_grad(x, true), weft_tensor_set_requires_grad(r, true);
+    CHECK(weft_add_layer_norm(x, r, 1, w, b, 1e-5, &s, &y) == WEFT_OK);
+    weft_tensor *q = y ? weft_mul(y, y) : NULL, *t = q ? weft_add(q, s) : NULL, *l = t ? weft_sum(t, 0, NULL, false) : NULL;
+    CHECK(l && weft_backward(l, NULL, NULL) == WEFT_OK);
+    *gx = weft_tensor_ref(weft_tensor_grad(x)), *gr = weft_tensor_ref(weft_tensor_grad(r));
+    weft_tensor *ts[] = {x, r, w, b, s, y, q, t, l};
+    free_all(9, ts);
+}
+
+// add_layer_norm's backward adds the direct gradient of s and rounds the bf16 residual's gradient inside
+// layer_norm_backward (attrs i[3], i[4]): the bits of the three ops it replaces (WEFT_FUSED_NORM_BW=0), and
+// r's gradient is x's rounded once. The op itself: dx + gs and dx in bf16 as an add and a cast give them;
+// what it refuses, naming it.
+static void test_add_ln_fused_backward(weft_tensor *const *in) {
+    weft_tensor *gx[2], *gr[2];
+    aln_bf16_grads(in, &gx[0], &gr[0]);
+    setenv("WEFT_FUSED_NORM_BW", "0", 1);
+    aln_bf16_grads(in, &gx[1], &gr[1]);
+    unsetenv("WEFT_FUSED_NORM_BW");
+    wt_check_same("add_layer_norm fused backward: dx", gx[0], gx[1], 0);
+    wt_check_same("add_layer_norm fused backward: dr", gr[0], gr[1], 0);
+    weft_tensor *want = gx[0] ? weft_cast(gx[0], WEFT_BF16) : NULL;
+    CHECK(gr[0] && weft_tensor_dtype(gr[0]) == WEFT_BF16);
+    wt_check_same("add_layer_norm fused backward: dr = bf16(dx)", gr[0], want, 0);
+
+    // the op: (gy, x, mean, rstd, weight, gs) with i[3] = 1, i[4] = 1 + bf16
+    const weft_op_def *op = weft_op_find("layer_norm_backward");
+    const int64_t xs[2] = {5, 12}, rs[1] = {5};
+    weft_tensor *x = weft_cast(in[0], WEFT_F32), *xv = weft_view(x, WEFT_DIMS(-1, 768)), *x2 = weft_narrow(xv, 0, 0, 5);
+    weft_tensor *x2c = weft_narrow(x2, 1, 0, 12), *xc = weft_tensor_contiguous(x2c), *yv = NULL, *mu = NULL, *sd = NULL;
+    weft_tensor *w = weft_tensor_ones(1, &xs[1], WEFT_F32);
+    weft_tensor *g64 = wt_rand64(2, xs, -1, 1, 97, false), *gy = weft_cast(g64, WEFT_F32);
+    weft_tensor *gs64 = wt_rand64(2, xs, -1, 1, 98, false), *gs = weft_cast(gs64, WEFT_F32);
+    weft_tensor *lnin[1] = {xc}, *lnout[4] = {0};
+    weft_attrs la = {.i = {1, 0, 0}, .f = {1e-5}};
+    CHECK(op && weft_op_apply(weft_op_find("layer_norm"), 1, lnin, &la, lnout) == WEFT_OK);
+    yv = lnout[0], mu = lnout[1], sd = lnout[2];
+    weft_tensor *bin[6] = {gy, xc, mu, sd, w, gs}, *plain[4] = {0}, *fused[4] = {0};
+    weft_attrs a0 = {.i = {1, 1, 1}}, a1 = {.i = {1, 1, 1, 1, 1 + WEFT_BF16}};
+    CHECK(weft_op_apply(op, 5, bin, &a0, plain) == WEFT_OK && weft_op_apply(op, 6, bin, &a1, fused) == WEFT_OK);
+    weft_tensor *sum = plain[0] ? weft_add(plain[0], gs) : NULL, *sumh = sum ? weft_cast(sum, WEFT_BF16) : NULL;
+    wt_check_same("layer_norm_backward dx + gs", fused[0], sum, 0);
+    wt_check_same("layer_norm_backward bf16 dx", fused[3], sumh, 0);
+    wt_check_same("layer_norm_backward dweight", fused[1], plain[1], 0);
+    CHECK(plain[3] && weft_tensor_numel(plain[3]) == 0);
+    // refused: gs of another shape, a bad dtype code, a half dx of an f64 x
+    weft_tensor *gbad = weft_tensor_zeros(1, rs, WEFT_F32), *x64 = weft_cast(xc, WEFT_F64), *xh = weft_cast(xc, WEFT_BF16);
+    weft_tensor *o[4];
+    bin[5] = gbad;
+    CHECK(weft_op_apply(op, 6, bin, &a1, o) != WEFT_OK && err_names("layer_norm_backward"));
+    weft_attrs a2 = {.i = {1, 1, 1, 0, 1 + WEFT_I32}};
+    CHECK(weft_op_apply(op, 5, bin, &a2, o) != WEFT_OK && err_names("i[4]"));
+    weft_tensor *b64[5] = {gy, x64, mu, sd, w};
+    weft_attrs a3 = {.i = {1, 1, 1, 0, 1 + WEFT_BF16}};
+    CHECK(weft_op_apply(op, 5, b64, &a3, o) != WEFT_OK && err_names("layer_norm_backward"));
+    weft_tensor *bh[6] = {gy, xh, mu, sd, w, gs}; // (a bf16 x among f32 inputs: promoted, as any such mix is)
+    CHECK(weft_op_apply(op, 6, bh, &a1, o) == WEFT_OK);
+    for (int j = 0; j < 4; j++) weft_tensor_free(o[j]);
+    weft_tensor *ts[] = {gx[0], gx[1], gr[0], gr[1], want, x, xv, x2, x2c, xc, yv, mu, sd, w, g64, gy, gs64, gs,
+                         plain[0], plain[1], plain[2], plain[3], fused[0], fused[1], fused[2], fused[3], sum, sumh,
+                         gbad, x64, xh};
+    free_all(sizeof ts / sizeof *ts, ts);
+}
+
 static void test_add_ln(void) {
     const int64_t xs[2] = {6, 10}, ws[1] = {10};
     // values
@@ -596,6 +666,7 @@ static void test_add_ln(void) {
     weft_tensor *lb = weft_sum(yb, 0, NULL, false);
     CHECK(weft_backward(lb, NULL, NULL) == WEFT_OK);
     CHECK(weft_tensor_grad(rb) && weft_tensor_dtype(weft_tensor_grad(rb)) == WEFT_BF16);
+    test_add_ln_fused_backward(in);
     // errors: shapes, dtypes, n_norm_dims
     weft_tensor *bad = wt_rand64(2, xs, -1, 1, 3, false), *s0, *y0;
     CHECK(weft_add_layer_norm(x32, bad, 1, NULL, NULL, 1e-5, &s0, &y0) != WEFT_OK && err_names("add_layer_norm") &&

@@ -4,7 +4,8 @@
 //
 // Attrs (see def_norm.c):
 //   layer_norm           i[0] = n_norm_dims, i[1] = has weight, i[2] = has bias; f[0] = eps
-//   layer_norm_backward  i[0] = n_norm_dims, i[1] = has weight, i[2] = want dweight/dbias
+//   layer_norm_backward  i[0] = n_norm_dims, i[1] = has weight, i[2] = want dweight/dbias, i[3] = has gs
+//                        (added to dx), i[4]: dx also in a half dtype (output 3)
 //   batch_norm           i[0] = has weight, i[1] = has bias, i[2] = has running_mean, i[3] = has running_var,
 //                        i[4] = training; f[0] = momentum, f[1] = eps
 //   batch_norm_backward  i[0] = has weight, i[1] = training, i[2] = want dweight/dbias
@@ -17,6 +18,7 @@
 #endif
 
 #include "../op.h"
+#include "iter.h"
 
 weft_status weft_cpu_layer_norm(const weft_op_args *a);
 weft_status weft_cpu_layer_norm_backward(const weft_op_args *a);
@@ -354,7 +356,23 @@ weft_status weft_cpu_layer_norm_backward(const weft_op_args *a) {
                       want_wb ? WEFT_PTR(double, a->out[1]) : NULL, want_wb ? WEFT_PTR(double, a->out[2]) : NULL,
                       (double *)part, nt, R, C);
     free(part);
-    return WEFT_OK;
+    if (a->attrs->i[3]) { // dx += gs (after the row function: the bits of an add after the op)
+        const weft_tensor *gs = a->in[4 + (w != NULL)];
+        int64_t n = x->numel;
+        if (x->dtype == WEFT_F32) {
+            float *d = WEFT_PTR(float, a->out[0]);
+            const float *g = WEFT_PTR(const float, gs);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+            for (int64_t i = 0; i < n; i++) d[i] += g[i];
+        } else {
+            double *d = WEFT_PTR(double, a->out[0]);
+            const double *g = WEFT_PTR(const double, gs);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+            for (int64_t i = 0; i < n; i++) d[i] += g[i];
+        }
+    }
+    // dx in output 3's dtype too (under weft_kernel_widened: an f32 copy it rounds to the half dtype)
+    return a->out[3]->numel ? weft_cpu_copy(a->out[3], a->out[0]) : WEFT_OK;
 }
 
 // ---------------------------------------------------------------- batch_norm

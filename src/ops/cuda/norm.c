@@ -2,7 +2,8 @@
 // fused backward ops), mirroring cpu/norm.c. Attrs (see def_norm.c):
 //   layer_norm           i[0] = n_norm_dims, i[1] = has weight, i[2] = has bias, i[3] = y's half dtype
 //                        (0: none; the op's infer sets out[0]'s dtype); f[0] = eps
-//   layer_norm_backward  i[0] = n_norm_dims, i[1] = has weight, i[2] = want dweight/dbias
+//   layer_norm_backward  i[0] = n_norm_dims, i[1] = has weight, i[2] = want dweight/dbias, i[3] = has gs
+//                        (added to dx), i[4]: dx also in a half dtype (output 3)
 //   batch_norm           i[0] = has weight, i[1] = has bias, i[2] = has running_mean, i[3] = has running_var,
 //                        i[4] = training; f[0] = momentum, f[1] = eps
 //   batch_norm_backward  i[0] = has weight, i[1] = training, i[2] = want dweight/dbias
@@ -59,7 +60,8 @@ static weft_status cu_layer_norm_backward(const weft_op_args *a) {
     weft_status st = weft_kernel_inputs_get(a, &c);
     if (st) return st;
     const weft_tensor *x = c.t[1];
-    const weft_tensor *w = a->attrs->i[1] ? c.t[4] : NULL;
+    const weft_tensor *w = a->attrs->i[1] ? c.t[4] : NULL, *gs = a->attrs->i[3] ? c.t[4 + (w != NULL)] : NULL;
+    weft_tensor *dxh = a->out[3]->numel ? a->out[3] : NULL;
     bool want_wb = a->attrs->i[2] != 0;
     int64_t C = ln_row(x, a->attrs->i[0]), R = c.t[2]->numel;
     cudaStream_t s = weft_cu_stream(a->out[0]);
@@ -80,8 +82,9 @@ static weft_status cu_layer_norm_backward(const weft_op_args *a) {
     if (e == cudaSuccess)
         e = weft_cu_layer_norm_backward(
             weft_tensor_ptr(c.t[0]), half_of(c.t[0], c.t[2]), weft_tensor_ptr(x), weft_tensor_ptr(c.t[2]),
-            weft_tensor_ptr(c.t[3]),
-            w ? weft_tensor_ptr(w) : NULL, weft_tensor_ptr(a->out[0]), want_wb ? weft_tensor_ptr(a->out[1]) : NULL,
+            weft_tensor_ptr(c.t[3]), w ? weft_tensor_ptr(w) : NULL, gs ? weft_tensor_ptr(gs) : NULL,
+            weft_tensor_ptr(a->out[0]), dxh ? weft_tensor_ptr(dxh) : NULL, dxh ? weft_cu_desc(dxh).dtype : -1,
+            want_wb ? weft_tensor_ptr(a->out[1]) : NULL,
             want_wb ? weft_tensor_ptr(a->out[2]) : NULL, part ? weft_tensor_ptr(part) : NULL, x->dtype, R, C, s);
     weft_tensor_free(part);
     weft_kernel_inputs_free(&c);

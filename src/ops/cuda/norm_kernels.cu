@@ -62,13 +62,20 @@ __global__ void __launch_bounds__(NORM_THREADS) ln_fwd(const XT *x, const RT *re
     }
 }
 
+// a + b rounded once, never contracted with the product before it into an FMA: the bits of an add kernel's
+template <typename T> __device__ __forceinline__ T add_rn(T a, T b);
+template <> __device__ __forceinline__ float add_rn(float a, float b) { return __fadd_rn(a, b); }
+template <> __device__ __forceinline__ double add_rn(double a, double b) { return __dadd_rn(a, b); }
+
 // dx per row (llm.c's layernorm_backward): n = (x - mean) rstd, dn = gy w,
 // dx = rstd (dn - mean(dn) - n mean(dn n)).
 // x and dx of storage type XT (T, or bf16 / f16 with T float: dx rounded once); gy of GT (T, or bf16 / f16
-// with T float: a half y's gradient, read as it is).
-template <typename T, typename XT, typename GT, typename G>
+// with T float: a half y's gradient, read as it is). gs (XT = T) or NULL: added to dx, as an add after the op;
+// dxh or NULL: dx also in HT (bf16 / f16 with T float), rounded once, as a cast after the op.
+template <typename T, typename XT, typename GT, typename HT, typename G>
 __global__ void __launch_bounds__(NORM_THREADS) ln_bwd_dx(const GT *gy, const XT *x, const T *mean, const T *rstd,
-                                                          const T *w, XT *dx, int64_t R, int64_t C) {
+                                                          const T *w, const T *gs, XT *dx, HT *dxh, int64_t R,
+                                                          int64_t C) {
     __shared__ T sh[32];
     G g;
     const int r0 = g.rank(), rs = g.size();
@@ -90,8 +97,10 @@ __global__ void __launch_bounds__(NORM_THREADS) ln_bwd_dx(const GT *gy, const XT
         for (int64_t i = r0; i < C; i += rs) {
             const T gi = weft_cu_ld<T>(gr[i]);
             T n = (weft_cu_ld<T>(xr[i]) - mu) * rsd, dn = w ? gi * w[i] : gi;
-            const T d = (dn - mdn - n * mdnn) * rsd;
+            T d = (dn - mdn - n * mdnn) * rsd;
+            if (gs) d = add_rn(d, gs[r * C + i]);
             dr[i] = weft_cu_st<XT>(d);
+            if (dxh) dxh[r * C + i] = weft_cu_st<HT>(d);
         }
     }
 }
@@ -226,21 +235,33 @@ extern "C" cudaError_t weft_cu_add_layer_norm(const void *x, const void *res, in
     return cudaErrorInvalidValue;
 }
 
+template <typename T, typename XT, typename GT, typename HT>
+static void launch_ln_bw_dx(const GT *g, const XT *xt, const T *mu, const T *rs, const T *w, const T *gs, XT *dx,
+                            void *dxh, int64_t R, int64_t C, cudaStream_t s) {
+    if (C <= 1024)
+        ln_bwd_dx<T, XT, GT, HT, weft_cu_warp_group><<<weft_cu_row_blocks<weft_cu_warp_group>(R, NORM_THREADS),
+                                                       NORM_THREADS, 0, s>>>(g, xt, mu, rs, w, gs, dx, (HT *)dxh, R, C);
+    else
+        ln_bwd_dx<T, XT, GT, HT, weft_cu_block_group><<<weft_cu_row_blocks<weft_cu_block_group>(R, NORM_THREADS),
+                                                        NORM_THREADS, 0, s>>>(g, xt, mu, rs, w, gs, dx, (HT *)dxh, R, C);
+}
+
 template <typename T, typename XT, typename GT>
 static cudaError_t launch_ln_bw_g(const void *gy, const void *x, const void *mean, const void *rstd, const void *w,
-                                  void *dx, void *dw, void *db, void *part, int64_t R, int64_t C, cudaStream_t s) {
+                                  const void *gs, void *dx, void *dxh, int dxh_dtype, void *dw, void *db, void *part,
+                                  int64_t R, int64_t C, cudaStream_t s) {
     const GT *g = (const GT *)gy;
-    const T *mu = (const T *)mean, *rs = (const T *)rstd;
+    const T *mu = (const T *)mean, *rs = (const T *)rstd, *gt = (const T *)gs;
     const XT *xt = (const XT *)x;
     if (R > 0 && C > 0) {
-        if (C <= 1024)
-            ln_bwd_dx<T, XT, GT, weft_cu_warp_group>
-                <<<weft_cu_row_blocks<weft_cu_warp_group>(R, NORM_THREADS), NORM_THREADS, 0, s>>>(
-                    g, xt, mu, rs, (const T *)w, (XT *)dx, R, C);
-        else
-            ln_bwd_dx<T, XT, GT, weft_cu_block_group>
-                <<<weft_cu_row_blocks<weft_cu_block_group>(R, NORM_THREADS), NORM_THREADS, 0, s>>>(
-                    g, xt, mu, rs, (const T *)w, (XT *)dx, R, C);
+        bool done = false;
+        if constexpr (sizeof(T) == 4 && sizeof(XT) == 4) { // f32 x: the only one with a half dxh
+            if ((done = dxh && dxh_dtype == WEFT_CU_BF16))
+                launch_ln_bw_dx<T, XT, GT, __nv_bfloat16>(g, xt, mu, rs, (const T *)w, gt, (XT *)dx, dxh, R, C, s);
+            else if ((done = dxh && dxh_dtype == WEFT_CU_F16))
+                launch_ln_bw_dx<T, XT, GT, __half>(g, xt, mu, rs, (const T *)w, gt, (XT *)dx, dxh, R, C, s);
+        }
+        if (!done) launch_ln_bw_dx<T, XT, GT, XT>(g, xt, mu, rs, (const T *)w, gt, (XT *)dx, NULL, R, C, s);
         cudaError_t e = cudaGetLastError();
         if (e != cudaSuccess) return e;
     }
@@ -260,23 +281,29 @@ static cudaError_t launch_ln_bw_g(const void *gy, const void *x, const void *mea
 // gy in T, or (T float) in the half dtype gy_dtype names.
 template <typename T, typename XT>
 static cudaError_t launch_ln_bw(const void *gy, const void *x, const void *mean, const void *rstd, const void *w,
-                                void *dx, void *dw, void *db, void *part, int64_t R, int64_t C, int gy_dtype,
-                                cudaStream_t s) {
+                                const void *gs, void *dx, void *dxh, int dxh_dtype, void *dw, void *db, void *part,
+                                int64_t R, int64_t C, int gy_dtype, cudaStream_t s) {
     if constexpr (sizeof(T) == 4) {
         if (gy_dtype == WEFT_CU_BF16)
-            return launch_ln_bw_g<T, XT, __nv_bfloat16>(gy, x, mean, rstd, w, dx, dw, db, part, R, C, s);
+            return launch_ln_bw_g<T, XT, __nv_bfloat16>(gy, x, mean, rstd, w, gs, dx, dxh, dxh_dtype, dw, db, part, R,
+                                                        C, s);
         if (gy_dtype == WEFT_CU_F16)
-            return launch_ln_bw_g<T, XT, __half>(gy, x, mean, rstd, w, dx, dw, db, part, R, C, s);
+            return launch_ln_bw_g<T, XT, __half>(gy, x, mean, rstd, w, gs, dx, dxh, dxh_dtype, dw, db, part, R, C, s);
     }
-    return launch_ln_bw_g<T, XT, T>(gy, x, mean, rstd, w, dx, dw, db, part, R, C, s);
+    return launch_ln_bw_g<T, XT, T>(gy, x, mean, rstd, w, gs, dx, dxh, dxh_dtype, dw, db, part, R, C, s);
 }
 
 extern "C" cudaError_t weft_cu_layer_norm_backward(const void *gy, int gy_dtype, const void *x, const void *mean,
-                                                   const void *rstd, const void *w, void *dx, void *dw, void *db,
-                                                   void *part, int dtype, int64_t R, int64_t C, cudaStream_t s) {
+                                                   const void *rstd, const void *w, const void *gs, void *dx,
+                                                   void *dxh, int dxh_dtype, void *dw, void *db, void *part,
+                                                   int dtype, int64_t R, int64_t C, cudaStream_t s) {
     if ((dw == NULL) != (db == NULL) || (dw && C > 0 && R > 0 && !part)) return cudaErrorInvalidValue;
     if (!y_dtype_ok(dtype, gy_dtype)) return cudaErrorInvalidValue;
-    WEFT_CU_DISPATCH_FLOAT_HALF(dtype, launch_ln_bw, gy, x, mean, rstd, w, dx, dw, db, part, R, C, gy_dtype, s);
+    const bool half_x = dtype == WEFT_CU_BF16 || dtype == WEFT_CU_F16;
+    if ((gs && half_x) || (dxh && (dtype != WEFT_CU_F32 || (dxh_dtype != WEFT_CU_BF16 && dxh_dtype != WEFT_CU_F16))))
+        return cudaErrorInvalidValue;
+    WEFT_CU_DISPATCH_FLOAT_HALF(dtype, launch_ln_bw, gy, x, mean, rstd, w, gs, dx, dxh, dxh_dtype, dw, db, part, R, C,
+                                gy_dtype, s);
 }
 
 // ---------------------------------------------------------------- batch_norm

@@ -26,9 +26,12 @@ cudaError_t weft_cu_add_layer_norm(const void *x, const void *res, int res_dtype
 // `part` (device scratch of weft_cu_layer_norm_part_elems(R, C) elements of the
 // statistics' dtype). dtype is x's (and dx's); bf16 / f16 x: everything else f32. gy_dtype: -1 (gy in
 // the statistics' dtype), or WEFT_CU_BF16 / WEFT_CU_F16 where that is f32 (a half y's gradient).
+// gs (R,C) or NULL (x f32 / f64): added to dx, the bits of an add after it; dxh (R,C) or NULL (x f32): dx also
+// in dxh_dtype (WEFT_CU_BF16 / WEFT_CU_F16), the bits of a cast.
 cudaError_t weft_cu_layer_norm_backward(const void *gy, int gy_dtype, const void *x, const void *mean,
-                                        const void *rstd, const void *w, void *dx, void *dw, void *db, void *part,
-                                        int dtype, int64_t R, int64_t C, cudaStream_t s);
+                                        const void *rstd, const void *w, const void *gs, void *dx, void *dxh,
+                                        int dxh_dtype, void *dw, void *db, void *part, int dtype, int64_t R, int64_t C,
+                                        cudaStream_t s);
 int64_t weft_cu_layer_norm_part_elems(int64_t R, int64_t C);
 
 // One channel's per-channel vector: data and stride (elements); data NULL = absent.
