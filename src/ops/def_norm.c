@@ -13,15 +13,17 @@
 //   bf16 / f16 (a branch's output under autocast, read as it is: no cast kernel). attrs as layer_norm's.
 //   outputs: s (x's dtype), y, mean, rstd. Backward: ds = gs + layer_norm_backward(gy); dx = ds, dr = ds
 //   in r's dtype.
-// layer_norm_backward (inputs gy, x, mean, rstd, [weight], [gs])
-//   attrs: i[0] = n_norm_dims, i[1] = has weight, i[2] = compute dweight/dbias, i[3] = has gs: a gradient
-//   added to dx (x's dtype, not half: add_layer_norm's gradient of s from its other readers), i[4] = 0, or
-//   1 + bf16 / f16 (x f32): dx also written in that dtype (add_layer_norm's residual gradient, rounded once,
-//   the bits of a cast). gy has the statistics' dtype, or bf16 / f16 where that is f32 (the gradient of a
-//   half y, read as it is).
+// layer_norm_backward (inputs gy, x, mean, rstd, [weight])
+//   attrs: i[0] = n_norm_dims, i[1] = has weight, i[2] = compute dweight/dbias. gy has the statistics'
+//   dtype, or bf16 / f16 where that is f32 (the gradient of a half y, read as it is).
 //   outputs: dx (x's dtype), dweight, dbias (dweight/dbias: the normalised dims; f32 for a half x, as gy,
-//   mean, rstd and weight are), dx in i[4]'s dtype (empty, shape (0), without it). dx + gs and its
-//   rounding are the bits of an add and a cast after the op: one kernel instead of three on CUDA.
+//   mean, rstd and weight are)
+// add_layer_norm_backward (inputs gy, x, mean, rstd, [weight], [gs]): add_layer_norm's, in one kernel on CUDA
+//   where it was three ops. As layer_norm_backward, and attrs i[3] = has gs: a gradient added to dx (x's
+//   dtype, not half: the gradient of s from its other readers), i[4] = 0, or 1 + bf16 / f16 (x f32): dx also
+//   in that dtype (the residual's gradient). outputs: dx, dweight, dbias, and dx in i[4]'s dtype (without
+//   it empty, shape (0)). dx + gs and its rounding are the bits of an add and a cast after layer_norm_backward.
+//   (A fourth output and an op of its own, so that saved graphs with layer_norm_backward's three still load.)
 // batch_norm (inputs x, [weight], [bias], [running_mean], [running_var])
 //   attrs: i[0] = has weight, i[1] = has bias, i[2] = has running_mean, i[3] = has running_var,
 //          i[4] = training; f[0] = momentum, f[1] = eps
@@ -117,16 +119,17 @@ static weft_status infer_ln_bw(const weft_op_args *a, weft_out_meta *o) {
     const char *op = a->op->name;
     if (a->n_in < 2) return bad_count(a, 4);
     const weft_tensor *gy = a->in[0], *x = a->in[1];
-    weft_status st = weft_check_flags(op, a->attrs, 1, 3, "has weight / compute dweight / has gs");
+    const bool add = a->op->n_out == 4; // add_layer_norm_backward: i[3], i[4] and the fourth output
+    weft_status st = weft_check_flags(op, a->attrs, 1, add ? 3 : 2, "has weight / compute dweight / has gs");
     if (st) return st;
-    int hw = (int)a->attrs->i[1], hg = (int)a->attrs->i[3];
+    int hw = (int)a->attrs->i[1], hg = add ? (int)a->attrs->i[3] : 0;
     if (a->n_in != 4 + hw + hg) return bad_count(a, 4 + hw + hg);
     if ((st = weft_check_dtype(op, x, WEFT_DT_FLOAT | WEFT_DT_HALF, "the input"))) return st;
     const weft_dtype ft = ln_stat_dtype(x);
     if ((hg || a->attrs->i[4]) && ft != (weft_dtype)x->dtype)
         return weft_error(WEFT_ERR_DTYPE, "%s: an added gradient or a half dx needs an f32 / f64 input, not %s", op,
                           weft_dtype_name((weft_dtype)x->dtype));
-    int64_t hc = a->attrs->i[4];
+    int64_t hc = add ? a->attrs->i[4] : 0;
     weft_dtype ht = hc ? (weft_dtype)(hc - 1) : ft;
     if (hc && (hc < 1 || hc > WEFT_NUM_DTYPES || !weft_dtype_is_half(ht) || ft != WEFT_F32))
         return weft_error(WEFT_ERR_ARG, "%s: attr i[4] = %lld names no dx dtype (0, or 1 + bf16 / f16 for an f32 input)",
@@ -151,13 +154,17 @@ static weft_status infer_ln_bw(const weft_op_args *a, weft_out_meta *o) {
     weft_meta_set(&o[0], x->ndim, x->sizes, (weft_dtype)x->dtype);
     weft_meta_set(&o[1], n, x->sizes + lead, ft);
     weft_meta_set(&o[2], n, x->sizes + lead, ft);
-    if (ht != ft) weft_meta_set(&o[3], x->ndim, x->sizes, ht);
-    else weft_meta_set(&o[3], 1, (const int64_t[]){0}, ft);
+    if (add && ht != ft) weft_meta_set(&o[3], x->ndim, x->sizes, ht);
+    else if (add) weft_meta_set(&o[3], 1, (const int64_t[]){0}, ft);
     return WEFT_OK;
 }
 
 weft_op_def weft_op_layer_norm_backward = {
-    .name = "layer_norm_backward", .n_in = -1, .n_out = 4, .dispatch_in = 1, // x's dtype picks the kernel
+    .name = "layer_norm_backward", .n_in = -1, .n_out = 3, .dispatch_in = 1, // x's dtype picks the kernel
+    .infer = infer_ln_bw, .backward = NULL,
+    .kernel = {[WEFT_CPU] = {weft_cpu_layer_norm_backward, WEFT_DT_FLOAT | WEFT_DT_HALF}}};
+weft_op_def weft_op_add_layer_norm_backward = {
+    .name = "add_layer_norm_backward", .n_in = -1, .n_out = 4, .dispatch_in = 1,
     .infer = infer_ln_bw, .backward = NULL,
     .kernel = {[WEFT_CPU] = {weft_cpu_layer_norm_backward, WEFT_DT_FLOAT | WEFT_DT_HALF}}};
 
@@ -180,8 +187,9 @@ static weft_tensor *ln_backward(const weft_bw_args *b, weft_tensor *gy, weft_ten
     weft_tensor *in[6] = {g, s, mean, rstd, w, gs};
     if (!w) in[4] = gs;
     weft_attrs at = {.i = {b->attrs->i[0], w != NULL, want_wb, gs != NULL, half >= 0 ? 1 + half : 0}};
-    weft_tensor *out[WEFT_MAX_OP_OUT];
-    weft_status st = weft_op_apply(&weft_op_layer_norm_backward, 4 + (w != NULL) + (gs != NULL), in, &at, out);
+    weft_tensor *out[WEFT_MAX_OP_OUT] = {0};
+    const weft_op_def *op = gs || half >= 0 ? &weft_op_add_layer_norm_backward : &weft_op_layer_norm_backward;
+    weft_status st = weft_op_apply(op, 4 + (w != NULL) + (gs != NULL), in, &at, out);
     weft_tensor_free(g);
     if (st != WEFT_OK) return NULL;
     give(b, iw, out[1]);

@@ -565,8 +565,8 @@ static void test_add_ln_fused_backward(weft_tensor *const *in) {
     CHECK(gr[0] && weft_tensor_dtype(gr[0]) == WEFT_BF16);
     wt_check_same("add_layer_norm fused backward: dr = bf16(dx)", gr[0], want, 0);
 
-    // the op: (gy, x, mean, rstd, weight, gs) with i[3] = 1, i[4] = 1 + bf16
-    const weft_op_def *op = weft_op_find("layer_norm_backward");
+    // the op: (gy, x, mean, rstd, weight, gs) with i[3] = 1, i[4] = 1 + bf16, against layer_norm_backward's
+    const weft_op_def *op = weft_op_find("add_layer_norm_backward"), *op3 = weft_op_find("layer_norm_backward");
     const int64_t xs[2] = {5, 12}, rs[1] = {5};
     weft_tensor *x = weft_cast(in[0], WEFT_F32), *xv = weft_view(x, WEFT_DIMS(-1, 768)), *x2 = weft_narrow(xv, 0, 0, 5);
     weft_tensor *x2c = weft_narrow(x2, 1, 0, 12), *xc = weft_tensor_contiguous(x2c), *yv = NULL, *mu = NULL, *sd = NULL;
@@ -577,29 +577,34 @@ static void test_add_ln_fused_backward(weft_tensor *const *in) {
     weft_attrs la = {.i = {1, 0, 0}, .f = {1e-5}};
     CHECK(op && weft_op_apply(weft_op_find("layer_norm"), 1, lnin, &la, lnout) == WEFT_OK);
     yv = lnout[0], mu = lnout[1], sd = lnout[2];
-    weft_tensor *bin[6] = {gy, xc, mu, sd, w, gs}, *plain[4] = {0}, *fused[4] = {0};
+    weft_tensor *bin[6] = {gy, xc, mu, sd, w, gs}, *plain[4] = {0}, *fused[4] = {0}, *o3[4];
     weft_attrs a0 = {.i = {1, 1, 1}}, a1 = {.i = {1, 1, 1, 1, 1 + WEFT_BF16}};
-    CHECK(weft_op_apply(op, 5, bin, &a0, plain) == WEFT_OK && weft_op_apply(op, 6, bin, &a1, fused) == WEFT_OK);
+    CHECK(op3 && weft_op_apply(op3, 5, bin, &a0, plain) == WEFT_OK && weft_op_apply(op, 6, bin, &a1, fused) == WEFT_OK);
     weft_tensor *sum = plain[0] ? weft_add(plain[0], gs) : NULL, *sumh = sum ? weft_cast(sum, WEFT_BF16) : NULL;
     wt_check_same("layer_norm_backward dx + gs", fused[0], sum, 0);
     wt_check_same("layer_norm_backward bf16 dx", fused[3], sumh, 0);
     wt_check_same("layer_norm_backward dweight", fused[1], plain[1], 0);
-    CHECK(plain[3] && weft_tensor_numel(plain[3]) == 0);
+    CHECK(plain[3] == NULL); // three outputs (saved graphs with it load as before)
+    weft_tensor *none[4] = {0};
+    CHECK(weft_op_apply(op, 5, bin, &a0, none) == WEFT_OK && none[3] && weft_tensor_numel(none[3]) == 0);
+    wt_check_same("add_layer_norm_backward without gs", none[0], plain[0], 0);
+    for (int j = 0; j < 4; j++) weft_tensor_free(none[j]);
+    CHECK(weft_op_apply(op3, 6, bin, &a1, o3) != WEFT_OK && err_names("layer_norm_backward")); // no gs there
     // refused: gs of another shape, a bad dtype code, a half dx of an f64 x
     weft_tensor *gbad = weft_tensor_zeros(1, rs, WEFT_F32), *x64 = weft_cast(xc, WEFT_F64), *xh = weft_cast(xc, WEFT_BF16);
     weft_tensor *o[4];
     bin[5] = gbad;
-    CHECK(weft_op_apply(op, 6, bin, &a1, o) != WEFT_OK && err_names("layer_norm_backward"));
+    CHECK(weft_op_apply(op, 6, bin, &a1, o) != WEFT_OK && err_names("add_layer_norm_backward"));
     weft_attrs a2 = {.i = {1, 1, 1, 0, 1 + WEFT_I32}};
     CHECK(weft_op_apply(op, 5, bin, &a2, o) != WEFT_OK && err_names("i[4]"));
     weft_tensor *b64[5] = {gy, x64, mu, sd, w};
     weft_attrs a3 = {.i = {1, 1, 1, 0, 1 + WEFT_BF16}};
-    CHECK(weft_op_apply(op, 5, b64, &a3, o) != WEFT_OK && err_names("layer_norm_backward"));
+    CHECK(weft_op_apply(op, 5, b64, &a3, o) != WEFT_OK && err_names("add_layer_norm_backward"));
     weft_tensor *bh[6] = {gy, xh, mu, sd, w, gs}; // (a bf16 x among f32 inputs: promoted, as any such mix is)
     CHECK(weft_op_apply(op, 6, bh, &a1, o) == WEFT_OK);
     for (int j = 0; j < 4; j++) weft_tensor_free(o[j]);
     weft_tensor *ts[] = {gx[0], gx[1], gr[0], gr[1], want, x, xv, x2, x2c, xc, yv, mu, sd, w, g64, gy, gs64, gs,
-                         plain[0], plain[1], plain[2], plain[3], fused[0], fused[1], fused[2], fused[3], sum, sumh,
+                         plain[0], plain[1], plain[2], fused[0], fused[1], fused[2], fused[3], sum, sumh,
                          gbad, x64, xh};
     free_all(sizeof ts / sizeof *ts, ts);
 }

@@ -4,8 +4,9 @@
 //
 // Attrs (see def_norm.c):
 //   layer_norm           i[0] = n_norm_dims, i[1] = has weight, i[2] = has bias; f[0] = eps
-//   layer_norm_backward  i[0] = n_norm_dims, i[1] = has weight, i[2] = want dweight/dbias, i[3] = has gs
-//                        (added to dx), i[4]: dx also in a half dtype (output 3)
+//   layer_norm_backward  i[0] = n_norm_dims, i[1] = has weight, i[2] = want dweight/dbias; and
+//                        add_layer_norm_backward (the same kernel) also i[3] = has gs (added to dx), i[4]: dx
+//                        also in a half dtype (output 3)
 //   batch_norm           i[0] = has weight, i[1] = has bias, i[2] = has running_mean, i[3] = has running_var,
 //                        i[4] = training; f[0] = momentum, f[1] = eps
 //   batch_norm_backward  i[0] = has weight, i[1] = training, i[2] = want dweight/dbias
@@ -356,6 +357,7 @@ weft_status weft_cpu_layer_norm_backward(const weft_op_args *a) {
                       want_wb ? WEFT_PTR(double, a->out[1]) : NULL, want_wb ? WEFT_PTR(double, a->out[2]) : NULL,
                       (double *)part, nt, R, C);
     free(part);
+    if (a->n_out < 4) return WEFT_OK; // layer_norm_backward
     if (a->attrs->i[3]) { // dx += gs (after the row function: the bits of an add after the op)
         const weft_tensor *gs = a->in[4 + (w != NULL)];
         int64_t n = x->numel;

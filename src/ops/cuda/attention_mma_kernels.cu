@@ -494,6 +494,7 @@ __global__ void __launch_bounds__(kThreads) mma_fwd(const T *q, const T *k, cons
 template <typename T, int D>
 __global__ void mma_bwd_dl(const T *go, weft_cu_heads gL, const T *o, weft_cu_heads oL, float *dl, int64_t N,
                            int64_t Tn) {
+    static_assert(D % 8 == 0 && D >= 16 && D <= 256, "rows of 16-byte loads, 2 to 8 lanes a row");
     constexpr int L = D / 8 < 8 ? D / 8 : 8, RW = 32 / L;
     const int lane = threadIdx.x & 31, k = lane % L;
     const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;

@@ -2,8 +2,9 @@
 // fused backward ops), mirroring cpu/norm.c. Attrs (see def_norm.c):
 //   layer_norm           i[0] = n_norm_dims, i[1] = has weight, i[2] = has bias, i[3] = y's half dtype
 //                        (0: none; the op's infer sets out[0]'s dtype); f[0] = eps
-//   layer_norm_backward  i[0] = n_norm_dims, i[1] = has weight, i[2] = want dweight/dbias, i[3] = has gs
-//                        (added to dx), i[4]: dx also in a half dtype (output 3)
+//   layer_norm_backward  i[0] = n_norm_dims, i[1] = has weight, i[2] = want dweight/dbias; and
+//                        add_layer_norm_backward (the same kernel) also i[3] = has gs (added to dx), i[4]: dx
+//                        also in a half dtype (output 3)
 //   batch_norm           i[0] = has weight, i[1] = has bias, i[2] = has running_mean, i[3] = has running_var,
 //                        i[4] = training; f[0] = momentum, f[1] = eps
 //   batch_norm_backward  i[0] = has weight, i[1] = training, i[2] = want dweight/dbias
@@ -60,8 +61,9 @@ static weft_status cu_layer_norm_backward(const weft_op_args *a) {
     weft_status st = weft_kernel_inputs_get(a, &c);
     if (st) return st;
     const weft_tensor *x = c.t[1];
-    const weft_tensor *w = a->attrs->i[1] ? c.t[4] : NULL, *gs = a->attrs->i[3] ? c.t[4 + (w != NULL)] : NULL;
-    weft_tensor *dxh = a->out[3]->numel ? a->out[3] : NULL;
+    const bool add = a->n_out == 4; // add_layer_norm_backward
+    const weft_tensor *w = a->attrs->i[1] ? c.t[4] : NULL, *gs = add && a->attrs->i[3] ? c.t[4 + (w != NULL)] : NULL;
+    weft_tensor *dxh = add && a->out[3]->numel ? a->out[3] : NULL;
     bool want_wb = a->attrs->i[2] != 0;
     int64_t C = ln_row(x, a->attrs->i[0]), R = c.t[2]->numel;
     cudaStream_t s = weft_cu_stream(a->out[0]);
@@ -154,6 +156,7 @@ static weft_status cu_batch_norm_backward(const weft_op_args *a) {
 void weft_cuda_register_norm(void) {
     weft_cu_register("layer_norm", cu_layer_norm, WEFT_DT_FLOAT | WEFT_DT_HALF);
     weft_cu_register("layer_norm_backward", cu_layer_norm_backward, WEFT_DT_FLOAT | WEFT_DT_HALF);
+    weft_cu_register("add_layer_norm_backward", cu_layer_norm_backward, WEFT_DT_FLOAT | WEFT_DT_HALF);
     weft_cu_register("add_layer_norm", cu_add_layer_norm, WEFT_DT_FLOAT);
     weft_cu_register("batch_norm", cu_batch_norm, WEFT_DT_FLOAT);
     weft_cu_register("batch_norm_backward", cu_batch_norm_backward, WEFT_DT_FLOAT);
