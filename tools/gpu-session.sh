@@ -131,7 +131,10 @@ for step in $steps; do
     run gpt2_weft_nofill 45 "WEFT_AUTOCAST_FILL=0 WEFT_BENCH_DEVICE=cuda $B/bench_train train_gpt2_small_cuda"
     # and add_layer_norm's backward as three ops (before 2026-11-28's fused one)
     run gpt2_weft_norm3 45 "WEFT_FUSED_NORM_BW=0 WEFT_BENCH_DEVICE=cuda $B/bench_train train_gpt2_small_cuda"
-    run gpt2_peer 55 "cd bench/peers && WEFT_BENCH_DEVICE=cuda $py train.py 'train_gpt2_small_cuda\$'" ;;
+    run gpt2_peer 55 "cd bench/peers && WEFT_BENCH_DEVICE=cuda $py train.py 'train_gpt2_small_cuda\$'"
+    # weft's runs side by side (default, cuDNN, no fill, three-op norm backward): tokens/s
+    grep -h "^gpt2_weft[a-z0-9_]* train_gpt2_small_cuda " "$out/bench.txt" | cut -d' ' -f1,3 | sed 's/^/gpt2 /' |
+      tee -a "$out/summary.txt" ;;
   profile)
     run profile 150 "ncu --csv --metrics gpu__time_duration.sum $B/weft train models/gpt2-small-bytes.cfg --device cuda \
       --steps 3 --eval-batches 1 --quiet > $out/profile.csv"
