@@ -126,10 +126,10 @@ static weft_status infer_ln_bw(const weft_op_args *a, weft_out_meta *o) {
     if (a->n_in != 4 + hw + hg) return bad_count(a, 4 + hw + hg);
     if ((st = weft_check_dtype(op, x, WEFT_DT_FLOAT | WEFT_DT_HALF, "the input"))) return st;
     const weft_dtype ft = ln_stat_dtype(x);
-    if ((hg || a->attrs->i[4]) && ft != (weft_dtype)x->dtype)
+    int64_t hc = add ? a->attrs->i[4] : 0;
+    if ((hg || hc) && ft != (weft_dtype)x->dtype)
         return weft_error(WEFT_ERR_DTYPE, "%s: an added gradient or a half dx needs an f32 / f64 input, not %s", op,
                           weft_dtype_name((weft_dtype)x->dtype));
-    int64_t hc = add ? a->attrs->i[4] : 0;
     weft_dtype ht = hc ? (weft_dtype)(hc - 1) : ft;
     if (hc && (hc < 1 || hc > WEFT_NUM_DTYPES || !weft_dtype_is_half(ht) || ft != WEFT_F32))
         return weft_error(WEFT_ERR_ARG, "%s: attr i[4] = %lld names no dx dtype (0, or 1 + bf16 / f16 for an f32 input)",

@@ -133,8 +133,8 @@ static weft_tensor *cast_cached(weft_tensor *t, weft_dtype lo) {
 
 int weft_autocast_cache_size(void) { return tl_n_casts; }
 
-// Whether the last region cast t: a search from the previous hit on (the sources come in about the order
-// their casts did).
+// Whether an op of the last region read a copy of t: a search from the previous hit on (the sources come in
+// about the order their casts did).
 static bool hinted(const weft_tensor *t, int *from) {
     for (int k = 0; k < tl_n_hint; k++) {
         int i = (*from + k) % tl_n_hint;
