@@ -29,7 +29,9 @@
 #   tests      ctest -R cuda (every CUDA-vs-CPU test; cap 150 s, took 19 s)
 #   gpt2       train_gpt2_small_cuda, weft (its own attention kernels, then cuDNN's: WEFT_ATTN_CUDNN=1, then
 #              each weight cast at its first use: WEFT_AUTOCAST_FILL=0, then add_layer_norm's backward as three
-#              ops: WEFT_FUSED_NORM_BW=0), then PyTorch eager with SDPA (235 s, took 31 s without the last three)
+#              ops: WEFT_FUSED_NORM_BW=0, then the tanh GELU as its own kernel after cuBLASLt's bias epilogue:
+#              WEFT_CUDA_LT_GELU=0, then GELU's backward as a pass of its own: WEFT_FUSED_GELU_BW=0), then
+#              PyTorch eager with SDPA (325 s, took 31 s without the last five)
 #   compile    train_gpt2_small_cuda_vs_compile: PyTorch with torch.compile (150 s)
 #   learning   issue 16's learning check, 500 steps of gpt2-small-bytes: weft and its PyTorch twin
 #              (bench/peers/kjv_gpt_train.py) each from its own seed 1 and seed 2 (how far two runs of one
@@ -131,8 +133,13 @@ for step in $steps; do
     run gpt2_weft_nofill 45 "WEFT_AUTOCAST_FILL=0 WEFT_BENCH_DEVICE=cuda $B/bench_train train_gpt2_small_cuda"
     # and add_layer_norm's backward as three ops (before 2026-11-28's fused one)
     run gpt2_weft_norm3 45 "WEFT_FUSED_NORM_BW=0 WEFT_BENCH_DEVICE=cuda $B/bench_train train_gpt2_small_cuda"
+    # the tanh GELU after cuBLASLt's bias epilogue (an elementwise kernel) instead of in its GELU epilogue
+    run gpt2_weft_noepi 45 "WEFT_CUDA_LT_GELU=0 WEFT_BENCH_DEVICE=cuda $B/bench_train train_gpt2_small_cuda"
+    # GELU's backward as its own pass (linear_gelu's) instead of inside proj's backward product (matmul_dgelu)
+    run gpt2_weft_gelubw 45 "WEFT_FUSED_GELU_BW=0 WEFT_BENCH_DEVICE=cuda $B/bench_train train_gpt2_small_cuda"
     run gpt2_peer 55 "cd bench/peers && WEFT_BENCH_DEVICE=cuda $py train.py 'train_gpt2_small_cuda\$'"
-    # weft's runs side by side (default, cuDNN, no fill, three-op norm backward): tokens/s
+    # weft's runs side by side (default, cuDNN, no fill, three-op norm backward, GELU after the epilogue, GELU's
+    # backward apart): tokens/s
     grep -h "^gpt2_weft[a-z0-9_]* train_gpt2_small_cuda " "$out/bench.txt" | cut -d' ' -f1,3 | sed 's/^/gpt2 /' |
       tee -a "$out/summary.txt" ;;
   profile)

@@ -32,7 +32,7 @@ if __name__ == "__main__":
         train.workload("graph_torch_kjv_lstm", lstm, torch.optim.AdamW(lstm.parameters(), 1e-3),
                        torch.randint(0, 256, (32, 128)), torch.randint(0, 256, (32, 128)), 1, "steps/s", 2, 10, 3.0)
     if dev.type == "cuda" and selected("graph_torch_gpt2_small_cuda"):
-        g2 = train.GPT(c=768, ctx=1024, heads=12, blocks=12, sdpa=True).to(dev)
+        g2 = train.GPT(c=768, ctx=1024, heads=12, blocks=12, sdpa=True, gelu="tanh").to(dev)
         opt2 = torch.optim.AdamW(g2.parameters(), 6e-4, betas=(0.9, 0.95), weight_decay=0.1)
         train.workload("graph_torch_gpt2_small_cuda", g2, opt2, torch.randint(0, 256, (8, 1024)),
                        torch.randint(0, 256, (8, 1024)), 1, "steps/s", 3, 10, 3.0, autocast=torch.bfloat16)

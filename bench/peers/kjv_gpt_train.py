@@ -5,7 +5,7 @@
 #   python3 kjv_gpt_train.py '' N            models/kjv-gpt.cfg: 32 x 128, AdamW lr 1e-3 wd 0.01, on the CPU
 #   python3 kjv_gpt_train.py '' N gpt2       models/gpt2-small-bytes.cfg: 8 x 1024, d 768, 12 blocks of 12 heads,
 #                                            AdamW lr 6e-4 betas (0.9, 0.95) wd 0.1 after 50 steps of linear
-#                                            warm-up, bf16 autocast, on cuda (SDPA)
+#                                            warm-up, bf16 autocast, tanh GELU, on cuda (SDPA)
 #   python3 kjv_gpt_train.py '' N gpt2 f32   the same without autocast (f32 throughout)
 #   python3 kjv_gpt_train.py '' N gpt2 bf16 S  with seed S (default 1) for the initial weights and the batches,
 #                                            to see how far two seeds' runs differ
@@ -77,7 +77,7 @@ def loss_of(model, x, y):
 
 torch.manual_seed(seed)
 if gpt2:
-    model = GPT(c=768, ctx=1024, heads=12, blocks=12, sdpa=True).to(dev)
+    model = GPT(c=768, ctx=1024, heads=12, blocks=12, sdpa=True, gelu="tanh").to(dev)
     opt = torch.optim.AdamW(model.parameters(), 6e-4, betas=(0.9, 0.95), weight_decay=0.1)
     # weft's step k (from 1) runs at lr * k / warmup during the warm-up: LambdaLR's factor at its count k - 1
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / 50, 1.0))

@@ -14,10 +14,10 @@ DEVICE = torch.device(os.environ.get("WEFT_BENCH_DEVICE", "cpu"))
 
 
 
-class Block(nn.Module):  # pre-LayerNorm transformer block, GELU MLP 4x
-    def __init__(self, c, heads, sdpa=False):
+class Block(nn.Module):  # pre-LayerNorm transformer block, GELU MLP 4x (gelu: F.gelu's approximate, the cfg's gelu)
+    def __init__(self, c, heads, sdpa=False, gelu="none"):
         super().__init__()
-        self.heads, self.sdpa = heads, sdpa
+        self.heads, self.sdpa, self.gelu = heads, sdpa, gelu
         self.ln1, self.ln2 = nn.LayerNorm(c), nn.LayerNorm(c)
         self.qkv, self.proj = nn.Linear(c, 3 * c), nn.Linear(c, c)
         self.fc, self.fc_proj = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
@@ -35,14 +35,14 @@ class Block(nn.Module):  # pre-LayerNorm transformer block, GELU MLP 4x
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
-        return x + self.fc_proj(F.gelu(self.fc(self.ln2(x))))
+        return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate=self.gelu))
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab=256, c=128, ctx=128, heads=4, blocks=4, sdpa=False):
+    def __init__(self, vocab=256, c=128, ctx=128, heads=4, blocks=4, sdpa=False, gelu="none"):
         super().__init__()
         self.tok, self.pos = nn.Embedding(vocab, c), nn.Embedding(ctx, c)
-        self.blocks = nn.Sequential(*[Block(c, heads, sdpa) for _ in range(blocks)])
+        self.blocks = nn.Sequential(*[Block(c, heads, sdpa, gelu) for _ in range(blocks)])
         self.ln, self.head = nn.LayerNorm(c), nn.Linear(c, vocab)
 
     def forward(self, idx):
@@ -96,8 +96,8 @@ if __name__ == "__main__":
     lstm = LSTMLM().to(DEVICE)
     workload("train_kjv_lstm", lstm, torch.optim.AdamW(lstm.parameters(), 1e-3), torch.randint(0, 256, (32, 128)),
              torch.randint(0, 256, (32, 128)), 32 * 128, "tokens/s", 2, 10, 3.0)
-    if DEVICE.type == "cuda":  # models/gpt2-small-bytes.cfg: bf16 autocast, AdamW (0.9, 0.95), weight decay 0.1
-        g2 = GPT(c=768, ctx=1024, heads=12, blocks=12, sdpa=True).to(DEVICE)
+    if DEVICE.type == "cuda":  # models/gpt2-small-bytes.cfg: bf16 autocast, AdamW (0.9, 0.95), weight decay 0.1, tanh GELU
+        g2 = GPT(c=768, ctx=1024, heads=12, blocks=12, sdpa=True, gelu="tanh").to(DEVICE)
         x2, y2 = torch.randint(0, 256, (8, 1024)), torch.randint(0, 256, (8, 1024))
         for name, m in (("train_gpt2_small_cuda", g2), ("train_gpt2_small_cuda_vs_compile", torch.compile(g2))):
             opt2 = torch.optim.AdamW(g2.parameters(), 6e-4, betas=(0.9, 0.95), weight_decay=0.1)

@@ -122,7 +122,12 @@ typedef struct weft_layer_cfg {
             int64_t context;       // = net.context
         } embedding;
         struct { int64_t in, hidden; int layers; } lstm;
-        struct { int64_t dim, heads; int blocks; } attn; // attention (blocks = 1) and transformer
+        struct {
+            int64_t dim, heads;
+            int blocks;
+            bool gelu_tanh; // transformer: `gelu = tanh`, the mlp's GELU in its tanh form (GPT-2's)
+        } attn; // attention (blocks = 1) and transformer
+        struct { bool tanh; } gelu; // `approximate = tanh` (PyTorch's nn.GELU(approximate='tanh'))
     };
     int stage; // `stage = K` (any layer): its pipeline stage; -1 (not given): placed by the split
 } weft_layer_cfg;

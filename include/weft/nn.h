@@ -100,7 +100,8 @@ typedef enum weft_activation {
     WEFT_ACT_GELU,
     WEFT_ACT_TANH,
     WEFT_ACT_SIGMOID,
-    WEFT_ACT_SILU
+    WEFT_ACT_SILU,
+    WEFT_ACT_GELU_TANH // GELU's tanh approximation (PyTorch's nn.GELU(approximate='tanh'), GPT-2's)
 } weft_activation;
 weft_module *weft_nn_activation(weft_activation a);
 
@@ -119,6 +120,11 @@ weft_module *weft_nn_transformer_block(int64_t d_model, int64_t n_heads, weft_ge
 // block's last residual add runs inside the next block's first layer norm (one add_layer_norm), and a
 // layer_norm module right after the stack in a sequential takes the last one the same way.
 weft_module *weft_nn_transformer(int64_t d_model, int64_t n_heads, int n_blocks, weft_generator *g);
+// The same with the MLP's activation chosen: WEFT_ACT_GELU (the exact form, as above) or WEFT_ACT_GELU_TANH
+// (GPT-2's; on CUDA its fc layer is one cuBLASLt call with the bias and GELU in the epilogue).
+weft_module *weft_nn_transformer_block_act(int64_t d_model, int64_t n_heads, weft_activation act, weft_generator *g);
+weft_module *weft_nn_transformer_act(int64_t d_model, int64_t n_heads, int n_blocks, weft_activation act,
+                                     weft_generator *g);
 
 #ifdef __cplusplus
 }

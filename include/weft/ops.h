@@ -42,6 +42,9 @@ weft_tensor *weft_tanh(weft_tensor *t);
 weft_tensor *weft_sigmoid(weft_tensor *t);
 weft_tensor *weft_relu(weft_tensor *t);
 weft_tensor *weft_gelu(weft_tensor *t); // exact (erf) form
+// GELU's tanh approximation (PyTorch's F.gelu(x, approximate='tanh'), GPT-2's):
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+weft_tensor *weft_gelu_tanh(weft_tensor *t);
 weft_tensor *weft_silu(weft_tensor *t);
 weft_tensor *weft_pow_scalar(weft_tensor *t, double p);
 weft_tensor *weft_add_scalar(weft_tensor *t, double s);
@@ -88,6 +91,17 @@ weft_tensor *weft_matmul(weft_tensor *a, weft_tensor *b);
 // once). Under autocast they run in the autocast dtype like matmul.
 weft_tensor *weft_linear(weft_tensor *x, weft_tensor *w, weft_tensor *b);
 weft_tensor *weft_linear_gelu(weft_tensor *x, weft_tensor *w, weft_tensor *b);
+// gelu_tanh(F.linear(x, w, b)): the same op (linear_gelu, attr approximate = 1)
+// with GELU's tanh approximation; on CUDA, bf16 / f16 / f32 with a bias run it
+// as cuBLASLt's GELU_AUX_BIAS epilogue (product, bias and GELU in one kernel).
+weft_tensor *weft_linear_gelu_tanh(weft_tensor *x, weft_tensor *w, weft_tensor *b);
+// An MLP's two products with GELU's backward inside the second one's (what the transformer's mlp runs):
+// a = weft_linear_gelu_pre(x, w1, b1, tanh_form, &h) is linear_gelu (x with 2+ dims) handing back its
+// pre-activation h too (a new reference); y = weft_gelu_linear(h, a, w2, b2, tanh_form) is a w2^T + b2,
+// whose backward gives h the gradient (g w2) ∘ gelu'(h) from one product (matmul_dgelu: on CUDA, for
+// the tanh form, cuBLASLt's DGELU epilogue) and a none, as a = gelu(h) carries it. a must be that gelu(h).
+weft_tensor *weft_linear_gelu_pre(weft_tensor *x, weft_tensor *w, weft_tensor *b, bool tanh_form, weft_tensor **h);
+weft_tensor *weft_gelu_linear(weft_tensor *h, weft_tensor *a, weft_tensor *w, weft_tensor *b, bool tanh_form);
 
 // Mixed precision (torch.autocast for the calling thread): with WEFT_BF16 or
 // WEFT_F16, the lower-precision ops (matmul, linear, conv2d, causal attention)

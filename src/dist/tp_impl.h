@@ -14,7 +14,8 @@
 // model files' `position = learned`). weight and pos are only read.
 weft_module *weft_tp_vocab_embedding_from(weft_comm *tp, weft_tensor *weight, weft_tensor *pos, bool seq);
 weft_module *weft_tp_attention_make(weft_comm *tp, int64_t d_model, int64_t n_heads, weft_generator *g, bool seq);
-weft_module *weft_tp_block_make(weft_comm *tp, int64_t d_model, int64_t n_heads, weft_generator *g, bool seq);
+weft_module *weft_tp_block_make(weft_comm *tp, int64_t d_model, int64_t n_heads, weft_activation act,
+                                weft_generator *g, bool seq);
 weft_module *weft_tp_column_make(weft_comm *tp, int64_t in, int64_t out, bool bias, bool gather_output,
                                  weft_generator *g, bool seq);
 // whole: a weft_nn_layer_norm; its copy (seq: one whose parameters go through f).

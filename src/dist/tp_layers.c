@@ -206,9 +206,11 @@ weft_module *weft_tp_layer_norm_from(weft_comm *c, const weft_module *whole, dou
 }
 
 // ---- mlp: fc (column) -> gelu -> proj (row) ----
+// The module's impl is the whole mlp's activation (weft_nn_mlp_act: exact or tanh GELU).
 static weft_tensor *mlp_forward(weft_module *m, weft_tensor *x) {
     weft_tensor *h = weft_module_forward(weft_module_child_at(m, 0), x); // (B,T,4C/T)
-    weft_tensor *a = weft_gelu(h);
+    const weft_activation *act = weft_module_impl(m);
+    weft_tensor *a = h ? weft_nn_gelu_as(act ? *act : WEFT_ACT_GELU, h) : NULL;
     weft_tensor_free(h);
     weft_tensor *y = a ? weft_module_forward(weft_module_child_at(m, 1), a) : NULL; // (B,T,C), reduced
     weft_tensor_free(a);
@@ -217,7 +219,10 @@ static weft_tensor *mlp_forward(weft_module *m, weft_tensor *x) {
 
 // whole: weft's block "mlp" (children fc, proj).
 static weft_module *mlp_from(weft_comm *c, const weft_module *whole, bool seq) {
-    weft_module *m = weft_module_new("tp_mlp", mlp_forward, NULL, NULL);
+    weft_activation *act = malloc(sizeof *act);
+    if (!act) return weft_error_null(WEFT_ERR_OOM, "tp_mlp: out of memory");
+    *act = weft_nn_mlp_act(whole);
+    weft_module *m = weft_module_new("tp_mlp", mlp_forward, act, free);
     if (!m) return NULL;
     if (weft_module_add_child(m, "fc", column_from(c, weft_module_child_at(whole, 0), 1, false, seq)) ||
         weft_module_add_child(m, "proj", row_from(c, weft_module_child_at(whole, 1), true, seq))) {
@@ -337,9 +342,10 @@ static weft_module *block_from(weft_comm *c, const weft_module *whole, int64_t C
     return m;
 }
 
-weft_module *weft_tp_block_make(weft_comm *c, int64_t C, int64_t nh, weft_generator *g, bool seq) {
+weft_module *weft_tp_block_make(weft_comm *c, int64_t C, int64_t nh, weft_activation act, weft_generator *g,
+                                bool seq) {
     if (check_heads("tp_transformer_block", c, C, nh)) return NULL;
-    weft_module *whole = weft_nn_transformer_block(C, nh, g);
+    weft_module *whole = weft_nn_transformer_block_act(C, nh, act, g);
     weft_module *m = whole ? block_from(c, whole, C, nh, seq) : NULL;
     weft_module_free(whole);
     return m;
@@ -350,7 +356,7 @@ weft_module *weft_tp_causal_self_attention(weft_comm *c, int64_t C, int64_t nh, 
 }
 
 weft_module *weft_tp_transformer_block(weft_comm *c, int64_t C, int64_t nh, weft_generator *g) {
-    return weft_tp_block_make(c, C, nh, g, false);
+    return weft_tp_block_make(c, C, nh, WEFT_ACT_GELU, g, false);
 }
 
 weft_module *weft_tp_column_make(weft_comm *c, int64_t in, int64_t out, bool bias, bool gather_output,

@@ -62,6 +62,8 @@ static const char *const OPTIMIZERS[] = {"sgd", "adam", "adamw", "adagrad", "rms
 static const char *const SCHEDULES[] = {"constant", "step", "cosine", NULL};
 static const char *const LOSSES[] = {"cross_entropy", "hinge", NULL};
 static const char *const POSITIONS[] = {"none", "learned", NULL};
+static const char *const GELU_FORMS[] = {"exact", "tanh", NULL};
+static const char *const APPROXIMATE[] = {"none", "tanh", NULL};
 static const char *const PRECISIONS[] = {"f32", "bf16", "f16", NULL};
 static const char *const PP_SCHEDULES[] = {"1f1b", "gpipe", "interleaved", NULL};
 
@@ -171,6 +173,10 @@ static const keydef TRANSFORMER_KEYS[] = {
     LK("dim", K_INT, attn.dim, 1, SZ, 0, NULL),
     LK("heads", K_INT, attn.heads, 1, 4096, F_REQ, NULL),
     LK("blocks", K_I32, attn.blocks, 1, 1024, 0, NULL),
+    LK("gelu", K_ENUM, attn.gelu_tanh, 0, 0, 0, GELU_FORMS),
+};
+static const keydef GELU_KEYS[] = {
+    LK("approximate", K_ENUM, gelu.tanh, 0, 0, 0, APPROXIMATE),
 };
 
 typedef struct secdef {
@@ -195,7 +201,7 @@ static const secdef LAYER_SECS[WEFT_CFG_NUM_LAYER_TYPES] = {
     [WEFT_CFG_ATTENTION] = SEC("attention", ATTENTION_KEYS),
     [WEFT_CFG_TRANSFORMER] = SEC("transformer", TRANSFORMER_KEYS),
     [WEFT_CFG_RELU] = {"relu", NULL, 0},
-    [WEFT_CFG_GELU] = {"gelu", NULL, 0},
+    [WEFT_CFG_GELU] = SEC("gelu", GELU_KEYS),
     [WEFT_CFG_TANH] = {"tanh", NULL, 0},
     [WEFT_CFG_SIGMOID] = {"sigmoid", NULL, 0},
     [WEFT_CFG_SILU] = {"silu", NULL, 0},

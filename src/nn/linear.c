@@ -21,8 +21,11 @@ static bool use_fused(const weft_tensor *x, const weft_tensor *w) {
     return (dw == WEFT_F32 || dw == ac) && (dx == WEFT_F32 || dx == ac);
 }
 
-weft_tensor *weft_nn_linear_apply(weft_tensor *x, weft_tensor *w, weft_tensor *b, bool gelu) {
-    if (use_fused(x, w)) return gelu ? weft_linear_gelu(x, w, b) : weft_linear(x, w, b);
+weft_tensor *weft_nn_linear_apply(weft_tensor *x, weft_tensor *w, weft_tensor *b, int act) {
+    if (use_fused(x, w))
+        return act == WEFT_NN_GELU_TANH ? weft_linear_gelu_tanh(x, w, b)
+               : act == WEFT_NN_GELU    ? weft_linear_gelu(x, w, b)
+                                        : weft_linear(x, w, b);
     weft_tensor *wt = weft_transpose(w, 0, 1); // (in,out) view: BLAS gets a transpose flag, no copy
     weft_tensor *y = weft_matmul(x, wt);
     weft_tensor_free(wt);
@@ -31,16 +34,30 @@ weft_tensor *weft_nn_linear_apply(weft_tensor *x, weft_tensor *w, weft_tensor *b
         weft_tensor_free(y);
         y = yb;
     }
-    if (y && gelu) {
-        weft_tensor *a = weft_gelu(y);
+    if (y && act != WEFT_NN_NO_ACT) {
+        weft_tensor *a = act == WEFT_NN_GELU_TANH ? weft_gelu_tanh(y) : weft_gelu(y);
         weft_tensor_free(y);
         y = a;
     }
     return y;
 }
 
+weft_tensor *weft_nn_mlp_apply(weft_tensor *x, weft_module *fc, weft_module *proj, bool tanh_form, bool *used) {
+    weft_tensor *w1 = weft_module_get(fc, "weight"), *w2 = weft_module_get(proj, "weight");
+    const char *e = getenv("WEFT_FUSED_GELU_BW");
+    *used = strcmp(weft_module_kind(fc), "linear") == 0 && strcmp(weft_module_kind(proj), "linear") == 0 &&
+            !(e && !strcmp(e, "0")) && weft_tensor_ndim(x) >= 2 && use_fused(x, w1) && w2;
+    if (!*used) return NULL;
+    weft_tensor *h, *a = weft_linear_gelu_pre(x, w1, weft_module_get(fc, "bias"), tanh_form, &h);
+    weft_tensor *y = a ? weft_gelu_linear(h, a, w2, weft_module_get(proj, "bias"), tanh_form) : NULL;
+    weft_tensor_free(a);
+    weft_tensor_free(h);
+    return y;
+}
+
 weft_tensor *weft_nn_affine(weft_module *m, weft_tensor *x, bool with_bias) {
-    return weft_nn_linear_apply(x, weft_module_get(m, "weight"), with_bias ? weft_module_get(m, "bias") : NULL, false);
+    return weft_nn_linear_apply(x, weft_module_get(m, "weight"), with_bias ? weft_module_get(m, "bias") : NULL,
+                                 WEFT_NN_NO_ACT);
 }
 
 static weft_tensor *linear_forward(weft_module *m, weft_tensor *x) { return weft_nn_affine(m, x, true); }

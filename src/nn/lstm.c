@@ -146,7 +146,7 @@ static weft_tensor *recur_steps(weft_tensor *xg, weft_tensor *whh, int64_t T, in
 // parameter itself, so autocast casts it once per region.
 static weft_tensor *input_gates(weft_module *m, weft_tensor *x2) {
     weft_tensor *bsum = weft_add(weft_module_get(m, "bias_ih"), weft_module_get(m, "bias_hh")); // (4H)
-    weft_tensor *xg = bsum ? weft_nn_linear_apply(x2, weft_module_get(m, "weight_ih"), bsum, false) : NULL;
+    weft_tensor *xg = bsum ? weft_nn_linear_apply(x2, weft_module_get(m, "weight_ih"), bsum, WEFT_NN_NO_ACT) : NULL;
     weft_tensor_free(bsum);
     return xg;
 }

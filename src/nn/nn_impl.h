@@ -22,9 +22,18 @@ weft_tensor *weft_nn_attention_heads(weft_tensor *qkv, int64_t nh, int64_t hd, w
 // block x1 = x + f(ln1(x)), x2 = x1 + g(ln2(x1)) with m's children at those
 // indices, the first add and ln2 in one add_layer_norm (weft_nn_add_norm).
 weft_tensor *weft_nn_affine(weft_module *m, weft_tensor *x, bool with_bias);
-// x w^T + b (b may be NULL), then GELU when gelu: the fused linear op where it
-// applies (f32 / f64 outside autocast), else matmul, add and gelu.
-weft_tensor *weft_nn_linear_apply(weft_tensor *x, weft_tensor *w, weft_tensor *b, bool gelu);
+// x w^T + b (b may be NULL), then act: WEFT_NN_NO_ACT, or GELU, exact or tanh; the fused linear op where it
+// applies, else matmul, add and gelu.
+enum { WEFT_NN_NO_ACT, WEFT_NN_GELU, WEFT_NN_GELU_TANH };
+weft_tensor *weft_nn_linear_apply(weft_tensor *x, weft_tensor *w, weft_tensor *b, int act);
+// GELU in the form a block's mlp module m uses (WEFT_ACT_GELU or WEFT_ACT_GELU_TANH; weft_nn_mlp_act says
+// which), and h through it.
+weft_activation weft_nn_mlp_act(const weft_module *mlp);
+// proj(gelu(fc(x))) for two plain linear layers where the fused linear op applies: linear_gelu keeps its
+// pre-activation h and proj runs gelu_linear(h, gelu(h), ...), so GELU's backward happens inside proj's
+// backward product (WEFT_FUSED_GELU_BW=0: not used). *used false (and NULL): the caller runs the layers.
+weft_tensor *weft_nn_mlp_apply(weft_tensor *x, weft_module *fc, weft_module *proj, bool tanh_form, bool *used);
+weft_tensor *weft_nn_gelu_as(weft_activation act, weft_tensor *h);
 weft_tensor *weft_nn_prenorm_block(weft_module *m, int ln1, int f, int ln2, int g, weft_tensor *x);
 // norm(x + r), with *sum = x + r (a new reference): one add_layer_norm op
 // where norm is a layer_norm module (WEFT_FUSED_ADD_NORM=0: the add, then the

@@ -1,6 +1,6 @@
 // Pre-LayerNorm transformer block (GPT-2 style), x (B,T,C) -> (B,T,C):
 //   x = x + attn(ln1(x))
-//   x = x + mlp(ln2(x)),   mlp = proj(gelu(fc(.))), fc C->4C, proj 4C->C
+//   x = x + mlp(ln2(x)),   mlp = proj(gelu(fc(.))), fc C->4C, proj 4C->C, GELU exact or tanh
 // The first residual add and ln2 are one add_layer_norm op (one pass; the
 // attention's bf16 output is read as it is under autocast). In a stack of
 // blocks (weft_nn_transformer) the second add is the next block's: its ln1
@@ -18,15 +18,31 @@
 #include "nn_impl.h"
 
 // ---- mlp: fc -> gelu -> proj ----
+// The module's impl points at its GELU's form (one of these), WEFT_ACT_GELU (exact) or WEFT_ACT_GELU_TANH.
+static const weft_activation k_mlp_gelu = WEFT_ACT_GELU, k_mlp_gelu_tanh = WEFT_ACT_GELU_TANH;
+
+weft_activation weft_nn_mlp_act(const weft_module *mlp) {
+    const weft_activation *a = weft_module_impl(mlp);
+    return a ? *a : WEFT_ACT_GELU;
+}
+weft_tensor *weft_nn_gelu_as(weft_activation act, weft_tensor *h) {
+    return act == WEFT_ACT_GELU_TANH ? weft_gelu_tanh(h) : weft_gelu(h);
+}
+
 // fc's bias and GELU in one epilogue (weft_nn_linear_apply) where fc is a plain linear layer.
 static weft_tensor *mlp_forward(weft_module *m, weft_tensor *x) {
     weft_module *fc = weft_module_child_at(m, 0);
-    weft_tensor *a; // gelu(fc(x)), (B,T,4C), exact (erf) GELU
+    weft_activation act = weft_nn_mlp_act(m);
+    bool used;
+    weft_tensor *y0 = weft_nn_mlp_apply(x, fc, weft_module_child_at(m, 1), act == WEFT_ACT_GELU_TANH, &used);
+    if (used) return y0;
+    weft_tensor *a; // gelu(fc(x)), (B,T,4C)
     if (!strcmp(weft_module_kind(fc), "linear")) {
-        a = weft_nn_linear_apply(x, weft_module_get(fc, "weight"), weft_module_get(fc, "bias"), true);
+        a = weft_nn_linear_apply(x, weft_module_get(fc, "weight"), weft_module_get(fc, "bias"),
+                                 act == WEFT_ACT_GELU_TANH ? WEFT_NN_GELU_TANH : WEFT_NN_GELU);
     } else {
         weft_tensor *h = weft_module_forward(fc, x);
-        a = weft_gelu(h);
+        a = h ? weft_nn_gelu_as(act, h) : NULL;
         weft_tensor_free(h);
     }
     weft_tensor *y = a ? weft_module_forward(weft_module_child_at(m, 1), a) : NULL; // (B,T,C)
@@ -34,8 +50,9 @@ static weft_tensor *mlp_forward(weft_module *m, weft_tensor *x) {
     return y;
 }
 
-static weft_module *block_mlp(int64_t C, weft_generator *g) {
-    weft_module *m = weft_module_new("mlp", mlp_forward, NULL, NULL);
+static weft_module *block_mlp(int64_t C, weft_activation act, weft_generator *g) {
+    weft_module *m =
+        weft_module_new("mlp", mlp_forward, (void *)(act == WEFT_ACT_GELU_TANH ? &k_mlp_gelu_tanh : &k_mlp_gelu), NULL);
     if (!m) return NULL;
     // Order matters: forward takes child 0 = fc, 1 = proj.
     if (weft_module_add_child(m, "fc", weft_nn_linear(C, 4 * C, true, g)) ||
@@ -106,6 +123,13 @@ static weft_tensor *block_forward(weft_module *m, weft_tensor *x) {
 }
 
 weft_module *weft_nn_transformer_block(int64_t d_model, int64_t n_heads, weft_generator *g) {
+    return weft_nn_transformer_block_act(d_model, n_heads, WEFT_ACT_GELU, g);
+}
+
+weft_module *weft_nn_transformer_block_act(int64_t d_model, int64_t n_heads, weft_activation act, weft_generator *g) {
+    if (act != WEFT_ACT_GELU && act != WEFT_ACT_GELU_TANH)
+        return weft_error_null(WEFT_ERR_ARG, "transformer_block: the mlp's activation is gelu or gelu_tanh (got %d)",
+                               (int)act);
     if (d_model <= 0 || n_heads <= 0 || d_model % n_heads)
         return weft_error_null(WEFT_ERR_ARG,
                                "transformer_block: d_model %lld must be positive and divisible by n_heads %lld",
@@ -118,7 +142,7 @@ weft_module *weft_nn_transformer_block(int64_t d_model, int64_t n_heads, weft_ge
     if (weft_module_add_child(m, "ln1", weft_nn_layer_norm(d_model, 1e-5)) ||
         weft_module_add_child(m, "attn", weft_nn_causal_self_attention(d_model, n_heads, g)) ||
         weft_module_add_child(m, "ln2", weft_nn_layer_norm(d_model, 1e-5)) ||
-        weft_module_add_child(m, "mlp", block_mlp(d_model, g))) {
+        weft_module_add_child(m, "mlp", block_mlp(d_model, act, g))) {
         weft_module_free(m);
         return NULL;
     }
@@ -164,11 +188,16 @@ static weft_tensor *stack_forward(weft_module *m, weft_tensor *x) {
 }
 
 weft_module *weft_nn_transformer(int64_t d_model, int64_t n_heads, int n_blocks, weft_generator *g) {
+    return weft_nn_transformer_act(d_model, n_heads, n_blocks, WEFT_ACT_GELU, g);
+}
+
+weft_module *weft_nn_transformer_act(int64_t d_model, int64_t n_heads, int n_blocks, weft_activation act,
+                                     weft_generator *g) {
     if (n_blocks <= 0) return weft_error_null(WEFT_ERR_ARG, "transformer: blocks = %d must be positive", n_blocks);
     // kind "sequential": a pipeline splits it into its blocks like any sequential (each then adds its own residual)
     weft_module *m = weft_module_new("sequential", stack_forward, (void *)&transformer_stack, NULL);
     for (int i = 0; m && i < n_blocks; i++)
-        if (weft_nn_sequential_append(m, weft_nn_transformer_block(d_model, n_heads, g))) {
+        if (weft_nn_sequential_append(m, weft_nn_transformer_block_act(d_model, n_heads, act, g))) {
             weft_module_free(m);
             return NULL;
         }

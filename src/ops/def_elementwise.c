@@ -131,20 +131,52 @@ static weft_status bw_gelu(const weft_bw_args *b) {
     b->gin[0] = weft_gelu_backward(G, X);
     return done(b);
 }
-// gelu_backward(g, x) = g gelu'(x): linear in g; d/dx = g gelu''(x), gelu''(x) = phi(x) (2 - x^2).
-static weft_status bw_gelu_backward(const weft_bw_args *b) {
+// GELU's second derivative, composed of ops (for the backward of the backward ops). Exact form:
+// phi(x) (2 - x^2). Tanh form, with t = tanh(u), u = k (x + a x^3), u' = k (1 + 3 a x^2):
+// (1 - t^2) (u' - x t u'^2 + 3 k a x^2).
+weft_tensor *weft_gelu_second(weft_tensor *x, bool tanh_form) {
+    weft_tensor *t[20] = {0}, *r = NULL;
+    int n = 0;
+#define T_(e) (t[n++] = (e))
+    weft_tensor *x2 = T_(weft_mul(x, x));
+    if (!tanh_form) {
+        weft_tensor *h = T_(weft_mul_scalar(x2, -0.5)), *e = T_(weft_exp(h));
+        weft_tensor *w = T_(weft_add_scalar(h, 1.0)), *d = T_(weft_mul(e, w)); // e^(-x^2/2) (1 - x^2/2)
+        r = weft_mul_scalar(d, 0.7978845608028654);                             // times 2/sqrt(2 pi)
+    } else {
+        const double k = 0.7978845608028654, a = 0.044715;
+        weft_tensor *x3 = T_(weft_mul(x2, x)), *ax3 = T_(weft_mul_scalar(x3, a));
+        weft_tensor *s = T_(weft_add(x, ax3)), *u = T_(weft_mul_scalar(s, k)), *th = T_(weft_tanh(u));
+        weft_tensor *q = T_(weft_mul_scalar(x2, 3 * a * k)), *up = T_(weft_add_scalar(q, k)); // u'
+        weft_tensor *up2 = T_(weft_mul(up, up)), *xt = T_(weft_mul(x, th)), *xtu = T_(weft_mul(xt, up2));
+        weft_tensor *i1 = T_(weft_sub(up, xtu)), *in = T_(weft_add(i1, q));
+        weft_tensor *t2 = T_(weft_mul(th, th)), *nt2 = T_(weft_neg(t2)), *sech = T_(weft_add_scalar(nt2, 1.0));
+        r = weft_mul(sech, in);
+    }
+#undef T_
+    for (int i = 0; i < n; i++) weft_tensor_free(t[i]);
+    return r;
+}
+
+// gelu_backward(g, x) = g f'(x) (f = gelu or gelu_tanh): linear in g; d/dx = g f''(x).
+static weft_status bw_gelu_bw_rule(const weft_bw_args *b, bool tanh_form) {
     weft_tensor *x = b->in[1];
-    if (NEED(0)) b->gin[0] = weft_bw_unbroadcast(b, 0, weft_gelu_backward(G, x));
+    if (NEED(0))
+        b->gin[0] = weft_bw_unbroadcast(b, 0, tanh_form ? weft_gelu_tanh_backward(G, x) : weft_gelu_backward(G, x));
     if (NEED(1)) {
-        weft_tensor *x2 = weft_mul(x, x), *h = weft_mul_scalar(x2, -0.5), *e = weft_exp(h);
-        weft_tensor *t = weft_add_scalar(h, 1.0), *d = weft_mul(e, t); // e^(-x^2/2) (1 - x^2/2)
-        weft_tensor *gg = weft_mul(G, b->in[0]), *r = weft_mul(gg, d);
-        b->gin[1] = weft_bw_unbroadcast(b, 1, weft_mul_scalar(r, 0.7978845608028654)); // 2/sqrt(2 pi)
-        weft_tensor *ts[] = {x2, h, e, t, d, gg, r};
-        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) weft_tensor_free(ts[i]);
+        weft_tensor *d = weft_gelu_second(x, tanh_form), *gg = weft_mul(G, b->in[0]);
+        b->gin[1] = weft_bw_unbroadcast(b, 1, weft_mul(gg, d));
+        weft_tensor_free(d);
+        weft_tensor_free(gg);
     }
     return done(b);
 }
+static weft_status bw_gelu_backward(const weft_bw_args *b) { return bw_gelu_bw_rule(b, false); }
+static weft_status bw_gelu_tanh(const weft_bw_args *b) {
+    b->gin[0] = weft_gelu_tanh_backward(G, X);
+    return done(b);
+}
+static weft_status bw_gelu_tanh_backward(const weft_bw_args *b) { return bw_gelu_bw_rule(b, true); }
 static weft_status bw_silu(const weft_bw_args *b) { // g s (1 + x (1 - s)), s = sigmoid(x)
     weft_tensor *s = weft_sigmoid(X), *one_m = weft_neg(s), *t1 = weft_add_scalar(one_m, 1.0);
     weft_tensor *xt = weft_mul(X, t1), *t2 = weft_add_scalar(xt, 1.0), *d = weft_mul(s, t2);
@@ -266,6 +298,7 @@ UNARY(tanh, WEFT_EW_TANH, WEFT_DT_FLOAT, bw_tanh, WEFT_SAVE_OUT(0))
 UNARY(sigmoid, WEFT_EW_SIGMOID, WEFT_DT_FLOAT, bw_sigmoid, WEFT_SAVE_OUT(0))
 UNARY(relu, WEFT_EW_RELU, WEFT_DT_NUM, bw_relu, WEFT_SAVE_IN(0))
 UNARY(gelu, WEFT_EW_GELU, WEFT_DT_FLOAT, bw_gelu, WEFT_SAVE_IN(0))
+UNARY(gelu_tanh, WEFT_EW_GELU_TANH, WEFT_DT_FLOAT, bw_gelu_tanh, WEFT_SAVE_IN(0))
 UNARY(silu, WEFT_EW_SILU, WEFT_DT_FLOAT, bw_silu, WEFT_SAVE_IN(0))
 UNARY(pow_scalar, WEFT_EW_POW_SCALAR, WEFT_DT_FLOAT, bw_pow_scalar, WEFT_SAVE_IN(0))
 UNARY(add_scalar, WEFT_EW_ADD_SCALAR, WEFT_DT_NUM, bw_identity, 0)
@@ -279,6 +312,8 @@ BINARY(maximum, WEFT_EW_MAXIMUM, WEFT_DT_NUM, bw_maximum, WEFT_SAVE_IN(0) | WEFT
 BINARY(minimum, WEFT_EW_MINIMUM, WEFT_DT_NUM, bw_minimum, WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1))
 BINARY(relu_backward, WEFT_EW_RELU_BW, WEFT_DT_NUM, bw_relu_backward, WEFT_SAVE_IN(1))
 BINARY(gelu_backward, WEFT_EW_GELU_BW, WEFT_DT_FLOAT, bw_gelu_backward, WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1))
+BINARY(gelu_tanh_backward, WEFT_EW_GELU_TANH_BW, WEFT_DT_FLOAT, bw_gelu_tanh_backward,
+       WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1))
 COMPARE(eq, WEFT_EW_EQ)
 COMPARE(ne, WEFT_EW_NE)
 COMPARE(lt, WEFT_EW_LT)
@@ -335,7 +370,7 @@ weft_op_def weft_op_copy = {.name = "copy", .n_in = 1, .n_out = 1, .infer = infe
 // ---- public constructors ----
 #define U(nm) \
     weft_tensor *weft_##nm(weft_tensor *t) { return weft_op_apply1(&weft_op_##nm, 1, &t, NULL); }
-U(neg) U(abs) U(exp) U(log) U(sqrt) U(rsqrt) U(sin) U(cos) U(tanh) U(sigmoid) U(relu) U(gelu) U(silu)
+U(neg) U(abs) U(exp) U(log) U(sqrt) U(rsqrt) U(sin) U(cos) U(tanh) U(sigmoid) U(relu) U(gelu) U(gelu_tanh) U(silu)
 U(sign) U(gelu_grad)
 #define S(nm) \
     weft_tensor *weft_##nm(weft_tensor *t, double s) { \
@@ -348,7 +383,7 @@ S(pow_scalar) S(add_scalar) S(mul_scalar)
         weft_tensor *in[2] = {a, b}; \
         return weft_op_apply1(&weft_op_##nm, 2, in, NULL); \
     }
-B(add) B(sub) B(mul) B(div) B(pow) B(maximum) B(minimum) B(eq) B(ne) B(lt) B(le) B(gt) B(ge) B(relu_backward) B(gelu_backward)
+B(add) B(sub) B(mul) B(div) B(pow) B(maximum) B(minimum) B(eq) B(ne) B(lt) B(le) B(gt) B(ge) B(relu_backward) B(gelu_backward) B(gelu_tanh_backward)
 
 weft_tensor *weft_where(weft_tensor *c, weft_tensor *a, weft_tensor *b) {
     weft_tensor *in[3] = {c, a, b};

@@ -188,11 +188,15 @@ weft_tensor *weft_matmul(weft_tensor *a, weft_tensor *b) {
 // (f32, f64, or bf16 / f16: sums, bias and GELU in f32, each output rounded once).
 // Autocast runs them in its dtype (the outputs stay in it).
 // linear: one output y (..., N). linear_gelu: y = gelu(h) and h = x W^T + b,
-// kept for the backward (exact, erf GELU). Kernels: cpu/matmul.c, cuda/linalg.c.
+// kept for the backward; attr i[0] picks the GELU: 0 the exact (erf) form, 1
+// the tanh approximation (gelu_tanh). Kernels: cpu/matmul.c, cuda/linalg.c.
 static weft_status infer_linear(const weft_op_args *a, weft_out_meta *o) {
     const char *nm = a->op->name;
     if (a->n_in != 2 && a->n_in != 3)
         return weft_error(WEFT_ERR_ARG, "%s: takes x, weight and an optional bias (got %d inputs)", nm, a->n_in);
+    if (a->op->n_out == 2 && (a->attrs->i[0] < 0 || a->attrs->i[0] > 1))
+        return weft_error(WEFT_ERR_ARG, "%s: approximate is 0 (exact) or 1 (tanh), got %lld", nm,
+                          (long long)a->attrs->i[0]);
     weft_status st = weft_check_same_dtype(nm, a->n_in, a->in);
     if (st) return st;
     if ((st = weft_check_dtype(nm, a->in[0], WEFT_DT_FLOAT | WEFT_DT_HALF, "x"))) return st;
@@ -212,14 +216,18 @@ static weft_status infer_linear(const weft_op_args *a, weft_out_meta *o) {
     return WEFT_OK;
 }
 
-// With p = h's gradient (gelu: g gelu'(h) in one pass, plus any gradient of
+// With p = h's gradient (gelu: g gelu'(h) in one pass, exact or tanh as the forward, plus any gradient of
 // h itself): grad_x = p W, grad_W = p^T x over all rows (one (N, rows) @
 // (rows, K) product, contiguous like W), grad_b = p summed over rows. All in
 // the inputs' dtype (bf16 / f16: f32 math inside each op, each result rounded once).
 static weft_status bw_linear(const weft_bw_args *b) {
     weft_tensor *x = b->in[0], *w = b->in[1], *g = b->gout[0], *p;
     if (b->n_out == 2) {
-        weft_tensor *gh = g ? weft_gelu_backward(g, b->out[1]) : NULL, *g1 = b->gout[1];
+        bool tanh_form = b->attrs && b->attrs->i[0];
+        weft_tensor *gh = !g          ? NULL
+                          : tanh_form ? weft_gelu_tanh_backward(g, b->out[1])
+                                      : weft_gelu_backward(g, b->out[1]);
+        weft_tensor *g1 = b->gout[1];
         p = !g1 ? gh : !gh ? weft_tensor_ref(g1) : weft_add(gh, g1);
         if (gh && g1) weft_tensor_free(gh);
     } else {
@@ -257,13 +265,14 @@ weft_op_def weft_op_linear_gelu = {.name = "linear_gelu", .n_in = -1, .n_out = 2
                                    .infer = infer_linear, .backward = bw_linear,
                                    .kernel = {[WEFT_CPU] = {weft_cpu_linear, WEFT_DT_FLOAT | WEFT_DT_HALF}}};
 
-static weft_tensor *linear_apply(const weft_op_def *op, weft_tensor *x, weft_tensor *w, weft_tensor *b) {
+static weft_tensor *linear_apply(const weft_op_def *op, weft_tensor *x, weft_tensor *w, weft_tensor *b, int approx) {
     if (!x || !w) return weft_error_null_input(op->name);
     if (x->ndim == 0) return weft_error_null(WEFT_ERR_SHAPE, "%s: x needs at least 1 dim", op->name);
     weft_tensor *x2 = x->ndim == 1 ? weft_unsqueeze(x, 0) : weft_tensor_ref(x); // (K) -> (1,K), squeezed after
     if (!x2) return NULL;
     weft_tensor *in[3] = {x2, w, b}, *out[WEFT_MAX_OP_OUT] = {0};
-    weft_status st = weft_op_apply(op, b ? 3 : 2, in, NULL, out);
+    weft_attrs at = {.i = {approx}};
+    weft_status st = weft_op_apply(op, b ? 3 : 2, in, &at, out);
     weft_tensor_free(x2);
     if (st) return NULL;
     for (int j = 1; j < op->n_out; j++) weft_tensor_free(out[j]); // h lives on in the autograd record
@@ -274,7 +283,166 @@ static weft_tensor *linear_apply(const weft_op_def *op, weft_tensor *x, weft_ten
     }
     return out[0];
 }
-weft_tensor *weft_linear(weft_tensor *x, weft_tensor *w, weft_tensor *b) { return linear_apply(&weft_op_linear, x, w, b); }
+weft_tensor *weft_linear(weft_tensor *x, weft_tensor *w, weft_tensor *b) {
+    return linear_apply(&weft_op_linear, x, w, b, 0);
+}
 weft_tensor *weft_linear_gelu(weft_tensor *x, weft_tensor *w, weft_tensor *b) {
-    return linear_apply(&weft_op_linear_gelu, x, w, b);
+    return linear_apply(&weft_op_linear_gelu, x, w, b, 0);
+}
+weft_tensor *weft_linear_gelu_tanh(weft_tensor *x, weft_tensor *w, weft_tensor *b) {
+    return linear_apply(&weft_op_linear_gelu, x, w, b, 1);
+}
+
+// ---- the MLP pair with GELU's backward inside a product ----
+// gelu_linear(h, a, w[, b]), attr i[0] = approximate (0 exact, 1 tanh): y = a W^T + b where a = gelu(h),
+// handed in as computed (linear_gelu's two outputs are a and h). The forward is linear's product on a.
+// The backward gives h its gradient (g W) ∘ gelu'(h) in one matmul_dgelu, W and b theirs as linear's, and
+// a none: a is a function of h, whose gradient carries a's (so a must be gelu(h), in the form the attr names).
+// matmul_dgelu(p, w, h), attr i[0] = approximate: (p @ W) ∘ gelu'(h) with p (..., N), W (N, K) and h (..., K)
+// (the same leading dims): on CUDA, the tanh form is one cuBLASLt call with the DGELU epilogue (no (..., K)
+// gradient is written and read again); elsewhere the product, then gelu_backward's pass in place.
+// Kernels: cpu/matmul.c, cuda/linalg.c.
+static weft_status check_approximate(const weft_op_args *a) {
+    if (a->attrs->i[0] < 0 || a->attrs->i[0] > 1)
+        return weft_error(WEFT_ERR_ARG, "%s: approximate is 0 (exact) or 1 (tanh), got %lld", a->op->name,
+                          (long long)a->attrs->i[0]);
+    return WEFT_OK;
+}
+
+static weft_status infer_gelu_linear(const weft_op_args *a, weft_out_meta *o) {
+    const char *nm = a->op->name;
+    if (a->n_in != 3 && a->n_in != 4)
+        return weft_error(WEFT_ERR_ARG, "%s: takes h, a = gelu(h), weight and an optional bias (got %d inputs)", nm,
+                          a->n_in);
+    weft_status st = check_approximate(a);
+    if (!st) st = weft_check_same_dtype(nm, a->n_in, a->in);
+    if (!st) st = weft_check_dtype(nm, a->in[0], WEFT_DT_FLOAT | WEFT_DT_HALF, "h");
+    if (st) return st;
+    const weft_tensor *h = a->in[0], *x = a->in[1];
+    char s1[96], s2[96];
+    if (!weft_shape_equal(h->ndim, h->sizes, x->ndim, x->sizes))
+        return weft_error(WEFT_ERR_SHAPE, "%s: h %s and a %s differ (a is gelu(h))", nm,
+                          weft_tensor_shape_str(h, s1, sizeof s1), weft_tensor_shape_str(x, s2, sizeof s2));
+    weft_op_args l = *a; // the product's checks and shape: linear's, on (a, w, b)
+    l.n_in = a->n_in - 1;
+    l.in = a->in + 1;
+    return infer_linear(&l, o);
+}
+
+static weft_status bw_gelu_linear(const weft_bw_args *b) {
+    weft_tensor *h = b->in[0], *x = b->in[1], *w = b->in[2], *p = b->gout[0];
+    bool tanh_form = b->attrs && b->attrs->i[0];
+    int nd = p->ndim;
+    int64_t N = p->sizes[nd - 1], K = x->sizes[x->ndim - 1];
+    if (b->needs[0]) b->gin[0] = weft_matmul_dgelu(p, w, h, tanh_form);
+    if (b->needs[2]) { // p^T a over all rows, contiguous like W
+        weft_tensor *p2 = weft_reshape(p, WEFT_DIMS(-1, N)), *x2 = weft_reshape(x, WEFT_DIMS(-1, K));
+        weft_tensor *pt = p2 ? weft_transpose(p2, 0, 1) : NULL;
+        b->gin[2] = pt && x2 ? weft_matmul(pt, x2) : NULL;
+        weft_tensor_free(p2);
+        weft_tensor_free(x2);
+        weft_tensor_free(pt);
+    }
+    if (b->n_in == 4 && b->needs[3]) {
+        int axes[WEFT_MAX_DIMS];
+        for (int d = 0; d < nd - 1; d++) axes[d] = d;
+        b->gin[3] = weft_sum(p, nd - 1, axes, false);
+    }
+    for (int i = 0; i < b->n_in; i++)
+        if (i != 1 && b->needs[i] && !b->gin[i]) return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
+    return WEFT_OK;
+}
+
+static weft_status cpu_gelu_linear(const weft_op_args *a) {
+    weft_op_args l = *a; // linear's kernel on (a, w, b); one output, so no activation
+    l.n_in = a->n_in - 1;
+    l.in = a->in + 1;
+    return weft_cpu_linear(&l);
+}
+
+weft_op_def weft_op_gelu_linear = {.name = "gelu_linear", .n_in = -1, .n_out = 1, .flags = WEFT_OPF_AUTOCAST,
+                                   .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1) | WEFT_SAVE_IN(2),
+                                   .infer = infer_gelu_linear, .backward = bw_gelu_linear,
+                                   .kernel = {[WEFT_CPU] = {cpu_gelu_linear, WEFT_DT_FLOAT | WEFT_DT_HALF}}};
+
+static weft_status infer_matmul_dgelu(const weft_op_args *a, weft_out_meta *o) {
+    const char *nm = a->op->name;
+    weft_status st = check_approximate(a);
+    if (!st) st = weft_check_same_dtype(nm, 3, a->in);
+    if (!st) st = weft_check_dtype(nm, a->in[0], WEFT_DT_FLOAT | WEFT_DT_HALF, "p");
+    if (st) return st;
+    const weft_tensor *p = a->in[0], *w = a->in[1], *h = a->in[2];
+    char s1[96], s2[96], s3[96];
+    bool ok = p->ndim >= 2 && w->ndim == 2 && h->ndim == p->ndim && p->sizes[p->ndim - 1] == w->sizes[0] &&
+              h->sizes[h->ndim - 1] == w->sizes[1];
+    for (int d = 0; ok && d < p->ndim - 1; d++) ok = p->sizes[d] == h->sizes[d];
+    if (!ok)
+        return weft_error(WEFT_ERR_SHAPE, "%s: p %s, weight %s and h %s do not match (p (..., N), weight (N, K), h (..., K))",
+                          nm, weft_tensor_shape_str(p, s1, sizeof s1), weft_tensor_shape_str(w, s2, sizeof s2),
+                          weft_tensor_shape_str(h, s3, sizeof s3));
+    weft_meta_set(o, h->ndim, h->sizes, (weft_dtype)h->dtype);
+    return WEFT_OK;
+}
+
+// q = m ∘ f'(h), m = p W: gm = g ∘ f'(h) gives p (gm W^T) and W (p^T gm); h gets g ∘ m ∘ f''(h).
+static weft_status bw_matmul_dgelu(const weft_bw_args *b) {
+    weft_tensor *p = b->in[0], *w = b->in[1], *h = b->in[2], *g = b->gout[0];
+    bool tanh_form = b->attrs && b->attrs->i[0];
+    int64_t N = w->sizes[0], K = w->sizes[1];
+    weft_tensor *gm = tanh_form ? weft_gelu_tanh_backward(g, h) : weft_gelu_backward(g, h);
+    if (!gm) return weft_last_status();
+    if (b->needs[0]) {
+        weft_tensor *wt = weft_transpose(w, 0, 1);
+        b->gin[0] = wt ? weft_matmul(gm, wt) : NULL;
+        weft_tensor_free(wt);
+    }
+    if (b->needs[1]) {
+        weft_tensor *p2 = weft_reshape(p, WEFT_DIMS(-1, N)), *g2 = weft_reshape(gm, WEFT_DIMS(-1, K));
+        weft_tensor *pt = p2 ? weft_transpose(p2, 0, 1) : NULL;
+        b->gin[1] = pt && g2 ? weft_matmul(pt, g2) : NULL;
+        weft_tensor_free(p2);
+        weft_tensor_free(g2);
+        weft_tensor_free(pt);
+    }
+    if (b->needs[2]) {
+        weft_tensor *m = weft_matmul(p, w), *d = weft_gelu_second(h, tanh_form);
+        weft_tensor *gmd = m ? weft_mul(g, m) : NULL;
+        b->gin[2] = gmd && d ? weft_mul(gmd, d) : NULL;
+        weft_tensor_free(m);
+        weft_tensor_free(d);
+        weft_tensor_free(gmd);
+    }
+    weft_tensor_free(gm);
+    for (int i = 0; i < 3; i++)
+        if (b->needs[i] && !b->gin[i]) return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
+    return WEFT_OK;
+}
+
+weft_op_def weft_op_matmul_dgelu = {.name = "matmul_dgelu", .n_in = 3, .n_out = 1,
+                                    .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1) | WEFT_SAVE_IN(2),
+                                    .infer = infer_matmul_dgelu, .backward = bw_matmul_dgelu,
+                                    .kernel = {[WEFT_CPU] = {weft_cpu_matmul_dgelu, WEFT_DT_FLOAT | WEFT_DT_HALF}}};
+
+weft_tensor *weft_matmul_dgelu(weft_tensor *p, weft_tensor *w, weft_tensor *h, bool tanh_form) {
+    weft_tensor *in[3] = {p, w, h};
+    weft_attrs at = {.i = {tanh_form}};
+    return weft_op_apply1(&weft_op_matmul_dgelu, 3, in, &at);
+}
+
+weft_tensor *weft_linear_gelu_pre(weft_tensor *x, weft_tensor *w, weft_tensor *b, bool tanh_form, weft_tensor **h) {
+    *h = NULL;
+    if (!x || !w) return weft_error_null_input(weft_op_linear_gelu.name);
+    if (x->ndim < 2) return weft_error_null(WEFT_ERR_SHAPE, "linear_gelu: x needs at least 2 dims here");
+    weft_tensor *in[3] = {x, w, b}, *out[WEFT_MAX_OP_OUT] = {0};
+    weft_attrs at = {.i = {tanh_form}};
+    if (weft_op_apply(&weft_op_linear_gelu, b ? 3 : 2, in, &at, out)) return NULL;
+    *h = out[1];
+    return out[0];
+}
+
+weft_tensor *weft_gelu_linear(weft_tensor *h, weft_tensor *a, weft_tensor *w, weft_tensor *b, bool tanh_form) {
+    if (!h || !a || !w) return weft_error_null_input(weft_op_gelu_linear.name);
+    weft_tensor *in[4] = {h, a, w, b};
+    weft_attrs at = {.i = {tanh_form}};
+    return weft_op_apply1(&weft_op_gelu_linear, b ? 4 : 3, in, &at);
 }

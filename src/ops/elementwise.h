@@ -10,7 +10,7 @@ enum {
     WEFT_EW_GELU_GRAD, WEFT_EW_SILU, WEFT_EW_POW_SCALAR, WEFT_EW_ADD_SCALAR, WEFT_EW_MUL_SCALAR,
     WEFT_EW_ADD, WEFT_EW_SUB, WEFT_EW_MUL, WEFT_EW_DIV, WEFT_EW_POW, WEFT_EW_MAXIMUM, WEFT_EW_MINIMUM,
     WEFT_EW_EQ, WEFT_EW_NE, WEFT_EW_LT, WEFT_EW_LE, WEFT_EW_GT, WEFT_EW_GE, WEFT_EW_RELU_BW,
-    WEFT_EW_GELU_BW, WEFT_EW_COUNT
+    WEFT_EW_GELU_BW, WEFT_EW_GELU_TANH, WEFT_EW_GELU_TANH_BW, WEFT_EW_COUNT
 };
 
 weft_status weft_cpu_elementwise(const weft_op_args *a);
@@ -32,5 +32,9 @@ weft_tensor *weft_gelu_grad(weft_tensor *t);
 weft_tensor *weft_relu_backward(weft_tensor *g, weft_tensor *x);
 // g * d/dx gelu(x): gelu's backward in one pass (no derivative tensor).
 weft_tensor *weft_gelu_backward(weft_tensor *g, weft_tensor *x);
+// g * d/dx gelu_tanh(x): the tanh GELU's backward in one pass.
+weft_tensor *weft_gelu_tanh_backward(weft_tensor *g, weft_tensor *x);
+// GELU's second derivative f''(x) (exact or tanh form), composed of ops: the backward rules of the backward ops.
+weft_tensor *weft_gelu_second(weft_tensor *x, bool tanh_form);
 
 #endif

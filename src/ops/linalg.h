@@ -21,5 +21,8 @@ weft_tensor *weft_matmul_operand(weft_tensor *t, bool tr, weft_mat_view *v,
 // linear / linear_gelu kernels (def_linalg.c): out[0] = y, out[n_out - 1] = the
 // pre-activation x W^T + b (the same tensor for linear).
 weft_status weft_cpu_linear(const weft_op_args *a);
+// matmul_dgelu (def_linalg.c): (p @ W) ∘ gelu'(h), gelu_linear's backward for h; the kernel, and the op.
+weft_status weft_cpu_matmul_dgelu(const weft_op_args *a);
+weft_tensor *weft_matmul_dgelu(weft_tensor *p, weft_tensor *w, weft_tensor *h, bool tanh_form);
 
 #endif

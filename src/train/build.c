@@ -77,9 +77,11 @@ static weft_module *build_layer(const weft_layer_cfg *L, weft_generator *g, weft
         return weft_nn_embedding(L->embedding.vocab, L->embedding.dim, g);
     case WEFT_CFG_LSTM: return L->lstm.layers > 1 ? stack(L, L->lstm.layers, g) : weft_nn_lstm(L->lstm.in, L->lstm.hidden, g);
     case WEFT_CFG_ATTENTION: return weft_nn_causal_self_attention(L->attn.dim, L->attn.heads, g);
-    case WEFT_CFG_TRANSFORMER: return weft_nn_transformer(L->attn.dim, L->attn.heads, L->attn.blocks, g);
+    case WEFT_CFG_TRANSFORMER:
+        return weft_nn_transformer_act(L->attn.dim, L->attn.heads, L->attn.blocks,
+                                       L->attn.gelu_tanh ? WEFT_ACT_GELU_TANH : WEFT_ACT_GELU, g);
     case WEFT_CFG_RELU: return weft_nn_activation(WEFT_ACT_RELU);
-    case WEFT_CFG_GELU: return weft_nn_activation(WEFT_ACT_GELU);
+    case WEFT_CFG_GELU: return weft_nn_activation(L->gelu.tanh ? WEFT_ACT_GELU_TANH : WEFT_ACT_GELU);
     case WEFT_CFG_TANH: return weft_nn_activation(WEFT_ACT_TANH);
     case WEFT_CFG_SIGMOID: return weft_nn_activation(WEFT_ACT_SIGMOID);
     case WEFT_CFG_SILU: return weft_nn_activation(WEFT_ACT_SILU);

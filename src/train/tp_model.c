@@ -105,7 +105,8 @@ static weft_module *tp_layer(weft_comm *c, const weft_model_cfg *cfg, int i, boo
     case WEFT_CFG_TRANSFORMER: {
         weft_module *s = weft_nn_sequential();
         for (int b = 0; s && b < L->attn.blocks; b++)
-            if (weft_nn_sequential_append(s, weft_tp_block_make(c, L->attn.dim, L->attn.heads, g, seq))) {
+            if (weft_nn_sequential_append(s, weft_tp_block_make(c, L->attn.dim, L->attn.heads,
+                                                              L->attn.gelu_tanh ? WEFT_ACT_GELU_TANH : WEFT_ACT_GELU, g, seq))) {
                 weft_module_free(s);
                 return NULL;
             }
@@ -120,7 +121,7 @@ static weft_module *tp_layer(weft_comm *c, const weft_model_cfg *cfg, int i, boo
     case WEFT_CFG_FLATTEN: return weft_nn_flatten();
     case WEFT_CFG_DROPOUT: return weft_nn_dropout(L->dropout.p, dg); // replicated: the same mask on every rank
     case WEFT_CFG_RELU: return weft_nn_activation(WEFT_ACT_RELU);
-    case WEFT_CFG_GELU: return weft_nn_activation(WEFT_ACT_GELU);
+    case WEFT_CFG_GELU: return weft_nn_activation(L->gelu.tanh ? WEFT_ACT_GELU_TANH : WEFT_ACT_GELU);
     case WEFT_CFG_TANH: return weft_nn_activation(WEFT_ACT_TANH);
     case WEFT_CFG_SIGMOID: return weft_nn_activation(WEFT_ACT_SIGMOID);
     case WEFT_CFG_SILU: return weft_nn_activation(WEFT_ACT_SILU);

@@ -7,7 +7,8 @@
 // start at the second element (not aligned for the kernels' vector loads).
 #include <stdlib.h>
 
-#include "../../src/ops/elementwise.h" // weft_sign, weft_gelu_grad, weft_relu_backward, weft_gelu_backward (internal ops)
+#include "../../src/ops/elementwise.h" // weft_sign, weft_gelu_grad, weft_relu_backward, weft_gelu_backward,
+                                          // weft_gelu_tanh_backward (internal ops)
 #include "cuda_test.h"
 
 #define BIG ((int64_t)1 << 20)
@@ -65,6 +66,7 @@ static const unop k_unary[] = {
     {"relu", weft_relu, -3, 3, true, true},
     {"gelu", weft_gelu, -4, 4, false, true},
     {"gelu_grad", weft_gelu_grad, -4, 4, false, false}, // no backward of its own
+    {"gelu_tanh", weft_gelu_tanh, -5, 5, false, true},
     {"silu", weft_silu, -6, 6, false, true},
     {"pow_scalar", f_pow_scalar, 0.1, 3, false, true},
     {"add_scalar", f_add_scalar, -3, 3, true, true},
@@ -118,6 +120,7 @@ static void test_unary(void) {
 // ---- binary ----
 static weft_tensor *f_relu_bw(weft_tensor *a, weft_tensor *b) { return weft_relu_backward(a, b); }
 static weft_tensor *f_gelu_bw(weft_tensor *a, weft_tensor *b) { return weft_gelu_backward(a, b); }
+static weft_tensor *f_gelu_tanh_bw(weft_tensor *a, weft_tensor *b) { return weft_gelu_tanh_backward(a, b); }
 
 typedef struct binop {
     const char *name;
@@ -136,6 +139,7 @@ static const binop k_binary[] = {
     {"minimum", weft_minimum, -3, 3, -3, 3, true, false, true},
     {"relu_backward", f_relu_bw, -1, 1, -1, 1, false, false, true},
     {"gelu_backward", f_gelu_bw, -2, 2, -4, 4, false, true, true},
+    {"gelu_tanh_backward", f_gelu_tanh_bw, -2, 2, -5, 5, false, true, true},
     {"eq", weft_eq, -3, 3, -3, 3, true, false, false},
     {"ne", weft_ne, -3, 3, -3, 3, true, false, false},
     {"lt", weft_lt, -3, 3, -3, 3, true, false, false},

@@ -1,17 +1,21 @@
-// linear and linear_gelu on CUDA against the CPU, values and every input's
-// gradient: f32, bf16 and f16 with a bias take cuBLASLt's bias epilogue; f64,
-// no bias and WEFT_CUDA_LT=0 take cuBLAS plus the bias/GELU kernel; both are
-// covered, with 2-D, 3-D and 1-D x, x rows at a stride and a transposed-view
-// weight. Half results (f32 sums rounded once; the fallback rounds h twice)
+// linear and linear_gelu (exact and tanh GELU) on CUDA against the CPU,
+// values and every input's gradient: f32, bf16 and f16 with a bias take
+// cuBLASLt's bias epilogue, and the tanh GELU with N a multiple of 8 its
+// GELU_AUX_BIAS epilogue (y and h from one call; WEFT_CUDA_LT_GELU=0 runs the
+// bias epilogue and the elementwise GELU instead); f64, no bias and
+// WEFT_CUDA_LT=0 take cuBLAS plus the bias/GELU kernel; all are covered, with
+// 2-D, 3-D and 1-D x, x rows at a stride and a transposed-view weight. Half results (f32 sums rounded once; the fallback rounds h twice)
 // agree with the CPU's (widened f32, rounded once) within a few units of the
 // last bf16 place: tolerance 2e-2.
 #include "cuda_test.h"
+#include "ops/linalg.h" // weft_matmul_dgelu (internal op)
 
 typedef struct lcase {
     int nx;
     int64_t x[3];
     int64_t n;
-    bool bias, gelu;
+    bool bias;
+    int gelu; // 0 none, 1 exact, 2 tanh
     int mode; // 0: as given; 1: x every other row of a taller tensor; 2: weight a transposed view
 } lcase;
 
@@ -21,7 +25,9 @@ static weft_tensor *run(weft_tensor *const *in, void *ctx) {
                                   : weft_tensor_ref(in[0]);
     weft_tensor *w = c->mode == 2 ? weft_transpose(in[1], 0, 1) : weft_tensor_ref(in[1]);
     weft_tensor *b = c->bias ? in[2] : NULL;
-    weft_tensor *y = c->gelu ? weft_linear_gelu(x, w, b) : weft_linear(x, w, b);
+    weft_tensor *y = c->gelu == 2 ? weft_linear_gelu_tanh(x, w, b)
+                     : c->gelu    ? weft_linear_gelu(x, w, b)
+                                  : weft_linear(x, w, b);
     weft_tensor_free(x);
     weft_tensor_free(w);
     return y;
@@ -31,16 +37,21 @@ static void test_linear(void) {
     const lcase base[] = {
         {2, {33, 17}, 65, true, false, 0},   {3, {4, 33, 17}, 65, true, false, 0}, {1, {17}, 9, true, false, 0},
         {3, {2, 8, 64}, 256, false, false, 0}, {3, {2, 16, 17}, 31, true, false, 1}, {2, {40, 24}, 48, true, false, 2},
+        {3, {4, 32, 64}, 128, true, false, 0}, // N % 8 == 0: the GELU epilogue's aux ld
     };
-    for (int lt = 0; lt < 2; lt++) {
+    // lt 2: cuBLASLt on, its GELU epilogue off (WEFT_CUDA_LT_GELU=0), for the tanh form only
+    for (int lt = 0; lt < 3; lt++) {
         setenv("WEFT_CUDA_LT", lt ? "1" : "0", 1);
+        setenv("WEFT_CUDA_LT_GELU", lt == 2 ? "0" : "1", 1);
         for (size_t i = 0; i < sizeof base / sizeof base[0]; i++)
-            for (int g = 0; g < 2; g++)
+            for (int g = lt == 2 ? 2 : 0; g < 3; g++)
                 for (int f = 0; f < 4; f++) {
                     lcase c = base[i];
                     c.gelu = g;
                     static const weft_dtype dts[4] = {WEFT_F32, WEFT_F64, WEFT_BF16, WEFT_F16};
-                    static const double tols[4] = {2e-5, 1e-12, 2e-2, 2e-2};
+                    // f32 through cuBLASLt's GELU epilogue: 1e-4, room for a hardware tanh (rel. error 2^-11 on
+                    // tanh, scaled by 0.5 x (1 - t) where it matters)
+                    double tols[4] = {g == 2 && lt == 1 ? 1e-4 : 2e-5, 1e-12, 2e-2, 2e-2};
                     weft_dtype dt = dts[f];
                     int64_t K = c.x[c.nx - 1];
                     int64_t ws[2] = {c.mode == 2 ? K : c.n, c.mode == 2 ? c.n : K};
@@ -49,7 +60,7 @@ static void test_linear(void) {
                     weft_tensor *b64 = wt_rand64(1, &c.n, -1, 1, 30 + i, false);
                     weft_tensor *in[3] = {weft_cast(x64, dt), weft_cast(w64, dt), weft_cast(b64, dt)};
                     char what[96];
-                    snprintf(what, sizeof what, "linear%s case %zu %s lt=%d", g ? "_gelu" : "", i,
+                    snprintf(what, sizeof what, "linear%s case %zu %s lt=%d", g == 2 ? "_gelu_tanh" : g ? "_gelu" : "", i,
                              weft_dtype_name(dt), lt);
                     wt_cuda_compare(what, run, &c, c.bias ? 3 : 2, in, tols[f], true);
                     weft_tensor *ts[] = {x64, w64, b64, in[0], in[1], in[2]};
@@ -57,10 +68,59 @@ static void test_linear(void) {
                 }
     }
     unsetenv("WEFT_CUDA_LT");
+    unsetenv("WEFT_CUDA_LT_GELU");
+}
+
+// The MLP pair: matmul_dgelu ((p W) ∘ gelu'(h); the tanh form with K a multiple of 8 through cuBLASLt's DGELU
+// epilogue, else the product and the elementwise backward in place) and gelu_linear (a = gelu(h) made in the
+// function, so h's gradient is the whole story), values and gradients against the CPU.
+typedef struct mcase {
+    bool tanh_form;
+} mcase;
+static weft_tensor *run_dgelu(weft_tensor *const *in, void *ctx) {
+    return weft_matmul_dgelu(in[0], in[1], in[2], ((const mcase *)ctx)->tanh_form);
+}
+static weft_tensor *run_gelu_linear(weft_tensor *const *in, void *ctx) {
+    bool t = ((const mcase *)ctx)->tanh_form;
+    weft_tensor *a = t ? weft_gelu_tanh(in[0]) : weft_gelu(in[0]);
+    weft_tensor *y = a ? weft_gelu_linear(in[0], a, in[1], in[2], t) : NULL;
+    weft_tensor_free(a);
+    return y;
+}
+static void test_mlp_pair(void) {
+    static const weft_dtype dts[4] = {WEFT_F32, WEFT_F64, WEFT_BF16, WEFT_F16};
+    const int64_t Ks[2] = {128, 31}; // the epilogue's shape, and one it cannot take
+    for (int lt = 0; lt < 2; lt++) {
+        setenv("WEFT_CUDA_LT_GELU", lt ? "1" : "0", 1);
+        for (int t = 0; t < 2; t++)
+            for (int ki = 0; ki < 2; ki++)
+                for (int f = 0; f < 4; f++) {
+                    mcase c = {t};
+                    int64_t K = Ks[ki];
+                    double tol = f == 1 ? 1e-12 : f == 0 ? (t && lt && ki == 0 ? 1e-4 : 2e-5) : 2e-2;
+                    weft_tensor *p64 = wt_rand64(WEFT_DIMS(4, 16, 40), -1, 1, 50, false);
+                    weft_tensor *w64 = wt_rand64(WEFT_DIMS(40, K), -1, 1, 51, false);
+                    weft_tensor *h64 = wt_rand64(3, (int64_t[]){4, 16, K}, -3, 3, 52, false);
+                    weft_tensor *w2 = wt_rand64(WEFT_DIMS(24, K), -1, 1, 53, false), *b2 = wt_rand64(WEFT_DIMS(24), -1, 1, 54, false);
+                    weft_tensor *in[3] = {weft_cast(p64, dts[f]), weft_cast(w64, dts[f]), weft_cast(h64, dts[f])};
+                    weft_tensor *in2[3] = {weft_cast(h64, dts[f]), weft_cast(w2, dts[f]), weft_cast(b2, dts[f])};
+                    char what[96];
+                    snprintf(what, sizeof what, "matmul_dgelu%s K %lld %s lt_gelu=%d", t ? " tanh" : "", (long long)K,
+                             weft_dtype_name(dts[f]), lt);
+                    wt_cuda_compare(what, run_dgelu, &c, 3, in, tol, true);
+                    snprintf(what, sizeof what, "gelu_linear%s K %lld %s", t ? " tanh" : "", (long long)K,
+                             weft_dtype_name(dts[f]));
+                    wt_cuda_compare(what, run_gelu_linear, &c, 3, in2, tol, true);
+                    weft_tensor *ts[] = {p64, w64, h64, w2, b2, in[0], in[1], in[2], in2[0], in2[1], in2[2]};
+                    for (int k = 0; k < 11; k++) weft_tensor_free(ts[k]);
+                }
+    }
+    unsetenv("WEFT_CUDA_LT_GELU");
 }
 
 int main(void) {
     WT_CUDA_OR_SKIP();
     RUN(test_linear);
+    RUN(test_mlp_pair);
     return wt_summary();
 }

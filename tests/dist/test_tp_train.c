@@ -161,6 +161,22 @@ static void train_compare(const char *what, const char *text, int steps, bool se
 static void test_gpt(void) { train_compare("gpt", gpt_cfg, 6, false); }
 static void test_gpt_bf16(void) { train_compare_ac("gpt bf16", gpt_cfg, 4, false, WEFT_BF16); }
 static void test_mlp(void) { train_compare("mlp", mlp_cfg, 5, false); }
+// GELU's tanh form ([transformer] gelu = tanh, [gelu] approximate = tanh): the split blocks' mlp takes the whole
+// one's form, so the two still train alike (with the exact form on either side they would not).
+static char *with_line(const char *cfg, const char *after, const char *line) {
+    const char *at = strstr(cfg, after);
+    size_t head = (size_t)(at - cfg) + strlen(after), n = strlen(cfg) + strlen(line) + 1;
+    char *t = malloc(n);
+    snprintf(t, n, "%.*s%s%s", (int)head, cfg, line, cfg + head);
+    return t;
+}
+static void test_gelu_tanh(void) {
+    char *g = with_line(gpt_cfg, "blocks = 2\n", "gelu = tanh\n"), *m = with_line(mlp_cfg, "[gelu]\n", "approximate = tanh\n");
+    train_compare("gpt gelu tanh", g, 4, false);
+    train_compare("mlp gelu tanh", m, 3, false);
+    free(g);
+    free(m);
+}
 // sequence parallel: the same GPT with its tokens split between the split layers
 static void test_gpt_seq(void) { train_compare("gpt-seq", gpt_cfg, 6, true); }
 
@@ -370,6 +386,7 @@ int main(int argc, char **argv) {
     RUN(test_gpt);
     RUN(test_gpt_bf16);
     RUN(test_mlp);
+    RUN(test_gelu_tanh);
     RUN(test_gpt_seq);
     RUN(test_bad_model);
     RUN(test_device_block);

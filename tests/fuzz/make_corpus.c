@@ -85,14 +85,14 @@ static void model_files(const char *src) {
         "eval_every = 5\nckpt_every = 5\nlog_every = 1\n"
         "[conv2d]\nin = 1\nout = 4\nkernel = 3,3\nstride = 1\npad = 1\ndilation = 1\ngroups = 1\nbias = true\n"
         "[batchnorm]\nmomentum = 0.2\neps = 1e-5\n[relu]\n[maxpool]\nkernel = 2\nstride = 2\npad = 0\n"
-        "[avgpool]\nkernel = 3\nstride = 1\npad = 1\ncount_include_pad = false\n[gelu]\n[flatten]\n[dropout]\np = 0.25\n"
+        "[avgpool]\nkernel = 3\nstride = 1\npad = 1\ncount_include_pad = false\n[gelu]\napproximate = tanh\n[flatten]\n[dropout]\np = 0.25\n"
         "[linear]\nin = 784\nout = 32\nbias = false\n[layernorm]\ndim = 32\neps = 1e-6\n[tanh]\n[sigmoid]\n[silu]\n"
         "[linear]\nout = 10\n";
     put("model_file", "every_key.cfg", every_key, sizeof every_key - 1);
     static const char lm[] = "[net]\ndataset = kjv\ncontext = 32\nval_fraction = 0.2\noptimizer = sgd\nmomentum = 0.9\n"
                              "nesterov = true\nschedule = step\nstep_size = 100\ngamma = 0.5\n"
                              "[embedding]\nvocab = 256\ndim = 16\nposition = learned\n[lstm]\nin = 16\nhidden = 16\n"
-                             "layers = 2\n[attention]\ndim = 16\nheads = 4\n[transformer]\nheads = 2\nblocks = 2\n"
+                             "layers = 2\n[attention]\ndim = 16\nheads = 4\n[transformer]\nheads = 2\nblocks = 2\ngelu = tanh\n"
                              "[linear]\nout = vocab\n";
     put("model_file", "every_layer_lm.cfg", lm, sizeof lm - 1);
 }

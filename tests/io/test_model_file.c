@@ -156,7 +156,7 @@ static void test_gpt2_small(void) {
     CHECK(n->context == 1024 && n->batch == 8 && n->vocab == 256 && n->precision == WEFT_CFG_BF16);
     CHECK(n->optimizer == WEFT_CFG_ADAMW && n->lr == 6e-4 && n->weight_decay == 0.1);
     CHECK(c->n_layers == 4 && c->layers[1].attn.dim == 768 && c->layers[1].attn.heads == 12 &&
-          c->layers[1].attn.blocks == 12);
+          c->layers[1].attn.blocks == 12 && c->layers[1].attn.gelu_tanh); // GPT-2's GELU
     int64_t block = 2 * 1536 + 768 * 2304 + 2304 + 768 * 768 + 768 + 768 * 3072 + 3072 + 3072 * 768 + 768;
     int64_t want = 256 * 768 + 1024 * 768 + 12 * block + 1536 + 768 * 256 + 256;
     weft_generator *g = weft_generator_create(1);
@@ -193,6 +193,39 @@ static void test_roundtrip(void) {
         weft_model_cfg_free(a);
         weft_model_cfg_free(b);
         free(text);
+    }
+}
+
+// The GELU keys: [transformer] gelu = exact | tanh, [gelu] approximate = none | tanh; anything else is refused
+// with the line and the choices.
+static void test_gelu_keys(void) {
+    const char *lm = "[net]\ndataset = kjv\n[embedding]\ndim = 8\n[transformer]\nheads = 2\ngelu = %s\n"
+                     "[gelu]\napproximate = %s\n[linear]\nout = vocab\n";
+    const char *forms[][2] = {{"tanh", "tanh"}, {"exact", "none"}};
+    for (int i = 0; i < 2; i++) {
+        char text[400];
+        snprintf(text, sizeof text, lm, forms[i][0], forms[i][1]);
+        weft_model_cfg *c = weft_model_cfg_parse(text, strlen(text), "g.cfg");
+        CHECK(c && c->n_layers == 4);
+        if (c && c->n_layers == 4) {
+            CHECK(c->layers[1].attn.gelu_tanh == (i == 0) && c->layers[2].gelu.tanh == (i == 0));
+            CHECK(c->layers[2].type == WEFT_CFG_GELU);
+        }
+        weft_model_cfg_free(c);
+    }
+    // the default: exact, in both
+    const char *plain = "[net]\ndataset = kjv\n[embedding]\ndim = 8\n[transformer]\nheads = 2\n[gelu]\n"
+                        "[linear]\nout = vocab\n";
+    weft_model_cfg *c = weft_model_cfg_parse(plain, strlen(plain), "p.cfg");
+    CHECK(c && !c->layers[1].attn.gelu_tanh && !c->layers[2].gelu.tanh);
+    weft_model_cfg_free(c);
+    const char *bad[][3] = {{"erf", "none", "g.cfg:7:"}, {"tanh", "exact", "g.cfg:9:"}};
+    for (int i = 0; i < 2; i++) {
+        char text[400];
+        snprintf(text, sizeof text, lm, bad[i][0], bad[i][1]);
+        c = weft_model_cfg_parse(text, strlen(text), "g.cfg");
+        CHECK(c == NULL && wt_error_has(bad[i][2]) && wt_error_has("tanh"));
+        weft_model_cfg_free(c);
     }
 }
 
@@ -623,6 +656,7 @@ int main(void) {
     RUN(test_cnn);
     RUN(test_gpt_lstm);
     RUN(test_gpt2_small);
+    RUN(test_gelu_keys);
     RUN(test_classic);
     RUN(test_roundtrip);
     RUN(test_errors);

@@ -101,14 +101,30 @@ static void test_block_bf16(void) {
     run_once(m, x, w, WEFT_BF16, y2, g2);
     unsetenv("WEFT_NORM_HALF_OUT");
     CHECK(rel_err(y2, y1, ny) == 0 && rel_err(g2, g1, ng) == 0);
+    // GELU's backward inside proj's backward product (gelu_linear; WEFT_FUSED_GELU_BW=0: linear_gelu's backward
+    // pass over proj's input gradient): in f32 the same product and the same loop, so the same bits; in bf16
+    // the fused one rounds (g W) ∘ gelu'(h) once where the other rounds g W first, within bf16's rounding
+    setenv("WEFT_FUSED_GELU_BW", "0", 1);
+    run_once(m, x, w, WEFT_F32, y2, g2);
+    CHECK(rel_err(y2, y0, ny) == 0 && rel_err(g2, g0, ng) == 0);
+    run_once(m, x, w, WEFT_BF16, y2, g2);
+    unsetenv("WEFT_FUSED_GELU_BW");
+    double eg2 = rel_err(g2, g1, ng);
+    printf("  bf16, GELU's backward fused vs apart: output %.3g, gradients %.3g\n", rel_err(y2, y1, ny), eg2);
+    CHECK(rel_err(y2, y1, ny) == 0 && eg2 < 2e-2);
     free(y2);
     free(g2);
 
-    // the ops: three linear products (qkv as one) and one with GELU, all in bf16; no matmul of the composed
-    // path; casts: each weight and bias down (4 layers: 8), the mlp's output up into the f32 residual add
-    // (1); ln1 and ln2 write bf16 for the qkv and fc products themselves, and the attention's output goes
-    // into add_layer_norm as bf16, which reads it as it is (the residual add fused with ln2)
-    CHECK(wt_count_traced_ops(m, x, WEFT_BF16, "linear") == 3);
+    // the ops: two linear products (qkv as one, the attention's proj), one with GELU and the mlp's proj
+    // reading GELU's input too (gelu_linear), all in bf16; no matmul of the composed path; casts: each weight
+    // and bias down (4 layers: 8), the mlp's output up into the f32 residual add (1); ln1 and ln2 write bf16
+    // for the qkv and fc products themselves, and the attention's output goes into add_layer_norm as bf16,
+    // which reads it as it is (the residual add fused with ln2)
+    CHECK(wt_count_traced_ops(m, x, WEFT_BF16, "linear") == 2);
+    CHECK(wt_count_traced_ops(m, x, WEFT_BF16, "gelu_linear") == 1);
+    setenv("WEFT_FUSED_GELU_BW", "0", 1);
+    CHECK(wt_count_traced_ops(m, x, WEFT_BF16, "linear") == 3 && wt_count_traced_ops(m, x, WEFT_BF16, "gelu_linear") == 0);
+    unsetenv("WEFT_FUSED_GELU_BW");
     CHECK(wt_count_traced_ops(m, x, WEFT_BF16, "linear_gelu") == 1);
     CHECK(wt_count_traced_ops(m, x, WEFT_BF16, "matmul") == 0);
     CHECK(wt_count_traced_ops(m, x, WEFT_BF16, "causal_attention_qkv") == 1);

@@ -567,19 +567,20 @@ static double ref_act(weft_activation a, double x) {
     case WEFT_ACT_TANH: return tanh(x);
     case WEFT_ACT_SIGMOID: return 1 / (1 + exp(-x));
     case WEFT_ACT_SILU: return x / (1 + exp(-x));
+    case WEFT_ACT_GELU_TANH: return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
     }
     return NAN;
 }
 static weft_tensor *act_fn(weft_tensor *const *in, void *user) { return weft_module_forward(user, in[0]); }
 
 static void test_activations(void) {
-    const char *kinds[] = {"relu", "gelu", "tanh", "sigmoid", "silu"};
+    const char *kinds[] = {"relu", "gelu", "tanh", "sigmoid", "silu", "gelu_tanh"};
     enum { N = 13 };
     double xv[N], ref[N];
     for (int i = 0; i < N; i++) xv[i] = -3 + 0.5 * i + 0.01; // avoids relu's kink at 0
     round32(xv, N);
     weft_tensor *x = f32_from(xv, WEFT_DIMS(N));
-    for (int a = 0; a <= WEFT_ACT_SILU; a++) {
+    for (int a = 0; a <= WEFT_ACT_GELU_TANH; a++) {
         weft_module *m = weft_nn_activation((weft_activation)a);
         CHECK(m && !strcmp(weft_module_kind(m), kinds[a]) && weft_module_param_count(m) == 0);
         for (int i = 0; i < N; i++) ref[i] = ref_act((weft_activation)a, xv[i]);

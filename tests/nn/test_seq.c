@@ -93,8 +93,9 @@ static bool same_shape(const weft_tensor *t, const ref_tensor *r) {
 static void check_against_torch(const char *tag, weft_module *m, double tol) {
     char name[128], what[160];
     int np = weft_module_param_count(m), n_file = 0;
+    size_t tl = strlen(tag); // "tag/...": "block" is not "block_tanh"
     for (int i = 0; i < n_refs; i++)
-        if (!strncmp(refs[i].name, tag, strlen(tag)) && strstr(refs[i].name, "/param.")) n_file++;
+        if (!strncmp(refs[i].name, tag, tl) && refs[i].name[tl] == '/' && strstr(refs[i].name, "/param.")) n_file++;
     CHECK(np == n_file);
     for (int i = 0; i < np; i++) {
         weft_tensor *p = weft_module_param_at(m, i, name, sizeof name);
@@ -173,6 +174,18 @@ static void test_block_torch(void) {
     check_against_torch("block", m, 1e-5);
     weft_module_free(m);
     weft_generator_free(g);
+}
+
+// GPT-2's block: the mlp's GELU in its tanh form (PyTorch's F.gelu(approximate='tanh')), the rest as above.
+static void test_block_tanh_torch(void) {
+    weft_generator *g = weft_generator_create(3);
+    weft_module *m = weft_nn_transformer_block_act(8, 2, WEFT_ACT_GELU_TANH, g);
+    CHECK(m && !strcmp(weft_module_kind(m), "transformer_block"));
+    check_against_torch("block_tanh", m, 1e-5);
+    weft_module_free(m);
+    weft_generator_free(g);
+    CHECK(weft_nn_transformer_block_act(8, 2, WEFT_ACT_RELU, NULL) == NULL && strstr(weft_last_error(), "gelu"));
+    CHECK(weft_nn_transformer_act(8, 2, 0, WEFT_ACT_GELU_TANH, NULL) == NULL);
 }
 
 // ---- names, shapes, init ----
@@ -377,6 +390,7 @@ int main(void) {
     RUN(test_lstm_torch);
     RUN(test_attn_torch);
     RUN(test_block_torch);
+    RUN(test_block_tanh_torch);
     RUN(test_names_and_init);
     RUN(test_causality);
     RUN(test_noncontiguous);

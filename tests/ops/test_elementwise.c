@@ -49,6 +49,21 @@ static double r_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 static double r_relu(double x) { return x > 0 ? x : 0; }
 static double r_gelu(double x) { return 0.5 * x * (1.0 + erf(x / sqrt(2.0))); }
 static double r_silu(double x) { return x / (1.0 + exp(-x)); }
+// GELU's tanh approximation as PyTorch writes it (F.gelu(x, approximate='tanh')), and its first two
+// derivatives by hand: t = tanh(u), u = k (x + a x^3), u' = k (1 + 3 a x^2).
+#define GK 0.7978845608028654
+#define GA 0.044715
+static double r_gelu_tanh(double x) { return 0.5 * x * (1.0 + tanh(GK * (x + GA * x * x * x))); }
+static double r_gelu_tanh_d1(double x) {
+    double t = tanh(GK * (x + GA * x * x * x)), up = GK * (1 + 3 * GA * x * x);
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * up;
+}
+static double r_gelu_tanh_d2(double x) {
+    double t = tanh(GK * (x + GA * x * x * x)), up = GK * (1 + 3 * GA * x * x), upp = 6 * GK * GA * x;
+    // d/dx of 0.5 (1 + t) + 0.5 x (1 - t^2) u', term by term
+    return 0.5 * (1 - t * t) * up + 0.5 * (1 - t * t) * up + 0.5 * x * (-2 * t * (1 - t * t) * up * up) +
+           0.5 * x * (1 - t * t) * upp;
+}
 static double r_pow25(double x) { return pow(x, 2.5); }
 static double r_pow3(double x) { return x * x * x; }
 static double r_powm1(double x) { return pow(x, -1.5); }
@@ -68,6 +83,7 @@ static const unop k_unops[] = {
     {"sigmoid", weft_sigmoid, r_sigmoid, -6, 6, false, true},
     {"relu", weft_relu, r_relu, 0.2, 3, true, true},
     {"gelu", weft_gelu, r_gelu, -4, 4, false, true},
+    {"gelu_tanh", weft_gelu_tanh, r_gelu_tanh, -5, 5, false, true},
     {"silu", weft_silu, r_silu, -5, 5, false, true},
     {"pow_scalar 2.5", pow25, r_pow25, 0.2, 3, false, true},
     {"pow_scalar 3", pow3, r_pow3, -2, 2, false, true},
@@ -152,6 +168,15 @@ static void test_unary_special_values(void) {
     wt_check_values("silu extremes", wt_keep(weft_silu(x)), si, 6, 1e-15);
     double th[6] = {-1, -1, 0, 1, 1, 1e-300};
     wt_check_values("tanh extremes", wt_keep(weft_tanh(x)), th, 6, 1e-15);
+    // the tanh GELU far out: x itself above, zero below (f32 through exp(-2u), no overflow to NaN)
+    double gt[6] = {0, 0, 0, 100, 800, 0.5e-300};
+    wt_check_values("gelu_tanh extremes", wt_keep(weft_gelu_tanh(x)), gt, 6, 1e-15);
+    double gt32[6] = {0, 0, 0, 100, 800, 0};
+    wt_check_values("gelu_tanh extremes f32", wt_keep(weft_gelu_tanh(tens(v, WEFT_F32, WEFT_DIMS(6)))), gt32, 6, 1e-6);
+    double gd[6] = {0, 0, 0.5, 1, 1, 0.5};
+    weft_tensor *ones = tens((double[]){1, 1, 1, 1, 1, 1}, WEFT_F32, WEFT_DIMS(6));
+    wt_check_values("gelu_tanh_backward extremes f32",
+                    wt_keep(weft_gelu_tanh_backward(ones, tens(v, WEFT_F32, WEFT_DIMS(6)))), gd, 6, 1e-6);
     weft_tensor *x32 = tens(v, WEFT_F32, WEFT_DIMS(6));
     double sg32[6] = {0, r_sigmoid(-100), 0.5, 1, 1, 0.5};
     wt_check_values("sigmoid extremes f32", wt_keep(weft_sigmoid(x32)), sg32, 6, 1e-6);
@@ -203,7 +228,9 @@ static void test_unary_second_order(void) {
               {weft_log, 0.7, -1 / (0.7 * 0.7)},
               {weft_sqrt, 0.7, -0.25 * pow(0.7, -1.5)},
               {weft_sigmoid, 0.7, r_sigmoid(0.7) * (1 - r_sigmoid(0.7)) * (1 - 2 * r_sigmoid(0.7))},
-              {pow25, 0.7, 2.5 * 1.5 * pow(0.7, 0.5)}};
+              {pow25, 0.7, 2.5 * 1.5 * pow(0.7, 0.5)},
+              {weft_gelu_tanh, 0.7, r_gelu_tanh_d2(0.7)},
+              {weft_gelu_tanh, -1.9, r_gelu_tanh_d2(-1.9)}};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         weft_tensor *x = wt_keep(wt_f64(&cs[i].x, 0, NULL, true));
         weft_tensor *y = wt_keep(cs[i].fn(x));
@@ -427,6 +454,52 @@ static void test_gelu_backward(void) {
     wt_drop_all();
 }
 
+// gelu_tanh_backward(g, x) = g f'(x) against the hand derivative, f32 and f64, broadcast g; its own
+// gradient in both inputs (f'', composed of ops) by finite differences and at points against the hand f''.
+static weft_tensor *gelu_tanh_bw_fn(weft_tensor *const *in, void *user) {
+    (void)user;
+    return weft_gelu_tanh_backward(in[0], in[1]);
+}
+static void test_gelu_tanh_backward(void) {
+    double gv[6] = {1, -2, 3, -4, 0.5, -6}, xv[6] = {0.5, -0.5, 2.5, -1e-3, 0, -3.5};
+    weft_tensor *g = wt_keep(wt_f64(gv, WEFT_DIMS(2, 3), true)), *x = wt_keep(wt_f64(xv, WEFT_DIMS(2, 3), true));
+    double ref[6], ref2[6], d2[6];
+    for (int i = 0; i < 6; i++) {
+        ref[i] = gv[i] * r_gelu_tanh_d1(xv[i]);
+        ref2[i] = gv[i % 3] * r_gelu_tanh_d1(xv[i]);
+        d2[i] = gv[i] * gv[i] * r_gelu_tanh_d2(xv[i]); // d/dx sum(w * gelu_tanh_backward(g, x)), w = g
+    }
+    wt_check_values("gelu_tanh_backward f64", wt_keep(weft_gelu_tanh_backward(g, x)), ref, 6, 1e-14);
+    weft_tensor *gf = wt_keep(weft_cast(g, WEFT_F32)), *xf = wt_keep(weft_cast(x, WEFT_F32));
+    wt_check_values("gelu_tanh_backward f32", wt_keep(weft_gelu_tanh_backward(gf, xf)), ref, 6, 3e-6);
+    weft_tensor *g1 = wt_keep(wt_f64(gv, WEFT_DIMS(3), true));
+    wt_check_values("gelu_tanh_backward broadcast", wt_keep(weft_gelu_tanh_backward(g1, x)), ref2, 6, 1e-14);
+    weft_tensor *in[2] = {g, x};
+    CHECK_GRAD(gelu_tanh_bw_fn, 2, in, NULL);
+    weft_tensor *in1[2] = {g1, x};
+    CHECK_GRAD(gelu_tanh_bw_fn, 2, in1, NULL);
+    // the second derivative against the hand formula
+    weft_tensor *w = wt_keep(wt_f64(gv, WEFT_DIMS(2, 3), false));
+    weft_tensor *s = wt_keep(weft_sum(wt_keep(weft_mul(wt_keep(weft_gelu_tanh_backward(g, x)), w)), 0, NULL, false));
+    CHECK(weft_backward(s, NULL, NULL) == WEFT_OK);
+    wt_check_values("gelu_tanh second derivative", weft_tensor_grad(x), d2, 6, 1e-13);
+    weft_tensor_zero_grad(x);
+    // gelu_tanh's gradient is gelu_tanh_backward
+    weft_tensor *y = wt_keep(weft_gelu_tanh(x));
+    s = wt_keep(weft_sum(wt_keep(weft_mul(y, w)), 0, NULL, false));
+    CHECK(weft_backward(s, NULL, NULL) == WEFT_OK);
+    wt_check_values("gelu_tanh grad", weft_tensor_grad(x), ref, 6, 1e-14);
+    // f32 over many points (the vector loop and its exp) against f64
+    enum { N = 4099 };
+    static double v[N], r1[N], r0[N], ones[N];
+    wt_vals(v, N, -9, 9, 77);
+    for (int i = 0; i < N; i++) v[i] = (float)v[i], r0[i] = r_gelu_tanh(v[i]), r1[i] = r_gelu_tanh_d1(v[i]), ones[i] = 1;
+    weft_tensor *xl = tens(v, WEFT_F32, WEFT_DIMS(N)), *gl = tens(ones, WEFT_F32, WEFT_DIMS(N));
+    wt_check_values("gelu_tanh f32 4099", wt_keep(weft_gelu_tanh(xl)), r0, N, 1e-5);
+    wt_check_values("gelu_tanh_backward f32 4099", wt_keep(weft_gelu_tanh_backward(gl, xl)), r1, N, 3e-6);
+    wt_drop_all();
+}
+
 // bf16 / f16: the f32 loop on the widened values, each result rounded once (bit for bit), with
 // broadcasting; comparisons give bool; gradients of half leaves are half.
 static void test_half(void) {
@@ -436,12 +509,14 @@ static void test_half(void) {
         weft_tensor *b = wt_keep(weft_cast(wt_keep(wt_rand64(WEFT_DIMS(5), 0.5, 2, 72, false)), lo));
         weft_tensor *af = wt_keep(weft_cast(a, WEFT_F32)), *bf = wt_keep(weft_cast(b, WEFT_F32));
         weft_tensor *(*const bin[])(weft_tensor *, weft_tensor *) = {weft_add, weft_sub, weft_mul, weft_div,
-                                                                     weft_gelu_backward, weft_maximum};
+                                                                     weft_gelu_backward, weft_maximum,
+                                                                     weft_gelu_tanh_backward};
         for (size_t k = 0; k < sizeof bin / sizeof bin[0]; k++) {
             weft_tensor *y = wt_keep(bin[k](a, b)), *ref = wt_keep(weft_cast(wt_keep(bin[k](af, bf)), lo));
             wt_check_same("half binary", y, ref, 0);
         }
-        weft_tensor *(*const un[])(weft_tensor *) = {weft_exp, weft_gelu, weft_relu, weft_tanh, weft_neg};
+        weft_tensor *(*const un[])(weft_tensor *) = {weft_exp, weft_gelu, weft_relu, weft_tanh, weft_neg,
+                                                     weft_gelu_tanh};
         for (size_t k = 0; k < sizeof un / sizeof un[0]; k++) {
             weft_tensor *y = wt_keep(un[k](a)), *ref = wt_keep(weft_cast(wt_keep(un[k](af)), lo));
             wt_check_same("half unary", y, ref, 0);
@@ -982,6 +1057,7 @@ int main(void) {
     RUN(test_binary_large_threaded);
     RUN(test_relu_backward);
     RUN(test_gelu_backward);
+    RUN(test_gelu_tanh_backward);
     RUN(test_half);
     RUN(test_streaming_store_path);
     RUN(test_binary_grad);

@@ -78,6 +78,27 @@ static inline float gelu_grad_f(float x) {
     return 0.5f * (1.0f + r) + x * e * 0.3989422804014327f;
 }
 
+// GELU, tanh approximation (PyTorch's approximate='tanh', GPT-2's): 0.5 x (1 + tanh(u)), u = k (x + a x^3),
+// k = sqrt(2/pi), a = 0.044715. In f32 as x sigmoid(2u) = x / (1 + exp(-2u)) (the same function: one
+// vectorisable exp, no cancellation near 0); its derivative s + 2 x s (1 - s) u', s = sigmoid(2u),
+// u' = k (1 + 3 a x^2). f64 keeps libm's tanh for gradient checks.
+#define GELU_K 0.7978845608028654
+#define GELU_A 0.044715
+static inline double gelu_tanh_d(double x) { return 0.5 * x * (1.0 + tanh(GELU_K * (x + GELU_A * x * x * x))); }
+static inline double gelu_tanh_grad_d(double x) {
+    double t = tanh(GELU_K * (x + GELU_A * x * x * x));
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_K * (1.0 + 3.0 * GELU_A * x * x);
+}
+static inline float gelu_tanh_f(float x) {
+    float u = (float)GELU_K * (x + (float)GELU_A * x * x * x);
+    return x / (1.0f + weft_vexp_f32(-2.0f * u));
+}
+static inline float gelu_tanh_grad_f(float x) {
+    float x2 = x * x, u = (float)GELU_K * (x + (float)GELU_A * x2 * x);
+    float s = 1.0f / (1.0f + weft_vexp_f32(-2.0f * u));
+    return s + 2.0f * x * s * (1.0f - s) * (float)GELU_K * (1.0f + 3.0f * (float)GELU_A * x2);
+}
+
 // ---- unary ----
 #define UNARY_FLOAT(op, EF, ED) UNARY_LOOP(op##_f32, float, EF) UNARY_LOOP(op##_f64, double, ED)
 #define UNARY_NUM(op, EF, ED, EI)                                                     \
@@ -99,6 +120,8 @@ UNARY_LOOP_CLONED(gelu_f32, float, gelu_f(v))
 UNARY_LOOP(gelu_f64, double, gelu_d(v))
 UNARY_LOOP_CLONED(gelu_grad_f32, float, gelu_grad_f(v))
 UNARY_LOOP(gelu_grad_f64, double, gelu_grad_d(v))
+UNARY_LOOP_CLONED(gelu_tanh_f32, float, gelu_tanh_f(v))
+UNARY_LOOP(gelu_tanh_f64, double, gelu_tanh_d(v))
 UNARY_FLOAT(silu, v / (1.0f + expf(-v)), v / (1.0 + exp(-v)))
 UNARY_FLOAT(pow_scalar, powf(v, (float)sc), pow(v, sc))
 UNARY_NUM(add_scalar, v + (float)sc, v + sc, v + (int64_t)sc)
@@ -137,6 +160,8 @@ BINARY_CMP(ge, a >= b)
 BINARY_NUM_CLONED(relu_bw, b > 0 ? a : 0) // a = gradient, b = relu's input
 WEFT_CLONES BINARY_LOOP(gelu_bw_f32, float, float, a * gelu_grad_f(b)) // a = gradient, b = gelu's input
 BINARY_LOOP(gelu_bw_f64, double, double, a * gelu_grad_d(b))
+WEFT_CLONES BINARY_LOOP(gelu_tanh_bw_f32, float, float, a * gelu_tanh_grad_f(b))
+BINARY_LOOP(gelu_tanh_bw_f64, double, double, a * gelu_tanh_grad_d(b))
 
 // where(cond, a, b): operands out, cond(u8), a, b
 #define WHERE_LOOP(NAME, T)                                                           \
@@ -192,6 +217,8 @@ static const weft_loop_fn k_loops[WEFT_EW_COUNT][WEFT_NUM_DTYPES] = {
     [WEFT_EW_GE] = {T_CMP(ge)},
     [WEFT_EW_RELU_BW] = {T_NUM(relu_bw)},
     [WEFT_EW_GELU_BW] = {T_FLOAT(gelu_bw)},
+    [WEFT_EW_GELU_TANH] = {T_FLOAT(gelu_tanh)},
+    [WEFT_EW_GELU_TANH_BW] = {T_FLOAT(gelu_tanh_bw)},
 };
 
 // One kernel for the whole family; the entry's variant says which op (WEFT_EW_*).

@@ -154,7 +154,7 @@ weft_status weft_cpu_matmul(const weft_op_args *args) {
 // ---- linear / linear_gelu (def_linalg.c) ----
 // The product through weft_cpu_matmul (W as BLAS's transposed operand, no
 // copy), then one epilogue pass per row while it is in cache: h += b, and
-// for linear_gelu y = gelu(h) with the family's own GELU loop. bf16 / f16 run
+// for linear_gelu y = gelu(h) with the family's own GELU loop (exact or tanh, attr i[0]). bf16 / f16 run
 // this on widened f32 copies, each output rounded once.
 WEFT_CLONES static void bias_rows_f32(float *restrict h, const float *restrict b, int64_t rows, int64_t n) {
     for (int64_t r = 0; r < rows; r++)
@@ -179,7 +179,7 @@ weft_status weft_cpu_linear(const weft_op_args *args) {
     if (b && !bc) return weft_last_status();
     weft_dtype dt = (weft_dtype)h->dtype;
     int64_t n = h->sizes[h->ndim - 1], rows = h->numel / n, es = (int64_t)weft_dtype_size(dt);
-    weft_ew_loop_fn act = y != h ? weft_cpu_ew_loop(WEFT_EW_GELU, dt) : NULL;
+    weft_ew_loop_fn act = y != h ? weft_cpu_ew_loop(args->attrs->i[0] ? WEFT_EW_GELU_TANH : WEFT_EW_GELU, dt) : NULL;
     char *ph = weft_tensor_ptr(h), *py = weft_tensor_ptr(y);
     const char *pb = bc ? weft_tensor_ptr(bc) : NULL;
     int64_t tasks = (rows + LINEAR_EPI_ROWS - 1) / LINEAR_EPI_ROWS;
@@ -199,4 +199,26 @@ weft_status weft_cpu_linear(const weft_op_args *args) {
     }
     weft_tensor_free(bc);
     return WEFT_OK;
+}
+
+// ---- matmul_dgelu (def_linalg.c): (p @ W) ∘ gelu'(h) ----
+// The product into a temporary, then gelu_backward's loop (threads and all) from it into out (the loops'
+// operands are restrict: never in place). bf16 / f16 on widened f32 copies: the product and the derivative
+// in f32, the result rounded once.
+extern weft_op_def weft_op_gelu_backward, weft_op_gelu_tanh_backward;
+weft_status weft_cpu_matmul_dgelu(const weft_op_args *a) {
+    weft_tensor *out = a->out[0];
+    if (weft_dtype_is_half(out->dtype)) return weft_kernel_widened(a, weft_cpu_matmul_dgelu);
+    if (out->numel == 0) return WEFT_OK;
+    static const weft_attrs plain = {0}; // no transposes (the op's attr i[0] is its GELU's form)
+    weft_tensor *mm = weft_tensor_new(out->ndim, out->sizes, (weft_dtype)out->dtype, out->device);
+    if (!mm) return weft_error(WEFT_ERR_OOM, "matmul_dgelu: out of memory");
+    weft_op_args m = {.op = a->op, .n_in = 2, .in = a->in, .attrs = &plain, .n_out = 1, .out = &mm};
+    weft_status st = weft_cpu_matmul(&m);
+    weft_tensor *in[2] = {mm, a->in[2]};
+    weft_op_args e = {.op = a->attrs->i[0] ? &weft_op_gelu_tanh_backward : &weft_op_gelu_backward,
+                      .n_in = 2, .in = in, .attrs = &plain, .n_out = 1, .out = a->out};
+    if (!st) st = weft_cpu_elementwise(&e);
+    weft_tensor_free(mm);
+    return st;
 }

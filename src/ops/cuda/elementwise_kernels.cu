@@ -137,6 +137,7 @@ extern "C" cudaError_t weft_cu_ew_unary(int op, weft_cu_tensor out, weft_cu_tens
     case WEFT_CU_EW_RELU: return unary_num<WEFT_CU_EW_RELU>(out, in, sc, s);
     case WEFT_CU_EW_GELU: return unary_float<WEFT_CU_EW_GELU>(out, in, sc, s);
     case WEFT_CU_EW_GELU_GRAD: return unary_float<WEFT_CU_EW_GELU_GRAD>(out, in, sc, s);
+    case WEFT_CU_EW_GELU_TANH: return unary_float<WEFT_CU_EW_GELU_TANH>(out, in, sc, s);
     case WEFT_CU_EW_SILU: return unary_float<WEFT_CU_EW_SILU>(out, in, sc, s);
     case WEFT_CU_EW_POW_SCALAR: return unary_float<WEFT_CU_EW_POW_SCALAR>(out, in, sc, s);
     case WEFT_CU_EW_ADD_SCALAR: return unary_num<WEFT_CU_EW_ADD_SCALAR>(out, in, sc, s);
@@ -260,6 +261,7 @@ extern "C" cudaError_t weft_cu_ew_binary(int op, weft_cu_tensor out, weft_cu_ten
     case WEFT_CU_EW_GE: return binary_cmp<WEFT_CU_EW_GE>(out, a, b, s);
     case WEFT_CU_EW_RELU_BW: return binary_num<WEFT_CU_EW_RELU_BW>(out, a, b, s);
     case WEFT_CU_EW_GELU_BW: return binary_float<WEFT_CU_EW_GELU_BW>(out, a, b, s);
+    case WEFT_CU_EW_GELU_TANH_BW: return binary_float<WEFT_CU_EW_GELU_TANH_BW>(out, a, b, s);
     default: return cudaErrorInvalidValue;
     }
 }

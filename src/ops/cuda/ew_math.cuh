@@ -48,6 +48,22 @@ template <typename T> __device__ __forceinline__ T gelu_grad(T x) {
            x * m_exp((T)-0.5 * x * x) * (T)0.3989422804014327;
 }
 
+// GELU, tanh approximation: 0.5 x (1 + tanh(u)), u = k (x + a x^3), computed as x sigmoid(2u) (the same
+// function, as the CPU's f32 loop); its derivative s + 2 x s (1 - s) u', s = sigmoid(2u), u' = k (1 + 3 a x^2).
+template <typename T> __device__ __forceinline__ T gelu_tanh_sig(T x, T *up) {
+    T x2 = x * x;
+    *up = (T)0.7978845608028654 * ((T)1 + (T)(3 * 0.044715) * x2);
+    return (T)1 / ((T)1 + m_exp((T)-2 * (T)0.7978845608028654 * (x + (T)0.044715 * x2 * x)));
+}
+template <typename T> __device__ __forceinline__ T gelu_tanh(T x) {
+    T up;
+    return x * gelu_tanh_sig(x, &up);
+}
+template <typename T> __device__ __forceinline__ T gelu_tanh_grad(T x) {
+    T up, s = gelu_tanh_sig(x, &up);
+    return s + (T)2 * x * s * ((T)1 - s) * up;
+}
+
 // ---- the formulas ----
 template <int OP, typename T> __device__ __forceinline__ T unary_op(T v, double sc) {
     constexpr bool fp = is_fp<T>::value;
@@ -67,6 +83,7 @@ template <int OP, typename T> __device__ __forceinline__ T unary_op(T v, double 
     else if constexpr (OP == WEFT_CU_EW_RELU) return v > 0 ? v : (T)0;
     else if constexpr (OP == WEFT_CU_EW_GELU) return gelu(v);
     else if constexpr (OP == WEFT_CU_EW_GELU_GRAD) return gelu_grad(v);
+    else if constexpr (OP == WEFT_CU_EW_GELU_TANH) return gelu_tanh(v);
     else if constexpr (OP == WEFT_CU_EW_SILU) return v / ((T)1 + m_exp(-v));
     else if constexpr (OP == WEFT_CU_EW_POW_SCALAR) return m_pow(v, (T)sc);
     else if constexpr (OP == WEFT_CU_EW_ADD_SCALAR) {
@@ -112,6 +129,7 @@ template <int OP, typename T> __device__ __forceinline__ typename bin_out<OP, T>
     else if constexpr (OP == WEFT_CU_EW_GE) return (uint8_t)(a >= b);
     else if constexpr (OP == WEFT_CU_EW_RELU_BW) return b > 0 ? a : (T)0; // a = gradient, b = relu's input
     else if constexpr (OP == WEFT_CU_EW_GELU_BW) return (T)(a * gelu_grad(b)); // a = gradient, b = gelu's input
+    else if constexpr (OP == WEFT_CU_EW_GELU_TANH_BW) return (T)(a * gelu_tanh_grad(b));
     else static_assert(OP < 0, "not a binary variant");
 }
 

@@ -174,21 +174,28 @@ static weft_status cu_matmul(const weft_op_args *args) {
 // (one kernel for product and bias, f32 sums, h rounded once); the plans
 // (descriptors, layouts and the heuristic's algorithm) are cached per shape
 // for the calling thread. Everything else, and WEFT_CUDA_LT=0, is cu_matmul
-// followed by linear_kernels.cu's bias pass. GELU runs in that same kernel
-// from h into y, or, after cuBLASLt's epilogue, as the elementwise gelu
-// (vector loads): cuBLASLt's GELU epilogues are the tanh approximation, and
-// weft's gelu is the exact form. (With the bias pass, bf16 / f16 h is rounded
-// twice, after the product and after the bias. After cuBLASLt's epilogue the
-// GELU reads h as stored, rounded to bf16 / f16, where the CPU takes it from
-// the f32 sum: the two differ within that rounding.)
+// followed by linear_kernels.cu's bias pass. linear_gelu's tanh form (attr
+// i[0] = 1) is cuBLASLt's own GELU: its GELU_AUX_BIAS epilogue writes y =
+// gelu(h) and h (the aux matrix) from the f32 sum, as the CPU does, in the
+// product's kernel (WEFT_CUDA_LT_GELU=0: the bias epilogue and the
+// elementwise GELU after it). The exact (erf) form, which cuBLASLt lacks, runs
+// after the bias epilogue as the elementwise gelu (vector loads), or in the
+// bias pass's kernel from h into y. (With the bias pass, bf16 / f16 h is
+// rounded twice, after the product and after the bias. After cuBLASLt's bias
+// epilogue the GELU reads h as stored, rounded to bf16 / f16, where the CPU
+// takes it from the f32 sum: the two differ within that rounding.)
 
 typedef struct lt_key {
     int dtype, opa, opb, dev;
     int64_t m, n, k, lda, ldb;
-    int align[3]; // byte alignment of A, B and C/D: the heuristic may only pick kernels that accept it
+    int align[4]; // byte alignment of A, B, C/D and the epilogue's aux matrix: the heuristic may only pick kernels that accept it
     int compute;  // the compute type: WEFT_CUDA_TF32 may change between calls (no padding: memcmp'd)
+    int epi;      // LT_BIAS, LT_GELU_AUX_BIAS or LT_DGELU
 } lt_key;
-_Static_assert(sizeof(lt_key) == 8 * sizeof(int) + 5 * sizeof(int64_t), "lt_key has no padding (keys are memcmp'd)");
+_Static_assert(sizeof(lt_key) == 10 * sizeof(int) + 5 * sizeof(int64_t), "lt_key has no padding (keys are memcmp'd)");
+// The epilogues weft uses: D = sum + bias; D = gelu(sum + bias) with aux = sum + bias (linear_gelu's tanh form);
+// D = sum ∘ gelu'(aux) (matmul_dgelu's tanh form). cuBLASLt's GELU is the tanh approximation.
+enum { LT_BIAS, LT_GELU_AUX_BIAS, LT_DGELU };
 
 // The largest power of two up to 256 dividing p's address.
 static int align_of(const void *p) {
@@ -230,9 +237,10 @@ static bool set_align(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceA
     return cublasLtMatmulPreferenceSetAttribute(pref, at, &v, sizeof v) == 0;
 }
 
-// Column-major, as cuBLASLt sees it: D (m x n, ld m) = op(A) (m x k) op(B) (k x n) + bias (m),
-// with A = W's operand and B = x's (the row-major y = x W^T is y^T = W x^T).
-static lt_plan *lt_plan_get(cublasLtHandle_t lt, const lt_key *k, const gemm_types *g) {
+// Column-major, as cuBLASLt sees it: D (m x n, ld m) = epi(op(A) (m x k) op(B) (k x n)), A the row-major
+// product's right operand and B its left one (the row-major C = X Y is C^T = Y^T X^T). The aux matrix (ld m)
+// is at aux, whose address the heuristic reads for its alignment.
+static lt_plan *lt_plan_get(cublasLtHandle_t lt, const lt_key *k, const gemm_types *g, void *aux) {
     for (int i = 0; i < LT_PLANS; i++)
         if (tl_plans[i].used && !memcmp(&tl_plans[i].key, k, sizeof *k)) return &tl_plans[i];
     lt_plan *p = &tl_plans[tl_plan_next];
@@ -241,7 +249,11 @@ static lt_plan *lt_plan_get(cublasLtHandle_t lt, const lt_key *k, const gemm_typ
     p->key = *k;
     p->used = true;
     cublasOperation_t ta = (cublasOperation_t)k->opa, tb = (cublasOperation_t)k->opb;
-    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    cublasLtEpilogue_t epi = k->epi == LT_GELU_AUX_BIAS ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                             : k->epi == LT_DGELU      ? CUBLASLT_EPILOGUE_DGELU
+                                                       : CUBLASLT_EPILOGUE_BIAS;
+    bool has_bias = k->epi != LT_DGELU, has_aux = k->epi != LT_BIAS;
+    int64_t aux_ld = k->m;
     int32_t bias_t = (int32_t)g->data; // the bias in the matrices' dtype
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t res;
@@ -251,7 +263,11 @@ static lt_plan *lt_plan_get(cublasLtHandle_t lt, const lt_key *k, const gemm_typ
               cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == 0 &&
               cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == 0 &&
               cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) == 0 &&
-              cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t) == 0 &&
+              (!has_bias ||
+               cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t) == 0) &&
+              (!has_aux ||
+               (cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux) == 0 &&
+                cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld) == 0)) &&
               layout(&p->a, g->data, ta, k->m, k->k, k->lda) && layout(&p->b, g->data, tb, k->k, k->n, k->ldb) &&
               cublasLtMatrixLayoutCreate(&p->c, g->data, k->m, k->n, k->m) == 0 &&
               cublasLtMatmulPreferenceCreate(&pref) == 0 &&
@@ -270,54 +286,79 @@ static lt_plan *lt_plan_get(cublasLtHandle_t lt, const lt_key *k, const gemm_typ
     return p;
 }
 
-// h = x W^T + b through one cuBLASLt call; 1 when this path does not apply (the caller falls back).
-static int lt_linear(const weft_op_args *args, weft_tensor *h, weft_status *st) {
-    const char *env = getenv("WEFT_CUDA_LT");
-    const weft_tensor *x = args->in[0], *w = args->in[1], *bias = args->n_in == 3 ? args->in[2] : NULL;
-    if ((env && *env == '0') || !bias || h->dtype == WEFT_F64 || bias->strides[0] != 1) return 1;
-    int64_t K = x->sizes[x->ndim - 1], N = w->sizes[0], M = h->numel / N;
-    if (K == 0) return 1; // an empty sum: cu_matmul's zeros, then the bias
-    // x's rows must stack: x viewed as (rows, K), row-major with row stride ldx
+// One cuBLASLt call by the plan for key: D = epi(A B [+ bias]) with its aux matrix. 1 when cuBLASLt has no
+// algorithm for it (the caller falls back; nothing was written), else 0 with *st.
+static int lt_call(const weft_tensor *on, const char *name, const gemm_types *g, const lt_key *key, const void *A,
+                   const void *B, void *D, const void *bias, void *aux, weft_status *st) {
+    cublasLtHandle_t lt;
+    if ((*st = weft_cu_lt_handle(on, name, &lt))) return 0;
+    lt_plan *p = lt_plan_get(lt, key, g, aux);
+    if (!p->ok) return 1;
+    weft_tensor *ws = NULL;
+    if (p->ws && !(ws = weft_tensor_new(1, (int64_t[]){(int64_t)p->ws}, WEFT_U8, on->device))) {
+        *st = weft_last_status();
+        return 0;
+    }
+    const float one = 1, zero = 0; // scale type f32 for f32, bf16 and f16
+    if (bias)
+        *st = weft_cu_blas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                                sizeof bias),
+                                 name, "cublasLtMatmulDescSetAttribute");
+    if (!*st && aux)
+        *st = weft_cu_blas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                                sizeof aux),
+                                 name, "cublasLtMatmulDescSetAttribute");
+    if (!*st)
+        *st = weft_cu_blas_check(cublasLtMatmul(lt, p->op, &one, A, p->a, B, p->b, &zero, D, p->c, D, p->c, &p->algo,
+                                                ws ? weft_tensor_ptr(ws) : NULL, p->ws, weft_cu_stream(on)),
+                                 name, "cublasLtMatmul");
+    weft_tensor_free(ws);
+    return 0;
+}
+
+// x's rows stacked as a (rows, K) row-major matrix: its row stride in *ld, false when they do not stack.
+static bool rows_stack(const weft_tensor *x, int64_t rows, int64_t K, int64_t *ld) {
     int64_t rs[2] = {K, 1};
-    bool stacked = weft_view_strides(x->ndim, x->sizes, x->strides, 2, (const int64_t[]){M, K}, rs) &&
+    bool stacked = weft_view_strides(x->ndim, x->sizes, x->strides, 2, (const int64_t[]){rows, K}, rs) &&
                    (K == 1 || rs[1] == 1);
-    int64_t ldx = M == 1 ? K : rs[0]; // a single row takes any stride
-    if (!stacked || ldx < K || M > INT_MAX || N > INT_MAX || K > INT_MAX || ldx > INT_MAX ||
-        align_of(weft_tensor_ptr(bias)) < 16)
-        return 1;
+    *ld = rows == 1 ? K : rs[0]; // a single row takes any stride
+    return stacked && *ld >= K && rows <= INT_MAX && K <= INT_MAX && *ld <= INT_MAX;
+}
+
+static bool lt_off(const char *var) {
+    const char *e = getenv(var);
+    return e && *e == '0';
+}
+
+// h = x W^T + b through one cuBLASLt call, and with y (linear_gelu's tanh form) also y = gelu(h) in its
+// epilogue; 1 when this path does not apply (the caller falls back). *gelu_done says whether y was written.
+static int lt_linear(const weft_op_args *args, weft_tensor *h, weft_tensor *y, weft_status *st, bool *gelu_done) {
+    const weft_tensor *x = args->in[0], *w = args->in[1], *bias = args->n_in == 3 ? args->in[2] : NULL;
+    *gelu_done = false;
+    if (lt_off("WEFT_CUDA_LT") || !bias || h->dtype == WEFT_F64 || bias->strides[0] != 1) return 1;
+    int64_t K = x->sizes[x->ndim - 1], N = w->sizes[0], M = h->numel / N, ldx;
+    if (K == 0) return 1; // an empty sum: cu_matmul's zeros, then the bias
+    if (!rows_stack(x, M, K, &ldx) || N > INT_MAX || align_of(weft_tensor_ptr(bias)) < 16) return 1;
     gemm_types g;
     if (!types_of((weft_dtype)h->dtype, &g)) return 1;
+    // cuBLASLt's GELU is the tanh form; its aux matrix's leading dimension (N) must be a multiple of 8
+    bool gelu = y && y != h && args->attrs->i[0] == 1 && N % 8 == 0 && !lt_off("WEFT_CUDA_LT_GELU");
+    weft_tensor *d = gelu ? y : h; // the epilogue's output D
     mat_view vw;
     weft_tensor *wo = blas_operand((weft_tensor *)w, true, &vw); // W^T (K, N) as BLAS reads it
     if (!wo) {
         *st = weft_last_status();
         return 0;
     }
-    cublasLtHandle_t lt;
-    *st = weft_cu_lt_handle(h, "linear", &lt);
     lt_key key = {.dtype = h->dtype, .opa = (int)vw.op, .opb = (int)CUBLAS_OP_N, .dev = h->device.index,
                   .m = N, .n = M, .k = K, .lda = vw.ld, .ldb = ldx,
-                  .align = {align_of(weft_tensor_ptr(wo)), align_of(weft_tensor_ptr(x)), align_of(weft_tensor_ptr(h))},
-                  .compute = (int)g.compute};
+                  .align = {align_of(weft_tensor_ptr(wo)), align_of(weft_tensor_ptr(x)), align_of(weft_tensor_ptr(d)),
+                            gelu ? align_of(weft_tensor_ptr(h)) : 0},
+                  .compute = (int)g.compute, .epi = gelu ? LT_GELU_AUX_BIAS : LT_BIAS};
     // cuBLAS's column-major C^T = B^T A^T: A is W^T's operand with its flag; B is x^T, i.e. x as stored (N).
-    lt_plan *p = *st ? NULL : lt_plan_get(lt, &key, &g);
-    int r = 0;
-    if (!*st && !p->ok) r = 1;
-    if (!*st && p->ok) {
-        const void *bp = weft_tensor_ptr(bias);
-        weft_tensor *ws = NULL;
-        if (p->ws) ws = weft_tensor_new(1, (int64_t[]){(int64_t)p->ws}, WEFT_U8, h->device);
-        if (p->ws && !ws) *st = weft_last_status();
-        const float one = 1, zero = 0; // scale type f32 for f32, bf16 and f16
-        if (!*st &&
-            (*st = weft_cu_blas_check(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bp, sizeof bp),
-                                      "linear", "cublasLtMatmulDescSetAttribute")) == WEFT_OK)
-            *st = weft_cu_blas_check(cublasLtMatmul(lt, p->op, &one, weft_tensor_ptr(wo), p->a, weft_tensor_ptr(x), p->b,
-                                                    &zero, weft_tensor_ptr(h), p->c, weft_tensor_ptr(h), p->c, &p->algo,
-                                                    ws ? weft_tensor_ptr(ws) : NULL, p->ws, weft_cu_stream(h)),
-                                     "linear", "cublasLtMatmul");
-        weft_tensor_free(ws);
-    }
+    int r = lt_call(h, args->op->name, &g, &key, weft_tensor_ptr(wo), weft_tensor_ptr(x), weft_tensor_ptr(d),
+                    weft_tensor_ptr(bias), gelu ? weft_tensor_ptr(h) : NULL, st);
+    *gelu_done = gelu && !r && !*st;
     weft_tensor_free(wo);
     return r;
 }
@@ -330,26 +371,76 @@ static weft_status cu_linear(const weft_op_args *args) {
     int cdt = weft_cu_desc(h).dtype;
     int64_t n = h->sizes[h->ndim - 1], rows = h->numel / n;
     weft_tensor *b = NULL; // the bias, when the fallback adds it
-    if (lt_linear(args, h, &st)) {
+    bool tanh_form = y != h && args->attrs->i[0] == 1, gelu_done = false;
+    if (lt_linear(args, h, y, &st, &gelu_done)) {
         weft_attrs tb = {.i = {0, 1}}; // h = x @ W^T: W (N,K) goes to cuBLAS transposed
         weft_op_args m = {.op = args->op, .n_in = 2, .in = args->in, .attrs = &tb, .n_out = 1, .out = &h};
         st = cu_matmul(&m);
         if (st == WEFT_OK && args->n_in == 3 && !(b = weft_kernel_contiguous(args->in[2]))) st = weft_last_status();
     }
-    if (st == WEFT_OK && !b && y != h) // (h has its bias, from cuBLASLt's epilogue, or none) y = gelu(h): the
-        // elementwise family's kernel, whose contiguous loop moves vectors (the same formula, f32 math for bf16 /
-        // f16, rounded once)
-        st = weft_cu_done(weft_cu_ew_unary(WEFT_CU_EW_GELU, weft_cu_desc(y), weft_cu_desc(h), 0, s), args->op->name);
-    else if (st == WEFT_OK && (b || y != h))
+    if (st == WEFT_OK && !b && y != h && !gelu_done) // (h has its bias, from cuBLASLt's epilogue, or none) y =
+        // gelu(h): the elementwise family's kernel, whose contiguous loop moves vectors (the same formula, f32 math
+        // for bf16 / f16, rounded once)
+        st = weft_cu_done(weft_cu_ew_unary(tanh_form ? WEFT_CU_EW_GELU_TANH : WEFT_CU_EW_GELU, weft_cu_desc(y),
+                                           weft_cu_desc(h), 0, s),
+                          args->op->name);
+    else if (st == WEFT_OK && (b || (y != h && !gelu_done)))
         st = weft_cu_done(weft_cu_bias_act(cdt, weft_tensor_ptr(h), y != h ? weft_tensor_ptr(y) : NULL,
-                                           b ? weft_tensor_ptr(b) : NULL, rows, n, s),
+                                           b ? weft_tensor_ptr(b) : NULL, rows, n, tanh_form, s),
                           args->op->name);
     weft_tensor_free(b);
     return st;
+}
+
+// gelu_linear (def_linalg.c): linear's kernel on (a, w, b), one output (no activation).
+static weft_status cu_gelu_linear(const weft_op_args *args) {
+    weft_op_args l = *args;
+    l.n_in = args->n_in - 1;
+    l.in = args->in + 1;
+    return cu_linear(&l);
+}
+
+// matmul_dgelu (def_linalg.c): out = (p @ W) ∘ gelu'(h). The tanh form, with p's rows stacking, h contiguous and
+// K a multiple of 8 (the aux matrix's ld), is one cuBLASLt call with the DGELU epilogue (WEFT_CUDA_LT=0 or
+// WEFT_CUDA_LT_GELU=0 turn it off); otherwise the product into out, then gelu_backward's kernel in place
+// (each element read, then written, by one thread).
+static weft_status cu_matmul_dgelu(const weft_op_args *args) {
+    weft_tensor *out = args->out[0], *p = args->in[0], *w = args->in[1], *h = args->in[2];
+    if (out->numel == 0) return WEFT_OK;
+    bool tanh_form = args->attrs->i[0] == 1;
+    int64_t N = w->sizes[0], K = w->sizes[1], R = out->numel / K, ldp;
+    weft_status st = WEFT_OK;
+    gemm_types g;
+    if (tanh_form && !lt_off("WEFT_CUDA_LT") && !lt_off("WEFT_CUDA_LT_GELU") && out->dtype != WEFT_F64 && N > 0 &&
+        K % 8 == 0 && K <= INT_MAX && rows_stack(p, R, N, &ldp) && weft_tensor_is_contiguous(h) &&
+        types_of((weft_dtype)out->dtype, &g)) {
+        mat_view vw;
+        weft_tensor *wo = blas_operand(w, false, &vw); // W (N, K), the row-major product's right operand
+        if (!wo) return weft_last_status();
+        lt_key key = {.dtype = out->dtype, .opa = (int)vw.op, .opb = (int)CUBLAS_OP_N, .dev = out->device.index,
+                      .m = K, .n = R, .k = N, .lda = vw.ld, .ldb = ldp,
+                      .align = {align_of(weft_tensor_ptr(wo)), align_of(weft_tensor_ptr(p)),
+                                align_of(weft_tensor_ptr(out)), align_of(weft_tensor_ptr(h))},
+                      .compute = (int)g.compute, .epi = LT_DGELU};
+        int r = lt_call(out, args->op->name, &g, &key, weft_tensor_ptr(wo), weft_tensor_ptr(p), weft_tensor_ptr(out),
+                        NULL, weft_tensor_ptr(h), &st);
+        weft_tensor_free(wo);
+        if (!r) return st;
+    }
+    weft_attrs plain = {0}; // no transposes (the op's attr i[0] is its GELU's form)
+    weft_op_args m = {.op = args->op, .n_in = 2, .in = args->in, .attrs = &plain, .n_out = 1, .out = &out};
+    if ((st = cu_matmul(&m))) return st;
+    weft_cu_tensor d[3] = {weft_cu_desc(out), weft_cu_desc(out), weft_cu_desc(h)};
+    weft_cu_coalesce(3, d);
+    return weft_cu_done(weft_cu_ew_binary(tanh_form ? WEFT_CU_EW_GELU_TANH_BW : WEFT_CU_EW_GELU_BW, d[0], d[1], d[2],
+                                          weft_cu_stream(out)),
+                        args->op->name);
 }
 
 void weft_cuda_register_linalg(void) {
     weft_cu_register("matmul", cu_matmul, WEFT_DT_FLOAT | WEFT_DT(WEFT_BF16) | WEFT_DT(WEFT_F16));
     weft_cu_register("linear", cu_linear, WEFT_DT_FLOAT | WEFT_DT_HALF);
     weft_cu_register("linear_gelu", cu_linear, WEFT_DT_FLOAT | WEFT_DT_HALF);
+    weft_cu_register("gelu_linear", cu_gelu_linear, WEFT_DT_FLOAT | WEFT_DT_HALF);
+    weft_cu_register("matmul_dgelu", cu_matmul_dgelu, WEFT_DT_FLOAT | WEFT_DT_HALF);
 }

@@ -10,9 +10,11 @@ extern "C" {
 #endif
 
 // h (rows, n) contiguous of dtype (WEFT_CU_F32 / F64 / BF16 / F16): with b (n)
-// h += b, and with y (rows, n) y = gelu(h) (exact, erf form), both in f32 (f64
-// for f64) from h's value before it is rounded. b and y may be NULL.
-cudaError_t weft_cu_bias_act(int dtype, void *h, void *y, const void *b, int64_t rows, int64_t n, cudaStream_t s);
+// h += b, and with y (rows, n) y = gelu(h) (exact, erf form; tanh_form: the
+// tanh approximation), both in f32 (f64 for f64) from h's value before it is
+// rounded. b and y may be NULL.
+cudaError_t weft_cu_bias_act(int dtype, void *h, void *y, const void *b, int64_t rows, int64_t n, int tanh_form,
+                             cudaStream_t s);
 
 #ifdef __cplusplus
 }
