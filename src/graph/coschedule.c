@@ -34,9 +34,14 @@ static double matmul_flops(const weft_graph *g, int32_t id) {
     const weft_gnode *n = &g->nodes[id];
     int32_t a;
     const weft_attrs *at;
-    if (n->kind == WEFT_NODE_OP && (weft_fused_head_op(n->op) || !strcmp(n->op->name, "linear_gelu"))) {
+    static const weft_attrs none; // attr i[0] is a transpose flag for matmul only (linear_gelu's is its GELU)
+    const char *nm = n->kind == WEFT_NODE_OP ? n->op->name : "";
+    // the products: matmul, linear and linear_gelu (x (.., K)), gelu_linear (h and a (.., K)), matmul_dgelu
+    // (p (.., N) @ W (N, K)): the summed dim is in[0]'s last but for a transposed matmul operand
+    if (n->kind == WEFT_NODE_OP && (weft_fused_head_op(n->op) || !strcmp(nm, "linear_gelu") ||
+                                    !strcmp(nm, "gelu_linear") || !strcmp(nm, "matmul_dgelu"))) {
         a = n->in[0];
-        at = &n->attrs;
+        at = !strcmp(nm, "matmul") ? &n->attrs : &none;
     } else if (n->kind == WEFT_NODE_FUSED && n->prog && n->prog->matmul_head && n->prog->instr[0].args[0] >= 0) {
         a = n->in[n->prog->instr[0].args[0]];
         at = &n->prog->instr[0].attrs;

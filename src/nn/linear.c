@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <weft/autograd.h>
 #include <weft/nn.h>
 
 #include "../core/core_impl.h"
@@ -42,14 +43,19 @@ weft_tensor *weft_nn_linear_apply(weft_tensor *x, weft_tensor *w, weft_tensor *b
     return y;
 }
 
+// (Only where a gradient is wanted: without one, h would live on until proj is done for nothing.)
 weft_tensor *weft_nn_mlp_apply(weft_tensor *x, weft_module *fc, weft_module *proj, bool tanh_form, bool *used) {
     weft_tensor *w1 = weft_module_get(fc, "weight"), *w2 = weft_module_get(proj, "weight");
+    weft_tensor *b1 = weft_module_get(fc, "bias"), *b2 = weft_module_get(proj, "bias");
     const char *e = getenv("WEFT_FUSED_GELU_BW");
     *used = strcmp(weft_module_kind(fc), "linear") == 0 && strcmp(weft_module_kind(proj), "linear") == 0 &&
-            !(e && !strcmp(e, "0")) && weft_tensor_ndim(x) >= 2 && use_fused(x, w1) && w2;
+            !(e && !strcmp(e, "0")) && weft_tensor_ndim(x) >= 2 && use_fused(x, w1) && use_fused(x, w2) &&
+            weft_grad_is_enabled() &&
+            (weft_tensor_requires_grad(x) || weft_tensor_requires_grad(w1) || weft_tensor_requires_grad(w2) ||
+             (b1 && weft_tensor_requires_grad(b1)) || (b2 && weft_tensor_requires_grad(b2)));
     if (!*used) return NULL;
-    weft_tensor *h, *a = weft_linear_gelu_pre(x, w1, weft_module_get(fc, "bias"), tanh_form, &h);
-    weft_tensor *y = a ? weft_gelu_linear(h, a, w2, weft_module_get(proj, "bias"), tanh_form) : NULL;
+    weft_tensor *h, *a = weft_linear_gelu_pre(x, w1, b1, tanh_form, &h);
+    weft_tensor *y = a ? weft_gelu_linear(h, a, w2, b2, tanh_form) : NULL;
     weft_tensor_free(a);
     weft_tensor_free(h);
     return y;

@@ -323,7 +323,10 @@ static weft_status infer_gelu_linear(const weft_op_args *a, weft_out_meta *o) {
     if (!weft_shape_equal(h->ndim, h->sizes, x->ndim, x->sizes))
         return weft_error(WEFT_ERR_SHAPE, "%s: h %s and a %s differ (a is gelu(h))", nm,
                           weft_tensor_shape_str(h, s1, sizeof s1), weft_tensor_shape_str(x, s2, sizeof s2));
-    weft_op_args l = *a; // the product's checks and shape: linear's, on (a, w, b)
+    if (x->ndim < 2 || a->in[2]->ndim != 2 || x->sizes[x->ndim - 1] != a->in[2]->sizes[1])
+        return weft_error(WEFT_ERR_SHAPE, "%s: a %s and weight %s do not match (a (..., K) with 2+ dims, weight (N, K))",
+                          nm, weft_tensor_shape_str(x, s1, sizeof s1), weft_tensor_shape_str(a->in[2], s2, sizeof s2));
+    weft_op_args l = *a; // the rest of the product's checks, and its shape: linear's, on (a, w, b)
     l.n_in = a->n_in - 1;
     l.in = a->in + 1;
     return infer_linear(&l, o);
@@ -430,6 +433,7 @@ weft_tensor *weft_matmul_dgelu(weft_tensor *p, weft_tensor *w, weft_tensor *h, b
 }
 
 weft_tensor *weft_linear_gelu_pre(weft_tensor *x, weft_tensor *w, weft_tensor *b, bool tanh_form, weft_tensor **h) {
+    if (!h) return weft_error_null(WEFT_ERR_ARG, "linear_gelu: no place for h (NULL)");
     *h = NULL;
     if (!x || !w) return weft_error_null_input(weft_op_linear_gelu.name);
     if (x->ndim < 2) return weft_error_null(WEFT_ERR_SHAPE, "linear_gelu: x needs at least 2 dims here");

@@ -8,7 +8,11 @@
 // agree with the CPU's (widened f32, rounded once) within a few units of the
 // last bf16 place: tolerance 2e-2.
 #include "cuda_test.h"
+#include "ops/cuda/linear_kernels.h"
 #include "ops/linalg.h" // weft_matmul_dgelu (internal op)
+// (weak: a build without CUDA has no counter; then these tests skip before it is read)
+#pragma weak weft_cu_lt_gelu_runs
+static int64_t lt_gelu_runs(int epi) { return weft_cu_lt_gelu_runs ? weft_cu_lt_gelu_runs(epi) : 0; }
 
 typedef struct lcase {
     int nx;
@@ -62,7 +66,12 @@ static void test_linear(void) {
                     char what[96];
                     snprintf(what, sizeof what, "linear%s case %zu %s lt=%d", g == 2 ? "_gelu_tanh" : g ? "_gelu" : "", i,
                              weft_dtype_name(dt), lt);
+                    int64_t r0 = lt_gelu_runs(1);
                     wt_cuda_compare(what, run, &c, c.bias ? 3 : 2, in, tols[f], true);
+                    // the GELU epilogue: for bf16 / f16 where it applies (a bias, N % 8 == 0, rows that stack),
+                    // and never for the exact form, without cuBLASLt or with it turned off
+                    if (g == 2 && lt == 1 && f >= 2 && c.bias && c.n % 8 == 0) CHECK(lt_gelu_runs(1) > r0);
+                    if (g != 2 || lt != 1) CHECK(lt_gelu_runs(1) == r0);
                     weft_tensor *ts[] = {x64, w64, b64, in[0], in[1], in[2]};
                     for (int k = 0; k < 6; k++) weft_tensor_free(ts[k]);
                 }
@@ -105,9 +114,14 @@ static void test_mlp_pair(void) {
                     weft_tensor *in[3] = {weft_cast(p64, dts[f]), weft_cast(w64, dts[f]), weft_cast(h64, dts[f])};
                     weft_tensor *in2[3] = {weft_cast(h64, dts[f]), weft_cast(w2, dts[f]), weft_cast(b2, dts[f])};
                     char what[96];
+                    int64_t d0 = lt_gelu_runs(2);
                     snprintf(what, sizeof what, "matmul_dgelu%s K %lld %s lt_gelu=%d", t ? " tanh" : "", (long long)K,
                              weft_dtype_name(dts[f]), lt);
                     wt_cuda_compare(what, run_dgelu, &c, 3, in, tol, true);
+                    // bf16 / f16, the tanh form at K 128: cuBLASLt's DGELU epilogue ran (it has kernels for these)
+                    bool epi = t && lt && ki == 0 && f >= 2;
+                    if (epi) CHECK(lt_gelu_runs(2) > d0);
+                    if (!t || !lt || ki) CHECK(lt_gelu_runs(2) == d0); // never for the others
                     snprintf(what, sizeof what, "gelu_linear%s K %lld %s", t ? " tanh" : "", (long long)K,
                              weft_dtype_name(dts[f]));
                     wt_cuda_compare(what, run_gelu_linear, &c, 3, in2, tol, true);

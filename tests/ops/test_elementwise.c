@@ -177,6 +177,15 @@ static void test_unary_special_values(void) {
     weft_tensor *ones = tens((double[]){1, 1, 1, 1, 1, 1}, WEFT_F32, WEFT_DIMS(6));
     wt_check_values("gelu_tanh_backward extremes f32",
                     wt_keep(weft_gelu_tanh_backward(ones, tens(v, WEFT_F32, WEFT_DIMS(6)))), gd, 6, 1e-6);
+    // exactly: -0 and a zero gradient where exp(-2u) would pass f32's range (not x / 1.7e38 and a gradient
+    // growing like x^3), NaN at -inf and where x^2 overflows (as PyTorch's f32), x itself far above
+    double far[6] = {-30, -1e4, -1e13, -3e38, -INFINITY, 1e13}, fy[6], fg[6];
+    weft_tensor *xf = tens(far, WEFT_F32, WEFT_DIMS(6)), *of = tens((double[]){1, 1, 1, 1, 1, 1}, WEFT_F32, WEFT_DIMS(6));
+    weft_tensor_to_f64(wt_keep(weft_gelu_tanh(xf)), fy, 6);
+    weft_tensor_to_f64(wt_keep(weft_gelu_tanh_backward(of, xf)), fg, 6);
+    for (int i = 0; i < 4; i++) CHECK(fy[i] == 0 && signbit(fy[i]) && (i == 3 || fg[i] == 0));
+    CHECK(isnan(fy[4]) && isnan(fg[3]) && isnan(fg[4]));
+    CHECK(fy[5] == (double)(float)1e13 && fg[5] == 1);
     weft_tensor *x32 = tens(v, WEFT_F32, WEFT_DIMS(6));
     double sg32[6] = {0, r_sigmoid(-100), 0.5, 1, 1, 0.5};
     wt_check_values("sigmoid extremes f32", wt_keep(weft_sigmoid(x32)), sg32, 6, 1e-6);

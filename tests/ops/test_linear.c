@@ -343,6 +343,7 @@ static void test_mlp_pair(void) {
     weft_tensor *hh;
     expect_error(weft_linear_gelu_pre(wt_keep(weft_tensor_ones(WEFT_DIMS(4), WEFT_F32)), w2, NULL, false, &hh), "linear_gelu");
     CHECK(hh == NULL);
+    expect_error(weft_linear_gelu_pre(h, w2, NULL, false, NULL), "linear_gelu"); // nowhere to put h
     wt_drop_all();
 }
 

@@ -1,6 +1,6 @@
 // The byte-level GPT of the model files, trained 5 steps, against its PyTorch twin (tests/data/gpt_twin_ref.txt,
 // written by tests/data/gen_gpt_twin.py in f64): the same network (12 pre-LayerNorm blocks, context 1024, as
-// gpt2-small-bytes but 32 wide with 2 heads), the same weights (filled here and there from one LCG, so neither
+// gpt2-small-bytes but 32 wide with 2 heads, and the exact GELU, not its tanh form), the same weights (filled here and there from one LCG, so neither
 // side's random generator matters), the same text and batches (weft_lm_batch's windows, which the script
 // recomputes from their hash), AdamW with gpt2-small-bytes' settings and its linear warm-up. Each step's loss
 // must agree within 1e-5 and every parameter's change over the 5 steps within 1% of its size: this is what

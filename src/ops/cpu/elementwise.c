@@ -79,9 +79,11 @@ static inline float gelu_grad_f(float x) {
 }
 
 // GELU, tanh approximation (PyTorch's approximate='tanh', GPT-2's): 0.5 x (1 + tanh(u)), u = k (x + a x^3),
-// k = sqrt(2/pi), a = 0.044715. In f32 as x sigmoid(2u) = x / (1 + exp(-2u)) (the same function: one
-// vectorisable exp, no cancellation near 0); its derivative s + 2 x s (1 - s) u', s = sigmoid(2u),
-// u' = k (1 + 3 a x^2). f64 keeps libm's tanh for gradient checks.
+// k = sqrt(2/pi), a = 0.044715. In f32 as x sigmoid(2u) (the same function: one vectorisable exp, no
+// cancellation near 0); its derivative s + 2 x s (1 - s) u', s = sigmoid(2u), u' = k (1 + 3 a x^2). The
+// sigmoid comes from e = exp(-2|u|) <= 1 (exactly 0 far out: weft_vexp_f32 clamps large arguments, which
+// exp(+2|u|) would need), r = 1 / (1 + e): s = r for u >= 0, e r below, and s (1 - s) = e r^2 either way.
+// f64 keeps libm's tanh for gradient checks.
 #define GELU_K 0.7978845608028654
 #define GELU_A 0.044715
 static inline double gelu_tanh_d(double x) { return 0.5 * x * (1.0 + tanh(GELU_K * (x + GELU_A * x * x * x))); }
@@ -90,13 +92,14 @@ static inline double gelu_tanh_grad_d(double x) {
     return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_K * (1.0 + 3.0 * GELU_A * x * x);
 }
 static inline float gelu_tanh_f(float x) {
-    float u = (float)GELU_K * (x + (float)GELU_A * x * x * x);
-    return x / (1.0f + weft_vexp_f32(-2.0f * u));
+    float u = (float)GELU_K * (x + (float)GELU_A * x * x * x), au = u < 0 ? -u : u;
+    float e = weft_vexp_f32(-2.0f * au), r = 1.0f / (1.0f + e);
+    return x * (u >= 0 ? r : e * r);
 }
 static inline float gelu_tanh_grad_f(float x) {
-    float x2 = x * x, u = (float)GELU_K * (x + (float)GELU_A * x2 * x);
-    float s = 1.0f / (1.0f + weft_vexp_f32(-2.0f * u));
-    return s + 2.0f * x * s * (1.0f - s) * (float)GELU_K * (1.0f + 3.0f * (float)GELU_A * x2);
+    float x2 = x * x, u = (float)GELU_K * (x + (float)GELU_A * x2 * x), au = u < 0 ? -u : u;
+    float e = weft_vexp_f32(-2.0f * au), r = 1.0f / (1.0f + e), s = u >= 0 ? r : e * r;
+    return s + 2.0f * x * (e * r * r) * (float)GELU_K * (1.0f + 3.0f * (float)GELU_A * x2);
 }
 
 // ---- unary ----

@@ -101,7 +101,8 @@ static bool outputs_aligned(const weft_op_args *a) {
 }
 
 // A weft_cu_heads layout as cuDNN's strides of a (B,H,T,D) tensor: a contiguous copy read as (BH,T,D) (H = 1)
-// splits its heads; the zero strides of size-1 dims get the values a contiguous tensor would have. False for a
+// splits its heads; the zero strides of size-1 dims get values that step past everything inside them (a
+// batch of one in a packed qkv: T 3C, not C, which would overlap the rows; strides cuDNN is known to take). False for a
 // zero stride along a longer dim (a broadcast view, e.g. k expanded over heads), which weft's kernels read and
 // cuDNN is not given.
 static bool cudnn_strides(const weft_cu_heads *L, int64_t B, int64_t H, int64_t T, int64_t D, int64_t s[3]) {
@@ -110,7 +111,7 @@ static bool cudnn_strides(const weft_cu_heads *L, int64_t B, int64_t H, int64_t 
     if ((!st && T > 1) || (!sh && H > 1) || (!sb && B > 1)) return false;
     if (!st) st = D;
     if (!sh) sh = st * T;
-    if (!sb) sb = sh * H;
+    if (!sb) sb = sh * H > st * T ? sh * H : st * T;
     s[0] = sb, s[1] = sh, s[2] = st;
     return true;
 }
@@ -147,7 +148,17 @@ static weft_status cudnn_attention(const weft_op_args *a, bool backward, const w
     }
     int rc = weft_cudnn_attention_run(&c, ptr, w ? weft_tensor_ptr(w) : NULL, stream, msg, sizeof msg);
     weft_tensor_free(w); // (stream-ordered: reused only by work queued after this)
-    if (rc) return weft_error(WEFT_ERR_DEVICE, "%s: %s", a->op->name, msg);
+    if (rc) {
+        // cuDNN refused at run time (the plan is dropped, not tried again): weft's kernels write every output
+        // in full, so they run it, unless the device itself has failed (a sticky error the next kernel would hit)
+        cudaError_t e = cudaPeekAtLastError();
+        if (e != cudaSuccess) return weft_error(WEFT_ERR_DEVICE, "%s: %s (%s)", a->op->name, msg, cudaGetErrorString(e));
+        static atomic_bool told;
+        if (!atomic_exchange(&told, true))
+            fprintf(stderr, "weft: WEFT_ATTN_CUDNN=1, but cuDNN failed to run %s: %s; weft's kernels run it\n",
+                    a->op->name, msg);
+        return WEFT_OK;
+    }
     *ran = true;
     return weft_cu_done(cudaSuccess, a->op->name); // (a launch error; with WEFT_CUDA_SYNC=1, waits)
 }

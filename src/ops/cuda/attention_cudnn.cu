@@ -173,6 +173,13 @@ int plan(const weft_cudnn_attn *a, void *st, size_t *workspace, std::string *why
     std::lock_guard<std::mutex> lock(g_mu);
     auto key = key_of(a);
     auto it = g_plans->find(key);
+    if (it == g_plans->end() &&
+        (cudaStreamIsCapturing((cudaStream_t)st, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone)) {
+        // not built while a CUDA Graph captures (a failure then would be remembered for good): weft's kernels
+        // run this one; an eager step before the capture builds it
+        *why = "a CUDA Graph is capturing and this shape has no plan yet (run one eager step first)";
+        return 0;
+    }
     if (it == g_plans->end()) {
         int prev = -1;
         cudaGetDevice(&prev);
@@ -182,6 +189,9 @@ int plan(const weft_cudnn_attn *a, void *st, size_t *workspace, std::string *why
         } catch (const std::exception &x) {
             p = Plan{};
             p.why = x.what();
+        } catch (...) {
+            p = Plan{};
+            p.why = "unknown exception while building the graph";
         }
         it = g_plans->emplace(key, p).first;
         if (prev >= 0) cudaSetDevice(prev);
@@ -209,14 +219,17 @@ int run(const weft_cudnn_attn *a, void *const *ptr, void *workspace, void *st, s
     else
         pack = {{UID_Q, ptr[0]},     {UID_K, ptr[1]},  {UID_V, ptr[2]},  {UID_O, ptr[3]}, {UID_GO, ptr[4]},
                 {UID_STATS, ptr[5]}, {UID_GQ, ptr[6]}, {UID_GK, ptr[7]}, {UID_GV, ptr[8]}};
+    int prev = -1; // the handle belongs to a's device
+    cudaGetDevice(&prev);
+    if (prev != a->device) cudaSetDevice(a->device);
     cudnnStatus_t s = cudnnSetStream(h->second, (cudaStream_t)st);
-    if (s != CUDNN_STATUS_SUCCESS) {
-        *err = std::string("cudnnSetStream: ") + cudnnGetErrorString(s);
-        return -1;
-    }
-    fe::error_t e = it->second.graph->execute(h->second, pack, workspace);
-    if (!e.is_good()) {
-        *err = "cuDNN attention: " + e.get_message();
+    fe::error_t e = s == CUDNN_STATUS_SUCCESS ? it->second.graph->execute(h->second, pack, workspace) : fe::error_t{};
+    if (prev >= 0 && prev != a->device) cudaSetDevice(prev);
+    if (s != CUDNN_STATUS_SUCCESS || !e.is_good()) {
+        *err = s != CUDNN_STATUS_SUCCESS ? std::string("cudnnSetStream: ") + cudnnGetErrorString(s)
+                                         : "cuDNN attention: " + e.get_message();
+        it->second.graph = nullptr; // not tried again: the caller's kernels run this shape from now on
+        it->second.why = *err;
         return -1;
     }
     g_runs++;

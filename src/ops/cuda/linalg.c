@@ -196,6 +196,9 @@ _Static_assert(sizeof(lt_key) == 10 * sizeof(int) + 5 * sizeof(int64_t), "lt_key
 // The epilogues weft uses: D = sum + bias; D = gelu(sum + bias) with aux = sum + bias (linear_gelu's tanh form);
 // D = sum ∘ gelu'(aux) (matmul_dgelu's tanh form). cuBLASLt's GELU is the tanh approximation.
 enum { LT_BIAS, LT_GELU_AUX_BIAS, LT_DGELU };
+static _Atomic int64_t g_lt_runs[3]; // calls run, by epilogue
+
+int64_t weft_cu_lt_gelu_runs(int epi) { return epi == LT_GELU_AUX_BIAS || epi == LT_DGELU ? g_lt_runs[epi] : 0; }
 
 // The largest power of two up to 256 dividing p's address.
 static int align_of(const void *p) {
@@ -312,6 +315,7 @@ static int lt_call(const weft_tensor *on, const char *name, const gemm_types *g,
         *st = weft_cu_blas_check(cublasLtMatmul(lt, p->op, &one, A, p->a, B, p->b, &zero, D, p->c, D, p->c, &p->algo,
                                                 ws ? weft_tensor_ptr(ws) : NULL, p->ws, weft_cu_stream(on)),
                                  name, "cublasLtMatmul");
+    if (!*st) g_lt_runs[key->epi]++;
     weft_tensor_free(ws);
     return 0;
 }

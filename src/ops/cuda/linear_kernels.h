@@ -16,6 +16,11 @@ extern "C" {
 cudaError_t weft_cu_bias_act(int dtype, void *h, void *y, const void *b, int64_t rows, int64_t n, int tanh_form,
                              cudaStream_t s);
 
+// How many cuBLASLt calls with GELU in the epilogue have run in this process (cuda/linalg.c): epi 1 the
+// GELU_AUX_BIAS forward (linear_gelu's tanh form), 2 the DGELU backward (matmul_dgelu's): for tests, which
+// cannot otherwise tell the epilogue from the fallback it declines to.
+int64_t weft_cu_lt_gelu_runs(int epi);
+
 #ifdef __cplusplus
 }
 #endif
