@@ -92,8 +92,10 @@ weft_tensor *weft_matmul(weft_tensor *a, weft_tensor *b);
 weft_tensor *weft_linear(weft_tensor *x, weft_tensor *w, weft_tensor *b);
 weft_tensor *weft_linear_gelu(weft_tensor *x, weft_tensor *w, weft_tensor *b);
 // gelu_tanh(F.linear(x, w, b)): the same op (linear_gelu, attr approximate = 1)
-// with GELU's tanh approximation; on CUDA, bf16 / f16 / f32 with a bias run it
-// as cuBLASLt's GELU_AUX_BIAS epilogue (product, bias and GELU in one kernel).
+// with GELU's tanh approximation; on CUDA, bf16 / f16 / f32 with a bias, N a
+// multiple of 8 and x's rows stacking (a row stride) run it as cuBLASLt's
+// GELU_AUX_BIAS epilogue (product, bias and GELU in one kernel), else the
+// product, then bias and GELU in one pass.
 weft_tensor *weft_linear_gelu_tanh(weft_tensor *x, weft_tensor *w, weft_tensor *b);
 // An MLP's two products with GELU's backward inside the second one's (what the transformer's mlp runs):
 // a = weft_linear_gelu_pre(x, w1, b1, tanh_form, &h) is linear_gelu (x with 2+ dims) handing back its

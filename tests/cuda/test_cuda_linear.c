@@ -11,9 +11,11 @@
 #include <stdlib.h>
 
 #include "cuda_test.h"
-#include "ops/cuda/linear_kernels.h"
 #include "ops/linalg.h" // weft_matmul_dgelu (internal op)
-// (weak: a build without CUDA has no counter; then these tests skip before it is read)
+// cuda/linalg.c's count of cuBLASLt calls with a GELU epilogue (declared in ops/cuda/linear_kernels.h, which
+// needs the CUDA headers: tests include none of those). Weak: a build without CUDA has no counter; these tests
+// skip before it is read.
+int64_t weft_cu_lt_gelu_runs(int epi);
 #pragma weak weft_cu_lt_gelu_runs
 static int64_t lt_gelu_runs(int epi) { return weft_cu_lt_gelu_runs ? weft_cu_lt_gelu_runs(epi) : 0; }
 
@@ -103,20 +105,24 @@ static weft_tensor *run_gelu_linear(weft_tensor *const *in, void *ctx) {
 // rms of a - b (f64 copies on the host)
 static double rms_diff(weft_tensor *a, weft_tensor *b) {
     int64_t n = weft_tensor_numel(a);
-    double *x = malloc(sizeof(double) * (size_t)n), *y = malloc(sizeof(double) * (size_t)n), s = 0;
+    double *x = malloc(sizeof(double) * (size_t)(n ? n : 1)), *y = malloc(sizeof(double) * (size_t)(n ? n : 1)), s = 0;
+    if (!x || !y) {
+        free(x), free(y);
+        return INFINITY;
+    }
     weft_tensor_to_f64(a, x, n);
     weft_tensor_to_f64(b, y, n);
     for (int64_t i = 0; i < n; i++) s += (x[i] - y[i]) * (x[i] - y[i]);
     free(x), free(y);
     return sqrt(s / (double)(n ? n : 1));
 }
-// cuBLASLt's DGELU epilogue is the tanh form's derivative, not the exact one's. The two differ most near
-// x = -2 (by 8.7e-4 on f'(-2) = -0.086, 1%), so h sits there and the operands are f16 (rounding 0.05%): the GPU's
-// result must lie at most half as far from the CPU's tanh result as the exact form's does (a hardware tanh in
-// the epilogue, 2^-11, moves it by a few tenths of a percent).
+// cuBLASLt's DGELU epilogue is the tanh form's derivative, not the exact one's. Near x = -0.9 the two differ by
+// 3.5e-4 (f'(-0.9) = -0.055: 0.6%) while a hardware tanh in the epilogue (relative error 2^-11) would move f'
+// by under 1e-6 there; the operands are f16 (rounding about 0.03%). The GPU's result must lie at most a quarter
+// as far from the CPU's tanh result as the exact form's does.
 static bool nearer_tanh(void) {
     weft_tensor *p64 = wt_rand64(WEFT_DIMS(64, 40), -1, 1, 60, false), *w64 = wt_rand64(WEFT_DIMS(40, 128), -1, 1, 61, false);
-    weft_tensor *h64 = wt_rand64(WEFT_DIMS(64, 128), -2.05, -1.95, 62, false);
+    weft_tensor *h64 = wt_rand64(WEFT_DIMS(64, 128), -0.95, -0.85, 62, false);
     weft_tensor *in[3] = {weft_cast(p64, WEFT_F16), weft_cast(w64, WEFT_F16), weft_cast(h64, WEFT_F16)}, *d[3];
     for (int i = 0; i < 3; i++) d[i] = weft_tensor_to(in[i], WT_CUDA0);
     int64_t r0 = lt_gelu_runs(2);
@@ -124,7 +130,7 @@ static bool nearer_tanh(void) {
     bool ran = lt_gelu_runs(2) > r0;
     weft_tensor *q = qg ? weft_tensor_to(qg, (weft_device){WEFT_CPU, 0}) : NULL;
     weft_tensor *qt = weft_matmul_dgelu(in[0], in[1], in[2], true), *qe = weft_matmul_dgelu(in[0], in[1], in[2], false);
-    bool ok = ran && q && qt && qe && rms_diff(q, qt) < 0.5 * rms_diff(qe, qt);
+    bool ok = ran && q && qt && qe && rms_diff(q, qt) < 0.25 * rms_diff(qe, qt);
     if (q && qt && qe)
         printf("  DGELU epilogue (ran: %d): rms from the tanh form's result %.3g, the exact form's from it %.3g\n", ran,
                rms_diff(q, qt), rms_diff(qe, qt));
@@ -133,9 +139,10 @@ static bool nearer_tanh(void) {
     return ok;
 }
 
-// And GELU_AUX_BIAS's GELU is the tanh form: with the pre-activation near -3 the two forms differ by 10%
-// (gelu(-3) = -0.00405, its tanh form -0.00364); the GPU's y must be at most a quarter as far from the CPU's
-// tanh result as the exact form's, and its aux matrix h the CPU's h.
+// And GELU_AUX_BIAS: it ran, its aux matrix is the CPU's h, and its y is printed beside the two forms (near -3
+// they differ by 10%: gelu(-3) = -0.00405, its tanh form -0.00364). y is not asserted nearer the tanh form: a
+// hardware tanh (2^-11) could move y by as much as the forms differ, at any x; the tolerances of test_linear
+// hold it to the tanh form within that.
 static bool nearer_tanh_fwd(void) {
     weft_tensor *x64 = wt_rand64(WEFT_DIMS(64, 32), -0.2, 0.2, 63, false), *w64 = wt_rand64(WEFT_DIMS(128, 32), -0.2, 0.2, 64, false);
     weft_tensor *b64 = wt_rand64(WEFT_DIMS(128), -3.05, -2.95, 65, false);
@@ -148,7 +155,7 @@ static bool nearer_tanh_fwd(void) {
     weft_tensor *h = hg ? weft_tensor_to(hg, (weft_device){WEFT_CPU, 0}) : NULL;
     weft_tensor *ht = NULL, *yt = weft_linear_gelu_pre(in[0], in[1], in[2], true, &ht);
     weft_tensor *ye = weft_linear_gelu(in[0], in[1], in[2]);
-    bool ok = ran && y && h && yt && ye && ht && rms_diff(y, yt) < 0.25 * rms_diff(ye, yt) && rms_diff(h, ht) < 2e-3;
+    bool ok = ran && y && h && yt && ye && ht && rms_diff(h, ht) < 2e-3;
     if (y && yt && ye)
         printf("  GELU epilogue (ran: %d): rms from the tanh form's result %.3g, the exact form's from it %.3g\n", ran,
                rms_diff(y, yt), rms_diff(ye, yt));
@@ -167,7 +174,8 @@ static void test_mlp_pair(void) {
                 for (int f = 0; f < 4; f++) {
                     mcase c = {t};
                     int64_t K = Ks[ki];
-                    double tol = f == 1 ? 1e-12 : f == 0 ? (t && lt && ki == 0 ? 2e-3 : 2e-5) : 2e-2; // (as above)
+                    // f32 through the DGELU epilogue: 2e-2 (a hardware tanh moves f' by up to ~1e-3, times |p W| up to ~8)
+                    double tol = f == 1 ? 1e-12 : f == 0 ? (t && lt && ki == 0 ? 2e-2 : 2e-5) : 2e-2;
                     weft_tensor *p64 = wt_rand64(WEFT_DIMS(4, 16, 40), -1, 1, 50, false);
                     weft_tensor *w64 = wt_rand64(WEFT_DIMS(40, K), -1, 1, 51, false);
                     weft_tensor *h64 = wt_rand64(3, (int64_t[]){4, 16, K}, -3, 3, 52, false);

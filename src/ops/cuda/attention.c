@@ -151,8 +151,9 @@ static weft_status cudnn_attention(const weft_op_args *a, bool backward, const w
     if (rc) {
         // cuDNN refused at run time (the plan is dropped, not tried again): weft's kernels write every output
         // in full, so they run it, unless the device itself has failed (a sticky error the next kernel would hit)
-        cudaError_t e = cudaPeekAtLastError();
-        if (e != cudaSuccess) return weft_error(WEFT_ERR_DEVICE, "%s: %s (%s)", a->op->name, msg, cudaGetErrorString(e));
+        cudaError_t e = cudaGetLastError(); // (clears a non-sticky error; a sticky one stays)
+        if (e != cudaSuccess && cudaPeekAtLastError() != cudaSuccess)
+            return weft_error(WEFT_ERR_DEVICE, "%s: %s (%s)", a->op->name, msg, cudaGetErrorString(e));
         static atomic_bool told;
         if (!atomic_exchange(&told, true))
             fprintf(stderr, "weft: WEFT_ATTN_CUDNN=1, but cuDNN failed to run %s: %s; weft's kernels run it\n",

@@ -39,6 +39,7 @@ struct Plan {
     std::shared_ptr<fe::graph::Graph> graph; // NULL: cuDNN cannot run this shape (kept so it is asked once)
     int64_t workspace = 0;
     std::string why;
+    bool failed = false; // an execute failed: not run again (the graph is kept: a captured CUDA Graph may use it)
 };
 
 // The plans by weft_cudnn_attn's fields, and the handles by device, under g_mu. Made on first use and never
@@ -196,7 +197,7 @@ int plan(const weft_cudnn_attn *a, void *st, size_t *workspace, std::string *why
         it = g_plans->emplace(key, p).first;
         if (prev >= 0) cudaSetDevice(prev);
     }
-    if (!it->second.graph) {
+    if (!it->second.graph || it->second.failed) {
         *why = it->second.why;
         return 0;
     }
@@ -209,7 +210,7 @@ int run(const weft_cudnn_attn *a, void *const *ptr, void *workspace, void *st, s
     std::lock_guard<std::mutex> lock(g_mu);
     auto it = g_plans->find(key_of(a));
     auto h = g_handle->find(a->device);
-    if (it == g_plans->end() || !it->second.graph || h == g_handle->end()) {
+    if (it == g_plans->end() || !it->second.graph || it->second.failed || h == g_handle->end()) {
         *err = "cuDNN attention: no plan for this shape (plan it first)";
         return -1;
     }
@@ -228,7 +229,7 @@ int run(const weft_cudnn_attn *a, void *const *ptr, void *workspace, void *st, s
     if (s != CUDNN_STATUS_SUCCESS || !e.is_good()) {
         *err = s != CUDNN_STATUS_SUCCESS ? std::string("cudnnSetStream: ") + cudnnGetErrorString(s)
                                          : "cuDNN attention: " + e.get_message();
-        it->second.graph = nullptr; // not tried again: the caller's kernels run this shape from now on
+        it->second.failed = true; // not tried again: the caller's kernels run this shape from now on
         it->second.why = *err;
         return -1;
     }
