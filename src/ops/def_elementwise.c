@@ -158,11 +158,14 @@ weft_tensor *weft_gelu_second(weft_tensor *x, bool tanh_form) {
     return r;
 }
 
+weft_tensor *weft_gelu_backward_as(weft_tensor *g, weft_tensor *x, bool tanh_form) {
+    return tanh_form ? weft_gelu_tanh_backward(g, x) : weft_gelu_backward(g, x);
+}
+
 // gelu_backward(g, x) = g f'(x) (f = gelu or gelu_tanh): linear in g; d/dx = g f''(x).
 static weft_status bw_gelu_bw_rule(const weft_bw_args *b, bool tanh_form) {
     weft_tensor *x = b->in[1];
-    if (NEED(0))
-        b->gin[0] = weft_bw_unbroadcast(b, 0, tanh_form ? weft_gelu_tanh_backward(G, x) : weft_gelu_backward(G, x));
+    if (NEED(0)) b->gin[0] = weft_bw_unbroadcast(b, 0, weft_gelu_backward_as(G, x, tanh_form));
     if (NEED(1)) {
         weft_tensor *d = weft_gelu_second(x, tanh_form), *gg = weft_mul(G, b->in[0]);
         b->gin[1] = weft_bw_unbroadcast(b, 1, weft_mul(gg, d));

@@ -216,6 +216,25 @@ static weft_status infer_linear(const weft_op_args *a, weft_out_meta *o) {
     return WEFT_OK;
 }
 
+// The weight and bias gradients of a product y = x W^T + b (linear, linear_gelu, gelu_linear), and W's of
+// matmul_dgelu: p^T x over all rows, p (..., N) and x (..., K) read as (R, N) and (R, K), an (N, K) result
+// contiguous like W; and p summed over all dims but its last.
+static weft_tensor *rows_tprod(weft_tensor *p, weft_tensor *x) {
+    int64_t N = p->sizes[p->ndim - 1], K = x->sizes[x->ndim - 1];
+    weft_tensor *p2 = weft_reshape(p, WEFT_DIMS(-1, N)), *x2 = weft_reshape(x, WEFT_DIMS(-1, K));
+    weft_tensor *pt = p2 ? weft_transpose(p2, 0, 1) : NULL;
+    weft_tensor *r = pt && x2 ? weft_matmul(pt, x2) : NULL;
+    weft_tensor_free(p2);
+    weft_tensor_free(x2);
+    weft_tensor_free(pt);
+    return r;
+}
+static weft_tensor *rows_sum(weft_tensor *p) {
+    int axes[WEFT_MAX_DIMS];
+    for (int d = 0; d < p->ndim - 1; d++) axes[d] = d;
+    return weft_sum(p, p->ndim - 1, axes, false);
+}
+
 // With p = h's gradient (gelu: g gelu'(h) in one pass, exact or tanh as the forward, plus any gradient of
 // h itself): grad_x = p W, grad_W = p^T x over all rows (one (N, rows) @
 // (rows, K) product, contiguous like W), grad_b = p summed over rows. All in
@@ -223,10 +242,7 @@ static weft_status infer_linear(const weft_op_args *a, weft_out_meta *o) {
 static weft_status bw_linear(const weft_bw_args *b) {
     weft_tensor *x = b->in[0], *w = b->in[1], *g = b->gout[0], *p;
     if (b->n_out == 2) {
-        bool tanh_form = b->attrs && b->attrs->i[0];
-        weft_tensor *gh = !g          ? NULL
-                          : tanh_form ? weft_gelu_tanh_backward(g, b->out[1])
-                                      : weft_gelu_backward(g, b->out[1]);
+        weft_tensor *gh = g ? weft_gelu_backward_as(g, b->out[1], b->attrs && b->attrs->i[0]) : NULL;
         weft_tensor *g1 = b->gout[1];
         p = !g1 ? gh : !gh ? weft_tensor_ref(g1) : weft_add(gh, g1);
         if (gh && g1) weft_tensor_free(gh);
@@ -234,22 +250,9 @@ static weft_status bw_linear(const weft_bw_args *b) {
         p = weft_tensor_ref(g);
     }
     if (!p) return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
-    int nd = p->ndim;
-    int64_t N = p->sizes[nd - 1], K = x->sizes[x->ndim - 1];
     if (b->needs[0]) b->gin[0] = weft_matmul(p, w);
-    if (b->needs[1]) {
-        weft_tensor *p2 = weft_reshape(p, WEFT_DIMS(-1, N)), *x2 = weft_reshape(x, WEFT_DIMS(-1, K));
-        weft_tensor *pt = p2 ? weft_transpose(p2, 0, 1) : NULL;
-        b->gin[1] = pt && x2 ? weft_matmul(pt, x2) : NULL;
-        weft_tensor_free(p2);
-        weft_tensor_free(x2);
-        weft_tensor_free(pt);
-    }
-    if (b->n_in == 3 && b->needs[2]) {
-        int axes[WEFT_MAX_DIMS];
-        for (int d = 0; d < nd - 1; d++) axes[d] = d;
-        b->gin[2] = weft_sum(p, nd - 1, axes, false);
-    }
+    if (b->needs[1]) b->gin[1] = rows_tprod(p, x);
+    if (b->n_in == 3 && b->needs[2]) b->gin[2] = rows_sum(p);
     weft_tensor_free(p);
     for (int i = 0; i < b->n_in; i++)
         if (b->needs[i] && !b->gin[i]) return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
@@ -334,23 +337,9 @@ static weft_status infer_gelu_linear(const weft_op_args *a, weft_out_meta *o) {
 
 static weft_status bw_gelu_linear(const weft_bw_args *b) {
     weft_tensor *h = b->in[0], *x = b->in[1], *w = b->in[2], *p = b->gout[0];
-    bool tanh_form = b->attrs && b->attrs->i[0];
-    int nd = p->ndim;
-    int64_t N = p->sizes[nd - 1], K = x->sizes[x->ndim - 1];
-    if (b->needs[0]) b->gin[0] = weft_matmul_dgelu(p, w, h, tanh_form);
-    if (b->needs[2]) { // p^T a over all rows, contiguous like W
-        weft_tensor *p2 = weft_reshape(p, WEFT_DIMS(-1, N)), *x2 = weft_reshape(x, WEFT_DIMS(-1, K));
-        weft_tensor *pt = p2 ? weft_transpose(p2, 0, 1) : NULL;
-        b->gin[2] = pt && x2 ? weft_matmul(pt, x2) : NULL;
-        weft_tensor_free(p2);
-        weft_tensor_free(x2);
-        weft_tensor_free(pt);
-    }
-    if (b->n_in == 4 && b->needs[3]) {
-        int axes[WEFT_MAX_DIMS];
-        for (int d = 0; d < nd - 1; d++) axes[d] = d;
-        b->gin[3] = weft_sum(p, nd - 1, axes, false);
-    }
+    if (b->needs[0]) b->gin[0] = weft_matmul_dgelu(p, w, h, b->attrs && b->attrs->i[0]);
+    if (b->needs[2]) b->gin[2] = rows_tprod(p, x); // p^T a
+    if (b->n_in == 4 && b->needs[3]) b->gin[3] = rows_sum(p);
     for (int i = 0; i < b->n_in; i++)
         if (i != 1 && b->needs[i] && !b->gin[i]) return weft_last_status() ? weft_last_status() : WEFT_ERR_STATE;
     return WEFT_OK;
@@ -391,22 +380,14 @@ static weft_status infer_matmul_dgelu(const weft_op_args *a, weft_out_meta *o) {
 static weft_status bw_matmul_dgelu(const weft_bw_args *b) {
     weft_tensor *p = b->in[0], *w = b->in[1], *h = b->in[2], *g = b->gout[0];
     bool tanh_form = b->attrs && b->attrs->i[0];
-    int64_t N = w->sizes[0], K = w->sizes[1];
-    weft_tensor *gm = tanh_form ? weft_gelu_tanh_backward(g, h) : weft_gelu_backward(g, h);
+    weft_tensor *gm = weft_gelu_backward_as(g, h, tanh_form);
     if (!gm) return weft_last_status();
     if (b->needs[0]) {
         weft_tensor *wt = weft_transpose(w, 0, 1);
         b->gin[0] = wt ? weft_matmul(gm, wt) : NULL;
         weft_tensor_free(wt);
     }
-    if (b->needs[1]) {
-        weft_tensor *p2 = weft_reshape(p, WEFT_DIMS(-1, N)), *g2 = weft_reshape(gm, WEFT_DIMS(-1, K));
-        weft_tensor *pt = p2 ? weft_transpose(p2, 0, 1) : NULL;
-        b->gin[1] = pt && g2 ? weft_matmul(pt, g2) : NULL;
-        weft_tensor_free(p2);
-        weft_tensor_free(g2);
-        weft_tensor_free(pt);
-    }
+    if (b->needs[1]) b->gin[1] = rows_tprod(p, gm); // p^T gm
     if (b->needs[2]) {
         weft_tensor *m = weft_matmul(p, w), *d = weft_gelu_second(h, tanh_form);
         weft_tensor *gmd = m ? weft_mul(g, m) : NULL;

@@ -34,6 +34,8 @@ weft_tensor *weft_relu_backward(weft_tensor *g, weft_tensor *x);
 weft_tensor *weft_gelu_backward(weft_tensor *g, weft_tensor *x);
 // g * d/dx gelu_tanh(x): the tanh GELU's backward in one pass.
 weft_tensor *weft_gelu_tanh_backward(weft_tensor *g, weft_tensor *x);
+// g f'(x) for GELU's exact form or its tanh form: gelu_backward or gelu_tanh_backward.
+weft_tensor *weft_gelu_backward_as(weft_tensor *g, weft_tensor *x, bool tanh_form);
 // GELU's second derivative f''(x) (exact or tanh form), composed of ops: the backward rules of the backward ops.
 weft_tensor *weft_gelu_second(weft_tensor *x, bool tanh_form);
 
