@@ -21,7 +21,7 @@ PREFIX ?= /usr/local
 JOBS ?= $(shell nproc)
 BENCH ?=
 DEPS = build-essential cmake pkg-config libopenblas-dev libopenblas0-openmp libdnnl-dev zlib1g-dev libcjson-dev \
-       openmpi-bin libopenmpi-dev
+       openmpi-bin libopenmpi-dev libprotobuf-c-dev protobuf-c-compiler libonnx-testdata python3-onnx
 BENCH_DEPS = python3-torch python3-numpy python3-venv
 VENV ?= .venv-bench
 RUN_DEPS = dataset-fashion-mnist bible-kjv

@@ -4,6 +4,7 @@
 //   weft eval MODEL.cfg --ckpt FILE     evaluate a checkpoint
 //   weft sample MODEL.cfg --ckpt FILE   generate text from a language model
 //   weft graph MODEL.cfg --dot FILE     trace one training step into a graph: DOT, optionally a graph file
+//   weft export MODEL.cfg --onnx FILE   the model (and a checkpoint's weights) as an ONNX model
 //   weft info [FILE.safetensors]        build/threads/devices, or a checkpoint's tensors
 //   weft ops                            list the op table
 //   weft version
@@ -40,6 +41,7 @@ static int usage(void) {
             "                  [--batch B] [--device D]\n"
             "  sample MODEL.cfg --ckpt FILE [--tokens N] [--prompt TEXT] [--temperature T] [--seed S] [--threads T]\n"
             "  graph MODEL.cfg --dot FILE [--optimize] [--save FILE.wgraph]\n"
+            "  export MODEL.cfg --onnx FILE [--ckpt FILE] [--batch B]\n"
             "  info [FILE.safetensors]\n"
             "  ops\n"
             "  version\n");
@@ -126,7 +128,9 @@ static bool check_args(const char *cmd, int argc, char **argv, const char **ckpt
 }
 
 // A parsed command line: what run_cli runs.
-typedef enum { CLI_VERSION, CLI_OPS, CLI_INFO, CLI_INFO_FILE, CLI_LAUNCH, CLI_GRAPH, CLI_TRAIN, CLI_EVAL, CLI_SAMPLE } cli_kind;
+typedef enum {
+    CLI_VERSION, CLI_OPS, CLI_INFO, CLI_INFO_FILE, CLI_LAUNCH, CLI_GRAPH, CLI_EXPORT, CLI_TRAIN, CLI_EVAL, CLI_SAMPLE
+} cli_kind;
 typedef struct cli {
     cli_kind kind;
     const char *cmd;                  // argv[1]
@@ -138,6 +142,8 @@ typedef struct cli {
     int threads; // --threads (0: not given)
     weft_train_opts t;
     const char *dot, *save; // graph
+    const char *onnx;       // export (with ckpt and batch)
+    int64_t batch;
     bool optimize;
     int argc; // launch: its own arguments
     char **argv;
@@ -349,6 +355,34 @@ static int parse_graph(int argc, char **argv, cli *c) {
     return -1;
 }
 
+// weft export MODEL.cfg --onnx FILE [--ckpt FILE] [--batch B]: its options, then the model file.
+static int parse_export(int argc, char **argv, cli *c) {
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--onnx") && strcmp(a, "--ckpt") && strcmp(a, "--batch")) {
+            snprintf(g_err, sizeof g_err, "unknown option '%s' (see weft --help)", a);
+            return usage_fail("export");
+        }
+        if (i + 1 >= argc) {
+            snprintf(g_err, sizeof g_err, "option '%s' needs a value", a);
+            return usage_fail("export");
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--onnx")) c->onnx = v;
+        else if (!strcmp(a, "--ckpt")) c->ckpt = v;
+        else if (!int_opt(a, v, &c->batch) || c->batch < 1 || c->batch > (1 << 24)) {
+            if (!g_err[0]) snprintf(g_err, sizeof g_err, "--batch: expected 1 to %d, got '%s'", 1 << 24, v);
+            return usage_fail("export");
+        }
+    }
+    if (!c->onnx) {
+        fprintf(errf(), "weft export: --onnx FILE is needed\n");
+        return 2;
+    }
+    if (!(c->cfg = weft_model_cfg_load(c->file))) return fail("export");
+    return -1;
+}
+
 static int cmd_graph(const cli *c) {
     const weft_model_cfg *cfg = c->cfg;
     const char *dot = c->dot, *save = c->save;
@@ -499,7 +533,8 @@ static int parse_cli(int argc, char **argv, cli *c) {
         c->argc = argc - 2, c->argv = argv + 2;
         return -1;
     }
-    if (strcmp(cmd, "train") && strcmp(cmd, "eval") && strcmp(cmd, "sample") && strcmp(cmd, "graph")) {
+    if (strcmp(cmd, "train") && strcmp(cmd, "eval") && strcmp(cmd, "sample") && strcmp(cmd, "graph") &&
+        strcmp(cmd, "export")) {
         fprintf(errf(), "weft: unknown command '%s' (see weft --help)\n", cmd);
         return 2;
     }
@@ -511,6 +546,10 @@ static int parse_cli(int argc, char **argv, cli *c) {
     if (!strcmp(cmd, "graph")) {
         c->kind = CLI_GRAPH;
         return parse_graph(argc - 3, argv + 3, c);
+    }
+    if (!strcmp(cmd, "export")) {
+        c->kind = CLI_EXPORT;
+        return parse_export(argc - 3, argv + 3, c);
     }
     c->kind = !strcmp(cmd, "train") ? CLI_TRAIN : !strcmp(cmd, "eval") ? CLI_EVAL : CLI_SAMPLE;
     if (!check_args(cmd, argc - 3, argv + 3, &c->ckpt)) return usage_fail(cmd);
@@ -546,6 +585,10 @@ int run_cli(const cli *c) {
         return 0;
     case CLI_LAUNCH: return weft_cli_launch(c->argc, c->argv);
     case CLI_GRAPH: return cmd_graph(c);
+    case CLI_EXPORT:
+        if (weft_export_onnx(c->cfg, c->ckpt, c->batch, c->onnx) != WEFT_OK) return fail("export");
+        printf("wrote %s\n", c->onnx);
+        return 0;
     case CLI_TRAIN: return cmd_train(c->cfg, &c->t);
     case CLI_EVAL: {
         weft_train_result r;

@@ -201,6 +201,43 @@ weft_graph *weft_graph_load(const char *path);
 // how a loaded graph's feeds and fetches are found.
 weft_value weft_graph_find_output(const weft_graph *g, const char *node_name, int output);
 
+// ==== ONNX interchange (src/graph/onnx_*.c; docs/graph.md "ONNX") ====
+// Built with protobuf-c (CMake WEFT_ONNX); without it both calls fail with
+// WEFT_ERR_UNSUPPORTED and weft_onnx_available() is false.
+bool weft_onnx_available(void);
+
+// A concrete shape for one input of an ONNX model, for dims the file leaves
+// symbolic ("batch") or to replace the file's own sizes; or a value the input
+// is fixed to (it becomes a constant: inputs that ops such as Reshape, Slice
+// or ReduceSum read as their shape or axes, which weft needs at load).
+typedef struct weft_onnx_shape {
+    const char *name; // a graph input of the model
+    int ndim;
+    const int64_t *sizes;
+    weft_tensor *value; // NULL, or the input's fixed value (ndim and sizes are then ignored; copied)
+} weft_onnx_shape;
+
+// Loads an ONNX model (opsets 7 to 17 of the default domain) as a weft graph:
+// each graph input that is not an initializer becomes a placeholder named as
+// the input, each initializer a CONSTANT, and each node one or more ops
+// (docs/graph.md lists the ONNX ops weft reads and what they become). Every
+// value the model names is found by its name: weft_graph_find_value(g,
+// "logits") is the graph output "logits" (the node producing an ONNX value
+// carries the value's name). Inputs take their sizes from shapes[] when named
+// there, else from the file, which must then give every dim. NULL on error,
+// with a message naming the file and the node: an op weft does not read, an
+// attribute it does not support, a malformed file.
+weft_graph *weft_onnx_load(const char *path, int n_shapes, const weft_onnx_shape *shapes);
+
+// Writes the part of g that computes outputs[0..n_out) from inputs[0..n_in)
+// (placeholders) as an ONNX model (opset 17, IR version 8): variables and
+// constants become initializers with their current values, each op one or
+// more ONNX nodes; graph inputs and outputs are named after their weft nodes.
+// An op with no ONNX form is an error naming the node and the op. Written
+// atomically (a temporary file, fsync, rename).
+weft_status weft_onnx_save(const weft_graph *g, int n_in, const weft_value *inputs, int n_out,
+                           const weft_value *outputs, const char *path);
+
 // ==== symbolic autodiff (src/graph/autodiff.c; docs/graph.md "Symbolic autodiff") ====
 // Appends to g the backward graph of y (one element, floating point) with
 // respect to wrt[0..n_wrt) (any values: variables, placeholders, intermediates)

@@ -46,6 +46,8 @@ weft_tensor *weft_gelu(weft_tensor *t); // exact (erf) form
 // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 weft_tensor *weft_gelu_tanh(weft_tensor *t);
 weft_tensor *weft_silu(weft_tensor *t);
+// The Gauss error function, erf(x) = 2/sqrt(pi) int_0^x exp(-t^2) dt (ONNX's Erf, torch.erf); floats.
+weft_tensor *weft_erf(weft_tensor *t);
 weft_tensor *weft_pow_scalar(weft_tensor *t, double p);
 weft_tensor *weft_add_scalar(weft_tensor *t, double s);
 weft_tensor *weft_mul_scalar(weft_tensor *t, double s);

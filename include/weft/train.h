@@ -100,6 +100,13 @@ void weft_eval_print_final(FILE *f, const weft_train_result *r);
 weft_status weft_sample(const weft_model_cfg *cfg, const char *ckpt, const char *prompt, int64_t n_tokens,
                         double temperature, uint64_t seed, FILE *out);
 
+// The model of a model file as an ONNX file (weft_onnx_save): its inference
+// forward (dropout off) traced on a batch of `batch` inputs (0: the model
+// file's batch), input "x" ((batch, input...) f32, or (batch, context) int64
+// token ids for language models) and output "logits", the weights from ckpt
+// (NULL: the model file's initial weights, drawn from its seed).
+weft_status weft_export_onnx(const weft_model_cfg *cfg, const char *ckpt, int64_t batch, const char *path);
+
 // The "final: key=value ..." line for a result.
 void weft_train_print_final(FILE *f, const weft_train_result *r);
 

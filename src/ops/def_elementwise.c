@@ -180,6 +180,13 @@ static weft_status bw_gelu_tanh(const weft_bw_args *b) {
     return done(b);
 }
 static weft_status bw_gelu_tanh_backward(const weft_bw_args *b) { return bw_gelu_bw_rule(b, true); }
+static weft_status bw_erf(const weft_bw_args *b) { // g 2/sqrt(pi) exp(-x^2)
+    weft_tensor *x2 = weft_mul(X, X), *nx2 = weft_neg(x2), *e = weft_exp(nx2), *t = weft_mul(G, e);
+    b->gin[0] = weft_mul_scalar(t, 1.1283791670955126); // 2/sqrt(pi)
+    weft_tensor *ts[] = {x2, nx2, e, t};
+    for (int k = 0; k < 4; k++) weft_tensor_free(ts[k]);
+    return done(b);
+}
 static weft_status bw_silu(const weft_bw_args *b) { // g s (1 + x (1 - s)), s = sigmoid(x)
     weft_tensor *s = weft_sigmoid(X), *one_m = weft_neg(s), *t1 = weft_add_scalar(one_m, 1.0);
     weft_tensor *xt = weft_mul(X, t1), *t2 = weft_add_scalar(xt, 1.0), *d = weft_mul(s, t2);
@@ -303,6 +310,7 @@ UNARY(relu, WEFT_EW_RELU, WEFT_DT_NUM, bw_relu, WEFT_SAVE_IN(0))
 UNARY(gelu, WEFT_EW_GELU, WEFT_DT_FLOAT, bw_gelu, WEFT_SAVE_IN(0))
 UNARY(gelu_tanh, WEFT_EW_GELU_TANH, WEFT_DT_FLOAT, bw_gelu_tanh, WEFT_SAVE_IN(0))
 UNARY(silu, WEFT_EW_SILU, WEFT_DT_FLOAT, bw_silu, WEFT_SAVE_IN(0))
+UNARY(erf, WEFT_EW_ERF, WEFT_DT_FLOAT, bw_erf, WEFT_SAVE_IN(0))
 UNARY(pow_scalar, WEFT_EW_POW_SCALAR, WEFT_DT_FLOAT, bw_pow_scalar, WEFT_SAVE_IN(0))
 UNARY(add_scalar, WEFT_EW_ADD_SCALAR, WEFT_DT_NUM, bw_identity, 0)
 UNARY(mul_scalar, WEFT_EW_MUL_SCALAR, WEFT_DT_NUM, bw_mul_scalar, 0)
@@ -374,6 +382,7 @@ weft_op_def weft_op_copy = {.name = "copy", .n_in = 1, .n_out = 1, .infer = infe
 #define U(nm) \
     weft_tensor *weft_##nm(weft_tensor *t) { return weft_op_apply1(&weft_op_##nm, 1, &t, NULL); }
 U(neg) U(abs) U(exp) U(log) U(sqrt) U(rsqrt) U(sin) U(cos) U(tanh) U(sigmoid) U(relu) U(gelu) U(gelu_tanh) U(silu)
+U(erf)
 U(sign) U(gelu_grad)
 #define S(nm) \
     weft_tensor *weft_##nm(weft_tensor *t, double s) { \

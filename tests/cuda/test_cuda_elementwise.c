@@ -4,7 +4,8 @@
 // dtype size for where) where the CPU has them; shapes 7, (33,65), a
 // transposed view, a 0-d operand, broadcasting (4,1,5) with (3,1), 2^20
 // elements (more blocks than one grid-stride step), and contiguous views that
-// start at the second element (not aligned for the kernels' vector loads).
+// start at the second element (not aligned for the kernels' vector loads);
+// erf at its special values (-0, tiny, +-inf, NaN).
 #include <stdlib.h>
 
 #include "../../src/ops/elementwise.h" // weft_sign, weft_gelu_grad, weft_relu_backward, weft_gelu_backward,
@@ -68,6 +69,7 @@ static const unop k_unary[] = {
     {"gelu_grad", weft_gelu_grad, -4, 4, false, false}, // no backward of its own
     {"gelu_tanh", weft_gelu_tanh, -5, 5, false, true},
     {"silu", weft_silu, -6, 6, false, true},
+    {"erf", weft_erf, -4, 4, false, true},
     {"pow_scalar", f_pow_scalar, 0.1, 3, false, true},
     {"add_scalar", f_add_scalar, -3, 3, true, true},
     {"mul_scalar", f_mul_scalar, -3, 3, true, true},
@@ -364,6 +366,32 @@ static void test_slice_backward(void) {
     }
 }
 
+// erf at special values on both devices (CUDA's erff / erf against libm's): 0 and -0 (-0 out), tiny x (2x/sqrt(pi),
+// not 0), +-0.5, +-3, +-10, +-inf (+-1) and NaN.
+static weft_tensor *run_erf(weft_tensor *const *in, void *c) {
+    (void)c;
+    return weft_erf(in[0]);
+}
+static void test_erf_special(void) {
+    static const double v[13] = {0, -0.0, 1e-20, -1e-20, 0.5, -0.5, 3, -3, 10, -10, INFINITY, -INFINITY, NAN};
+    for (int f = 0; f < 2; f++) {
+        weft_dtype dt = f ? WEFT_F64 : WEFT_F32;
+        weft_tensor *x64 = weft_tensor_from_data(v, 1, (int64_t[]){13}, WEFT_F64), *x = weft_cast(x64, dt);
+        wt_cuda_compare(f ? "erf special f64" : "erf special f32", run_erf, NULL, 1, &x, f ? 1e-15 : 1e-6, false);
+        weft_tensor *xd = weft_tensor_to(x, WT_CUDA0), *yd = xd ? weft_erf(xd) : NULL;
+        weft_tensor *y = yd ? weft_tensor_to(yd, WEFT_DEVICE_CPU) : NULL;
+        double r[13], tiny = 1.1283791670955126e-20;
+        CHECK(y && weft_tensor_to_f64(y, r, 13) == WEFT_OK);
+        if (y) {
+            CHECK(r[0] == 0 && !signbit(r[0]) && r[1] == 0 && signbit(r[1]));
+            CHECK(fabs(r[2] - tiny) <= 1e-6 * tiny && fabs(r[3] + tiny) <= 1e-6 * tiny);
+            CHECK(r[10] == 1 && r[11] == -1 && isnan(r[12]));
+        }
+        weft_tensor *ts[] = {x64, x, xd, yd, y};
+        for (int i = 0; i < 5; i++) weft_tensor_free(ts[i]);
+    }
+}
+
 // A dtype the CPU kernel does not take is refused on CUDA too.
 static weft_tensor *run_exp(weft_tensor *const *in, void *c) {
     (void)c;
@@ -382,6 +410,7 @@ int main(void) {
     RUN(test_compare_bytes);
     RUN(test_where);
     RUN(test_slice_backward);
+    RUN(test_erf_special);
     RUN(test_unsupported);
     RUN(test_half);
     return wt_summary();

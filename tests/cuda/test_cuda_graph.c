@@ -53,6 +53,11 @@ static prog_case g_cases[] = {
            I(WEFT_EW_GELU, R(5), U, -1, 0), I(WEFT_EW_GELU_GRAD, 1, U, -1, 0), I(WEFT_EW_SILU, R(7), U, -1, 0),
            I(WEFT_EW_SIN, R(8), U, -1, 0), I(WEFT_EW_COS, R(9), U, 1, 0), I(WEFT_EW_POW_SCALAR, R(4), U, 2, 1.5)}}},
     {"pow", 2, false, true, {2, {I(WEFT_EW_POW, 0, 1, -1, 0), I(WEFT_EW_MUL, R(0), 1, 0, 0)}}},
+    // the exact GELU as PyTorch exports it: x * 0.5 * (1 + erf(x / sqrt 2)), erf exported too
+    {"erf gelu", 1, false, true,
+     {5, {I(WEFT_EW_MUL_SCALAR, 0, U, -1, 0.70710678118654752440), I(WEFT_EW_ERF, R(0), U, 1, 0),
+          I(WEFT_EW_ADD_SCALAR, R(1), U, -1, 1), I(WEFT_EW_MUL, R(2), 0, -1, 0),
+          I(WEFT_EW_MUL_SCALAR, R(3), U, 0, 0.5)}}},
 };
 
 // Inputs in [lo, hi) of dtype dt, shape given (CPU).

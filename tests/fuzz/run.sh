@@ -13,7 +13,7 @@
 build=$1 secs=$2
 shift 2
 src=$(cd "$(dirname "$0")/../.." && pwd)
-harnesses=${*:-model_file safetensors checkpoint graph idx text cli}
+harnesses=${*:-model_file safetensors checkpoint graph idx text cli onnx}
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 status=0
 for h in $harnesses; do

@@ -1,8 +1,9 @@
 // Vertical fusion: elementwise chains and matmul epilogues become FUSED nodes
 // (node counts checked) that compute bit-identical values to the unfused
-// graph and to eager ops; broadcasting, exported intermediates, f64,
-// non-contiguous inputs, the memory plan on and off, the cycle guard, DOT,
-// saving, and a traced MLP training step with and without fusion.
+// graph and to eager ops; broadcasting, exported intermediates, f64, erf
+// (the GELU PyTorch exports), non-contiguous inputs, the memory plan on and
+// off, the cycle guard, DOT, saving, and a traced MLP training step with and
+// without fusion.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,6 +146,40 @@ static void test_broadcast_and_export(void) {
     weft_graph_free(o);
     weft_graph_free(g);
 }
+
+// The exact GELU as PyTorch exports it to ONNX, x * 0.5 * (1 + erf(x / sqrt 2)) (mul_scalar, erf, add_scalar, mul,
+// mul_scalar): one fused group, bit-identical to the unfused graph and to eager ops; against weft_gelu within
+// f32's GELU polynomial (1e-6 relative) and 1e-15 in f64.
+static void erf_gelu_case(weft_dtype dt) {
+    int64_t M = 37, N = 300;
+    weft_graph *g = weft_graph_new();
+    weft_value x = weft_graph_placeholder(g, "x", WEFT_DIMS(M, N), dt);
+    weft_value a = weft_graph_op1(g, "mul_scalar", 1, &x, NULL, 0, (double[]){M_SQRT1_2}, 1);
+    weft_value b = weft_graph_op1(g, "erf", 1, &a, NULL, 0, NULL, 0);
+    weft_value c = weft_graph_op1(g, "add_scalar", 1, &b, NULL, 0, (double[]){1}, 1);
+    weft_value d = weft_graph_op1(g, "mul", 2, (weft_value[]){c, x}, NULL, 0, NULL, 0);
+    weft_value y = weft_graph_op1(g, "mul_scalar", 1, &d, NULL, 0, (double[]){0.5}, 1);
+    CHECK(y.id >= 0);
+    weft_graph_passes p = fusion_only();
+    weft_graph_pass_stats st;
+    weft_value kout;
+    weft_graph *o = weft_graph_optimize(g, 1, &y, &kout, &p, &st);
+    CHECK(o && st.fused_groups == 1 && st.fused_nodes == 5);
+    if (!o) return;
+    CHECK(count_kind(o, WEFT_NODE_FUSED) == 1 && weft_graph_node_count(o) == 2); // x, fused
+    weft_tensor *xt = rand_dt(WEFT_DIMS(M, N), -5, 5, 9, dt), *res[1];
+    same_bits_run("erf gelu", g, o, 1, &x, &xt, 1, &y, &kout, 1, res);
+    weft_tensor *e1 = weft_mul_scalar(xt, M_SQRT1_2), *e2 = weft_erf(e1), *e3 = weft_add_scalar(e2, 1);
+    weft_tensor *e4 = weft_mul(e3, xt), *e5 = weft_mul_scalar(e4, 0.5), *ge = weft_gelu(xt);
+    check_bits("erf gelu vs eager", res[0], e5);
+    wt_check_same("erf gelu vs gelu", res[0], ge, dt == WEFT_F32 ? 1e-6 : 1e-15);
+    weft_tensor *ts[] = {xt, res[0], e1, e2, e3, e4, e5, ge};
+    for (int i = 0; i < 8; i++) weft_tensor_free(ts[i]);
+    weft_graph_free(o);
+    weft_graph_free(g);
+}
+static void test_erf_gelu_f32(void) { erf_gelu_case(WEFT_F32); }
+static void test_erf_gelu_f64(void) { erf_gelu_case(WEFT_F64); }
 
 // b = a * rowsum(a): b's other input depends on a, so a and b must not fuse (a cycle).
 static void test_no_cycle(void) {
@@ -397,6 +432,8 @@ int main(void) {
     RUN(test_chain_f64);
     RUN(test_chain_noncontiguous);
     RUN(test_broadcast_and_export);
+    RUN(test_erf_gelu_f32);
+    RUN(test_erf_gelu_f64);
     RUN(test_no_cycle);
     RUN(test_matmul_epilogue);
     RUN(test_matmul_epilogue_product_exported);

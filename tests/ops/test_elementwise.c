@@ -64,6 +64,9 @@ static double r_gelu_tanh_d2(double x) {
     return 0.5 * (1 - t * t) * up + 0.5 * (1 - t * t) * up + 0.5 * x * (-2 * t * (1 - t * t) * up * up) +
            0.5 * x * (1 - t * t) * upp;
 }
+// erf's first two derivatives: 2/sqrt(pi) exp(-x^2), and -2x times that.
+static double r_erf_d1(double x) { return 1.1283791670955126 * exp(-x * x); }
+static double r_erf_d2(double x) { return -2 * x * r_erf_d1(x); }
 static double r_pow25(double x) { return pow(x, 2.5); }
 static double r_pow3(double x) { return x * x * x; }
 static double r_powm1(double x) { return pow(x, -1.5); }
@@ -85,6 +88,7 @@ static const unop k_unops[] = {
     {"gelu", weft_gelu, r_gelu, -4, 4, false, true},
     {"gelu_tanh", weft_gelu_tanh, r_gelu_tanh, -5, 5, false, true},
     {"silu", weft_silu, r_silu, -5, 5, false, true},
+    {"erf", weft_erf, erf, -4, 4, false, true},
     {"pow_scalar 2.5", pow25, r_pow25, 0.2, 3, false, true},
     {"pow_scalar 3", pow3, r_pow3, -2, 2, false, true},
     {"pow_scalar -1.5", powm1, r_powm1, 0.3, 3, false, true},
@@ -239,7 +243,10 @@ static void test_unary_second_order(void) {
               {weft_sigmoid, 0.7, r_sigmoid(0.7) * (1 - r_sigmoid(0.7)) * (1 - 2 * r_sigmoid(0.7))},
               {pow25, 0.7, 2.5 * 1.5 * pow(0.7, 0.5)},
               {weft_gelu_tanh, 0.7, r_gelu_tanh_d2(0.7)},
-              {weft_gelu_tanh, -1.9, r_gelu_tanh_d2(-1.9)}};
+              {weft_gelu_tanh, -1.9, r_gelu_tanh_d2(-1.9)},
+              {weft_erf, 0.7, r_erf_d2(0.7)},
+              {weft_erf, -1.3, r_erf_d2(-1.3)},
+              {weft_erf, 0, 0}};
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         weft_tensor *x = wt_keep(wt_f64(&cs[i].x, 0, NULL, true));
         weft_tensor *y = wt_keep(cs[i].fn(x));
@@ -509,6 +516,76 @@ static void test_gelu_tanh_backward(void) {
     wt_drop_all();
 }
 
+// erf against libm's erf: f64 bit for bit (the same function); f32 within 2e-7 absolute of erf of the f32 input
+// over a dense grid on [-12, 12] (multi-threaded, streaming stores) and special values, and relatively close
+// for tiny x (erf(x) ~ 2x/sqrt(pi), where a polynomial's 1 - p e cancels to 0); +-inf -> +-1, NaN -> NaN,
+// -0 -> -0; odd symmetry bit for bit in both; the gradient 2/sqrt(pi) exp(-x^2) and the second derivative
+// -2x 2/sqrt(pi) exp(-x^2) through the composed backward (f64 and f32; finite differences in test_unary_grad).
+static void test_erf(void) {
+    enum { NG = 200001, NS = 20, N = NG + NS };
+    static const double sp[NS] = {0, -0.0, 1e-20, -1e-20, 0.5, -0.5, 3, -3, 10, -10, INFINITY, -INFINITY, NAN,
+                                  1e-30, -1e-8, 1e-4, -1e-3, 0.0379669815, 1e-40 /* f32 subnormal */, 4.5};
+    static double v[N], y64[N], y32[N], ym[N];
+    for (int i = 0; i < NG; i++) v[i] = -12.0 + 24.0 * i / (NG - 1);
+    memcpy(v + NG, sp, sizeof sp);
+    weft_tensor *x = tens(v, WEFT_F64, WEFT_DIMS(N)), *xf = tens(v, WEFT_F32, WEFT_DIMS(N));
+    weft_tensor *e = wt_keep(weft_erf(x)), *ef = wt_keep(weft_erf(xf));
+    CHECK(e && ef && weft_tensor_dtype(e) == WEFT_F64 && weft_tensor_dtype(ef) == WEFT_F32);
+    if (!e || !ef) return;
+    weft_tensor_to_f64(e, y64, N);
+    weft_tensor_to_f64(ef, y32, N);
+    int bad64 = 0, bad32 = 0, badrel = 0;
+    double max32 = 0;
+    for (int i = 0; i < N; i++) {
+        double r = erf(v[i]), xs = (double)(float)v[i], r32 = erf(xs), d = fabs(y32[i] - r32);
+        bool vn = isnan(v[i]);
+        bool b64 = vn ? !isnan(y64[i]) : (y64[i] != r || signbit(y64[i]) != signbit(r));
+        bool b32 = vn ? !isnan(y32[i]) : (!(d <= 2e-7) || signbit(y32[i]) != signbit(r32));
+        // tiny normal x: 2x/sqrt(pi) to f32's precision, not 0 (subnormal results have fewer digits)
+        bool brel = fabs(xs) >= 1e-30 && fabs(xs) < 1e-3 && !(d <= 1e-6 * fabs(r32));
+        if (!vn && d > max32) max32 = d;
+        if ((b64 || b32 || brel) && bad64 + bad32 + badrel < 5)
+            fprintf(stderr, "erf(%.9g): f64 %.17g f32 %.9g, expected %.17g / %.9g\n", v[i], y64[i], y32[i], r, r32);
+        bad64 += b64, bad32 += b32, badrel += brel;
+    }
+    printf("  erf f32: max |error| %.3g over %d points\n", max32, N);
+    CHECK(bad64 == 0 && bad32 == 0 && badrel == 0);
+    CHECK(y64[NG + 10] == 1 && y64[NG + 11] == -1 && y32[NG + 10] == 1 && y32[NG + 11] == -1);
+    CHECK(signbit(y64[NG + 1]) && signbit(y32[NG + 1]) && y32[NG + 2] > 1e-20 && y32[NG + 3] < -1e-20);
+    // odd symmetry: erf(-x) = -erf(x) bit for bit (NaN stays NaN)
+    weft_tensor *dts[2] = {x, xf};
+    for (int k = 0; k < 2; k++) {
+        weft_tensor *a = wt_keep(weft_erf(wt_keep(weft_neg(dts[k])))), *b = wt_keep(weft_neg(k ? ef : e));
+        weft_tensor_to_f64(a, ym, N);
+        weft_tensor_to_f64(b, k ? y32 : y64, N);
+        int odd = 0;
+        for (int i = 0; i < N; i++) {
+            double p = ym[i], q = k ? y32[i] : y64[i];
+            odd += isnan(p) != isnan(q) || (!isnan(p) && (p != q || signbit(p) != signbit(q)));
+        }
+        CHECK(odd == 0);
+    }
+    // the gradient and second derivative at points, through the composed backward
+    double xv[7] = {-3, -0.5, 0, 1e-20, 0.7, 2.5, 30}, wv[7] = {1, -2, 3, 0.5, -1.5, 2, 1}, g1[7], g2[7];
+    for (int i = 0; i < 7; i++) g1[i] = wv[i] * r_erf_d1(xv[i]), g2[i] = wv[i] * r_erf_d2(xv[i]);
+    weft_tensor *xl = wt_keep(wt_f64(xv, WEFT_DIMS(7), true)), *w = wt_keep(wt_f64(wv, WEFT_DIMS(7), false));
+    weft_tensor *s = wt_keep(weft_sum(wt_keep(weft_mul(wt_keep(weft_erf(xl)), w)), 0, NULL, false));
+    weft_backward_opts o = {.create_graph = true};
+    CHECK(weft_backward(s, NULL, &o) == WEFT_OK);
+    weft_tensor *g = wt_keep(weft_tensor_ref(weft_tensor_grad(xl)));
+    wt_check_values("erf grad f64", g, g1, 7, 1e-15);
+    weft_tensor_zero_grad(xl);
+    CHECK(g && weft_backward(wt_keep(weft_sum(g, 0, NULL, false)), NULL, NULL) == WEFT_OK);
+    wt_check_values("erf second derivative f64", weft_tensor_grad(xl), g2, 7, 1e-14);
+    weft_tensor *xl32 = tens(xv, WEFT_F32, WEFT_DIMS(7)), *w32 = tens(wv, WEFT_F32, WEFT_DIMS(7));
+    CHECK(weft_tensor_set_requires_grad(xl32, true) == WEFT_OK);
+    s = wt_keep(weft_sum(wt_keep(weft_mul(wt_keep(weft_erf(xl32)), w32)), 0, NULL, false));
+    CHECK(weft_backward(s, NULL, NULL) == WEFT_OK);
+    CHECK(weft_tensor_grad(xl32) && weft_tensor_dtype(weft_tensor_grad(xl32)) == WEFT_F32);
+    wt_check_values("erf grad f32", weft_tensor_grad(xl32), g1, 7, 1e-6);
+    wt_drop_all();
+}
+
 // bf16 / f16: the f32 loop on the widened values, each result rounded once (bit for bit), with
 // broadcasting; comparisons give bool; gradients of half leaves are half.
 static void test_half(void) {
@@ -525,7 +602,7 @@ static void test_half(void) {
             wt_check_same("half binary", y, ref, 0);
         }
         weft_tensor *(*const un[])(weft_tensor *) = {weft_exp, weft_gelu, weft_relu, weft_tanh, weft_neg,
-                                                     weft_gelu_tanh};
+                                                     weft_gelu_tanh, weft_erf};
         for (size_t k = 0; k < sizeof un / sizeof un[0]; k++) {
             weft_tensor *y = wt_keep(un[k](a)), *ref = wt_keep(weft_cast(wt_keep(un[k](af)), lo));
             wt_check_same("half unary", y, ref, 0);
@@ -1067,6 +1144,7 @@ int main(void) {
     RUN(test_relu_backward);
     RUN(test_gelu_backward);
     RUN(test_gelu_tanh_backward);
+    RUN(test_erf);
     RUN(test_half);
     RUN(test_streaming_store_path);
     RUN(test_binary_grad);

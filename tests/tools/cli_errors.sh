@@ -69,6 +69,11 @@ expect 1 "device cuda:15" -- "$weft" train "$cfg" --device cuda:15 --steps 1
 expect 1 "bad.cfg:3" -- "$weft" graph "$tmp/bad.cfg" --dot "$tmp/x.dot"
 expect 1 "cannot open" -- "$weft" graph "$cfg" --dot "$tmp/no/such/dir/x.dot"
 expect 1 "graph_save" -- "$weft" graph "$cfg" --save "$tmp/no/such/dir/x.wgraph"
+expect 2 "--onnx FILE is needed" -- "$weft" export "$cfg"
+expect 2 "unknown option '--dot'" -- "$weft" export "$cfg" --dot "$tmp/x.dot"
+expect 2 "'--onnx' needs a value" -- "$weft" export "$cfg" --onnx
+expect 2 "--batch" -- "$weft" export "$cfg" --onnx "$tmp/m.onnx" --batch 0
+expect 1 "bad.cfg:3" -- "$weft" export "$tmp/bad.cfg" --onnx "$tmp/m.onnx"
 
 # A tiny Fashion-MNIST in IDX files (64 training and 32 test images of
 # constant pixels, labels 0..9 in turn): enough to train a few steps.

@@ -126,6 +126,10 @@ UNARY_LOOP(gelu_grad_f64, double, gelu_grad_d(v))
 UNARY_LOOP_CLONED(gelu_tanh_f32, float, gelu_tanh_f(v))
 UNARY_LOOP(gelu_tanh_f64, double, gelu_tanh_d(v))
 UNARY_FLOAT(silu, v / (1.0f + expf(-v)), v / (1.0 + exp(-v)))
+// erf itself in f32 through libm's erff, not GELU's weft_verf_f32: the polynomial's f32 evaluation is off by up to
+// 6.5e-7 (near x = 0.04) and loses every digit near 0 (1 - p e cancels: it gives erf(1e-8) = 0), while glibc's
+// erff stays within 5.4e-8 of erf and keeps erf(x) ~ 2x/sqrt(pi) for tiny x (ONNX's Erf, PyTorch's erf).
+UNARY_FLOAT(erf, erff(v), erf(v))
 UNARY_FLOAT(pow_scalar, powf(v, (float)sc), pow(v, sc))
 UNARY_NUM(add_scalar, v + (float)sc, v + sc, v + (int64_t)sc)
 UNARY_NUM(mul_scalar, v * (float)sc, v * sc, v * (int64_t)sc)
@@ -222,6 +226,7 @@ static const weft_loop_fn k_loops[WEFT_EW_COUNT][WEFT_NUM_DTYPES] = {
     [WEFT_EW_GELU_BW] = {T_FLOAT(gelu_bw)},
     [WEFT_EW_GELU_TANH] = {T_FLOAT(gelu_tanh)},
     [WEFT_EW_GELU_TANH_BW] = {T_FLOAT(gelu_tanh_bw)},
+    [WEFT_EW_ERF] = {T_FLOAT(erf)},
 };
 
 // One kernel for the whole family; the entry's variant says which op (WEFT_EW_*).

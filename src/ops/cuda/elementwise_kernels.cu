@@ -139,6 +139,7 @@ extern "C" cudaError_t weft_cu_ew_unary(int op, weft_cu_tensor out, weft_cu_tens
     case WEFT_CU_EW_GELU_GRAD: return unary_float<WEFT_CU_EW_GELU_GRAD>(out, in, sc, s);
     case WEFT_CU_EW_GELU_TANH: return unary_float<WEFT_CU_EW_GELU_TANH>(out, in, sc, s);
     case WEFT_CU_EW_SILU: return unary_float<WEFT_CU_EW_SILU>(out, in, sc, s);
+    case WEFT_CU_EW_ERF: return unary_float<WEFT_CU_EW_ERF>(out, in, sc, s);
     case WEFT_CU_EW_POW_SCALAR: return unary_float<WEFT_CU_EW_POW_SCALAR>(out, in, sc, s);
     case WEFT_CU_EW_ADD_SCALAR: return unary_num<WEFT_CU_EW_ADD_SCALAR>(out, in, sc, s);
     case WEFT_CU_EW_MUL_SCALAR: return unary_num<WEFT_CU_EW_MUL_SCALAR>(out, in, sc, s);

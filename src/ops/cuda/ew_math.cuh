@@ -85,6 +85,7 @@ template <int OP, typename T> __device__ __forceinline__ T unary_op(T v, double 
     else if constexpr (OP == WEFT_CU_EW_GELU_GRAD) return gelu_grad(v);
     else if constexpr (OP == WEFT_CU_EW_GELU_TANH) return gelu_tanh(v);
     else if constexpr (OP == WEFT_CU_EW_SILU) return v / ((T)1 + m_exp(-v));
+    else if constexpr (OP == WEFT_CU_EW_ERF) return m_erf(v);
     else if constexpr (OP == WEFT_CU_EW_POW_SCALAR) return m_pow(v, (T)sc);
     else if constexpr (OP == WEFT_CU_EW_ADD_SCALAR) {
         if constexpr (fp) return v + (T)sc;

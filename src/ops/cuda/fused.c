@@ -23,6 +23,7 @@ static bool float_only(int v) {
     case WEFT_EW_EXP: case WEFT_EW_LOG: case WEFT_EW_SQRT: case WEFT_EW_RSQRT: case WEFT_EW_SIN: case WEFT_EW_COS:
     case WEFT_EW_TANH: case WEFT_EW_SIGMOID: case WEFT_EW_GELU: case WEFT_EW_GELU_GRAD: case WEFT_EW_SILU:
     case WEFT_EW_POW_SCALAR: case WEFT_EW_POW: case WEFT_EW_GELU_BW: case WEFT_EW_GELU_TANH: case WEFT_EW_GELU_TANH_BW:
+    case WEFT_EW_ERF:
         return true;
     default:
         return false;
