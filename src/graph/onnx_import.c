@@ -354,9 +354,9 @@ static weft_status h_matmul(nctx *c, const char *arg) {
     int nd = ndim_of(c, y);
     int64_t s[WEFT_MAX_DIMS];
     memcpy(s, sizes_of(c, y), sizeof(int64_t) * (size_t)nd);
-    if (nb == 1) nd--;                        // drop the trailing 1
-    if (na == 1) s[nd - 1] = s[nd], nd--;     // drop the row dim
-    if (na == 1 && nb == 1) nd = 0;           // a dot product: 0-d
+    if (na == 1 && nb == 1) nd -= 2;                  // a dot product: (1,1) -> 0-d
+    else if (nb == 1) nd--;                           // (..., M, 1) -> (..., M)
+    else s[nd - 2] = s[nd - 1], nd--;                 // (..., 1, N) -> (..., N)
     OUT0(reshape(c, node_out(c, 0), y, nd, s));
 }
 

@@ -11,7 +11,8 @@ Debian's python3-torch 1.13, opset 17) with a symbolic batch dim, as users' mode
 The exporter's shape arithmetic (Shape, Gather, Unsqueeze, Concat feeding Reshape) is kept as it writes it.
 onnx_twins_ref.txt holds each model's input and PyTorch's output at batch 3, one tensor a line:
   <name> <ndim> <sizes...> <values...>   (%.9g)
-and each file passes onnx.checker.check_model(full_check=True).
+and each file passes onnx.checker.check_model(full_check=True). Also onnx_matmul_{vm,mv,vv}.onnx: one MatMul with a
+1-D operand ((4)@(2,4,3), (2,3,4)@(4), (4)@(4)), which numpy's matmul promotes (test_onnx_models computes them).
 
 Run:  /usr/bin/python3 tests/data/gen_onnx_twins.py   (rewrites the three files)
 """
@@ -98,6 +99,14 @@ def main():
            line("cnn/x", x), line("cnn/y", export(cnn, x, os.path.join(HERE, "onnx_cnn.onnx"), "x", "y"))]
     with open(os.path.join(HERE, "onnx_twins_ref.txt"), "w") as f:
         f.write("\n".join(out) + "\n")
+    for name, sa, sb in [("vm", [4], [2, 4, 3]), ("mv", [2, 3, 4], [4]), ("vv", [4], [4])]:
+        shape = list(torch.matmul(torch.zeros(sa), torch.zeros(sb)).shape)
+        vi = [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, s) for n, s in (("a", sa), ("b", sb), ("y", shape))]
+        g = onnx.helper.make_graph([onnx.helper.make_node("MatMul", ["a", "b"], ["y"])], "g", vi[:2], vi[2:])
+        m = onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 17)])
+        m.ir_version = 8
+        onnx.checker.check_model(m, full_check=True)
+        onnx.save(m, os.path.join(HERE, "onnx_matmul_%s.onnx" % name))
 
 
 if __name__ == "__main__":

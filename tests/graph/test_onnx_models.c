@@ -111,6 +111,40 @@ static void test_symbolic_dim(void) {
     CHECK(wt_error_has("Conv"));
 }
 
+// MatMul with a 1-D operand, promoted as numpy does and the added dim removed: (4)@(2,4,3) -> (2,3),
+// (2,3,4)@(4) -> (2,3), (4)@(4) -> 0-d; against the sums computed here.
+static void test_matmul_1d(void) {
+    const char *files[3] = {"onnx_matmul_vm.onnx", "onnx_matmul_mv.onnx", "onnx_matmul_vv.onnx"};
+    const int64_t sa[3][3] = {{4}, {2, 3, 4}, {4}}, sb[3][3] = {{2, 4, 3}, {4}, {4}};
+    const int na[3] = {1, 3, 1}, nb[3] = {3, 1, 1}, ny[3] = {2, 2, 0};
+    for (int c = 0; c < 3; c++) {
+        char path[1024];
+        weft_graph *g = weft_onnx_load(model_path(files[c], path, sizeof path), 0, NULL);
+        CHECK(g != NULL);
+        if (!g) continue;
+        weft_generator *gen = weft_generator_create(5 + c);
+        weft_tensor *in[2] = {weft_tensor_randn(na[c], sa[c], WEFT_F32, gen), weft_tensor_randn(nb[c], sb[c], WEFT_F32, gen)};
+        weft_value iv[2] = {weft_graph_find_value(g, "a"), weft_graph_find_value(g, "b")}, yv = weft_graph_find_value(g, "y");
+        weft_tensor *y = NULL;
+        CHECK(weft_graph_run(g, 2, iv, in, 1, &yv, &y, 0, NULL) == WEFT_OK);
+        const float *a = weft_tensor_data(in[0]), *b = weft_tensor_data(in[1]);
+        double want[6];
+        for (int r = 0; r < 6; r++) { // element r of the (2,3) result (or the dot product)
+            double s = 0;
+            for (int k = 0; k < 4; k++)
+                s += c == 0 ? a[k] * b[(r / 3) * 12 + k * 3 + r % 3] : c == 1 ? a[r * 4 + k] * b[k] : a[k] * b[k];
+            want[r] = s;
+        }
+        if (y) {
+            CHECK(weft_tensor_ndim(y) == ny[c]);
+            wt_check_values(files[c], y, want, c == 2 ? 1 : 6, 1e-5);
+        }
+        weft_tensor_free(y), weft_tensor_free(in[0]), weft_tensor_free(in[1]);
+        weft_generator_free(gen);
+        weft_graph_free(g);
+    }
+}
+
 int main(void) {
     if (!weft_onnx_available()) {
         printf("built without ONNX support: skipped\n");
@@ -119,5 +153,6 @@ int main(void) {
     RUN(test_gpt);
     RUN(test_cnn);
     RUN(test_symbolic_dim);
+    RUN(test_matmul_1d);
     return wt_summary();
 }
