@@ -8,8 +8,13 @@
 // ONNX value names are the weft node names ("name:i" for output i > 0), and an
 // op that takes several ONNX nodes names its intermediates "name/k"; the
 // constants an emitter needs (Reshape's shape, a scalar) are initializers
-// named the same way. What the file computes is checked by reading it back
-// (onnx_import.c, itself checked against ONNX's operator tests).
+// named the same way. Where weft reads a value in another type than ONNX's op
+// would (a u8 condition, bool masks compared, bf16 / f16 values that weft's
+// softmax, norms and elementwise ops compute in f32 under autocast), Casts
+// say so, so that ONNX's type inference accepts the file and it rounds where
+// weft does. What the file computes is checked by reading it back
+// (onnx_import.c, itself checked against ONNX's operator tests), and the
+// files by onnx.checker and ONNX Runtime (tests/graph/test_onnx_export.c).
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -178,7 +183,7 @@ static const char *scalar_const(ex *e, const char *name, weft_dtype dt, double x
 typedef struct em {
     ex *e;
     const weft_gnode *n;
-    const char *in[8];
+    const char **in; // [n_in] (concat takes any number)
     const char *out[WEFT_GRAPH_MAX_OUT];
     int k; // intermediates "name/k"
     char tbuf[600];
@@ -239,31 +244,72 @@ static bool e_unary(em *m) {
     node1(m, onnx_unary(m->n->op->name), m->out[0], 1, m->in[0], NULL, NULL);
     return true;
 }
+// x cast to ONNX type `to` into o, or into a new intermediate.
+static const char *cast_into(em *m, const char *x, int to, const char *o) {
+    attr_int(m->e, add_node(m->e, "Cast", 1, &x, 1, &o), "to", to);
+    return o;
+}
+static const char *cast_to(em *m, const char *x, int to) { return cast_into(m, x, to, tmp(m)); }
+
+// Under autocast weft computes an elementwise op on bf16 / f16 in f32 and rounds the result once
+// (def_elementwise.c); an op written as several ONNX nodes does the same between a Cast to f32 (widen: *x and
+// *dt become the f32 ones, and the result goes to a new intermediate) and a Cast back (narrow), rather than
+// rounding after every node.
+typedef struct wide {
+    bool half;
+    weft_dtype dt; // the value's own dtype
+    const char *o; // where the result goes
+} wide;
+static wide widen(em *m, const char **x, weft_dtype *dt, const char **o) {
+    wide w = {weft_dtype_is_half(*dt), *dt, *o};
+    if (w.half) *x = cast_to(m, *x, ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT), *dt = WEFT_F32, *o = tmp(m);
+    return w;
+}
+static void narrow(em *m, wide w, const char *r) {
+    if (w.half) cast_into(m, r, weft_onnx_dtype_to(w.dt), w.o);
+}
 static bool e_binary(em *m) {
-    node1(m, onnx_binary(m->n->op->name), m->out[0], 2, m->in[0], m->in[1], NULL);
+    const char *name = m->n->op->name, *a = m->in[0], *b = m->in[1];
+    // weft orders bool masks (false < true); ONNX's Less/Greater(OrEqual) take no bool: compare them as uint8
+    bool order = !strcmp(name, "lt") || !strcmp(name, "le") || !strcmp(name, "gt") || !strcmp(name, "ge");
+    if (order && in_v(m, 0)->dtype == WEFT_BOOL) {
+        a = cast_to(m, a, ONNX__TENSOR_PROTO__DATA_TYPE__UINT8);
+        b = cast_to(m, b, ONNX__TENSOR_PROTO__DATA_TYPE__UINT8);
+    }
+    node1(m, onnx_binary(name), m->out[0], 2, a, b, NULL);
     return true;
 }
-static bool e_where(em *m) {
-    node1(m, "Where", m->out[0], 3, m->in[0], m->in[1], m->in[2]);
+static bool e_where(em *m) { // weft's condition may be u8 (nonzero: true); ONNX's is bool
+    const char *c = in_v(m, 0)->dtype == WEFT_U8 ? cast_to(m, m->in[0], ONNX__TENSOR_PROTO__DATA_TYPE__BOOL) : m->in[0];
+    node1(m, "Where", m->out[0], 3, c, m->in[1], m->in[2]);
     return true;
 }
 static bool e_scalar(em *m) { // add_scalar, mul_scalar, pow_scalar: x op s, s of x's dtype
     const char *type = !strcmp(m->n->op->name, "add_scalar") ? "Add" : !strcmp(m->n->op->name, "mul_scalar") ? "Mul" : "Pow";
-    const char *s = scalar_const(m->e, tmp(m), (weft_dtype)in_v(m, 0)->dtype, m->n->attrs.f[0]);
-    node1(m, type, m->out[0], 2, m->in[0], s, NULL);
+    const char *x = m->in[0], *o = m->out[0];
+    weft_dtype dt = (weft_dtype)in_v(m, 0)->dtype;
+    wide w = widen(m, &x, &dt, &o);
+    narrow(m, w, node1(m, type, o, 2, x, scalar_const(m->e, tmp(m), dt, m->n->attrs.f[0]), NULL));
     return true;
 }
 static bool e_rsqrt(em *m) {
-    node1(m, "Reciprocal", m->out[0], 1, node1(m, "Sqrt", tmp(m), 1, m->in[0], NULL, NULL), NULL, NULL);
+    const char *x = m->in[0], *o = m->out[0];
+    weft_dtype dt = (weft_dtype)in_v(m, 0)->dtype;
+    wide w = widen(m, &x, &dt, &o);
+    narrow(m, w, node1(m, "Reciprocal", o, 1, node1(m, "Sqrt", tmp(m), 1, x, NULL, NULL), NULL, NULL));
     return true;
 }
 static bool e_silu(em *m) {
-    node1(m, "Mul", m->out[0], 2, m->in[0], node1(m, "Sigmoid", tmp(m), 1, m->in[0], NULL, NULL), NULL);
+    const char *x = m->in[0], *o = m->out[0];
+    weft_dtype dt = (weft_dtype)in_v(m, 0)->dtype;
+    wide w = widen(m, &x, &dt, &o);
+    narrow(m, w, node1(m, "Mul", o, 2, x, node1(m, "Sigmoid", tmp(m), 1, x, NULL, NULL), NULL));
     return true;
 }
 
 // GELU of x into o: exact 0.5 x (1 + erf(x / sqrt 2)) (torch.onnx's opset-17 form), or the tanh form.
 static void gelu_into(em *m, const char *x, const char *o, weft_dtype dt, bool tanh_form) {
+    wide w = widen(m, &x, &dt, &o);
     const char *t;
     if (!tanh_form) {
         t = node1(m, "Mul", tmp(m), 2, x, scalar_const(m->e, tmp(m), dt, M_SQRT1_2), NULL);
@@ -278,7 +324,7 @@ static void gelu_into(em *m, const char *x, const char *o, weft_dtype dt, bool t
     }
     t = node1(m, "Add", tmp(m), 2, t, scalar_const(m->e, tmp(m), dt, 1.0), NULL);
     t = node1(m, "Mul", tmp(m), 2, x, t, NULL);
-    node1(m, "Mul", o, 2, t, scalar_const(m->e, tmp(m), dt, 0.5), NULL);
+    narrow(m, w, node1(m, "Mul", o, 2, t, scalar_const(m->e, tmp(m), dt, 0.5), NULL));
 }
 static bool e_gelu(em *m) {
     gelu_into(m, m->in[0], m->out[0], (weft_dtype)in_v(m, 0)->dtype, !strcmp(m->n->op->name, "gelu_tanh"));
@@ -377,9 +423,11 @@ static bool e_gather(em *m) { // embedding(weight, idx); index_select(t, idx, di
     attr_int(m->e, nd, "axis", m->n->attrs.i[0]);
     return true;
 }
-static bool e_softmax(em *m) {
+static bool e_softmax(em *m) { // a bf16 / f16 x (autocast) is read in f32 and y is f32: a Cast first
     if (!only_out0(m)) return false;
-    attr_int(m->e, add_node(m->e, strcmp(m->n->op->name, "softmax") ? "LogSoftmax" : "Softmax", 1, m->in, 1, m->out),
+    const char *x = weft_dtype_is_half(in_v(m, 0)->dtype) ? cast_to(m, m->in[0], ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
+                                                           : m->in[0];
+    attr_int(m->e, add_node(m->e, strcmp(m->n->op->name, "softmax") ? "LogSoftmax" : "Softmax", 1, &x, 1, m->out),
              "axis", m->n->attrs.i[0]);
     return true;
 }
@@ -389,6 +437,10 @@ static bool e_reduce(em *m) { // sum mean max min logsumexp: attrs i[0] axes mas
     int64_t axes[WEFT_MAX_DIMS];
     for (int d = 0; d < nd; d++)
         if (m->n->attrs.i[0] >> d & 1) axes[n++] = d;
+    if (!n && nd) { // weft's empty mask reduces nothing (each output is one element); ONNX's empty axes, every axis
+        node1(m, "Identity", m->out[0], 1, m->in[0], NULL, NULL);
+        return true;
+    }
     Onnx__NodeProto *r;
     if (!strcmp(name, "argmax")) {
         r = add_node(m->e, "ArgMax", 1, m->in, 1, m->out);
@@ -410,25 +462,34 @@ static bool e_reduce(em *m) { // sum mean max min logsumexp: attrs i[0] axes mas
 static const char *filled(em *m, weft_dtype dt, int nd, const int64_t *s, double v) {
     return add_init(m->e, tmp(m), weft_tensor_full(nd, s, dt, v));
 }
+// Under autocast (def_norm.c) a bf16 / f16 x is normalised in f32 with f32 weight and bias, add_layer_norm's
+// residual may be half beside an f32 x, and attr i[3] = 1 + dtype writes y in half: Casts around the node.
 static bool e_layer_norm(em *m) { // layer_norm(x[, w][, b]); add_layer_norm(x, r[, w][, b]) -> (s, y, ...)
     bool add = !strcmp(m->n->op->name, "add_layer_norm");
     int o = add ? 1 : 0, x = add ? 1 : 0;
     for (int k = o + 1; k < m->n->n_out; k++)
         if (m->out[k]) return refuse(m, "its statistics output %s has no ONNX form here", m->out[k]);
     const weft_attrs *at = &m->n->attrs;
-    const char *xin = m->in[0];
-    if (add) xin = node1(m, "Add", m->out[0] ? m->out[0] : tmp(m), 2, m->in[0], m->in[1], NULL);
-    if (!m->out[o]) return true;
     const weft_gvalue *xv = in_v(m, 0);
+    const int f32 = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT;
+    bool half = weft_dtype_is_half(xv->dtype);
+    const char *xin = half ? cast_to(m, m->in[0], f32) : m->in[0];
+    if (add) {
+        const char *r = in_v(m, 1)->dtype != xv->dtype ? cast_to(m, m->in[1], weft_onnx_dtype_to((weft_dtype)xv->dtype))
+                                                       : m->in[1];
+        xin = node1(m, "Add", m->out[0] ? m->out[0] : tmp(m), 2, m->in[0], r, NULL);
+    }
+    if (!m->out[o]) return true;
     int nn = (int)at->i[0];
-    weft_dtype dt = (weft_dtype)xv->dtype;
-    const char *w = at->i[1] ? m->in[x + 1] : filled(m, dt, nn, xv->sizes + xv->ndim - nn, 1.0);
+    weft_dtype ft = half ? WEFT_F32 : (weft_dtype)xv->dtype; // the statistics', weight's and bias' dtype
+    const char *w = at->i[1] ? m->in[x + 1] : filled(m, ft, nn, xv->sizes + xv->ndim - nn, 1.0);
     const char *b = at->i[2] ? m->in[x + 1 + (at->i[1] != 0)] : NULL;
-    const char *ins[3] = {xin, w, b};
-    Onnx__NodeProto *nd = add_node(m->e, "LayerNormalization", b ? 3 : 2, ins, 1, &m->out[o]);
+    const char *ins[3] = {xin, w, b}, *y = at->i[3] ? tmp(m) : m->out[o];
+    Onnx__NodeProto *nd = add_node(m->e, "LayerNormalization", b ? 3 : 2, ins, 1, &y);
     attr_int(m->e, nd, "axis", -nn);
     attr_float(m->e, nd, "epsilon", at->f[0]);
-    if (at->i[3]) return refuse(m, "%s", "a half-precision output (autocast) has no ONNX form here");
+    if (at->i[3])
+        attr_int(m->e, add_node(m->e, "Cast", 1, &y, 1, &m->out[o]), "to", weft_onnx_dtype_to((weft_dtype)(at->i[3] - 1)));
     return true;
 }
 static bool e_batch_norm(em *m) { // (x[, w][, b][, running_mean][, running_var]), eval only
@@ -625,6 +686,34 @@ static void push_vi(ex *e, vec *v, Onnx__ValueInfoProto *vi) {
     }
 }
 
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+// ONNX graphs are single-assignment: each name has one producer (graph input, initializer or node output).
+// weft's node names are unique, but "a/0" or "a:1" may be a node's own name as well as the name this file
+// gives another node's intermediate or second output: that is refused, not written as an invalid model.
+static weft_status unique_names(ex *e) {
+    size_t n = e->inputs.n + e->inits.n, k = 0;
+    for (size_t i = 0; i < e->nodes.n; i++) n += ((Onnx__NodeProto *)e->nodes.p[i])->n_output;
+    const char **all = malloc(sizeof *all * (n ? n : 1));
+    if (!all) return weft_error(WEFT_ERR_OOM, "onnx_save: %s: no memory", e->path);
+    for (size_t i = 0; i < e->inputs.n; i++) all[k++] = ((Onnx__ValueInfoProto *)e->inputs.p[i])->name;
+    for (size_t i = 0; i < e->inits.n; i++) all[k++] = ((Onnx__TensorProto *)e->inits.p[i])->name;
+    for (size_t i = 0; i < e->nodes.n; i++) {
+        const Onnx__NodeProto *nd = e->nodes.p[i];
+        for (size_t j = 0; j < nd->n_output; j++) all[k++] = nd->output[j];
+    }
+    qsort(all, n, sizeof *all, cmp_str);
+    weft_status st = WEFT_OK;
+    for (size_t i = 1; !st && i < n; i++)
+        if (!strcmp(all[i - 1], all[i]))
+            st = weft_error(WEFT_ERR_ARG,
+                            "onnx_save: %s: the ONNX name '%s' would be given to two values (a node named with '/' or "
+                            "':' meets the name of another node's intermediate or output): rename the node",
+                            e->path, all[i]);
+    free(all);
+    return st;
+}
+
 // The nodes the outputs need, in graph order (data edges point to earlier nodes).
 static weft_status walk(ex *e, int n_in, const weft_value *inputs, int n_out, const weft_value *outputs, uint8_t *need) {
     const weft_graph *g = e->g;
@@ -671,19 +760,23 @@ static weft_status build(ex *e, int n_in, const weft_value *inputs, int n_out, c
         int fn = -1;
         for (size_t k = 0; k < sizeof emitters / sizeof emitters[0]; k++)
             if (!strcmp(emitters[k].op, n->op->name)) fn = (int)k;
-        em m = {.e = e, .n = n};
-        bool ok = fn >= 0 && n->n_in <= 8;
+        em m = {.e = e, .n = n, .in = calloc((size_t)n->n_in + 1, sizeof(char *))};
+        bool ok = fn >= 0 && m.in;
         if (fn < 0) snprintf(e->why, sizeof e->why, "no ONNX form here (docs/graph.md lists the ops weft writes)");
+        else if (!m.in) e->oom = true;
         for (int k = 0; ok && k < n->n_in; k++) m.in[k] = vname(e, n->in[k]);
         for (int k = 0; ok && k < n->n_out; k++) m.out[k] = read[n->out0 + k] ? vname(e, n->out0 + k) : NULL;
         if (ok && !m.out[0] && strcmp(n->op->name, "linear_gelu") && strcmp(n->op->name, "add_layer_norm"))
             m.out[0] = vname(e, n->out0); // output 0 is always written (a node with no reader is an output's)
         if (ok) ok = emitters[fn].fn(&m);
+        free(m.in);
+        if (!ok && e->oom) break;
         if (!ok)
             st = weft_error(WEFT_ERR_UNSUPPORTED, "onnx_save: %s: node '%s' (op %s): %s", e->path, n->name, n->op->name,
                             e->why);
     }
     for (int k = 0; !st && k < n_out; k++) push_vi(e, &e->outputs, value_info(e, outputs[k].id, vname(e, outputs[k].id)));
+    if (!st && !e->oom) st = unique_names(e);
     free(need);
     free(read);
     if (!st && e->oom) st = weft_error(WEFT_ERR_OOM, "onnx_save: %s: no memory", e->path);
@@ -699,6 +792,10 @@ weft_status weft_onnx_save(const weft_graph *g, int n_in, const weft_value *inpu
     for (int k = 0; k < n_in; k++)
         if (!weft_graph_value_ok(g, inputs[k]) || g->nodes[g->values[inputs[k].id].node].kind != WEFT_NODE_PLACEHOLDER)
             return weft_error(WEFT_ERR_ARG, "onnx_save: %s: input %d is not a placeholder's value", path, k);
+    for (int k = 0; k < n_in; k++)
+        for (int j = 0; j < k; j++)
+            if (inputs[j].id == inputs[k].id)
+                return weft_error(WEFT_ERR_ARG, "onnx_save: %s: input %d repeats input %d", path, k, j);
     for (int k = 0; k < n_out; k++)
         if (!weft_graph_value_ok(g, outputs[k]))
             return weft_error(WEFT_ERR_ARG, "onnx_save: %s: output %d is not a value of the graph", path, k);
