@@ -83,6 +83,10 @@ weft_module *weft_nn_linear(int64_t in, int64_t out, bool bias, weft_generator *
 // weight (cout,cin/groups,kh,kw), bias (cout); init as PyTorch (U(+-1/sqrt(fan_in))). p may be NULL.
 weft_module *weft_nn_conv2d(int64_t cin, int64_t cout, int kh, int kw, const weft_conv2d_params *p, bool bias,
                             weft_generator *g);
+// ConvTranspose2d: weight (cin,cout/groups,kh,kw), bias (cout); init as PyTorch (U(+-1/sqrt(fan_in)), fan_in =
+// cout/groups * kh * kw). p may be NULL.
+weft_module *weft_nn_conv_transpose2d(int64_t cin, int64_t cout, int kh, int kw,
+                                      const weft_conv_transpose2d_params *p, bool bias, weft_generator *g);
 weft_module *weft_nn_max_pool2d(const weft_pool2d_params *p);
 weft_module *weft_nn_avg_pool2d(const weft_pool2d_params *p);
 // weight (C) = 1, bias (C) = 0; buffers running_mean (C) = 0, running_var (C) = 1.
@@ -104,6 +108,8 @@ typedef enum weft_activation {
     WEFT_ACT_GELU_TANH // GELU's tanh approximation (PyTorch's nn.GELU(approximate='tanh'), GPT-2's)
 } weft_activation;
 weft_module *weft_nn_activation(weft_activation a);
+// nn.LeakyReLU(slope): x where x > 0, slope x elsewhere.
+weft_module *weft_nn_leaky_relu(double slope);
 
 // ---- sequence models (batch first) ----
 // One layer, x (B,T,I) -> all hidden states (B,T,H), zero initial state. PyTorch's

@@ -142,6 +142,11 @@ weft_tensor *weft_softmax(weft_tensor *t, int dim);
 weft_tensor *weft_log_softmax(weft_tensor *t, int dim);
 // Mean cross-entropy of logits (N,C) against integer targets (N); fused and stable.
 weft_tensor *weft_cross_entropy(weft_tensor *logits, weft_tensor *targets);
+// PyTorch's BCEWithLogitsLoss (mean): mean of log(1 + e^x) - x t over logits x and float targets t in [0, 1] of
+// the same shape and dtype; stable for large |x|. Composed of existing ops, like leaky_relu.
+weft_tensor *weft_bce_with_logits(weft_tensor *logits, weft_tensor *targets);
+// F.leaky_relu: x where x > 0, slope x elsewhere (PyTorch's default slope is 0.01).
+weft_tensor *weft_leaky_relu(weft_tensor *x, double slope);
 // Fused causal attention: q, k, v (B,H,T,D) of one float dtype and shape (any strides) -> (B,H,T,D),
 // o_i = sum_{j<=i} softmax_j(scale q_i.k_j) v_j (each query sees keys 0..i). Differentiable once.
 weft_tensor *weft_causal_attention(weft_tensor *q, weft_tensor *k, weft_tensor *v, double scale);
@@ -179,6 +184,22 @@ typedef struct weft_conv2d_params {
 } weft_conv2d_params;
 // x (N,C,H,W), w (O,C/groups,KH,KW), bias (O) or NULL -> (N,O,OH,OW)
 weft_tensor *weft_conv2d(weft_tensor *x, weft_tensor *w, weft_tensor *bias, const weft_conv2d_params *p);
+
+// Transposed convolution (PyTorch's conv_transpose2d): the gradient of conv2d with respect to its input,
+// so x (N,C,H,W) with w (C,O/groups,KH,KW) and bias (O) or NULL -> (N,O,OH,OW),
+// OH = (H - 1) stride - 2 padding + dilation (KH - 1) + output_padding + 1. padding is taken off each side of
+// the full output; output_padding (0 <= it < stride) adds rows and columns at the bottom and right. It runs as
+// the conv2d_backward_input op (plus the bias), so every device with conv2d's backward runs it, graph mode
+// traces it and ONNX writes it as ConvTranspose.
+typedef struct weft_conv_transpose2d_params {
+    int stride[2];         // (h, w), 0 means 1
+    int padding[2];        // (h, w)
+    int output_padding[2]; // (h, w)
+    int dilation[2];       // (h, w), 0 means 1
+    int groups;            // 0 means 1
+} weft_conv_transpose2d_params;
+weft_tensor *weft_conv_transpose2d(weft_tensor *x, weft_tensor *w, weft_tensor *bias,
+                                   const weft_conv_transpose2d_params *p);
 
 typedef struct weft_pool2d_params {
     int kernel[2];  // (kh, kw)

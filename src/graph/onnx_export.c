@@ -519,6 +519,20 @@ static bool e_conv(em *m) {
     attr_int(m->e, nd, "group", a[6]);
     return true;
 }
+// conv2d_backward_input (conv_transpose2d): ConvTranspose with weft's symmetric crop, and output_padding the
+// rows and columns its output size (attrs i[8..9]) has past the cropped full output.
+static bool e_conv_t(em *m) {
+    const int64_t *a = m->n->attrs.i, *xs = in_v(m, 0)->sizes, *ws = in_v(m, 1)->sizes;
+    int64_t pads[4] = {a[2], a[3], a[2], a[3]}, opad[2];
+    for (int k = 0; k < 2; k++) opad[k] = a[8 + k] - ((xs[2 + k] - 1) * a[k] - 2 * a[2 + k] + a[4 + k] * (ws[2 + k] - 1) + 1);
+    Onnx__NodeProto *nd = add_node(m->e, "ConvTranspose", 2, m->in, 1, m->out);
+    attr_ints(m->e, nd, "strides", 2, a);
+    attr_ints(m->e, nd, "pads", 4, pads);
+    attr_ints(m->e, nd, "dilations", 2, a + 4);
+    attr_ints(m->e, nd, "output_padding", 2, opad);
+    attr_int(m->e, nd, "group", a[6]);
+    return true;
+}
 static bool e_pool(em *m) {
     if (!only_out0(m)) return false;
     const int64_t *a = m->n->attrs.i;
@@ -616,6 +630,7 @@ static const struct {
     {"sum", e_reduce},        {"mean", e_reduce},       {"max", e_reduce},         {"min", e_reduce},
     {"logsumexp", e_reduce},  {"argmax", e_reduce},     {"layer_norm", e_layer_norm},
     {"add_layer_norm", e_layer_norm}, {"batch_norm", e_batch_norm}, {"conv2d", e_conv},
+    {"conv2d_backward_input", e_conv_t},
     {"max_pool2d", e_pool},   {"avg_pool2d", e_pool},   {"causal_attention", e_attention},
     {"causal_attention_qkv", e_attention_qkv}, {"dropout", e_dropout},
 };

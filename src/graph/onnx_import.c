@@ -145,7 +145,12 @@ static const char *tmp_name(nctx *c) {
 }
 
 static int ndim_of(const nctx *c, weft_value v) { return weft_graph_value_ndim(c->m->g, v); }
+// Points into the graph's values: a later op may move them (sizes_copy where sizes outlive one).
 static const int64_t *sizes_of(const nctx *c, weft_value v) { return weft_graph_value_sizes(c->m->g, v); }
+static void sizes_copy(const nctx *c, weft_value v, int64_t *out) {
+    int nd = ndim_of(c, v);
+    if (nd > 0) memcpy(out, sizes_of(c, v), sizeof(int64_t) * (size_t)nd);
+}
 static weft_dtype dtype_of(const nctx *c, weft_value v) { return weft_graph_value_dtype(c->m->g, v); }
 
 // An op of the table; name NULL: a temporary. Errors already name the op; the caller adds the node.
@@ -178,11 +183,46 @@ static weft_value scalar(nctx *c, weft_dtype dt, double x) {
         case WEFT_F64: *(double *)p = x; break;
         case WEFT_I32: *(int32_t *)p = (int32_t)x; break;
         case WEFT_I64: *(int64_t *)p = (int64_t)x; break;
+        case WEFT_U8: *(uint8_t *)p = (uint8_t)x; break;
         default: weft_tensor_free(t); t = NULL; weft_error(WEFT_ERR_DTYPE, "no scalar of dtype %s", weft_dtype_name(dt));
             return WEFT_VALUE_NONE;
         }
     }
     return konst(c, NULL, t, NULL);
+}
+
+// Whether computing value v at load makes no op output of more than MAX_MADE_ELEMS elements: the op nodes it
+// depends on, walked from v (shapes are static, so this costs no arithmetic). Constants and variables are the
+// file's own tensors, already in memory.
+static weft_status check_eval_size(const weft_graph *g, int32_t v) {
+    uint8_t *seen = calloc((size_t)g->n_nodes + 1, 1);
+    int32_t *stack = malloc(sizeof(int32_t) * ((size_t)g->n_nodes + 1));
+    weft_status st = seen && stack ? WEFT_OK : weft_error(WEFT_ERR_OOM, "no memory");
+    int top = 0;
+    if (!st) stack[top++] = g->values[v].node, seen[g->values[v].node] = 1;
+    while (!st && top > 0) {
+        const weft_gnode *nd = &g->nodes[stack[--top]];
+        if (nd->kind != WEFT_NODE_OP) continue;
+        for (int o = 0; o < nd->n_out && !st; o++) {
+            const weft_gvalue *gv = &g->values[nd->out0 + o];
+            st = check_made(gv->ndim, gv->sizes);
+        }
+        for (int i = 0; i < nd->n_in; i++) {
+            int32_t p = g->values[nd->in[i]].node;
+            if (!seen[p]) seen[p] = 1, stack[top++] = p;
+        }
+    }
+    free(seen);
+    free(stack);
+    return st;
+}
+
+// A scalar of dtype dt, made in f32 and cast where scalar() has no such dtype (f16, bf16).
+static weft_value scalar_as(nctx *c, weft_dtype dt, double x) {
+    if (dt != WEFT_F16 && dt != WEFT_BF16) return scalar(c, dt, x);
+    weft_value v = scalar(c, WEFT_F32, x);
+    int64_t d = dt;
+    return OK(v) ? op(c, NULL, "cast", 1, &v, &d, 1, NULL, 0) : v;
 }
 
 // The value known at import of input k: a constant, or computed from constants by running the graph.
@@ -192,7 +232,11 @@ static weft_status konst_in(nctx *c, int k, weft_tensor **out) {
     entry *e = &c->m->e[c->kin[k]];
     if (!e->konst) {
         weft_tensor *t = NULL;
-        weft_status st = weft_graph_run(c->m->g, 0, NULL, NULL, 1, &e->v, &t, 0, NULL);
+        weft_status st = check_eval_size(c->m->g, e->v.id);
+        if (st)
+            return weft_error(WEFT_ERR_UNSUPPORTED, "input '%s' must be known when the model is loaded, and computing "
+                              "it would make %s", e->name, weft_last_error());
+        st = weft_graph_run(c->m->g, 0, NULL, NULL, 1, &e->v, &t, 0, NULL);
         if (st != WEFT_OK)
             return weft_error(WEFT_ERR_UNSUPPORTED,
                               "input '%s' must be known when the model is loaded (weft's shapes are static), and "
@@ -290,6 +334,25 @@ static weft_status h_binary(nctx *c, const char *opn) {
 }
 
 // Max / Min / Sum of any number of inputs, pairwise.
+// LeakyRelu: max(x, alpha x) for alpha <= 1 (weft_leaky_relu's form), min above.
+static weft_status h_leaky_relu(nctx *c, const char *arg) {
+    (void)arg;
+    double alpha = attr_f(c, "alpha", 0.01);
+    weft_value s = op(c, NULL, "mul_scalar", 1, c->in, NULL, 0, &alpha, 1);
+    if (!OK(s)) return weft_last_status();
+    OUT0(op(c, node_out(c, 0), alpha <= 1 ? "maximum" : "minimum", 2, (weft_value[]){c->in[0], s}, NULL, 0, NULL, 0));
+}
+
+// Mean (of any number of inputs): their sum, times 1/n.
+static weft_status h_mean(nctx *c, const char *arg) {
+    (void)arg;
+    weft_value acc = c->in[0];
+    for (int k = 1; k < c->n_in; k++)
+        if (!OK(acc = op(c, NULL, "add", 2, (weft_value[]){acc, c->in[k]}, NULL, 0, NULL, 0))) return weft_last_status();
+    double inv = 1.0 / c->n_in;
+    OUT0(op(c, node_out(c, 0), "mul_scalar", 1, &acc, NULL, 0, &inv, 1));
+}
+
 static weft_status h_variadic(nctx *c, const char *opn) {
     if (c->n_in < 1) FAIL("needs an input");
     weft_value acc = c->in[0];
@@ -312,6 +375,7 @@ static weft_status h_identity(nctx *c, const char *arg) {
         weft_tensor *t;
         weft_status st = konst_in(c, 2, &t);
         if (st) return st;
+        if (weft_tensor_dtype(t) != WEFT_BOOL || weft_tensor_numel(t) != 1) FAIL("training_mode must be one bool");
         if (*(const uint8_t *)weft_tensor_data(t)) FAIL("training_mode is not supported");
     }
     OUT0(reshape(c, node_out(c, 0), c->in[0], ndim_of(c, c->in[0]), sizes_of(c, c->in[0])));
@@ -414,8 +478,8 @@ static weft_status h_reshape(nctx *c, const char *arg) {
             infer = d;
         } else if (s[d] < 0) {
             FAIL("shape[%d] = %lld", d, (long long)s[d]);
-        } else {
-            known *= s[d];
+        } else if (__builtin_mul_overflow(known, s[d], &known)) {
+            FAIL("the shape's product overflows");
         }
     }
     if (infer >= 0) s[infer] = known ? numel / known : 0;
@@ -485,7 +549,8 @@ static weft_status h_squeeze(nctx *c, const char *arg) {
 static weft_status h_slice(nctx *c, const char *arg) {
     (void)arg;
     int nd = ndim_of(c, c->in[0]);
-    const int64_t *xs = sizes_of(c, c->in[0]);
+    int64_t xs[WEFT_MAX_DIMS]; // a copy: adding values may move the graph's
+    sizes_copy(c, c->in[0], xs);
     int64_t st_[WEFT_MAX_DIMS], en[WEFT_MAX_DIMS], ax[WEFT_MAX_DIMS], sp[WEFT_MAX_DIMS];
     int ns, ne, na = -1, np = -1;
     weft_status st = WEFT_OK;
@@ -508,8 +573,8 @@ static weft_status h_slice(nctx *c, const char *arg) {
     weft_value v = c->in[0];
     for (int i = 0; i < ns; i++) {
         int d = axis_of(na >= 0 ? ax[i] : i, nd);
-        int64_t step = np >= 0 ? sp[i] : 1, n = xs[d];
         if (d < 0) FAIL("axis %lld", (long long)(na >= 0 ? ax[i] : i));
+        int64_t step = np >= 0 ? sp[i] : 1, n = xs[d];
         if (step < 1) FAIL("step %lld (weft slices forward only)", (long long)step);
         int64_t b = st_[i] < 0 ? st_[i] + n : st_[i], e = en[i] < 0 ? en[i] + n : en[i];
         b = b < 0 ? 0 : b > n ? n : b;
@@ -551,13 +616,27 @@ static weft_status h_concat(nctx *c, const char *arg) {
 
 // Gather along an axis: index_select with the indices flattened, viewed back to
 // data[:axis] + indices + data[axis+1:]. Known negative indices are made positive.
+// Indices known only at run: where(idx < 0, idx + n, idx), as ONNX's Gather reads them.
+static weft_value wrap_negative(nctx *c, weft_value idx, int64_t n) {
+    weft_dtype dt = dtype_of(c, idx);
+    weft_value zero = scalar(c, dt, 0), len = scalar(c, dt, (double)n);
+    if (!OK(zero) || !OK(len)) return WEFT_VALUE_NONE;
+    weft_value neg = op(c, NULL, "lt", 2, (weft_value[]){idx, zero}, NULL, 0, NULL, 0);
+    weft_value up = OK(neg) ? op(c, NULL, "add", 2, (weft_value[]){idx, len}, NULL, 0, NULL, 0) : WEFT_VALUE_NONE;
+    return OK(up) ? op(c, NULL, "where", 3, (weft_value[]){neg, up, idx}, NULL, 0, NULL, 0) : WEFT_VALUE_NONE;
+}
+
 static weft_status h_gather(nctx *c, const char *arg) {
     (void)arg;
     weft_value x = c->in[0], idx = c->in[1];
     int nd = ndim_of(c, x), ni = ndim_of(c, idx), ax = axis_of(attr_i(c, "axis", 0), nd);
     if (ax < 0) FAIL("axis %lld", (long long)attr_i(c, "axis", 0));
-    const int64_t *xs = sizes_of(c, x), *is = sizes_of(c, idx);
     if (nd - 1 + ni > WEFT_MAX_DIMS) FAIL("too many dims");
+    int64_t xs[WEFT_MAX_DIMS], is[WEFT_MAX_DIMS]; // copies: adding values may move the graph's
+    memcpy(xs, sizes_of(c, x), sizeof(int64_t) * (size_t)nd);
+    memcpy(is, sizes_of(c, idx), sizeof(int64_t) * (size_t)ni);
+    if (dtype_of(c, idx) != WEFT_I32 && dtype_of(c, idx) != WEFT_I64)
+        FAIL("indices of type %s (int32 or int64 only)", weft_dtype_name(dtype_of(c, idx)));
     int64_t count = 1;
     for (int d = 0; d < ni; d++) count *= is[d];
     weft_tensor *k = NULL;
@@ -574,7 +653,7 @@ static weft_status h_gather(nctx *c, const char *arg) {
         }
         idx = konst(c, NULL, t, NULL);
     } else {
-        idx = reshape(c, NULL, idx, 1, &count);
+        idx = reshape(c, NULL, wrap_negative(c, idx, xs[ax]), 1, &count);
     }
     if (!OK(idx)) return weft_last_status();
     int64_t d = ax;
@@ -591,7 +670,8 @@ static weft_status h_gather(nctx *c, const char *arg) {
 // Softmax / LogSoftmax: one axis from opset 13; before, the input flattened to 2-D at the axis (default 1).
 static weft_status h_softmax(nctx *c, const char *opn) {
     int nd = ndim_of(c, c->in[0]);
-    const int64_t *xs = sizes_of(c, c->in[0]);
+    int64_t xs[WEFT_MAX_DIMS]; // a copy: adding values may move the graph's
+    sizes_copy(c, c->in[0], xs);
     bool old = c->m->opset < 13;
     int64_t ax = axis_of(attr_i(c, "axis", old ? 1 : -1), nd);
     if (ax < 0 && nd > 0) FAIL("axis %lld", (long long)attr_i(c, "axis", old ? 1 : -1));
@@ -621,7 +701,8 @@ static weft_status h_layer_norm(nctx *c, const char *arg) {
                             &eps, 1, out) != WEFT_OK)
         return weft_last_status();
     if (!stats) OUT0(out[0]);
-    const int64_t *xs = sizes_of(c, c->in[0]);
+    int64_t xs[WEFT_MAX_DIMS]; // a copy: adding values may move the graph's
+    sizes_copy(c, c->in[0], xs);
     int64_t s[WEFT_MAX_DIMS];
     for (int d = 0; d < nd; d++) s[d] = d < ax ? xs[d] : 1;
     for (int k = 0; k < 3; k++) {
@@ -655,6 +736,9 @@ static weft_status window(nctx *c, int64_t *stride, int64_t *pad, int64_t *dil, 
     if (a) stride[0] = a[0], stride[1] = a[1];
     if ((a = attr_ints(c, "dilations", &n)) && n != 2) FAIL("2-D only (dilations has %d)", n);
     if (a) dil[0] = a[0], dil[1] = a[1];
+    for (int d = 0; d < 2; d++)
+        if (stride[d] < 1 || stride[d] > INT32_MAX || dil[d] < 1 || dil[d] > INT32_MAX)
+            FAIL("strides and dilations must be between 1 and %d", INT32_MAX);
     if (attr_s_is(c, "auto_pad", "NOTSET", "NOTSET")) {
         if ((a = attr_ints(c, "pads", &n)) && n != 4) FAIL("2-D only (pads has %d)", n);
         if (a && (a[0] != a[2] || a[1] != a[3])) FAIL("asymmetric pads (%lld,%lld,%lld,%lld)", (long long)a[0],
@@ -684,6 +768,80 @@ static weft_status h_conv(nctx *c, const char *arg) {
     OUT0(op(c, node_out(c, 0), "conv2d", has_b ? 3 : 2, c->in, at, 8, NULL, 0));
 }
 
+// ConvTranspose: conv2d_backward_input (weft's conv_transpose2d) over the window ONNX defines. ONNX takes
+// [b, F + output_padding - e) of the full output (F = s (in - 1) + d (k - 1) + 1, zeros past its end); weft's
+// op gives [p, F + op_w - p) for one crop p and an op_w in [0, stride). So p = min(b, e), op_w as small as
+// covers the end, and a slice takes the rest. output_shape (or auto_pad SAME_*) sets b and e by ONNX's formula;
+// an output_shape past the full output appends zeros (a negative e).
+static weft_status h_conv_t(nctx *c, const char *arg) {
+    (void)arg;
+    if (ndim_of(c, c->in[0]) != 4 || ndim_of(c, c->in[1]) != 4) FAIL("2-D transposed convolutions only");
+    const int64_t *ws = sizes_of(c, c->in[1]), *xs = sizes_of(c, c->in[0]);
+    int64_t s[2] = {1, 1}, d[2] = {1, 1}, opad[2] = {0, 0}, b[2] = {0, 0}, e[2] = {0, 0}, G = attr_i(c, "group", 1);
+    int n;
+    const int64_t *a;
+    if ((a = attr_ints(c, "strides", &n)) && n != 2) FAIL("2-D only (strides has %d)", n);
+    for (int k = 0; a && k < 2; k++) s[k] = a[k];
+    if ((a = attr_ints(c, "dilations", &n)) && n != 2) FAIL("2-D only (dilations has %d)", n);
+    for (int k = 0; a && k < 2; k++) d[k] = a[k];
+    if ((a = attr_ints(c, "output_padding", &n)) && n != 2) FAIL("2-D only (output_padding has %d)", n);
+    for (int k = 0; a && k < 2; k++) opad[k] = a[k];
+    if ((a = attr_ints(c, "pads", &n)) && n != 4) FAIL("2-D only (pads has %d)", n);
+    for (int k = 0; a && k < 2; k++) b[k] = a[k], e[k] = a[k + 2];
+    for (int k = 0; k < 2; k++)
+        if (s[k] < 1 || s[k] > INT32_MAX || d[k] < 1 || d[k] > INT32_MAX || opad[k] < 0 || opad[k] > INT32_MAX ||
+            b[k] < 0 || b[k] > INT32_MAX || e[k] < 0 || e[k] > INT32_MAX)
+            FAIL("strides, dilations, pads or output_padding out of range");
+    int64_t full[2]; // F + output_padding: each product of a checked size and an attr below 2^31
+    for (int k = 0; k < 2; k++) full[k] = s[k] * (xs[2 + k] - 1) + opad[k] + (ws[2 + k] - 1) * d[k] + 1;
+    const int64_t *os = attr_ints(c, "output_shape", &n);
+    bool notset = attr_s_is(c, "auto_pad", "NOTSET", "NOTSET");
+    if (os && n != 2 && n != 4) FAIL("output_shape has %d entries", n);
+    if (!notset && !attr_s_is(c, "auto_pad", "NOTSET", "VALID") && !attr_s_is(c, "auto_pad", "NOTSET", "SAME_UPPER") &&
+        !attr_s_is(c, "auto_pad", "NOTSET", "SAME_LOWER"))
+        FAIL("unknown auto_pad");
+    if (!notset) b[0] = b[1] = e[0] = e[1] = 0;
+    if (os || (!notset && !attr_s_is(c, "auto_pad", "NOTSET", "VALID"))) {
+        // total = F + op - output_shape; SAME_UPPER crops the odd one at the end, else at the start
+        bool upper = attr_s_is(c, "auto_pad", "NOTSET", "SAME_UPPER");
+        for (int k = 0; k < 2; k++) {
+            int64_t want = os ? os[n - 2 + k] : xs[2 + k] * s[k];
+            if (want < 1 || want > WEFT_MAX_NUMEL) FAIL("output_shape %lld", (long long)want);
+            int64_t total = full[k] - want, half = total / 2, rest = total - half;
+            if (total < 0) b[k] = 0, e[k] = total;
+            else b[k] = upper ? half : rest, e[k] = upper ? rest : half;
+        }
+    }
+    int64_t at[10] = {s[0], s[1], 0, 0, d[0], d[1], G, 0, 0, 0}, out[2];
+    for (int k = 0; k < 2; k++) {
+        int64_t p = b[k] < e[k] ? b[k] : e[k] < 0 ? 0 : e[k], wop = opad[k] - e[k] + p;
+        if (wop < 0) wop = 0;
+        if (wop >= s[k]) FAIL("output_padding %lld and pads leave more than the stride past the full output", (long long)opad[k]);
+        at[2 + k] = p;
+        at[8 + k] = full[k] - opad[k] + wop - 2 * p;
+        out[k] = full[k] - b[k] - e[k];
+        if (out[k] < 1 || at[8 + k] < 1) FAIL("the pads leave no output");
+    }
+    const int64_t *ks = attr_ints(c, "kernel_shape", &n);
+    if (ks && (n != 2 || ks[0] != ws[2] || ks[1] != ws[3])) FAIL("kernel_shape does not match the weight");
+    bool has_b = c->n_in > 2 && c->kin[2] >= 0;
+    bool crop[2] = {out[0] != at[8] || b[0] != at[2], out[1] != at[9] || b[1] != at[3]};
+    bool last = !has_b && !crop[0] && !crop[1];
+    weft_value y = op(c, last ? node_out(c, 0) : NULL, "conv2d_backward_input", 2, c->in, at, 10, NULL, 0);
+    if (last || !OK(y)) OUT0(y);
+    for (int k = 0; k < 2; k++) {
+        if (!crop[k]) continue;
+        int64_t sl[4] = {2 + k, b[k] - at[2 + k], b[k] - at[2 + k] + out[k], 1};
+        bool fin = !has_b && (k == 1 || !crop[1]);
+        if (!OK(y = op(c, fin ? node_out(c, 0) : NULL, "slice", 1, &y, sl, 4, NULL, 0))) return weft_last_status();
+        if (fin) OUT0(y);
+    }
+    if (ndim_of(c, c->in[2]) != 1) FAIL("the bias must be 1-D");
+    weft_value b4 = reshape(c, NULL, c->in[2], 4, (int64_t[]){1, sizes_of(c, c->in[2])[0], 1, 1});
+    if (!OK(b4)) return weft_last_status();
+    OUT0(op(c, node_out(c, 0), "add", 2, (weft_value[]){y, b4}, NULL, 0, NULL, 0));
+}
+
 static weft_status h_pool(nctx *c, const char *opn) {
     if (ndim_of(c, c->in[0]) != 4) FAIL("2-D pooling only");
     if (attr_i(c, "ceil_mode", 0)) FAIL("ceil_mode is not supported");
@@ -710,14 +868,19 @@ static weft_status h_global_pool(nctx *c, const char *opn) {
 }
 
 // ReduceSum (axes an input from opset 13), ReduceMean / ReduceMax (an attribute up to opset 17).
+// ReduceSumSquare ("sum_square") and ReduceLogSum ("log_sum") are sum after x*x and before log.
 static weft_status h_reduce(nctx *c, const char *opn) {
+    bool square = !strcmp(opn, "sum_square"), logsum = !strcmp(opn, "log_sum");
+    bool axes_in = !strcmp(opn, "sum") && c->m->opset >= 13; // ReduceSum's only, before opset 18
+    if (square || logsum) opn = "sum";
     int nd = ndim_of(c, c->in[0]);
     int64_t ax[WEFT_MAX_DIMS + 1];
     int na;
-    weft_status st = axes_of(c, !strcmp(opn, "sum") && c->m->opset >= 13, ax, &na);
+    weft_status st = axes_of(c, axes_in, ax, &na);
     if (st) return st;
     int64_t mask = 0;
     if (na <= 0) { // none (or an empty axes input): every dim, or nothing with noop_with_empty_axes
+        if (attr_i(c, "noop_with_empty_axes", 0) && (square || logsum)) FAIL("noop_with_empty_axes");
         if (attr_i(c, "noop_with_empty_axes", 0)) OUT0(reshape(c, node_out(c, 0), c->in[0], nd, sizes_of(c, c->in[0])));
         mask = nd ? (INT64_C(1) << nd) - 1 : 0;
     }
@@ -727,7 +890,11 @@ static weft_status h_reduce(nctx *c, const char *opn) {
         mask |= INT64_C(1) << a;
     }
     int64_t at[3] = {mask, attr_i(c, "keepdims", 1) != 0, 0};
-    OUT0(op(c, node_out(c, 0), opn, 1, c->in, at, 3, NULL, 0));
+    weft_value x = c->in[0];
+    if (square && !OK(x = op(c, NULL, "mul", 2, (weft_value[]){x, x}, NULL, 0, NULL, 0))) return weft_last_status();
+    weft_value y = op(c, logsum ? NULL : node_out(c, 0), opn, 1, &x, at, 3, NULL, 0);
+    if (!logsum || !OK(y)) OUT0(y);
+    OUT0(op(c, node_out(c, 0), "log", 1, &y, NULL, 0, NULL, 0));
 }
 
 // Constant: its value as a CONSTANT node.
@@ -803,6 +970,8 @@ static weft_status h_gather_elements(nctx *c, const char *arg) {
     int nd = ndim_of(c, c->in[0]), ax = axis_of(attr_i(c, "axis", 0), nd);
     if (ax < 0) FAIL("axis %lld", (long long)attr_i(c, "axis", 0));
     weft_value idx = c->in[1];
+    if (dtype_of(c, idx) != WEFT_I32 && dtype_of(c, idx) != WEFT_I64)
+        FAIL("indices of type %s (int32 or int64 only)", weft_dtype_name(dtype_of(c, idx)));
     weft_tensor *k = NULL;
     if (c->m->e[c->kin[1]].konst) (void)konst_in(c, 1, &k);
     if (k) {
@@ -812,6 +981,8 @@ static weft_status h_gather_elements(nctx *c, const char *arg) {
         int64_t *p = weft_tensor_data(t), n = sizes_of(c, c->in[0])[ax];
         for (int64_t i = 0; i < weft_tensor_numel(t); i++) p[i] += p[i] < 0 ? n : 0;
         if (!OK(idx = konst(c, NULL, t, NULL))) return weft_last_status();
+    } else if (!OK(idx = wrap_negative(c, idx, sizes_of(c, c->in[0])[ax]))) {
+        return weft_last_status();
     }
     int64_t d = ax;
     OUT0(op(c, node_out(c, 0), "gather", 2, (weft_value[]){c->in[0], idx}, &d, 1, NULL, 0));
@@ -840,7 +1011,7 @@ static weft_status h_split(nctx *c, const char *arg) {
     if (n != no) FAIL("%d split sizes for %d outputs", n, no);
     int64_t at = 0;
     for (int i = 0; i < no; i++) {
-        if (sp[i] < 0 || at + sp[i] > len) FAIL("split sizes do not fit dim %d (%lld)", ax, (long long)len);
+        if (sp[i] < 0 || sp[i] > len - at) FAIL("split sizes do not fit dim %d (%lld)", ax, (long long)len);
         int64_t a[4] = {ax, at, at + sp[i], 1};
         at += sp[i];
         if (!wants_out(c, i)) continue;
@@ -859,8 +1030,8 @@ static weft_status h_clip(nctx *c, const char *arg) {
         if (c->n_in > 1 && c->kin[1] >= 0) lo = c->in[1];
         if (c->n_in > 2 && c->kin[2] >= 0) hi = c->in[2];
     } else {
-        if (attr(c, "min")) lo = scalar(c, dt, attr_f(c, "min", 0));
-        if (attr(c, "max")) hi = scalar(c, dt, attr_f(c, "max", 0));
+        if (attr(c, "min") && !OK(lo = scalar_as(c, dt, attr_f(c, "min", 0)))) return weft_last_status();
+        if (attr(c, "max") && !OK(hi = scalar_as(c, dt, attr_f(c, "max", 0)))) return weft_last_status();
     }
     if (OK(lo) && !OK(v = op(c, OK(hi) ? NULL : node_out(c, 0), "maximum", 2, (weft_value[]){v, lo}, NULL, 0, NULL, 0)))
         return weft_last_status();
@@ -875,7 +1046,18 @@ static weft_status h_argmax(nctx *c, const char *arg) {
     int nd = ndim_of(c, c->in[0]), ax = axis_of(attr_i(c, "axis", 0), nd);
     if (ax < 0) FAIL("axis %lld", (long long)attr_i(c, "axis", 0));
     weft_value v = c->in[0];
-    if (!strcmp(arg, "argmin") && !OK(v = op(c, NULL, "neg", 1, &v, NULL, 0, NULL, 0))) return weft_last_status();
+    if (!strcmp(arg, "argmin")) { // order reversed: -x for floats, -1 - x (= ~x, never overflowing) for integers
+        weft_dtype dt = dtype_of(c, v);
+        if (dt == WEFT_F32 || dt == WEFT_F64 || dt == WEFT_F16 || dt == WEFT_BF16) {
+            v = op(c, NULL, "neg", 1, &v, NULL, 0, NULL, 0);
+        } else {
+            int64_t wide = WEFT_I32;
+            if (dt == WEFT_U8 && !OK(v = op(c, NULL, "cast", 1, &v, &wide, 1, NULL, 0))) return weft_last_status();
+            weft_value m1 = scalar(c, dtype_of(c, v), -1);
+            v = OK(m1) ? op(c, NULL, "sub", 2, (weft_value[]){m1, v}, NULL, 0, NULL, 0) : m1;
+        }
+        if (!OK(v)) return weft_last_status();
+    }
     int64_t at[3] = {INT64_C(1) << ax, attr_i(c, "keepdims", 1) != 0, 0};
     OUT0(op(c, node_out(c, 0), "argmax", 1, &v, at, 3, NULL, 0));
 }
@@ -896,19 +1078,23 @@ static weft_status h_constant_of_shape(nctx *c, const char *arg) {
     int n;
     weft_status st = konst_ints(c, 0, s, WEFT_MAX_DIMS, &n);
     if (st || (st = check_made(n, s))) return st;
-    weft_dtype dt = WEFT_F32;
-    double v = 0;
     const Onnx__AttributeProto *a = attr(c, "value");
-    if (a && a->t) {
-        weft_tensor *t;
-        if ((st = weft_onnx_tensor_from(a->t, "value", &t))) return st;
-        dt = weft_tensor_dtype(t);
-        if (weft_tensor_numel(t) != 1) st = weft_error(WEFT_ERR_FORMAT, "value must hold one element");
-        else v = weft_tensor_item(t);
-        weft_tensor_free(t);
-        if (st) return st;
+    if (!a || !a->t) {
+        c->out[0] = konst(c, node_out(c, 0), weft_tensor_zeros(n, s, WEFT_F32), &c->konst0);
+        return OK(c->out[0]) ? WEFT_OK : weft_last_status();
     }
-    c->out[0] = konst(c, node_out(c, 0), weft_tensor_full(n, s, dt, v), &c->konst0);
+    weft_tensor *t, *r = NULL;
+    if ((st = weft_onnx_tensor_from(a->t, "value", &t))) return st;
+    if (weft_tensor_numel(t) != 1) st = weft_error(WEFT_ERR_FORMAT, "value must hold one element");
+    else r = weft_tensor_empty(n, s, weft_tensor_dtype(t));
+    if (r) { // the element's bytes repeated (exact for every dtype)
+        size_t es = weft_dtype_size(weft_tensor_dtype(t));
+        char *p = weft_tensor_data(r);
+        for (int64_t i = 0; i < weft_tensor_numel(r); i++) memcpy(p + (size_t)i * es, weft_tensor_data(t), es);
+    }
+    weft_tensor_free(t);
+    if (st) return st;
+    c->out[0] = konst(c, node_out(c, 0), r, &c->konst0);
     return OK(c->out[0]) ? WEFT_OK : weft_last_status();
 }
 
@@ -921,12 +1107,25 @@ static weft_status h_range(nctx *c, const char *arg) {
         if ((st = konst_in(c, k, &t[k]))) return st;
         if (weft_tensor_numel(t[k]) != 1) FAIL("input %d is not a scalar", k);
     }
-    double start = weft_tensor_item(t[0]), limit = weft_tensor_item(t[1]), delta = weft_tensor_item(t[2]);
-    if (delta == 0 || !isfinite(start) || !isfinite(limit) || !isfinite(delta)) FAIL("bad range");
-    double cnt = ceil((limit - start) / delta);
-    if (cnt > (double)MAX_MADE_ELEMS) FAIL("%g elements (at most %lld)", cnt, (long long)MAX_MADE_ELEMS);
-    int64_t n = cnt > 0 ? (int64_t)cnt : 0;
     weft_dtype dt = weft_tensor_dtype(t[0]);
+    if (weft_tensor_dtype(t[1]) != dt || weft_tensor_dtype(t[2]) != dt) FAIL("start, limit and delta differ in type");
+    double start = weft_tensor_item(t[0]), limit = weft_tensor_item(t[1]), delta = weft_tensor_item(t[2]);
+    int64_t n, is = 0, id = 0;
+    if (dt == WEFT_I32 || dt == WEFT_I64) { // exact: ceil((limit - start) / delta) in integers
+        int64_t il = dt == WEFT_I64 ? *(const int64_t *)weft_tensor_data(t[1]) : *(const int32_t *)weft_tensor_data(t[1]);
+        is = dt == WEFT_I64 ? *(const int64_t *)weft_tensor_data(t[0]) : *(const int32_t *)weft_tensor_data(t[0]);
+        id = dt == WEFT_I64 ? *(const int64_t *)weft_tensor_data(t[2]) : *(const int32_t *)weft_tensor_data(t[2]);
+        __int128 span = (__int128)il - is, q = id ? span / id : 0;
+        if (!id) FAIL("bad range (delta 0)");
+        if (q * id != span) q++; // span and id of one sign: the quotient rounds toward 0, i.e. down here
+        if (q > MAX_MADE_ELEMS) FAIL("more than %lld elements", (long long)MAX_MADE_ELEMS);
+        n = q > 0 ? (int64_t)q : 0;
+    } else {
+        if (delta == 0 || !isfinite(start) || !isfinite(limit) || !isfinite(delta)) FAIL("bad range");
+        double cnt = ceil((limit - start) / delta);
+        if (cnt > (double)MAX_MADE_ELEMS) FAIL("%g elements (at most %lld)", cnt, (long long)MAX_MADE_ELEMS);
+        n = cnt > 0 ? (int64_t)cnt : 0;
+    }
     weft_tensor *r = weft_tensor_empty(1, &n, dt);
     if (!r) return weft_error(WEFT_ERR_OOM, "no memory");
     for (int64_t i = 0; i < n; i++) {
@@ -935,8 +1134,8 @@ static weft_status h_range(nctx *c, const char *arg) {
         switch (dt) {
         case WEFT_F32: ((float *)p)[i] = (float)((float)start + (float)i * (float)delta); break;
         case WEFT_F64: ((double *)p)[i] = x; break;
-        case WEFT_I32: ((int32_t *)p)[i] = (int32_t)x; break;
-        case WEFT_I64: ((int64_t *)p)[i] = (int64_t)start + i * (int64_t)delta; break;
+        case WEFT_I32: ((int32_t *)p)[i] = (int32_t)(is + (__int128)i * id); break; // i < n: within [start, limit)
+        case WEFT_I64: ((int64_t *)p)[i] = (int64_t)(is + (__int128)i * id); break;
         default: weft_tensor_free(r); FAIL("dtype %s", weft_dtype_name(dt));
         }
     }
@@ -964,6 +1163,8 @@ static const struct {
     {"Max", h_variadic, "maximum", 1},
     {"Min", h_variadic, "minimum", 1},
     {"Sum", h_variadic, "add", 1},
+    {"Mean", h_mean, NULL, 1},
+    {"LeakyRelu", h_leaky_relu, NULL, 1},
     {"Neg", h_unary, "neg", 1},
     {"Abs", h_unary, "abs", 1},
     {"Exp", h_unary, "exp", 1},
@@ -997,12 +1198,15 @@ static const struct {
     {"LayerNormalization", h_layer_norm, NULL, 2},
     {"BatchNormalization", h_batch_norm, NULL, 5},
     {"Conv", h_conv, NULL, 2},
+    {"ConvTranspose", h_conv_t, NULL, 2},
     {"MaxPool", h_pool, "max_pool2d", 1},
     {"AveragePool", h_pool, "avg_pool2d", 1},
     {"GlobalAveragePool", h_global_pool, "mean", 1},
     {"GlobalMaxPool", h_global_pool, "max", 1},
     {"ReduceSum", h_reduce, "sum", 1},
     {"ReduceMean", h_reduce, "mean", 1},
+    {"ReduceSumSquare", h_reduce, "sum_square", 1},
+    {"ReduceLogSum", h_reduce, "log_sum", 1},
     {"ReduceMax", h_reduce, "max", 1},
     {"Constant", h_constant, NULL, 0},
     {"Shape", h_shape, NULL, 1},
@@ -1057,6 +1261,11 @@ static weft_status import_node(imp *m, const Onnx__NodeProto *n, int idx) {
             st = WEFT_ERR_FORMAT;
             snprintf(why, sizeof why, "%d inputs (it takes at least %d)", c->n_in, ops[fn].min_in);
         }
+        for (int k = 0; k < ops[fn].min_in && st == WEFT_OK; k++)
+            if (c->kin[k] < 0) { // an empty name where the op needs an input
+                st = WEFT_ERR_FORMAT;
+                snprintf(why, sizeof why, "input %d is required (its name is empty)", k);
+            }
         if (st == WEFT_OK && !node_out(c, 0)) {
             st = WEFT_ERR_FORMAT;
             snprintf(why, sizeof why, "no output name");

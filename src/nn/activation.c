@@ -1,5 +1,8 @@
 // Activation layers (no parameters): relu, gelu (exact erf form), gelu_tanh (its tanh approximation), tanh,
-// sigmoid, silu.
+// sigmoid, silu; leaky_relu (its slope kept by the module).
+#include <math.h>
+#include <stdlib.h>
+
 #include <weft/nn.h>
 
 #include "../core/core_impl.h"
@@ -21,4 +24,14 @@ weft_module *weft_nn_activation(weft_activation a) {
     case WEFT_ACT_GELU_TANH: return weft_module_new("gelu_tanh", gelu_tanh_fwd, NULL, NULL);
     }
     return weft_error_null(WEFT_ERR_ARG, "activation: unknown activation %d", (int)a);
+}
+
+static weft_tensor *leaky_fwd(weft_module *m, weft_tensor *x) { return weft_leaky_relu(x, *(double *)weft_module_impl(m)); }
+
+weft_module *weft_nn_leaky_relu(double slope) {
+    if (!isfinite(slope)) return weft_error_null(WEFT_ERR_ARG, "leaky_relu: slope must be finite, got %g", slope);
+    double *impl = malloc(sizeof *impl);
+    if (!impl) return weft_error_null(WEFT_ERR_OOM, "leaky_relu: out of memory");
+    *impl = slope;
+    return weft_module_new("leaky_relu", leaky_fwd, impl, free);
 }

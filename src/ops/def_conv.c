@@ -291,6 +291,65 @@ weft_tensor *weft_conv2d(weft_tensor *x, weft_tensor *w, weft_tensor *bias, cons
     return weft_op_apply1(&weft_op_conv2d, bias ? 3 : 2, in, &at);
 }
 
+// conv_transpose2d: the conv2d_backward_input op with the input size the transposed conv's output, then the
+// bias. Its checks are here so that errors name conv_transpose2d, not the backward op it runs as.
+weft_tensor *weft_conv_transpose2d(weft_tensor *x, weft_tensor *w, weft_tensor *bias,
+                                   const weft_conv_transpose2d_params *p) {
+    const char *op = "conv_transpose2d";
+    if (!x || !w) return weft_error_null_input(op);
+    weft_conv_transpose2d_params d = {.stride = {1, 1}, .dilation = {1, 1}, .groups = 1};
+    if (p) d = *p;
+    for (int k = 0; k < 2; k++) {
+        if (!d.stride[k]) d.stride[k] = 1;
+        if (!d.dilation[k]) d.dilation[k] = 1;
+    }
+    if (!d.groups) d.groups = 1;
+    weft_attrs at = {.i = {d.stride[0], d.stride[1], d.padding[0], d.padding[1], d.dilation[0], d.dilation[1],
+                           d.groups}};
+    weft_status st;
+    if ((st = check_conv_attrs(op, &at)) || (st = check_conv_4d(op, x, "the input")) ||
+        (st = check_conv_4d(op, w, "the weight")))
+        return NULL;
+    weft_tensor *ins[] = {x, w, bias};
+    if ((st = weft_check_same_dtype(op, bias ? 3 : 2, ins))) return NULL;
+    char b1[96], b2[96];
+    if (x->sizes[1] != w->sizes[0])
+        return weft_error_null(WEFT_ERR_SHAPE, "%s: input %s has %lld channels, weight %s expects %lld", op,
+                               weft_tensor_shape_str(x, b1, sizeof b1), (long long)x->sizes[1],
+                               weft_tensor_shape_str(w, b2, sizeof b2), (long long)w->sizes[0]);
+    if (w->sizes[0] % d.groups)
+        return weft_error_null(WEFT_ERR_SHAPE, "%s: input channels %lld must be divisible by groups %d", op,
+                               (long long)w->sizes[0], d.groups);
+    int64_t O, out[2];
+    if (__builtin_mul_overflow(w->sizes[1], (int64_t)d.groups, &O) || O > WEFT_MAX_NUMEL)
+        return weft_error_null(WEFT_ERR_SHAPE, "%s: %lld output channels per group times %d groups is too many", op,
+                               (long long)w->sizes[1], d.groups);
+    for (int k = 0; k < 2; k++) {
+        int64_t in = x->sizes[2 + k], kk = w->sizes[2 + k], s = d.stride[k], op_k = d.output_padding[k];
+        if (op_k < 0 || op_k >= s)
+            return weft_error_null(WEFT_ERR_ARG, "%s: output_padding %lld must be at least 0 and less than the stride %lld",
+                                   op, (long long)op_k, (long long)s);
+        // (in - 1) s + dil (k - 1) + op + 1 - 2 pad, with overflow checks on the products of sizes and attrs.
+        int64_t span, len;
+        if (in < 1 || kk < 1 || __builtin_mul_overflow(in - 1, s, &len) ||
+            __builtin_mul_overflow((int64_t)d.dilation[k], kk - 1, &span) || __builtin_add_overflow(len, span, &len) ||
+            (len = len + op_k + 1 - 2 * (int64_t)d.padding[k]) < 1 || len > CONV_ATTR_MAX)
+            return weft_error_null(WEFT_ERR_SHAPE, "%s: input %s with weight %s gives an empty or too large output", op,
+                                   weft_tensor_shape_str(x, b1, sizeof b1), weft_tensor_shape_str(w, b2, sizeof b2));
+        out[k] = len;
+    }
+    if (bias && (bias->ndim != 1 || bias->sizes[0] != O))
+        return weft_error_null(WEFT_ERR_SHAPE, "%s: bias must have shape (%lld), got %s", op, (long long)O,
+                               weft_tensor_shape_str(bias, b1, sizeof b1));
+    weft_tensor *y = conv_bw_input(x, w, &at, out[0], out[1]);
+    if (!y || !bias) return y;
+    weft_tensor *b4 = weft_reshape(bias, 4, (const int64_t[]){1, O, 1, 1});
+    weft_tensor *r = b4 ? weft_add(y, b4) : NULL;
+    weft_tensor_free(b4);
+    weft_tensor_free(y);
+    return r;
+}
+
 // ---- pooling ----
 static weft_status check_pool_attrs(const char *op, const weft_attrs *at) {
     if (!attr_in(at->i[0], 1) || !attr_in(at->i[1], 1) || !attr_in(at->i[2], 1) || !attr_in(at->i[3], 1))

@@ -5,6 +5,8 @@
 // attrs: softmax family i[0] = dim (normalised; 0 for a 0-d tensor); the backward ops' i[1] = 1 + dx's dtype
 //        when it is bf16 / f16 (y f32), else 0.
 //        dropout i[0] = seed, i[1] = counter offset, f[0] = p.
+#include <math.h>
+
 #include "op.h"
 
 weft_status weft_cpu_softmax(const weft_op_args *a);
@@ -213,6 +215,44 @@ weft_op_def weft_op_cross_entropy_backward = {
 weft_tensor *weft_cross_entropy(weft_tensor *logits, weft_tensor *targets) {
     weft_tensor *in[2] = {logits, targets};
     return weft_op_apply1(&weft_op_cross_entropy, 2, in, NULL);
+}
+
+// ---- composed of the ops above and the elementwise family (every device, autograd, graph mode) ----
+// max(x, slope x) for slope <= 1 (negative slopes too), min(x, slope x) above: x where x > 0, slope x elsewhere.
+weft_tensor *weft_leaky_relu(weft_tensor *x, double slope) {
+    if (!x) return weft_error_null_input("leaky_relu");
+    if (!isfinite(slope)) return weft_error_null(WEFT_ERR_ARG, "leaky_relu: slope must be finite, got %g", slope);
+    if (weft_check_dtype("leaky_relu", x, WEFT_DT_FLOAT | WEFT_DT_HALF, "the input")) return NULL;
+    weft_tensor *s = weft_mul_scalar(x, slope);
+    weft_tensor *y = !s ? NULL : slope <= 1 ? weft_maximum(x, s) : weft_minimum(x, s);
+    weft_tensor_free(s);
+    return y;
+}
+
+// mean(softplus(x) - x t), softplus(x) = log(1 + e^x) = logsumexp(0, x): stable for any x and smooth at 0
+// (its gradient is sigmoid(x) - t everywhere, as PyTorch's BCEWithLogitsLoss).
+weft_tensor *weft_bce_with_logits(weft_tensor *logits, weft_tensor *targets) {
+    const char *op = "bce_with_logits";
+    if (!logits || !targets) return weft_error_null_input(op);
+    weft_tensor *in[2] = {logits, targets};
+    if (weft_check_dtype(op, logits, WEFT_DT_FLOAT | WEFT_DT_HALF, "the logits") || weft_check_same_dtype(op, 2, in))
+        return NULL;
+    if (!weft_shape_equal(logits->ndim, logits->sizes, targets->ndim, targets->sizes)) {
+        char b1[96], b2[96];
+        return weft_error_null(WEFT_ERR_SHAPE, "%s: logits %s and targets %s differ in shape", op,
+                               weft_tensor_shape_str(logits, b1, sizeof b1), weft_tensor_shape_str(targets, b2, sizeof b2));
+    }
+    weft_tensor *z = weft_mul_scalar(logits, 0.0);
+    weft_tensor *pair[2] = {z, logits};
+    int last = logits->ndim;
+    weft_tensor *st = z ? weft_stack(2, pair, last) : NULL;
+    weft_tensor *sp = st ? weft_logsumexp(st, 1, &last, false) : NULL;
+    weft_tensor *xt = sp ? weft_mul(logits, targets) : NULL;
+    weft_tensor *l = xt ? weft_sub(sp, xt) : NULL;
+    weft_tensor *m = l ? weft_mean(l, 0, NULL, false) : NULL;
+    weft_tensor *ts[] = {z, st, sp, xt, l};
+    for (int i = 0; i < 5; i++) weft_tensor_free(ts[i]);
+    return m;
 }
 
 // ---- dropout ----

@@ -1,4 +1,4 @@
-// conv2d and 2-D pooling on CUDA against the CPU, forward and backward
+// conv2d, conv_transpose2d and 2-D pooling on CUDA against the CPU, forward and backward
 // (conv2d_backward_input / _weight / _bias, max_pool2d_backward and
 // avg_pool2d_backward run on CUDA through the gradient comparisons):
 // stride, padding, dilation, groups, 1x1 convs, the NHWC layout, strided
@@ -33,6 +33,8 @@ typedef struct conv_ctx {
     bool bias;
     bool permuted; // x stored (N,H,W,C) and read through a permute to (N,C,H,W): strided
     bool nhwc;     // the NHWC layout (attrs i[7] = 1): x (N,H,W,C) -> y (N,OH,OW,O)
+    bool transposed; // conv_transpose2d (conv2d_backward_input on CUDA) with p's stride, padding, ... and out_pad
+    int out_pad[2];
 } conv_ctx;
 
 static weft_tensor *f_conv(weft_tensor *const *in, void *vc) {
@@ -44,7 +46,11 @@ static weft_tensor *f_conv(weft_tensor *const *in, void *vc) {
         return weft_op_apply1(weft_op_find("conv2d"), c->bias ? 3 : 2, in, &at);
     }
     weft_tensor *x = c->permuted ? weft_permute(in[0], (const int[]){0, 3, 1, 2}) : weft_tensor_ref(in[0]);
-    weft_tensor *y = weft_conv2d(x, in[1], c->bias ? in[2] : NULL, &c->p);
+    weft_conv_transpose2d_params tp = {{c->p.stride[0], c->p.stride[1]}, {c->p.padding[0], c->p.padding[1]},
+                                       {c->out_pad[0], c->out_pad[1]}, {c->p.dilation[0], c->p.dilation[1]},
+                                       c->p.groups};
+    weft_tensor *y = c->transposed ? weft_conv_transpose2d(x, in[1], c->bias ? in[2] : NULL, &tp)
+                                   : weft_conv2d(x, in[1], c->bias ? in[2] : NULL, &c->p);
     weft_tensor_free(x);
     return y;
 }
@@ -198,7 +204,9 @@ static void conv_case(const char *what, weft_dtype dt, int64_t N, int64_t C, int
     int64_t xs[4] = {N, C, H, W}, xs_nhwc[4] = {N, H, W, C};
     int n = c.bias ? 3 : 2;
     weft_tensor *in[3] = {rand_t(4, nhwc_store ? xs_nhwc : xs, in_dt, 1),
-                          rand_t(4, (const int64_t[]){O, C / G, KH, KW}, in_dt, 2), rand_t(1, (const int64_t[]){O}, in_dt, 3)};
+                          rand_t(4, c.transposed ? (const int64_t[]){C, O / G, KH, KW} : (const int64_t[]){O, C / G, KH, KW},
+                                 in_dt, 2),
+                          rand_t(1, (const int64_t[]){O}, in_dt, 3)};
     double eps = in_dt == WEFT_F32 ? 0x1p-23 : 0x1p-52, u = dt == WEFT_BF16 ? 0x1p-8 : dt == WEFT_F16 ? 0x1p-11 : 0;
     double k = 4 * u + 16 * eps;
     char buf[160];
@@ -254,6 +262,16 @@ static void test_conv2d(void) {
         // 14 and 2 images (the weight gradient accumulates across them);
         // 262144 terms per weight-gradient element
         conv_case("chunked batch", dt, 16, 16, 128, 128, 8, 3, 3, (conv_ctx){{{1, 1}, {1, 1}}, true}, true);
+        // conv_transpose2d (conv2d_backward_input forward, conv2d and conv2d_backward_weight backward); its
+        // autocast runs stay f32 (no autocast rule), so only f32 and f64 here
+        if (dt == WEFT_F32 || dt == WEFT_F64) {
+            conv_case("transposed k4 s2 p1 (DCGAN)", dt, 3, 8, 7, 7, 4, 4, 4,
+                      (conv_ctx){{{2, 2}, {1, 1}}, true, .transposed = true}, true);
+            conv_case("transposed groups 2, dil 2, output_padding", dt, 2, 6, 5, 6, 4, 3, 3,
+                      (conv_ctx){{{2, 3}, {1, 0}, {2, 1}, 2}, false, .transposed = true, .out_pad = {1, 2}}, true);
+            conv_case("transposed strided input", dt, 2, 4, 6, 5, 3, 3, 3,
+                      (conv_ctx){{{1, 1}, {1, 1}}, true, true, .transposed = true}, true);
+        }
     }
 }
 

@@ -163,6 +163,20 @@ typedef struct dropout_case {
 } dropout_case;
 
 // A fresh generator at (seed, offset) for each call: both devices draw the same counters.
+// bce_with_logits and leaky_relu are composed of ops (stack, logsumexp, maximum, ...): CUDA runs those.
+static weft_tensor *bce_fn(weft_tensor *const *in, void *ctx) { return (void)ctx, weft_bce_with_logits(in[0], in[1]); }
+static weft_tensor *leaky_fn(weft_tensor *const *in, void *ctx) { return weft_leaky_relu(in[0], *(double *)ctx); }
+static void test_composed(void) {
+    for (int k = 0; k < 2; k++) {
+        weft_dtype dt = float_dts[k];
+        weft_tensor *in[2] = {rand_dt(WEFT_DIMS(5, 7), dt, -6, 6, 91), rand_dt(WEFT_DIMS(5, 7), dt, 0, 1, 92)};
+        wt_cuda_compare(dt == WEFT_F32 ? "bce_with_logits f32" : "bce_with_logits f64", bce_fn, NULL, 2, in, tol_of(dt), true);
+        double slope = 0.2;
+        wt_cuda_compare(dt == WEFT_F32 ? "leaky_relu f32" : "leaky_relu f64", leaky_fn, &slope, 1, in, tol_of(dt), true);
+        weft_tensor_free(in[0]), weft_tensor_free(in[1]);
+    }
+}
+
 static weft_tensor *dropout_fn(weft_tensor *const *in, void *ctx) {
     const dropout_case *c = ctx;
     weft_generator *g = weft_generator_create(c->seed);
@@ -382,6 +396,7 @@ int main(void) {
     WT_CUDA_OR_SKIP();
     RUN(test_softmax);
     RUN(test_cross_entropy);
+    RUN(test_composed);
     RUN(test_dropout);
     RUN(test_layer_norm);
     RUN(test_add_layer_norm);

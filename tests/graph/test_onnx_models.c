@@ -145,6 +145,121 @@ static void test_matmul_1d(void) {
     }
 }
 
+// Small one-node models (tests/data/gen_onnx_cases.py) for readings a review found wrong, against values
+// computed here: Clip at opset 10 on f16, ArgMin on integers (INT32_MIN, u8), Range and ConstantOfShape exact
+// past 2^53, negative indices fed at run to Gather and GatherElements, ConvTranspose with unequal pads.
+static weft_graph *load_case(const char *name) {
+    char file[128], path[1024];
+    snprintf(file, sizeof file, "onnx_cases/%s.onnx", name);
+    weft_graph *g = weft_onnx_load(model_path(file, path, sizeof path), 0, NULL);
+    if (!g) fprintf(stderr, "%s: %s\n", name, weft_last_error());
+    CHECK(g != NULL);
+    return g;
+}
+// Runs g with inputs named in[0..n) fed t[0..n) and returns output "y" (NULL on failure).
+static weft_tensor *run_case(weft_graph *g, int n, const char *const *in, weft_tensor **t) {
+    weft_value iv[4], yv = weft_graph_find_value(g, "y");
+    for (int k = 0; k < n; k++) iv[k] = weft_graph_find_value(g, in[k]);
+    weft_tensor *y = NULL;
+    CHECK(weft_graph_run(g, n, iv, t, 1, &yv, &y, 0, NULL) == WEFT_OK);
+    return y;
+}
+static weft_tensor *from(const void *v, int nd, const int64_t *s, weft_dtype dt) {
+    return weft_tensor_from_data(v, nd, s, dt);
+}
+
+static void test_cases(void) {
+    weft_graph *g;
+    weft_tensor *x, *y;
+    if ((g = load_case("clip10_f16"))) { // min 0, max 1 (attributes)
+        const float xv[4] = {-2, 0.5f, 3, 1};
+        weft_tensor *xf = from(xv, 1, (int64_t[]){4}, WEFT_F32);
+        x = weft_cast(xf, WEFT_F16);
+        y = run_case(g, 1, (const char *[]){"x"}, &x);
+        CHECK(y && weft_tensor_dtype(y) == WEFT_F16);
+        wt_check_values("Clip opset 10 f16", y, (const double[]){0, 0.5, 1, 1}, 4, 0);
+        weft_tensor_free(xf), weft_tensor_free(x), weft_tensor_free(y);
+        weft_graph_free(g);
+    }
+    if ((g = load_case("argmin_i32"))) {
+        const int32_t xv[3] = {5, INT32_MIN, 0};
+        x = from(xv, 1, (int64_t[]){3}, WEFT_I32);
+        y = run_case(g, 1, (const char *[]){"x"}, &x);
+        wt_check_values("ArgMin int32 with INT32_MIN", y, (const double[]){1}, 1, 0);
+        weft_tensor_free(x), weft_tensor_free(y);
+        weft_graph_free(g);
+    }
+    if ((g = load_case("argmin_u8"))) {
+        const uint8_t xv[3] = {3, 0, 7};
+        x = from(xv, 1, (int64_t[]){3}, WEFT_U8);
+        y = run_case(g, 1, (const char *[]){"x"}, &x);
+        wt_check_values("ArgMin u8", y, (const double[]){1}, 1, 0);
+        weft_tensor_free(x), weft_tensor_free(y);
+        weft_graph_free(g);
+    }
+    const int64_t big = (INT64_C(1) << 60) + 1; // not a double
+    if ((g = load_case("range_i64"))) { // Range(big, big + 3, 1)
+        y = run_case(g, 0, NULL, NULL);
+        CHECK(y && weft_tensor_dtype(y) == WEFT_I64 && weft_tensor_numel(y) == 3);
+        const int64_t *p = y && weft_tensor_numel(y) == 3 ? weft_tensor_data(y) : NULL;
+        CHECK(p && p[0] == big && p[1] == big + 1 && p[2] == big + 2);
+        weft_tensor_free(y);
+        weft_graph_free(g);
+    }
+    if ((g = load_case("const_of_shape_i64"))) {
+        y = run_case(g, 0, NULL, NULL);
+        CHECK(y && weft_tensor_dtype(y) == WEFT_I64 && weft_tensor_numel(y) == 2);
+        const int64_t *p = y && weft_tensor_numel(y) == 2 ? weft_tensor_data(y) : NULL;
+        CHECK(p && p[0] == big && p[1] == big);
+        weft_tensor_free(y);
+        weft_graph_free(g);
+    }
+    const float xs[8] = {0, 1, 10, 11, 20, 21, 30, 31};
+    if ((g = load_case("gather_neg"))) { // rows -1 and 0 of x (4,2)
+        const int64_t iv[2] = {-1, 0};
+        weft_tensor *t[2] = {from(xs, 2, (int64_t[]){4, 2}, WEFT_F32), from(iv, 1, (int64_t[]){2}, WEFT_I64)};
+        y = run_case(g, 2, (const char *[]){"x", "i"}, t);
+        wt_check_values("Gather with indices -1, 0 fed at run", y, (const double[]){30, 31, 0, 1}, 4, 0);
+        weft_tensor_free(t[0]), weft_tensor_free(t[1]), weft_tensor_free(y);
+        weft_graph_free(g);
+    }
+    if ((g = load_case("gather_elements_neg"))) { // x (2,3) = rows {0,1,10}, {11,20,21}; axis 1
+        const int64_t iv[4] = {-1, 0, 1, -3};
+        weft_tensor *t[2] = {from(xs, 2, (int64_t[]){2, 3}, WEFT_F32), from(iv, 2, (int64_t[]){2, 2}, WEFT_I64)};
+        y = run_case(g, 2, (const char *[]){"x", "i"}, t);
+        wt_check_values("GatherElements with negative indices fed at run", y, (const double[]){10, 0, 20, 11}, 4, 0);
+        weft_tensor_free(t[0]), weft_tensor_free(t[1]), weft_tensor_free(y);
+        weft_graph_free(g);
+    }
+    if ((g = load_case("conv_t_unequal_pads"))) {
+        // x (1,2,3,3), w (2,1,2,3), groups 2, strides (2,1), pads begin (0,2) end (1,0), output_padding (1,0):
+        // channel c of the full output (7 rows with the padding row, 5 columns) is the scatter of x[c] with
+        // w[c]; y takes rows [0,6), columns [2,5), plus b[c]
+        float xv[18], wv[12];
+        for (int i = 0; i < 18; i++) xv[i] = (float)(i % 7) - 3;
+        for (int i = 0; i < 12; i++) wv[i] = (float)(i % 5) * 0.5f - 1;
+        const float bv[2] = {0.25f, -2};
+        weft_tensor *t[3] = {from(xv, 4, (int64_t[]){1, 2, 3, 3}, WEFT_F32), from(wv, 4, (int64_t[]){2, 1, 2, 3}, WEFT_F32),
+                             from(bv, 1, (int64_t[]){2}, WEFT_F32)};
+        double full[2][7][5] = {{{0}}}, want[36];
+        for (int c = 0; c < 2; c++)
+            for (int ih = 0; ih < 3; ih++)
+                for (int iw = 0; iw < 3; iw++)
+                    for (int kh = 0; kh < 2; kh++)
+                        for (int kw = 0; kw < 3; kw++)
+                            full[c][ih * 2 + kh][iw + kw] += xv[c * 9 + ih * 3 + iw] * wv[c * 6 + kh * 3 + kw];
+        for (int c = 0; c < 2; c++)
+            for (int r = 0; r < 6; r++)
+                for (int q = 0; q < 3; q++) want[(c * 6 + r) * 3 + q] = full[c][r][q + 2] + bv[c];
+        y = run_case(g, 3, (const char *[]){"x", "w", "b"}, t);
+        CHECK(y && weft_tensor_ndim(y) == 4 && weft_tensor_sizes(y)[2] == 6 && weft_tensor_sizes(y)[3] == 3);
+        wt_check_values("ConvTranspose with unequal pads", y, want, 36, 1e-6);
+        for (int k = 0; k < 3; k++) weft_tensor_free(t[k]);
+        weft_tensor_free(y);
+        weft_graph_free(g);
+    }
+}
+
 int main(void) {
     if (!weft_onnx_available()) {
         printf("built without ONNX support: skipped\n");
@@ -154,5 +269,6 @@ int main(void) {
     RUN(test_cnn);
     RUN(test_symbolic_dim);
     RUN(test_matmul_1d);
+    RUN(test_cases);
     return wt_summary();
 }

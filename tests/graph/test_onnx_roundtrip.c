@@ -244,6 +244,21 @@ static void test_nn(void) {
         b.out = weft_graph_op1(b.g, "avg_pool2d", 1, mp, aa, 7, NULL, 0);
         round_trip("conv/batch_norm/pools", &b, 1e-13);
     }
+    for (int form = 0; form < 2; form++) { // conv_transpose2d: ConvTranspose (with output_padding), then the bias
+        B0;
+        int64_t sx[4] = {2, 4, 3, 4}, sw[4] = {4, 3, 3, 2}, sb[1] = {6};
+        weft_value x = ph(&b, 4, sx, WEFT_F64, 0), w = var(&b, "w", 4, sw);
+        // stride (2,3), pad (1,0), dilation (1,2), groups 2: H = 2*2 - 2 + 2 + 1 (+1), W = 3*3 + 2 + 1 (+2)
+        int64_t ca[10] = {2, 3, 1, 0, 1, 2, 2, 0, form ? 6 : 5, form ? 14 : 12};
+        weft_value y = weft_graph_op1(b.g, "conv2d_backward_input", 2, (weft_value[]){x, w}, ca, 10, NULL, 0);
+        if (form) {
+            weft_value bb = var(&b, "b", 1, sb), b4 = weft_graph_op1(b.g, "view", 1, &bb, (int64_t[]){4, 1, 6, 1, 1}, 5,
+                                                                      NULL, 0);
+            y = weft_graph_op1(b.g, "add", 2, (weft_value[]){y, b4}, NULL, 0, NULL, 0);
+        }
+        b.out = y;
+        round_trip(form ? "conv_transpose2d (output_padding, bias)" : "conv_transpose2d", &b, 1e-13);
+    }
     for (int layout = 0; layout < 3; layout++) { // causal attention (B,H,T,D), heads-last output, packed qkv
         B0;
         int64_t s4[4] = {2, 2, 5, 3}, s3[3] = {2, 5, 12};

@@ -172,6 +172,44 @@ static void test_conv2d_init_stats(void) {
     weft_generator_free(g);
 }
 
+// ConvTranspose2d: weight (cin, cout/groups, kh, kw) ~ U(+-1/sqrt(cout/groups*kh*kw)) (PyTorch's fan_in of that
+// weight), the forward is the op with the module's parameters.
+static void test_conv_transpose2d(void) {
+    weft_generator *g = weft_generator_create(3);
+    weft_conv_transpose2d_params p = {.stride = {2, 2}, .padding = {1, 1}, .output_padding = {1, 0}, .groups = 2};
+    weft_module *m = weft_nn_conv_transpose2d(32, 64, 4, 3, &p, true, g);
+    CHECK(m && !strcmp(weft_module_kind(m), "conv_transpose2d"));
+    weft_tensor *w = weft_module_get(m, "weight"), *b = weft_module_get(m, "bias");
+    CHECK(has_shape(w, WEFT_DIMS(32, 32, 4, 3)) && has_shape(b, WEFT_DIMS(64)));
+    int64_t n = weft_tensor_numel(w);
+    double *v = vals(w), bound = 1 / sqrt(32.0 * 12), s = 0, ss = 0, mx = 0;
+    for (int64_t i = 0; i < n; i++) s += v[i], ss += v[i] * v[i], mx = fmax(mx, fabs(v[i]));
+    double var = ss / n - (s / n) * (s / n);
+    CHECK(mx <= bound && mx > 0.99 * bound);
+    CHECK_NEAR(var, bound * bound / 3, 0.05);
+    free(v);
+    weft_tensor *x64 = wt_rand64(WEFT_DIMS(2, 32, 5, 4), -1, 1, 9, false), *x = weft_cast(x64, WEFT_F32);
+    weft_tensor_free(x64);
+    weft_tensor *y = weft_module_forward(m, x), *r = weft_conv_transpose2d(x, w, b, &p);
+    // (5-1)*2 - 2 + 3 + 1 + 1 = 11, (4-1)*2 - 2 + 2 + 1 = 7
+    CHECK(has_shape(y, WEFT_DIMS(2, 64, 11, 7)));
+    double *yv = y ? vals(y) : NULL, *rv = r ? vals(r) : NULL;
+    bool same = yv && rv;
+    for (int64_t i = 0; same && i < 2 * 64 * 11 * 7; i++) same = yv[i] == rv[i];
+    CHECK(same);
+    free(yv);
+    free(rv);
+    CHECK(weft_nn_conv_transpose2d(4, 4, 3, 3, &(weft_conv_transpose2d_params){.output_padding = {1, 0}}, true, g) ==
+              NULL &&
+          err_has("conv_transpose2d")); // output_padding 1 with stride 1
+    weft_clear_error();
+    weft_tensor_free(x);
+    weft_tensor_free(y);
+    weft_tensor_free(r);
+    weft_module_free(m);
+    weft_generator_free(g);
+}
+
 // ---- pooling ----
 enum { PN = 2, PC = 3, PHH = 5, PWW = 6 };
 static void test_pools(void) {
@@ -689,6 +727,7 @@ static void test_bad_args(void) {
 int main(void) {
     RUN(test_conv2d);
     RUN(test_conv2d_init_stats);
+    RUN(test_conv_transpose2d);
     RUN(test_pools);
     RUN(test_batch_norm);
     RUN(test_layer_norm);

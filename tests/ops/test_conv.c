@@ -1,4 +1,4 @@
-// conv2d, max_pool2d, avg_pool2d: forward against naive loops written here,
+// conv2d, conv_transpose2d, max_pool2d, avg_pool2d: forward against naive loops written here,
 // gradients by finite differences (f64), f32 and non-contiguous inputs, the
 // error cases, and conv2d under autocast on the CPU (bf16 kernels; f16 stays
 // f32) and an accelerator.
@@ -256,6 +256,110 @@ static void test_conv_double_backward(void) {
     weft_tensor_free(in[1]);
 }
 
+// ---- conv_transpose2d ----
+// The reference scatters: every input pixel adds x * w's window into the full output, which padding then crops
+// (PyTorch's definition); no use of conv2d or its backward.
+typedef struct tcfg {
+    int64_t N, C, H, W, O, KH, KW; // C input channels, O output channels
+    weft_conv_transpose2d_params p; // explicit values (no zeros for defaults) except groups 0 -> 1
+    bool bias;
+} tcfg;
+
+static double *ref_conv_t(const tcfg *c, const double *x, const double *w, const double *b, int64_t *OH,
+                          int64_t *OW) {
+    const weft_conv_transpose2d_params *p = &c->p;
+    int64_t G = p->groups ? p->groups : 1, Cg = c->C / G, Og = c->O / G;
+    int64_t FH = (c->H - 1) * p->stride[0] + p->dilation[0] * (c->KH - 1) + 1 + p->output_padding[0];
+    int64_t FW = (c->W - 1) * p->stride[1] + p->dilation[1] * (c->KW - 1) + 1 + p->output_padding[1];
+    *OH = FH - 2 * p->padding[0];
+    *OW = FW - 2 * p->padding[1];
+    double *full = calloc((size_t)(c->N * c->O * FH * FW), sizeof(double));
+    for (int64_t n = 0; n < c->N; n++)
+        for (int64_t ci = 0; ci < c->C; ci++)
+            for (int64_t ih = 0; ih < c->H; ih++)
+                for (int64_t iw = 0; iw < c->W; iw++)
+                    for (int64_t og = 0; og < Og; og++)
+                        for (int64_t kh = 0; kh < c->KH; kh++)
+                            for (int64_t kw = 0; kw < c->KW; kw++) {
+                                int64_t o = (ci / Cg) * Og + og;
+                                int64_t fh = ih * p->stride[0] + kh * p->dilation[0];
+                                int64_t fw = iw * p->stride[1] + kw * p->dilation[1];
+                                full[((n * c->O + o) * FH + fh) * FW + fw] +=
+                                    x[((n * c->C + ci) * c->H + ih) * c->W + iw] *
+                                    w[((ci * Og + og) * c->KH + kh) * c->KW + kw];
+                            }
+    double *y = malloc(sizeof(double) * (size_t)(c->N * c->O * *OH * *OW));
+    for (int64_t n = 0; n < c->N; n++)
+        for (int64_t o = 0; o < c->O; o++)
+            for (int64_t oh = 0; oh < *OH; oh++)
+                for (int64_t ow = 0; ow < *OW; ow++)
+                    y[((n * c->O + o) * *OH + oh) * *OW + ow] =
+                        full[((n * c->O + o) * FH + oh + p->padding[0]) * FW + ow + p->padding[1]] + (b ? b[o] : 0);
+    free(full);
+    return y;
+}
+
+static const tcfg TCFGS[] = {
+    {2, 3, 4, 5, 2, 3, 3, {{1, 1}, {0, 0}, {0, 0}, {1, 1}, 1}, true},  // stride 1: a "full" convolution
+    {2, 4, 3, 4, 3, 4, 4, {{2, 2}, {1, 1}, {0, 0}, {1, 1}, 1}, true},  // DCGAN's k4 s2 p1: doubles H and W
+    {1, 2, 3, 3, 4, 3, 2, {{2, 3}, {1, 0}, {1, 2}, {1, 1}, 1}, false}, // output_padding, mixed strides
+    {2, 4, 3, 3, 6, 3, 3, {{2, 1}, {1, 1}, {1, 0}, {2, 1}, 2}, true},  // groups 2, dilation
+    {1, 6, 2, 3, 3, 1, 1, {{3, 2}, {0, 0}, {2, 1}, {1, 1}, 3}, true},  // 1x1, groups 3, output_padding only
+};
+
+static weft_tensor *conv_t_fn(weft_tensor *const *in, void *user) {
+    const tcfg *c = user;
+    return weft_conv_transpose2d(in[0], in[1], c->bias ? in[2] : NULL, &c->p);
+}
+
+static void test_conv_transpose(void) {
+    for (size_t i = 0; i < sizeof TCFGS / sizeof TCFGS[0]; i++) {
+        const tcfg *c = &TCFGS[i];
+        uint64_t seed = 500 + 10 * i;
+        int64_t G = c->p.groups ? c->p.groups : 1;
+        weft_tensor *in[3] = {wt_rand64(WEFT_DIMS(c->N, c->C, c->H, c->W), -1, 1, seed, true),
+                              wt_rand64(WEFT_DIMS(c->C, c->O / G, c->KH, c->KW), -1, 1, seed + 1, true),
+                              c->bias ? wt_rand64(WEFT_DIMS(c->O), -1, 1, seed + 2, true) : NULL};
+        double *xv = values(in[0]), *wv = values(in[1]), *bv = c->bias ? values(in[2]) : NULL;
+        int64_t OH, OW;
+        double *ref = ref_conv_t(c, xv, wv, bv, &OH, &OW);
+        for (int dt = 0; dt < 2; dt++) {
+            weft_dtype d = dt ? WEFT_F32 : WEFT_F64;
+            weft_tensor *xc = weft_cast(in[0], d), *wc = weft_cast(in[1], d), *bc = c->bias ? weft_cast(in[2], d) : NULL;
+            weft_tensor *y = weft_conv_transpose2d(xc, wc, bc, &c->p);
+            CHECK(y && weft_tensor_size(y, 0) == c->N && weft_tensor_size(y, 1) == c->O &&
+                  weft_tensor_size(y, 2) == OH && weft_tensor_size(y, 3) == OW && weft_tensor_dtype(y) == d);
+            wt_check_values(dt ? "conv_transpose2d f32" : "conv_transpose2d f64", y, ref, c->N * c->O * OH * OW,
+                            dt ? 1e-4 : 1e-12);
+            weft_tensor *ts[] = {xc, wc, bc, y};
+            for (int k = 0; k < 4; k++) weft_tensor_free(ts[k]);
+        }
+        CHECK_GRAD(conv_t_fn, c->bias ? 3 : 2, in, (void *)c);
+        free(xv);
+        free(wv);
+        free(bv);
+        free(ref);
+        for (int k = 0; k < 3; k++) weft_tensor_free(in[k]);
+    }
+    // The adjoint identity <conv2d(u, w), v> = <u, conv_transpose2d(v, w)> for the same params.
+    weft_conv2d_params cp = {{2, 1}, {1, 1}, {1, 2}, 2};
+    weft_conv_transpose2d_params tp = {{2, 1}, {1, 1}, {0, 0}, {1, 2}, 2};
+    weft_tensor *u = wt_rand64(WEFT_DIMS(2, 4, 7, 6), -1, 1, 61, false);
+    weft_tensor *w = wt_rand64(WEFT_DIMS(6, 2, 3, 3), -1, 1, 62, false);
+    weft_tensor *cu = weft_conv2d(u, w, NULL, &cp);
+    weft_tensor *v = cu ? wt_rand64(4, weft_tensor_sizes(cu), -1, 1, 63, false) : NULL;
+    weft_tensor *tv = weft_conv_transpose2d(v, w, NULL, &tp);
+    CHECK(tv && weft_tensor_size(tv, 2) == 7 && weft_tensor_size(tv, 3) == 6);
+    weft_tensor *p1 = weft_mul(cu, v), *p2 = tv ? weft_mul(u, tv) : NULL;
+    weft_tensor *s1 = weft_sum(p1, 0, NULL, false), *s2 = p2 ? weft_sum(p2, 0, NULL, false) : NULL;
+    double a = 0, bsum = 1;
+    if (s1) weft_tensor_to_f64(s1, &a, 1);
+    if (s2) weft_tensor_to_f64(s2, &bsum, 1);
+    CHECK(fabs(a - bsum) < 1e-10 * (1 + fabs(a)));
+    weft_tensor *ts[] = {u, w, cu, v, tv, p1, p2, s1, s2};
+    for (int k = 0; k < 9; k++) weft_tensor_free(ts[k]);
+}
+
 // ---- pooling ----
 static double *ref_pool(bool is_max, const weft_pool2d_params *p, const double *x, int64_t N, int64_t C, int64_t H,
                         int64_t W, int64_t *OH, int64_t *OW) {
@@ -436,6 +540,25 @@ static void test_errors(void) {
     weft_conv2d_params neg = {.padding = {-1, 0}};
     CHECK(fails_naming(weft_conv2d(x, w, NULL, &neg), "conv2d"));
     CHECK(fails_naming(weft_conv2d(NULL, w, NULL, &g1), "conv2d"));
+
+    // conv_transpose2d: x (2,4,5,5) with w (4, O/G, k, k)
+    weft_tensor *tw = wt_rand64(WEFT_DIMS(4, 3, 3, 3), -1, 1, 7, false);
+    weft_conv_transpose2d_params t1 = {0}, ts2 = {.stride = {2, 2}, .output_padding = {1, 1}};
+    ok = weft_conv_transpose2d(x, tw, NULL, &ts2);
+    CHECK(ok && weft_tensor_size(ok, 1) == 3 && weft_tensor_size(ok, 2) == 12); // (5-1) 2 + 3 + 1
+    weft_tensor_free(ok);
+    CHECK(fails_naming(weft_conv_transpose2d(x, w, NULL, &t1), "conv_transpose2d"));  // w has 6 in-channels
+    weft_conv_transpose2d_params bad_op = {.stride = {2, 2}, .output_padding = {2, 0}};
+    CHECK(fails_naming(weft_conv_transpose2d(x, tw, NULL, &bad_op), "conv_transpose2d")); // output_padding >= stride
+    weft_conv_transpose2d_params big_pad = {.padding = {4, 0}};
+    CHECK(fails_naming(weft_conv_transpose2d(x, tw, NULL, &big_pad), "conv_transpose2d")); // 7 - 8 < 1
+    weft_conv_transpose2d_params tg3 = {.groups = 3};
+    CHECK(fails_naming(weft_conv_transpose2d(x, tw, NULL, &tg3), "conv_transpose2d")); // 4 % 3
+    CHECK(fails_naming(weft_conv_transpose2d(x, tw, b5, &t1), "conv_transpose2d"));    // bias 5 for 3 outputs
+    CHECK(fails_naming(weft_conv_transpose2d(xf, tw, NULL, &t1), "conv_transpose2d")); // f32 with f64
+    CHECK(fails_naming(weft_conv_transpose2d(x3, tw, NULL, &t1), "conv_transpose2d"));
+    CHECK(fails_naming(weft_conv_transpose2d(x, NULL, NULL, &t1), "conv_transpose2d"));
+    weft_tensor_free(tw);
 
     weft_pool2d_params p6 = {{6, 2}, {0, 0}, {0, 0}, true}, p2 = {{2, 2}, {0, 0}, {2, 0}, true};
     weft_pool2d_params p0 = {{0, 2}, {0, 0}, {0, 0}, true}, pok = {{2, 2}, {0, 0}, {0, 0}, true};
@@ -626,6 +749,7 @@ int main(void) {
     RUN(test_conv_grad);
     RUN(test_conv_grad_f32);
     RUN(test_conv_double_backward);
+    RUN(test_conv_transpose);
     RUN(test_pool);
     RUN(test_avg_pool_double_backward);
     RUN(test_errors);

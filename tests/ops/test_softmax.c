@@ -367,6 +367,54 @@ static void test_softmax_half(void) {
     weft_tensor_free(g64);
 }
 
+// ---- composed losses and activations: bce_with_logits, leaky_relu ----
+// BCE with logits against log(1 + e^x) - x t written per element (log1p / exp of -|x| for the stable form),
+// at logits up to |x| = 40 where the naive log(1 + e^x) overflows f32's exp; gradients by finite differences
+// (at 0 too, where PyTorch's gradient is sigmoid(0) - t).
+static double bce_ref(double x, double t) { return (x > 0 ? x : 0) + log1p(exp(-fabs(x))) - x * t; }
+static weft_tensor *bce_fn(weft_tensor *const *in, void *u) { return (void)u, weft_bce_with_logits(in[0], in[1]); }
+static weft_tensor *leaky_fn(weft_tensor *const *in, void *u) { return weft_leaky_relu(in[0], *(double *)u); }
+
+static void test_bce_leaky(void) {
+    const double xv[6] = {-40, -2.5, 0, 0.3, 7, 40}, tv[6] = {0, 1, 0.5, 0.25, 1, 0};
+    for (int dt = 0; dt < 2; dt++) {
+        weft_dtype d = dt ? WEFT_F32 : WEFT_F64;
+        weft_tensor *x64 = weft_tensor_from_data(xv, WEFT_DIMS(2, 3), WEFT_F64), *t64 = weft_tensor_from_data(tv, WEFT_DIMS(2, 3), WEFT_F64);
+        weft_tensor *x = weft_cast(x64, d), *t = weft_cast(t64, d);
+        weft_tensor *l = weft_bce_with_logits(x, t);
+        double want = 0;
+        for (int i = 0; i < 6; i++) want += bce_ref(xv[i], tv[i]) / 6;
+        CHECK(l && weft_tensor_ndim(l) == 0 && weft_tensor_dtype(l) == d);
+        wt_check_values(dt ? "bce_with_logits f32" : "bce_with_logits f64", l, &want, 1, dt ? 1e-5 : 1e-13);
+        weft_tensor *ts[] = {x64, t64, x, t, l};
+        for (int i = 0; i < 5; i++) weft_tensor_free(ts[i]);
+    }
+    weft_tensor *in[2] = {wt_rand64(WEFT_DIMS(3, 4), -3, 3, 71, true), wt_rand64(WEFT_DIMS(3, 4), 0, 1, 72, true)};
+    CHECK_GRAD(bce_fn, 2, in, NULL);
+    weft_tensor_free(in[0]);
+    double zero[2] = {0, 0}, half[2] = {1, 0.25};
+    in[0] = wt_f64(zero, WEFT_DIMS(2), true); // at x = 0: d/dx = (sigmoid(0) - t) / n
+    weft_tensor *tt = weft_tensor_from_data(half, WEFT_DIMS(2), WEFT_F64);
+    weft_tensor *l = weft_bce_with_logits(in[0], tt);
+    CHECK(l && weft_backward(l, NULL, NULL) == WEFT_OK);
+    wt_check_values("bce_with_logits gradient at 0", weft_tensor_grad(in[0]), (const double[]){-0.25, 0.125}, 2, 1e-15);
+    weft_tensor_free(l), weft_tensor_free(tt), weft_tensor_free(in[0]), weft_tensor_free(in[1]);
+
+    // leaky_relu: x for x > 0, slope x elsewhere; slopes below 0, between 0 and 1, and above 1
+    const double slopes[3] = {0.2, -0.5, 3};
+    for (int k = 0; k < 3; k++) {
+        double s = slopes[k];
+        weft_tensor *x = wt_rand64(WEFT_DIMS(4, 5), -2, 2, 80 + k, true);
+        weft_tensor *y = weft_leaky_relu(x, s);
+        double xs[20], want[20];
+        weft_tensor_to_f64(x, xs, 20);
+        for (int i = 0; i < 20; i++) want[i] = xs[i] > 0 ? xs[i] : s * xs[i];
+        wt_check_values("leaky_relu", y, want, 20, 0);
+        CHECK_GRAD(leaky_fn, 1, &x, &s);
+        weft_tensor_free(x), weft_tensor_free(y);
+    }
+}
+
 static void expect_error(weft_tensor *r, const char *op) {
     CHECK(r == NULL);
     CHECK(strstr(weft_last_error(), op) != NULL);
@@ -391,8 +439,15 @@ static void test_errors(void) {
     expect_error(weft_cross_entropy(x, t2), "cross_entropy"); // N mismatch
     expect_error(weft_cross_entropy(xi, tok), "cross_entropy");
     expect_error(weft_cross_entropy(tok, tok), "cross_entropy");
-    weft_tensor *ts[] = {x, xi, tb, tn, tok, tf, t2};
-    for (int i = 0; i < 7; i++) weft_tensor_free(ts[i]);
+    weft_tensor *x2 = weft_tensor_ones(WEFT_DIMS(4, 3), WEFT_F32), *x64 = weft_tensor_ones(WEFT_DIMS(3, 4), WEFT_F64);
+    expect_error(weft_bce_with_logits(x, x2), "bce_with_logits");  // shapes differ
+    expect_error(weft_bce_with_logits(x, x64), "bce_with_logits"); // dtypes differ
+    expect_error(weft_bce_with_logits(xi, xi), "bce_with_logits"); // integer logits
+    expect_error(weft_bce_with_logits(NULL, x), "bce_with_logits");
+    expect_error(weft_leaky_relu(xi, 0.1), "leaky_relu");
+    expect_error(weft_leaky_relu(x, NAN), "leaky_relu");
+    weft_tensor *ts[] = {x, xi, tb, tn, tok, tf, t2, x2, x64};
+    for (int i = 0; i < 9; i++) weft_tensor_free(ts[i]);
 }
 
 int main(void) {
@@ -405,6 +460,7 @@ int main(void) {
     RUN(test_ce_backward);
     RUN(test_ce_half);
     RUN(test_softmax_half);
+    RUN(test_bce_leaky);
     RUN(test_errors);
     return wt_summary();
 }

@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+# Writes the small ONNX models of tests/graph/test_onnx_models.c's test_cases into tests/data/onnx_cases/:
+# one node each, for readings a review found wrong (Clip at opset 10 on f16, ArgMin on integers, Range and
+# ConstantOfShape on int64 past 2^53, Gather / GatherElements with negative indices fed at run) and
+# ConvTranspose with unequal pads. The expected values are computed in the C test. Needs only the onnx module
+# (Debian python3-onnx): /usr/bin/python3 tests/data/gen_onnx_cases.py
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto as TP
+from onnx import helper as oh
+from onnx import numpy_helper as nh
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "onnx_cases")
+
+
+def save(name, nodes, inputs, outputs, inits=(), opset=17):
+    g = oh.make_graph(nodes, name, inputs, outputs, list(inits))
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.checker.check_model(m, full_check=True)
+    onnx.save(m, os.path.join(HERE, name + ".onnx"))
+
+
+def vi(name, dt, shape):
+    return oh.make_tensor_value_info(name, dt, shape)
+
+
+def main():
+    os.makedirs(HERE, exist_ok=True)
+    big = 2**60 + 1
+    save("clip10_f16", [oh.make_node("Clip", ["x"], ["y"], min=0.0, max=1.0)], [vi("x", TP.FLOAT16, [4])],
+         [vi("y", TP.FLOAT16, [4])], opset=10)
+    save("argmin_i32", [oh.make_node("ArgMin", ["x"], ["y"], axis=0, keepdims=0)], [vi("x", TP.INT32, [3])],
+         [vi("y", TP.INT64, [])])
+    save("argmin_u8", [oh.make_node("ArgMin", ["x"], ["y"], axis=0, keepdims=0)], [vi("x", TP.UINT8, [3])],
+         [vi("y", TP.INT64, [])])
+    save("range_i64", [oh.make_node("Range", ["s", "l", "d"], ["y"])], [], [vi("y", TP.INT64, [3])],
+         [nh.from_array(np.array(big, np.int64), "s"), nh.from_array(np.array(big + 3, np.int64), "l"),
+          nh.from_array(np.array(1, np.int64), "d")])
+    save("const_of_shape_i64",
+         [oh.make_node("ConstantOfShape", ["s"], ["y"], value=nh.from_array(np.array([big], np.int64), "v"))], [],
+         [vi("y", TP.INT64, [2])], [nh.from_array(np.array([2], np.int64), "s")])
+    save("gather_neg", [oh.make_node("Gather", ["x", "i"], ["y"], axis=0)], [vi("x", TP.FLOAT, [4, 2]), vi("i", TP.INT64, [2])],
+         [vi("y", TP.FLOAT, [2, 2])])
+    save("gather_elements_neg", [oh.make_node("GatherElements", ["x", "i"], ["y"], axis=1)],
+         [vi("x", TP.FLOAT, [2, 3]), vi("i", TP.INT64, [2, 2])], [vi("y", TP.FLOAT, [2, 2])])
+    # x (1,2,3,3), w (2,1,2,3) groups 2, strides (2,1): full (6,5); pads (b_h, b_w, e_h, e_w) = (0,2,1,0) and
+    # output_padding (1,0): rows [0, 6+1-1), cols [2, 5)
+    save("conv_t_unequal_pads",
+         [oh.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[2, 1], pads=[0, 2, 1, 0], output_padding=[1, 0], group=2)],
+         [vi("x", TP.FLOAT, [1, 2, 3, 3]), vi("w", TP.FLOAT, [2, 1, 2, 3]), vi("b", TP.FLOAT, [2])],
+         [vi("y", TP.FLOAT, [1, 2, 6, 3])])
+
+
+if __name__ == "__main__":
+    main()
