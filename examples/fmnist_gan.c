@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <weft.h>
 
-enum { B = 64, Z = 64, NF = 64 }; // batch, noise dims, feature maps of the first conv
+enum { B = 64, Z = 64, NF = 32 }; // batch, noise dims, feature maps of the first conv
 
 typedef struct gan {
     weft_module *g_fc, *g_conv, *d;

@@ -145,7 +145,7 @@ weft_tensor *weft_cross_entropy(weft_tensor *logits, weft_tensor *targets);
 // PyTorch's BCEWithLogitsLoss (mean): mean of log(1 + e^x) - x t over logits x and float targets t in [0, 1] of
 // the same shape and dtype; stable for large |x|. Composed of existing ops, like leaky_relu.
 weft_tensor *weft_bce_with_logits(weft_tensor *logits, weft_tensor *targets);
-// F.leaky_relu: x where x > 0, slope x elsewhere (PyTorch's default slope is 0.01).
+// F.leaky_relu: x where x > 0, slope x elsewhere, gradient slope at 0 (PyTorch's default slope is 0.01).
 weft_tensor *weft_leaky_relu(weft_tensor *x, double slope);
 // Fused causal attention: q, k, v (B,H,T,D) of one float dtype and shape (any strides) -> (B,H,T,D),
 // o_i = sum_{j<=i} softmax_j(scale q_i.k_j) v_j (each query sees keys 0..i). Differentiable once.

@@ -298,15 +298,16 @@ static int axis_of(int64_t a, int nd) {
 // ---- shapes
 
 // v viewed as sizes (a copy first where v may not be contiguous: a view op's output).
+// sizes may point into the graph's values (sizes_of): they are copied before the copy op can move them.
 static weft_value reshape(nctx *c, const char *name, weft_value v, int nd, const int64_t *sizes) {
+    int64_t at[1 + WEFT_MAX_DIMS] = {nd};
+    if (nd) memcpy(at + 1, sizes, sizeof(int64_t) * (size_t)nd);
     weft_node_id p = weft_graph_value_node(c->m->g, v);
     const char *pop = weft_graph_node_op(c->m->g, p);
     if (pop && (!strcmp(pop, "permute") || !strcmp(pop, "slice") || !strcmp(pop, "expand"))) {
         v = op(c, NULL, "copy", 1, &v, NULL, 0, NULL, 0);
         if (!OK(v)) return v;
     }
-    int64_t at[1 + WEFT_MAX_DIMS] = {nd};
-    if (nd) memcpy(at + 1, sizes, sizeof(int64_t) * (size_t)nd);
     return op(c, name, "view", 1, &v, at, 1 + nd, NULL, 0);
 }
 
@@ -334,13 +335,15 @@ static weft_status h_binary(nctx *c, const char *opn) {
 }
 
 // Max / Min / Sum of any number of inputs, pairwise.
-// LeakyRelu: max(x, alpha x) for alpha <= 1 (weft_leaky_relu's form), min above.
+// LeakyRelu: where(x > 0, x, alpha x), weft_leaky_relu's form.
 static weft_status h_leaky_relu(nctx *c, const char *arg) {
     (void)arg;
     double alpha = attr_f(c, "alpha", 0.01);
-    weft_value s = op(c, NULL, "mul_scalar", 1, c->in, NULL, 0, &alpha, 1);
+    weft_value zero = scalar_as(c, dtype_of(c, c->in[0]), 0);
+    weft_value pos = OK(zero) ? op(c, NULL, "gt", 2, (weft_value[]){c->in[0], zero}, NULL, 0, NULL, 0) : zero;
+    weft_value s = OK(pos) ? op(c, NULL, "mul_scalar", 1, c->in, NULL, 0, &alpha, 1) : pos;
     if (!OK(s)) return weft_last_status();
-    OUT0(op(c, node_out(c, 0), alpha <= 1 ? "maximum" : "minimum", 2, (weft_value[]){c->in[0], s}, NULL, 0, NULL, 0));
+    OUT0(op(c, node_out(c, 0), "where", 3, (weft_value[]){pos, c->in[0], s}, NULL, 0, NULL, 0));
 }
 
 // Mean (of any number of inputs): their sum, times 1/n.
@@ -776,7 +779,9 @@ static weft_status h_conv(nctx *c, const char *arg) {
 static weft_status h_conv_t(nctx *c, const char *arg) {
     (void)arg;
     if (ndim_of(c, c->in[0]) != 4 || ndim_of(c, c->in[1]) != 4) FAIL("2-D transposed convolutions only");
-    const int64_t *ws = sizes_of(c, c->in[1]), *xs = sizes_of(c, c->in[0]);
+    int64_t ws[4], xs[4]; // copies: the ops below may move the graph's
+    sizes_copy(c, c->in[1], ws);
+    sizes_copy(c, c->in[0], xs);
     int64_t s[2] = {1, 1}, d[2] = {1, 1}, opad[2] = {0, 0}, b[2] = {0, 0}, e[2] = {0, 0}, G = attr_i(c, "group", 1);
     int n;
     const int64_t *a;
@@ -792,8 +797,15 @@ static weft_status h_conv_t(nctx *c, const char *arg) {
         if (s[k] < 1 || s[k] > INT32_MAX || d[k] < 1 || d[k] > INT32_MAX || opad[k] < 0 || opad[k] > INT32_MAX ||
             b[k] < 0 || b[k] > INT32_MAX || e[k] < 0 || e[k] > INT32_MAX)
             FAIL("strides, dilations, pads or output_padding out of range");
-    int64_t full[2]; // F + output_padding: each product of a checked size and an attr below 2^31
-    for (int k = 0; k < 2; k++) full[k] = s[k] * (xs[2 + k] - 1) + opad[k] + (ws[2 + k] - 1) * d[k] + 1;
+    int64_t full[2]; // F + output_padding, overflow-checked (sizes go up to 2^59, attrs to 2^31)
+    for (int k = 0; k < 2; k++) {
+        int64_t a1, a2;
+        if (xs[2 + k] < 1 || ws[2 + k] < 1 || __builtin_mul_overflow(s[k], xs[2 + k] - 1, &a1) ||
+            __builtin_mul_overflow(d[k], ws[2 + k] - 1, &a2) || __builtin_add_overflow(a1, a2, &a1) ||
+            __builtin_add_overflow(a1, opad[k] + 1, &full[k]) || full[k] > WEFT_MAX_NUMEL)
+            FAIL("input %lld and kernel %lld give no output or too large a one", (long long)xs[2 + k],
+                 (long long)ws[2 + k]);
+    }
     const int64_t *os = attr_ints(c, "output_shape", &n);
     bool notset = attr_s_is(c, "auto_pad", "NOTSET", "NOTSET");
     if (os && n != 2 && n != 4) FAIL("output_shape has %d entries", n);
@@ -805,7 +817,8 @@ static weft_status h_conv_t(nctx *c, const char *arg) {
         // total = F + op - output_shape; SAME_UPPER crops the odd one at the end, else at the start
         bool upper = attr_s_is(c, "auto_pad", "NOTSET", "SAME_UPPER");
         for (int k = 0; k < 2; k++) {
-            int64_t want = os ? os[n - 2 + k] : xs[2 + k] * s[k];
+            int64_t want = os ? os[n - 2 + k] : 0;
+            if (!os && __builtin_mul_overflow(xs[2 + k], s[k], &want)) FAIL("auto_pad SAME: the output overflows");
             if (want < 1 || want > WEFT_MAX_NUMEL) FAIL("output_shape %lld", (long long)want);
             int64_t total = full[k] - want, half = total / 2, rest = total - half;
             if (total < 0) b[k] = 0, e[k] = total;
@@ -836,7 +849,9 @@ static weft_status h_conv_t(nctx *c, const char *arg) {
         if (!OK(y = op(c, fin ? node_out(c, 0) : NULL, "slice", 1, &y, sl, 4, NULL, 0))) return weft_last_status();
         if (fin) OUT0(y);
     }
-    if (ndim_of(c, c->in[2]) != 1) FAIL("the bias must be 1-D");
+    int64_t O;
+    if (ndim_of(c, c->in[2]) != 1 || __builtin_mul_overflow(ws[1], G, &O) || sizes_of(c, c->in[2])[0] != O)
+        FAIL("the bias must be 1-D, one value per output channel");
     weft_value b4 = reshape(c, NULL, c->in[2], 4, (int64_t[]){1, sizes_of(c, c->in[2])[0], 1, 1});
     if (!OK(b4)) return weft_last_status();
     OUT0(op(c, node_out(c, 0), "add", 2, (weft_value[]){y, b4}, NULL, 0, NULL, 0));

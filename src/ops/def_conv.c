@@ -19,6 +19,8 @@
 //   saves ix, not x, and scatters the gradient through it:
 // max_pool2d_backward: (gy, ix) (N,C,OH,OW) -> dx (N,C,H,W), dx[n,c,ix] += gy
 //   in (oh,ow) order; an index outside the plane is skipped.
+#include <stdio.h>
+
 #include "op.h"
 
 // Kernels (cpu/conv.c, cpu/pool.c).
@@ -138,7 +140,8 @@ static weft_status infer_conv2d_bw_input(const weft_op_args *a, weft_out_meta *o
     int64_t H = at->i[8], W = at->i[9], C;
     if (!attr_in(H, 1) || !attr_in(W, 1))
         return weft_error(WEFT_ERR_ARG, "%s: input size (%lld,%lld) out of range", op, (long long)H, (long long)W);
-    if (gy->sizes[1] != w->sizes[0] || out_len(H, w->sizes[2], at->i[0], at->i[2], at->i[4]) != gy->sizes[2] ||
+    if (gy->sizes[1] != w->sizes[0] || w->sizes[0] % at->i[6] ||
+        out_len(H, w->sizes[2], at->i[0], at->i[2], at->i[4]) != gy->sizes[2] ||
         out_len(W, w->sizes[3], at->i[1], at->i[3], at->i[5]) != gy->sizes[3] ||
         __builtin_mul_overflow(w->sizes[1], at->i[6], &C))
         return weft_error(WEFT_ERR_SHAPE, "%s: gradient, weight and input size do not agree", op);
@@ -342,7 +345,12 @@ weft_tensor *weft_conv_transpose2d(weft_tensor *x, weft_tensor *w, weft_tensor *
         return weft_error_null(WEFT_ERR_SHAPE, "%s: bias must have shape (%lld), got %s", op, (long long)O,
                                weft_tensor_shape_str(bias, b1, sizeof b1));
     weft_tensor *y = conv_bw_input(x, w, &at, out[0], out[1]);
-    if (!y || !bias) return y;
+    if (!y) { // the op's error (no kernel for a dtype on a device, say), named as the user's call
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", weft_last_error());
+        return weft_error_null(weft_last_status(), "%s: %s", op, msg);
+    }
+    if (!bias) return y;
     weft_tensor *b4 = weft_reshape(bias, 4, (const int64_t[]){1, O, 1, 1});
     weft_tensor *r = b4 ? weft_add(y, b4) : NULL;
     weft_tensor_free(b4);

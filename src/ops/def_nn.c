@@ -218,14 +218,17 @@ weft_tensor *weft_cross_entropy(weft_tensor *logits, weft_tensor *targets) {
 }
 
 // ---- composed of the ops above and the elementwise family (every device, autograd, graph mode) ----
-// max(x, slope x) for slope <= 1 (negative slopes too), min(x, slope x) above: x where x > 0, slope x elsewhere.
+// where(x > 0, x, slope x): PyTorch's values (x = +inf stays inf for slope 0) and its gradient (slope at x = 0,
+// where a max(x, slope x) would split it between its tied inputs). The 0 is a 0-d tensor on x's device.
 weft_tensor *weft_leaky_relu(weft_tensor *x, double slope) {
     if (!x) return weft_error_null_input("leaky_relu");
     if (!isfinite(slope)) return weft_error_null(WEFT_ERR_ARG, "leaky_relu: slope must be finite, got %g", slope);
     if (weft_check_dtype("leaky_relu", x, WEFT_DT_FLOAT | WEFT_DT_HALF, "the input")) return NULL;
-    weft_tensor *s = weft_mul_scalar(x, slope);
-    weft_tensor *y = !s ? NULL : slope <= 1 ? weft_maximum(x, s) : weft_minimum(x, s);
-    weft_tensor_free(s);
+    weft_tensor *zero = weft_tensor_empty_on(0, NULL, (weft_dtype)x->dtype, x->device);
+    if (zero && weft_tensor_fill_(zero, 0) != WEFT_OK) weft_tensor_free(zero), zero = NULL;
+    weft_tensor *pos = zero ? weft_gt(x, zero) : NULL, *s = pos ? weft_mul_scalar(x, slope) : NULL;
+    weft_tensor *y = s ? weft_where(pos, x, s) : NULL;
+    weft_tensor_free(zero), weft_tensor_free(pos), weft_tensor_free(s);
     return y;
 }
 

@@ -413,6 +413,20 @@ static void test_bce_leaky(void) {
         CHECK_GRAD(leaky_fn, 1, &x, &s);
         weft_tensor_free(x), weft_tensor_free(y);
     }
+    // PyTorch's edges: the gradient at 0 is the slope; +inf stays inf with slope 0; NaN stays NaN
+    const double ev[4] = {0, INFINITY, -1, NAN};
+    weft_tensor *e = wt_f64(ev, WEFT_DIMS(4), true), *ey = weft_leaky_relu(e, 0);
+    double yv[4] = {0};
+    if (ey) weft_tensor_to_f64(ey, yv, 4);
+    CHECK(ey && yv[0] == 0 && yv[1] == INFINITY && yv[2] == 0 && isnan(yv[3]));
+    weft_tensor_free(ey);
+    ey = weft_leaky_relu(e, 0.2);
+    weft_tensor *ones = ey ? weft_tensor_ones_like(ey) : NULL;
+    CHECK(ey && weft_backward(ey, ones, NULL) == WEFT_OK);
+    double gv[4] = {0};
+    if (weft_tensor_grad(e)) weft_tensor_to_f64(weft_tensor_grad(e), gv, 4);
+    CHECK(gv[0] == 0.2 && gv[1] == 1 && gv[2] == 0.2);
+    weft_tensor_free(ones), weft_tensor_free(ey), weft_tensor_free(e);
 }
 
 static void expect_error(weft_tensor *r, const char *op) {
