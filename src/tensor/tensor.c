@@ -242,6 +242,7 @@ weft_dtype weft_tensor_dtype(const weft_tensor *t) { return t ? (weft_dtype)t->d
 weft_device weft_tensor_device(const weft_tensor *t) { return t ? t->device : WEFT_DEVICE_CPU; }
 bool weft_tensor_is_contiguous(const weft_tensor *t) {
     if (!t) return false;
+    if (t->numel == 0) return true; // nothing to lay out (as PyTorch; weft_contiguous_strides' strides for it too)
     int64_t st = 1;
     for (int d = t->ndim - 1; d >= 0; d--) {
         if (t->sizes[d] == 1) continue;

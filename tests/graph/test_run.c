@@ -174,6 +174,28 @@ static void test_plan_mixed_sizes(void) {
     weft_graph_free(g);
 }
 
+// Empty values (a dim of size 0) run under the plan as they do eagerly: an (2,0,3) exp, a broadcast add and a
+// sum over the empty dim (zeros), planned and unplanned. (The planned outputs once failed op_apply_into's
+// contiguity check: the strides weft gives an empty shape did not read as contiguous.)
+static void test_plan_empty(void) {
+    weft_graph *g = weft_graph_new();
+    weft_value x = weft_graph_placeholder(g, "x", WEFT_DIMS(2, 0, 3), WEFT_F64);
+    weft_value a = op1(g, "exp", x);
+    weft_value b = weft_graph_op1(g, "add", 2, (weft_value[]){a, x}, NULL, 0, NULL, 0);
+    weft_value s = weft_graph_op1(g, "sum", 1, &b, (int64_t[]){2, 0}, 2, NULL, 0); // over dim 1 -> (2,3)
+    CHECK(s.id >= 0);
+    weft_tensor *xt = weft_tensor_zeros(WEFT_DIMS(2, 0, 3), WEFT_F64);
+    for (int k = 0; k < 2; k++) {
+        weft_tensor *o[2] = {NULL, NULL};
+        CHECK(weft_graph_run_ex(g, 1, &x, &xt, 2, (weft_value[]){b, s}, o, 0, NULL, k ? &k_plain : &k_plan) == WEFT_OK);
+        CHECK(o[0] && weft_tensor_numel(o[0]) == 0 && weft_tensor_ndim(o[0]) == 3 && weft_tensor_size(o[0], 2) == 3);
+        wt_check_values("sum over an empty dim", o[1], (const double[]){0, 0, 0, 0, 0, 0}, 6, 0);
+        weft_tensor_free(o[0]), weft_tensor_free(o[1]);
+    }
+    weft_tensor_free(xt);
+    weft_graph_free(g);
+}
+
 static void test_plan_errors(void) {
     weft_graph_plan_stats ps;
     weft_graph *g = weft_graph_new();
@@ -381,6 +403,7 @@ int main(void) {
     RUN(test_plan_diamond);
     RUN(test_plan_view_lifetime);
     RUN(test_plan_mixed_sizes);
+    RUN(test_plan_empty);
     RUN(test_plan_errors);
     RUN(test_parallel_wide);
     RUN(test_parallel_assign_order);
