@@ -143,6 +143,14 @@ void wt_check_same(const char *what, const weft_tensor *a, const weft_tensor *b,
 
 bool wt_error_has(const char *s) { return strstr(weft_last_error(), s) != NULL; }
 
+void wt_onnx_name(const weft_graph *g, weft_value v, char *buf, size_t n) {
+    weft_node_id nd = weft_graph_value_node(g, v);
+    int i = 0;
+    while (i < weft_graph_node_num_outputs(g, nd) && weft_graph_node_output(g, nd, i).id != v.id) i++;
+    if (i) snprintf(buf, n, "%s:%d", weft_graph_node_name(g, nd), i);
+    else snprintf(buf, n, "%s", weft_graph_node_name(g, nd));
+}
+
 const char *wt_models_dir(void) {
     static char dir[1024];
     const char *env = getenv("WEFT_MODELS_DIR");

@@ -52,6 +52,8 @@ void wt_check_values(const char *what, const weft_tensor *t, const double *ref, 
 void wt_check_same(const char *what, const weft_tensor *a, const weft_tensor *b, double tol);
 // The last error message contains s.
 bool wt_error_has(const char *s);
+// The ONNX name weft_onnx_save gives value v: its node's name, ":i" for output i > 0.
+void wt_onnx_name(const weft_graph *g, weft_value v, char *buf, size_t n);
 // The shipped model files' folder, ending in '/': $WEFT_MODELS_DIR, else the source tree's models/
 // (WEFT_SOURCE_DIR, set by CMake), so a test finds them from any build folder.
 const char *wt_models_dir(void);

@@ -730,15 +730,22 @@ static weft_status h_batch_norm(nctx *c, const char *arg) {
     return WEFT_OK;
 }
 
+// A 2-D attribute (strides, dilations, output_padding) into v[0..1], left as it is when absent.
+static weft_status attr_2d(nctx *c, const char *name, int64_t *v) {
+    int n;
+    const int64_t *a = attr_ints(c, name, &n);
+    if (a && n != 2) FAIL("2-D only (%s has %d)", name, n);
+    if (a) v[0] = a[0], v[1] = a[1];
+    return WEFT_OK;
+}
+
 // The 2-D window attributes shared by Conv and the pools: stride, pads (symmetric), dilation, kernel.
 static weft_status window(nctx *c, int64_t *stride, int64_t *pad, int64_t *dil, const int64_t *kernel, const int64_t *hw) {
     int n;
     const int64_t *a;
     stride[0] = stride[1] = dil[0] = dil[1] = 1, pad[0] = pad[1] = 0;
-    if ((a = attr_ints(c, "strides", &n)) && n != 2) FAIL("2-D only (strides has %d)", n);
-    if (a) stride[0] = a[0], stride[1] = a[1];
-    if ((a = attr_ints(c, "dilations", &n)) && n != 2) FAIL("2-D only (dilations has %d)", n);
-    if (a) dil[0] = a[0], dil[1] = a[1];
+    weft_status st;
+    if ((st = attr_2d(c, "strides", stride)) || (st = attr_2d(c, "dilations", dil))) return st;
     for (int d = 0; d < 2; d++)
         if (stride[d] < 1 || stride[d] > INT32_MAX || dil[d] < 1 || dil[d] > INT32_MAX)
             FAIL("strides and dilations must be between 1 and %d", INT32_MAX);
@@ -785,12 +792,10 @@ static weft_status h_conv_t(nctx *c, const char *arg) {
     int64_t s[2] = {1, 1}, d[2] = {1, 1}, opad[2] = {0, 0}, b[2] = {0, 0}, e[2] = {0, 0}, G = attr_i(c, "group", 1);
     int n;
     const int64_t *a;
-    if ((a = attr_ints(c, "strides", &n)) && n != 2) FAIL("2-D only (strides has %d)", n);
-    for (int k = 0; a && k < 2; k++) s[k] = a[k];
-    if ((a = attr_ints(c, "dilations", &n)) && n != 2) FAIL("2-D only (dilations has %d)", n);
-    for (int k = 0; a && k < 2; k++) d[k] = a[k];
-    if ((a = attr_ints(c, "output_padding", &n)) && n != 2) FAIL("2-D only (output_padding has %d)", n);
-    for (int k = 0; a && k < 2; k++) opad[k] = a[k];
+    weft_status st;
+    if ((st = attr_2d(c, "strides", s)) || (st = attr_2d(c, "dilations", d)) ||
+        (st = attr_2d(c, "output_padding", opad)))
+        return st;
     if ((a = attr_ints(c, "pads", &n)) && n != 4) FAIL("2-D only (pads has %d)", n);
     for (int k = 0; a && k < 2; k++) b[k] = a[k], e[k] = a[k + 2];
     for (int k = 0; k < 2; k++)

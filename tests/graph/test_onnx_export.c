@@ -166,15 +166,6 @@ static void write_data(const char *path, int n_in, weft_tensor *const *in, int n
     }
 }
 
-// The ONNX name weft_onnx_save gives v: its node's name, ":i" for output i > 0.
-static void onnx_name(const weft_graph *g, weft_value v, char *buf, size_t n) {
-    weft_node_id nd = weft_graph_value_node(g, v);
-    int i = 0;
-    while (i < weft_graph_node_num_outputs(g, nd) && weft_graph_node_output(g, nd, i).id != v.id) i++;
-    if (i) snprintf(buf, n, "%s:%d", weft_graph_node_name(g, nd), i);
-    else snprintf(buf, n, "%s", weft_graph_node_name(g, nd));
-}
-
 // ---------------------------------------------------------------- graphs to export
 
 typedef struct rt {
@@ -250,7 +241,7 @@ static void round_trip(const char *what, rt *c, double tol, weft_tensor **got) {
             CHECK(!strcmp(gp->input[k]->name, weft_graph_node_name(c->g, weft_graph_value_node(c->g, c->in[k]))));
         for (int k = 0; k < c->n_out && k < (int)gp->n_output; k++) {
             char nm[160];
-            onnx_name(c->g, c->out[k], nm, sizeof nm);
+            wt_onnx_name(c->g, c->out[k], nm, sizeof nm);
             CHECK(!strcmp(gp->output[k]->name, nm));
             CHECK(gp->output[k]->type->tensor_type->elem_type == weft_onnx_dtype_to(weft_graph_value_dtype(c->g, c->out[k])));
             CHECK(gp->output[k]->type->tensor_type->shape->n_dim == (size_t)weft_graph_value_ndim(c->g, c->out[k]));
@@ -269,7 +260,7 @@ static void round_trip(const char *what, rt *c, double tol, weft_tensor **got) {
         }
         for (int k = 0; k < c->n_out; k++) {
             char nm[160];
-            onnx_name(c->g, c->out[k], nm, sizeof nm);
+            wt_onnx_name(c->g, c->out[k], nm, sizeof nm);
             out2[k] = weft_graph_find_value(g2, nm);
             found &= out2[k].id >= 0;
         }
@@ -620,7 +611,7 @@ static void traced(const char *what, weft_module *m, weft_tensor *x, double tol)
     CHECK(g2 != NULL);
     if (g2) {
         char nm[160];
-        onnx_name(g, yv, nm, sizeof nm);
+        wt_onnx_name(g, yv, nm, sizeof nm);
         weft_value x2 = weft_graph_find_value(g2, "x"), y2 = weft_graph_find_value(g2, nm);
         weft_tensor *got = NULL;
         CHECK(weft_graph_run(g2, 1, &x2, &x, 1, &y2, &got, 0, NULL) == WEFT_OK);

@@ -41,15 +41,6 @@ static weft_value var(built *b, const char *name, int nd, const int64_t *s) {
     weft_tensor_free(t);
     return v;
 }
-// The ONNX name weft_onnx_save gives value v: its node's name, ":i" for output i > 0.
-static void onnx_name(const weft_graph *g, weft_value v, char *buf, size_t n) {
-    weft_node_id nd = weft_graph_value_node(g, v);
-    int i = 0;
-    while (i < weft_graph_node_num_outputs(g, nd) && weft_graph_node_output(g, nd, i).id != v.id) i++;
-    if (i) snprintf(buf, n, "%s:%d", weft_graph_node_name(g, nd), i);
-    else snprintf(buf, n, "%s", weft_graph_node_name(g, nd));
-}
-
 // Runs b, saves, loads, runs again: the outputs agree within tol.
 static void round_trip(const char *what, built *b, double tol) {
     weft_tensor *want = NULL, *got = NULL;
@@ -66,7 +57,7 @@ static void round_trip(const char *what, built *b, double tol) {
     CHECK(st || g2);
     if (g2) {
         char oname[128];
-        onnx_name(b->g, b->out, oname, sizeof oname);
+        wt_onnx_name(b->g, b->out, oname, sizeof oname);
         weft_value in2[4], out2 = weft_graph_find_value(g2, oname);
         for (int k = 0; k < b->n_in; k++) {
             char name[16];
