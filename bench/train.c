@@ -3,6 +3,7 @@
 // batches of the right shape (data loading is not what is measured here).
 //   train_fmnist_mlp, train_fmnist_cnn   samples/s
 //   train_kjv_gpt, train_kjv_lstm        tokens/s
+//   train_kjv_gru                        tokens/s of models/kjv-gru.cfg (not one of the four)
 //   train_gpt2_small_cuda                tokens/s of models/gpt2-small-bytes.cfg (bf16 autocast, AdamW),
 //                                        on a GPU only (WEFT_BENCH_DEVICE=cuda); the peer is PyTorch eager
 //                                        with scaled_dot_product_attention. train_gpt2_small_cuda_vs_compile:
@@ -110,6 +111,7 @@ int main(int argc, char **argv) {
     f |= run(argc, argv, "train_fmnist_cnn", "models/fmnist-cnn.cfg", 3, 20, 3.0, false);
     f |= run(argc, argv, "train_kjv_gpt", "models/kjv-gpt.cfg", 2, 10, 3.0, false);
     f |= run(argc, argv, "train_kjv_lstm", "models/kjv-lstm.cfg", 2, 10, 3.0, false);
+    f |= run(argc, argv, "train_kjv_gru", "models/kjv-gru.cfg", 2, 10, 3.0, false);
     f |= run(argc, argv, "train_gpt2_small_cuda", "models/gpt2-small-bytes.cfg", 3, 10, 3.0, true);
     return f;
 }

@@ -50,10 +50,10 @@ class GPT(nn.Module):
         return self.head(self.ln(self.blocks(x)))
 
 
-class LSTMLM(nn.Module):
-    def __init__(self, vocab=256, h=256):
+class LSTMLM(nn.Module):  # cls=nn.GRU: models/kjv-gru.cfg
+    def __init__(self, vocab=256, h=256, cls=nn.LSTM):
         super().__init__()
-        self.emb, self.lstm, self.head = nn.Embedding(vocab, h), nn.LSTM(h, h, batch_first=True), nn.Linear(h, vocab)
+        self.emb, self.lstm, self.head = nn.Embedding(vocab, h), cls(h, h, batch_first=True), nn.Linear(h, vocab)
 
     def forward(self, idx):
         return self.head(self.lstm(self.emb(idx))[0])
@@ -95,6 +95,9 @@ if __name__ == "__main__":
              torch.randint(0, 256, (32, 128)), torch.randint(0, 256, (32, 128)), 32 * 128, "tokens/s", 2, 10, 3.0)
     lstm = LSTMLM().to(DEVICE)
     workload("train_kjv_lstm", lstm, torch.optim.AdamW(lstm.parameters(), 1e-3), torch.randint(0, 256, (32, 128)),
+             torch.randint(0, 256, (32, 128)), 32 * 128, "tokens/s", 2, 10, 3.0)
+    gru = LSTMLM(cls=nn.GRU).to(DEVICE)
+    workload("train_kjv_gru", gru, torch.optim.AdamW(gru.parameters(), 1e-3), torch.randint(0, 256, (32, 128)),
              torch.randint(0, 256, (32, 128)), 32 * 128, "tokens/s", 2, 10, 3.0)
     if DEVICE.type == "cuda":  # models/gpt2-small-bytes.cfg: bf16 autocast, AdamW (0.9, 0.95), weight decay 0.1, tanh GELU
         g2 = GPT(c=768, ctx=1024, heads=12, blocks=12, sdpa=True, gelu="tanh").to(DEVICE)

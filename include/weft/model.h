@@ -90,6 +90,8 @@ typedef enum weft_cfg_layer_type {
     WEFT_CFG_TANH,
     WEFT_CFG_SIGMOID,
     WEFT_CFG_SILU,
+    WEFT_CFG_GRU,
+    WEFT_CFG_RNN, // Elman RNN, tanh or relu
     WEFT_CFG_NUM_LAYER_TYPES
 } weft_cfg_layer_type;
 
@@ -121,7 +123,7 @@ typedef struct weft_layer_cfg {
             bool learned_position; // adds a learned (context, dim) position table
             int64_t context;       // = net.context
         } embedding;
-        struct { int64_t in, hidden; int layers; } lstm;
+        struct { int64_t in, hidden; int layers; bool relu; } rnn; // lstm, gru, rnn (relu: `nonlinearity = relu`)
         struct {
             int64_t dim, heads;
             int blocks;

@@ -116,6 +116,12 @@ weft_module *weft_nn_leaky_relu(double slope);
 // names and gate order (i,f,g,o): weight_ih (4H,I), weight_hh (4H,H), bias_ih, bias_hh (4H),
 // init U(+-1/sqrt(H)).
 weft_module *weft_nn_lstm(int64_t input, int64_t hidden, weft_generator *g);
+// nn.GRU: gate order (r,z,n), weight_ih (3H,I), weight_hh (3H,H), bias_ih, bias_hh (3H),
+// n = tanh(x W_in^T + b_in + r*(h W_hn^T + b_hn)), h' = (1-z)*n + z*h; init U(+-1/sqrt(H)).
+weft_module *weft_nn_gru(int64_t input, int64_t hidden, weft_generator *g);
+// nn.RNN (Elman): h' = act(x W_ih^T + b_ih + h W_hh^T + b_hh), act WEFT_ACT_TANH or WEFT_ACT_RELU;
+// weight_ih (H,I), weight_hh (H,H), bias_ih, bias_hh (H); init U(+-1/sqrt(H)).
+weft_module *weft_nn_rnn(int64_t input, int64_t hidden, weft_activation act, weft_generator *g);
 // Multi-head causal self-attention, x (B,T,C) -> (B,T,C): children "qkv" (linear C->3C)
 // and "proj" (linear C->C); position t attends to positions <= t.
 weft_module *weft_nn_causal_self_attention(int64_t d_model, int64_t n_heads, weft_generator *g);

@@ -64,6 +64,7 @@ static const char *const LOSSES[] = {"cross_entropy", "hinge", NULL};
 static const char *const POSITIONS[] = {"none", "learned", NULL};
 static const char *const GELU_FORMS[] = {"exact", "tanh", NULL};
 static const char *const APPROXIMATE[] = {"none", "tanh", NULL};
+static const char *const NONLINEARITIES[] = {"tanh", "relu", NULL};
 static const char *const PRECISIONS[] = {"f32", "bf16", "f16", NULL};
 static const char *const PP_SCHEDULES[] = {"1f1b", "gpipe", "interleaved", NULL};
 
@@ -160,10 +161,16 @@ static const keydef EMBEDDING_KEYS[] = {
     LK("dim", K_INT, embedding.dim, 1, SZ, F_REQ, NULL),
     LK("position", K_ENUM, embedding.learned_position, 0, 0, 0, POSITIONS),
 };
-static const keydef LSTM_KEYS[] = {
-    LK("in", K_INT, lstm.in, 1, SZ, 0, NULL),
-    LK("hidden", K_INT, lstm.hidden, 1, SZ, F_REQ, NULL),
-    LK("layers", K_I32, lstm.layers, 1, 64, 0, NULL),
+static const keydef LSTM_KEYS[] = { // and [gru]
+    LK("in", K_INT, rnn.in, 1, SZ, 0, NULL),
+    LK("hidden", K_INT, rnn.hidden, 1, SZ, F_REQ, NULL),
+    LK("layers", K_I32, rnn.layers, 1, 64, 0, NULL),
+};
+static const keydef RNN_KEYS[] = {
+    LK("in", K_INT, rnn.in, 1, SZ, 0, NULL),
+    LK("hidden", K_INT, rnn.hidden, 1, SZ, F_REQ, NULL),
+    LK("layers", K_I32, rnn.layers, 1, 64, 0, NULL),
+    LK("nonlinearity", K_ENUM, rnn.relu, 0, 0, 0, NONLINEARITIES),
 };
 static const keydef ATTENTION_KEYS[] = {
     LK("dim", K_INT, attn.dim, 1, SZ, 0, NULL),
@@ -205,6 +212,8 @@ static const secdef LAYER_SECS[WEFT_CFG_NUM_LAYER_TYPES] = {
     [WEFT_CFG_TANH] = {"tanh", NULL, 0},
     [WEFT_CFG_SIGMOID] = {"sigmoid", NULL, 0},
     [WEFT_CFG_SILU] = {"silu", NULL, 0},
+    [WEFT_CFG_GRU] = SEC("gru", LSTM_KEYS),
+    [WEFT_CFG_RNN] = SEC("rnn", RNN_KEYS),
 };
 static const secdef NET_SEC = {"net", NET_KEYS, N_NET_KEYS};
 
@@ -518,7 +527,9 @@ static void layer_defaults(weft_layer_cfg *l, weft_cfg_layer_type t, int line) {
         l->batchnorm.eps = 1e-5;
         break;
     case WEFT_CFG_LAYERNORM: l->layernorm.eps = 1e-5; break;
-    case WEFT_CFG_LSTM: l->lstm.layers = 1; break;
+    case WEFT_CFG_LSTM:
+    case WEFT_CFG_GRU:
+    case WEFT_CFG_RNN: l->rnn.layers = 1; break;
     case WEFT_CFG_ATTENTION:
     case WEFT_CFG_TRANSFORMER: l->attn.blocks = 1; break;
     default: break;
@@ -869,11 +880,13 @@ static bool resolve_layer(parser *p, int idx, int64_t *shape, int *nd) {
         break;
     case WEFT_CFG_LAYERNORM: MATCH(l->layernorm.dim, "dim", last); break;
     case WEFT_CFG_LSTM:
+    case WEFT_CFG_GRU:
+    case WEFT_CFG_RNN:
         if (*nd != 2)
-            return fail(p, l->line, "[lstm] needs a (T,C) sequence input, got %s",
+            return fail(p, l->line, "[%s] needs a (T,C) sequence input, got %s", nm,
                         shape_str(shape, *nd, sb, sizeof sb));
-        MATCH(l->lstm.in, "in", last);
-        shape[1] = l->lstm.hidden;
+        MATCH(l->rnn.in, "in", last);
+        shape[1] = l->rnn.hidden;
         break;
     case WEFT_CFG_ATTENTION:
     case WEFT_CFG_TRANSFORMER:

@@ -227,7 +227,7 @@ weft_op_def weft_op_embedding = {.name = "embedding", .n_in = 2, .n_out = 1, .sa
 weft_op_def weft_op_embedding_backward = {.name = "embedding_backward", .n_in = 2, .n_out = 1,
                                           .save = WEFT_SAVE_IN(1), .infer = infer_embedding_bw,
                                           .backward = bw_embedding_bw,
-                                          K_IX(weft_cpu_embedding_backward, WEFT_DT_NUM)};
+                                          K_IX(weft_cpu_embedding_backward, WEFT_DT_NUM | WEFT_DT_HALF)};
 weft_op_def weft_op_index_select = {.name = "index_select", .n_in = 2, .n_out = 1, .save = WEFT_SAVE_IN(1),
                                     .infer = infer_index_select, .backward = bw_index_select,
                                     K_IX(weft_cpu_index_select, WEFT_DT_ALL)};

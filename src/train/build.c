@@ -36,11 +36,20 @@ static weft_module *embedding_with_positions(const weft_layer_cfg *L, weft_gener
     return m;
 }
 
-// n stacked LSTMs in a sequential.
-static weft_module *stack(const weft_layer_cfg *L, int n, weft_generator *g) {
+// One recurrent layer (lstm, gru, rnn) of `in` inputs.
+static weft_module *recurrent(const weft_layer_cfg *L, int64_t in, weft_generator *g) {
+    int64_t h = L->rnn.hidden;
+    return L->type == WEFT_CFG_LSTM ? weft_nn_lstm(in, h, g)
+           : L->type == WEFT_CFG_GRU ? weft_nn_gru(in, h, g)
+                                     : weft_nn_rnn(in, h, L->rnn.relu ? WEFT_ACT_RELU : WEFT_ACT_TANH, g);
+}
+
+// `layers` of them: one, or a stack in a sequential (PyTorch's num_layers).
+static weft_module *recurrent_stack(const weft_layer_cfg *L, weft_generator *g) {
+    if (L->rnn.layers <= 1) return recurrent(L, L->rnn.in, g);
     weft_module *s = weft_nn_sequential();
-    for (int i = 0; s && i < n; i++) {
-        weft_module *m = weft_nn_lstm(i ? L->lstm.hidden : L->lstm.in, L->lstm.hidden, g);
+    for (int i = 0; s && i < L->rnn.layers; i++) {
+        weft_module *m = recurrent(L, i ? L->rnn.hidden : L->rnn.in, g);
         if (weft_nn_sequential_append(s, m)) {
             weft_module_free(s);
             return NULL;
@@ -75,7 +84,9 @@ static weft_module *build_layer(const weft_layer_cfg *L, weft_generator *g, weft
     case WEFT_CFG_EMBEDDING:
         if (L->embedding.learned_position) return embedding_with_positions(L, g);
         return weft_nn_embedding(L->embedding.vocab, L->embedding.dim, g);
-    case WEFT_CFG_LSTM: return L->lstm.layers > 1 ? stack(L, L->lstm.layers, g) : weft_nn_lstm(L->lstm.in, L->lstm.hidden, g);
+    case WEFT_CFG_LSTM:
+    case WEFT_CFG_GRU:
+    case WEFT_CFG_RNN: return recurrent_stack(L, g);
     case WEFT_CFG_ATTENTION: return weft_nn_causal_self_attention(L->attn.dim, L->attn.heads, g);
     case WEFT_CFG_TRANSFORMER:
         return weft_nn_transformer_act(L->attn.dim, L->attn.heads, L->attn.blocks,

@@ -135,6 +135,27 @@ static void test_embedding(void) {
     }
 }
 
+// embedding_backward of a bf16 / f16 gradient (autocast's folded recurrent input gates): both devices sum each row
+// in f32 and round once, so they differ by at most one rounding of the result (CUDA adds in another order).
+static void test_embedding_backward_half(void) {
+    static const weft_dtype dts[2] = {WEFT_BF16, WEFT_F16};
+    for (int k = 0; k < 2; k++) {
+        weft_tensor *g = rand_t(2, (const int64_t[]){3000, 40}, dts[k], 7 + k);
+        weft_tensor *ix = index_t(1, (const int64_t[]){3000}, 100, WEFT_I64, 9);
+        weft_tensor *gd = weft_tensor_to(g, WT_CUDA0), *ixd = weft_tensor_to(ix, WT_CUDA0);
+        weft_attrs at = {.i = {100}};
+        weft_tensor *c = weft_op_apply1(weft_op_find("embedding_backward"), 2, (weft_tensor *[]){g, ix}, &at);
+        weft_tensor *d = gd && ixd ? weft_op_apply1(weft_op_find("embedding_backward"), 2, (weft_tensor *[]){gd, ixd}, &at)
+                                   : NULL;
+        CHECK(c && d && weft_tensor_dtype(d) == dts[k]);
+        char what[64];
+        snprintf(what, sizeof what, "embedding_backward %s", weft_dtype_name(dts[k]));
+        if (c && d) wt_check_same(what, d, c, k ? 2e-3 : 1.6e-2); // two roundings apart at most, on |sums| ~ 1..10
+        weft_tensor *all[] = {g, ix, gd, ixd, c, d};
+        for (int i = 0; i < 6; i++) weft_tensor_free(all[i]);
+    }
+}
+
 static void test_index_select(void) {
     static const weft_dtype dts[] = {WEFT_F32, WEFT_F64, WEFT_I32, WEFT_I64};
     const int64_t sz[3] = {5, 6, 7};
@@ -308,6 +329,7 @@ static void test_out_of_range(void) {
 int main(void) {
     WT_CUDA_OR_SKIP();
     RUN(test_embedding);
+    RUN(test_embedding_backward_half);
     RUN(test_index_select);
     RUN(test_gather_scatter);
     RUN(test_concat);

@@ -122,13 +122,16 @@ static void test_seq(void) {
     seq_check_f64(32, 40, 256, WT_CUDA0);
 }
 
-// seq(embedding (V,I), lstm (I,H)) made on dev with the parameters of src (NULL: drawn from g).
-static weft_module *emb_lstm(int64_t V, int64_t I, int64_t H, weft_device dev, weft_module *src, weft_generator *g) {
+// seq(embedding (V,I), lstm / gru / rnn (I,H) for kind 0 / 1 / 2) made on dev with the parameters of src (NULL:
+// drawn from g).
+static weft_module *emb_lstm(int kind, int64_t V, int64_t I, int64_t H, weft_device dev, weft_module *src,
+                             weft_generator *g) {
     weft_device prev = weft_device_get_default();
     weft_device_set_default(dev);
     weft_module *m = weft_nn_sequential();
     CHECK(weft_nn_sequential_append(m, weft_nn_embedding(V, I, g)) == WEFT_OK);
-    CHECK(weft_nn_sequential_append(m, weft_nn_lstm(I, H, g)) == WEFT_OK);
+    weft_module *rec = kind == 0 ? weft_nn_lstm(I, H, g) : kind == 1 ? weft_nn_gru(I, H, g) : weft_nn_rnn(I, H, WEFT_ACT_TANH, g);
+    CHECK(weft_nn_sequential_append(m, rec) == WEFT_OK);
     weft_device_set_default(prev);
     for (int p = 0; src && p < weft_module_param_count(m); p++)
         CHECK(weft_tensor_copy_(weft_module_param_at(m, p, NULL, 0), weft_module_param_at(src, p, NULL, 0)) == WEFT_OK);
@@ -147,33 +150,39 @@ static void emb_lstm_run(weft_module *m, weft_tensor *ids, weft_tensor *w, weft_
     weft_tensor_free(l);
 }
 
+// The LSTM (its fused kernels), the GRU and the RNN (per-step public ops) on the GPU against the CPU.
 static void test_fold_embedding(void) {
     const int64_t V = 50, I = 24, H = 32, B = 8, T = 20; // 160 tokens, 50 rows: folded
-    weft_generator *g = weft_generator_create(41);
-    weft_module *mc = emb_lstm(V, I, H, WEFT_DEVICE_CPU, NULL, g), *md = emb_lstm(V, I, H, WT_CUDA0, mc, g);
-    weft_tensor *ids = wt_keep(weft_tensor_randint(WEFT_DIMS(B, T), 0, V, WEFT_I64, g));
-    weft_tensor *w = wt_keep(weft_tensor_randn(WEFT_DIMS(B, T, H), WEFT_F32, g));
-    weft_tensor *ids_d = wt_keep(weft_tensor_to(ids, WT_CUDA0)), *w_d = wt_keep(weft_tensor_to(w, WT_CUDA0));
-    static const char *what[6] = {"y", "d embedding", "d weight_ih", "d weight_hh", "d bias_ih", "d bias_hh"};
-    char msg[96];
-    for (int fold = 1; fold >= 0; fold--) {
-        setenv("WEFT_LSTM_FOLD", fold ? "1" : "0", 1);
-        weft_tensor *c[6] = {0}, *d[6] = {0};
-        emb_lstm_run(mc, ids, w, c);
-        emb_lstm_run(md, ids_d, w_d, d);
-        for (int k = 0; k < 6; k++) {
-            snprintf(msg, sizeof msg, "embedding + lstm%s: %s, cuda vs cpu", fold ? " (folded)" : "", what[k]);
-            CHECK(c[k] && d[k] && weft_device_equal(weft_tensor_device(d[k]), WT_CUDA0));
-            if (c[k] && d[k]) wt_check_same(msg, d[k], c[k], 1e-4);
-            weft_tensor_free(c[k]);
-            weft_tensor_free(d[k]);
+    static const char *kinds[3] = {"lstm", "gru", "rnn"};
+    for (int kind = 0; kind < 3; kind++) {
+        weft_generator *g = weft_generator_create(41);
+        weft_module *mc = emb_lstm(kind, V, I, H, WEFT_DEVICE_CPU, NULL, g),
+                    *md = emb_lstm(kind, V, I, H, WT_CUDA0, mc, g);
+        weft_tensor *ids = wt_keep(weft_tensor_randint(WEFT_DIMS(B, T), 0, V, WEFT_I64, g));
+        weft_tensor *w = wt_keep(weft_tensor_randn(WEFT_DIMS(B, T, H), WEFT_F32, g));
+        weft_tensor *ids_d = wt_keep(weft_tensor_to(ids, WT_CUDA0)), *w_d = wt_keep(weft_tensor_to(w, WT_CUDA0));
+        static const char *what[6] = {"y", "d embedding", "d weight_ih", "d weight_hh", "d bias_ih", "d bias_hh"};
+        char msg[96];
+        for (int fold = 1; fold >= 0; fold--) {
+            setenv("WEFT_LSTM_FOLD", fold ? "1" : "0", 1);
+            weft_tensor *c[6] = {0}, *d[6] = {0};
+            emb_lstm_run(mc, ids, w, c);
+            emb_lstm_run(md, ids_d, w_d, d);
+            for (int k = 0; k < 6; k++) {
+                snprintf(msg, sizeof msg, "embedding + %s%s: %s, cuda vs cpu", kinds[kind], fold ? " (folded)" : "",
+                         what[k]);
+                CHECK(c[k] && d[k] && weft_device_equal(weft_tensor_device(d[k]), WT_CUDA0));
+                if (c[k] && d[k]) wt_check_same(msg, d[k], c[k], 1e-4);
+                weft_tensor_free(c[k]);
+                weft_tensor_free(d[k]);
+            }
         }
+        unsetenv("WEFT_LSTM_FOLD");
+        weft_module_free(mc);
+        weft_module_free(md);
+        weft_generator_free(g);
+        wt_drop_all();
     }
-    unsetenv("WEFT_LSTM_FOLD");
-    weft_module_free(mc);
-    weft_module_free(md);
-    weft_generator_free(g);
-    wt_drop_all();
 }
 
 int main(int argc, char **argv) {

@@ -92,7 +92,8 @@ static void model_files(const char *src) {
     static const char lm[] = "[net]\ndataset = kjv\ncontext = 32\nval_fraction = 0.2\noptimizer = sgd\nmomentum = 0.9\n"
                              "nesterov = true\nschedule = step\nstep_size = 100\ngamma = 0.5\n"
                              "[embedding]\nvocab = 256\ndim = 16\nposition = learned\n[lstm]\nin = 16\nhidden = 16\n"
-                             "layers = 2\n[attention]\ndim = 16\nheads = 4\n[transformer]\nheads = 2\nblocks = 2\ngelu = tanh\n"
+                             "layers = 2\n[gru]\nhidden = 16\nlayers = 1\n[rnn]\nin = 16\nhidden = 16\nnonlinearity = relu\n"
+                             "[attention]\ndim = 16\nheads = 4\n[transformer]\nheads = 2\nblocks = 2\ngelu = tanh\n"
                              "[linear]\nout = vocab\n";
     put("model_file", "every_layer_lm.cfg", lm, sizeof lm - 1);
 }

@@ -41,9 +41,9 @@ static bool shape_is(const int64_t *s, int nd, int want_nd, int64_t a, int64_t b
     return true;
 }
 
-static const char *SHIPPED[] = {"fmnist-mlp.cfg", "fmnist-cnn.cfg", "kjv-gpt.cfg",        "kjv-lstm.cfg",
-                                "logreg.cfg",     "svm.cfg",        "gpt2-small-bytes.cfg"};
-#define N_SHIPPED 7
+static const char *SHIPPED[] = {"fmnist-mlp.cfg", "fmnist-cnn.cfg", "kjv-gpt.cfg",          "kjv-lstm.cfg",
+                                "logreg.cfg",     "svm.cfg",        "gpt2-small-bytes.cfg", "kjv-gru.cfg"};
+#define N_SHIPPED 8
 
 static void test_mlp(void) {
     weft_model_cfg *c = load_model("fmnist-mlp.cfg");
@@ -127,8 +127,8 @@ static void test_gpt_lstm(void) {
         if (c->n_layers == 3) {
             const weft_layer_cfg *L = c->layers;
             CHECK(L[0].embedding.dim == 256 && !L[0].embedding.learned_position);
-            CHECK(L[1].type == WEFT_CFG_LSTM && L[1].lstm.in == 256 && L[1].lstm.hidden == 256 &&
-                  L[1].lstm.layers == 1);
+            CHECK(L[1].type == WEFT_CFG_LSTM && L[1].rnn.in == 256 && L[1].rnn.hidden == 256 &&
+                  L[1].rnn.layers == 1);
             CHECK(L[2].linear.in == 256 && L[2].linear.out == 256);
         }
         weft_model_cfg_free(c);
@@ -269,6 +269,8 @@ static void test_errors(void) {
         {"[embedding]\ndim = 4\n", {"t.cfg:3:", "[embedding]", "first layer of a kjv"}},
         {"[flatten]\n[linear]\nout = vocab\n", {"t.cfg:5:", "'out'", "'vocab' needs dataset = kjv"}},
         {"[flatten]\n[linear]\nout = 10\n[lstm]\nhidden = 4\n", {"t.cfg:6:", "[lstm]", "(T,C)"}},
+        {"[flatten]\n[linear]\nout = 10\n[gru]\nhidden = 4\n", {"t.cfg:6:", "[gru]", "(T,C)"}},
+        {"[flatten]\n[linear]\nout = 10\n[rnn]\nhidden = 4\nnonlinearity = sigmoid\n", {"t.cfg:8:", "'nonlinearity'"}},
         {"precision = bf16\nloss_scale = 8\n[flatten]\n[linear]\nout = 10\n",
          {"t.cfg:4:", "'loss_scale' does not apply to precision = bf16"}},
         {"precision = f16\nloss_scale = 0\n[flatten]\n[linear]\nout = 10\n", {"t.cfg:4:", "'loss_scale'", "out of range"}},
@@ -401,8 +403,24 @@ static void test_syntax(void) {
     // kjv: input gives the context
     c = parse("[net]\ndataset = kjv\ninput = 64\n[embedding]\ndim = 16\n[lstm]\nhidden = 8\nlayers = 2\n"
               "[linear]\nout = 256\n");
-    CHECK(c && c->net.context == 64 && c->layers[1].lstm.layers == 2 &&
+    CHECK(c && c->net.context == 64 && c->layers[1].rnn.layers == 2 &&
           shape_is(c->layers[2].out_shape, c->layers[2].out_ndim, 2, 64, 256, 0));
+    weft_model_cfg_free(c);
+    // [gru] and [rnn]: shapes, keys, what they build (PyTorch's parameter shapes, stacks as children 0, 1, ...)
+    c = parse("[net]\ndataset = kjv\ninput = 32\n[embedding]\ndim = 16\n[gru]\nhidden = 12\nlayers = 2\n"
+              "[rnn]\nhidden = 8\nnonlinearity = relu\n[linear]\nout = 256\n");
+    CHECK(c && c->layers[1].type == WEFT_CFG_GRU && c->layers[1].rnn.in == 16 && c->layers[1].rnn.layers == 2 &&
+          c->layers[2].type == WEFT_CFG_RNN && c->layers[2].rnn.in == 12 && c->layers[2].rnn.relu &&
+          shape_is(c->layers[2].out_shape, c->layers[2].out_ndim, 2, 32, 8, 0));
+    weft_module *m = c ? weft_model_build(c, NULL, NULL) : NULL;
+    CHECK(m && !strcmp(weft_module_kind(weft_module_child_at(m, 2)), "rnn"));
+    weft_tensor *w = m ? weft_module_find(m, "1.1.weight_hh") : NULL, *r = m ? weft_module_find(m, "2.weight_ih") : NULL;
+    CHECK(w && weft_tensor_size(w, 0) == 36 && weft_tensor_size(w, 1) == 12);
+    CHECK(r && weft_tensor_size(r, 0) == 8 && weft_tensor_size(r, 1) == 12);
+    weft_module_free(m);
+    weft_model_cfg_free(c);
+    c = parse("[net]\ndataset = kjv\ninput = 32\n[embedding]\ndim = 16\n[rnn]\nhidden = 8\n[linear]\nout = 256\n");
+    CHECK(c && !c->layers[1].rnn.relu && c->layers[1].rnn.layers == 1);
     weft_model_cfg_free(c);
 }
 

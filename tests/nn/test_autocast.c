@@ -576,6 +576,56 @@ static weft_tensor *sm_after(weft_tensor *y, void *lg) { return lg ? weft_log_so
 // cross-entropy of the bf16 logits, and the gradients reach the f32 parameters. A layer norm after a linear
 // layer reads its bf16 output the same way: f32 out, f32 gradients of both layers' parameters. So do softmax
 // and log_softmax (f32 out, no cast of their input).
+// An embedding then a recurrent layer (LSTM, GRU, RNN) under bf16 autocast, its input gates folded into the table
+// (a bf16 (V,G*H) table looked up: the lookup's gradient is a bf16 embedding_backward) and not: both run, agree
+// with each other within bf16's rounding, and with f32 within what 8 significant bits allow over 12 steps.
+static void test_recurrent_bf16(void) {
+    const int64_t V = 12, I = 16, H = 8, B = 3, T = 12;
+    int64_t idv[B * T];
+    for (int64_t i = 0; i < B * T; i++) idv[i] = (i * 5 + i / 7) % V;
+    weft_tensor *ids = weft_tensor_from_data(idv, WEFT_DIMS(B, T), WEFT_I64);
+    weft_tensor *w64 = wt_rand64(WEFT_DIMS(B, T, H), -1, 1, 81, false), *w = weft_cast(w64, WEFT_F32);
+    for (int kind = 0; kind < 3; kind++) {
+        weft_generator *gen = weft_generator_create(80);
+        weft_module *m = weft_nn_sequential();
+        CHECK(weft_nn_sequential_append(m, weft_nn_embedding(V, I, gen)) == WEFT_OK);
+        weft_module *rec = kind == 0 ? weft_nn_lstm(I, H, gen) : kind == 1 ? weft_nn_gru(I, H, gen)
+                                                                         : weft_nn_rnn(I, H, WEFT_ACT_TANH, gen);
+        CHECK(weft_nn_sequential_append(m, rec) == WEFT_OK);
+        int64_t ny = B * T * H, ng = weft_module_num_elements(m);
+        double *y[3], *g[3];
+        for (int r = 0; r < 3; r++) { // f32 folded, bf16 folded, bf16 not folded
+            y[r] = malloc(sizeof(double) * (size_t)ny);
+            g[r] = malloc(sizeof(double) * (size_t)ng);
+            if (r == 2) setenv("WEFT_LSTM_FOLD", "0", 1);
+            weft_module_zero_grad(m);
+            weft_autocast_set(r ? WEFT_BF16 : WEFT_F32);
+            weft_tensor *out = weft_module_forward(m, ids), *o32 = out ? weft_cast(out, WEFT_F32) : NULL;
+            weft_autocast_set(WEFT_F32);
+            weft_tensor *ow = o32 ? weft_mul(o32, w) : NULL, *l = ow ? weft_sum(ow, 0, NULL, false) : NULL;
+            CHECK(l && weft_backward(l, NULL, NULL) == WEFT_OK);
+            if (o32) weft_tensor_to_f64(o32, y[r], ny);
+            param_grads(m, WEFT_F32, g[r]);
+            unsetenv("WEFT_LSTM_FOLD");
+            weft_tensor *ts[] = {out, o32, ow, l};
+            for (int i = 0; i < 4; i++) weft_tensor_free(ts[i]);
+        }
+        double ey = rel_err(y[1], y[0], ny), eg = rel_err(g[1], g[0], ng);
+        printf("  %s under bf16 autocast vs f32: output %.3g, gradients %.3g\n", weft_module_kind(rec), ey, eg);
+        CHECK(ey > 0 && ey < 2e-2 && eg < 3e-2);
+        CHECK(rel_err(y[2], y[1], ny) < 2e-2 && rel_err(g[2], g[1], ng) < 3e-2);
+        for (int r = 0; r < 3; r++) {
+            free(y[r]);
+            free(g[r]);
+        }
+        weft_module_free(m);
+        weft_generator_free(gen);
+    }
+    weft_tensor_free(ids);
+    weft_tensor_free(w64);
+    weft_tensor_free(w);
+}
+
 static void test_reads_bf16(void) {
     weft_generator *gen = weft_generator_create(7);
     weft_module *m = weft_nn_linear(16, 10, true, gen), *ln = weft_nn_layer_norm(10, 1e-5);
@@ -626,5 +676,6 @@ int main(void) {
     RUN(test_cast_multi);
     RUN(test_stack);
     RUN(test_reads_bf16);
+    RUN(test_recurrent_bf16);
     return wt_summary();
 }

@@ -158,6 +158,127 @@ static void test_lstm_torch(void) {
     unsetenv("WEFT_LSTM_PATH");
 }
 
+// nn.GRU and nn.RNN (tanh, relu), the layer alone and folded into an embedding before it (the fold's input
+// gates come from the table; the same numbers).
+static void test_gru_rnn_torch(void) {
+    static const char *tags[3] = {"gru", "rnn_tanh", "rnn_relu"};
+    for (int k = 0; k < 3; k++) {
+        weft_generator *g = weft_generator_create(4);
+        weft_module *m = k == 0 ? weft_nn_gru(3, 4, g) : weft_nn_rnn(3, 4, k == 1 ? WEFT_ACT_TANH : WEFT_ACT_RELU, g);
+        CHECK(m && !strcmp(weft_module_kind(m), k == 0 ? "gru" : "rnn"));
+        check_against_torch(tags[k], m, 1e-5);
+        weft_module_free(m);
+        weft_generator_free(g);
+    }
+}
+
+// An embedding then a recurrent layer: folded (the input gates of each table row once) and not
+// (WEFT_LSTM_FOLD=0) give the same outputs and gradients, for all three kinds.
+static void test_fold(void) {
+    for (int k = 0; k < 3; k++) {
+        double y[2][2 * 9 * 5], ge[2][6 * 4], gw[2][4 * 5 * 4]; // gw: up to G = 4 (the LSTM)
+        for (int fold = 0; fold < 2; fold++) {
+            if (!fold) setenv("WEFT_LSTM_FOLD", "0", 1);
+            weft_generator *g = weft_generator_create(21);
+            weft_module *s = weft_nn_sequential();
+            weft_module *rec = k == 0 ? weft_nn_gru(4, 5, g) : k == 1 ? weft_nn_rnn(4, 5, WEFT_ACT_TANH, g)
+                                                                      : weft_nn_lstm(4, 5, g);
+            CHECK(weft_nn_sequential_append(s, weft_nn_embedding(6, 4, g)) == WEFT_OK);
+            CHECK(weft_nn_sequential_append(s, rec) == WEFT_OK);
+            int64_t idx[18] = {0, 5, 2, 2, 1, 3, 4, 0, 5, 1, 1, 2, 3, 0, 4, 5, 2, 3};
+            weft_tensor *x = weft_tensor_from_data(idx, WEFT_DIMS(2, 9), WEFT_I64);
+            weft_tensor *out = weft_module_forward(s, x);
+            CHECK(out && weft_tensor_size(out, 2) == 5);
+            weft_tensor *l = out ? weft_sum(out, 0, NULL, false) : NULL;
+            weft_tensor *sq = out ? weft_mul(out, out) : NULL, *l2 = sq ? weft_sum(sq, 0, NULL, false) : NULL;
+            CHECK(l2 && weft_backward(l2, NULL, NULL) == WEFT_OK);
+            if (out) weft_tensor_to_f64(out, y[fold], 2 * 9 * 5);
+            weft_tensor *gE = weft_tensor_grad(weft_module_find(s, "0.weight"));
+            weft_tensor *gW = weft_tensor_grad(weft_module_find(s, "1.weight_ih"));
+            CHECK(gE && gW);
+            int64_t G = k == 0 ? 3 : k == 1 ? 1 : 4;
+            if (gE) weft_tensor_to_f64(gE, ge[fold], 6 * 4);
+            if (gW) weft_tensor_to_f64(gW, gw[fold], G * 5 * 4);
+            weft_tensor_free(l);
+            weft_tensor_free(sq);
+            weft_tensor_free(l2);
+            weft_tensor_free(out);
+            weft_tensor_free(x);
+            weft_module_free(s);
+            weft_generator_free(g);
+            unsetenv("WEFT_LSTM_FOLD");
+            if (fold) {
+                double dy = 0, dE = 0, dW = 0;
+                for (int i = 0; i < 90; i++) dy = fmax(dy, fabs(y[0][i] - y[1][i]));
+                for (int i = 0; i < 24; i++) dE = fmax(dE, fabs(ge[0][i] - ge[1][i]));
+                for (int i = 0; i < G * 20; i++) dW = fmax(dW, fabs(gw[0][i] - gw[1][i]));
+                CHECK(dy < 1e-5 && dE < 1e-4 && dW < 1e-4);
+            }
+        }
+    }
+}
+
+// Finite differences in f64 through the GRU and the RNN: the module's output against x and every parameter.
+static weft_tensor *module_fn(weft_tensor *const *in, void *user) { return weft_module_forward(user, in[0]); }
+
+// q(x) = sum(dL/dx), L = sum(y*y): its gradient by double backward against central differences of q.
+static double grad_sum(weft_module *m, weft_tensor *x, weft_tensor **gq) {
+    weft_tensor *y = weft_module_forward(m, x), *yy = y ? weft_mul(y, y) : NULL;
+    weft_tensor *l = yy ? weft_sum(yy, 0, NULL, false) : NULL;
+    weft_backward_opts o = {.create_graph = gq != NULL};
+    double q = NAN;
+    if (l && weft_backward(l, NULL, &o) == WEFT_OK) {
+        weft_tensor *gx = weft_tensor_ref(weft_tensor_grad(x));
+        weft_tensor_zero_grad(x);
+        for (int p = 0; p < weft_module_param_count(m); p++) weft_tensor_zero_grad(weft_module_param_at(m, p, NULL, 0));
+        weft_tensor *s = weft_sum(gx, 0, NULL, false);
+        q = s ? weft_tensor_item(s) : NAN;
+        if (gq && s && weft_backward(s, NULL, NULL) == WEFT_OK) *gq = weft_tensor_ref(weft_tensor_grad(x));
+        weft_tensor_free(s);
+        weft_tensor_free(gx);
+    }
+    weft_tensor_free(y);
+    weft_tensor_free(yy);
+    weft_tensor_free(l);
+    return q;
+}
+
+static void test_gru_rnn_gradcheck(void) {
+    for (int k = 0; k < 3; k++) {
+        weft_generator *g = weft_generator_create(31 + k);
+        weft_module *m = k == 0 ? weft_nn_gru(3, 4, g) : weft_nn_rnn(3, 4, k == 1 ? WEFT_ACT_TANH : WEFT_ACT_RELU, g);
+        CHECK(m && weft_module_to_dtype(m, WEFT_F64) == WEFT_OK);
+        weft_tensor *x = wt_rand64(3, (const int64_t[]){2, 4, 3}, -1, 1, 70 + k, true);
+        weft_tensor *in[5] = {x, weft_module_find(m, "weight_ih"), weft_module_find(m, "weight_hh"),
+                              weft_module_find(m, "bias_ih"), weft_module_find(m, "bias_hh")};
+        CHECK_GRAD(module_fn, 5, in, m);
+        if (k < 2) { // second order (relu's second derivative is 0 almost everywhere: tanh and the GRU)
+            weft_tensor *gq = NULL;
+            grad_sum(m, x, &gq);
+            weft_tensor_zero_grad(x);
+            CHECK(gq != NULL);
+            double an[24] = {0}, fd[24];
+            if (gq) weft_tensor_to_f64(gq, an, 24);
+            double *xv = weft_tensor_data(x), err = 0, eps = 1e-5; // contiguous f64 on the CPU
+            for (int i = 0; i < 24 && xv; i++) {
+                double x0 = xv[i];
+                xv[i] = x0 + eps;
+                double qp = grad_sum(m, x, NULL);
+                xv[i] = x0 - eps;
+                double qm = grad_sum(m, x, NULL);
+                xv[i] = x0;
+                fd[i] = (qp - qm) / (2 * eps);
+                err = fmax(err, fabs(fd[i] - an[i]) / (1 + fabs(fd[i])));
+            }
+            CHECK(xv && err < 1e-6);
+            weft_tensor_free(gq);
+        }
+        weft_tensor_free(x);
+        weft_module_free(m);
+        weft_generator_free(g);
+    }
+}
+
 static void test_attn_torch(void) {
     weft_generator *g = weft_generator_create(2);
     weft_module *m = weft_nn_causal_self_attention(8, 2, g);
@@ -299,28 +420,34 @@ static void test_causality(void) {
     weft_module *attn = weft_nn_causal_self_attention(12, 3, NULL);
     weft_module *blk = weft_nn_transformer_block(12, 3, NULL);
     weft_module *lstm = weft_nn_lstm(12, 7, NULL);
+    weft_module *gru = weft_nn_gru(12, 7, NULL), *rnn = weft_nn_rnn(12, 7, WEFT_ACT_TANH, NULL);
     check_causal(attn, 2, 9, 12, 12, 4);
     check_causal(blk, 3, 7, 12, 12, 5);
     check_causal(lstm, 2, 8, 12, 7, 3);
+    check_causal(gru, 2, 8, 12, 7, 3);
+    check_causal(rnn, 2, 8, 12, 7, 0);
     check_causal(attn, 1, 6, 12, 12, 0); // t0 = 0: only position 0 changes first
     wt_drop_all();
     weft_module_free(attn);
     weft_module_free(blk);
     weft_module_free(lstm);
+    weft_module_free(gru);
+    weft_module_free(rnn);
 }
 
 // ---- non-contiguous input and T = 1 ----
 static void test_noncontiguous(void) {
     weft_manual_seed(12);
-    weft_module *mods[3] = {weft_nn_lstm(8, 5, NULL), weft_nn_causal_self_attention(8, 4, NULL),
-                            weft_nn_transformer_block(8, 4, NULL)};
-    int64_t cout[3] = {5, 8, 8};
+    weft_module *mods[5] = {weft_nn_lstm(8, 5, NULL), weft_nn_causal_self_attention(8, 4, NULL),
+                            weft_nn_transformer_block(8, 4, NULL), weft_nn_gru(8, 5, NULL),
+                            weft_nn_rnn(8, 5, WEFT_ACT_RELU, NULL)};
+    int64_t cout[5] = {5, 8, 8, 5, 5};
     // x (B,T,C) as a transposed view of a (T,B,C) tensor
     weft_tensor *base = wt_keep(weft_tensor_randn(WEFT_DIMS(6, 3, 8), WEFT_F32, NULL));
     weft_tensor *xv = wt_keep(weft_transpose(base, 0, 1));
     weft_tensor *xc = wt_keep(weft_tensor_contiguous(xv));
     CHECK(!weft_tensor_is_contiguous(xv));
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
         weft_tensor *y1 = wt_keep(weft_module_forward(mods[i], xv)), *y2 = wt_keep(weft_module_forward(mods[i], xc));
         CHECK(y1 && weft_tensor_size(y1, 0) == 3 && weft_tensor_size(y1, 1) == 6 && weft_tensor_size(y1, 2) == cout[i]);
         double v[3 * 6 * 8];
@@ -332,7 +459,7 @@ static void test_noncontiguous(void) {
         CHECK(y3 && weft_tensor_size(y3, 1) == 1 && weft_tensor_size(y3, 2) == cout[i]);
     }
     wt_drop_all();
-    for (int i = 0; i < 3; i++) weft_module_free(mods[i]);
+    for (int i = 0; i < 5; i++) weft_module_free(mods[i]);
 }
 
 // ---- bad arguments ----
@@ -343,6 +470,21 @@ static void test_bad_args(void) {
     CHECK(weft_nn_transformer_block(-8, 2, NULL) == NULL && strstr(weft_last_error(), "transformer_block"));
     CHECK(weft_nn_lstm(0, 4, NULL) == NULL && strstr(weft_last_error(), "lstm"));
     CHECK(weft_nn_lstm(3, -1, NULL) == NULL && strstr(weft_last_error(), "lstm"));
+    CHECK(weft_nn_gru(0, 4, NULL) == NULL && strstr(weft_last_error(), "gru"));
+    CHECK(weft_nn_gru(3, INT64_MAX / 2, NULL) == NULL && strstr(weft_last_error(), "gru"));
+    CHECK(weft_nn_rnn(3, -2, WEFT_ACT_TANH, NULL) == NULL && strstr(weft_last_error(), "rnn"));
+    CHECK(weft_nn_rnn(3, 4, WEFT_ACT_GELU, NULL) == NULL && strstr(weft_last_error(), "tanh or relu"));
+    weft_module *gru = weft_nn_gru(4, 3, NULL), *rnn = weft_nn_rnn(4, 3, WEFT_ACT_RELU, NULL);
+    weft_tensor *x35 = weft_tensor_ones(WEFT_DIMS(3, 5), WEFT_F32), *x256 = weft_tensor_ones(WEFT_DIMS(2, 5, 6), WEFT_F32);
+    weft_tensor *x204 = weft_tensor_ones(WEFT_DIMS(2, 0, 4), WEFT_F32);
+    CHECK(weft_module_forward(gru, x35) == NULL && strstr(weft_last_error(), "gru"));
+    CHECK(weft_module_forward(gru, x256) == NULL && strstr(weft_last_error(), "gru"));
+    CHECK(weft_module_forward(rnn, x204) == NULL && strstr(weft_last_error(), "rnn: empty input"));
+    weft_tensor_free(x35);
+    weft_tensor_free(x256);
+    weft_tensor_free(x204);
+    weft_module_free(gru);
+    weft_module_free(rnn);
 
     weft_module *lstm = weft_nn_lstm(4, 3, NULL);
     weft_module *attn = weft_nn_causal_self_attention(8, 2, NULL);
@@ -388,6 +530,9 @@ int main(void) {
         return wt_summary();
     }
     RUN(test_lstm_torch);
+    RUN(test_gru_rnn_torch);
+    RUN(test_fold);
+    RUN(test_gru_rnn_gradcheck);
     RUN(test_attn_torch);
     RUN(test_block_torch);
     RUN(test_block_tanh_torch);

@@ -154,6 +154,47 @@ static void test_embedding_double_backward(void) {
     FREE(ix, g, w, y, y2, L, gw, g2, L2);
 }
 
+// A bf16 / f16 gradient (a table made under autocast, as the recurrent layers' folded input gates): each row sum
+// is taken in f32 and rounded once, so it is within one rounding (2^-8 bf16, 2^-11 f16, relative) of the exact sum
+// of the half values; rows never looked up are 0. Also through the public op's autograd: the lookup's gradient.
+static void test_embedding_backward_half(void) {
+    int64_t n = 600, V = 7, D = 5; // 600 rows into 7: long sums, where rounding each partial sum would drift
+    int64_t *iv = malloc(sizeof(int64_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) iv[i] = i % 5 == 4 ? 6 : (i * 3) % 5; // rows 0-4 and 6; row 5 never
+    weft_tensor *ix = idx64(iv, WEFT_DIMS(n));
+    static const weft_dtype dts[2] = {WEFT_BF16, WEFT_F16};
+    for (int k = 0; k < 2; k++) {
+        weft_tensor *g64 = wt_rand64(WEFT_DIMS(n, D), 0.5, 1, 40 + k, false); // positive: no cancellation
+        weft_tensor *g = weft_cast(g64, dts[k]), *gw = weft_cast(g, WEFT_F64); // the half values, exactly
+        double *gv = values(gw), ref[7 * 5] = {0};
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t d = 0; d < D; d++) ref[iv[i] * D + d] += gv[i * D + d];
+        weft_tensor *args[2] = {g, ix};
+        weft_attrs at = {.i = {V}};
+        weft_tensor *out = weft_op_apply1(weft_op_find("embedding_backward"), 2, args, &at);
+        CHECK(out && weft_tensor_dtype(out) == dts[k]);
+        double *ov = out ? values(out) : NULL, worst = 0, u = k ? 0x1p-11 : 0x1p-8;
+        for (int64_t j = 0; ov && j < V * D; j++) {
+            if (ref[j] == 0) CHECK(ov[j] == 0);
+            else worst = fmax(worst, fabs(ov[j] - ref[j]) / ref[j]);
+        }
+        CHECK(ov && worst <= u * (1 + 1e-3));
+        // the lookup of a half table differentiates: its gradient is this op's
+        weft_tensor *w = weft_tensor_zeros(WEFT_DIMS(V, D), dts[k]);
+        weft_tensor_set_requires_grad(w, true);
+        weft_tensor *y = weft_embedding(w, ix);
+        CHECK(y && weft_backward(y, g, NULL) == WEFT_OK);
+        double *wg = weft_tensor_grad(w) ? values(weft_tensor_grad(w)) : NULL;
+        CHECK(wg && ov && !memcmp(wg, ov, sizeof(double) * (size_t)(V * D)));
+        free(wg);
+        free(ov);
+        free(gv);
+        FREE(g64, g, gw, out, w, y);
+    }
+    free(iv);
+    weft_tensor_free(ix);
+}
+
 // ------------------------------------------------------------- index_select
 static void check_index_select(weft_tensor *t, int dim, weft_tensor *ix, const char *what) {
     weft_tensor *y = weft_index_select(t, dim, ix);
@@ -600,6 +641,7 @@ int main(void) {
     RUN(test_embedding_forward);
     RUN(test_embedding_grad);
     RUN(test_embedding_double_backward);
+    RUN(test_embedding_backward_half);
     RUN(test_index_select_forward);
     RUN(test_index_select_grad);
     RUN(test_gather_forward);

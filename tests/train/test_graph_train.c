@@ -195,6 +195,7 @@ static void test_fmnist_mlp(void) { compare("fmnist-mlp.cfg", "batch=32", "mlp",
 static void test_fmnist_cnn(void) { compare("fmnist-cnn.cfg", "batch=8", "cnn", 4, 1e-5); }
 static void test_kjv_gpt(void) { compare("kjv-gpt.cfg", "batch=4", "gpt", 4, 1e-5); }
 static void test_kjv_lstm(void) { compare("kjv-lstm.cfg", "batch=4", "lstm", 4, 1e-5); }
+static void test_kjv_gru(void) { compare("kjv-gru.cfg", "batch=4", "gru", 4, 1e-5); }
 // [net] precision = bf16: the step graph traces the autocast region's casts and bf16 ops, and its symbolic
 // backward differentiates through the bf16 values. The mlp's steps equal the eager ones. In the GPT the
 // gradients reaching one bf16 value (the q/k/v products' shared input gets three) are summed in another
@@ -452,6 +453,7 @@ int main(void) {
     RUN(test_fmnist_cnn);
     RUN(test_kjv_gpt);
     RUN(test_kjv_lstm);
+    RUN(test_kjv_gru);
     RUN(test_kjv_gpt_bf16);
     RUN(test_fmnist_mlp_bf16);
     RUN(test_logreg_sgd_momentum);

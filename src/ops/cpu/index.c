@@ -343,11 +343,14 @@ weft_status weft_cpu_embedding(const weft_op_args *a) {
     return finish(WEFT_OK, &il, NULL, NULL, NULL, tmp);
 }
 
+static weft_status embedding_backward_half(const weft_op_args *a);
+
 // g (..., D), indices (...) -> out (V, D): rows of g summed into their index's row
 weft_status weft_cpu_embedding_backward(const weft_op_args *a) {
     const weft_tensor *g = a->in[0], *ix = a->in[1];
     weft_tensor *out = a->out[0];
     weft_dtype dt = (weft_dtype)out->dtype;
+    if (dt == WEFT_BF16 || dt == WEFT_F16) return embedding_backward_half(a);
     if (out->numel) memset(weft_tensor_ptr(out), 0, (size_t)out->numel * weft_dtype_size(dt));
     const int64_t *idx;
     weft_tensor *tmp;
@@ -360,6 +363,27 @@ weft_status weft_cpu_embedding_backward(const weft_op_args *a) {
         return finish(st, &jl, &il, NULL, NULL, tmp);
     add_rows(weft_tensor_ptr(out), out->sizes[0], weft_tensor_ptr(g), dt, &ol, &jl, idx, &il);
     return finish(WEFT_OK, &jl, &il, NULL, NULL, tmp);
+}
+
+// bf16 / f16 (a table made under autocast, such as the recurrent layers' folded input gates): g widened to f32
+// (exact), its rows summed in f32 and each sum rounded once, as PyTorch accumulates a half embedding's gradient.
+static weft_status embedding_backward_half(const weft_op_args *a) {
+    weft_tensor *out = a->out[0];
+    weft_tensor *g32 = weft_tensor_new(a->in[0]->ndim, a->in[0]->sizes, WEFT_F32, WEFT_DEVICE_CPU);
+    weft_tensor *o32 = weft_tensor_new(out->ndim, out->sizes, WEFT_F32, WEFT_DEVICE_CPU);
+    weft_status st = g32 && o32 ? weft_cpu_copy(g32, a->in[0]) : WEFT_ERR_OOM;
+    if (st == WEFT_OK) {
+        weft_tensor *in[2] = {g32, a->in[1]};
+        weft_op_args f = *a;
+        f.in = in;
+        f.out = &o32;
+        st = weft_cpu_embedding_backward(&f);
+    }
+    if (st == WEFT_OK) st = weft_cpu_copy(out, o32);
+    weft_tensor_free(g32);
+    weft_tensor_free(o32);
+    return st == WEFT_ERR_OOM ? weft_error(WEFT_ERR_OOM, "embedding_backward: out of memory widening a half gradient")
+                              : st;
 }
 
 // t (A.., N, B..), index (n) -> out (A.., n, B..)

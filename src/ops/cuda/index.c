@@ -108,6 +108,27 @@ static weft_status cu_embedding_backward(const weft_op_args *a) {
     return finish(st, tmp);
 }
 
+// bf16 / f16 (a table made under autocast: the recurrent layers' folded input gates): g widened to f32, its rows
+// added in f32 (the atomics) and each sum rounded once, as on the CPU.
+static weft_status cu_embedding_backward_any(const weft_op_args *a) {
+    weft_tensor *out = a->out[0];
+    if (out->dtype != WEFT_BF16 && out->dtype != WEFT_F16) return cu_embedding_backward(a);
+    weft_tensor *g32 = weft_tensor_new(a->in[0]->ndim, a->in[0]->sizes, WEFT_F32, out->device);
+    weft_tensor *o32 = weft_tensor_new(out->ndim, out->sizes, WEFT_F32, out->device);
+    weft_status st = g32 && o32 ? weft_cuda_copy(g32, a->in[0]) : weft_last_status();
+    if (st == WEFT_OK) {
+        weft_tensor *in[2] = {g32, a->in[1]};
+        weft_op_args f = *a;
+        f.in = in;
+        f.out = &o32;
+        st = cu_embedding_backward(&f);
+    }
+    if (st == WEFT_OK) st = weft_cuda_copy(out, o32);
+    weft_tensor_free(g32); // at once, as cu_embedding_backward frees gc: later work on the stream is ordered after
+    weft_tensor_free(o32);
+    return st;
+}
+
 // t (A.., N, B..), index (n) -> out (A.., n, B..)
 static weft_status cu_index_select(const weft_op_args *a) {
     const weft_tensor *t = a->in[0], *ix = a->in[1];
@@ -200,7 +221,7 @@ static weft_status cu_concat(const weft_op_args *a) {
 
 void weft_cuda_register_index(void) {
     weft_cu_register("embedding", cu_embedding, WEFT_DT_ALL);
-    weft_cu_register("embedding_backward", cu_embedding_backward, WEFT_DT_NUM);
+    weft_cu_register("embedding_backward", cu_embedding_backward_any, WEFT_DT_NUM | WEFT_DT_HALF);
     weft_cu_register("index_select", cu_index_select, WEFT_DT_ALL);
     weft_cu_register("index_select_backward", cu_index_select_backward, WEFT_DT_NUM);
     weft_cu_register("gather", cu_gather, WEFT_DT_ALL);
