@@ -607,6 +607,37 @@ static bool e_attention_qkv(em *m) { // (B,T,3C) -> (B,T,C), i[0] = H
     reshape_to(m, ot, 3, s3, m->out[0]);
     return true;
 }
+// lstm_seq(xg (B,T,4H), w_hh (4H,H)) -> (B,T,H): an ONNX LSTM whose input X is xg itself (the input part of the
+// gates, biases included, as the layer computes it) through a W that only reorders weft's gate blocks (i,f,g,o)
+// into ONNX's (i,o,f,c): a (1,4H,4H) 0/1 initializer. R is w_hh's rows in ONNX's order (a Gather). No B, zero
+// initial states, as the layer. Y (T,1,B,H) back to batch first.
+static bool e_lstm_seq(em *m) {
+    if (!only_out0(m)) return false;
+    const weft_gvalue *x = in_v(m, 0);
+    weft_dtype dt = (weft_dtype)x->dtype;
+    if (dt != WEFT_F32 && dt != WEFT_F64) return refuse(m, "%s", "a half-precision LSTM has no ONNX form here");
+    int64_t B = x->sizes[0], T = x->sizes[1], G4 = x->sizes[2], H = G4 / 4;
+    static const int64_t from[4] = {0, 3, 1, 2}; // ONNX block k reads weft block from[k]
+    int64_t ws[3] = {1, G4, G4};
+    weft_tensor *w = weft_tensor_zeros(3, ws, dt), *idx = weft_tensor_empty(1, &G4, WEFT_I64);
+    for (int64_t k = 0; w && idx && k < 4; k++)
+        for (int64_t j = 0; j < H; j++) {
+            int64_t r = k * H + j, c = from[k] * H + j;
+            if (dt == WEFT_F32) ((float *)weft_tensor_data(w))[r * G4 + c] = 1;
+            else ((double *)weft_tensor_data(w))[r * G4 + c] = 1;
+            ((int64_t *)weft_tensor_data(idx))[r] = c;
+        }
+    const char *W = add_init(m->e, tmp(m), w), *perm = add_init(m->e, tmp(m), idx);
+    const char *xt = tmp(m);
+    attr_ints(m->e, add_node(m->e, "Transpose", 1, &m->in[0], 1, &xt), "perm", 3, (const int64_t[]){1, 0, 2});
+    const char *rg = node1(m, "Gather", tmp(m), 2, m->in[1], perm, NULL); // axis 0
+    const char *R = reshape_to(m, rg, 3, (const int64_t[]){1, G4, H}, tmp(m));
+    const char *y = tmp(m);
+    attr_int(m->e, add_node(m->e, "LSTM", 3, (const char *[]){xt, W, R}, 1, &y), "hidden_size", H);
+    const char *y3 = reshape_to(m, y, 3, (const int64_t[]){T, B, H}, tmp(m));
+    attr_ints(m->e, add_node(m->e, "Transpose", 1, &y3, 1, &m->out[0]), "perm", 3, (const int64_t[]){1, 0, 2});
+    return true;
+}
 static bool e_dropout(em *m) { // a dropout op is in the graph only in training (eval mode traces none)
     return refuse(m, "%s", "dropout has no ONNX form here: export the model in eval mode (dropout off)");
 }
@@ -632,7 +663,7 @@ static const struct {
     {"add_layer_norm", e_layer_norm}, {"batch_norm", e_batch_norm}, {"conv2d", e_conv},
     {"conv2d_backward_input", e_conv_t},
     {"max_pool2d", e_pool},   {"avg_pool2d", e_pool},   {"causal_attention", e_attention},
-    {"causal_attention_qkv", e_attention_qkv}, {"dropout", e_dropout},
+    {"causal_attention_qkv", e_attention_qkv}, {"dropout", e_dropout}, {"lstm_seq", e_lstm_seq},
 };
 
 // ---------------------------------------------------------------- the model

@@ -121,12 +121,17 @@ oom:
 
 // ---------------------------------------------------------------- one node
 
+// Inputs of one node: handlers may read c->in[k] / c->kin[k] for any k < MIN_IN (absent ones are NONE / -1);
+// Concat and the variadic ops take up to MAX_IN (an unrolled recurrence concatenates one value per step).
+#define MIN_IN 16
+#define MAX_IN 65536
+
 typedef struct nctx {
     imp *m;
     const Onnx__NodeProto *n;
     int n_in;                     // inputs present (trailing empty names dropped)
-    weft_value in[16];            // their values (WEFT_VALUE_NONE for an empty name in the middle)
-    int kin[16];                  // their entries (-1 for an empty name)
+    weft_value *in;               // their values (WEFT_VALUE_NONE for an empty name in the middle), at least
+    int *kin;                     // MIN_IN of each; their entries (-1 for an empty name)
     weft_value out[8];            // what the handler binds to the node's outputs
     weft_tensor *konst0;          // output 0's value when the handler knows it (Constant, Shape; a reference)
     int tmp;                      // temporaries named "<first output>#<k>"
@@ -138,9 +143,16 @@ static const char *node_out(const nctx *c, int k) {
 }
 static bool wants_out(const nctx *c, int k) { return node_out(c, k) != NULL; }
 
+// The node's first named output (the recurrent ops may leave output 0, Y, unnamed); NULL if none.
+static const char *first_out(const nctx *c) {
+    for (int k = 0; k < (int)c->n->n_output; k++)
+        if (node_out(c, k)) return node_out(c, k);
+    return NULL;
+}
+
 // A fresh name for an intermediate op of this node.
 static const char *tmp_name(nctx *c) {
-    snprintf(c->tname, sizeof c->tname, "%s#%d", node_out(c, 0) ? node_out(c, 0) : "onnx", c->tmp++);
+    snprintf(c->tname, sizeof c->tname, "%s#%d", first_out(c), c->tmp++);
     return c->tname;
 }
 
@@ -300,6 +312,7 @@ static int axis_of(int64_t a, int nd) {
 // v viewed as sizes (a copy first where v may not be contiguous: a view op's output).
 // sizes may point into the graph's values (sizes_of): they are copied before the copy op can move them.
 static weft_value reshape(nctx *c, const char *name, weft_value v, int nd, const int64_t *sizes) {
+    if (!OK(v)) return v; // an op before failed (its error is set)
     int64_t at[1 + WEFT_MAX_DIMS] = {nd};
     if (nd) memcpy(at + 1, sizes, sizeof(int64_t) * (size_t)nd);
     weft_node_id p = weft_graph_value_node(c->m->g, v);
@@ -1163,6 +1176,238 @@ static weft_status h_range(nctx *c, const char *arg) {
     return OK(c->out[0]) ? WEFT_OK : weft_last_status();
 }
 
+// ---- the recurrent ops: RNN, GRU, LSTM (unrolled over the sequence, which has a static length)
+
+static weft_value slice1(nctx *c, weft_value v, int dim, int64_t b, int64_t e) {
+    int64_t at[4] = {dim, b, e, 1};
+    return OK(v) ? op(c, NULL, "slice", 1, &v, at, 4, NULL, 0) : v;
+}
+static weft_value bin(nctx *c, const char *opn, weft_value a, weft_value b) {
+    return OK(a) && OK(b) ? op(c, NULL, opn, 2, (weft_value[]){a, b}, NULL, 0, NULL, 0) : WEFT_VALUE_NONE;
+}
+static weft_value un(nctx *c, const char *opn, weft_value a) {
+    return OK(a) ? op(c, NULL, opn, 1, &a, NULL, 0, NULL, 0) : a;
+}
+// a (rows, k) times b (n, k) transposed: (rows, n)
+static weft_value matmul_t(nctx *c, weft_value a, weft_value b) {
+    int64_t tr[2] = {0, 1};
+    return OK(a) && OK(b) ? op(c, NULL, "matmul", 2, (weft_value[]){a, b}, tr, 2, NULL, 0) : WEFT_VALUE_NONE;
+}
+// v's slice [d] of dim 0, viewed without that dim (nd - 1 dims).
+static weft_value pick(nctx *c, weft_value v, int64_t d) {
+    if (!OK(v)) return v;
+    int nd = ndim_of(c, v);
+    int64_t s[WEFT_MAX_DIMS];
+    sizes_copy(c, v, s);
+    return reshape(c, NULL, slice1(c, v, 0, d, d + 1), nd - 1, s + 1);
+}
+
+// Activation k of direction d from the `activations` attribute (def when absent), as a weft op name.
+static const char *rnn_act(const nctx *c, int d, int nact, int k, const char *def) {
+    const Onnx__AttributeProto *a = attr(c, "activations");
+    const char *nm = def;
+    char buf[32];
+    if (a && a->n_strings) {
+        size_t i = (size_t)(d * nact + k);
+        if (i >= a->n_strings || a->strings[i].len >= sizeof buf) return NULL;
+        memcpy(buf, a->strings[i].data, a->strings[i].len);
+        buf[a->strings[i].len] = 0;
+        nm = buf;
+    }
+    return !strcmp(nm, "Sigmoid") ? "sigmoid" : !strcmp(nm, "Tanh") ? "tanh" : !strcmp(nm, "Relu") ? "relu" : NULL;
+}
+
+enum { RK_LSTM, RK_GRU, RK_RNN };
+#define MAX_STEPS 65536 // steps unrolled, directions counted
+
+// One direction: x (T*B,I) rows of the sequence in time order, Wd (G*H,I), Rd (G*H,H), bias (2*G*H) or NONE,
+// h / cc the initial states (B,H), P (3H) or NONE (LSTM's peepholes), lens (B,1) or NONE. Writes ys[t] (B,H)
+// (0 past a sequence's length) when ys is given, and the final states into *h, *cc.
+typedef struct rnn_dir {
+    int kind, G;
+    int64_t T, B, H;
+    bool reverse, lbr; // lbr: GRU's linear_before_reset
+    const char *f, *g, *hf; // activations (hf: LSTM's third)
+} rnn_dir;
+
+static weft_status rnn_direction(nctx *c, const rnn_dir *r, weft_value x, weft_value Wd, weft_value Rd, weft_value bias,
+                                 weft_value P, weft_value lens, weft_value *h, weft_value *cc, weft_value *ys) {
+    int64_t T = r->T, B = r->B, H = r->H, GH = r->G * H;
+    weft_value xg = matmul_t(c, x, Wd); // (T*B, G*H): the input part of every step in one product
+    weft_value rb = WEFT_VALUE_NONE;
+    if (OK(bias)) {
+        weft_value wb = slice1(c, bias, 0, 0, GH);
+        rb = slice1(c, bias, 0, GH, 2 * GH);
+        // the recurrent bias joins the input part, except GRU's Rb_h with linear_before_reset (inside r * (.))
+        weft_value b = bin(c, "add", wb, rb);
+        if (r->kind == RK_GRU && r->lbr && OK(b))
+            b = op(c, NULL, "concat", 2, (weft_value[]){slice1(c, b, 0, 0, 2 * H), slice1(c, wb, 0, 2 * H, 3 * H)},
+                   (int64_t[]){0}, 1, NULL, 0);
+        xg = bin(c, "add", xg, b);
+    }
+    if (OK(xg)) xg = reshape(c, NULL, xg, 3, (int64_t[]){T, B, GH});
+    weft_value pi = WEFT_VALUE_NONE, po = WEFT_VALUE_NONE, pf = WEFT_VALUE_NONE;
+    if (OK(P)) pi = slice1(c, P, 0, 0, H), po = slice1(c, P, 0, H, 2 * H), pf = slice1(c, P, 0, 2 * H, 3 * H);
+    weft_value R_zr = WEFT_VALUE_NONE, R_h = WEFT_VALUE_NONE, rb_h = WEFT_VALUE_NONE, zero = WEFT_VALUE_NONE;
+    if (r->kind == RK_GRU) {
+        R_zr = slice1(c, Rd, 0, 0, 2 * H), R_h = slice1(c, Rd, 0, 2 * H, 3 * H);
+        if (OK(rb) && r->lbr) rb_h = slice1(c, rb, 0, 2 * H, 3 * H);
+    }
+    if (OK(lens)) zero = scalar_as(c, dtype_of(c, *h), 0);
+    if (!OK(xg)) return weft_last_status();
+    for (int64_t s = 0; s < T; s++) {
+        int64_t t = r->reverse ? T - 1 - s : s;
+        weft_value xt = reshape(c, NULL, slice1(c, xg, 0, t, t + 1), 2, (int64_t[]){B, GH}), hn, cn = WEFT_VALUE_NONE;
+        if (r->kind == RK_RNN) {
+            hn = un(c, r->f, bin(c, "add", xt, matmul_t(c, *h, Rd)));
+        } else if (r->kind == RK_GRU) { // gates (z, r, h): z, r = f(x + h R); h~ = g(x_h + (r h) R_h) or g(x_h + r (h R_h + Rb_h))
+            weft_value zr = un(c, r->f, bin(c, "add", slice1(c, xt, 1, 0, 2 * H), matmul_t(c, *h, R_zr)));
+            weft_value z = slice1(c, zr, 1, 0, H), rr = slice1(c, zr, 1, H, 2 * H), hh;
+            if (r->lbr) {
+                hh = matmul_t(c, *h, R_h);
+                if (OK(rb_h)) hh = bin(c, "add", hh, rb_h);
+                hh = bin(c, "mul", rr, hh);
+            } else {
+                hh = matmul_t(c, bin(c, "mul", rr, *h), R_h);
+            }
+            weft_value ht = un(c, r->g, bin(c, "add", slice1(c, xt, 1, 2 * H, 3 * H), hh));
+            hn = bin(c, "add", ht, bin(c, "mul", z, bin(c, "sub", *h, ht))); // (1 - z) h~ + z h
+        } else { // LSTM, gates (i, o, f, c): peepholes read c_{t-1} for i and f, c_t for o
+            weft_value gt = bin(c, "add", xt, matmul_t(c, *h, Rd));
+            weft_value gi = slice1(c, gt, 1, 0, H), go = slice1(c, gt, 1, H, 2 * H);
+            weft_value gf = slice1(c, gt, 1, 2 * H, 3 * H), gc = slice1(c, gt, 1, 3 * H, 4 * H);
+            if (OK(P)) gi = bin(c, "add", gi, bin(c, "mul", pi, *cc)), gf = bin(c, "add", gf, bin(c, "mul", pf, *cc));
+            weft_value ig = un(c, r->f, gi), fg = un(c, r->f, gf), ct = un(c, r->g, gc);
+            cn = bin(c, "add", bin(c, "mul", fg, *cc), bin(c, "mul", ig, ct));
+            if (OK(P)) go = bin(c, "add", go, bin(c, "mul", po, cn));
+            hn = bin(c, "mul", un(c, r->f, go), un(c, r->hf, cn));
+        }
+        weft_value y = hn;
+        if (OK(lens)) { // steps past a sequence's length keep the state and output 0
+            weft_value m = bin(c, "lt", scalar(c, dtype_of(c, lens), (double)t), lens); // (B,1)
+            hn = OK(m) ? op(c, NULL, "where", 3, (weft_value[]){m, hn, *h}, NULL, 0, NULL, 0) : m;
+            if (r->kind == RK_LSTM && OK(m)) cn = op(c, NULL, "where", 3, (weft_value[]){m, cn, *cc}, NULL, 0, NULL, 0);
+            y = OK(m) && OK(hn) ? op(c, NULL, "where", 3, (weft_value[]){m, hn, zero}, NULL, 0, NULL, 0) : m;
+        }
+        if (!OK(hn) || !OK(y) || (r->kind == RK_LSTM && !OK(cn))) return weft_last_status();
+        *h = hn;
+        if (r->kind == RK_LSTM) *cc = cn;
+        if (ys) ys[t] = y;
+    }
+    return WEFT_OK;
+}
+
+// RNN (activation Tanh or Relu), GRU (both linear_before_reset forms) and LSTM (peepholes included), in every
+// direction and layout, with initial states and sequence_lens (a run-time value: steps past a sequence's
+// length keep its state and output 0, in either direction). Gate orders are ONNX's: GRU (z, r, h), LSTM
+// (i, o, f, c). Activations: Sigmoid, Tanh and Relu in any place; clip and input_forget are refused.
+static weft_status h_rnn(nctx *c, const char *arg) {
+    rnn_dir r = {.kind = arg[0] == 'L' ? RK_LSTM : arg[0] == 'G' ? RK_GRU : RK_RNN};
+    r.G = r.kind == RK_LSTM ? 4 : r.kind == RK_GRU ? 3 : 1;
+    int nact = r.kind == RK_LSTM ? 3 : r.kind == RK_GRU ? 2 : 1;
+    bool bi = attr_s_is(c, "direction", "forward", "bidirectional"), rev = attr_s_is(c, "direction", "forward", "reverse");
+    if (!bi && !rev && !attr_s_is(c, "direction", "forward", "forward")) FAIL("direction must be forward, reverse or bidirectional");
+    int D = bi ? 2 : 1;
+    int64_t layout = attr_i(c, "layout", 0);
+    if (layout != 0 && layout != 1) FAIL("layout %lld", (long long)layout);
+    if (attr(c, "clip")) FAIL("clip is not supported");
+    if (attr(c, "activation_alpha") || attr(c, "activation_beta")) FAIL("activation_alpha / activation_beta are not supported");
+    if (r.kind == RK_LSTM && attr_i(c, "input_forget", 0)) FAIL("input_forget = 1 is not supported");
+    r.lbr = r.kind == RK_GRU && attr_i(c, "linear_before_reset", 0) != 0;
+    if (c->n_in < 3 || c->kin[1] < 0 || c->kin[2] < 0) FAIL("needs X, W and R");
+    if (ndim_of(c, c->in[0]) != 3 || ndim_of(c, c->in[1]) != 3 || ndim_of(c, c->in[2]) != 3) FAIL("X, W and R must be 3-D");
+    int64_t xs[3], ws[3], rs[3];
+    sizes_copy(c, c->in[0], xs);
+    sizes_copy(c, c->in[1], ws);
+    sizes_copy(c, c->in[2], rs);
+    r.T = layout ? xs[1] : xs[0], r.B = layout ? xs[0] : xs[1];
+    r.H = attr_i(c, "hidden_size", rs[2]);
+    int64_t I = xs[2], GH = r.G * r.H;
+    if (r.T < 1 || r.B < 1 || r.H < 1 || r.H > (INT64_C(1) << 24)) FAIL("sizes: sequence %lld, batch %lld, hidden %lld",
+                                                                  (long long)r.T, (long long)r.B, (long long)r.H);
+    if (ws[0] != D || ws[1] != GH || ws[2] != I) FAIL("W must be (%d,%lld,%lld)", D, (long long)GH, (long long)I);
+    if (rs[0] != D || rs[1] != GH || rs[2] != r.H) FAIL("R must be (%d,%lld,%lld)", D, (long long)GH, (long long)r.H);
+    if (r.T > MAX_STEPS / D) // each step is a dozen nodes: a file declaring a huge sequence must not exhaust memory
+        FAIL("a sequence of %lld steps is too long to unroll (at most %d)", (long long)r.T, MAX_STEPS / D);
+    if (c->n_in > (r.kind == RK_LSTM ? 8 : 6)) FAIL("%d inputs (at most %d)", c->n_in, r.kind == RK_LSTM ? 8 : 6);
+    if (check_made(2, (int64_t[]){r.B, r.H})) FAIL("a zero state of (%lld,%lld) is too large", (long long)r.B, (long long)r.H);
+    weft_value in[8];
+    for (int k = 0; k < 8; k++) in[k] = k < c->n_in && c->kin[k] >= 0 ? c->in[k] : WEFT_VALUE_NONE;
+    int64_t sz[3];
+    if (OK(in[3]) && (ndim_of(c, in[3]) != 2 || (sizes_copy(c, in[3], sz), sz[0] != D || sz[1] != 2 * GH)))
+        FAIL("B must be (%d,%lld)", D, (long long)(2 * GH));
+    if (OK(in[4])) {
+        weft_dtype lt = dtype_of(c, in[4]);
+        if (ndim_of(c, in[4]) != 1 || sizes_of(c, in[4])[0] != r.B || (lt != WEFT_I32 && lt != WEFT_I64))
+            FAIL("sequence_lens must be (%lld) integers", (long long)r.B);
+        in[4] = reshape(c, NULL, in[4], 2, (int64_t[]){r.B, 1});
+    }
+    for (int k = 5; k <= 6; k++) // initial_h, initial_c: (D,B,H), batch first in layout 1
+        if (OK(in[k])) {
+            if (ndim_of(c, in[k]) != 3) FAIL("input %d must be 3-D", k);
+            sizes_copy(c, in[k], sz);
+            if (sz[layout ? 1 : 0] != D || sz[layout ? 0 : 1] != r.B || sz[2] != r.H)
+                FAIL("input %d has the wrong shape", k);
+            if (layout) in[k] = op(c, NULL, "permute", 1, &in[k], (int64_t[]){1, 0, 2}, 3, NULL, 0);
+        }
+    if (OK(in[7]) && (ndim_of(c, in[7]) != 2 || (sizes_copy(c, in[7], sz), sz[0] != D || sz[1] != 3 * r.H)))
+        FAIL("P must be (%d,%lld)", D, (long long)(3 * r.H));
+    weft_value x = c->in[0];
+    if (layout) x = op(c, NULL, "permute", 1, &x, (int64_t[]){1, 0, 2}, 3, NULL, 0); // (T,B,I)
+    if (OK(x)) x = reshape(c, NULL, x, 2, (int64_t[]){r.T * r.B, I});
+    bool want_y = wants_out(c, 0);
+    weft_value *ys = want_y ? calloc((size_t)(r.T * D), sizeof *ys) : NULL;
+    if (want_y && !ys) return weft_error(WEFT_ERR_OOM, "no memory");
+    weft_value hs[2], cs[2], yd[2];
+    weft_status st = OK(x) ? WEFT_OK : weft_last_status();
+    for (int d = 0; d < D && !st; d++) {
+        r.reverse = rev || d == 1;
+        r.f = rnn_act(c, d, nact, 0, r.kind == RK_RNN ? "Tanh" : "Sigmoid");
+        r.g = nact > 1 ? rnn_act(c, d, nact, 1, "Tanh") : r.f;
+        r.hf = nact > 2 ? rnn_act(c, d, nact, 2, "Tanh") : r.f;
+        if (!r.f || !r.g || !r.hf) {
+            st = weft_error(WEFT_ERR_UNSUPPORTED, "activations: only Sigmoid, Tanh and Relu (%d for each direction)", nact);
+            break;
+        }
+        weft_tensor *z = weft_tensor_zeros(WEFT_DIMS(r.B, r.H), dtype_of(c, x));
+        weft_value zeros = konst(c, NULL, z, NULL);
+        hs[d] = OK(in[5]) ? pick(c, in[5], d) : zeros;
+        cs[d] = OK(in[6]) ? pick(c, in[6], d) : zeros;
+        st = rnn_direction(c, &r, x, pick(c, c->in[1], d), pick(c, c->in[2], d), OK(in[3]) ? pick(c, in[3], d) : in[3],
+                           OK(in[7]) ? pick(c, in[7], d) : in[7], in[4], &hs[d], &cs[d], ys ? ys + d * r.T : NULL);
+        if (!st && want_y) { // (T,1,B,H)
+            for (int64_t t = 0; t < r.T && !st; t++) {
+                weft_value *y = &ys[d * r.T + t];
+                *y = reshape(c, NULL, *y, 4, (int64_t[]){1, 1, r.B, r.H});
+                if (!OK(*y)) st = weft_last_status();
+            }
+            if (!st) yd[d] = op(c, NULL, "concat", (int)r.T, ys + d * r.T, (int64_t[]){0}, 1, NULL, 0);
+            if (!st && !OK(yd[d])) st = weft_last_status();
+        }
+    }
+    free(ys);
+    if (st) return st;
+    // Y (T,D,B,H), batch first (B,T,D,H) in layout 1; Y_h, Y_c (D,B,H), (B,D,H) in layout 1
+    if (want_y) {
+        weft_value y = D == 2 ? op(c, NULL, "concat", 2, yd, (int64_t[]){1}, 1, NULL, 0) : yd[0];
+        if (layout && OK(y)) y = op(c, NULL, "permute", 1, &y, (int64_t[]){2, 0, 1, 3}, 4, NULL, 0); // (B,T,D,H)
+        int64_t s4[4] = {r.T, D, r.B, r.H};
+        if (layout) s4[0] = r.B, s4[1] = r.T, s4[2] = D;
+        if (!OK(c->out[0] = OK(y) ? reshape(c, node_out(c, 0), y, 4, s4) : y)) return weft_last_status();
+    }
+    for (int k = 1; k <= 2; k++) {
+        if (!wants_out(c, k)) continue;
+        if (k == 2 && r.kind != RK_LSTM) FAIL("has no output 2");
+        weft_value parts[2];
+        for (int d = 0; d < D; d++) parts[d] = reshape(c, NULL, k == 1 ? hs[d] : cs[d], 3, (int64_t[]){1, r.B, r.H});
+        weft_value v = D == 2 ? op(c, NULL, "concat", 2, parts, (int64_t[]){0}, 1, NULL, 0) : parts[0];
+        if (layout && OK(v)) v = op(c, NULL, "permute", 1, &v, (int64_t[]){1, 0, 2}, 3, NULL, 0);
+        int64_t s3[3] = {layout ? r.B : D, layout ? D : r.B, r.H};
+        if (!OK(c->out[k] = OK(v) ? reshape(c, node_out(c, k), v, 3, s3) : v)) return weft_last_status();
+    }
+    return WEFT_OK;
+}
+
 // The ONNX ops weft reads (default domain), by op_type.
 static const struct {
     const char *onnx;
@@ -1241,6 +1486,9 @@ static const struct {
     {"ReduceLogSumExp", h_reduce, "logsumexp", 1},
     {"ConstantOfShape", h_constant_of_shape, NULL, 1},
     {"Range", h_range, NULL, 3},
+    {"RNN", h_rnn, "RNN", 3},
+    {"GRU", h_rnn, "GRU", 3},
+    {"LSTM", h_rnn, "LSTM", 3},
 };
 
 // ---------------------------------------------------------------- the model
@@ -1261,12 +1509,18 @@ static weft_status import_node(imp *m, const Onnx__NodeProto *n, int idx) {
     } else if (fn < 0) {
         st = WEFT_ERR_UNSUPPORTED;
         snprintf(why, sizeof why, "weft does not read this op");
-    } else if (n->n_output > 8 || n->n_input > 16) {
+    } else if (n->n_output > 8 || n->n_input > MAX_IN) {
         st = WEFT_ERR_UNSUPPORTED;
         snprintf(why, sizeof why, "%zu inputs, %zu outputs", n->n_input, n->n_output);
     }
     if (st == WEFT_OK) {
-        for (int k = 0; k < 16; k++) c->kin[k] = -1, c->in[k] = WEFT_VALUE_NONE;
+        size_t cap = n->n_input > MIN_IN ? n->n_input : MIN_IN;
+        c->in = malloc(sizeof *c->in * cap), c->kin = malloc(sizeof *c->kin * cap);
+        if (!c->in || !c->kin) {
+            free(c->in), free(c->kin), free(c);
+            return weft_error(WEFT_ERR_OOM, "onnx_load: %s: no memory", m->path);
+        }
+        for (size_t k = 0; k < cap; k++) c->kin[k] = -1, c->in[k] = WEFT_VALUE_NONE;
         c->n_in = (int)n->n_input;
         while (c->n_in > 0 && !n->input[c->n_in - 1][0]) c->n_in--;
         for (int k = 0; k < c->n_in && st == WEFT_OK; k++) {
@@ -1286,7 +1540,7 @@ static weft_status import_node(imp *m, const Onnx__NodeProto *n, int idx) {
                 st = WEFT_ERR_FORMAT;
                 snprintf(why, sizeof why, "input %d is required (its name is empty)", k);
             }
-        if (st == WEFT_OK && !node_out(c, 0)) {
+        if (st == WEFT_OK && !first_out(c)) {
             st = WEFT_ERR_FORMAT;
             snprintf(why, sizeof why, "no output name");
         }
@@ -1312,7 +1566,7 @@ static weft_status import_node(imp *m, const Onnx__NodeProto *n, int idx) {
     if (st != WEFT_OK)
         weft_error(st, "onnx_load: %s: node %d '%s' (%s): %s", m->path, idx, n->name && n->name[0] ? n->name : "",
                    type, why);
-    free(c);
+    free(c->in), free(c->kin), free(c);
     return st;
 }
 

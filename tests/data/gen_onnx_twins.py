@@ -8,13 +8,16 @@ Debian's python3-torch 1.13, opset 17) with a symbolic batch dim, as users' mode
                  norm and the head; input "idx" (batch, 8) int64, output "logits" (batch, 8, 16).
   onnx_cnn.onnx  a CNN: Conv (3x3, pad 1) + BatchNormalization (inference) + ReLU + MaxPool 2 + Conv (stride 2) + ReLU +
                  Flatten + Linear; input "x" (batch, 1, 8, 8) f32, output "y" (batch, 3).
+  onnx_rnn.onnx  recurrent layers: a bidirectional GRU (the exporter writes linear_before_reset = 1), a 2-layer
+                 LSTM, an Elman RNN with ReLU, all batch first; input "x" (batch, 6, 4) f32, output "y" (batch, 6, 4).
 The exporter's shape arithmetic (Shape, Gather, Unsqueeze, Concat feeding Reshape) is kept as it writes it.
 onnx_twins_ref.txt holds each model's input and PyTorch's output at batch 3, one tensor a line:
   <name> <ndim> <sizes...> <values...>   (%.9g)
 and each file passes onnx.checker.check_model(full_check=True). Also onnx_matmul_{vm,mv,vv}.onnx: one MatMul with a
 1-D operand ((4)@(2,4,3), (2,3,4)@(4), (4)@(4)), which numpy's matmul promotes (test_onnx_models computes them).
 
-Run:  /usr/bin/python3 tests/data/gen_onnx_twins.py   (rewrites the three files)
+Run:  /usr/bin/python3 tests/data/gen_onnx_twins.py   (rewrites the files; `... rnn` writes only onnx_rnn.onnx
+and replaces the rnn/ lines of onnx_twins_ref.txt)
 """
 import math
 import os
@@ -72,6 +75,17 @@ class CNN(nn.Module):
         return self.fc(torch.flatten(F.relu(self.c2(x)), 1))
 
 
+class RNNs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(4, 5, batch_first=True, bidirectional=True)
+        self.lstm = nn.LSTM(10, 3, num_layers=2, batch_first=True)
+        self.rnn = nn.RNN(3, 4, nonlinearity="relu", batch_first=True)
+
+    def forward(self, x):
+        return self.rnn(self.lstm(self.gru(x)[0])[0])[0]
+
+
 def line(name, t):
     t = t.detach().to(torch.float64).contiguous()
     return " ".join([name, str(t.dim())] + [str(s) for s in t.shape] + ["%.9g" % v for v in t.flatten().tolist()])
@@ -86,6 +100,17 @@ def export(model, x, path, in_name, out_name):
     onnx.checker.check_model(onnx.load(path), full_check=True)
     with torch.no_grad():
         return model(x)
+
+
+def rnn_only():
+    torch.manual_seed(7)
+    x = torch.randn(3, 6, 4)
+    y = export(RNNs(), x, os.path.join(HERE, "onnx_rnn.onnx"), "x", "y")
+    path = os.path.join(HERE, "onnx_twins_ref.txt")
+    with open(path) as f:
+        keep = [ln.rstrip("\n") for ln in f if not ln.startswith("rnn/")]
+    with open(path, "w") as f:
+        f.write("\n".join(keep + [line("rnn/x", x), line("rnn/y", y)]) + "\n")
 
 
 def main():
@@ -110,4 +135,8 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if sys.argv[1:] != ["rnn"]:
+        main()
+    rnn_only()
