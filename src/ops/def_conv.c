@@ -271,7 +271,10 @@ static weft_status bw_conv2d_bw_bias(const weft_bw_args *b) {
 weft_op_def weft_op_conv2d = {.name = "conv2d", .n_in = -1, .n_out = 1, .flags = WEFT_OPF_AUTOCAST,
                               .save = WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1),
                               .infer = infer_conv2d, .backward = bw_conv2d, K_CPU_CONV(weft_cpu_conv2d)};
+// WEFT_OPF_AUTOCAST: in a forward pass it is conv_transpose2d, which autocast runs in its low dtype as conv2d
+// (PyTorch's autocast lists conv_transpose2d with conv2d).
 weft_op_def weft_op_conv2d_backward_input = {.name = "conv2d_backward_input", .n_in = 2, .n_out = 1,
+                                             .flags = WEFT_OPF_AUTOCAST,
                                              .save = WEFT_SAVE_ALL_IN, .infer = infer_conv2d_bw_input,
                                              .backward = bw_conv2d_bw_input,
                                              K_CPU_CONV(weft_cpu_conv2d_backward_input)};
@@ -352,6 +355,11 @@ weft_tensor *weft_conv_transpose2d(weft_tensor *x, weft_tensor *w, weft_tensor *
     }
     if (!bias) return y;
     weft_tensor *b4 = weft_reshape(bias, 4, (const int64_t[]){1, O, 1, 1});
+    if (b4 && y->dtype != b4->dtype) { // autocast ran the product in its low dtype: the bias joins it there
+        weft_tensor *bl = weft_cast(b4, (weft_dtype)y->dtype);
+        weft_tensor_free(b4);
+        b4 = bl;
+    }
     weft_tensor *r = b4 ? weft_add(y, b4) : NULL;
     weft_tensor_free(b4);
     weft_tensor_free(y);

@@ -744,6 +744,50 @@ static void test_conv_autocast(void) {
     wt_drop_all();
 }
 
+// conv_transpose2d under autocast, as PyTorch's autocast runs it with conv2d: on the CPU under bf16 its product
+// (conv2d_backward_input) runs in bf16 and its bias joins it there, so y is bf16, one rounding (plus the bias
+// add's) from the f32 result; the gradients of the f32 leaves are f32 and near the f32 run's. Under f16 (no CPU
+// kernel) it stays in f32, bit for bit.
+static void test_conv_transpose_autocast(void) {
+    weft_conv_transpose2d_params p = {.stride = {2, 2}, .padding = {1, 0}, .output_padding = {1, 0}, .groups = 2};
+    weft_tensor *x = weft_cast(wt_keep(wt_rand64(WEFT_DIMS(2, 4, 5, 4), -1, 1, 61, false)), WEFT_F32);
+    weft_tensor *w = weft_cast(wt_keep(wt_rand64(WEFT_DIMS(4, 3, 3, 2), -1, 1, 62, false)), WEFT_F32);
+    weft_tensor *b = weft_cast(wt_keep(wt_rand64(WEFT_DIMS(6), -1, 1, 63, false)), WEFT_F32);
+    weft_tensor *out[3][4] = {{0}}; // f32, f16, bf16 runs: y (as f32), dx, dw, db
+    static const weft_dtype acs[3] = {WEFT_F32, WEFT_F16, WEFT_BF16};
+    for (int k = 0; k < 3; k++) {
+        weft_tensor *leaf[3] = {weft_tensor_clone(x), weft_tensor_clone(w), weft_tensor_clone(b)};
+        for (int i = 0; i < 3; i++) weft_tensor_set_requires_grad(leaf[i], true);
+        CHECK(weft_autocast_set(acs[k]) == WEFT_OK);
+        weft_tensor *y = weft_conv_transpose2d(leaf[0], leaf[1], leaf[2], &p);
+        weft_autocast_set(WEFT_F32);
+        CHECK(y && weft_tensor_dtype(y) == (k == 2 ? WEFT_BF16 : WEFT_F32));
+        weft_tensor *l = y ? weft_sum(y, 0, NULL, false) : NULL;
+        CHECK(l && weft_backward(l, NULL, NULL) == WEFT_OK);
+        out[k][0] = y ? weft_cast(y, WEFT_F32) : NULL;
+        for (int i = 0; i < 3; i++) {
+            weft_tensor *g = weft_tensor_grad(leaf[i]);
+            CHECK(g && weft_tensor_dtype(g) == WEFT_F32);
+            out[k][i + 1] = weft_tensor_ref(g);
+            weft_tensor_free(leaf[i]);
+        }
+        weft_tensor_free(y);
+        weft_tensor_free(l);
+    }
+    static const char *const what[4] = {"y", "dx", "dw", "db"};
+    for (int i = 0; i < 4; i++) {
+        char msg[64];
+        snprintf(msg, sizeof msg, "conv_transpose2d f16 autocast on the cpu: %s", what[i]);
+        if (out[1][i] && out[0][i]) wt_check_same(msg, out[1][i], out[0][i], 0);
+        snprintf(msg, sizeof msg, "conv_transpose2d bf16 autocast: %s", what[i]);
+        if (out[2][i] && out[0][i]) wt_check_same(msg, out[2][i], out[0][i], 3e-2);
+    }
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 4; i++) weft_tensor_free(out[k][i]);
+    weft_tensor_free(x), weft_tensor_free(w), weft_tensor_free(b);
+    wt_drop_all();
+}
+
 int main(void) {
     RUN(test_conv_forward);
     RUN(test_conv_grad);
@@ -753,6 +797,7 @@ int main(void) {
     RUN(test_pool);
     RUN(test_avg_pool_double_backward);
     RUN(test_errors);
+    RUN(test_conv_transpose_autocast);
     RUN(test_conv_autocast); // last: it may install kernels on the mock accelerator
     return wt_summary();
 }
