@@ -62,6 +62,7 @@ typedef struct imp {
     weft_graph *g;
     const char *path;
     int64_t opset; // of the default domain
+    int64_t steps; // recurrent steps unrolled so far (h_rnn)
     entry *e;
     int n, cap;
     int32_t *slots; // open addressing over e (index, -1 empty)
@@ -135,6 +136,7 @@ typedef struct nctx {
     weft_value out[8];            // what the handler binds to the node's outputs
     weft_tensor *konst0;          // output 0's value when the handler knows it (Constant, Shape; a reference)
     int tmp;                      // temporaries named "<first output>#<k>"
+    const char *bad_attr;         // the first attribute read whose type in the file is not the op's
     char tname[512];
 } nctx;
 
@@ -281,24 +283,35 @@ static const Onnx__AttributeProto *attr(const nctx *c, const char *name) {
         if (c->n->attribute[i]->name && !strcmp(c->n->attribute[i]->name, name)) return c->n->attribute[i];
     return NULL;
 }
-static int64_t attr_i(const nctx *c, const char *name, int64_t def) {
+// Attribute name read as type t: NULL when absent, and when the file gives it another type (then noted in
+// c->bad_attr: import_node turns it into the node's error, rather than reading a default in its place). A file
+// from before attributes carried their type (UNDEFINED) is read as the op expects.
+static const Onnx__AttributeProto *attr_t(nctx *c, const char *name, Onnx__AttributeProto__AttributeType t) {
     const Onnx__AttributeProto *a = attr(c, name);
+    if (a && a->has_type && a->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED && a->type != t) {
+        if (!c->bad_attr) c->bad_attr = name;
+        return NULL;
+    }
+    return a;
+}
+static int64_t attr_i(nctx *c, const char *name, int64_t def) {
+    const Onnx__AttributeProto *a = attr_t(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
     return a ? a->i : def;
 }
-static double attr_f(const nctx *c, const char *name, double def) {
-    const Onnx__AttributeProto *a = attr(c, name);
+static double attr_f(nctx *c, const char *name, double def) {
+    const Onnx__AttributeProto *a = attr_t(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
     return a ? (double)a->f : def;
 }
 // The ints of an attribute (n = -1 when absent).
-static const int64_t *attr_ints(const nctx *c, const char *name, int *n) {
-    const Onnx__AttributeProto *a = attr(c, name);
+static const int64_t *attr_ints(nctx *c, const char *name, int *n) {
+    const Onnx__AttributeProto *a = attr_t(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
     *n = a ? (int)a->n_ints : -1;
     return a ? a->ints : NULL;
 }
-static bool attr_s_is(const nctx *c, const char *name, const char *def, const char *want) {
-    const Onnx__AttributeProto *a = attr(c, name);
+static bool attr_s_is(nctx *c, const char *name, const char *def, const char *want) {
+    const Onnx__AttributeProto *a = attr_t(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
     if (!a || !a->has_s) return !strcmp(def, want);
-    return strlen(want) == a->s.len && !memcmp(a->s.data, want, a->s.len);
+    return strlen(want) == a->s.len && (!a->s.len || !memcmp(a->s.data, want, a->s.len));
 }
 
 // A dim index of an nd-dim value (negative from the end); -1 if out of range.
@@ -1203,13 +1216,15 @@ static weft_value pick(nctx *c, weft_value v, int64_t d) {
 }
 
 // Activation k of direction d from the `activations` attribute (def when absent), as a weft op name.
-static const char *rnn_act(const nctx *c, int d, int nact, int k, const char *def) {
-    const Onnx__AttributeProto *a = attr(c, "activations");
+static const char *rnn_act(nctx *c, int d, int nact, int k, const char *def) {
+    const Onnx__AttributeProto *a = attr_t(c, "activations", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS);
     const char *nm = def;
     char buf[32];
     if (a && a->n_strings) {
         size_t i = (size_t)(d * nact + k);
-        if (i >= a->n_strings || a->strings[i].len >= sizeof buf) return NULL;
+        if (i >= a->n_strings || !a->strings[i].len || a->strings[i].len >= sizeof buf ||
+            memchr(a->strings[i].data, 0, a->strings[i].len))
+            return NULL;
         memcpy(buf, a->strings[i].data, a->strings[i].len);
         buf[a->strings[i].len] = 0;
         nm = buf;
@@ -1218,7 +1233,15 @@ static const char *rnn_act(const nctx *c, int d, int nact, int k, const char *de
 }
 
 enum { RK_LSTM, RK_GRU, RK_RNN };
-#define MAX_STEPS 65536 // steps unrolled, directions counted
+
+// The recurrent steps a model may unroll, over all its RNN / GRU / LSTM nodes, each direction counted: each step is
+// a dozen to two dozen graph nodes, so a file of a few hundred bytes declaring a long sequence must not build
+// millions of them. 4096 covers a bidirectional two-layer LSTM over 1024 steps; WEFT_ONNX_MAX_STEPS raises it.
+static int64_t max_steps(void) {
+    const char *e = getenv("WEFT_ONNX_MAX_STEPS");
+    long long v = e && *e ? atoll(e) : 0;
+    return v > 0 ? (int64_t)v : 4096;
+}
 
 // One direction: x (T*B,I) rows of the sequence in time order, Wd (G*H,I), Rd (G*H,H), bias (2*G*H) or NONE,
 // h / cc the initial states (B,H), P (3H) or NONE (LSTM's peepholes), lens (B,1) or NONE. Writes ys[t] (B,H)
@@ -1327,8 +1350,12 @@ static weft_status h_rnn(nctx *c, const char *arg) {
                                                                   (long long)r.T, (long long)r.B, (long long)r.H);
     if (ws[0] != D || ws[1] != GH || ws[2] != I) FAIL("W must be (%d,%lld,%lld)", D, (long long)GH, (long long)I);
     if (rs[0] != D || rs[1] != GH || rs[2] != r.H) FAIL("R must be (%d,%lld,%lld)", D, (long long)GH, (long long)r.H);
-    if (r.T > MAX_STEPS / D) // each step is a dozen nodes: a file declaring a huge sequence must not exhaust memory
-        FAIL("a sequence of %lld steps is too long to unroll (at most %d)", (long long)r.T, MAX_STEPS / D);
+    int64_t lim = max_steps();
+    if (r.T > lim / D || c->m->steps > lim - r.T * D)
+        FAIL("a sequence of %lld steps (%d directions) is too long to unroll: with the model's other recurrent nodes "
+             "(%lld steps) it passes %lld (WEFT_ONNX_MAX_STEPS)", (long long)r.T, D, (long long)c->m->steps,
+             (long long)lim);
+    c->m->steps += r.T * D;
     if (c->n_in > (r.kind == RK_LSTM ? 8 : 6)) FAIL("%d inputs (at most %d)", c->n_in, r.kind == RK_LSTM ? 8 : 6);
     if (check_made(2, (int64_t[]){r.B, r.H})) FAIL("a zero state of (%lld,%lld) is too large", (long long)r.B, (long long)r.H);
     weft_value in[8];
@@ -1548,7 +1575,13 @@ static weft_status import_node(imp *m, const Onnx__NodeProto *n, int idx) {
     if (st == WEFT_OK) {
         for (int k = 0; k < 8; k++) c->out[k] = WEFT_VALUE_NONE;
         st = ops[fn].fn(c, ops[fn].arg);
-        if (st != WEFT_OK) snprintf(why, sizeof why, "%s", weft_last_error());
+        if (c->bad_attr) { // read as absent: whatever the handler made of that is not the file's model
+            st = WEFT_ERR_FORMAT;
+            const Onnx__AttributeProto *a = attr(c, c->bad_attr);
+            snprintf(why, sizeof why, "attribute '%s' has type %d, not the one the op takes", c->bad_attr, (int)a->type);
+        } else if (st != WEFT_OK) {
+            snprintf(why, sizeof why, "%s", weft_last_error());
+        }
     }
     // bind the outputs the handler made
     for (int k = 0; st == WEFT_OK && k < (int)n->n_output; k++) {

@@ -98,6 +98,9 @@ def main():
     bad("rnn_bad_act", "GRU", ["x", "W", "R"], [xs, ws, rs], hidden_size=H, activations=["HardSigmoid", "Tanh"])
     bad("rnn_bad_w", "GRU", ["x", "W", "R"], [xs, [1, 3 * H, I + 1], rs], hidden_size=H)
     bad("rnn_bad_dir", "GRU", ["x", "W", "R"], [xs, ws, rs], hidden_size=H, direction="sideways")
+    bad("rnn_bad_act_empty", "GRU", ["x", "W", "R"], [xs, ws, rs], hidden_size=H, activations=["", ""])
+    bad("rnn_bad_dir_type", "GRU", ["x", "W", "R"], [xs, ws, rs], hidden_size=H, direction=[1])
+    bad("rnn_bad_hidden_type", "GRU", ["x", "W", "R"], [xs, ws, rs], hidden_size=float(H))
     bad("rnn_bad_long", "RNN", ["x", "W", "R"], [[70000, 1, 1], [1, H, 1], [1, H, H]], hidden_size=H)
     bad("rnn_bad_forget", "LSTM", ["x", "W", "R"], [xs, [1, 4 * H, I], [1, 4 * H, H]], hidden_size=H, input_forget=1)
 

@@ -207,7 +207,10 @@ static void test_rnn_cases(void) {
                                    {"rnn_bad_w", "W must be (1,9,4)"},
                                    {"rnn_bad_dir", "direction"},
                                    {"rnn_bad_forget", "input_forget"},
-                                   {"rnn_bad_long", "too long to unroll"}};
+                                   {"rnn_bad_long", "too long to unroll"},
+                                   {"rnn_bad_act_empty", "activations"},
+                                   {"rnn_bad_dir_type", "attribute 'direction' has type"},
+                                   {"rnn_bad_hidden_type", "attribute 'hidden_size' has type"}};
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         char file[128], path[1024];
         snprintf(file, sizeof file, "onnx_cases/%s.onnx", bad[k][0]);
@@ -215,6 +218,21 @@ static void test_rnn_cases(void) {
         CHECK(g == NULL && wt_error_has(bad[k][1]) && (wt_error_has("(GRU)") || wt_error_has("(LSTM)") || wt_error_has("(RNN)")));
         weft_graph_free(g);
     }
+    // the unrolling budget counts every recurrent node of a model: onnx_rnn.onnx unrolls 12 + 6 + 6 + 6 = 30 steps
+    // (a bidirectional GRU over 6, two LSTM layers, an RNN)
+    char path[1024];
+    model_path("onnx_rnn.onnx", path, sizeof path);
+    int64_t xs[3] = {3, 6, 4};
+    weft_onnx_shape shp = {.name = "x", .ndim = 3, .sizes = xs};
+    setenv("WEFT_ONNX_MAX_STEPS", "29", 1);
+    weft_graph *g = weft_onnx_load(path, 1, &shp);
+    CHECK(g == NULL && wt_error_has("WEFT_ONNX_MAX_STEPS") && wt_error_has("(RNN)") && wt_error_has("(24 steps)"));
+    weft_graph_free(g);
+    setenv("WEFT_ONNX_MAX_STEPS", "30", 1);
+    g = weft_onnx_load(path, 1, &shp);
+    CHECK(g != NULL);
+    weft_graph_free(g);
+    unsetenv("WEFT_ONNX_MAX_STEPS");
 }
 
 static void test_cases(void) {
