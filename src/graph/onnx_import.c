@@ -152,9 +152,9 @@ static const char *first_out(const nctx *c) {
     return NULL;
 }
 
-// A fresh name for an intermediate op of this node.
+// A fresh name for an intermediate op of this node (the output's name cut short enough that "#k" always fits).
 static const char *tmp_name(nctx *c) {
-    snprintf(c->tname, sizeof c->tname, "%s#%d", first_out(c), c->tmp++);
+    snprintf(c->tname, sizeof c->tname, "%.*s#%d", (int)sizeof c->tname - 16, first_out(c), c->tmp++);
     return c->tname;
 }
 

@@ -101,6 +101,13 @@ def main():
     bad("rnn_bad_act_empty", "GRU", ["x", "W", "R"], [xs, ws, rs], hidden_size=H, activations=["", ""])
     bad("rnn_bad_dir_type", "GRU", ["x", "W", "R"], [xs, ws, rs], hidden_size=H, direction=[1])
     bad("rnn_bad_hidden_type", "GRU", ["x", "W", "R"], [xs, ws, rs], hidden_size=float(H))
+    # not bad: an output name longer than the loader's temporaries' name buffer (each temporary must still get its own)
+    g = oh.make_graph([oh.make_node("GRU", ["x", "W", "R"], ["", "h" * 600], hidden_size=H)], "long",
+                      [oh.make_tensor_value_info(n, TP.FLOAT, s) for n, s in (("x", xs), ("W", ws), ("R", rs))],
+                      [oh.make_tensor_value_info("h" * 600, TP.FLOAT, [1, B, H])])
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 14)])
+    m.ir_version = 8
+    onnx.save(m, os.path.join(HERE, "rnn_long_name.onnx"))
     bad("rnn_bad_long", "RNN", ["x", "W", "R"], [[70000, 1, 1], [1, H, 1], [1, H, H]], hidden_size=H)
     bad("rnn_bad_forget", "LSTM", ["x", "W", "R"], [xs, [1, 4 * H, I], [1, 4 * H, H]], hidden_size=H, input_forget=1)
 

@@ -218,6 +218,9 @@ static void test_rnn_cases(void) {
         CHECK(g == NULL && wt_error_has(bad[k][1]) && (wt_error_has("(GRU)") || wt_error_has("(LSTM)") || wt_error_has("(RNN)")));
         weft_graph_free(g);
     }
+    // an output name longer than the temporaries' name buffer: each of the node's temporaries still gets its own name
+    weft_graph *gl = load_case("rnn_long_name");
+    weft_graph_free(gl);
     // the unrolling budget counts every recurrent node of a model: onnx_rnn.onnx unrolls 12 + 6 + 6 + 6 = 30 steps
     // (a bidirectional GRU over 6, two LSTM layers, an RNN)
     char path[1024];
