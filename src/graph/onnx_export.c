@@ -276,6 +276,12 @@ static bool e_binary(em *m) {
         a = cast_to(m, a, ONNX__TENSOR_PROTO__DATA_TYPE__UINT8);
         b = cast_to(m, b, ONNX__TENSOR_PROTO__DATA_TYPE__UINT8);
     }
+    if (!strcmp(name, "ne")) { // ONNX has no NotEqual: Not(Equal), and Xor where both are bool
+        bool bools = in_v(m, 0)->dtype == WEFT_BOOL && in_v(m, 1)->dtype == WEFT_BOOL;
+        if (bools) node1(m, "Xor", m->out[0], 2, a, b, NULL);
+        else node1(m, "Not", m->out[0], 1, node1(m, "Equal", tmp(m), 2, a, b, NULL), NULL, NULL);
+        return true;
+    }
     node1(m, onnx_binary(name), m->out[0], 2, a, b, NULL);
     return true;
 }
@@ -654,6 +660,7 @@ static const struct {
     {"add", e_binary},        {"sub", e_binary},        {"mul", e_binary},         {"div", e_binary},
     {"pow", e_binary},        {"maximum", e_binary},    {"minimum", e_binary},     {"eq", e_binary},
     {"lt", e_binary},         {"le", e_binary},         {"gt", e_binary},          {"ge", e_binary},
+    {"ne", e_binary},
     {"where", e_where},       {"cast", e_cast},         {"matmul", e_matmul},      {"linear", e_linear},
     {"linear_gelu", e_linear}, {"gelu_linear", e_linear}, {"view", e_view},        {"expand", e_expand},
     {"permute", e_permute},   {"slice", e_slice},       {"concat", e_concat},      {"embedding", e_gather},

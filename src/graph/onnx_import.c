@@ -198,6 +198,7 @@ static weft_value scalar(nctx *c, weft_dtype dt, double x) {
         case WEFT_I32: *(int32_t *)p = (int32_t)x; break;
         case WEFT_I64: *(int64_t *)p = (int64_t)x; break;
         case WEFT_U8: *(uint8_t *)p = (uint8_t)x; break;
+        case WEFT_BOOL: *(uint8_t *)p = x != 0; break;
         default: weft_tensor_free(t); t = NULL; weft_error(WEFT_ERR_DTYPE, "no scalar of dtype %s", weft_dtype_name(dt));
             return WEFT_VALUE_NONE;
         }
@@ -370,6 +371,21 @@ static weft_status h_leaky_relu(nctx *c, const char *arg) {
     weft_value s = OK(pos) ? op(c, NULL, "mul_scalar", 1, c->in, NULL, 0, &alpha, 1) : pos;
     if (!OK(s)) return weft_last_status();
     OUT0(op(c, node_out(c, 0), "where", 3, (weft_value[]){pos, c->in[0], s}, NULL, 0, NULL, 0));
+}
+
+// And, Or, Xor, Not on bools (numpy broadcasting): where(a, b, false), where(a, true, b), a != b, a == false.
+static weft_status h_logic(nctx *c, const char *arg) {
+    bool not = !strcmp(arg, "not");
+    if (c->n_in != (not ? 1 : 2)) FAIL("takes %d input%s", not ? 1 : 2, not ? "" : "s");
+    for (int k = 0; k < c->n_in; k++)
+        if (dtype_of(c, c->in[k]) != WEFT_BOOL) FAIL("input %d is %s (it takes bool)", k, weft_dtype_name(dtype_of(c, c->in[k])));
+    if (!strcmp(arg, "xor")) OUT0(op(c, node_out(c, 0), "ne", 2, c->in, NULL, 0, NULL, 0));
+    weft_value k = scalar(c, WEFT_BOOL, !strcmp(arg, "or"));
+    if (!OK(k)) return weft_last_status();
+    if (not) OUT0(op(c, node_out(c, 0), "eq", 2, (weft_value[]){c->in[0], k}, NULL, 0, NULL, 0));
+    weft_value in[3] = {c->in[0], k, c->in[1]}; // or: where(a, true, b)
+    if (!strcmp(arg, "and")) in[1] = c->in[1], in[2] = k; // and: where(a, b, false)
+    OUT0(op(c, node_out(c, 0), "where", 3, in, NULL, 0, NULL, 0));
 }
 
 // Mean (of any number of inputs): their sum, times 1/n.
@@ -1457,6 +1473,10 @@ static const struct {
     {"Sum", h_variadic, "add", 1},
     {"Mean", h_mean, NULL, 1},
     {"LeakyRelu", h_leaky_relu, NULL, 1},
+    {"And", h_logic, "and", 2},
+    {"Or", h_logic, "or", 2},
+    {"Xor", h_logic, "xor", 2},
+    {"Not", h_logic, "not", 1},
     {"Neg", h_unary, "neg", 1},
     {"Abs", h_unary, "abs", 1},
     {"Exp", h_unary, "exp", 1},

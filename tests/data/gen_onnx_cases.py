@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # Writes the small ONNX models of tests/graph/test_onnx_models.c's test_cases into tests/data/onnx_cases/:
 # one node each, for readings a review found wrong (Clip at opset 10 on f16, ArgMin on integers, Range and
-# ConstantOfShape on int64 past 2^53, Gather / GatherElements with negative indices fed at run) and
-# ConvTranspose with unequal pads. The expected values are computed in the C test. Needs only the onnx module
+# ConstantOfShape on int64 past 2^53, Gather / GatherElements with negative indices fed at run),
+# ConvTranspose with unequal pads, and Not (and And on floats, refused). The expected values are computed in the C test. Needs only the onnx module
 # (Debian python3-onnx): /usr/bin/python3 tests/data/gen_onnx_cases.py
 import os
 
@@ -52,6 +52,15 @@ def main():
          [oh.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[2, 1], pads=[0, 2, 1, 0], output_padding=[1, 0], group=2)],
          [vi("x", TP.FLOAT, [1, 2, 3, 3]), vi("w", TP.FLOAT, [2, 1, 2, 3]), vi("b", TP.FLOAT, [2])],
          [vi("y", TP.FLOAT, [1, 2, 6, 3])])
+
+    # Not (ONNX's own tests of it are opset 1, below what weft reads); And on floats, which ONNX does not allow
+    # (written without the checker) and weft refuses
+    save("not_bool", [oh.make_node("Not", ["x"], ["y"])], [vi("x", TP.BOOL, [2, 3])], [vi("y", TP.BOOL, [2, 3])])
+    g = oh.make_graph([oh.make_node("And", ["a", "b"], ["y"])], "and_f32", [vi("a", TP.FLOAT, [2]), vi("b", TP.FLOAT, [2])],
+                      [vi("y", TP.BOOL, [2])])
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, os.path.join(HERE, "and_f32.onnx"))
 
 
 if __name__ == "__main__":

@@ -796,16 +796,16 @@ static void refused(const char *what, weft_graph *g, int n_in, const weft_value 
 }
 
 static void test_refusals(void) {
-    char path[128], msg[160];
+    char path[128], msg[256];
     snprintf(path, sizeof path, "%s/refused.onnx", g_dir);
     rt c = {.g = weft_graph_new()};
     weft_graph *g = c.g;
     weft_value x = ph(&c, "x", 2, S34), y = ph(&c, "y", 2, S34);
     weft_value good = op(&c, "good", "add", 2, (weft_value[]){x, y}, NULL, 0, NULL, 0);
     CHECK(weft_onnx_save(g, 2, c.in, 1, &good, path) == WEFT_OK); // a file is there: a failed save keeps it
-    snprintf(msg, sizeof msg, "onnx_save: %s: node 'ne0' (op ne)", path);
-    refused("ne", g, 2, c.in, op(&c, "ne0", "ne", 2, (weft_value[]){x, y}, NULL, 0, NULL, 0), path,
-            WEFT_ERR_UNSUPPORTED, msg, "no ONNX form");
+    snprintf(msg, sizeof msg, "onnx_save: %s: node 'rb0' (op relu_backward)", path);
+    refused("relu_backward", g, 2, c.in, op(&c, "rb0", "relu_backward", 2, (weft_value[]){x, y}, NULL, 0, NULL, 0),
+            path, WEFT_ERR_UNSUPPORTED, msg, "no ONNX form");
     // backward ops (a symbolic gradient)
     weft_value rl = OP1(&c, "relu", x), s = op(&c, "s", "sum", 1, &rl, (int64_t[]){3, 0, 0}, 3, NULL, 0), gx;
     CHECK(weft_graph_gradients(g, s, 1, &x, &gx) == WEFT_OK);

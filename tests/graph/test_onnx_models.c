@@ -153,7 +153,8 @@ static void test_matmul_1d(void) {
 
 // Small one-node models (tests/data/gen_onnx_cases.py) for readings a review found wrong, against values
 // computed here: Clip at opset 10 on f16, ArgMin on integers (INT32_MIN, u8), Range and ConstantOfShape exact
-// past 2^53, negative indices fed at run to Gather and GatherElements, ConvTranspose with unequal pads.
+// past 2^53, negative indices fed at run to Gather and GatherElements, ConvTranspose with unequal pads, Not
+// (ONNX's own cases are opset 1) and And on floats (refused).
 static weft_graph *load_case(const char *name) {
     char file[128], path[1024];
     snprintf(file, sizeof file, "onnx_cases/%s.onnx", name);
@@ -301,6 +302,18 @@ static void test_cases(void) {
         weft_tensor_free(t[0]), weft_tensor_free(t[1]), weft_tensor_free(y);
         weft_graph_free(g);
     }
+    if ((g = load_case("not_bool"))) {
+        const uint8_t xv[6] = {1, 0, 0, 1, 1, 0};
+        x = from(xv, 2, (int64_t[]){2, 3}, WEFT_BOOL);
+        y = run_case(g, 1, (const char *[]){"x"}, &x);
+        CHECK(y && weft_tensor_dtype(y) == WEFT_BOOL);
+        wt_check_values("Not", y, (const double[]){0, 1, 1, 0, 0, 1}, 6, 0);
+        weft_tensor_free(x), weft_tensor_free(y);
+        weft_graph_free(g);
+    }
+    char andp[1024];
+    g = weft_onnx_load(model_path("onnx_cases/and_f32.onnx", andp, sizeof andp), 0, NULL);
+    CHECK(g == NULL && wt_error_has("(And)") && wt_error_has("it takes bool"));
     if ((g = load_case("conv_t_unequal_pads"))) {
         // x (1,2,3,3), w (2,1,2,3), groups 2, strides (2,1), pads begin (0,2) end (1,0), output_padding (1,0):
         // channel c of the full output (7 rows with the padding row, 5 columns) is the scatter of x[c] with
