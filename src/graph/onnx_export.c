@@ -644,6 +644,13 @@ static bool e_lstm_seq(em *m) {
     attr_ints(m->e, add_node(m->e, "Transpose", 1, &y3, 1, &m->out[0]), "perm", 3, (const int64_t[]){1, 0, 2});
     return true;
 }
+// cross_entropy(logits (N,C), targets (N)): SoftmaxCrossEntropyLoss, reduction mean (f32, f64).
+static bool e_cross_entropy(em *m) {
+    weft_dtype dt = (weft_dtype)in_v(m, 0)->dtype;
+    if (dt != WEFT_F32 && dt != WEFT_F64) return refuse(m, "%s", "a half-precision cross_entropy has no ONNX form here");
+    node1(m, "SoftmaxCrossEntropyLoss", m->out[0], 2, m->in[0], m->in[1], NULL); // reduction: mean, the default
+    return true;
+}
 static bool e_dropout(em *m) { // a dropout op is in the graph only in training (eval mode traces none)
     return refuse(m, "%s", "dropout has no ONNX form here: export the model in eval mode (dropout off)");
 }
@@ -671,6 +678,7 @@ static const struct {
     {"conv2d_backward_input", e_conv_t},
     {"max_pool2d", e_pool},   {"avg_pool2d", e_pool},   {"causal_attention", e_attention},
     {"causal_attention_qkv", e_attention_qkv}, {"dropout", e_dropout}, {"lstm_seq", e_lstm_seq},
+    {"cross_entropy", e_cross_entropy},
 };
 
 // ---------------------------------------------------------------- the model

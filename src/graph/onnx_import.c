@@ -1451,6 +1451,86 @@ static weft_status h_rnn(nctx *c, const char *arg) {
     return WEFT_OK;
 }
 
+// ---- the losses: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
+
+// sum of every element of v (a 0-d value)
+static weft_value sum_all(nctx *c, const char *name, weft_value v) {
+    int nd = ndim_of(c, v);
+    int64_t at[3] = {nd ? (INT64_C(1) << nd) - 1 : 0, 0, 0};
+    return OK(v) ? op(c, name, "sum", 1, &v, at, 3, NULL, 0) : v;
+}
+
+// NLL(input (N,C,d..), target (N,d..)[, weight (C)]): l = -w[t] input[n, t, d..], 0 where t == ignore_index;
+// reduction none, sum, or mean = sum(l) / sum(w[t]) over the targets not ignored. SoftmaxCrossEntropyLoss
+// is NLL of log_softmax(scores) over dim 1 (its optional output 1, log_prob). The targets not ignored must lie in
+// [0, C): the gather reports one that does not at run.
+static weft_status h_nll(nctx *c, const char *arg) {
+    bool sce = arg[0] == 's';
+    weft_value x = c->in[0], t = c->in[1], w = c->n_in > 2 && c->kin[2] >= 0 ? c->in[2] : WEFT_VALUE_NONE;
+    int nd = ndim_of(c, x);
+    int64_t xs[WEFT_MAX_DIMS], ts[WEFT_MAX_DIMS];
+    if (nd < 2 || ndim_of(c, t) != nd - 1) FAIL("input must be (N,C,...) and target (N,...)");
+    sizes_copy(c, x, xs);
+    sizes_copy(c, t, ts);
+    for (int d = 0; d < nd - 1; d++)
+        if (ts[d] != xs[d ? d + 1 : 0]) FAIL("target's dim %d is %lld, the input's %lld", d, (long long)ts[d],
+                                              (long long)xs[d ? d + 1 : 0]);
+    weft_dtype tdt = dtype_of(c, t), xdt = dtype_of(c, x);
+    if (tdt != WEFT_I32 && tdt != WEFT_I64) FAIL("target of type %s (int32 or int64)", weft_dtype_name(tdt));
+    if (xdt != WEFT_F32 && xdt != WEFT_F64 && xdt != WEFT_F16 && xdt != WEFT_BF16) FAIL("input of type %s", weft_dtype_name(xdt));
+    if (OK(w) && (ndim_of(c, w) != 1 || sizes_of(c, w)[0] != xs[1] || dtype_of(c, w) != xdt))
+        FAIL("weight must be (%lld) of the input's type", (long long)xs[1]);
+    int red = attr_s_is(c, "reduction", "mean", "none") ? 0 : attr_s_is(c, "reduction", "mean", "sum") ? 1
+            : attr_s_is(c, "reduction", "mean", "mean") ? 2 : -1;
+    if (red < 0) FAIL("reduction must be none, sum or mean");
+    bool has_ii = attr_t(c, "ignore_index", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT) != NULL;
+    int64_t ii = attr_i(c, "ignore_index", 0);
+    weft_value lp = x;
+    if (sce) {
+        int64_t one = 1;
+        lp = op(c, node_out(c, 1), "log_softmax", 1, &x, &one, 1, NULL, 0);
+        if (!OK(lp)) return weft_last_status();
+        c->out[1] = lp;
+    } else if (wants_out(c, 1)) {
+        FAIL("has one output");
+    }
+    weft_value m = WEFT_VALUE_NONE, tsafe = t; // targets ignored read row 0 instead: any index in range
+    if (has_ii) {
+        m = bin(c, "ne", t, scalar(c, tdt, (double)ii));
+        tsafe = OK(m) ? op(c, NULL, "where", 3, (weft_value[]){m, t, scalar(c, tdt, 0)}, NULL, 0, NULL, 0) : m;
+    }
+    int64_t is[WEFT_MAX_DIMS], one_dim = 1;
+    is[0] = ts[0], is[1] = 1;
+    for (int d = 1; d < nd - 1; d++) is[d + 1] = ts[d];
+    weft_value g = OK(tsafe) ? op(c, NULL, "gather", 2, (weft_value[]){lp, reshape(c, NULL, tsafe, nd, is)}, &one_dim,
+                                  1, NULL, 0)
+                             : tsafe;
+    weft_value l = un(c, "neg", reshape(c, NULL, g, nd - 1, ts)); // (N,d..)
+    weft_value wt = WEFT_VALUE_NONE; // each target's weight, 0 where ignored
+    if (OK(w)) {
+        int64_t n = 1, zero = 0;
+        for (int d = 0; d < nd - 1; d++) n *= ts[d];
+        weft_value flat = reshape(c, NULL, tsafe, 1, &n);
+        wt = OK(flat) ? op(c, NULL, "index_select", 2, (weft_value[]){w, flat}, &zero, 1, NULL, 0) : flat;
+        wt = reshape(c, NULL, wt, nd - 1, ts);
+    }
+    if (OK(m)) {
+        int64_t dt = xdt;
+        weft_value mf = op(c, NULL, "cast", 1, &m, &dt, 1, NULL, 0);
+        wt = OK(w) ? bin(c, "mul", wt, mf) : mf;
+    }
+    if (OK(wt)) l = bin(c, "mul", l, wt);
+    if (!OK(l)) return weft_last_status();
+    if (red == 0) OUT0(reshape(c, node_out(c, 0), l, nd - 1, ts));
+    if (red == 1) OUT0(sum_all(c, node_out(c, 0), l));
+    if (!OK(wt)) { // mean over every element
+        int64_t at[3] = {(INT64_C(1) << (nd - 1)) - 1, 0, 0};
+        OUT0(op(c, node_out(c, 0), "mean", 1, &l, at, 3, NULL, 0));
+    }
+    weft_value num = sum_all(c, NULL, l), den = sum_all(c, NULL, wt);
+    OUT0(OK(num) && OK(den) ? op(c, node_out(c, 0), "div", 2, (weft_value[]){num, den}, NULL, 0, NULL, 0) : num);
+}
+
 // The ONNX ops weft reads (default domain), by op_type.
 static const struct {
     const char *onnx;
@@ -1533,6 +1613,8 @@ static const struct {
     {"ReduceLogSumExp", h_reduce, "logsumexp", 1},
     {"ConstantOfShape", h_constant_of_shape, NULL, 1},
     {"Range", h_range, NULL, 3},
+    {"NegativeLogLikelihoodLoss", h_nll, "nll", 2},
+    {"SoftmaxCrossEntropyLoss", h_nll, "sce", 2},
     {"RNN", h_rnn, "RNN", 3},
     {"GRU", h_rnn, "GRU", 3},
     {"LSTM", h_rnn, "LSTM", 3},

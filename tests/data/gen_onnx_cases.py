@@ -61,6 +61,13 @@ def main():
     m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, os.path.join(HERE, "and_f32.onnx"))
+    # NegativeLogLikelihoodLoss with float targets (refused) and with targets of the wrong shape (refused)
+    for name, ts in (("nll_target_f32", (TP.FLOAT, [3])), ("nll_target_shape", (TP.INT64, [4]))):
+        g = oh.make_graph([oh.make_node("NegativeLogLikelihoodLoss", ["x", "t"], ["y"])], name,
+                          [vi("x", TP.FLOAT, [3, 5]), vi("t", ts[0], ts[1])], [vi("y", TP.FLOAT, [])])
+        m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+        m.ir_version = 8
+        onnx.save(m, os.path.join(HERE, name + ".onnx"))
 
 
 if __name__ == "__main__":

@@ -816,9 +816,6 @@ static void test_refusals(void) {
     weft_tensor_free(lr);
     refused("sgd", g, 2, c.in, op(&c, "upd", "sgd_update", 3, (weft_value[]){w, y, lrv}, NULL, 0, (double[]){0}, 1), path,
             WEFT_ERR_UNSUPPORTED, "node 'upd' (op sgd_update)", NULL);
-    weft_value t = ph_int(&c, "t", 1, (int64_t[]){3}, 4, WEFT_I64);
-    refused("cross_entropy", g, 3, c.in, op(&c, "ce", "cross_entropy", 2, (weft_value[]){x, t}, NULL, 0, NULL, 0), path,
-            WEFT_ERR_UNSUPPORTED, "node 'ce' (op cross_entropy)", NULL);
     refused("dropout", g, 2, c.in, op(&c, "dr", "dropout", 1, &x, (int64_t[]){5, 0}, 2, (double[]){0.5}, 1), path,
             WEFT_ERR_UNSUPPORTED, "node 'dr' (op dropout)", "eval mode");
     // nodes that are not ops: an assign, a cond, a fused group

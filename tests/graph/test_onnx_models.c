@@ -314,6 +314,10 @@ static void test_cases(void) {
     char andp[1024];
     g = weft_onnx_load(model_path("onnx_cases/and_f32.onnx", andp, sizeof andp), 0, NULL);
     CHECK(g == NULL && wt_error_has("(And)") && wt_error_has("it takes bool"));
+    g = weft_onnx_load(model_path("onnx_cases/nll_target_f32.onnx", andp, sizeof andp), 0, NULL);
+    CHECK(g == NULL && wt_error_has("(NegativeLogLikelihoodLoss)") && wt_error_has("target of type f32"));
+    g = weft_onnx_load(model_path("onnx_cases/nll_target_shape.onnx", andp, sizeof andp), 0, NULL);
+    CHECK(g == NULL && wt_error_has("(NegativeLogLikelihoodLoss)") && wt_error_has("target's dim 0 is 4"));
     if ((g = load_case("conv_t_unequal_pads"))) {
         // x (1,2,3,3), w (2,1,2,3), groups 2, strides (2,1), pads begin (0,2) end (1,0), output_padding (1,0):
         // channel c of the full output (7 rows with the padding row, 5 columns) is the scatter of x[c] with

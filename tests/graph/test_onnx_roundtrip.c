@@ -203,6 +203,12 @@ static void test_reductions(void) {
 }
 
 static void test_nn(void) {
+    { // cross_entropy (mean over the batch): SoftmaxCrossEntropyLoss, read back as log_softmax, gather and mean
+        B0;
+        weft_value x = ph(&b, 2, (int64_t[]){5, 7}, WEFT_F64, 0), t = ph(&b, 1, (int64_t[]){5}, WEFT_I64, 7);
+        b.out = weft_graph_op1(b.g, "cross_entropy", 2, (weft_value[]){x, t}, NULL, 0, NULL, 0);
+        round_trip("cross_entropy", &b, 1e-14);
+    }
     for (int form = 0; form < 3; form++) { // layer_norm with weight and bias, with neither; add_layer_norm
         B0;
         weft_value x = ph(&b, 3, S234, WEFT_F64, 0), w = var(&b, "w", 1, S4), bb = var(&b, "b", 1, S4);
