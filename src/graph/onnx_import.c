@@ -1466,6 +1466,7 @@ static weft_value sum_all(nctx *c, const char *name, weft_value v) {
 // [0, C): the gather reports one that does not at run.
 static weft_status h_nll(nctx *c, const char *arg) {
     bool sce = arg[0] == 's';
+    if (c->n_in > 3) FAIL("%d inputs (at most 3)", c->n_in);
     weft_value x = c->in[0], t = c->in[1], w = c->n_in > 2 && c->kin[2] >= 0 ? c->in[2] : WEFT_VALUE_NONE;
     int nd = ndim_of(c, x);
     int64_t xs[WEFT_MAX_DIMS], ts[WEFT_MAX_DIMS];
@@ -1485,18 +1486,24 @@ static weft_status h_nll(nctx *c, const char *arg) {
     if (red < 0) FAIL("reduction must be none, sum or mean");
     bool has_ii = attr_t(c, "ignore_index", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT) != NULL;
     int64_t ii = attr_i(c, "ignore_index", 0);
+    if (tdt == WEFT_I32 && (ii < INT32_MIN || ii > INT32_MAX)) has_ii = false; // no int32 target can equal it
     weft_value lp = x;
-    if (sce) {
-        int64_t one = 1;
-        lp = op(c, node_out(c, 1), "log_softmax", 1, &x, &one, 1, NULL, 0);
+    if (sce) { // log_prob in the input's dtype (weft's log_softmax of a half input is f32)
+        int64_t one = 1, dt = xdt;
+        bool back = xdt == WEFT_F16 || xdt == WEFT_BF16;
+        lp = op(c, back ? NULL : node_out(c, 1), "log_softmax", 1, &x, &one, 1, NULL, 0);
+        if (back && OK(lp) && dtype_of(c, lp) != xdt) lp = op(c, node_out(c, 1), "cast", 1, &lp, &dt, 1, NULL, 0);
         if (!OK(lp)) return weft_last_status();
         c->out[1] = lp;
     } else if (wants_out(c, 1)) {
         FAIL("has one output");
     }
     weft_value m = WEFT_VALUE_NONE, tsafe = t; // targets ignored read row 0 instead: any index in range
-    if (has_ii) {
-        m = bin(c, "ne", t, scalar(c, tdt, (double)ii));
+    if (has_ii) { // the index made exactly (a double would round it past 2^53)
+        weft_tensor *k = weft_tensor_empty(0, NULL, tdt);
+        if (k && tdt == WEFT_I64) *(int64_t *)weft_tensor_data(k) = ii;
+        else if (k) *(int32_t *)weft_tensor_data(k) = (int32_t)ii;
+        m = bin(c, "ne", t, konst(c, NULL, k, NULL));
         tsafe = OK(m) ? op(c, NULL, "where", 3, (weft_value[]){m, t, scalar(c, tdt, 0)}, NULL, 0, NULL, 0) : m;
     }
     int64_t is[WEFT_MAX_DIMS], one_dim = 1;

@@ -195,6 +195,27 @@ static void test_conformance(void) {
     printf("%d of %d listed ONNX operator tests pass\n", pass, n);
     CHECK(n > 100);
 }
+
+// Cases in ONNX's test-data layout that a review made (tests/data/onnx_node_cases/, outputs from ONNX Runtime
+// 1.32): SoftmaxCrossEntropyLoss on f16 with a weight, ignore_index and log_prob (its outputs stay f16), and
+// ignore_index values past int32 or at INT64_MAX (read exactly, never through a double). Every one passes.
+static void test_review_cases(void) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s../tests/data/onnx_node_cases", wt_models_dir());
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    int n = 0;
+    for (struct dirent *de; d && (de = readdir(d));) {
+        if (de->d_name[0] == '.') continue;
+        char why[1024] = "";
+        int r = run_case(dir, de->d_name, why, sizeof why);
+        if (r != 1) fprintf(stderr, "ONNX %s: %s\n", de->d_name, r < 0 ? "files missing" : why);
+        CHECK(r == 1);
+        n++;
+    }
+    if (d) closedir(d);
+    CHECK(n == 6);
+}
 #endif
 
 // Files that are not ONNX, missing files and bad arguments come back as errors naming the file.
@@ -223,6 +244,7 @@ int main(void) {
     RUN(test_errors);
 #ifdef WEFT_HAVE_ONNX
     RUN(test_conformance);
+    RUN(test_review_cases);
 #endif
     return wt_summary();
 }
