@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "onnx.h"
+#include "onnx_import.h"
 
 #ifndef WEFT_HAVE_ONNX
 bool weft_onnx_available(void) { return false; }
@@ -38,7 +38,7 @@ bool weft_onnx_available(void) { return true; }
 // cannot ask for more memory than this with a few bytes.
 #define MAX_MADE_ELEMS (INT64_C(1) << 26)
 
-static weft_status check_made(int nd, const int64_t *s) {
+weft_status oi_check_made(int nd, const int64_t *s) {
     int64_t n = 1;
     for (int d = 0; d < nd; d++) {
         if (s[d] < 0) return weft_error(WEFT_ERR_ARG, "dim %d is %lld", d, (long long)s[d]);
@@ -52,22 +52,6 @@ static weft_status check_made(int nd, const int64_t *s) {
 
 // ---------------------------------------------------------------- names -> values
 
-typedef struct entry {
-    const char *name;   // the ONNX value name (the file's string)
-    weft_value v;       // its weft value
-    weft_tensor *konst; // its value when known at import (CPU, contiguous), else NULL
-} entry;
-
-typedef struct imp {
-    weft_graph *g;
-    const char *path;
-    int64_t opset; // of the default domain
-    int64_t steps; // recurrent steps unrolled so far (h_rnn)
-    entry *e;
-    int n, cap;
-    int32_t *slots; // open addressing over e (index, -1 empty)
-    size_t n_slots;
-} imp;
 
 static uint64_t hash_str(const char *s) {
     uint64_t h = 1469598103934665603ull; // FNV-1a
@@ -122,28 +106,7 @@ oom:
 
 // ---------------------------------------------------------------- one node
 
-// Inputs of one node: handlers may read c->in[k] / c->kin[k] for any k < MIN_IN (absent ones are NONE / -1);
-// Concat and the variadic ops take up to MAX_IN (an unrolled recurrence concatenates one value per step).
-#define MIN_IN 16
-#define MAX_IN 65536
 
-typedef struct nctx {
-    imp *m;
-    const Onnx__NodeProto *n;
-    int n_in;                     // inputs present (trailing empty names dropped)
-    weft_value *in;               // their values (WEFT_VALUE_NONE for an empty name in the middle), at least
-    int *kin;                     // MIN_IN of each; their entries (-1 for an empty name)
-    weft_value out[8];            // what the handler binds to the node's outputs
-    weft_tensor *konst0;          // output 0's value when the handler knows it (Constant, Shape; a reference)
-    int tmp;                      // temporaries named "<first output>#<k>"
-    const char *bad_attr;         // the first attribute read whose type in the file is not the op's
-    char tname[512];
-} nctx;
-
-static const char *node_out(const nctx *c, int k) {
-    return k < (int)c->n->n_output && c->n->output[k] && c->n->output[k][0] ? c->n->output[k] : NULL;
-}
-static bool wants_out(const nctx *c, int k) { return node_out(c, k) != NULL; }
 
 // The node's first named output (the recurrent ops may leave output 0, Y, unnamed); NULL if none.
 static const char *first_out(const nctx *c) {
@@ -158,27 +121,18 @@ static const char *tmp_name(nctx *c) {
     return c->tname;
 }
 
-static int ndim_of(const nctx *c, weft_value v) { return weft_graph_value_ndim(c->m->g, v); }
-// Points into the graph's values: a later op may move them (sizes_copy where sizes outlive one).
-static const int64_t *sizes_of(const nctx *c, weft_value v) { return weft_graph_value_sizes(c->m->g, v); }
-static void sizes_copy(const nctx *c, weft_value v, int64_t *out) {
-    int nd = ndim_of(c, v);
-    if (nd > 0) memcpy(out, sizes_of(c, v), sizeof(int64_t) * (size_t)nd);
-}
-static weft_dtype dtype_of(const nctx *c, weft_value v) { return weft_graph_value_dtype(c->m->g, v); }
 
 // An op of the table; name NULL: a temporary. Errors already name the op; the caller adds the node.
-static weft_value op(nctx *c, const char *name, const char *opn, int n_in, const weft_value *in, const int64_t *ia,
+weft_value oi_op(nctx *c, const char *name, const char *opn, int n_in, const weft_value *in, const int64_t *ia,
                      int nia, const double *fa, int nfa) {
     weft_value out[WEFT_GRAPH_MAX_OUT];
     if (weft_graph_op_named(c->m->g, name ? name : tmp_name(c), opn, n_in, in, ia, nia, fa, nfa, out) != WEFT_OK)
         return WEFT_VALUE_NONE;
     return out[0];
 }
-#define OK(v) ((v).id >= 0)
 
 // A CONSTANT holding t (taken), also known at import.
-static weft_value konst(nctx *c, const char *name, weft_tensor *t, weft_tensor **keep) {
+weft_value oi_konst(nctx *c, const char *name, weft_tensor *t, weft_tensor **keep) {
     if (!t) {
         weft_error(WEFT_ERR_OOM, "no memory for a constant");
         return WEFT_VALUE_NONE;
@@ -188,7 +142,7 @@ static weft_value konst(nctx *c, const char *name, weft_tensor *t, weft_tensor *
     else weft_tensor_free(t);
     return v;
 }
-static weft_value scalar(nctx *c, weft_dtype dt, double x) {
+weft_value oi_scalar(nctx *c, weft_dtype dt, double x) {
     weft_tensor *t = weft_tensor_empty(0, NULL, dt);
     if (t) {
         void *p = weft_tensor_data(t);
@@ -203,7 +157,7 @@ static weft_value scalar(nctx *c, weft_dtype dt, double x) {
             return WEFT_VALUE_NONE;
         }
     }
-    return konst(c, NULL, t, NULL);
+    return oi_konst(c, NULL, t, NULL);
 }
 
 // Whether computing value v at load makes no op output of more than MAX_MADE_ELEMS elements: the op nodes it
@@ -220,7 +174,7 @@ static weft_status check_eval_size(const weft_graph *g, int32_t v) {
         if (nd->kind != WEFT_NODE_OP) continue;
         for (int o = 0; o < nd->n_out && !st; o++) {
             const weft_gvalue *gv = &g->values[nd->out0 + o];
-            st = check_made(gv->ndim, gv->sizes);
+            st = oi_check_made(gv->ndim, gv->sizes);
         }
         for (int i = 0; i < nd->n_in; i++) {
             int32_t p = g->values[nd->in[i]].node;
@@ -233,11 +187,11 @@ static weft_status check_eval_size(const weft_graph *g, int32_t v) {
 }
 
 // A scalar of dtype dt, made in f32 and cast where scalar() has no such dtype (f16, bf16).
-static weft_value scalar_as(nctx *c, weft_dtype dt, double x) {
-    if (dt != WEFT_F16 && dt != WEFT_BF16) return scalar(c, dt, x);
-    weft_value v = scalar(c, WEFT_F32, x);
+weft_value oi_scalar_as(nctx *c, weft_dtype dt, double x) {
+    if (dt != WEFT_F16 && dt != WEFT_BF16) return oi_scalar(c, dt, x);
+    weft_value v = oi_scalar(c, WEFT_F32, x);
     int64_t d = dt;
-    return OK(v) ? op(c, NULL, "cast", 1, &v, &d, 1, NULL, 0) : v;
+    return OK(v) ? oi_op(c, NULL, "cast", 1, &v, &d, 1, NULL, 0) : v;
 }
 
 // The value known at import of input k: a constant, or computed from constants by running the graph.
@@ -279,7 +233,7 @@ static weft_status konst_ints(nctx *c, int k, int64_t *v, int cap, int *n) {
 
 // ---- attributes
 
-static const Onnx__AttributeProto *attr(const nctx *c, const char *name) {
+const Onnx__AttributeProto *oi_attr(const nctx *c, const char *name) {
     for (size_t i = 0; i < c->n->n_attribute; i++)
         if (c->n->attribute[i]->name && !strcmp(c->n->attribute[i]->name, name)) return c->n->attribute[i];
     return NULL;
@@ -287,30 +241,30 @@ static const Onnx__AttributeProto *attr(const nctx *c, const char *name) {
 // Attribute name read as type t: NULL when absent, and when the file gives it another type (then noted in
 // c->bad_attr: import_node turns it into the node's error, rather than reading a default in its place). A file
 // from before attributes carried their type (UNDEFINED) is read as the op expects.
-static const Onnx__AttributeProto *attr_t(nctx *c, const char *name, Onnx__AttributeProto__AttributeType t) {
-    const Onnx__AttributeProto *a = attr(c, name);
+const Onnx__AttributeProto *oi_attr_t(nctx *c, const char *name, Onnx__AttributeProto__AttributeType t) {
+    const Onnx__AttributeProto *a = oi_attr(c, name);
     if (a && a->has_type && a->type != ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED && a->type != t) {
         if (!c->bad_attr) c->bad_attr = name;
         return NULL;
     }
     return a;
 }
-static int64_t attr_i(nctx *c, const char *name, int64_t def) {
-    const Onnx__AttributeProto *a = attr_t(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+int64_t oi_attr_i(nctx *c, const char *name, int64_t def) {
+    const Onnx__AttributeProto *a = oi_attr_t(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
     return a ? a->i : def;
 }
 static double attr_f(nctx *c, const char *name, double def) {
-    const Onnx__AttributeProto *a = attr_t(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+    const Onnx__AttributeProto *a = oi_attr_t(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
     return a ? (double)a->f : def;
 }
 // The ints of an attribute (n = -1 when absent).
 static const int64_t *attr_ints(nctx *c, const char *name, int *n) {
-    const Onnx__AttributeProto *a = attr_t(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
+    const Onnx__AttributeProto *a = oi_attr_t(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
     *n = a ? (int)a->n_ints : -1;
     return a ? a->ints : NULL;
 }
-static bool attr_s_is(nctx *c, const char *name, const char *def, const char *want) {
-    const Onnx__AttributeProto *a = attr_t(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
+bool oi_attr_s_is(nctx *c, const char *name, const char *def, const char *want) {
+    const Onnx__AttributeProto *a = oi_attr_t(c, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
     if (!a || !a->has_s) return !strcmp(def, want);
     return strlen(want) == a->s.len && (!a->s.len || !memcmp(a->s.data, want, a->s.len));
 }
@@ -325,40 +279,33 @@ static int axis_of(int64_t a, int nd) {
 
 // v viewed as sizes (a copy first where v may not be contiguous: a view op's output).
 // sizes may point into the graph's values (sizes_of): they are copied before the copy op can move them.
-static weft_value reshape(nctx *c, const char *name, weft_value v, int nd, const int64_t *sizes) {
+weft_value oi_reshape(nctx *c, const char *name, weft_value v, int nd, const int64_t *sizes) {
     if (!OK(v)) return v; // an op before failed (its error is set)
     int64_t at[1 + WEFT_MAX_DIMS] = {nd};
     if (nd) memcpy(at + 1, sizes, sizeof(int64_t) * (size_t)nd);
     weft_node_id p = weft_graph_value_node(c->m->g, v);
     const char *pop = weft_graph_node_op(c->m->g, p);
     if (pop && (!strcmp(pop, "permute") || !strcmp(pop, "slice") || !strcmp(pop, "expand"))) {
-        v = op(c, NULL, "copy", 1, &v, NULL, 0, NULL, 0);
+        v = oi_op(c, NULL, "copy", 1, &v, NULL, 0, NULL, 0);
         if (!OK(v)) return v;
     }
-    return op(c, name, "view", 1, &v, at, 1 + nd, NULL, 0);
+    return oi_op(c, name, "view", 1, &v, at, 1 + nd, NULL, 0);
 }
 
 // ---------------------------------------------------------------- handlers
 
-typedef weft_status (*handler)(nctx *c, const char *arg);
-#define FAIL(...) return weft_error(WEFT_ERR_UNSUPPORTED, __VA_ARGS__)
-#define OUT0(expr)                                                                                                    \
-    do {                                                                                                              \
-        c->out[0] = (expr);                                                                                           \
-        return OK(c->out[0]) ? WEFT_OK : weft_last_status();                                                          \
-    } while (0)
 
-static weft_status h_unary(nctx *c, const char *opn) { OUT0(op(c, node_out(c, 0), opn, 1, c->in, NULL, 0, NULL, 0)); }
+static weft_status h_unary(nctx *c, const char *opn) { OUT0(oi_op(c, node_out(c, 0), opn, 1, c->in, NULL, 0, NULL, 0)); }
 
 static weft_status h_binary(nctx *c, const char *opn) {
     if (c->n_in != 2) FAIL("takes 2 inputs, has %d", c->n_in);
     weft_value in[2] = {c->in[0], c->in[1]};
     if (!strcmp(opn, "pow") && dtype_of(c, in[1]) != dtype_of(c, in[0])) { // ONNX lets the exponent's type differ
         int64_t dt = dtype_of(c, in[0]);
-        in[1] = op(c, NULL, "cast", 1, &in[1], &dt, 1, NULL, 0);
+        in[1] = oi_op(c, NULL, "cast", 1, &in[1], &dt, 1, NULL, 0);
         if (!OK(in[1])) return weft_last_status();
     }
-    OUT0(op(c, node_out(c, 0), opn, 2, in, NULL, 0, NULL, 0));
+    OUT0(oi_op(c, node_out(c, 0), opn, 2, in, NULL, 0, NULL, 0));
 }
 
 // Max / Min / Sum of any number of inputs, pairwise.
@@ -366,11 +313,11 @@ static weft_status h_binary(nctx *c, const char *opn) {
 static weft_status h_leaky_relu(nctx *c, const char *arg) {
     (void)arg;
     double alpha = attr_f(c, "alpha", 0.01);
-    weft_value zero = scalar_as(c, dtype_of(c, c->in[0]), 0);
-    weft_value pos = OK(zero) ? op(c, NULL, "gt", 2, (weft_value[]){c->in[0], zero}, NULL, 0, NULL, 0) : zero;
-    weft_value s = OK(pos) ? op(c, NULL, "mul_scalar", 1, c->in, NULL, 0, &alpha, 1) : pos;
+    weft_value zero = oi_scalar_as(c, dtype_of(c, c->in[0]), 0);
+    weft_value pos = OK(zero) ? oi_op(c, NULL, "gt", 2, (weft_value[]){c->in[0], zero}, NULL, 0, NULL, 0) : zero;
+    weft_value s = OK(pos) ? oi_op(c, NULL, "mul_scalar", 1, c->in, NULL, 0, &alpha, 1) : pos;
     if (!OK(s)) return weft_last_status();
-    OUT0(op(c, node_out(c, 0), "where", 3, (weft_value[]){pos, c->in[0], s}, NULL, 0, NULL, 0));
+    OUT0(oi_op(c, node_out(c, 0), "where", 3, (weft_value[]){pos, c->in[0], s}, NULL, 0, NULL, 0));
 }
 
 // And, Or, Xor, Not on bools (numpy broadcasting): where(a, b, false), where(a, true, b), a != b, a == false.
@@ -379,13 +326,13 @@ static weft_status h_logic(nctx *c, const char *arg) {
     if (c->n_in != (not ? 1 : 2)) FAIL("takes %d input%s", not ? 1 : 2, not ? "" : "s");
     for (int k = 0; k < c->n_in; k++)
         if (dtype_of(c, c->in[k]) != WEFT_BOOL) FAIL("input %d is %s (it takes bool)", k, weft_dtype_name(dtype_of(c, c->in[k])));
-    if (!strcmp(arg, "xor")) OUT0(op(c, node_out(c, 0), "ne", 2, c->in, NULL, 0, NULL, 0));
-    weft_value k = scalar(c, WEFT_BOOL, !strcmp(arg, "or"));
+    if (!strcmp(arg, "xor")) OUT0(oi_op(c, node_out(c, 0), "ne", 2, c->in, NULL, 0, NULL, 0));
+    weft_value k = oi_scalar(c, WEFT_BOOL, !strcmp(arg, "or"));
     if (!OK(k)) return weft_last_status();
-    if (not) OUT0(op(c, node_out(c, 0), "eq", 2, (weft_value[]){c->in[0], k}, NULL, 0, NULL, 0));
+    if (not) OUT0(oi_op(c, node_out(c, 0), "eq", 2, (weft_value[]){c->in[0], k}, NULL, 0, NULL, 0));
     weft_value in[3] = {c->in[0], k, c->in[1]}; // or: where(a, true, b)
     if (!strcmp(arg, "and")) in[1] = c->in[1], in[2] = k; // and: where(a, b, false)
-    OUT0(op(c, node_out(c, 0), "where", 3, in, NULL, 0, NULL, 0));
+    OUT0(oi_op(c, node_out(c, 0), "where", 3, in, NULL, 0, NULL, 0));
 }
 
 // Mean (of any number of inputs): their sum, times 1/n.
@@ -393,18 +340,18 @@ static weft_status h_mean(nctx *c, const char *arg) {
     (void)arg;
     weft_value acc = c->in[0];
     for (int k = 1; k < c->n_in; k++)
-        if (!OK(acc = op(c, NULL, "add", 2, (weft_value[]){acc, c->in[k]}, NULL, 0, NULL, 0))) return weft_last_status();
+        if (!OK(acc = oi_op(c, NULL, "add", 2, (weft_value[]){acc, c->in[k]}, NULL, 0, NULL, 0))) return weft_last_status();
     double inv = 1.0 / c->n_in;
-    OUT0(op(c, node_out(c, 0), "mul_scalar", 1, &acc, NULL, 0, &inv, 1));
+    OUT0(oi_op(c, node_out(c, 0), "mul_scalar", 1, &acc, NULL, 0, &inv, 1));
 }
 
 static weft_status h_variadic(nctx *c, const char *opn) {
     if (c->n_in < 1) FAIL("needs an input");
     weft_value acc = c->in[0];
-    if (c->n_in == 1) OUT0(reshape(c, node_out(c, 0), acc, ndim_of(c, acc), sizes_of(c, acc)));
+    if (c->n_in == 1) OUT0(oi_reshape(c, node_out(c, 0), acc, ndim_of(c, acc), sizes_of(c, acc)));
     for (int k = 1; k < c->n_in; k++) {
         weft_value in[2] = {acc, c->in[k]};
-        acc = op(c, k == c->n_in - 1 ? node_out(c, 0) : NULL, opn, 2, in, NULL, 0, NULL, 0);
+        acc = oi_op(c, k == c->n_in - 1 ? node_out(c, 0) : NULL, opn, 2, in, NULL, 0, NULL, 0);
         if (!OK(acc)) return weft_last_status();
     }
     c->out[0] = acc;
@@ -415,7 +362,7 @@ static weft_status h_variadic(nctx *c, const char *opn) {
 static weft_status h_identity(nctx *c, const char *arg) {
     (void)arg;
     if (wants_out(c, 1)) FAIL("Dropout's mask output is not supported");
-    if (!strcmp(c->n->op_type, "Dropout") && attr_i(c, "training_mode", 0)) FAIL("training_mode is not supported");
+    if (!strcmp(c->n->op_type, "Dropout") && oi_attr_i(c, "training_mode", 0)) FAIL("training_mode is not supported");
     if (c->n_in > 2 && c->kin[2] >= 0) { // opset 12+: training_mode as an input
         weft_tensor *t;
         weft_status st = konst_in(c, 2, &t);
@@ -423,28 +370,28 @@ static weft_status h_identity(nctx *c, const char *arg) {
         if (weft_tensor_dtype(t) != WEFT_BOOL || weft_tensor_numel(t) != 1) FAIL("training_mode must be one bool");
         if (*(const uint8_t *)weft_tensor_data(t)) FAIL("training_mode is not supported");
     }
-    OUT0(reshape(c, node_out(c, 0), c->in[0], ndim_of(c, c->in[0]), sizes_of(c, c->in[0])));
+    OUT0(oi_reshape(c, node_out(c, 0), c->in[0], ndim_of(c, c->in[0]), sizes_of(c, c->in[0])));
 }
 
 static weft_status h_reciprocal(nctx *c, const char *arg) {
     (void)arg;
-    weft_value in[2] = {scalar(c, dtype_of(c, c->in[0]), 1.0), c->in[0]};
+    weft_value in[2] = {oi_scalar(c, dtype_of(c, c->in[0]), 1.0), c->in[0]};
     if (!OK(in[0])) return weft_last_status();
-    OUT0(op(c, node_out(c, 0), "div", 2, in, NULL, 0, NULL, 0));
+    OUT0(oi_op(c, node_out(c, 0), "div", 2, in, NULL, 0, NULL, 0));
 }
 
 static weft_status h_cast(nctx *c, const char *arg) {
     (void)arg;
     weft_dtype dt;
-    if (!weft_onnx_dtype_from((int32_t)attr_i(c, "to", 0), &dt)) FAIL("type %lld is not one weft has", (long long)attr_i(c, "to", 0));
+    if (!weft_onnx_dtype_from((int32_t)oi_attr_i(c, "to", 0), &dt)) FAIL("type %lld is not one weft has", (long long)oi_attr_i(c, "to", 0));
     int64_t a = dt;
-    OUT0(op(c, node_out(c, 0), "cast", 1, c->in, &a, 1, NULL, 0));
+    OUT0(oi_op(c, node_out(c, 0), "cast", 1, c->in, &a, 1, NULL, 0));
 }
 
 static weft_status h_where(nctx *c, const char *arg) {
     (void)arg;
     if (c->n_in != 3) FAIL("takes 3 inputs");
-    OUT0(op(c, node_out(c, 0), "where", 3, c->in, NULL, 0, NULL, 0));
+    OUT0(oi_op(c, node_out(c, 0), "where", 3, c->in, NULL, 0, NULL, 0));
 }
 
 // MatMul: numpy's matmul; 1-D operands promoted as numpy does and the added dim removed.
@@ -454,11 +401,11 @@ static weft_status h_matmul(nctx *c, const char *arg) {
     weft_value a = c->in[0], b = c->in[1];
     int na = ndim_of(c, a), nb = ndim_of(c, b);
     if (na < 1 || nb < 1) FAIL("0-d operands");
-    if (na == 1) a = reshape(c, NULL, a, 2, (int64_t[]){1, sizes_of(c, a)[0]});
-    if (nb == 1) b = reshape(c, NULL, b, 2, (int64_t[]){sizes_of(c, b)[0], 1});
+    if (na == 1) a = oi_reshape(c, NULL, a, 2, (int64_t[]){1, sizes_of(c, a)[0]});
+    if (nb == 1) b = oi_reshape(c, NULL, b, 2, (int64_t[]){sizes_of(c, b)[0], 1});
     if (!OK(a) || !OK(b)) return weft_last_status();
     bool squeeze = na == 1 || nb == 1;
-    weft_value y = op(c, squeeze ? NULL : node_out(c, 0), "matmul", 2, (weft_value[]){a, b}, NULL, 0, NULL, 0);
+    weft_value y = oi_op(c, squeeze ? NULL : node_out(c, 0), "matmul", 2, (weft_value[]){a, b}, NULL, 0, NULL, 0);
     if (!OK(y) || !squeeze) OUT0(y);
     int nd = ndim_of(c, y);
     int64_t s[WEFT_MAX_DIMS];
@@ -466,7 +413,7 @@ static weft_status h_matmul(nctx *c, const char *arg) {
     if (na == 1 && nb == 1) nd -= 2;                  // a dot product: (1,1) -> 0-d
     else if (nb == 1) nd--;                           // (..., M, 1) -> (..., M)
     else s[nd - 2] = s[nd - 1], nd--;                 // (..., 1, N) -> (..., N)
-    OUT0(reshape(c, node_out(c, 0), y, nd, s));
+    OUT0(oi_reshape(c, node_out(c, 0), y, nd, s));
 }
 
 // Gemm: alpha op(A) op(B) + beta C.
@@ -474,19 +421,19 @@ static weft_status h_gemm(nctx *c, const char *arg) {
     (void)arg;
     if (c->n_in < 2) FAIL("takes 2 or 3 inputs");
     double alpha = attr_f(c, "alpha", 1.0), beta = attr_f(c, "beta", 1.0);
-    int64_t tr[2] = {attr_i(c, "transA", 0) != 0, attr_i(c, "transB", 0) != 0};
+    int64_t tr[2] = {oi_attr_i(c, "transA", 0) != 0, oi_attr_i(c, "transB", 0) != 0};
     bool has_c = c->n_in > 2 && c->kin[2] >= 0 && beta != 0;
     bool last = !has_c && alpha == 1.0;
-    weft_value y = op(c, last ? node_out(c, 0) : NULL, "matmul", 2, c->in, tr, 2, NULL, 0);
+    weft_value y = oi_op(c, last ? node_out(c, 0) : NULL, "matmul", 2, c->in, tr, 2, NULL, 0);
     if (!OK(y)) return weft_last_status();
     if (alpha != 1.0) {
-        y = op(c, has_c ? NULL : node_out(c, 0), "mul_scalar", 1, &y, NULL, 0, &alpha, 1);
+        y = oi_op(c, has_c ? NULL : node_out(c, 0), "mul_scalar", 1, &y, NULL, 0, &alpha, 1);
         if (!OK(y)) return weft_last_status();
     }
     if (has_c) {
         weft_value cc = c->in[2];
-        if (beta != 1.0 && !OK(cc = op(c, NULL, "mul_scalar", 1, &cc, NULL, 0, &beta, 1))) return weft_last_status();
-        y = op(c, node_out(c, 0), "add", 2, (weft_value[]){y, cc}, NULL, 0, NULL, 0);
+        if (beta != 1.0 && !OK(cc = oi_op(c, NULL, "mul_scalar", 1, &cc, NULL, 0, &beta, 1))) return weft_last_status();
+        y = oi_op(c, node_out(c, 0), "add", 2, (weft_value[]){y, cc}, NULL, 0, NULL, 0);
     }
     OUT0(y);
 }
@@ -498,7 +445,7 @@ static weft_status h_transpose(nctx *c, const char *arg) {
     int64_t p[WEFT_MAX_DIMS];
     if (np >= 0 && np != nd) FAIL("perm has %d entries for %d dims", np, nd);
     for (int d = 0; d < nd; d++) p[d] = perm ? perm[d] : nd - 1 - d;
-    OUT0(op(c, node_out(c, 0), "permute", 1, c->in, p, nd, NULL, 0));
+    OUT0(oi_op(c, node_out(c, 0), "permute", 1, c->in, p, nd, NULL, 0));
 }
 
 // Reshape (shape: 0 copies the input's dim unless allowzero, -1 is inferred), Flatten, Squeeze, Unsqueeze.
@@ -514,7 +461,7 @@ static weft_status h_reshape(nctx *c, const char *arg) {
     for (int d = 0; d < nd; d++) numel *= xs[d];
     int infer = -1;
     for (int d = 0; d < n; d++) {
-        if (s[d] == 0 && !attr_i(c, "allowzero", 0)) {
+        if (s[d] == 0 && !oi_attr_i(c, "allowzero", 0)) {
             if (d >= nd) FAIL("shape[%d] = 0 copies a dim the %d-d input lacks", d, nd);
             s[d] = xs[d];
         }
@@ -528,19 +475,19 @@ static weft_status h_reshape(nctx *c, const char *arg) {
         }
     }
     if (infer >= 0) s[infer] = known ? numel / known : 0;
-    OUT0(reshape(c, node_out(c, 0), c->in[0], n, s));
+    OUT0(oi_reshape(c, node_out(c, 0), c->in[0], n, s));
 }
 
 static weft_status h_flatten(nctx *c, const char *arg) {
     (void)arg;
     int nd = ndim_of(c, c->in[0]);
     const int64_t *xs = sizes_of(c, c->in[0]);
-    int64_t ax = attr_i(c, "axis", 1);
+    int64_t ax = oi_attr_i(c, "axis", 1);
     if (ax < 0) ax += nd;
-    if (ax < 0 || ax > nd) FAIL("axis %lld for %d dims", (long long)attr_i(c, "axis", 1), nd);
+    if (ax < 0 || ax > nd) FAIL("axis %lld for %d dims", (long long)oi_attr_i(c, "axis", 1), nd);
     int64_t s[2] = {1, 1};
     for (int d = 0; d < nd; d++) s[d >= ax] *= xs[d];
-    OUT0(reshape(c, node_out(c, 0), c->in[0], 2, s));
+    OUT0(oi_reshape(c, node_out(c, 0), c->in[0], 2, s));
 }
 
 // The axes of Squeeze / Unsqueeze / the Reduce ops: an attribute before opset 13 (18 for ReduceMean/Max), an
@@ -587,7 +534,7 @@ static weft_status h_squeeze(nctx *c, const char *arg) {
         for (int d = 0; d < nd; d++)
             if (!(na < 0 ? xs[d] == 1 : drop[d])) s[n++] = xs[d];
     }
-    OUT0(reshape(c, node_out(c, 0), c->in[0], n, s));
+    OUT0(oi_reshape(c, node_out(c, 0), c->in[0], n, s));
 }
 
 // Slice: starts, ends, axes, steps (inputs from opset 10, attributes before); positive steps.
@@ -626,10 +573,10 @@ static weft_status h_slice(nctx *c, const char *arg) {
         e = e < 0 ? 0 : e > n ? n : e;
         if (e < b) e = b;
         int64_t at[4] = {d, b, e, step};
-        v = op(c, i == ns - 1 ? node_out(c, 0) : NULL, "slice", 1, &v, at, 4, NULL, 0);
+        v = oi_op(c, i == ns - 1 ? node_out(c, 0) : NULL, "slice", 1, &v, at, 4, NULL, 0);
         if (!OK(v)) return weft_last_status();
     }
-    if (ns == 0) v = reshape(c, node_out(c, 0), v, nd, xs);
+    if (ns == 0) v = oi_reshape(c, node_out(c, 0), v, nd, xs);
     OUT0(v);
 }
 
@@ -649,14 +596,14 @@ static weft_status h_expand(nctx *c, const char *arg) {
         if (a != b && a != 1 && b != 1) FAIL("cannot broadcast dim %d (%lld) to %lld", d, (long long)a, (long long)b);
         at[1 + d] = a == 1 ? b : a;
     }
-    OUT0(op(c, node_out(c, 0), "expand", 1, c->in, at, 1 + on, NULL, 0));
+    OUT0(oi_op(c, node_out(c, 0), "expand", 1, c->in, at, 1 + on, NULL, 0));
 }
 
 static weft_status h_concat(nctx *c, const char *arg) {
     (void)arg;
-    int64_t d = axis_of(attr_i(c, "axis", 0), ndim_of(c, c->in[0]));
-    if (d < 0) FAIL("axis %lld", (long long)attr_i(c, "axis", 0));
-    OUT0(op(c, node_out(c, 0), "concat", c->n_in, c->in, &d, 1, NULL, 0));
+    int64_t d = axis_of(oi_attr_i(c, "axis", 0), ndim_of(c, c->in[0]));
+    if (d < 0) FAIL("axis %lld", (long long)oi_attr_i(c, "axis", 0));
+    OUT0(oi_op(c, node_out(c, 0), "concat", c->n_in, c->in, &d, 1, NULL, 0));
 }
 
 // Gather along an axis: index_select with the indices flattened, viewed back to
@@ -664,18 +611,18 @@ static weft_status h_concat(nctx *c, const char *arg) {
 // Indices known only at run: where(idx < 0, idx + n, idx), as ONNX's Gather reads them.
 static weft_value wrap_negative(nctx *c, weft_value idx, int64_t n) {
     weft_dtype dt = dtype_of(c, idx);
-    weft_value zero = scalar(c, dt, 0), len = scalar(c, dt, (double)n);
+    weft_value zero = oi_scalar(c, dt, 0), len = oi_scalar(c, dt, (double)n);
     if (!OK(zero) || !OK(len)) return WEFT_VALUE_NONE;
-    weft_value neg = op(c, NULL, "lt", 2, (weft_value[]){idx, zero}, NULL, 0, NULL, 0);
-    weft_value up = OK(neg) ? op(c, NULL, "add", 2, (weft_value[]){idx, len}, NULL, 0, NULL, 0) : WEFT_VALUE_NONE;
-    return OK(up) ? op(c, NULL, "where", 3, (weft_value[]){neg, up, idx}, NULL, 0, NULL, 0) : WEFT_VALUE_NONE;
+    weft_value neg = oi_op(c, NULL, "lt", 2, (weft_value[]){idx, zero}, NULL, 0, NULL, 0);
+    weft_value up = OK(neg) ? oi_op(c, NULL, "add", 2, (weft_value[]){idx, len}, NULL, 0, NULL, 0) : WEFT_VALUE_NONE;
+    return OK(up) ? oi_op(c, NULL, "where", 3, (weft_value[]){neg, up, idx}, NULL, 0, NULL, 0) : WEFT_VALUE_NONE;
 }
 
 static weft_status h_gather(nctx *c, const char *arg) {
     (void)arg;
     weft_value x = c->in[0], idx = c->in[1];
-    int nd = ndim_of(c, x), ni = ndim_of(c, idx), ax = axis_of(attr_i(c, "axis", 0), nd);
-    if (ax < 0) FAIL("axis %lld", (long long)attr_i(c, "axis", 0));
+    int nd = ndim_of(c, x), ni = ndim_of(c, idx), ax = axis_of(oi_attr_i(c, "axis", 0), nd);
+    if (ax < 0) FAIL("axis %lld", (long long)oi_attr_i(c, "axis", 0));
     if (nd - 1 + ni > WEFT_MAX_DIMS) FAIL("too many dims");
     int64_t xs[WEFT_MAX_DIMS], is[WEFT_MAX_DIMS]; // copies: adding values may move the graph's
     memcpy(xs, sizes_of(c, x), sizeof(int64_t) * (size_t)nd);
@@ -696,20 +643,20 @@ static weft_status h_gather(nctx *c, const char *arg) {
                                                         : ((const int32_t *)weft_tensor_data(k))[i];
             p[i] = v < 0 ? v + xs[ax] : v;
         }
-        idx = konst(c, NULL, t, NULL);
+        idx = oi_konst(c, NULL, t, NULL);
     } else {
-        idx = reshape(c, NULL, wrap_negative(c, idx, xs[ax]), 1, &count);
+        idx = oi_reshape(c, NULL, wrap_negative(c, idx, xs[ax]), 1, &count);
     }
     if (!OK(idx)) return weft_last_status();
     int64_t d = ax;
-    weft_value y = op(c, NULL, "index_select", 2, (weft_value[]){x, idx}, &d, 1, NULL, 0);
+    weft_value y = oi_op(c, NULL, "index_select", 2, (weft_value[]){x, idx}, &d, 1, NULL, 0);
     if (!OK(y)) return weft_last_status();
     int64_t s[WEFT_MAX_DIMS];
     int n = 0;
     for (int i = 0; i < ax; i++) s[n++] = xs[i];
     for (int i = 0; i < ni; i++) s[n++] = is[i];
     for (int i = ax + 1; i < nd; i++) s[n++] = xs[i];
-    OUT0(reshape(c, node_out(c, 0), y, n, s));
+    OUT0(oi_reshape(c, node_out(c, 0), y, n, s));
 }
 
 // Softmax / LogSoftmax: one axis from opset 13; before, the input flattened to 2-D at the axis (default 1).
@@ -718,25 +665,25 @@ static weft_status h_softmax(nctx *c, const char *opn) {
     int64_t xs[WEFT_MAX_DIMS]; // a copy: adding values may move the graph's
     sizes_copy(c, c->in[0], xs);
     bool old = c->m->opset < 13;
-    int64_t ax = axis_of(attr_i(c, "axis", old ? 1 : -1), nd);
-    if (ax < 0 && nd > 0) FAIL("axis %lld", (long long)attr_i(c, "axis", old ? 1 : -1));
+    int64_t ax = axis_of(oi_attr_i(c, "axis", old ? 1 : -1), nd);
+    if (ax < 0 && nd > 0) FAIL("axis %lld", (long long)oi_attr_i(c, "axis", old ? 1 : -1));
     if (!old || ax == nd - 1 || nd == 0) {
         int64_t d = nd ? ax : 0;
-        OUT0(op(c, node_out(c, 0), opn, 1, c->in, &d, 1, NULL, 0));
+        OUT0(oi_op(c, node_out(c, 0), opn, 1, c->in, &d, 1, NULL, 0));
     }
     int64_t s2[2] = {1, 1}, one = 1;
     for (int d = 0; d < nd; d++) s2[d >= ax] *= xs[d];
-    weft_value v = reshape(c, NULL, c->in[0], 2, s2);
-    if (!OK(v) || !OK(v = op(c, NULL, opn, 1, &v, &one, 1, NULL, 0))) return weft_last_status();
-    OUT0(reshape(c, node_out(c, 0), v, nd, xs));
+    weft_value v = oi_reshape(c, NULL, c->in[0], 2, s2);
+    if (!OK(v) || !OK(v = oi_op(c, NULL, opn, 1, &v, &one, 1, NULL, 0))) return weft_last_status();
+    OUT0(oi_reshape(c, node_out(c, 0), v, nd, xs));
 }
 
 // LayerNormalization(X, Scale, [B]): layer_norm over the dims from axis on; Mean and InvStdDev as views.
 static weft_status h_layer_norm(nctx *c, const char *arg) {
     (void)arg;
     int nd = ndim_of(c, c->in[0]);
-    int ax = axis_of(attr_i(c, "axis", -1), nd);
-    if (ax < 0) FAIL("axis %lld", (long long)attr_i(c, "axis", -1));
+    int ax = axis_of(oi_attr_i(c, "axis", -1), nd);
+    if (ax < 0) FAIL("axis %lld", (long long)oi_attr_i(c, "axis", -1));
     bool has_b = c->n_in > 2 && c->kin[2] >= 0;
     int64_t at[4] = {nd - ax, 1, has_b, 0};
     double eps = attr_f(c, "epsilon", 1e-5);
@@ -752,7 +699,7 @@ static weft_status h_layer_norm(nctx *c, const char *arg) {
     for (int d = 0; d < nd; d++) s[d] = d < ax ? xs[d] : 1;
     for (int k = 0; k < 3; k++) {
         if (!wants_out(c, k)) continue;
-        c->out[k] = k == 0 ? reshape(c, node_out(c, 0), out[0], nd, xs) : reshape(c, node_out(c, k), out[k], nd, s);
+        c->out[k] = k == 0 ? oi_reshape(c, node_out(c, 0), out[0], nd, xs) : oi_reshape(c, node_out(c, k), out[k], nd, s);
         if (!OK(c->out[k])) return weft_last_status();
     }
     return WEFT_OK;
@@ -760,7 +707,7 @@ static weft_status h_layer_norm(nctx *c, const char *arg) {
 
 static weft_status h_batch_norm(nctx *c, const char *arg) {
     (void)arg;
-    if (attr_i(c, "training_mode", 0) || wants_out(c, 1)) FAIL("training mode is not supported (inference only)");
+    if (oi_attr_i(c, "training_mode", 0) || wants_out(c, 1)) FAIL("training mode is not supported (inference only)");
     if (c->n_in != 5) FAIL("takes 5 inputs");
     int64_t at[5] = {1, 1, 1, 1, 0};
     // ONNX's momentum weighs the running statistics, weft's (PyTorch's) the batch's (unused at inference)
@@ -791,12 +738,12 @@ static weft_status window(nctx *c, int64_t *stride, int64_t *pad, int64_t *dil, 
     for (int d = 0; d < 2; d++)
         if (stride[d] < 1 || stride[d] > INT32_MAX || dil[d] < 1 || dil[d] > INT32_MAX)
             FAIL("strides and dilations must be between 1 and %d", INT32_MAX);
-    if (attr_s_is(c, "auto_pad", "NOTSET", "NOTSET")) {
+    if (oi_attr_s_is(c, "auto_pad", "NOTSET", "NOTSET")) {
         if ((a = attr_ints(c, "pads", &n)) && n != 4) FAIL("2-D only (pads has %d)", n);
         if (a && (a[0] != a[2] || a[1] != a[3])) FAIL("asymmetric pads (%lld,%lld,%lld,%lld)", (long long)a[0],
                                                       (long long)a[1], (long long)a[2], (long long)a[3]);
         if (a) pad[0] = a[0], pad[1] = a[1];
-    } else if (!attr_s_is(c, "auto_pad", "NOTSET", "VALID")) { // SAME_UPPER / SAME_LOWER: out = ceil(in / stride)
+    } else if (!oi_attr_s_is(c, "auto_pad", "NOTSET", "VALID")) { // SAME_UPPER / SAME_LOWER: out = ceil(in / stride)
         for (int d = 0; d < 2; d++) {
             int64_t out = (hw[d] + stride[d] - 1) / stride[d];
             int64_t total = (out - 1) * stride[d] + (kernel[d] - 1) * dil[d] + 1 - hw[d];
@@ -815,9 +762,9 @@ static weft_status h_conv(nctx *c, const char *arg) {
     int64_t s[2], p[2], d[2];
     weft_status st = window(c, s, p, d, ws + 2, xs + 2);
     if (st) return st;
-    int64_t at[8] = {s[0], s[1], p[0], p[1], d[0], d[1], attr_i(c, "group", 1), 0};
+    int64_t at[8] = {s[0], s[1], p[0], p[1], d[0], d[1], oi_attr_i(c, "group", 1), 0};
     bool has_b = c->n_in > 2 && c->kin[2] >= 0;
-    OUT0(op(c, node_out(c, 0), "conv2d", has_b ? 3 : 2, c->in, at, 8, NULL, 0));
+    OUT0(oi_op(c, node_out(c, 0), "conv2d", has_b ? 3 : 2, c->in, at, 8, NULL, 0));
 }
 
 // ConvTranspose: conv2d_backward_input (weft's conv_transpose2d) over the window ONNX defines. ONNX takes
@@ -831,7 +778,7 @@ static weft_status h_conv_t(nctx *c, const char *arg) {
     int64_t ws[4], xs[4]; // copies: the ops below may move the graph's
     sizes_copy(c, c->in[1], ws);
     sizes_copy(c, c->in[0], xs);
-    int64_t s[2] = {1, 1}, d[2] = {1, 1}, opad[2] = {0, 0}, b[2] = {0, 0}, e[2] = {0, 0}, G = attr_i(c, "group", 1);
+    int64_t s[2] = {1, 1}, d[2] = {1, 1}, opad[2] = {0, 0}, b[2] = {0, 0}, e[2] = {0, 0}, G = oi_attr_i(c, "group", 1);
     int n;
     const int64_t *a;
     weft_status st;
@@ -854,15 +801,15 @@ static weft_status h_conv_t(nctx *c, const char *arg) {
                  (long long)ws[2 + k]);
     }
     const int64_t *os = attr_ints(c, "output_shape", &n);
-    bool notset = attr_s_is(c, "auto_pad", "NOTSET", "NOTSET");
+    bool notset = oi_attr_s_is(c, "auto_pad", "NOTSET", "NOTSET");
     if (os && n != 2 && n != 4) FAIL("output_shape has %d entries", n);
-    if (!notset && !attr_s_is(c, "auto_pad", "NOTSET", "VALID") && !attr_s_is(c, "auto_pad", "NOTSET", "SAME_UPPER") &&
-        !attr_s_is(c, "auto_pad", "NOTSET", "SAME_LOWER"))
+    if (!notset && !oi_attr_s_is(c, "auto_pad", "NOTSET", "VALID") && !oi_attr_s_is(c, "auto_pad", "NOTSET", "SAME_UPPER") &&
+        !oi_attr_s_is(c, "auto_pad", "NOTSET", "SAME_LOWER"))
         FAIL("unknown auto_pad");
     if (!notset) b[0] = b[1] = e[0] = e[1] = 0;
-    if (os || (!notset && !attr_s_is(c, "auto_pad", "NOTSET", "VALID"))) {
+    if (os || (!notset && !oi_attr_s_is(c, "auto_pad", "NOTSET", "VALID"))) {
         // total = F + op - output_shape; SAME_UPPER crops the odd one at the end, else at the start
-        bool upper = attr_s_is(c, "auto_pad", "NOTSET", "SAME_UPPER");
+        bool upper = oi_attr_s_is(c, "auto_pad", "NOTSET", "SAME_UPPER");
         for (int k = 0; k < 2; k++) {
             int64_t want = os ? os[n - 2 + k] : 0;
             if (!os && __builtin_mul_overflow(xs[2 + k], s[k], &want)) FAIL("auto_pad SAME: the output overflows");
@@ -887,26 +834,26 @@ static weft_status h_conv_t(nctx *c, const char *arg) {
     bool has_b = c->n_in > 2 && c->kin[2] >= 0;
     bool crop[2] = {out[0] != at[8] || b[0] != at[2], out[1] != at[9] || b[1] != at[3]};
     bool last = !has_b && !crop[0] && !crop[1];
-    weft_value y = op(c, last ? node_out(c, 0) : NULL, "conv2d_backward_input", 2, c->in, at, 10, NULL, 0);
+    weft_value y = oi_op(c, last ? node_out(c, 0) : NULL, "conv2d_backward_input", 2, c->in, at, 10, NULL, 0);
     if (last || !OK(y)) OUT0(y);
     for (int k = 0; k < 2; k++) {
         if (!crop[k]) continue;
         int64_t sl[4] = {2 + k, b[k] - at[2 + k], b[k] - at[2 + k] + out[k], 1};
         bool fin = !has_b && (k == 1 || !crop[1]);
-        if (!OK(y = op(c, fin ? node_out(c, 0) : NULL, "slice", 1, &y, sl, 4, NULL, 0))) return weft_last_status();
+        if (!OK(y = oi_op(c, fin ? node_out(c, 0) : NULL, "slice", 1, &y, sl, 4, NULL, 0))) return weft_last_status();
         if (fin) OUT0(y);
     }
     int64_t O;
     if (ndim_of(c, c->in[2]) != 1 || __builtin_mul_overflow(ws[1], G, &O) || sizes_of(c, c->in[2])[0] != O)
         FAIL("the bias must be 1-D, one value per output channel");
-    weft_value b4 = reshape(c, NULL, c->in[2], 4, (int64_t[]){1, sizes_of(c, c->in[2])[0], 1, 1});
+    weft_value b4 = oi_reshape(c, NULL, c->in[2], 4, (int64_t[]){1, sizes_of(c, c->in[2])[0], 1, 1});
     if (!OK(b4)) return weft_last_status();
-    OUT0(op(c, node_out(c, 0), "add", 2, (weft_value[]){y, b4}, NULL, 0, NULL, 0));
+    OUT0(oi_op(c, node_out(c, 0), "add", 2, (weft_value[]){y, b4}, NULL, 0, NULL, 0));
 }
 
 static weft_status h_pool(nctx *c, const char *opn) {
     if (ndim_of(c, c->in[0]) != 4) FAIL("2-D pooling only");
-    if (attr_i(c, "ceil_mode", 0)) FAIL("ceil_mode is not supported");
+    if (oi_attr_i(c, "ceil_mode", 0)) FAIL("ceil_mode is not supported");
     if (wants_out(c, 1)) FAIL("the Indices output is not supported");
     int n;
     const int64_t *k = attr_ints(c, "kernel_shape", &n);
@@ -915,7 +862,7 @@ static weft_status h_pool(nctx *c, const char *opn) {
     weft_status st = window(c, s, p, d, k, sizes_of(c, c->in[0]) + 2);
     if (st) return st;
     if (d[0] != 1 || d[1] != 1) FAIL("dilations are not supported");
-    int64_t at[7] = {k[0], k[1], s[0], s[1], p[0], p[1], attr_i(c, "count_include_pad", 0)};
+    int64_t at[7] = {k[0], k[1], s[0], s[1], p[0], p[1], oi_attr_i(c, "count_include_pad", 0)};
     weft_value out[WEFT_GRAPH_MAX_OUT];
     if (weft_graph_op_named(c->m->g, node_out(c, 0), opn, 1, c->in, at, 7, NULL, 0, out) != WEFT_OK)
         return weft_last_status();
@@ -926,7 +873,7 @@ static weft_status h_pool(nctx *c, const char *opn) {
 static weft_status h_global_pool(nctx *c, const char *opn) {
     if (ndim_of(c, c->in[0]) != 4) FAIL("4-D input only");
     int64_t at[3] = {(1 << 2) | (1 << 3), 1, 0};
-    OUT0(op(c, node_out(c, 0), opn, 1, c->in, at, 3, NULL, 0));
+    OUT0(oi_op(c, node_out(c, 0), opn, 1, c->in, at, 3, NULL, 0));
 }
 
 // ReduceSum (axes an input from opset 13), ReduceMean / ReduceMax (an attribute up to opset 17).
@@ -942,8 +889,8 @@ static weft_status h_reduce(nctx *c, const char *opn) {
     if (st) return st;
     int64_t mask = 0;
     if (na <= 0) { // none (or an empty axes input): every dim, or nothing with noop_with_empty_axes
-        if (attr_i(c, "noop_with_empty_axes", 0) && (square || logsum)) FAIL("noop_with_empty_axes");
-        if (attr_i(c, "noop_with_empty_axes", 0)) OUT0(reshape(c, node_out(c, 0), c->in[0], nd, sizes_of(c, c->in[0])));
+        if (oi_attr_i(c, "noop_with_empty_axes", 0) && (square || logsum)) FAIL("noop_with_empty_axes");
+        if (oi_attr_i(c, "noop_with_empty_axes", 0)) OUT0(oi_reshape(c, node_out(c, 0), c->in[0], nd, sizes_of(c, c->in[0])));
         mask = nd ? (INT64_C(1) << nd) - 1 : 0;
     }
     for (int i = 0; i < na; i++) {
@@ -951,12 +898,12 @@ static weft_status h_reduce(nctx *c, const char *opn) {
         if (a < 0) FAIL("axis %lld", (long long)ax[i]);
         mask |= INT64_C(1) << a;
     }
-    int64_t at[3] = {mask, attr_i(c, "keepdims", 1) != 0, 0};
+    int64_t at[3] = {mask, oi_attr_i(c, "keepdims", 1) != 0, 0};
     weft_value x = c->in[0];
-    if (square && !OK(x = op(c, NULL, "mul", 2, (weft_value[]){x, x}, NULL, 0, NULL, 0))) return weft_last_status();
-    weft_value y = op(c, logsum ? NULL : node_out(c, 0), opn, 1, &x, at, 3, NULL, 0);
+    if (square && !OK(x = oi_op(c, NULL, "mul", 2, (weft_value[]){x, x}, NULL, 0, NULL, 0))) return weft_last_status();
+    weft_value y = oi_op(c, logsum ? NULL : node_out(c, 0), opn, 1, &x, at, 3, NULL, 0);
     if (!logsum || !OK(y)) OUT0(y);
-    OUT0(op(c, node_out(c, 0), "log", 1, &y, NULL, 0, NULL, 0));
+    OUT0(oi_op(c, node_out(c, 0), "log", 1, &y, NULL, 0, NULL, 0));
 }
 
 // Constant: its value as a CONSTANT node.
@@ -965,24 +912,24 @@ static weft_status h_constant(nctx *c, const char *arg) {
     const Onnx__AttributeProto *a;
     weft_tensor *t = NULL;
     weft_status st = WEFT_OK;
-    if ((a = attr(c, "value")) && a->t) {
+    if ((a = oi_attr(c, "value")) && a->t) {
         st = weft_onnx_tensor_from(a->t, "value", &t);
-    } else if ((a = attr(c, "value_float")) && a->has_f) {
+    } else if ((a = oi_attr(c, "value_float")) && a->has_f) {
         float f = a->f;
         t = weft_tensor_from_data(&f, 0, NULL, WEFT_F32);
-    } else if ((a = attr(c, "value_int")) && a->has_i) {
+    } else if ((a = oi_attr(c, "value_int")) && a->has_i) {
         t = weft_tensor_from_data(&a->i, 0, NULL, WEFT_I64);
-    } else if ((a = attr(c, "value_floats"))) {
+    } else if ((a = oi_attr(c, "value_floats"))) {
         int64_t n = (int64_t)a->n_floats;
         t = weft_tensor_from_data(a->floats, 1, &n, WEFT_F32);
-    } else if ((a = attr(c, "value_ints"))) {
+    } else if ((a = oi_attr(c, "value_ints"))) {
         int64_t n = (int64_t)a->n_ints;
         t = weft_tensor_from_data(a->ints, 1, &n, WEFT_I64);
     } else {
         FAIL("only value, value_float(s) and value_int(s) are supported");
     }
     if (st) return st;
-    c->out[0] = konst(c, node_out(c, 0), t, &c->konst0);
+    c->out[0] = oi_konst(c, node_out(c, 0), t, &c->konst0);
     return OK(c->out[0]) ? WEFT_OK : weft_last_status();
 }
 
@@ -991,12 +938,12 @@ static weft_status h_shape(nctx *c, const char *arg) {
     (void)arg;
     int nd = ndim_of(c, c->in[0]);
     const int64_t *xs = sizes_of(c, c->in[0]);
-    int64_t b = attr_i(c, "start", 0), e = attr_i(c, "end", nd);
+    int64_t b = oi_attr_i(c, "start", 0), e = oi_attr_i(c, "end", nd);
     b = b < 0 ? b + nd : b, e = e < 0 ? e + nd : e;
     b = b < 0 ? 0 : b > nd ? nd : b, e = e < 0 ? 0 : e > nd ? nd : e;
     int64_t n = e > b ? e - b : 0;
     weft_tensor *t = weft_tensor_from_data(xs + b, 1, &n, WEFT_I64);
-    c->out[0] = konst(c, node_out(c, 0), t, &c->konst0);
+    c->out[0] = oi_konst(c, node_out(c, 0), t, &c->konst0);
     return OK(c->out[0]) ? WEFT_OK : weft_last_status();
 }
 
@@ -1013,24 +960,24 @@ static weft_status h_trilu(nctx *c, const char *arg) {
     }
     const int64_t *xs = sizes_of(c, c->in[0]);
     int64_t s[2] = {xs[nd - 2], xs[nd - 1]};
-    weft_status st = check_made(2, s);
+    weft_status st = oi_check_made(2, s);
     if (st) return st;
     weft_tensor *m = weft_tensor_empty(2, s, WEFT_BOOL);
     if (!m) return weft_error(WEFT_ERR_OOM, "no memory");
     uint8_t *p = weft_tensor_data(m);
-    bool upper = attr_i(c, "upper", 1) != 0;
+    bool upper = oi_attr_i(c, "upper", 1) != 0;
     for (int64_t i = 0; i < s[0]; i++)
         for (int64_t j = 0; j < s[1]; j++) p[i * s[1] + j] = upper ? j - i >= k : j - i <= k;
-    weft_value mv = konst(c, NULL, m, NULL), zero = scalar(c, dtype_of(c, c->in[0]), 0.0);
+    weft_value mv = oi_konst(c, NULL, m, NULL), zero = oi_scalar(c, dtype_of(c, c->in[0]), 0.0);
     if (!OK(mv) || !OK(zero)) return weft_last_status();
-    OUT0(op(c, node_out(c, 0), "where", 3, (weft_value[]){mv, c->in[0], zero}, NULL, 0, NULL, 0));
+    OUT0(oi_op(c, node_out(c, 0), "where", 3, (weft_value[]){mv, c->in[0], zero}, NULL, 0, NULL, 0));
 }
 
 // GatherElements: weft's gather (torch.gather); known negative indices wrapped.
 static weft_status h_gather_elements(nctx *c, const char *arg) {
     (void)arg;
-    int nd = ndim_of(c, c->in[0]), ax = axis_of(attr_i(c, "axis", 0), nd);
-    if (ax < 0) FAIL("axis %lld", (long long)attr_i(c, "axis", 0));
+    int nd = ndim_of(c, c->in[0]), ax = axis_of(oi_attr_i(c, "axis", 0), nd);
+    if (ax < 0) FAIL("axis %lld", (long long)oi_attr_i(c, "axis", 0));
     weft_value idx = c->in[1];
     if (dtype_of(c, idx) != WEFT_I32 && dtype_of(c, idx) != WEFT_I64)
         FAIL("indices of type %s (int32 or int64 only)", weft_dtype_name(dtype_of(c, idx)));
@@ -1042,19 +989,19 @@ static weft_status h_gather_elements(nctx *c, const char *arg) {
         if (!t) return weft_last_status();
         int64_t *p = weft_tensor_data(t), n = sizes_of(c, c->in[0])[ax];
         for (int64_t i = 0; i < weft_tensor_numel(t); i++) p[i] += p[i] < 0 ? n : 0;
-        if (!OK(idx = konst(c, NULL, t, NULL))) return weft_last_status();
+        if (!OK(idx = oi_konst(c, NULL, t, NULL))) return weft_last_status();
     } else if (!OK(idx = wrap_negative(c, idx, sizes_of(c, c->in[0])[ax]))) {
         return weft_last_status();
     }
     int64_t d = ax;
-    OUT0(op(c, node_out(c, 0), "gather", 2, (weft_value[]){c->in[0], idx}, &d, 1, NULL, 0));
+    OUT0(oi_op(c, node_out(c, 0), "gather", 2, (weft_value[]){c->in[0], idx}, &d, 1, NULL, 0));
 }
 
 // Split: consecutive slices along an axis, sizes from the split input (opset 13) or attribute, else equal.
 static weft_status h_split(nctx *c, const char *arg) {
     (void)arg;
-    int nd = ndim_of(c, c->in[0]), ax = axis_of(attr_i(c, "axis", 0), nd), no = (int)c->n->n_output, n = -1;
-    if (ax < 0) FAIL("axis %lld", (long long)attr_i(c, "axis", 0));
+    int nd = ndim_of(c, c->in[0]), ax = axis_of(oi_attr_i(c, "axis", 0), nd), no = (int)c->n->n_output, n = -1;
+    if (ax < 0) FAIL("axis %lld", (long long)oi_attr_i(c, "axis", 0));
     if (no > 8) FAIL("%d outputs", no);
     int64_t sp[8], len = sizes_of(c, c->in[0])[ax];
     weft_status st;
@@ -1077,7 +1024,7 @@ static weft_status h_split(nctx *c, const char *arg) {
         int64_t a[4] = {ax, at, at + sp[i], 1};
         at += sp[i];
         if (!wants_out(c, i)) continue;
-        if (!OK(c->out[i] = op(c, node_out(c, i), "slice", 1, c->in, a, 4, NULL, 0))) return weft_last_status();
+        if (!OK(c->out[i] = oi_op(c, node_out(c, i), "slice", 1, c->in, a, 4, NULL, 0))) return weft_last_status();
     }
     if (at != len) FAIL("split sizes add up to %lld, dim %d is %lld", (long long)at, ax, (long long)len);
     return WEFT_OK;
@@ -1092,36 +1039,36 @@ static weft_status h_clip(nctx *c, const char *arg) {
         if (c->n_in > 1 && c->kin[1] >= 0) lo = c->in[1];
         if (c->n_in > 2 && c->kin[2] >= 0) hi = c->in[2];
     } else {
-        if (attr(c, "min") && !OK(lo = scalar_as(c, dt, attr_f(c, "min", 0)))) return weft_last_status();
-        if (attr(c, "max") && !OK(hi = scalar_as(c, dt, attr_f(c, "max", 0)))) return weft_last_status();
+        if (oi_attr(c, "min") && !OK(lo = oi_scalar_as(c, dt, attr_f(c, "min", 0)))) return weft_last_status();
+        if (oi_attr(c, "max") && !OK(hi = oi_scalar_as(c, dt, attr_f(c, "max", 0)))) return weft_last_status();
     }
-    if (OK(lo) && !OK(v = op(c, OK(hi) ? NULL : node_out(c, 0), "maximum", 2, (weft_value[]){v, lo}, NULL, 0, NULL, 0)))
+    if (OK(lo) && !OK(v = oi_op(c, OK(hi) ? NULL : node_out(c, 0), "maximum", 2, (weft_value[]){v, lo}, NULL, 0, NULL, 0)))
         return weft_last_status();
-    if (OK(hi)) v = op(c, node_out(c, 0), "minimum", 2, (weft_value[]){v, hi}, NULL, 0, NULL, 0);
-    if (!OK(lo) && !OK(hi)) v = reshape(c, node_out(c, 0), v, ndim_of(c, v), sizes_of(c, v));
+    if (OK(hi)) v = oi_op(c, node_out(c, 0), "minimum", 2, (weft_value[]){v, hi}, NULL, 0, NULL, 0);
+    if (!OK(lo) && !OK(hi)) v = oi_reshape(c, node_out(c, 0), v, ndim_of(c, v), sizes_of(c, v));
     OUT0(v);
 }
 
 // ArgMax / ArgMin (argmax of the negation) along one axis, the first index of the extreme.
 static weft_status h_argmax(nctx *c, const char *arg) {
-    if (attr_i(c, "select_last_index", 0)) FAIL("select_last_index is not supported");
-    int nd = ndim_of(c, c->in[0]), ax = axis_of(attr_i(c, "axis", 0), nd);
-    if (ax < 0) FAIL("axis %lld", (long long)attr_i(c, "axis", 0));
+    if (oi_attr_i(c, "select_last_index", 0)) FAIL("select_last_index is not supported");
+    int nd = ndim_of(c, c->in[0]), ax = axis_of(oi_attr_i(c, "axis", 0), nd);
+    if (ax < 0) FAIL("axis %lld", (long long)oi_attr_i(c, "axis", 0));
     weft_value v = c->in[0];
     if (!strcmp(arg, "argmin")) { // order reversed: -x for floats, -1 - x (= ~x, never overflowing) for integers
         weft_dtype dt = dtype_of(c, v);
         if (dt == WEFT_F32 || dt == WEFT_F64 || dt == WEFT_F16 || dt == WEFT_BF16) {
-            v = op(c, NULL, "neg", 1, &v, NULL, 0, NULL, 0);
+            v = oi_op(c, NULL, "neg", 1, &v, NULL, 0, NULL, 0);
         } else {
             int64_t wide = WEFT_I32;
-            if (dt == WEFT_U8 && !OK(v = op(c, NULL, "cast", 1, &v, &wide, 1, NULL, 0))) return weft_last_status();
-            weft_value m1 = scalar(c, dtype_of(c, v), -1);
-            v = OK(m1) ? op(c, NULL, "sub", 2, (weft_value[]){m1, v}, NULL, 0, NULL, 0) : m1;
+            if (dt == WEFT_U8 && !OK(v = oi_op(c, NULL, "cast", 1, &v, &wide, 1, NULL, 0))) return weft_last_status();
+            weft_value m1 = oi_scalar(c, dtype_of(c, v), -1);
+            v = OK(m1) ? oi_op(c, NULL, "sub", 2, (weft_value[]){m1, v}, NULL, 0, NULL, 0) : m1;
         }
         if (!OK(v)) return weft_last_status();
     }
-    int64_t at[3] = {INT64_C(1) << ax, attr_i(c, "keepdims", 1) != 0, 0};
-    OUT0(op(c, node_out(c, 0), "argmax", 1, &v, at, 3, NULL, 0));
+    int64_t at[3] = {INT64_C(1) << ax, oi_attr_i(c, "keepdims", 1) != 0, 0};
+    OUT0(oi_op(c, node_out(c, 0), "argmax", 1, &v, at, 3, NULL, 0));
 }
 
 // Size: the element count, as an int64 constant.
@@ -1129,7 +1076,7 @@ static weft_status h_size(nctx *c, const char *arg) {
     (void)arg;
     int64_t n = 1;
     for (int d = 0; d < ndim_of(c, c->in[0]); d++) n *= sizes_of(c, c->in[0])[d];
-    c->out[0] = konst(c, node_out(c, 0), weft_tensor_from_data(&n, 0, NULL, WEFT_I64), &c->konst0);
+    c->out[0] = oi_konst(c, node_out(c, 0), weft_tensor_from_data(&n, 0, NULL, WEFT_I64), &c->konst0);
     return OK(c->out[0]) ? WEFT_OK : weft_last_status();
 }
 
@@ -1139,10 +1086,10 @@ static weft_status h_constant_of_shape(nctx *c, const char *arg) {
     int64_t s[WEFT_MAX_DIMS];
     int n;
     weft_status st = konst_ints(c, 0, s, WEFT_MAX_DIMS, &n);
-    if (st || (st = check_made(n, s))) return st;
-    const Onnx__AttributeProto *a = attr(c, "value");
+    if (st || (st = oi_check_made(n, s))) return st;
+    const Onnx__AttributeProto *a = oi_attr(c, "value");
     if (!a || !a->t) {
-        c->out[0] = konst(c, node_out(c, 0), weft_tensor_zeros(n, s, WEFT_F32), &c->konst0);
+        c->out[0] = oi_konst(c, node_out(c, 0), weft_tensor_zeros(n, s, WEFT_F32), &c->konst0);
         return OK(c->out[0]) ? WEFT_OK : weft_last_status();
     }
     weft_tensor *t, *r = NULL;
@@ -1156,7 +1103,7 @@ static weft_status h_constant_of_shape(nctx *c, const char *arg) {
     }
     weft_tensor_free(t);
     if (st) return st;
-    c->out[0] = konst(c, node_out(c, 0), r, &c->konst0);
+    c->out[0] = oi_konst(c, node_out(c, 0), r, &c->konst0);
     return OK(c->out[0]) ? WEFT_OK : weft_last_status();
 }
 
@@ -1201,341 +1148,8 @@ static weft_status h_range(nctx *c, const char *arg) {
         default: weft_tensor_free(r); FAIL("dtype %s", weft_dtype_name(dt));
         }
     }
-    c->out[0] = konst(c, node_out(c, 0), r, &c->konst0);
+    c->out[0] = oi_konst(c, node_out(c, 0), r, &c->konst0);
     return OK(c->out[0]) ? WEFT_OK : weft_last_status();
-}
-
-// ---- the recurrent ops: RNN, GRU, LSTM (unrolled over the sequence, which has a static length)
-
-static weft_value slice1(nctx *c, weft_value v, int dim, int64_t b, int64_t e) {
-    int64_t at[4] = {dim, b, e, 1};
-    return OK(v) ? op(c, NULL, "slice", 1, &v, at, 4, NULL, 0) : v;
-}
-static weft_value bin(nctx *c, const char *opn, weft_value a, weft_value b) {
-    return OK(a) && OK(b) ? op(c, NULL, opn, 2, (weft_value[]){a, b}, NULL, 0, NULL, 0) : WEFT_VALUE_NONE;
-}
-static weft_value un(nctx *c, const char *opn, weft_value a) {
-    return OK(a) ? op(c, NULL, opn, 1, &a, NULL, 0, NULL, 0) : a;
-}
-// a (rows, k) times b (n, k) transposed: (rows, n)
-static weft_value matmul_t(nctx *c, weft_value a, weft_value b) {
-    int64_t tr[2] = {0, 1};
-    return OK(a) && OK(b) ? op(c, NULL, "matmul", 2, (weft_value[]){a, b}, tr, 2, NULL, 0) : WEFT_VALUE_NONE;
-}
-// v's slice [d] of dim 0, viewed without that dim (nd - 1 dims).
-static weft_value pick(nctx *c, weft_value v, int64_t d) {
-    if (!OK(v)) return v;
-    int nd = ndim_of(c, v);
-    int64_t s[WEFT_MAX_DIMS];
-    sizes_copy(c, v, s);
-    return reshape(c, NULL, slice1(c, v, 0, d, d + 1), nd - 1, s + 1);
-}
-
-// Activation k of direction d from the `activations` attribute (def when absent), as a weft op name.
-static const char *rnn_act(nctx *c, int d, int nact, int k, const char *def) {
-    const Onnx__AttributeProto *a = attr_t(c, "activations", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS);
-    const char *nm = def;
-    char buf[32];
-    if (a && a->n_strings) {
-        size_t i = (size_t)(d * nact + k);
-        if (i >= a->n_strings || !a->strings[i].len || a->strings[i].len >= sizeof buf ||
-            memchr(a->strings[i].data, 0, a->strings[i].len))
-            return NULL;
-        memcpy(buf, a->strings[i].data, a->strings[i].len);
-        buf[a->strings[i].len] = 0;
-        nm = buf;
-    }
-    return !strcmp(nm, "Sigmoid") ? "sigmoid" : !strcmp(nm, "Tanh") ? "tanh" : !strcmp(nm, "Relu") ? "relu" : NULL;
-}
-
-enum { RK_LSTM, RK_GRU, RK_RNN };
-
-// The recurrent steps a model may unroll, over all its RNN / GRU / LSTM nodes, each direction counted: each step is
-// a dozen to two dozen graph nodes, so a file of a few hundred bytes declaring a long sequence must not build
-// millions of them. 4096 covers a bidirectional two-layer LSTM over 1024 steps; WEFT_ONNX_MAX_STEPS raises it.
-static int64_t max_steps(void) {
-    const char *e = getenv("WEFT_ONNX_MAX_STEPS");
-    long long v = e && *e ? atoll(e) : 0;
-    return v > 0 ? (int64_t)v : 4096;
-}
-
-// One direction: x (T*B,I) rows of the sequence in time order, Wd (G*H,I), Rd (G*H,H), bias (2*G*H) or NONE,
-// h / cc the initial states (B,H), P (3H) or NONE (LSTM's peepholes), lens (B,1) or NONE. Writes ys[t] (B,H)
-// (0 past a sequence's length) when ys is given, and the final states into *h, *cc.
-typedef struct rnn_dir {
-    int kind, G;
-    int64_t T, B, H;
-    bool reverse, lbr; // lbr: GRU's linear_before_reset
-    const char *f, *g, *hf; // activations (hf: LSTM's third)
-} rnn_dir;
-
-static weft_status rnn_direction(nctx *c, const rnn_dir *r, weft_value x, weft_value Wd, weft_value Rd, weft_value bias,
-                                 weft_value P, weft_value lens, weft_value *h, weft_value *cc, weft_value *ys) {
-    int64_t T = r->T, B = r->B, H = r->H, GH = r->G * H;
-    weft_value xg = matmul_t(c, x, Wd); // (T*B, G*H): the input part of every step in one product
-    weft_value rb = WEFT_VALUE_NONE;
-    if (OK(bias)) {
-        weft_value wb = slice1(c, bias, 0, 0, GH);
-        rb = slice1(c, bias, 0, GH, 2 * GH);
-        // the recurrent bias joins the input part, except GRU's Rb_h with linear_before_reset (inside r * (.))
-        weft_value b = bin(c, "add", wb, rb);
-        if (r->kind == RK_GRU && r->lbr && OK(b))
-            b = op(c, NULL, "concat", 2, (weft_value[]){slice1(c, b, 0, 0, 2 * H), slice1(c, wb, 0, 2 * H, 3 * H)},
-                   (int64_t[]){0}, 1, NULL, 0);
-        xg = bin(c, "add", xg, b);
-    }
-    if (OK(xg)) xg = reshape(c, NULL, xg, 3, (int64_t[]){T, B, GH});
-    weft_value pi = WEFT_VALUE_NONE, po = WEFT_VALUE_NONE, pf = WEFT_VALUE_NONE;
-    if (OK(P)) pi = slice1(c, P, 0, 0, H), po = slice1(c, P, 0, H, 2 * H), pf = slice1(c, P, 0, 2 * H, 3 * H);
-    weft_value R_zr = WEFT_VALUE_NONE, R_h = WEFT_VALUE_NONE, rb_h = WEFT_VALUE_NONE, zero = WEFT_VALUE_NONE;
-    if (r->kind == RK_GRU) {
-        R_zr = slice1(c, Rd, 0, 0, 2 * H), R_h = slice1(c, Rd, 0, 2 * H, 3 * H);
-        if (OK(rb) && r->lbr) rb_h = slice1(c, rb, 0, 2 * H, 3 * H);
-    }
-    if (OK(lens)) zero = scalar_as(c, dtype_of(c, *h), 0);
-    if (!OK(xg)) return weft_last_status();
-    for (int64_t s = 0; s < T; s++) {
-        int64_t t = r->reverse ? T - 1 - s : s;
-        weft_value xt = reshape(c, NULL, slice1(c, xg, 0, t, t + 1), 2, (int64_t[]){B, GH}), hn, cn = WEFT_VALUE_NONE;
-        if (r->kind == RK_RNN) {
-            hn = un(c, r->f, bin(c, "add", xt, matmul_t(c, *h, Rd)));
-        } else if (r->kind == RK_GRU) { // gates (z, r, h): z, r = f(x + h R); h~ = g(x_h + (r h) R_h) or g(x_h + r (h R_h + Rb_h))
-            weft_value zr = un(c, r->f, bin(c, "add", slice1(c, xt, 1, 0, 2 * H), matmul_t(c, *h, R_zr)));
-            weft_value z = slice1(c, zr, 1, 0, H), rr = slice1(c, zr, 1, H, 2 * H), hh;
-            if (r->lbr) {
-                hh = matmul_t(c, *h, R_h);
-                if (OK(rb_h)) hh = bin(c, "add", hh, rb_h);
-                hh = bin(c, "mul", rr, hh);
-            } else {
-                hh = matmul_t(c, bin(c, "mul", rr, *h), R_h);
-            }
-            weft_value ht = un(c, r->g, bin(c, "add", slice1(c, xt, 1, 2 * H, 3 * H), hh));
-            hn = bin(c, "add", ht, bin(c, "mul", z, bin(c, "sub", *h, ht))); // (1 - z) h~ + z h
-        } else { // LSTM, gates (i, o, f, c): peepholes read c_{t-1} for i and f, c_t for o
-            weft_value gt = bin(c, "add", xt, matmul_t(c, *h, Rd));
-            weft_value gi = slice1(c, gt, 1, 0, H), go = slice1(c, gt, 1, H, 2 * H);
-            weft_value gf = slice1(c, gt, 1, 2 * H, 3 * H), gc = slice1(c, gt, 1, 3 * H, 4 * H);
-            if (OK(P)) gi = bin(c, "add", gi, bin(c, "mul", pi, *cc)), gf = bin(c, "add", gf, bin(c, "mul", pf, *cc));
-            weft_value ig = un(c, r->f, gi), fg = un(c, r->f, gf), ct = un(c, r->g, gc);
-            cn = bin(c, "add", bin(c, "mul", fg, *cc), bin(c, "mul", ig, ct));
-            if (OK(P)) go = bin(c, "add", go, bin(c, "mul", po, cn));
-            hn = bin(c, "mul", un(c, r->f, go), un(c, r->hf, cn));
-        }
-        weft_value y = hn;
-        if (OK(lens)) { // steps past a sequence's length keep the state and output 0
-            weft_value m = bin(c, "lt", scalar(c, dtype_of(c, lens), (double)t), lens); // (B,1)
-            hn = OK(m) ? op(c, NULL, "where", 3, (weft_value[]){m, hn, *h}, NULL, 0, NULL, 0) : m;
-            if (r->kind == RK_LSTM && OK(m)) cn = op(c, NULL, "where", 3, (weft_value[]){m, cn, *cc}, NULL, 0, NULL, 0);
-            y = OK(m) && OK(hn) ? op(c, NULL, "where", 3, (weft_value[]){m, hn, zero}, NULL, 0, NULL, 0) : m;
-        }
-        if (!OK(hn) || !OK(y) || (r->kind == RK_LSTM && !OK(cn))) return weft_last_status();
-        *h = hn;
-        if (r->kind == RK_LSTM) *cc = cn;
-        if (ys) ys[t] = y;
-    }
-    return WEFT_OK;
-}
-
-// RNN (activation Tanh or Relu), GRU (both linear_before_reset forms) and LSTM (peepholes included), in every
-// direction and layout, with initial states and sequence_lens (a run-time value: steps past a sequence's
-// length keep its state and output 0, in either direction). Gate orders are ONNX's: GRU (z, r, h), LSTM
-// (i, o, f, c). Activations: Sigmoid, Tanh and Relu in any place; clip and input_forget are refused.
-static weft_status h_rnn(nctx *c, const char *arg) {
-    rnn_dir r = {.kind = arg[0] == 'L' ? RK_LSTM : arg[0] == 'G' ? RK_GRU : RK_RNN};
-    r.G = r.kind == RK_LSTM ? 4 : r.kind == RK_GRU ? 3 : 1;
-    int nact = r.kind == RK_LSTM ? 3 : r.kind == RK_GRU ? 2 : 1;
-    bool bi = attr_s_is(c, "direction", "forward", "bidirectional"), rev = attr_s_is(c, "direction", "forward", "reverse");
-    if (!bi && !rev && !attr_s_is(c, "direction", "forward", "forward")) FAIL("direction must be forward, reverse or bidirectional");
-    int D = bi ? 2 : 1;
-    int64_t layout = attr_i(c, "layout", 0);
-    if (layout != 0 && layout != 1) FAIL("layout %lld", (long long)layout);
-    if (attr(c, "clip")) FAIL("clip is not supported");
-    if (attr(c, "activation_alpha") || attr(c, "activation_beta")) FAIL("activation_alpha / activation_beta are not supported");
-    if (r.kind == RK_LSTM && attr_i(c, "input_forget", 0)) FAIL("input_forget = 1 is not supported");
-    r.lbr = r.kind == RK_GRU && attr_i(c, "linear_before_reset", 0) != 0;
-    if (c->n_in < 3 || c->kin[1] < 0 || c->kin[2] < 0) FAIL("needs X, W and R");
-    if (ndim_of(c, c->in[0]) != 3 || ndim_of(c, c->in[1]) != 3 || ndim_of(c, c->in[2]) != 3) FAIL("X, W and R must be 3-D");
-    int64_t xs[3], ws[3], rs[3];
-    sizes_copy(c, c->in[0], xs);
-    sizes_copy(c, c->in[1], ws);
-    sizes_copy(c, c->in[2], rs);
-    r.T = layout ? xs[1] : xs[0], r.B = layout ? xs[0] : xs[1];
-    r.H = attr_i(c, "hidden_size", rs[2]);
-    int64_t I = xs[2], GH = r.G * r.H;
-    if (r.T < 1 || r.B < 1 || r.H < 1 || r.H > (INT64_C(1) << 24)) FAIL("sizes: sequence %lld, batch %lld, hidden %lld",
-                                                                  (long long)r.T, (long long)r.B, (long long)r.H);
-    if (ws[0] != D || ws[1] != GH || ws[2] != I) FAIL("W must be (%d,%lld,%lld)", D, (long long)GH, (long long)I);
-    if (rs[0] != D || rs[1] != GH || rs[2] != r.H) FAIL("R must be (%d,%lld,%lld)", D, (long long)GH, (long long)r.H);
-    int64_t lim = max_steps();
-    if (r.T > lim / D || c->m->steps > lim - r.T * D)
-        FAIL("a sequence of %lld steps (%d directions) is too long to unroll: with the model's other recurrent nodes "
-             "(%lld steps) it passes %lld (WEFT_ONNX_MAX_STEPS)", (long long)r.T, D, (long long)c->m->steps,
-             (long long)lim);
-    c->m->steps += r.T * D;
-    if (c->n_in > (r.kind == RK_LSTM ? 8 : 6)) FAIL("%d inputs (at most %d)", c->n_in, r.kind == RK_LSTM ? 8 : 6);
-    if (check_made(2, (int64_t[]){r.B, r.H})) FAIL("a zero state of (%lld,%lld) is too large", (long long)r.B, (long long)r.H);
-    weft_value in[8];
-    for (int k = 0; k < 8; k++) in[k] = k < c->n_in && c->kin[k] >= 0 ? c->in[k] : WEFT_VALUE_NONE;
-    int64_t sz[3];
-    if (OK(in[3]) && (ndim_of(c, in[3]) != 2 || (sizes_copy(c, in[3], sz), sz[0] != D || sz[1] != 2 * GH)))
-        FAIL("B must be (%d,%lld)", D, (long long)(2 * GH));
-    if (OK(in[4])) {
-        weft_dtype lt = dtype_of(c, in[4]);
-        if (ndim_of(c, in[4]) != 1 || sizes_of(c, in[4])[0] != r.B || (lt != WEFT_I32 && lt != WEFT_I64))
-            FAIL("sequence_lens must be (%lld) integers", (long long)r.B);
-        in[4] = reshape(c, NULL, in[4], 2, (int64_t[]){r.B, 1});
-    }
-    for (int k = 5; k <= 6; k++) // initial_h, initial_c: (D,B,H), batch first in layout 1
-        if (OK(in[k])) {
-            if (ndim_of(c, in[k]) != 3) FAIL("input %d must be 3-D", k);
-            sizes_copy(c, in[k], sz);
-            if (sz[layout ? 1 : 0] != D || sz[layout ? 0 : 1] != r.B || sz[2] != r.H)
-                FAIL("input %d has the wrong shape", k);
-            if (layout) in[k] = op(c, NULL, "permute", 1, &in[k], (int64_t[]){1, 0, 2}, 3, NULL, 0);
-        }
-    if (OK(in[7]) && (ndim_of(c, in[7]) != 2 || (sizes_copy(c, in[7], sz), sz[0] != D || sz[1] != 3 * r.H)))
-        FAIL("P must be (%d,%lld)", D, (long long)(3 * r.H));
-    weft_value x = c->in[0];
-    if (layout) x = op(c, NULL, "permute", 1, &x, (int64_t[]){1, 0, 2}, 3, NULL, 0); // (T,B,I)
-    if (OK(x)) x = reshape(c, NULL, x, 2, (int64_t[]){r.T * r.B, I});
-    bool want_y = wants_out(c, 0);
-    weft_value *ys = want_y ? calloc((size_t)(r.T * D), sizeof *ys) : NULL;
-    if (want_y && !ys) return weft_error(WEFT_ERR_OOM, "no memory");
-    weft_value hs[2], cs[2], yd[2];
-    weft_status st = OK(x) ? WEFT_OK : weft_last_status();
-    for (int d = 0; d < D && !st; d++) {
-        r.reverse = rev || d == 1;
-        r.f = rnn_act(c, d, nact, 0, r.kind == RK_RNN ? "Tanh" : "Sigmoid");
-        r.g = nact > 1 ? rnn_act(c, d, nact, 1, "Tanh") : r.f;
-        r.hf = nact > 2 ? rnn_act(c, d, nact, 2, "Tanh") : r.f;
-        if (!r.f || !r.g || !r.hf) {
-            st = weft_error(WEFT_ERR_UNSUPPORTED, "activations: only Sigmoid, Tanh and Relu (%d for each direction)", nact);
-            break;
-        }
-        weft_tensor *z = weft_tensor_zeros(WEFT_DIMS(r.B, r.H), dtype_of(c, x));
-        weft_value zeros = konst(c, NULL, z, NULL);
-        hs[d] = OK(in[5]) ? pick(c, in[5], d) : zeros;
-        cs[d] = OK(in[6]) ? pick(c, in[6], d) : zeros;
-        st = rnn_direction(c, &r, x, pick(c, c->in[1], d), pick(c, c->in[2], d), OK(in[3]) ? pick(c, in[3], d) : in[3],
-                           OK(in[7]) ? pick(c, in[7], d) : in[7], in[4], &hs[d], &cs[d], ys ? ys + d * r.T : NULL);
-        if (!st && want_y) { // (T,1,B,H)
-            for (int64_t t = 0; t < r.T && !st; t++) {
-                weft_value *y = &ys[d * r.T + t];
-                *y = reshape(c, NULL, *y, 4, (int64_t[]){1, 1, r.B, r.H});
-                if (!OK(*y)) st = weft_last_status();
-            }
-            if (!st) yd[d] = op(c, NULL, "concat", (int)r.T, ys + d * r.T, (int64_t[]){0}, 1, NULL, 0);
-            if (!st && !OK(yd[d])) st = weft_last_status();
-        }
-    }
-    free(ys);
-    if (st) return st;
-    // Y (T,D,B,H), batch first (B,T,D,H) in layout 1; Y_h, Y_c (D,B,H), (B,D,H) in layout 1
-    if (want_y) {
-        weft_value y = D == 2 ? op(c, NULL, "concat", 2, yd, (int64_t[]){1}, 1, NULL, 0) : yd[0];
-        if (layout && OK(y)) y = op(c, NULL, "permute", 1, &y, (int64_t[]){2, 0, 1, 3}, 4, NULL, 0); // (B,T,D,H)
-        int64_t s4[4] = {r.T, D, r.B, r.H};
-        if (layout) s4[0] = r.B, s4[1] = r.T, s4[2] = D;
-        if (!OK(c->out[0] = OK(y) ? reshape(c, node_out(c, 0), y, 4, s4) : y)) return weft_last_status();
-    }
-    for (int k = 1; k <= 2; k++) {
-        if (!wants_out(c, k)) continue;
-        if (k == 2 && r.kind != RK_LSTM) FAIL("has no output 2");
-        weft_value parts[2];
-        for (int d = 0; d < D; d++) parts[d] = reshape(c, NULL, k == 1 ? hs[d] : cs[d], 3, (int64_t[]){1, r.B, r.H});
-        weft_value v = D == 2 ? op(c, NULL, "concat", 2, parts, (int64_t[]){0}, 1, NULL, 0) : parts[0];
-        if (layout && OK(v)) v = op(c, NULL, "permute", 1, &v, (int64_t[]){1, 0, 2}, 3, NULL, 0);
-        int64_t s3[3] = {layout ? r.B : D, layout ? D : r.B, r.H};
-        if (!OK(c->out[k] = OK(v) ? reshape(c, node_out(c, k), v, 3, s3) : v)) return weft_last_status();
-    }
-    return WEFT_OK;
-}
-
-// ---- the losses: NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss
-
-// sum of every element of v (a 0-d value)
-static weft_value sum_all(nctx *c, const char *name, weft_value v) {
-    int nd = ndim_of(c, v);
-    int64_t at[3] = {nd ? (INT64_C(1) << nd) - 1 : 0, 0, 0};
-    return OK(v) ? op(c, name, "sum", 1, &v, at, 3, NULL, 0) : v;
-}
-
-// NLL(input (N,C,d..), target (N,d..)[, weight (C)]): l = -w[t] input[n, t, d..], 0 where t == ignore_index;
-// reduction none, sum, or mean = sum(l) / sum(w[t]) over the targets not ignored. SoftmaxCrossEntropyLoss
-// is NLL of log_softmax(scores) over dim 1 (its optional output 1, log_prob). The targets not ignored must lie in
-// [0, C): the gather reports one that does not at run.
-static weft_status h_nll(nctx *c, const char *arg) {
-    bool sce = arg[0] == 's';
-    if (c->n_in > 3) FAIL("%d inputs (at most 3)", c->n_in);
-    weft_value x = c->in[0], t = c->in[1], w = c->n_in > 2 && c->kin[2] >= 0 ? c->in[2] : WEFT_VALUE_NONE;
-    int nd = ndim_of(c, x);
-    int64_t xs[WEFT_MAX_DIMS], ts[WEFT_MAX_DIMS];
-    if (nd < 2 || ndim_of(c, t) != nd - 1) FAIL("input must be (N,C,...) and target (N,...)");
-    sizes_copy(c, x, xs);
-    sizes_copy(c, t, ts);
-    for (int d = 0; d < nd - 1; d++)
-        if (ts[d] != xs[d ? d + 1 : 0]) FAIL("target's dim %d is %lld, the input's %lld", d, (long long)ts[d],
-                                              (long long)xs[d ? d + 1 : 0]);
-    weft_dtype tdt = dtype_of(c, t), xdt = dtype_of(c, x);
-    if (tdt != WEFT_I32 && tdt != WEFT_I64) FAIL("target of type %s (int32 or int64)", weft_dtype_name(tdt));
-    if (xdt != WEFT_F32 && xdt != WEFT_F64 && xdt != WEFT_F16 && xdt != WEFT_BF16) FAIL("input of type %s", weft_dtype_name(xdt));
-    if (OK(w) && (ndim_of(c, w) != 1 || sizes_of(c, w)[0] != xs[1] || dtype_of(c, w) != xdt))
-        FAIL("weight must be (%lld) of the input's type", (long long)xs[1]);
-    int red = attr_s_is(c, "reduction", "mean", "none") ? 0 : attr_s_is(c, "reduction", "mean", "sum") ? 1
-            : attr_s_is(c, "reduction", "mean", "mean") ? 2 : -1;
-    if (red < 0) FAIL("reduction must be none, sum or mean");
-    bool has_ii = attr_t(c, "ignore_index", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT) != NULL;
-    int64_t ii = attr_i(c, "ignore_index", 0);
-    if (tdt == WEFT_I32 && (ii < INT32_MIN || ii > INT32_MAX)) has_ii = false; // no int32 target can equal it
-    weft_value lp = x;
-    if (sce) { // log_prob in the input's dtype (weft's log_softmax of a half input is f32)
-        int64_t one = 1, dt = xdt;
-        bool back = xdt == WEFT_F16 || xdt == WEFT_BF16;
-        lp = op(c, back ? NULL : node_out(c, 1), "log_softmax", 1, &x, &one, 1, NULL, 0);
-        if (back && OK(lp) && dtype_of(c, lp) != xdt) lp = op(c, node_out(c, 1), "cast", 1, &lp, &dt, 1, NULL, 0);
-        if (!OK(lp)) return weft_last_status();
-        c->out[1] = lp;
-    } else if (wants_out(c, 1)) {
-        FAIL("has one output");
-    }
-    weft_value m = WEFT_VALUE_NONE, tsafe = t; // targets ignored read row 0 instead: any index in range
-    if (has_ii) { // the index made exactly (a double would round it past 2^53)
-        weft_tensor *k = weft_tensor_empty(0, NULL, tdt);
-        if (k && tdt == WEFT_I64) *(int64_t *)weft_tensor_data(k) = ii;
-        else if (k) *(int32_t *)weft_tensor_data(k) = (int32_t)ii;
-        m = bin(c, "ne", t, konst(c, NULL, k, NULL));
-        tsafe = OK(m) ? op(c, NULL, "where", 3, (weft_value[]){m, t, scalar(c, tdt, 0)}, NULL, 0, NULL, 0) : m;
-    }
-    int64_t is[WEFT_MAX_DIMS], one_dim = 1;
-    is[0] = ts[0], is[1] = 1;
-    for (int d = 1; d < nd - 1; d++) is[d + 1] = ts[d];
-    weft_value g = OK(tsafe) ? op(c, NULL, "gather", 2, (weft_value[]){lp, reshape(c, NULL, tsafe, nd, is)}, &one_dim,
-                                  1, NULL, 0)
-                             : tsafe;
-    weft_value l = un(c, "neg", reshape(c, NULL, g, nd - 1, ts)); // (N,d..)
-    weft_value wt = WEFT_VALUE_NONE; // each target's weight, 0 where ignored
-    if (OK(w)) {
-        int64_t n = 1, zero = 0;
-        for (int d = 0; d < nd - 1; d++) n *= ts[d];
-        weft_value flat = reshape(c, NULL, tsafe, 1, &n);
-        wt = OK(flat) ? op(c, NULL, "index_select", 2, (weft_value[]){w, flat}, &zero, 1, NULL, 0) : flat;
-        wt = reshape(c, NULL, wt, nd - 1, ts);
-    }
-    if (OK(m)) {
-        int64_t dt = xdt;
-        weft_value mf = op(c, NULL, "cast", 1, &m, &dt, 1, NULL, 0);
-        wt = OK(w) ? bin(c, "mul", wt, mf) : mf;
-    }
-    if (OK(wt)) l = bin(c, "mul", l, wt);
-    if (!OK(l)) return weft_last_status();
-    if (red == 0) OUT0(reshape(c, node_out(c, 0), l, nd - 1, ts));
-    if (red == 1) OUT0(sum_all(c, node_out(c, 0), l));
-    if (!OK(wt)) { // mean over every element
-        int64_t at[3] = {(INT64_C(1) << (nd - 1)) - 1, 0, 0};
-        OUT0(op(c, node_out(c, 0), "mean", 1, &l, at, 3, NULL, 0));
-    }
-    weft_value num = sum_all(c, NULL, l), den = sum_all(c, NULL, wt);
-    OUT0(OK(num) && OK(den) ? op(c, node_out(c, 0), "div", 2, (weft_value[]){num, den}, NULL, 0, NULL, 0) : num);
 }
 
 // The ONNX ops weft reads (default domain), by op_type.
@@ -1620,11 +1234,11 @@ static const struct {
     {"ReduceLogSumExp", h_reduce, "logsumexp", 1},
     {"ConstantOfShape", h_constant_of_shape, NULL, 1},
     {"Range", h_range, NULL, 3},
-    {"NegativeLogLikelihoodLoss", h_nll, "nll", 2},
-    {"SoftmaxCrossEntropyLoss", h_nll, "sce", 2},
-    {"RNN", h_rnn, "RNN", 3},
-    {"GRU", h_rnn, "GRU", 3},
-    {"LSTM", h_rnn, "LSTM", 3},
+    {"NegativeLogLikelihoodLoss", oi_nll, "nll", 2},
+    {"SoftmaxCrossEntropyLoss", oi_nll, "sce", 2},
+    {"RNN", oi_rnn, "RNN", 3},
+    {"GRU", oi_rnn, "GRU", 3},
+    {"LSTM", oi_rnn, "LSTM", 3},
 };
 
 // ---------------------------------------------------------------- the model
@@ -1686,7 +1300,7 @@ static weft_status import_node(imp *m, const Onnx__NodeProto *n, int idx) {
         st = ops[fn].fn(c, ops[fn].arg);
         if (c->bad_attr) { // read as absent: whatever the handler made of that is not the file's model
             st = WEFT_ERR_FORMAT;
-            const Onnx__AttributeProto *a = attr(c, c->bad_attr);
+            const Onnx__AttributeProto *a = oi_attr(c, c->bad_attr);
             snprintf(why, sizeof why, "attribute '%s' has type %d, not the one the op takes", c->bad_attr, (int)a->type);
         } else if (st != WEFT_OK) {
             snprintf(why, sizeof why, "%s", weft_last_error());

@@ -1,0 +1,96 @@
+// The ONNX importer's internals, shared by onnx_import.c (the model, the node loop and most ops' handlers)
+// and onnx_import_nn.c (the recurrent layers and the losses). Handlers build weft graph ops through oi_op and
+// the helpers below; the op that produces an ONNX value is named after it.
+#ifndef WEFT_GRAPH_ONNX_IMPORT_H
+#define WEFT_GRAPH_ONNX_IMPORT_H
+
+#include <string.h>
+
+#include "onnx.h"
+
+#ifdef WEFT_HAVE_ONNX
+
+typedef struct entry {
+    const char *name;   // the ONNX value name (the file's string)
+    weft_value v;       // its weft value
+    weft_tensor *konst; // its value when known at import (CPU, contiguous), else NULL
+} entry;
+
+typedef struct imp {
+    weft_graph *g;
+    const char *path;
+    int64_t opset; // of the default domain
+    int64_t steps; // recurrent steps unrolled so far (oi_rnn)
+    entry *e;
+    int n, cap;
+    int32_t *slots; // open addressing over e (index, -1 empty)
+    size_t n_slots;
+} imp;
+
+// Inputs of one node: handlers may read c->in[k] / c->kin[k] for any k < MIN_IN (absent ones are NONE / -1);
+// Concat and the variadic ops take up to MAX_IN (an unrolled recurrence concatenates one value per step).
+#define MIN_IN 16
+#define MAX_IN 65536
+
+typedef struct nctx {
+    imp *m;
+    const Onnx__NodeProto *n;
+    int n_in;                     // inputs present (trailing empty names dropped)
+    weft_value *in;               // their values (WEFT_VALUE_NONE for an empty name in the middle), at least
+    int *kin;                     // MIN_IN of each; their entries (-1 for an empty name)
+    weft_value out[8];            // what the handler binds to the node's outputs
+    weft_tensor *konst0;          // output 0's value when the handler knows it (Constant, Shape; a reference)
+    int tmp;                      // temporaries named "<first output>#<k>"
+    const char *bad_attr;         // the first attribute read whose type in the file is not the op's
+    char tname[512];
+} nctx;
+
+static const char *node_out(const nctx *c, int k) {
+    return k < (int)c->n->n_output && c->n->output[k] && c->n->output[k][0] ? c->n->output[k] : NULL;
+}
+static bool wants_out(const nctx *c, int k) { return node_out(c, k) != NULL; }
+
+static int ndim_of(const nctx *c, weft_value v) { return weft_graph_value_ndim(c->m->g, v); }
+// Points into the graph's values: a later op may move them (sizes_copy where sizes outlive one).
+static const int64_t *sizes_of(const nctx *c, weft_value v) { return weft_graph_value_sizes(c->m->g, v); }
+static void sizes_copy(const nctx *c, weft_value v, int64_t *out) {
+    int nd = ndim_of(c, v);
+    if (nd > 0) memcpy(out, sizes_of(c, v), sizeof(int64_t) * (size_t)nd);
+}
+static weft_dtype dtype_of(const nctx *c, weft_value v) { return weft_graph_value_dtype(c->m->g, v); }
+
+#define OK(v) ((v).id >= 0)
+typedef weft_status (*handler)(nctx *c, const char *arg);
+#define FAIL(...) return weft_error(WEFT_ERR_UNSUPPORTED, __VA_ARGS__)
+#define OUT0(expr)                                                                                                    \
+    do {                                                                                                              \
+        c->out[0] = (expr);                                                                                           \
+        return OK(c->out[0]) ? WEFT_OK : weft_last_status();                                                          \
+    } while (0)
+
+
+// An op of the table; name NULL: a temporary. Errors already name the op; the caller adds the node.
+weft_value oi_op(nctx *c, const char *name, const char *opn, int n_in, const weft_value *in, const int64_t *ia,
+                 int nia, const double *fa, int nfa);
+// A CONSTANT holding t (taken), also known at import; a 0-d one of dtype dt holding x (oi_scalar_as: f16 and
+// bf16 too, through a cast).
+weft_value oi_konst(nctx *c, const char *name, weft_tensor *t, weft_tensor **keep);
+weft_value oi_scalar(nctx *c, weft_dtype dt, double x);
+weft_value oi_scalar_as(nctx *c, weft_dtype dt, double x);
+// v viewed as sizes (a copy first where v is a permuted, sliced or expanded view); NONE in, NONE out.
+weft_value oi_reshape(nctx *c, const char *name, weft_value v, int nd, const int64_t *sizes);
+// A constant the loader makes of these sizes is allowed (at most 2^26 elements).
+weft_status oi_check_made(int nd, const int64_t *s);
+// Attributes: oi_attr by name; the typed readers note a type other than the op's in c->bad_attr.
+const Onnx__AttributeProto *oi_attr(const nctx *c, const char *name);
+const Onnx__AttributeProto *oi_attr_t(nctx *c, const char *name, Onnx__AttributeProto__AttributeType t);
+int64_t oi_attr_i(nctx *c, const char *name, int64_t def);
+bool oi_attr_s_is(nctx *c, const char *name, const char *def, const char *want);
+
+// onnx_import_nn.c: RNN / GRU / LSTM (arg "RNN", "GRU", "LSTM"), NegativeLogLikelihoodLoss and
+// SoftmaxCrossEntropyLoss (arg "nll", "sce").
+weft_status oi_rnn(nctx *c, const char *arg);
+weft_status oi_nll(nctx *c, const char *arg);
+
+#endif
+#endif
