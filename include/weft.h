@@ -20,5 +20,6 @@
 #include "weft/graph.h"
 #include "weft/graph_passes.h"
 #include "weft/queue.h"
+#include "weft/kgen.h"
 
 #endif

@@ -1,0 +1,448 @@
+// Kernel definitions: inputs, axes and expressions, the checks that make a
+// definition safe to generate code for (every load in range), and the f64
+// reference that evaluates a definition directly.
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kgen_impl.h"
+
+static bool is_ident(const char *s) {
+    if (!s || !*s || strlen(s) > 31) return false;
+    for (const char *p = s; *p; p++) {
+        bool alpha = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '_';
+        if (!alpha && !(p > s && *p >= '0' && *p <= '9')) return false;
+    }
+    return true;
+}
+
+weft_kg *weft_kg_new(const char *name) {
+    if (!is_ident(name))
+        return weft_error_null(WEFT_ERR_ARG, "kgen: kernel name '%s' is not a C identifier of at most 31 characters",
+                               name ? name : "(null)");
+    weft_kg *kg = calloc(1, sizeof *kg);
+    if (!kg) return weft_error_null(WEFT_ERR_OOM, "kgen '%s': out of memory", name);
+    strcpy(kg->name, name);
+    return kg;
+}
+
+void weft_kg_free(weft_kg *kg) {
+    if (!kg) return;
+    for (int i = 0; i < kg->n_nodes; i++) free(kg->nodes[i]);
+    free(kg->nodes);
+    free(kg);
+}
+
+// A name not yet used by an input or an axis of kg.
+static bool name_free(const weft_kg *kg, const char *name, const char *what) {
+    if (!is_ident(name)) {
+        weft_error(WEFT_ERR_ARG, "kgen '%s': %s name '%s' is not a C identifier of at most 31 characters", kg->name,
+                   what, name ? name : "(null)");
+        return false;
+    }
+    for (int i = 0; i < kg->n_in; i++)
+        if (!strcmp(kg->in[i].name, name)) goto taken;
+    for (int i = 0; i < kg->n_axis; i++)
+        if (!strcmp(kg->axis[i].name, name)) goto taken;
+    return true;
+taken:
+    weft_error(WEFT_ERR_ARG, "kgen '%s': the name '%s' is already used", kg->name, name);
+    return false;
+}
+
+int weft_kg_input(weft_kg *kg, const char *name, int ndim, const int64_t *sizes) {
+    if (!kg) return weft_error(WEFT_ERR_ARG, "kgen: input of a NULL definition"), -1;
+    if (kg->defined) return weft_error(WEFT_ERR_STATE, "kgen '%s': input after compute", kg->name), -1;
+    if (!name_free(kg, name, "input")) return -1;
+    if (kg->n_in == WEFT_KG_MAX_INPUTS)
+        return weft_error(WEFT_ERR_ARG, "kgen '%s': more than %d inputs", kg->name, WEFT_KG_MAX_INPUTS), -1;
+    if (ndim < 1 || ndim > WEFT_MAX_DIMS || !sizes)
+        return weft_error(WEFT_ERR_ARG, "kgen '%s': input %s has %d dims (1..%d)", kg->name, name, ndim, WEFT_MAX_DIMS), -1;
+    kg_input *in = &kg->in[kg->n_in];
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (sizes[d] < 1 || sizes[d] > INT32_MAX || __builtin_mul_overflow(n, sizes[d], &n) || n > ((int64_t)1 << 40))
+            return weft_error(WEFT_ERR_ARG, "kgen '%s': input %s: size %lld of dim %d out of range", kg->name, name,
+                              (long long)sizes[d], d), -1;
+        in->size[d] = sizes[d];
+    }
+    strcpy(in->name, name);
+    in->ndim = ndim;
+    return kg->n_in++;
+}
+
+static weft_kg_expr *node(weft_kg *kg, kg_kind kind) {
+    if (kg->n_nodes == kg->cap_nodes) {
+        int cap = kg->cap_nodes ? 2 * kg->cap_nodes : 32;
+        weft_kg_expr **p = realloc(kg->nodes, (size_t)cap * sizeof *p);
+        if (!p) return weft_error_null(WEFT_ERR_OOM, "kgen '%s': out of memory", kg->name);
+        kg->nodes = p;
+        kg->cap_nodes = cap;
+    }
+    weft_kg_expr *e = calloc(1, sizeof *e);
+    if (!e) return weft_error_null(WEFT_ERR_OOM, "kgen '%s': out of memory", kg->name);
+    e->owner = kg;
+    e->kind = kind;
+    kg->nodes[kg->n_nodes++] = e;
+    return e;
+}
+
+// e was made by kg (an expression of another definition would index this one's inputs and axes).
+static bool mine(const weft_kg *kg, const weft_kg_expr *e, const char *what) {
+    if (e->owner == kg) return true;
+    weft_error(WEFT_ERR_ARG, "kgen '%s': %s is an expression of another definition", kg->name, what);
+    return false;
+}
+
+static weft_kg_expr *new_axis(weft_kg *kg, const char *name, int64_t extent, bool reduce) {
+    if (!kg) return weft_error_null(WEFT_ERR_ARG, "kgen: axis of a NULL definition");
+    if (kg->defined) return weft_error_null(WEFT_ERR_STATE, "kgen '%s': axis after compute", kg->name);
+    if (!name_free(kg, name, "axis")) return NULL;
+    if (extent < 1 || extent > INT32_MAX)
+        return weft_error_null(WEFT_ERR_ARG, "kgen '%s': axis %s has extent %lld (1..2^31-1)", kg->name, name,
+                               (long long)extent);
+    int n = 0;
+    for (int i = 0; i < kg->n_axis; i++) n += kg->axis[i].reduce == reduce;
+    if (n == WEFT_KG_MAX_AXES)
+        return weft_error_null(WEFT_ERR_ARG, "kgen '%s': more than %d %s axes", kg->name, WEFT_KG_MAX_AXES,
+                               reduce ? "reduction" : "output");
+    weft_kg_expr *e = node(kg, KG_AXIS);
+    if (!e) return NULL;
+    kg_axis *a = &kg->axis[kg->n_axis];
+    strcpy(a->name, name);
+    a->ext = extent;
+    a->reduce = reduce;
+    e->id = kg->n_axis++;
+    e->is_int = true;
+    return e;
+}
+
+weft_kg_expr *weft_kg_axis(weft_kg *kg, const char *name, int64_t extent) { return new_axis(kg, name, extent, false); }
+weft_kg_expr *weft_kg_reduce_axis(weft_kg *kg, const char *name, int64_t extent) {
+    return new_axis(kg, name, extent, true);
+}
+
+weft_kg_expr *weft_kg_const(weft_kg *kg, double v) {
+    if (!kg) return NULL;
+    if (!(fabs(v) <= FLT_MAX))
+        return weft_error_null(WEFT_ERR_ARG, "kgen '%s': constant %g is not a finite f32", kg->name, v);
+    weft_kg_expr *e = node(kg, KG_CONST);
+    if (!e) return NULL;
+    e->c = v;
+    e->is_int = v == floor(v) && fabs(v) < 2147483648.0;
+    return e;
+}
+
+static weft_kg_expr *load(weft_kg *kg, int input, weft_kg_expr *const *idx, bool pad, double v) {
+    if (!kg) return NULL;
+    if (input < 0 || input >= kg->n_in)
+        return weft_error_null(WEFT_ERR_ARG, "kgen '%s': load of input %d (%d inputs)", kg->name, input, kg->n_in);
+    const kg_input *in = &kg->in[input];
+    if (!idx) return weft_error_null(WEFT_ERR_ARG, "kgen '%s': load of %s without indices", kg->name, in->name);
+    for (int d = 0; d < in->ndim; d++) {
+        if (!idx[d]) return NULL; // an earlier call failed and said why
+        if (!mine(kg, idx[d], "an index")) return NULL;
+        if (!idx[d]->is_int)
+            return weft_error_null(WEFT_ERR_ARG, "kgen '%s': load of %s: index %d is not an integer expression of axes",
+                                   kg->name, in->name, d);
+    }
+    if (!(fabs(v) <= FLT_MAX))
+        return weft_error_null(WEFT_ERR_ARG, "kgen '%s': load of %s: pad %g is not a finite f32", kg->name, in->name, v);
+    weft_kg_expr *e = node(kg, KG_LOAD);
+    if (!e) return NULL;
+    e->id = input;
+    e->pad = pad;
+    e->c = v;
+    e->n = in->ndim;
+    for (int d = 0; d < in->ndim; d++) e->a[d] = idx[d];
+    return e;
+}
+
+weft_kg_expr *weft_kg_load(weft_kg *kg, int input, weft_kg_expr *const *idx) { return load(kg, input, idx, false, 0); }
+weft_kg_expr *weft_kg_load_pad(weft_kg *kg, int input, weft_kg_expr *const *idx, double pad) {
+    return load(kg, input, idx, true, pad);
+}
+
+weft_kg_expr *weft_kg_bin(weft_kg *kg, weft_kg_op op, weft_kg_expr *a, weft_kg_expr *b) {
+    if (!kg || !a || !b) return NULL;
+    if (op < WEFT_KG_ADD || op > WEFT_KG_MIN)
+        return weft_error_null(WEFT_ERR_ARG, "kgen '%s': op %d is not binary", kg->name, (int)op);
+    if (!mine(kg, a, "an operand") || !mine(kg, b, "an operand")) return NULL;
+    weft_kg_expr *e = node(kg, KG_BIN);
+    if (!e) return NULL;
+    e->op = op;
+    e->n = 2;
+    e->a[0] = a;
+    e->a[1] = b;
+    e->is_int = a->is_int && b->is_int && (op == WEFT_KG_ADD || op == WEFT_KG_SUB || op == WEFT_KG_MUL);
+    return e;
+}
+
+weft_kg_expr *weft_kg_un(weft_kg *kg, weft_kg_op op, weft_kg_expr *a) {
+    if (!kg || !a) return NULL;
+    if (op < WEFT_KG_NEG || op > WEFT_KG_TANH)
+        return weft_error_null(WEFT_ERR_ARG, "kgen '%s': op %d is not unary", kg->name, (int)op);
+    if (!mine(kg, a, "the operand")) return NULL;
+    weft_kg_expr *e = node(kg, KG_UN);
+    if (!e) return NULL;
+    e->op = op;
+    e->n = 1;
+    e->a[0] = a;
+    e->is_int = a->is_int && op == WEFT_KG_NEG;
+    return e;
+}
+
+weft_kg_expr *weft_kg_acc(weft_kg *kg) { return kg ? node(kg, KG_ACC) : NULL; }
+
+// Range of an integer expression over the axes' extents.
+static bool int_range(const weft_kg *kg, const weft_kg_expr *e, int64_t *lo, int64_t *hi) {
+    int64_t l0, h0, l1, h1;
+    switch (e->kind) {
+    case KG_CONST: *lo = *hi = (int64_t)e->c; return true;
+    case KG_AXIS: *lo = 0, *hi = kg->axis[e->id].ext - 1; return true;
+    case KG_UN: // NEG
+        if (!int_range(kg, e->a[0], &l0, &h0)) return false;
+        return !__builtin_sub_overflow(0, h0, lo) && !__builtin_sub_overflow(0, l0, hi);
+    case KG_BIN:
+        if (!int_range(kg, e->a[0], &l0, &h0) || !int_range(kg, e->a[1], &l1, &h1)) return false;
+        if (e->op == WEFT_KG_ADD) return !__builtin_add_overflow(l0, l1, lo) && !__builtin_add_overflow(h0, h1, hi);
+        if (e->op == WEFT_KG_SUB) return !__builtin_sub_overflow(l0, h1, lo) && !__builtin_sub_overflow(h0, l1, hi);
+        int64_t p[4];
+        if (__builtin_mul_overflow(l0, l1, &p[0]) || __builtin_mul_overflow(l0, h1, &p[1]) ||
+            __builtin_mul_overflow(h0, l1, &p[2]) || __builtin_mul_overflow(h0, h1, &p[3]))
+            return false;
+        *lo = *hi = p[0];
+        for (int i = 1; i < 4; i++) *lo = p[i] < *lo ? p[i] : *lo, *hi = p[i] > *hi ? p[i] : *hi;
+        return true;
+    default: return false;
+    }
+}
+
+// Checks an expression of the body (epi false) or the epilogue (epi true): axes
+// of this kernel, acc only in the epilogue, no reduction axis there, loads in range.
+static weft_status check_expr(const weft_kg *kg, const weft_kg_expr *e, bool epi, int depth, int64_t *budget) {
+    if (depth > 64) return weft_error(WEFT_ERR_ARG, "kgen '%s': expression deeper than 64", kg->name);
+    if (--*budget < 0)
+        return weft_error(WEFT_ERR_ARG, "kgen '%s': the expressions expand to more than %d nodes (shared ones counted at "
+                          "each use)", kg->name, KG_MAX_TREE);
+    int64_t lo, hi;
+    if (e->is_int && !int_range(kg, e, &lo, &hi))
+        return weft_error(WEFT_ERR_ARG, "kgen '%s': an integer expression overflows 64 bits over the axes' extents",
+                          kg->name);
+    switch (e->kind) {
+    case KG_ACC:
+        if (!epi) return weft_error(WEFT_ERR_ARG, "kgen '%s': acc outside the epilogue", kg->name);
+        return WEFT_OK;
+    case KG_AXIS:
+        if (epi && kg->axis[e->id].reduce)
+            return weft_error(WEFT_ERR_ARG, "kgen '%s': reduction axis %s in the epilogue", kg->name,
+                              kg->axis[e->id].name);
+        return WEFT_OK;
+    case KG_LOAD: {
+        const kg_input *in = &kg->in[e->id];
+        for (int d = 0; d < e->n; d++) {
+            weft_status st = check_expr(kg, e->a[d], epi, depth + 1, budget);
+            if (st) return st;
+            int_range(kg, e->a[d], &lo, &hi); // (checked above, as an integer expression)
+            if (!e->pad && (lo < 0 || hi >= in->size[d]))
+                return weft_error(WEFT_ERR_ARG,
+                                  "kgen '%s': load of %s: index %d ranges over [%lld, %lld], outside [0, %lld] "
+                                  "(weft_kg_load_pad reads a pad value there)",
+                                  kg->name, in->name, d, (long long)lo, (long long)hi, (long long)in->size[d] - 1);
+        }
+        return WEFT_OK;
+    }
+    default:
+        for (int i = 0; i < e->n; i++) {
+            weft_status st = check_expr(kg, e->a[i], epi, depth + 1, budget);
+            if (st) return st;
+        }
+        return WEFT_OK;
+    }
+}
+
+weft_status weft_kg_compute(weft_kg *kg, int n_axes, weft_kg_expr *const *axes, weft_kg_reduce red,
+                            weft_kg_expr *body, weft_kg_expr *epilogue) {
+    if (!kg) return weft_error(WEFT_ERR_ARG, "kgen: compute of a NULL definition");
+    if (kg->defined) return weft_error(WEFT_ERR_STATE, "kgen '%s': compute given twice", kg->name);
+    if (!body) return weft_last_status() ? weft_last_status() : weft_error(WEFT_ERR_ARG, "kgen '%s': no body", kg->name);
+    if (red < WEFT_KG_NONE || red > WEFT_KG_MAXRED) return weft_error(WEFT_ERR_ARG, "kgen '%s': reduction %d", kg->name, (int)red);
+    int n_spatial = 0, n_reduce = 0;
+    for (int i = 0; i < kg->n_axis; i++) kg->axis[i].reduce ? n_reduce++ : n_spatial++;
+    if (n_axes < 1 || n_axes > WEFT_KG_MAX_AXES || !axes || n_axes != n_spatial)
+        return weft_error(WEFT_ERR_ARG, "kgen '%s': the output needs each of the %d output axes once (given %d)",
+                          kg->name, n_spatial, n_axes);
+    bool seen[2 * WEFT_KG_MAX_AXES] = {0};
+    int64_t numel = 1;
+    for (int i = 0; i < n_axes; i++) {
+        if (!axes[i]) return weft_last_status();
+        if (!mine(kg, axes[i], "an output axis")) return WEFT_ERR_ARG;
+        if (axes[i]->kind != KG_AXIS || kg->axis[axes[i]->id].reduce || seen[axes[i]->id])
+            return weft_error(WEFT_ERR_ARG, "kgen '%s': output dim %d is not a new output axis", kg->name, i);
+        seen[axes[i]->id] = true;
+        kg->out_axis[i] = axes[i]->id;
+        if (__builtin_mul_overflow(numel, kg->axis[axes[i]->id].ext, &numel) || numel > ((int64_t)1 << 40))
+            return weft_error(WEFT_ERR_ARG, "kgen '%s': the output has more than 2^40 elements", kg->name);
+    }
+    if (red == WEFT_KG_NONE && n_reduce)
+        return weft_error(WEFT_ERR_ARG, "kgen '%s': %d reduction axes but no reduction", kg->name, n_reduce);
+    if (!mine(kg, body, "the body") || (epilogue && !mine(kg, epilogue, "the epilogue"))) return WEFT_ERR_ARG;
+    int64_t budget = KG_MAX_TREE;
+    weft_status st = check_expr(kg, body, false, 0, &budget);
+    if (!st && epilogue) st = check_expr(kg, epilogue, true, 0, &budget);
+    if (st) return st;
+    kg->n_out = n_axes;
+    kg->red = red;
+    kg->body = body;
+    kg->epi = epilogue;
+    kg->defined = true;
+    return WEFT_OK;
+}
+
+int weft_kg_out_shape(const weft_kg *kg, int64_t *sizes) {
+    if (!kg || !kg->defined) return weft_error(WEFT_ERR_STATE, "kgen: the output of an undefined kernel"), -1;
+    if (!sizes) return weft_error(WEFT_ERR_ARG, "kgen '%s': out_shape given NULL", kg->name), -1;
+    for (int i = 0; i < kg->n_out; i++) sizes[i] = kg->axis[kg->out_axis[i]].ext;
+    return kg->n_out;
+}
+
+int64_t kg_out_numel(const weft_kg *kg) {
+    int64_t n = 1;
+    for (int i = 0; i < kg->n_out; i++) n *= kg->axis[kg->out_axis[i]].ext;
+    return n;
+}
+
+int64_t kg_in_numel(const weft_kg *kg, int i) {
+    int64_t n = 1;
+    for (int d = 0; d < kg->in[i].ndim; d++) n *= kg->in[i].size[d];
+    return n;
+}
+
+// ---- the reference ----
+
+typedef struct ref_env {
+    const weft_kg *kg;
+    const float *const *in;
+    int64_t val[2 * WEFT_KG_MAX_AXES];
+    double acc;
+} ref_env;
+
+static int64_t ref_int(const ref_env *r, const weft_kg_expr *e) {
+    switch (e->kind) {
+    case KG_CONST: return (int64_t)e->c;
+    case KG_AXIS: return r->val[e->id];
+    case KG_UN: return -ref_int(r, e->a[0]);
+    default: {
+        int64_t a = ref_int(r, e->a[0]), b = ref_int(r, e->a[1]);
+        return e->op == WEFT_KG_ADD ? a + b : e->op == WEFT_KG_SUB ? a - b : a * b;
+    }
+    }
+}
+
+static double ref_val(const ref_env *r, const weft_kg_expr *e) {
+    if (e->is_int) return (double)ref_int(r, e);
+    switch (e->kind) {
+    case KG_CONST: return e->c;
+    case KG_ACC: return r->acc;
+    case KG_LOAD: {
+        const kg_input *in = &r->kg->in[e->id];
+        int64_t off = 0;
+        for (int d = 0; d < e->n; d++) {
+            int64_t i = ref_int(r, e->a[d]);
+            if (i < 0 || i >= in->size[d]) return e->c; // only a padded load gets here (checked at compute)
+            off = off * in->size[d] + i;
+        }
+        return r->in[e->id][off];
+    }
+    case KG_UN: {
+        double a = ref_val(r, e->a[0]);
+        switch (e->op) {
+        case WEFT_KG_NEG: return -a;
+        case WEFT_KG_EXP: return exp(a);
+        case WEFT_KG_LOG: return log(a);
+        case WEFT_KG_SQRT: return sqrt(a);
+        default: return tanh(a);
+        }
+    }
+    default: {
+        double a = ref_val(r, e->a[0]), b = ref_val(r, e->a[1]);
+        switch (e->op) {
+        case WEFT_KG_ADD: return a + b;
+        case WEFT_KG_SUB: return a - b;
+        case WEFT_KG_MUL: return a * b;
+        case WEFT_KG_DIV: return a / b;
+        case WEFT_KG_MAX: return fmax(a, b);
+        default: return fmin(a, b);
+        }
+    }
+    }
+}
+
+weft_status weft_kg_reference(const weft_kg *kg, const float *const *in, float *out) {
+    if (!kg || !kg->defined) return weft_error(WEFT_ERR_STATE, "kgen: reference of an undefined kernel");
+    if (!in || !out) return weft_error(WEFT_ERR_ARG, "kgen '%s': reference given NULL buffers", kg->name);
+    for (int i = 0; i < kg->n_in; i++)
+        if (!in[i]) return weft_error(WEFT_ERR_ARG, "kgen '%s': reference input %s is NULL", kg->name, kg->in[i].name);
+    ref_env r = {.kg = kg, .in = in};
+    int red[WEFT_KG_MAX_AXES], n_red = 0;
+    for (int i = 0; i < kg->n_axis; i++)
+        if (kg->axis[i].reduce) red[n_red++] = i;
+    int64_t n = kg_out_numel(kg);
+    for (int64_t o = 0; o < n; o++) {
+        int64_t rest = o;
+        for (int d = kg->n_out - 1; d >= 0; d--) {
+            int64_t ext = kg->axis[kg->out_axis[d]].ext;
+            r.val[kg->out_axis[d]] = rest % ext;
+            rest /= ext;
+        }
+        double acc = kg->red == WEFT_KG_MAXRED ? -INFINITY : 0;
+        if (kg->red == WEFT_KG_NONE) acc = ref_val(&r, kg->body);
+        else {
+            for (int i = 0; i < n_red; i++) r.val[red[i]] = 0;
+            for (;;) {
+                double v = ref_val(&r, kg->body);
+                acc = kg->red == WEFT_KG_SUM ? acc + v : fmax(acc, v);
+                int i = n_red - 1;
+                while (i >= 0 && ++r.val[red[i]] == kg->axis[red[i]].ext) r.val[red[i--]] = 0;
+                if (i < 0) break;
+            }
+        }
+        r.acc = acc;
+        out[o] = (float)(kg->epi ? ref_val(&r, kg->epi) : acc);
+    }
+    return WEFT_OK;
+}
+
+// ---- the definition's hash ----
+
+static uint64_t mix(uint64_t h, const void *p, size_t n) { // FNV-1a
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t hash_expr(uint64_t h, const weft_kg_expr *e) {
+    int32_t head[5] = {(int32_t)e->kind, (int32_t)e->op, e->id, e->pad, e->n};
+    h = mix(h, head, sizeof head);
+    h = mix(h, &e->c, sizeof e->c);
+    for (int i = 0; i < e->n; i++) h = hash_expr(h, e->a[i]);
+    return h;
+}
+
+uint64_t kg_def_hash(const weft_kg *kg) {
+    uint64_t h = mix(0xcbf29ce484222325ull, kg->name, strlen(kg->name) + 1);
+    for (int i = 0; i < kg->n_in; i++) {
+        h = mix(h, kg->in[i].name, strlen(kg->in[i].name) + 1);
+        h = mix(h, &kg->in[i].ndim, sizeof kg->in[i].ndim);
+        h = mix(h, kg->in[i].size, (size_t)kg->in[i].ndim * sizeof kg->in[i].size[0]);
+    }
+    for (int i = 0; i < kg->n_axis; i++) {
+        h = mix(h, kg->axis[i].name, strlen(kg->axis[i].name) + 1);
+        h = mix(h, &kg->axis[i].ext, sizeof kg->axis[i].ext);
+        h = mix(h, &kg->axis[i].reduce, sizeof kg->axis[i].reduce);
+    }
+    h = mix(h, kg->out_axis, (size_t)kg->n_out * sizeof kg->out_axis[0]);
+    h = mix(h, &kg->red, sizeof kg->red);
+    h = hash_expr(h, kg->body);
+    return kg->epi ? hash_expr(mix(h, "|", 1), kg->epi) : h;
+}

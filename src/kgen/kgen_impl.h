@@ -1,0 +1,91 @@
+// Internal structures of the kernel generator (src/kgen): the definition
+// (kgen.c), its schedules (schedule.c), C generation and loading (codegen.c)
+// and the auto-tuner (tune.c).
+#ifndef WEFT_KGEN_IMPL_H
+#define WEFT_KGEN_IMPL_H
+
+#include <weft/kgen.h>
+
+#include "../core/core_impl.h"
+
+typedef enum kg_kind { KG_CONST, KG_AXIS, KG_LOAD, KG_BIN, KG_UN, KG_ACC } kg_kind;
+
+struct weft_kg_expr {
+    const weft_kg *owner; // the definition that made it (and frees it)
+    kg_kind kind;
+    weft_kg_op op;      // KG_BIN, KG_UN
+    double c;           // KG_CONST; KG_LOAD with pad: the pad value
+    int id;             // KG_AXIS: the axis; KG_LOAD: the input
+    bool pad;           // KG_LOAD: out-of-range indices read c
+    bool is_int;        // an integer expression (axes, integer constants, + - *)
+    int n;              // children: a load's indices, an op's operands
+    weft_kg_expr *a[WEFT_MAX_DIMS];
+};
+
+typedef struct kg_input {
+    char name[32];
+    int ndim;
+    int64_t size[WEFT_MAX_DIMS];
+} kg_input;
+
+typedef struct kg_axis {
+    char name[32];
+    int64_t ext;
+    bool reduce;
+} kg_axis;
+
+struct weft_kg {
+    char name[32];
+    int n_in, n_axis;
+    kg_input in[WEFT_KG_MAX_INPUTS];
+    kg_axis axis[2 * WEFT_KG_MAX_AXES];
+    bool defined;                       // weft_kg_compute succeeded
+    int n_out;
+    int out_axis[WEFT_KG_MAX_AXES];     // axis ids, in the output's order
+    weft_kg_reduce red;
+    weft_kg_expr *body, *epi;           // epi NULL: acc
+    weft_kg_expr **nodes;               // every expression, freed with the definition
+    int n_nodes, cap_nodes;
+};
+
+// Expressions are trees over shared nodes; expanded into a tree, one may have at most this many nodes
+// (every walk of it, the checks, the reference and the generated code, is linear in that).
+#define KG_MAX_TREE 100000
+
+enum { KG_ANN_NONE, KG_ANN_UNROLL, KG_ANN_VEC, KG_ANN_PAR };
+
+typedef struct kg_loop {
+    char name[48];
+    int axis;           // the axis this loop walks part of
+    int64_t ext;        // trip count
+    int64_t stride;     // axis value = sum over the axis's live loops of var * stride
+    int ann;
+    bool live;          // false once split
+    int child[2];       // once split: its outer and inner loops
+} kg_loop;
+
+struct weft_kg_sched {
+    const weft_kg *kg;
+    int n_loops;
+    kg_loop loop[WEFT_KG_MAX_LOOPS];
+    int n_order;
+    int order[WEFT_KG_MAX_LOOPS];       // the live loops, outermost first
+    int cache_at;                       // loop of the local accumulator, -1: none
+};
+
+// A split loop l whose factor leaves a tail: its live descendants' values sum past its extent, so the
+// code guards sum(var * stride) / l's stride < l's extent where the last of them opens.
+bool kg_split_has_tail(const weft_kg_sched *s, int l);
+// The live loops l splits into (l itself when live), as positions in the order; returns the count.
+int kg_leaf_positions(const weft_kg_sched *s, int l, int *pos);
+// Position of loop l in the order, -1 if not there.
+int kg_pos(const weft_kg_sched *s, int l);
+// Checks the annotations and the cache placement against the order (done before code is generated).
+weft_status kg_sched_check(const weft_kg_sched *s);
+// A hash of the definition (name, inputs, axes, expressions): the tuning log's key.
+uint64_t kg_def_hash(const weft_kg *kg);
+// Number of elements of the output / of input i.
+int64_t kg_out_numel(const weft_kg *kg);
+int64_t kg_in_numel(const weft_kg *kg, int i);
+
+#endif
