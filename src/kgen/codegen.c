@@ -180,8 +180,8 @@ static void emit_tile_off(gen *g) {
     sb_add(&g->b, "]");
 }
 
-// Opens loop p (its pragma, the for, the axes it completes and their guards); returns the braces to close.
-static int open_loop(gen *g, int p, bool wb) {
+// Opens loop p: its pragma, the for, the guards of the splits it completes, the axes it completes.
+static void open_loop(gen *g, int p, bool wb) {
     const kg_loop *l = at(g, p);
     int id = g->s->order[p];
     if (l->ann == KG_ANN_PAR && !wb) sb_line(&g->b, "#pragma omp parallel for num_threads(nt_) schedule(static)");
@@ -189,7 +189,6 @@ static int open_loop(gen *g, int p, bool wb) {
     if (l->ann == KG_ANN_UNROLL) sb_line(&g->b, "#pragma GCC unroll %lld", (long long)l->ext);
     sb_line(&g->b, "for (int64_t l%d = 0; l%d < %lld; l%d++) { // %s", id, id, (long long)l->ext, id, l->name);
     g->b.ind++;
-    int closes = 1;
     // a split that leaves a tail: its part of the axis stops at its extent (the axis's own split, and any
     // inner loop split again by a factor that does not divide it)
     for (int x = 0; x < g->s->n_loops; x++) {
@@ -215,7 +214,6 @@ static int open_loop(gen *g, int p, bool wb) {
             }
         sb_add(&g->b, ";\n");
     }
-    return closes;
 }
 
 static void close_loops(gen *g, int n) {
@@ -231,17 +229,15 @@ static void emit_update(gen *g) {
     sb *b = &g->b;
     sb_add(b, "%*s", 4 * b->ind, "");
     bool tile = g->cache_pos >= 0;
-    if (kg->red == WEFT_KG_NONE && !tile) { // out = epi(body)
+    if (kg->red == WEFT_KG_NONE && !tile) { // out = epi(body), the body computed once however often acc is read
+        sb_add(b, "{ const float acc_v = ");
+        emit_val(b, kg, kg->body, "");
+        sb_add(b, "; ");
         emit_out_off(g);
         sb_add(b, " = ");
-        if (kg->epi) {
-            sb cur = {0};
-            emit_val(&cur, kg, kg->body, "");
-            if (cur.oom) b->oom = true;
-            emit_val(b, kg, kg->epi, cur.p ? cur.p : "0");
-            free(cur.p);
-        } else emit_val(b, kg, kg->body, "");
-        sb_add(b, ";\n");
+        if (kg->epi) emit_val(b, kg, kg->epi, "acc_v");
+        else sb_add(b, "acc_v");
+        sb_add(b, "; }\n");
         return;
     }
     if (tile) emit_tile_off(g);
@@ -278,9 +274,9 @@ static void gen_writeback(gen *g, int p) {
         sb_add(b, ";\n");
         return;
     }
-    int c = open_loop(g, p, true);
+    open_loop(g, p, true);
     gen_writeback(g, p + 1);
-    close_loops(g, c);
+    close_loops(g, 1);
 }
 
 static void gen_nest(gen *g, int p) {
@@ -288,7 +284,7 @@ static void gen_nest(gen *g, int p) {
         emit_update(g);
         return;
     }
-    int c = open_loop(g, p, false);
+    open_loop(g, p, false);
     if (g->s->order[p] == g->s->cache_at) {
         g->cache_pos = p;
         int64_t t = 1;
@@ -303,7 +299,7 @@ static void gen_nest(gen *g, int p) {
         gen_writeback(g, p + 1);
         g->cache_pos = -1;
     } else gen_nest(g, p + 1);
-    close_loops(g, c);
+    close_loops(g, 1);
 }
 
 // Loops over the output axes in order (the initial value and the epilogue passes without a tile).

@@ -398,6 +398,7 @@ weft_kg_sched *weft_kg_tune(const weft_kg *kg, const weft_kg_tune_opts *opts, we
     rep.candidates = n;
     for (int i = 0; i < n; i++) ms[i] = NAN; // NAN: not measured; < 0: failed
     int best_i = -1, n_fit = 0, tried = 0;
+    char why[512] = ""; // the first build that failed, for the error if none builds
     const float *const *cin = (const float *const *)in;
     if (ok) {
         weft_kg_sched *d = weft_kg_schedule(kg);
@@ -441,6 +442,10 @@ weft_kg_sched *weft_kg_tune(const weft_kg *kg, const weft_kg_tune_opts *opts, we
             weft_kg_sched *s = apply(kg, &space[pick[q]]);
             built[q] = s ? weft_kg_build(s) : NULL;
             weft_kg_sched_free(s);
+            if (!built[q]) {
+#pragma omp critical(kgen_tune_why)
+                if (!why[0]) snprintf(why, sizeof why, "%s", weft_last_error());
+            }
         }
         for (int q = 0; q < np; q++) {
             int i = pick[q];
@@ -457,7 +462,9 @@ weft_kg_sched *weft_kg_tune(const weft_kg *kg, const weft_kg_tune_opts *opts, we
             if (best_i < 0 || ms[i] < ms[best_i]) best_i = i;
         }
     }
-    if (ok && best_i < 0) weft_error(WEFT_ERR_UNSUPPORTED, "kgen '%s': no schedule could be built and run", kg->name);
+    if (ok && best_i < 0)
+        weft_error(WEFT_ERR_UNSUPPORTED, "kgen '%s': no schedule could be built and run%s%s", kg->name,
+                   why[0] ? "; the first failure: " : "", why);
     else if (ok) {
         best = apply(kg, &space[best_i]);
         rep.best_ms = ms[best_i];

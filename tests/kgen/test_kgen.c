@@ -271,6 +271,29 @@ static void test_elementwise_and_tensors(void) {
     weft_kg_sched_free(s);
     weft_kg_free(nn);
 
+    // no reduction, an epilogue reading acc twice: acc * acc + acc, acc = 2 X[q] - 3
+    weft_kg *ep = weft_kg_new("square");
+    int Y = weft_kg_input(ep, "X", 1, (int64_t[]){9});
+    E *p = weft_kg_axis(ep, "p", 9), *acc = weft_kg_acc(ep);
+    E *lin = weft_kg_bin(ep, WEFT_KG_SUB, weft_kg_bin(ep, WEFT_KG_MUL, weft_kg_load(ep, Y, (E *[]){p}), weft_kg_const(ep, 2)),
+                         weft_kg_const(ep, 3));
+    CHECK(weft_kg_compute(ep, 1, (E *[]){p}, WEFT_KG_NONE, lin,
+                          weft_kg_bin(ep, WEFT_KG_ADD, weft_kg_bin(ep, WEFT_KG_MUL, acc, acc), acc)) == WEFT_OK);
+    float xe[9] = {-4, -3, -2, -1, 0, 1, 2, 3, 4}, ye[9];
+    for (int cw = 0; cw < 2; cw++) {
+        s = weft_kg_schedule(ep);
+        if (cw) CHECK(weft_kg_cache_write(s, weft_kg_get_loop(s, "p")) == WEFT_OK);
+        k = weft_kg_build(s);
+        CHECK(k && weft_kg_run_raw(k, (const float *[]){xe}, ye) == WEFT_OK);
+        for (int q = 0; k && q < 9; q++) {
+            float a = 2 * xe[q] - 3;
+            CHECK(ye[q] == a * a + a);
+        }
+        weft_kg_kernel_free(k);
+        weft_kg_sched_free(s);
+    }
+    weft_kg_free(ep);
+
     weft_kg *mm = matmul_def(24, 40, 16, false);
     weft_generator *gen = weft_generator_create(5);
     weft_tensor *a = weft_tensor_randn(2, (int64_t[]){24, 16}, WEFT_F32, gen);
@@ -399,11 +422,12 @@ static void test_errors(void) {
     // a compiler that is not there
     if (weft_kg_available()) {
         s = weft_kg_schedule(kg);
-        const char *old = getenv("WEFT_KGEN_CC");
+        char *old = getenv("WEFT_KGEN_CC") ? strdup(getenv("WEFT_KGEN_CC")) : NULL;
         setenv("WEFT_KGEN_CC", "/nonexistent/cc", 1);
         CHECK(weft_kg_build(s) == NULL && wt_error_has("the C compiler '/nonexistent/cc' failed"));
         if (old) setenv("WEFT_KGEN_CC", old, 1);
         else unsetenv("WEFT_KGEN_CC");
+        free(old);
         weft_kg_sched_free(s);
     }
     weft_kg_free(kg);
@@ -453,6 +477,14 @@ static void test_tune(void) {
     CHECK(f && fread(buf, 1, sizeof buf - 1, f) == 13);
     if (f) fclose(f);
     CHECK(weft_kg_tune(kg, &(weft_kg_tune_opts){.trials = -1}, NULL) == NULL);
+    // no compiler: the tuner's error says what the first failure was
+    char *old = getenv("WEFT_KGEN_CC") ? strdup(getenv("WEFT_KGEN_CC")) : NULL;
+    setenv("WEFT_KGEN_CC", "/nonexistent/cc", 1);
+    CHECK(weft_kg_tune(kg, &(weft_kg_tune_opts){.trials = 2, .repeat = 1}, NULL) == NULL &&
+          wt_error_has("no schedule could be built") && wt_error_has("/nonexistent/cc"));
+    if (old) setenv("WEFT_KGEN_CC", old, 1);
+    else unsetenv("WEFT_KGEN_CC");
+    free(old);
     // a log that cannot be written keeps the search's result, and says why
     char missing[200];
     snprintf(missing, sizeof missing, "%s/no-such-dir/tune.json", dir);
