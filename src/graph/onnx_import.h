@@ -1,6 +1,7 @@
-// The ONNX importer's internals, shared by onnx_import.c (the model, the node loop and most ops' handlers)
-// and onnx_import_nn.c (the recurrent layers and the losses). Handlers build weft graph ops through oi_op and
-// the helpers below; the op that produces an ONNX value is named after it.
+// The ONNX importer's internals, shared by onnx_import.c (the model, the node loop and most ops' handlers),
+// onnx_import_nn.c (the recurrent layers and the losses) and onnx_import_conv.c (convolutions, pools, Pad).
+// Handlers build weft graph ops through oi_op and the helpers below; the op that produces an ONNX value is
+// named after it.
 #ifndef WEFT_GRAPH_ONNX_IMPORT_H
 #define WEFT_GRAPH_ONNX_IMPORT_H
 
@@ -45,19 +46,19 @@ typedef struct nctx {
     char tname[512];
 } nctx;
 
-static const char *node_out(const nctx *c, int k) {
+static inline const char *node_out(const nctx *c, int k) {
     return k < (int)c->n->n_output && c->n->output[k] && c->n->output[k][0] ? c->n->output[k] : NULL;
 }
-static bool wants_out(const nctx *c, int k) { return node_out(c, k) != NULL; }
+static inline bool wants_out(const nctx *c, int k) { return node_out(c, k) != NULL; }
 
-static int ndim_of(const nctx *c, weft_value v) { return weft_graph_value_ndim(c->m->g, v); }
+static inline int ndim_of(const nctx *c, weft_value v) { return weft_graph_value_ndim(c->m->g, v); }
 // Points into the graph's values: a later op may move them (sizes_copy where sizes outlive one).
-static const int64_t *sizes_of(const nctx *c, weft_value v) { return weft_graph_value_sizes(c->m->g, v); }
-static void sizes_copy(const nctx *c, weft_value v, int64_t *out) {
+static inline const int64_t *sizes_of(const nctx *c, weft_value v) { return weft_graph_value_sizes(c->m->g, v); }
+static inline void sizes_copy(const nctx *c, weft_value v, int64_t *out) {
     int nd = ndim_of(c, v);
     if (nd > 0) memcpy(out, sizes_of(c, v), sizeof(int64_t) * (size_t)nd);
 }
-static weft_dtype dtype_of(const nctx *c, weft_value v) { return weft_graph_value_dtype(c->m->g, v); }
+static inline weft_dtype dtype_of(const nctx *c, weft_value v) { return weft_graph_value_dtype(c->m->g, v); }
 
 #define OK(v) ((v).id >= 0)
 typedef weft_status (*handler)(nctx *c, const char *arg);
@@ -85,12 +86,24 @@ weft_status oi_check_made(int nd, const int64_t *s);
 const Onnx__AttributeProto *oi_attr(const nctx *c, const char *name);
 const Onnx__AttributeProto *oi_attr_t(nctx *c, const char *name, Onnx__AttributeProto__AttributeType t);
 int64_t oi_attr_i(nctx *c, const char *name, int64_t def);
+double oi_attr_f(nctx *c, const char *name, double def);
+// The ints of an attribute (n = -1 when absent).
+const int64_t *oi_attr_ints(nctx *c, const char *name, int *n);
+// The integers of input k, which must be known at import (int32 or int64), at most cap of them.
+weft_status oi_konst_ints(nctx *c, int k, int64_t *v, int cap, int *n);
 bool oi_attr_s_is(nctx *c, const char *name, const char *def, const char *want);
 
 // onnx_import_nn.c: RNN / GRU / LSTM (arg "RNN", "GRU", "LSTM"), NegativeLogLikelihoodLoss and
 // SoftmaxCrossEntropyLoss (arg "nll", "sce").
 weft_status oi_rnn(nctx *c, const char *arg);
 weft_status oi_nll(nctx *c, const char *arg);
+// onnx_import_conv.c: Conv, ConvTranspose, MaxPool / AveragePool (arg the weft op), GlobalAveragePool /
+// GlobalMaxPool (arg the reduction), Pad.
+weft_status oi_conv(nctx *c, const char *arg);
+weft_status oi_conv_t(nctx *c, const char *arg);
+weft_status oi_pool(nctx *c, const char *opn);
+weft_status oi_global_pool(nctx *c, const char *opn);
+weft_status oi_pad(nctx *c, const char *arg);
 
 #endif
 #endif
