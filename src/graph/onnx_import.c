@@ -115,9 +115,11 @@ static const char *first_out(const nctx *c) {
     return NULL;
 }
 
-// A fresh name for an intermediate op of this node (the output's name cut short enough that "#k" always fits).
+// A fresh name for an intermediate op of this node (the output's name cut short enough that "#k" always fits),
+// past the names the graph has (a file weft saved holds its earlier import's "#k" constants as initializers).
 static const char *tmp_name(nctx *c) {
-    snprintf(c->tname, sizeof c->tname, "%.*s#%d", (int)sizeof c->tname - 16, first_out(c), c->tmp++);
+    do snprintf(c->tname, sizeof c->tname, "%.*s#%d", (int)sizeof c->tname - 16, first_out(c), c->tmp++);
+    while (weft_graph_find_node(c->m->g, c->tname).id >= 0 && c->tmp < INT32_MAX);
     return c->tname;
 }
 
@@ -195,7 +197,7 @@ weft_value oi_scalar_as(nctx *c, weft_dtype dt, double x) {
 }
 
 // The value known at import of input k: a constant, or computed from constants by running the graph.
-static weft_status konst_in(nctx *c, int k, weft_tensor **out) {
+weft_status oi_konst_in(nctx *c, int k, weft_tensor **out) {
     *out = NULL;
     if (k >= c->n_in || c->kin[k] < 0) return weft_error(WEFT_ERR_ARG, "input %d is missing", k);
     entry *e = &c->m->e[c->kin[k]];
@@ -219,7 +221,7 @@ static weft_status konst_in(nctx *c, int k, weft_tensor **out) {
 // The integers of a known input (int32 or int64), at most cap of them.
 weft_status oi_konst_ints(nctx *c, int k, int64_t *v, int cap, int *n) {
     weft_tensor *t;
-    weft_status st = konst_in(c, k, &t);
+    weft_status st = oi_konst_in(c, k, &t);
     if (st) return st;
     int64_t numel = weft_tensor_numel(t);
     weft_dtype dt = weft_tensor_dtype(t);
@@ -365,7 +367,7 @@ static weft_status h_identity(nctx *c, const char *arg) {
     if (!strcmp(c->n->op_type, "Dropout") && oi_attr_i(c, "training_mode", 0)) FAIL("training_mode is not supported");
     if (c->n_in > 2 && c->kin[2] >= 0) { // opset 12+: training_mode as an input
         weft_tensor *t;
-        weft_status st = konst_in(c, 2, &t);
+        weft_status st = oi_konst_in(c, 2, &t);
         if (st) return st;
         if (weft_tensor_dtype(t) != WEFT_BOOL || weft_tensor_numel(t) != 1) FAIL("training_mode must be one bool");
         if (*(const uint8_t *)weft_tensor_data(t)) FAIL("training_mode is not supported");
@@ -537,7 +539,8 @@ static weft_status h_squeeze(nctx *c, const char *arg) {
     OUT0(oi_reshape(c, node_out(c, 0), c->in[0], n, s));
 }
 
-// Slice: starts, ends, axes, steps (inputs from opset 10, attributes before); positive steps.
+// Slice: starts, ends, axes, steps (inputs from opset 10, attributes before). A negative step (PyTorch's
+// exporter reverses pad lists so) runs as index_select with the indices it walks.
 static weft_status h_slice(nctx *c, const char *arg) {
     (void)arg;
     int nd = ndim_of(c, c->in[0]);
@@ -567,7 +570,27 @@ static weft_status h_slice(nctx *c, const char *arg) {
         int d = axis_of(na >= 0 ? ax[i] : i, nd);
         if (d < 0) FAIL("axis %lld", (long long)(na >= 0 ? ax[i] : i));
         int64_t step = np >= 0 ? sp[i] : 1, n = xs[d];
-        if (step < 1) FAIL("step %lld (weft slices forward only)", (long long)step);
+        if (step == 0) FAIL("step 0");
+        for (int j = 0; j < i; j++)
+            if (axis_of(na >= 0 ? ax[j] : j, nd) == d) FAIL("axis %d sliced twice", d);
+        if (step < -n && n > 0) step = -n; // (one element, as any step past the dim; INT64_MIN included)
+        if (step < 0) { // from b down to e (exclusive): b clamped to [0, n-1], e to [-1, n-1], as ONNX says
+            int64_t b = st_[i] < 0 ? (st_[i] < -n ? 0 : st_[i] + n) : st_[i] > n - 1 ? n - 1 : st_[i];
+            int64_t e = en[i] < 0 ? (en[i] < -n ? -1 : en[i] + n) : en[i] > n - 1 ? n - 1 : en[i];
+            int64_t len = n > 0 && b > e ? (b - e - 1) / -step + 1 : 0, dd = d;
+            weft_tensor *idx = len && !oi_check_made(1, &len) ? weft_tensor_empty(1, &len, WEFT_I64) : NULL;
+            if (len && !idx) return weft_last_status();
+            for (int64_t j = 0; j < len; j++) ((int64_t *)weft_tensor_data(idx))[j] = b + j * step;
+            const char *nm = i == ns - 1 ? node_out(c, 0) : NULL;
+            if (!len) v = oi_op(c, nm, "slice", 1, &v, (int64_t[]){d, 0, 0, 1}, 4, NULL, 0);
+            else {
+                weft_value iv = oi_konst(c, NULL, idx, NULL);
+                v = OK(iv) ? oi_op(c, nm, "index_select", 2, (weft_value[]){v, iv}, &dd, 1, NULL, 0) : iv;
+            }
+            if (!OK(v)) return weft_last_status();
+            xs[d] = len;
+            continue;
+        }
         int64_t b = st_[i] < 0 ? st_[i] + n : st_[i], e = en[i] < 0 ? en[i] + n : en[i];
         b = b < 0 ? 0 : b > n ? n : b;
         e = e < 0 ? 0 : e > n ? n : e;
@@ -633,7 +656,7 @@ static weft_status h_gather(nctx *c, const char *arg) {
     for (int d = 0; d < ni; d++) count *= is[d];
     weft_tensor *k = NULL;
     if (c->m->e[c->kin[1]].konst || weft_graph_node_kind(c->m->g, weft_graph_value_node(c->m->g, idx)) == WEFT_NODE_CONSTANT)
-        (void)konst_in(c, 1, &k);
+        (void)oi_konst_in(c, 1, &k);
     if (k) { // known: negatives wrapped, as int64
         weft_tensor *t = weft_tensor_empty(1, &count, WEFT_I64);
         if (!t) return weft_error(WEFT_ERR_OOM, "no memory");
@@ -825,7 +848,7 @@ static weft_status h_gather_elements(nctx *c, const char *arg) {
     if (dtype_of(c, idx) != WEFT_I32 && dtype_of(c, idx) != WEFT_I64)
         FAIL("indices of type %s (int32 or int64 only)", weft_dtype_name(dtype_of(c, idx)));
     weft_tensor *k = NULL;
-    if (c->m->e[c->kin[1]].konst) (void)konst_in(c, 1, &k);
+    if (c->m->e[c->kin[1]].konst) (void)oi_konst_in(c, 1, &k);
     if (k) {
         weft_tensor *t64 = weft_cast(k, WEFT_I64), *t = t64 ? weft_tensor_clone(t64) : NULL; // a copy: k is shared
         weft_tensor_free(t64);
@@ -956,7 +979,7 @@ static weft_status h_range(nctx *c, const char *arg) {
     weft_tensor *t[3];
     weft_status st;
     for (int k = 0; k < 3; k++) {
-        if ((st = konst_in(c, k, &t[k]))) return st;
+        if ((st = oi_konst_in(c, k, &t[k]))) return st;
         if (weft_tensor_numel(t[k]) != 1) FAIL("input %d is not a scalar", k);
     }
     weft_dtype dt = weft_tensor_dtype(t[0]);
@@ -1054,6 +1077,7 @@ static const struct {
     {"LayerNormalization", h_layer_norm, NULL, 2},
     {"BatchNormalization", h_batch_norm, NULL, 5},
     {"Conv", oi_conv, NULL, 2},
+    {"Pad", oi_pad, NULL, 1},
     {"ConvTranspose", oi_conv_t, NULL, 2},
     {"MaxPool", oi_pool, "max_pool2d", 1},
     {"AveragePool", oi_pool, "avg_pool2d", 1},

@@ -89,6 +89,8 @@ int64_t oi_attr_i(nctx *c, const char *name, int64_t def);
 double oi_attr_f(nctx *c, const char *name, double def);
 // The ints of an attribute (n = -1 when absent).
 const int64_t *oi_attr_ints(nctx *c, const char *name, int *n);
+// The value of input k, which must be known at import (a constant, or computed from constants), else an error.
+weft_status oi_konst_in(nctx *c, int k, weft_tensor **out);
 // The integers of input k, which must be known at import (int32 or int64), at most cap of them.
 weft_status oi_konst_ints(nctx *c, int k, int64_t *v, int cap, int *n);
 bool oi_attr_s_is(nctx *c, const char *name, const char *def, const char *want);

@@ -9,52 +9,236 @@
 
 #ifdef WEFT_HAVE_ONNX
 
-// A 2-D attribute (strides, dilations, output_padding) into v[0..1], left as it is when absent.
-static weft_status attr_2d(nctx *c, const char *name, int64_t *v) {
+// Convolutions and pools run in 2-D: an (N,C,L) input, with its (O,C,K) weight, runs as (N,C,1,L) and
+// (O,C,1,K), and the output is viewed back. Attributes of nsp spatial dims fill the last nsp of two.
+
+// The spatial dims of a node's input 0: 1 or 2; -1 otherwise.
+static int spatial_dims(const nctx *c, weft_value v) {
+    int nd = ndim_of(c, v);
+    return nd == 3 || nd == 4 ? nd - 2 : -1;
+}
+
+// sizes of v as 4-D ((N,C,L) -> (N,C,1,L)).
+static void sizes4(const nctx *c, weft_value v, int64_t *s) {
+    int64_t t[4];
+    sizes_copy(c, v, t);
+    if (ndim_of(c, v) == 4) memcpy(s, t, sizeof t);
+    else s[0] = t[0], s[1] = t[1], s[2] = 1, s[3] = t[2];
+}
+
+static weft_value as4(nctx *c, weft_value v) {
+    if (ndim_of(c, v) == 4) return v;
+    int64_t s[4];
+    sizes4(c, v, s);
+    return oi_reshape(c, NULL, v, 4, s);
+}
+
+// The node's output: y (4-D) named after output 0, viewed as 3-D for a 1-D op (y made unnamed then).
+static weft_status finish(nctx *c, weft_value y, int nsp) {
+    if (OK(y) && nsp == 1) {
+        int64_t s[4];
+        sizes_copy(c, y, s);
+        y = oi_reshape(c, node_out(c, 0), y, 3, (int64_t[]){s[0], s[1], s[3]});
+    }
+    OUT0(y);
+}
+
+// An attribute of nsp values into the last nsp of v[2], left as it is when absent.
+static weft_status attr_sp(nctx *c, const char *name, int nsp, int64_t *v) {
     int n;
     const int64_t *a = oi_attr_ints(c, name, &n);
-    if (a && n != 2) FAIL("2-D only (%s has %d)", name, n);
-    if (a) v[0] = a[0], v[1] = a[1];
+    if (a && n != nsp) FAIL("%s has %d values for %d spatial dims", name, n, nsp);
+    for (int k = 0; a && k < nsp; k++) v[2 - nsp + k] = a[k];
     return WEFT_OK;
 }
 
-// The 2-D window attributes shared by Conv and the pools: stride, pads (symmetric), dilation, kernel.
-static weft_status window(nctx *c, int64_t *stride, int64_t *pad, int64_t *dil, const int64_t *kernel, const int64_t *hw) {
+// The pads attribute (2 nsp values: the begins, then the ends) into b and e.
+static weft_status attr_pads(nctx *c, int nsp, int64_t *b, int64_t *e) {
     int n;
-    const int64_t *a;
-    stride[0] = stride[1] = dil[0] = dil[1] = 1, pad[0] = pad[1] = 0;
+    const int64_t *a = oi_attr_ints(c, "pads", &n);
+    if (a && n != 2 * nsp) FAIL("pads has %d values for %d spatial dims", n, nsp);
+    for (int k = 0; a && k < nsp; k++) b[2 - nsp + k] = a[k], e[2 - nsp + k] = a[nsp + k];
+    for (int k = 0; k < 2; k++)
+        if (b[k] < 0 || b[k] > INT32_MAX || e[k] < 0 || e[k] > INT32_MAX) FAIL("pads out of range");
+    return WEFT_OK;
+}
+
+// The window of Conv and the pools (in 2-D): stride, dilation, and the pads before (b) and after (e) each dim,
+// from pads or auto_pad (SAME_UPPER: out = ceil(in / stride), the odd pad at the end; SAME_LOWER: at the start).
+typedef struct win {
+    int64_t s[2], d[2], b[2], e[2];
+} win;
+
+static weft_status window(nctx *c, int nsp, win *w, const int64_t *kernel, const int64_t *hw) {
+    *w = (win){{1, 1}, {1, 1}, {0, 0}, {0, 0}};
     weft_status st;
-    if ((st = attr_2d(c, "strides", stride)) || (st = attr_2d(c, "dilations", dil))) return st;
-    for (int d = 0; d < 2; d++)
-        if (stride[d] < 1 || stride[d] > INT32_MAX || dil[d] < 1 || dil[d] > INT32_MAX)
+    if ((st = attr_sp(c, "strides", nsp, w->s)) || (st = attr_sp(c, "dilations", nsp, w->d))) return st;
+    for (int k = 0; k < 2; k++)
+        if (w->s[k] < 1 || w->s[k] > INT32_MAX || w->d[k] < 1 || w->d[k] > INT32_MAX)
             FAIL("strides and dilations must be between 1 and %d", INT32_MAX);
-    if (oi_attr_s_is(c, "auto_pad", "NOTSET", "NOTSET")) {
-        if ((a = oi_attr_ints(c, "pads", &n)) && n != 4) FAIL("2-D only (pads has %d)", n);
-        if (a && (a[0] != a[2] || a[1] != a[3])) FAIL("asymmetric pads (%lld,%lld,%lld,%lld)", (long long)a[0],
-                                                      (long long)a[1], (long long)a[2], (long long)a[3]);
-        if (a) pad[0] = a[0], pad[1] = a[1];
-    } else if (!oi_attr_s_is(c, "auto_pad", "NOTSET", "VALID")) { // SAME_UPPER / SAME_LOWER: out = ceil(in / stride)
-        for (int d = 0; d < 2; d++) {
-            int64_t out = (hw[d] + stride[d] - 1) / stride[d];
-            int64_t total = (out - 1) * stride[d] + (kernel[d] - 1) * dil[d] + 1 - hw[d];
-            if (total < 0) total = 0;
-            if (total % 2) FAIL("auto_pad SAME needs asymmetric pads here");
-            pad[d] = total / 2;
-        }
+    if (oi_attr_s_is(c, "auto_pad", "NOTSET", "NOTSET")) return attr_pads(c, nsp, w->b, w->e);
+    if (oi_attr_s_is(c, "auto_pad", "NOTSET", "VALID")) return WEFT_OK;
+    bool upper = oi_attr_s_is(c, "auto_pad", "NOTSET", "SAME_UPPER");
+    if (!upper && !oi_attr_s_is(c, "auto_pad", "NOTSET", "SAME_LOWER")) FAIL("unknown auto_pad");
+    for (int k = 0; k < 2; k++) {
+        int64_t out = (hw[k] + w->s[k] - 1) / w->s[k], total;
+        if (__builtin_mul_overflow(out - 1, w->s[k], &total) || total > WEFT_MAX_NUMEL ||
+            (kernel[k] - 1) > WEFT_MAX_NUMEL / w->d[k])
+            FAIL("auto_pad SAME: the window overflows");
+        total += (kernel[k] - 1) * w->d[k] + 1 - hw[k];
+        if (total < 0) total = 0;
+        w->b[k] = upper ? total / 2 : total - total / 2;
+        w->e[k] = total - w->b[k];
     }
     return WEFT_OK;
 }
 
+// ---- padding, composed: a constant by concat with expanded scalars, edge and reflect by index_select
+
+enum { PAD_CONSTANT, PAD_EDGE, PAD_REFLECT };
+
+// A 0-d constant of dtype dt holding v; an error (not a conversion C leaves undefined) where dt cannot hold it.
+static weft_value fill_of(nctx *c, weft_dtype dt, double v) {
+    bool fits = weft_dtype_is_float(dt) ? true // (rounded; past f16's range an infinity)
+              : dt == WEFT_BOOL ? v == 0 || v == 1
+              : dt == WEFT_U8   ? v >= 0 && v <= 255 && v == floor(v)
+              : dt == WEFT_I32  ? v >= INT32_MIN && v <= INT32_MAX && v == floor(v)
+                                : v >= -0x1p63 && v < 0x1p63 && v == floor(v);
+    if (!fits) {
+        weft_error(WEFT_ERR_UNSUPPORTED, "a pad value of %g in a %s tensor", v, weft_dtype_name(dt));
+        return WEFT_VALUE_NONE;
+    }
+    return oi_scalar_as(c, dt, v);
+}
+
+// x (nd dims) with b[k] before and e[k] after dim k (negative: cropped); the constant mode fills with fill, a
+// 0-d value of x's dtype. NONE with an error on failure.
+static weft_value pad_dims(nctx *c, weft_value x, int nd, const int64_t *b, const int64_t *e, int mode, weft_value fill) {
+    int64_t s[WEFT_MAX_DIMS];
+    sizes_copy(c, x, s);
+    weft_value v = x;
+    for (int k = 0; k < nd && OK(v); k++) {
+        if (b[k] < -WEFT_MAX_NUMEL || b[k] > WEFT_MAX_NUMEL || e[k] < -WEFT_MAX_NUMEL || e[k] > WEFT_MAX_NUMEL) {
+            weft_error(WEFT_ERR_UNSUPPORTED, "pads (%lld, %lld) of dim %d out of range", (long long)b[k],
+                       (long long)e[k], k);
+            return WEFT_VALUE_NONE;
+        }
+        int64_t cb = b[k] < 0 ? -b[k] : 0, ce = e[k] < 0 ? -e[k] : 0, pb = b[k] > 0 ? b[k] : 0, pe = e[k] > 0 ? e[k] : 0;
+        if (cb > s[k] || ce > s[k] - cb || (s[k] - cb - ce == 0 && (pb || pe) && mode != PAD_CONSTANT)) {
+            weft_error(WEFT_ERR_UNSUPPORTED, "pads (%lld, %lld) leave nothing of dim %d (%lld)", (long long)b[k],
+                       (long long)e[k], k, (long long)s[k]);
+            return WEFT_VALUE_NONE;
+        }
+        if (cb || ce) {
+            int64_t sl[4] = {k, cb, s[k] - ce, 1};
+            v = oi_op(c, NULL, "slice", 1, &v, sl, 4, NULL, 0);
+            s[k] -= cb + ce;
+        }
+        if (!OK(v) || (!pb && !pe)) continue;
+        int64_t n = s[k], len;
+        if ((len = pb + n + pe) > WEFT_MAX_NUMEL) {
+            weft_error(WEFT_ERR_UNSUPPORTED, "pads (%lld, %lld) too large", (long long)b[k], (long long)e[k]);
+            return WEFT_VALUE_NONE;
+        }
+        if (mode == PAD_REFLECT && (pb >= n || pe >= n)) {
+            weft_error(WEFT_ERR_UNSUPPORTED, "reflect pads (%lld, %lld) must be less than dim %d (%lld)", (long long)pb,
+                       (long long)pe, k, (long long)n);
+            return WEFT_VALUE_NONE;
+        }
+        int64_t dk = k;
+        if (mode == PAD_CONSTANT) {
+            weft_value sc = fill, blk[2] = {WEFT_VALUE_NONE, WEFT_VALUE_NONE}, parts[3];
+            if (!OK(sc)) return sc;
+            for (int side = 0; side < 2; side++) {
+                int64_t at[1 + WEFT_MAX_DIMS] = {nd};
+                memcpy(at + 1, s, sizeof(int64_t) * (size_t)nd);
+                if (!(at[1 + k] = side ? pe : pb)) continue;
+                if (oi_check_made(nd, at + 1)) return WEFT_VALUE_NONE;
+                if (!OK(blk[side] = oi_op(c, NULL, "expand", 1, &sc, at, 1 + nd, NULL, 0))) return blk[side];
+            }
+            int np = 0;
+            if (OK(blk[0])) parts[np++] = blk[0];
+            parts[np++] = v;
+            if (OK(blk[1])) parts[np++] = blk[1];
+            v = oi_op(c, NULL, "concat", np, parts, &dk, 1, NULL, 0);
+        } else {
+            weft_tensor *idx = oi_check_made(1, &len) ? NULL : weft_tensor_empty(1, &len, WEFT_I64);
+            if (!idx) return WEFT_VALUE_NONE;
+            int64_t *p = weft_tensor_data(idx);
+            for (int64_t j = 0; j < len; j++) {
+                int64_t i = j - pb;
+                if (mode == PAD_EDGE) i = i < 0 ? 0 : i >= n ? n - 1 : i;
+                else i = i < 0 ? -i : i >= n ? 2 * (n - 1) - i : i;
+                p[j] = i;
+            }
+            weft_value iv = oi_konst(c, NULL, idx, NULL);
+            v = OK(iv) ? oi_op(c, NULL, "index_select", 2, (weft_value[]){v, iv}, &dk, 1, NULL, 0) : iv;
+        }
+        s[k] = len;
+    }
+    return v;
+}
+
+// Pad (opset 2: pads and value as attributes; from 11: pads and constant_value as inputs, known at import):
+// constant, edge and reflect modes; negative pads crop.
+weft_status oi_pad(nctx *c, const char *arg) {
+    (void)arg;
+    int nd = ndim_of(c, c->in[0]), n = 0, mode;
+    if (oi_attr_s_is(c, "mode", "constant", "constant")) mode = PAD_CONSTANT;
+    else if (oi_attr_s_is(c, "mode", "constant", "edge")) mode = PAD_EDGE;
+    else if (oi_attr_s_is(c, "mode", "constant", "reflect")) mode = PAD_REFLECT;
+    else FAIL("mode must be constant, edge or reflect");
+    int64_t pads[2 * WEFT_MAX_DIMS];
+    weft_dtype dt = dtype_of(c, c->in[0]);
+    weft_value fill = WEFT_VALUE_NONE;
+    if (c->m->opset < 11) {
+        const int64_t *a = oi_attr_ints(c, "pads", &n);
+        if (!a || n > 2 * WEFT_MAX_DIMS) FAIL("pads missing or too long");
+        memcpy(pads, a, sizeof(int64_t) * (size_t)n);
+        if (mode == PAD_CONSTANT) fill = fill_of(c, dt, oi_attr_f(c, "value", 0));
+    } else {
+        weft_status st = oi_konst_ints(c, 1, pads, 2 * WEFT_MAX_DIMS, &n);
+        if (st) return st;
+        if (c->n_in > 3 && c->kin[3] >= 0) FAIL("the axes input is not supported");
+        if (mode == PAD_CONSTANT && c->n_in > 2 && c->kin[2] >= 0) { // as it is, in x's dtype (int64 past 2^53 too)
+            weft_tensor *t;
+            if ((st = oi_konst_in(c, 2, &t))) return st;
+            if (weft_tensor_numel(t) != 1 || weft_tensor_dtype(t) != dt)
+                FAIL("constant_value must be one value of the input's dtype");
+            weft_tensor *one = weft_tensor_empty(0, NULL, dt);
+            if (!one) return weft_last_status();
+            memcpy(weft_tensor_data(one), weft_tensor_data(t), weft_dtype_size(dt));
+            fill = oi_konst(c, NULL, one, NULL);
+        } else if (mode == PAD_CONSTANT) fill = fill_of(c, dt, 0);
+    }
+    if (mode == PAD_CONSTANT && !OK(fill)) return weft_last_status();
+    if (n != 2 * nd) FAIL("pads has %d values for %d dims", n, nd);
+    weft_value v = pad_dims(c, c->in[0], nd, pads, pads + nd, mode, fill);
+    if (!OK(v)) return weft_last_status();
+    int64_t s[WEFT_MAX_DIMS];
+    sizes_copy(c, v, s);
+    OUT0(oi_reshape(c, node_out(c, 0), v, nd, s));
+}
+
 weft_status oi_conv(nctx *c, const char *arg) {
     (void)arg;
-    if (ndim_of(c, c->in[0]) != 4 || ndim_of(c, c->in[1]) != 4) FAIL("2-D convolutions only");
-    const int64_t *ws = sizes_of(c, c->in[1]), *xs = sizes_of(c, c->in[0]);
-    int64_t s[2], p[2], d[2];
-    weft_status st = window(c, s, p, d, ws + 2, xs + 2);
+    int nsp = spatial_dims(c, c->in[0]);
+    if (nsp < 0 || ndim_of(c, c->in[1]) != nsp + 2) FAIL("1-D and 2-D convolutions only");
+    int64_t ws[4], xs[4];
+    sizes4(c, c->in[1], ws);
+    sizes4(c, c->in[0], xs);
+    win w;
+    weft_status st = window(c, nsp, &w, ws + 2, xs + 2);
     if (st) return st;
-    int64_t at[8] = {s[0], s[1], p[0], p[1], d[0], d[1], oi_attr_i(c, "group", 1), 0};
-    bool has_b = c->n_in > 2 && c->kin[2] >= 0;
-    OUT0(oi_op(c, node_out(c, 0), "conv2d", has_b ? 3 : 2, c->in, at, 8, NULL, 0));
+    bool sym = w.b[0] == w.e[0] && w.b[1] == w.e[1], has_b = c->n_in > 2 && c->kin[2] >= 0;
+    weft_value x = as4(c, c->in[0]);
+    if (!sym) // asymmetric: the pads first, as their own op
+        x = pad_dims(c, x, 4, (int64_t[]){0, 0, w.b[0], w.b[1]}, (int64_t[]){0, 0, w.e[0], w.e[1]}, PAD_CONSTANT,
+                     fill_of(c, dtype_of(c, x), 0));
+    int64_t at[8] = {w.s[0], w.s[1], sym ? w.b[0] : 0, sym ? w.b[1] : 0, w.d[0], w.d[1], oi_attr_i(c, "group", 1), 0};
+    weft_value in[3] = {x, as4(c, c->in[1]), has_b ? c->in[2] : WEFT_VALUE_NONE};
+    if (!OK(in[0]) || !OK(in[1])) return weft_last_status();
+    return finish(c, oi_op(c, nsp == 2 ? node_out(c, 0) : NULL, "conv2d", has_b ? 3 : 2, in, at, 8, NULL, 0), nsp);
 }
 
 // ConvTranspose: conv2d_backward_input (weft's conv_transpose2d) over the window ONNX defines. ONNX takes
@@ -64,23 +248,20 @@ weft_status oi_conv(nctx *c, const char *arg) {
 // an output_shape past the full output appends zeros (a negative e).
 weft_status oi_conv_t(nctx *c, const char *arg) {
     (void)arg;
-    if (ndim_of(c, c->in[0]) != 4 || ndim_of(c, c->in[1]) != 4) FAIL("2-D transposed convolutions only");
+    int nsp = spatial_dims(c, c->in[0]);
+    if (nsp < 0 || ndim_of(c, c->in[1]) != nsp + 2) FAIL("1-D and 2-D transposed convolutions only");
     int64_t ws[4], xs[4]; // copies: the ops below may move the graph's
-    sizes_copy(c, c->in[1], ws);
-    sizes_copy(c, c->in[0], xs);
+    sizes4(c, c->in[1], ws);
+    sizes4(c, c->in[0], xs);
     int64_t s[2] = {1, 1}, d[2] = {1, 1}, opad[2] = {0, 0}, b[2] = {0, 0}, e[2] = {0, 0}, G = oi_attr_i(c, "group", 1);
     int n;
-    const int64_t *a;
     weft_status st;
-    if ((st = attr_2d(c, "strides", s)) || (st = attr_2d(c, "dilations", d)) ||
-        (st = attr_2d(c, "output_padding", opad)))
+    if ((st = attr_sp(c, "strides", nsp, s)) || (st = attr_sp(c, "dilations", nsp, d)) ||
+        (st = attr_sp(c, "output_padding", nsp, opad)) || (st = attr_pads(c, nsp, b, e)))
         return st;
-    if ((a = oi_attr_ints(c, "pads", &n)) && n != 4) FAIL("2-D only (pads has %d)", n);
-    for (int k = 0; a && k < 2; k++) b[k] = a[k], e[k] = a[k + 2];
     for (int k = 0; k < 2; k++)
-        if (s[k] < 1 || s[k] > INT32_MAX || d[k] < 1 || d[k] > INT32_MAX || opad[k] < 0 || opad[k] > INT32_MAX ||
-            b[k] < 0 || b[k] > INT32_MAX || e[k] < 0 || e[k] > INT32_MAX)
-            FAIL("strides, dilations, pads or output_padding out of range");
+        if (s[k] < 1 || s[k] > INT32_MAX || d[k] < 1 || d[k] > INT32_MAX || opad[k] < 0 || opad[k] > INT32_MAX)
+            FAIL("strides, dilations or output_padding out of range");
     int64_t full[2]; // F + output_padding, overflow-checked (sizes go up to 2^59, attrs to 2^31)
     for (int k = 0; k < 2; k++) {
         int64_t a1, a2;
@@ -92,7 +273,7 @@ weft_status oi_conv_t(nctx *c, const char *arg) {
     }
     const int64_t *os = oi_attr_ints(c, "output_shape", &n);
     bool notset = oi_attr_s_is(c, "auto_pad", "NOTSET", "NOTSET");
-    if (os && n != 2 && n != 4) FAIL("output_shape has %d entries", n);
+    if (os && n != nsp && n != nsp + 2) FAIL("output_shape has %d entries", n);
     if (!notset && !oi_attr_s_is(c, "auto_pad", "NOTSET", "VALID") && !oi_attr_s_is(c, "auto_pad", "NOTSET", "SAME_UPPER") &&
         !oi_attr_s_is(c, "auto_pad", "NOTSET", "SAME_LOWER"))
         FAIL("unknown auto_pad");
@@ -101,7 +282,7 @@ weft_status oi_conv_t(nctx *c, const char *arg) {
         // total = F + op - output_shape; SAME_UPPER crops the odd one at the end, else at the start
         bool upper = oi_attr_s_is(c, "auto_pad", "NOTSET", "SAME_UPPER");
         for (int k = 0; k < 2; k++) {
-            int64_t want = os ? os[n - 2 + k] : 0;
+            int64_t want = os ? (k < 2 - nsp ? 1 : os[n - 2 + k]) : 0;
             if (!os && __builtin_mul_overflow(xs[2 + k], s[k], &want)) FAIL("auto_pad SAME: the output overflows");
             if (want < 1 || want > WEFT_MAX_NUMEL) FAIL("output_shape %lld", (long long)want);
             int64_t total = full[k] - want, half = total / 2, rest = total - half;
@@ -120,44 +301,73 @@ weft_status oi_conv_t(nctx *c, const char *arg) {
         if (out[k] < 1 || at[8 + k] < 1) FAIL("the pads leave no output");
     }
     const int64_t *ks = oi_attr_ints(c, "kernel_shape", &n);
-    if (ks && (n != 2 || ks[0] != ws[2] || ks[1] != ws[3])) FAIL("kernel_shape does not match the weight");
+    if (ks && (n != nsp || (nsp == 2 && ks[0] != ws[2]) || ks[n - 1] != ws[3]))
+        FAIL("kernel_shape does not match the weight");
     bool has_b = c->n_in > 2 && c->kin[2] >= 0;
     bool crop[2] = {out[0] != at[8] || b[0] != at[2], out[1] != at[9] || b[1] != at[3]};
     bool last = !has_b && !crop[0] && !crop[1];
-    weft_value y = oi_op(c, last ? node_out(c, 0) : NULL, "conv2d_backward_input", 2, c->in, at, 10, NULL, 0);
-    if (last || !OK(y)) OUT0(y);
+    const char *name = nsp == 2 ? node_out(c, 0) : NULL; // a 1-D op's 4-D result is viewed back, named
+    weft_value in[2] = {as4(c, c->in[0]), as4(c, c->in[1])};
+    if (!OK(in[0]) || !OK(in[1])) return weft_last_status();
+    weft_value y = oi_op(c, last ? name : NULL, "conv2d_backward_input", 2, in, at, 10, NULL, 0);
+    if (last || !OK(y)) return finish(c, y, nsp);
     for (int k = 0; k < 2; k++) {
         if (!crop[k]) continue;
         int64_t sl[4] = {2 + k, b[k] - at[2 + k], b[k] - at[2 + k] + out[k], 1};
         bool fin = !has_b && (k == 1 || !crop[1]);
-        if (!OK(y = oi_op(c, fin ? node_out(c, 0) : NULL, "slice", 1, &y, sl, 4, NULL, 0))) return weft_last_status();
-        if (fin) OUT0(y);
+        if (!OK(y = oi_op(c, fin ? name : NULL, "slice", 1, &y, sl, 4, NULL, 0))) return weft_last_status();
+        if (fin) return finish(c, y, nsp);
     }
     int64_t O;
     if (ndim_of(c, c->in[2]) != 1 || __builtin_mul_overflow(ws[1], G, &O) || sizes_of(c, c->in[2])[0] != O)
         FAIL("the bias must be 1-D, one value per output channel");
     weft_value b4 = oi_reshape(c, NULL, c->in[2], 4, (int64_t[]){1, sizes_of(c, c->in[2])[0], 1, 1});
     if (!OK(b4)) return weft_last_status();
-    OUT0(oi_op(c, node_out(c, 0), "add", 2, (weft_value[]){y, b4}, NULL, 0, NULL, 0));
+    return finish(c, oi_op(c, name, "add", 2, (weft_value[]){y, b4}, NULL, 0, NULL, 0), nsp);
 }
 
+// MaxPool / AveragePool, 1-D or 2-D. Pads the 2-D pools take (symmetric, at most half the kernel) go to the
+// op; others are applied first: -inf for max; zeros for the average, which then divides by the count of real
+// elements in each window (count_include_pad 0: the same pool over a padded mask of ones) or by the kernel's
+// size (count_include_pad 1).
 weft_status oi_pool(nctx *c, const char *opn) {
-    if (ndim_of(c, c->in[0]) != 4) FAIL("2-D pooling only");
+    int nsp = spatial_dims(c, c->in[0]);
+    if (nsp < 0) FAIL("1-D and 2-D pooling only");
     if (oi_attr_i(c, "ceil_mode", 0)) FAIL("ceil_mode is not supported");
     if (wants_out(c, 1)) FAIL("the Indices output is not supported");
     int n;
-    const int64_t *k = oi_attr_ints(c, "kernel_shape", &n);
-    if (!k || n != 2) FAIL("2-D kernel_shape needed");
-    int64_t s[2], p[2], d[2];
-    weft_status st = window(c, s, p, d, k, sizes_of(c, c->in[0]) + 2);
+    const int64_t *ka = oi_attr_ints(c, "kernel_shape", &n);
+    if (!ka || n != nsp) FAIL("kernel_shape needs %d values", nsp);
+    int64_t k[2] = {1, ka[n - 1]}, xs[4];
+    if (nsp == 2) k[0] = ka[0];
+    if (k[0] < 1 || k[1] < 1 || k[0] > INT32_MAX || k[1] > INT32_MAX) FAIL("kernel_shape out of range");
+    sizes4(c, c->in[0], xs);
+    win w;
+    weft_status st = window(c, nsp, &w, k, xs + 2);
     if (st) return st;
-    if (d[0] != 1 || d[1] != 1) FAIL("dilations are not supported");
-    int64_t at[7] = {k[0], k[1], s[0], s[1], p[0], p[1], oi_attr_i(c, "count_include_pad", 0)};
-    weft_value out[WEFT_GRAPH_MAX_OUT];
-    if (weft_graph_op_named(c->m->g, node_out(c, 0), opn, 1, c->in, at, 7, NULL, 0, out) != WEFT_OK)
-        return weft_last_status();
-    c->out[0] = out[0];
-    return WEFT_OK;
+    if (w.d[0] != 1 || w.d[1] != 1) FAIL("dilations are not supported");
+    bool is_max = !strcmp(opn, "max_pool2d"), incl = oi_attr_i(c, "count_include_pad", 0) != 0;
+    bool native = true;
+    for (int d = 0; d < 2; d++) native &= w.b[d] == w.e[d] && 2 * w.b[d] <= k[d];
+    weft_value x = as4(c, c->in[0]);
+    const int64_t b4[4] = {0, 0, w.b[0], w.b[1]}, e4[4] = {0, 0, w.e[0], w.e[1]};
+    if (!native && is_max && !weft_dtype_is_float(dtype_of(c, x))) FAIL("MaxPool with these pads takes floats only");
+    if (!native) x = pad_dims(c, x, 4, b4, e4, PAD_CONSTANT, fill_of(c, dtype_of(c, x), is_max ? -INFINITY : 0));
+    if (!OK(x)) return weft_last_status();
+    int64_t at[7] = {k[0], k[1], w.s[0], w.s[1], native ? w.b[0] : 0, native ? w.b[1] : 0, incl};
+    bool divide = !native && !is_max && !incl;
+    const char *name = nsp == 2 && !divide ? node_out(c, 0) : NULL;
+    weft_value y = oi_op(c, name, opn, 1, &x, at, 7, NULL, 0);
+    if (divide && OK(y)) { // the windows' share of real elements, from a mask of ones padded the same way
+        weft_dtype dt = dtype_of(c, c->in[0]);
+        int64_t ms[4] = {1, 1, xs[2], xs[3]};
+        weft_tensor *one = oi_check_made(4, ms) ? NULL : weft_tensor_full(4, ms, dt, 1.0);
+        weft_value m = one ? oi_konst(c, NULL, one, NULL) : WEFT_VALUE_NONE;
+        if (OK(m)) m = pad_dims(c, m, 4, b4, e4, PAD_CONSTANT, fill_of(c, dt, 0));
+        if (OK(m)) m = oi_op(c, NULL, opn, 1, &m, at, 7, NULL, 0);
+        y = OK(m) ? oi_op(c, nsp == 2 ? node_out(c, 0) : NULL, "div", 2, (weft_value[]){y, m}, NULL, 0, NULL, 0) : m;
+    }
+    return finish(c, y, nsp);
 }
 
 weft_status oi_global_pool(nctx *c, const char *opn) {

@@ -2,7 +2,8 @@
 # Writes the small ONNX models of tests/graph/test_onnx_models.c's test_cases into tests/data/onnx_cases/:
 # one node each, for readings a review found wrong (Clip at opset 10 on f16, ArgMin on integers, Range and
 # ConstantOfShape on int64 past 2^53, Gather / GatherElements with negative indices fed at run),
-# ConvTranspose with unequal pads, and Not (and And on floats, refused). The expected values are computed in the C test. Needs only the onnx module
+# ConvTranspose with unequal pads, and Not (and And on floats, refused); Pad cropping and reflecting at once,
+# Pad past what reflect can take and in wrap mode (refused), a 1-D Conv with unequal pads, a Slice by -2. The expected values are computed in the C test. Needs only the onnx module
 # (Debian python3-onnx): /usr/bin/python3 tests/data/gen_onnx_cases.py
 import os
 
@@ -68,6 +69,39 @@ def main():
         m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
         m.ir_version = 8
         onnx.save(m, os.path.join(HERE, name + ".onnx"))
+
+    # Pad: x (2,5), pads (begins, then ends) (0,-1, 0,2) reflect: the first column cropped, two reflected after
+    pads = nh.from_array(np.array([0, -1, 0, 2], np.int64), "p")
+    save("pad_crop_reflect", [oh.make_node("Pad", ["x", "p"], ["y"], mode="reflect")], [vi("x", TP.FLOAT, [2, 5])],
+         [vi("y", TP.FLOAT, [2, 6])], [pads])
+    save("pad_reflect_big", [oh.make_node("Pad", ["x", "p"], ["y"], mode="reflect")], [vi("x", TP.FLOAT, [2, 3])],
+         [vi("y", TP.FLOAT, [2, 7])], [nh.from_array(np.array([0, 0, 0, 4], np.int64), "p")])
+    g = oh.make_graph([oh.make_node("Pad", ["x", "p"], ["y"], mode="wrap")], "pad_wrap", [vi("x", TP.FLOAT, [2, 3])],
+                      [vi("y", TP.FLOAT, [2, 4])], [nh.from_array(np.array([0, 0, 0, 1], np.int64), "p")])
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, os.path.join(HERE, "pad_wrap.onnx"))
+    # Conv 1-D: x (1,1,7), w (2,1,3), stride 2, pads (1, 2): output length (7 + 3 - 3) // 2 + 1 = 4
+    save("conv1d_unequal_pads", [oh.make_node("Conv", ["x", "w"], ["y"], strides=[2], pads=[1, 2])],
+         [vi("x", TP.FLOAT, [1, 1, 7]), vi("w", TP.FLOAT, [2, 1, 3])], [vi("y", TP.FLOAT, [1, 2, 4])])
+    # Slice x (7) from -1 down past the start by -2: x[6], x[4], x[2], x[0]
+    save("slice_step_neg2", [oh.make_node("Slice", ["x", "s", "e", "a", "k"], ["y"])], [vi("x", TP.FLOAT, [7])],
+         [vi("y", TP.FLOAT, [4])], [nh.from_array(np.array([-1], np.int64), "s"),
+                                    nh.from_array(np.array([-9], np.int64), "e"),
+                                    nh.from_array(np.array([0], np.int64), "a"),
+                                    nh.from_array(np.array([-2], np.int64), "k")])
+
+    # review, 2026-11-28: a negative step from a start below -dim takes the first element (starts clamp to
+    # [0, dim-1]); an int64 constant_value past 2^53; an edge pad that would need a 2^28-element index at load
+    save("slice_neg_start_below", [oh.make_node("Slice", ["x", "s", "e", "a", "k"], ["y"])], [vi("x", TP.FLOAT, [6])],
+         [vi("y", TP.FLOAT, [1])], [nh.from_array(np.array([-100], np.int64), "s"),
+                                    nh.from_array(np.array([-200], np.int64), "e"),
+                                    nh.from_array(np.array([0], np.int64), "a"),
+                                    nh.from_array(np.array([-1], np.int64), "k")])
+    save("pad_i64_big", [oh.make_node("Pad", ["x", "p", "v"], ["y"])], [vi("x", TP.INT64, [2])], [vi("y", TP.INT64, [3])],
+         [nh.from_array(np.array([1, 0], np.int64), "p"), nh.from_array(np.array(big + 2, np.int64), "v")])
+    save("pad_edge_huge", [oh.make_node("Pad", ["x", "p"], ["y"], mode="edge")], [vi("x", TP.FLOAT, [3])],
+         [vi("y", TP.FLOAT, [3 + 2**28])], [nh.from_array(np.array([0, 2**28], np.int64), "p")])
 
 
 if __name__ == "__main__":

@@ -10,6 +10,10 @@ Debian's python3-torch 1.13, opset 17) with a symbolic batch dim, as users' mode
                  Flatten + Linear; input "x" (batch, 1, 8, 8) f32, output "y" (batch, 3).
   onnx_rnn.onnx  recurrent layers: a bidirectional GRU (the exporter writes linear_before_reset = 1), a 2-layer
                  LSTM, an Elman RNN with ReLU, all batch first; input "x" (batch, 6, 4) f32, output "y" (batch, 6, 4).
+  onnx_conv1d.onnx  1-D windows: ConstantPad1d (1, 2) of 0.5, Conv1d (k 3, pad 1), ReflectionPad1d 2,
+                 ReplicationPad1d (1, 0), MaxPool1d 2, AvgPool1d (k 3, stride 2, pad 1, count_include_pad False),
+                 ConvTranspose1d (k 3, stride 2, pad 1, output_padding 1), ReLU; input "x" (batch, 2, 12) f32,
+                 output "y" (batch, 3, 10).
 The exporter's shape arithmetic (Shape, Gather, Unsqueeze, Concat feeding Reshape) is kept as it writes it.
 onnx_twins_ref.txt holds each model's input and PyTorch's output at batch 3, one tensor a line:
   <name> <ndim> <sizes...> <values...>   (%.9g)
@@ -17,7 +21,7 @@ and each file passes onnx.checker.check_model(full_check=True). Also onnx_matmul
 1-D operand ((4)@(2,4,3), (2,3,4)@(4), (4)@(4)), which numpy's matmul promotes (test_onnx_models computes them).
 
 Run:  /usr/bin/python3 tests/data/gen_onnx_twins.py   (rewrites the files; `... rnn` writes only onnx_rnn.onnx
-and replaces the rnn/ lines of onnx_twins_ref.txt)
+and replaces the rnn/ lines of onnx_twins_ref.txt, `... conv1d` the same for onnx_conv1d.onnx and conv1d/)
 """
 import math
 import os
@@ -86,6 +90,19 @@ class RNNs(nn.Module):
         return self.rnn(self.lstm(self.gru(x)[0])[0])[0]
 
 
+class Conv1D(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv1d(2, 4, 3, padding=1)
+        self.ct = nn.ConvTranspose1d(4, 3, 3, stride=2, padding=1, output_padding=1)
+
+    def forward(self, x):
+        x = self.c1(F.pad(x, (1, 2), value=0.5))
+        x = F.pad(F.pad(x, (2, 2), mode="reflect"), (1, 0), mode="replicate")
+        x = F.avg_pool1d(F.max_pool1d(x, 2), 3, stride=2, padding=1, count_include_pad=False)
+        return F.relu(self.ct(x))
+
+
 def line(name, t):
     t = t.detach().to(torch.float64).contiguous()
     return " ".join([name, str(t.dim())] + [str(s) for s in t.shape] + ["%.9g" % v for v in t.flatten().tolist()])
@@ -113,6 +130,17 @@ def rnn_only():
         f.write("\n".join(keep + [line("rnn/x", x), line("rnn/y", y)]) + "\n")
 
 
+def conv1d_only():
+    torch.manual_seed(11)
+    model, x = Conv1D(), torch.randn(3, 2, 12)
+    y = export(model, x, os.path.join(HERE, "onnx_conv1d.onnx"), "x", "y")
+    path = os.path.join(HERE, "onnx_twins_ref.txt")
+    with open(path) as f:
+        keep = [ln.rstrip("\n") for ln in f if not ln.startswith("conv1d/")]
+    with open(path, "w") as f:
+        f.write("\n".join(keep + [line("conv1d/x", x), line("conv1d/y", y)]) + "\n")
+
+
 def main():
     gpt, cnn = GPT(), CNN()
     with torch.no_grad():  # running statistics that are not 0 and 1
@@ -137,6 +165,10 @@ def main():
 if __name__ == "__main__":
     import sys
 
+    if sys.argv[1:] == ["conv1d"]:
+        conv1d_only()
+        sys.exit(0)
     if sys.argv[1:] != ["rnn"]:
         main()
     rnn_only()
+    conv1d_only()

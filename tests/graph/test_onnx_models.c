@@ -105,6 +105,10 @@ static void test_cnn(void) { check_model("onnx_cnn.onnx", "x", "y", "cnn/x", "cn
 // PyTorch's recurrent layers as its exporter writes them: GRU (bidirectional, linear_before_reset = 1) with an
 // initial state from ConstantOfShape, a 2-layer LSTM (two LSTM nodes, states sliced from one zero tensor), RNN (Relu)
 static void test_rnn(void) { check_model("onnx_rnn.onnx", "x", "y", "rnn/x", "rnn/y", WEFT_F32); }
+// 1-D windows as PyTorch's exporter writes them: Pad (constant 0.5, reflect, edge; its pads computed by
+// ConstantOfShape / Concat / Slice / Transpose arithmetic), Conv, MaxPool, AveragePool without the pads in its
+// count, ConvTranspose with output_padding, each run as its 2-D op over (N,C,1,L)
+static void test_conv1d(void) { check_model("onnx_conv1d.onnx", "x", "y", "conv1d/x", "conv1d/y", WEFT_F32); }
 
 // The symbolic batch dim must be given: the error names the input and the dim's name.
 static void test_symbolic_dim(void) {
@@ -311,7 +315,60 @@ static void test_cases(void) {
         weft_tensor_free(x), weft_tensor_free(y);
         weft_graph_free(g);
     }
+    if ((g = load_case("pad_crop_reflect"))) { // rows a0..a4 -> a1 a2 a3 a4 a3 a2
+        const float xv[10] = {0, 1, 2, 3, 4, 10, 11, 12, 13, 14};
+        x = from(xv, 2, (int64_t[]){2, 5}, WEFT_F32);
+        y = run_case(g, 1, (const char *[]){"x"}, &x);
+        CHECK(y && weft_tensor_ndim(y) == 2 && weft_tensor_sizes(y)[1] == 6);
+        wt_check_values("Pad cropping and reflecting", y, (const double[]){1, 2, 3, 4, 3, 2, 11, 12, 13, 14, 13, 12}, 12, 0);
+        weft_tensor_free(x), weft_tensor_free(y);
+        weft_graph_free(g);
+    }
+    if ((g = load_case("conv1d_unequal_pads"))) { // x 0..6 padded (1 before, 2 after), stride 2, kernels w0, w1
+        const float xv[7] = {1, 2, 3, 4, 5, 6, 7}, wv[6] = {1, 0, -1, 0.5f, 2, 1};
+        weft_tensor *t[2] = {from(xv, 3, (int64_t[]){1, 1, 7}, WEFT_F32), from(wv, 3, (int64_t[]){2, 1, 3}, WEFT_F32)};
+        y = run_case(g, 2, (const char *[]){"x", "w"}, t);
+        double want[8], xp[10] = {0, 1, 2, 3, 4, 5, 6, 7, 0, 0};
+        for (int o = 0; o < 2; o++)
+            for (int i = 0; i < 4; i++)
+                want[o * 4 + i] = wv[o * 3] * xp[2 * i] + wv[o * 3 + 1] * xp[2 * i + 1] + wv[o * 3 + 2] * xp[2 * i + 2];
+        CHECK(y && weft_tensor_ndim(y) == 3);
+        wt_check_values("Conv 1-D with unequal pads", y, want, 8, 1e-6);
+        weft_tensor_free(t[0]), weft_tensor_free(t[1]), weft_tensor_free(y);
+        weft_graph_free(g);
+    }
+    if ((g = load_case("slice_step_neg2"))) {
+        const float xv[7] = {0, 1, 2, 3, 4, 5, 6};
+        x = from(xv, 1, (int64_t[]){7}, WEFT_F32);
+        y = run_case(g, 1, (const char *[]){"x"}, &x);
+        wt_check_values("Slice by -2", y, (const double[]){6, 4, 2, 0}, 4, 0);
+        weft_tensor_free(x), weft_tensor_free(y);
+        weft_graph_free(g);
+    }
+    if ((g = load_case("slice_neg_start_below"))) { // review: ONNX clamps the start to [0, dim-1]: x[0]
+        const float xv[6] = {7, 1, 2, 3, 4, 5};
+        x = from(xv, 1, (int64_t[]){6}, WEFT_F32);
+        y = run_case(g, 1, (const char *[]){"x"}, &x);
+        wt_check_values("Slice by -1 from below -dim", y, (const double[]){7}, 1, 0);
+        weft_tensor_free(x), weft_tensor_free(y);
+        weft_graph_free(g);
+    }
+    if ((g = load_case("pad_i64_big"))) { // review: the value went through a double (2^60 + 3 became 2^60)
+        const int64_t xv[2] = {5, -6};
+        x = from(xv, 1, (int64_t[]){2}, WEFT_I64);
+        y = run_case(g, 1, (const char *[]){"x"}, &x);
+        CHECK(y && weft_tensor_numel(y) == 3 && ((const int64_t *)weft_tensor_data(y))[0] == big + 2 &&
+              ((const int64_t *)weft_tensor_data(y))[2] == -6);
+        weft_tensor_free(x), weft_tensor_free(y);
+        weft_graph_free(g);
+    }
     char andp[1024];
+    g = weft_onnx_load(model_path("onnx_cases/pad_edge_huge.onnx", andp, sizeof andp), 0, NULL);
+    CHECK(g == NULL && wt_error_has("(Pad)") && wt_error_has("a constant of more than 67108864 elements"));
+    g = weft_onnx_load(model_path("onnx_cases/pad_reflect_big.onnx", andp, sizeof andp), 0, NULL);
+    CHECK(g == NULL && wt_error_has("(Pad)") && wt_error_has("reflect pads (0, 4) must be less than dim 1 (3)"));
+    g = weft_onnx_load(model_path("onnx_cases/pad_wrap.onnx", andp, sizeof andp), 0, NULL);
+    CHECK(g == NULL && wt_error_has("(Pad)") && wt_error_has("mode must be constant, edge or reflect"));
     g = weft_onnx_load(model_path("onnx_cases/and_f32.onnx", andp, sizeof andp), 0, NULL);
     CHECK(g == NULL && wt_error_has("(And)") && wt_error_has("it takes bool"));
     g = weft_onnx_load(model_path("onnx_cases/nll_target_f32.onnx", andp, sizeof andp), 0, NULL);
@@ -355,6 +412,7 @@ int main(void) {
     RUN(test_gpt);
     RUN(test_cnn);
     RUN(test_rnn);
+    RUN(test_conv1d);
     RUN(test_symbolic_dim);
     RUN(test_matmul_1d);
     RUN(test_cases);
