@@ -115,11 +115,17 @@ static const char *first_out(const nctx *c) {
     return NULL;
 }
 
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
 // A fresh name for an intermediate op of this node (the output's name cut short enough that "#k" always fits),
-// past the names the graph has (a file weft saved holds its earlier import's "#k" constants as initializers).
+// past the names the graph has (a file weft saved holds its earlier import's "#k" constants as initializers) and
+// the names later nodes of the file give their outputs.
 static const char *tmp_name(nctx *c) {
+    const char *key = c->tname;
     do snprintf(c->tname, sizeof c->tname, "%.*s#%d", (int)sizeof c->tname - 16, first_out(c), c->tmp++);
-    while (weft_graph_find_node(c->m->g, c->tname).id >= 0 && c->tmp < INT32_MAX);
+    while ((weft_graph_find_node(c->m->g, c->tname).id >= 0 ||
+            (c->m->n_outs && bsearch(&key, c->m->outs, c->m->n_outs, sizeof *c->m->outs, cmp_str))) &&
+           c->tmp < INT32_MAX);
     return c->tname;
 }
 
@@ -1286,6 +1292,14 @@ static weft_status import_model(imp *m, const Onnx__ModelProto *mp, int n_shapes
         if (!OK(v)) return weft_error(weft_last_status(), "onnx_load: %s: input '%s': %s", m->path, vi->name, weft_last_error());
         if ((st = bind(m, vi->name, v, NULL))) return st;
     }
+    size_t n_outs = 0;
+    for (size_t k = 0; k < gp->n_node; k++) n_outs += gp->node[k]->n_output;
+    if (n_outs && !(m->outs = malloc(n_outs * sizeof *m->outs)))
+        return weft_error(WEFT_ERR_OOM, "onnx_load: %s: out of memory", m->path);
+    for (size_t k = 0; k < gp->n_node; k++)
+        for (size_t j = 0; j < gp->node[k]->n_output; j++)
+            if (gp->node[k]->output[j] && gp->node[k]->output[j][0]) m->outs[m->n_outs++] = gp->node[k]->output[j];
+    if (m->n_outs) qsort(m->outs, m->n_outs, sizeof *m->outs, cmp_str);
     for (size_t k = 0; k < gp->n_node; k++)
         if ((st = import_node(m, gp->node[k], (int)k))) return st;
     for (size_t k = 0; k < gp->n_output; k++) {
@@ -1318,6 +1332,7 @@ weft_graph *weft_onnx_load(const char *path, int n_shapes, const weft_onnx_shape
     for (int k = 0; k < m.n; k++) weft_tensor_free(m.e[k].konst);
     free(m.e);
     free(m.slots);
+    free(m.outs);
     onnx__model_proto__free_unpacked(mp, NULL);
     if (st != WEFT_OK) {
         weft_graph_free(m.g);

@@ -26,6 +26,8 @@ typedef struct imp {
     int n, cap;
     int32_t *slots; // open addressing over e (index, -1 empty)
     size_t n_slots;
+    const char **outs; // every node output's name in the file, sorted (temporaries avoid them)
+    size_t n_outs;
 } imp;
 
 // Inputs of one node: handlers may read c->in[k] / c->kin[k] for any k < MIN_IN (absent ones are NONE / -1);

@@ -103,6 +103,10 @@ def main():
     save("pad_edge_huge", [oh.make_node("Pad", ["x", "p"], ["y"], mode="edge")], [vi("x", TP.FLOAT, [3])],
          [vi("y", TP.FLOAT, [3 + 2**28])], [nh.from_array(np.array([0, 2**28], np.int64), "p")])
 
+    # a later node names its output as the loader names a temporary of an earlier node (LeakyRelu's "a#0")
+    save("names_later", [oh.make_node("LeakyRelu", ["x"], ["a"], alpha=0.5), oh.make_node("Neg", ["a"], ["a#0"]),
+                         oh.make_node("Mul", ["a", "a#0"], ["y"])], [vi("x", TP.FLOAT, [3])], [vi("y", TP.FLOAT, [3])])
+
 
 if __name__ == "__main__":
     main()
