@@ -329,11 +329,11 @@ weft_status oi_conv_t(nctx *c, const char *arg) {
 // MaxPool / AveragePool, 1-D or 2-D. Pads the 2-D pools take (symmetric, at most half the kernel) go to the
 // op; others are applied first: -inf for max; zeros for the average, which then divides by the count of real
 // elements in each window (count_include_pad 0: the same pool over a padded mask of ones) or by the kernel's
-// size (count_include_pad 1).
+// size (count_include_pad 1). ceil_mode adds the end pads its last window needs.
 weft_status oi_pool(nctx *c, const char *opn) {
     int nsp = spatial_dims(c, c->in[0]);
     if (nsp < 0) FAIL("1-D and 2-D pooling only");
-    if (oi_attr_i(c, "ceil_mode", 0)) FAIL("ceil_mode is not supported");
+    bool ceil_mode = oi_attr_i(c, "ceil_mode", 0) != 0;
     if (wants_out(c, 1)) FAIL("the Indices output is not supported");
     int n;
     const int64_t *ka = oi_attr_ints(c, "kernel_shape", &n);
@@ -347,6 +347,16 @@ weft_status oi_pool(nctx *c, const char *opn) {
     if (st) return st;
     if (w.d[0] != 1 || w.d[1] != 1) FAIL("dilations are not supported");
     bool is_max = !strcmp(opn, "max_pool2d"), incl = oi_attr_i(c, "count_include_pad", 0) != 0;
+    for (int d = 0; ceil_mode && d < 2; d++) { // ceil_mode: out = ceil((in + pads - k) / s) + 1, by more end pads
+        int64_t total = xs[2 + d] + w.b[d] + w.e[d], last;
+        if (total < k[d]) continue; // (no window: the op says so)
+        int64_t out = (total - k[d] + w.s[d] - 1) / w.s[d] + 1;
+        if (__builtin_mul_overflow(out - 1, w.s[d], &last) || last > WEFT_MAX_NUMEL) FAIL("ceil_mode: the output overflows");
+        if (out > 1 && last >= xs[2 + d] + w.b[d]) last -= w.s[d]; // the last window starts in the input (ORT, PyTorch)
+        int64_t extra = last + k[d] - total;
+        if (extra > 0 && incl && !is_max) FAIL("ceil_mode with count_include_pad is not supported");
+        if (extra > 0) w.e[d] += extra;
+    }
     bool native = true;
     for (int d = 0; d < 2; d++) native &= w.b[d] == w.e[d] && 2 * w.b[d] <= k[d];
     weft_value x = as4(c, c->in[0]);

@@ -107,6 +107,20 @@ def main():
     save("names_later", [oh.make_node("LeakyRelu", ["x"], ["a"], alpha=0.5), oh.make_node("Neg", ["a"], ["a#0"]),
                          oh.make_node("Mul", ["a", "a#0"], ["y"])], [vi("x", TP.FLOAT, [3])], [vi("y", TP.FLOAT, [3])])
 
+    # ceil_mode: x (1,1,3,3); kernel 2, strides 3, end pads 1: ONNX 1.12's formula gives 2x2, ONNX Runtime (as
+    # PyTorch) drops a last window that starts past the input: 1x1; kernel 2, strides 2, begin pads 1: 2x2
+    for op in ("MaxPool", "AveragePool"):
+        for tag, kw in (("s3", dict(strides=[3, 3], pads=[0, 0, 1, 1])), ("p1", dict(strides=[2, 2], pads=[1, 1, 0, 0]))):
+            name, node = "ceil_%s_%s" % (op.lower(), tag), oh.make_node(op, ["x"], ["y"], kernel_shape=[2, 2], ceil_mode=1, **kw)
+            if tag == "p1":
+                save(name, [node], [vi("x", TP.FLOAT, [1, 1, 3, 3])], [vi("y", TP.FLOAT, [1, 1, 2, 2])])
+                continue
+            # (written without the checker: ONNX 1.12's shape inference still has the formula that gives 2x2)
+            g = oh.make_graph([node], name, [vi("x", TP.FLOAT, [1, 1, 3, 3])], [vi("y", TP.FLOAT, [1, 1, 1, 1])])
+            m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
+            m.ir_version = 8
+            onnx.save(m, os.path.join(HERE, name + ".onnx"))
+
 
 if __name__ == "__main__":
     main()

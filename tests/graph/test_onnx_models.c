@@ -370,6 +370,22 @@ static void test_cases(void) {
         weft_tensor_free(x), weft_tensor_free(y);
         weft_graph_free(g);
     }
+    // ceil_mode on x = 0..8 (3x3), ONNX Runtime 1.32's outputs: kernel 2, strides 3, end pads 1 drops the window
+    // that would start past the input (1x1); begin pads 1, strides 2: 2x2
+    static const struct { const char *name; int n; double want[4]; } ceil_cases[] = {
+        {"ceil_maxpool_s3", 1, {4}}, {"ceil_averagepool_s3", 1, {2}},
+        {"ceil_maxpool_p1", 4, {0, 2, 6, 8}}, {"ceil_averagepool_p1", 4, {0, 1.5, 4.5, 6}}};
+    for (int k = 0; k < 4; k++) {
+        if (!(g = load_case(ceil_cases[k].name))) continue;
+        const float xv[9] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+        x = from(xv, 4, (int64_t[]){1, 1, 3, 3}, WEFT_F32);
+        y = run_case(g, 1, (const char *[]){"x"}, &x);
+        CHECK(y && weft_tensor_numel(y) == ceil_cases[k].n);
+        if (y && weft_tensor_numel(y) == ceil_cases[k].n)
+            wt_check_values(ceil_cases[k].name, y, ceil_cases[k].want, ceil_cases[k].n, 1e-6);
+        weft_tensor_free(x), weft_tensor_free(y);
+        weft_graph_free(g);
+    }
     char andp[1024];
     g = weft_onnx_load(model_path("onnx_cases/pad_edge_huge.onnx", andp, sizeof andp), 0, NULL);
     CHECK(g == NULL && wt_error_has("(Pad)") && wt_error_has("a constant of more than 67108864 elements"));
