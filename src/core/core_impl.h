@@ -3,6 +3,7 @@
 #define WEFT_CORE_IMPL_H
 
 #include <string.h>
+#include <time.h>
 
 #include <weft/core.h>
 
@@ -40,6 +41,13 @@ static inline float weft_bf16_widen(uint16_t h) {
     float f;
     memcpy(&f, &u, 4);
     return f;
+}
+
+// Seconds on the monotonic clock (for the measured choices: GEMM and conv libraries, layouts, tuning).
+static inline double weft_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 // Lazy one-time runtime setup (threads from WEFT_NUM_THREADS, BLAS threads).

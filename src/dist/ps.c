@@ -119,23 +119,17 @@ static weft_status ps_place(weft_ps *ps) {
 
 // ---- waiting for requests (polling, so oversubscribed ranks do not starve each other) ----
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 void ps_backoff(int *spins); // ps_server.c
 
 static weft_status ps_waitall(weft_ps *ps, int n, MPI_Request *r, const char *fn) {
-    double t0 = now_s();
+    double t0 = weft_now_s();
     int spins = 0;
     for (;;) {
         int done = 0;
         if (MPI_Testall(n, r, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
             return weft_error(WEFT_ERR_STATE, "%s: MPI error while talking to the servers", fn);
         if (done) return WEFT_OK;
-        if (ps->timeout > 0 && now_s() - t0 > ps->timeout) {
+        if (ps->timeout > 0 && weft_now_s() - t0 > ps->timeout) {
             char who[256] = "";
             size_t k = 0;
             for (int i = 0; i < n && k + 16 < sizeof who; i++) {

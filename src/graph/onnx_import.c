@@ -150,6 +150,15 @@ weft_value oi_konst(nctx *c, const char *name, weft_tensor *t, weft_tensor **kee
     else weft_tensor_free(t);
     return v;
 }
+weft_tensor *oi_index_new(int64_t len) {
+    return oi_check_made(1, &len) ? NULL : weft_tensor_empty(1, &len, WEFT_I64);
+}
+
+weft_value oi_select(nctx *c, const char *name, weft_value v, int64_t dim, weft_tensor *idx) {
+    weft_value iv = oi_konst(c, NULL, idx, NULL);
+    return OK(iv) ? oi_op(c, name, "index_select", 2, (weft_value[]){v, iv}, &dim, 1, NULL, 0) : iv;
+}
+
 weft_value oi_scalar(nctx *c, weft_dtype dt, double x) {
     weft_tensor *t = weft_tensor_empty(0, NULL, dt);
     if (t) {
@@ -583,16 +592,12 @@ static weft_status h_slice(nctx *c, const char *arg) {
         if (step < 0) { // from b down to e (exclusive): b clamped to [0, n-1], e to [-1, n-1], as ONNX says
             int64_t b = st_[i] < 0 ? (st_[i] < -n ? 0 : st_[i] + n) : st_[i] > n - 1 ? n - 1 : st_[i];
             int64_t e = en[i] < 0 ? (en[i] < -n ? -1 : en[i] + n) : en[i] > n - 1 ? n - 1 : en[i];
-            int64_t len = n > 0 && b > e ? (b - e - 1) / -step + 1 : 0, dd = d;
-            weft_tensor *idx = len && !oi_check_made(1, &len) ? weft_tensor_empty(1, &len, WEFT_I64) : NULL;
+            int64_t len = n > 0 && b > e ? (b - e - 1) / -step + 1 : 0;
+            weft_tensor *idx = len ? oi_index_new(len) : NULL;
             if (len && !idx) return weft_last_status();
             for (int64_t j = 0; j < len; j++) ((int64_t *)weft_tensor_data(idx))[j] = b + j * step;
             const char *nm = i == ns - 1 ? node_out(c, 0) : NULL;
-            if (!len) v = oi_op(c, nm, "slice", 1, &v, (int64_t[]){d, 0, 0, 1}, 4, NULL, 0);
-            else {
-                weft_value iv = oi_konst(c, NULL, idx, NULL);
-                v = OK(iv) ? oi_op(c, nm, "index_select", 2, (weft_value[]){v, iv}, &dd, 1, NULL, 0) : iv;
-            }
+            v = len ? oi_select(c, nm, v, d, idx) : oi_op(c, nm, "slice", 1, &v, (int64_t[]){d, 0, 0, 1}, 4, NULL, 0);
             if (!OK(v)) return weft_last_status();
             xs[d] = len;
             continue;

@@ -84,6 +84,10 @@ weft_value oi_scalar_as(nctx *c, weft_dtype dt, double x);
 weft_value oi_reshape(nctx *c, const char *name, weft_value v, int nd, const int64_t *sizes);
 // A constant the loader makes of these sizes is allowed (at most 2^26 elements).
 weft_status oi_check_made(int nd, const int64_t *s);
+// An int64 index of len the loader computes (held to oi_check_made); NULL with an error.
+weft_tensor *oi_index_new(int64_t len);
+// The rows of v along dim that idx (taken: a constant) picks: index_select.
+weft_value oi_select(nctx *c, const char *name, weft_value v, int64_t dim, weft_tensor *idx);
 // Attributes: oi_attr by name; the typed readers note a type other than the op's in c->bad_attr.
 const Onnx__AttributeProto *oi_attr(const nctx *c, const char *name);
 const Onnx__AttributeProto *oi_attr_t(nctx *c, const char *name, Onnx__AttributeProto__AttributeType t);

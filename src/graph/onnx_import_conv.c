@@ -162,7 +162,7 @@ static weft_value pad_dims(nctx *c, weft_value x, int nd, const int64_t *b, cons
             if (OK(blk[1])) parts[np++] = blk[1];
             v = oi_op(c, NULL, "concat", np, parts, &dk, 1, NULL, 0);
         } else {
-            weft_tensor *idx = oi_check_made(1, &len) ? NULL : weft_tensor_empty(1, &len, WEFT_I64);
+            weft_tensor *idx = oi_index_new(len);
             if (!idx) return WEFT_VALUE_NONE;
             int64_t *p = weft_tensor_data(idx);
             for (int64_t j = 0; j < len; j++) {
@@ -171,8 +171,7 @@ static weft_value pad_dims(nctx *c, weft_value x, int nd, const int64_t *b, cons
                 else i = i < 0 ? -i : i >= n ? 2 * (n - 1) - i : i;
                 p[j] = i;
             }
-            weft_value iv = oi_konst(c, NULL, idx, NULL);
-            v = OK(iv) ? oi_op(c, NULL, "index_select", 2, (weft_value[]){v, iv}, &dk, 1, NULL, 0) : iv;
+            v = oi_select(c, NULL, v, k, idx);
         }
         s[k] = len;
     }

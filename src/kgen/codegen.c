@@ -160,17 +160,13 @@ static bool is_red(const gen *g, int p) { return g->kg->axis[at(g, p)->axis].red
 // The output element's offset, from the output axes.
 static void emit_out_off(gen *g) {
     int64_t stride = 1;
-    char buf[1024];
-    size_t used = 0;
-    buf[0] = 0;
+    sb_add(&g->b, "O_[");
     for (int d = g->kg->n_out - 1; d >= 0; d--) {
-        int w = snprintf(buf + used, sizeof buf - used, "%sa_%s * %lld", d == g->kg->n_out - 1 ? "" : " + ",
-                         g->kg->axis[g->kg->out_axis[d]].name, (long long)stride);
-        used += w > 0 ? (size_t)w : 0;
-        if (used >= sizeof buf) used = sizeof buf - 1;
+        sb_add(&g->b, "%sa_%s * %lld", d == g->kg->n_out - 1 ? "" : " + ", g->kg->axis[g->kg->out_axis[d]].name,
+               (long long)stride);
         stride *= g->kg->axis[g->kg->out_axis[d]].ext;
     }
-    sb_add(&g->b, "O_[%s]", buf);
+    sb_add(&g->b, "]");
 }
 
 static void emit_tile_off(gen *g) {

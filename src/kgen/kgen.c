@@ -416,33 +416,33 @@ weft_status weft_kg_reference(const weft_kg *kg, const float *const *in, float *
 
 // ---- the definition's hash ----
 
-static uint64_t mix(uint64_t h, const void *p, size_t n) { // FNV-1a
+uint64_t kg_fnv(uint64_t h, const void *p, size_t n) {
     for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 0x100000001b3ull;
     return h;
 }
 
 static uint64_t hash_expr(uint64_t h, const weft_kg_expr *e) {
     int32_t head[5] = {(int32_t)e->kind, (int32_t)e->op, e->id, e->pad, e->n};
-    h = mix(h, head, sizeof head);
-    h = mix(h, &e->c, sizeof e->c);
+    h = kg_fnv(h, head, sizeof head);
+    h = kg_fnv(h, &e->c, sizeof e->c);
     for (int i = 0; i < e->n; i++) h = hash_expr(h, e->a[i]);
     return h;
 }
 
 uint64_t kg_def_hash(const weft_kg *kg) {
-    uint64_t h = mix(0xcbf29ce484222325ull, kg->name, strlen(kg->name) + 1);
+    uint64_t h = kg_fnv(KG_FNV_SEED, kg->name, strlen(kg->name) + 1);
     for (int i = 0; i < kg->n_in; i++) {
-        h = mix(h, kg->in[i].name, strlen(kg->in[i].name) + 1);
-        h = mix(h, &kg->in[i].ndim, sizeof kg->in[i].ndim);
-        h = mix(h, kg->in[i].size, (size_t)kg->in[i].ndim * sizeof kg->in[i].size[0]);
+        h = kg_fnv(h, kg->in[i].name, strlen(kg->in[i].name) + 1);
+        h = kg_fnv(h, &kg->in[i].ndim, sizeof kg->in[i].ndim);
+        h = kg_fnv(h, kg->in[i].size, (size_t)kg->in[i].ndim * sizeof kg->in[i].size[0]);
     }
     for (int i = 0; i < kg->n_axis; i++) {
-        h = mix(h, kg->axis[i].name, strlen(kg->axis[i].name) + 1);
-        h = mix(h, &kg->axis[i].ext, sizeof kg->axis[i].ext);
-        h = mix(h, &kg->axis[i].reduce, sizeof kg->axis[i].reduce);
+        h = kg_fnv(h, kg->axis[i].name, strlen(kg->axis[i].name) + 1);
+        h = kg_fnv(h, &kg->axis[i].ext, sizeof kg->axis[i].ext);
+        h = kg_fnv(h, &kg->axis[i].reduce, sizeof kg->axis[i].reduce);
     }
-    h = mix(h, kg->out_axis, (size_t)kg->n_out * sizeof kg->out_axis[0]);
-    h = mix(h, &kg->red, sizeof kg->red);
+    h = kg_fnv(h, kg->out_axis, (size_t)kg->n_out * sizeof kg->out_axis[0]);
+    h = kg_fnv(h, &kg->red, sizeof kg->red);
     h = hash_expr(h, kg->body);
-    return kg->epi ? hash_expr(mix(h, "|", 1), kg->epi) : h;
+    return kg->epi ? hash_expr(kg_fnv(h, "|", 1), kg->epi) : h;
 }

@@ -82,6 +82,9 @@ int kg_leaf_positions(const weft_kg_sched *s, int l, int *pos);
 int kg_pos(const weft_kg_sched *s, int l);
 // Checks the annotations and the cache placement against the order (done before code is generated).
 weft_status kg_sched_check(const weft_kg_sched *s);
+// FNV-1a over n bytes, from h (KG_FNV_SEED to start).
+#define KG_FNV_SEED 0xcbf29ce484222325ull
+uint64_t kg_fnv(uint64_t h, const void *p, size_t n);
 // A hash of the definition (name, inputs, axes, expressions): the tuning log's key.
 uint64_t kg_def_hash(const weft_kg *kg);
 // Number of elements of the output / of input i.

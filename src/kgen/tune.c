@@ -24,12 +24,6 @@ typedef struct kg_cfg {
 #define KG_NF 16 // cost-model features
 #define KG_MAX_SPACE 50000
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static uint64_t splitmix(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -144,15 +138,15 @@ static void ridge(int n, const double *x, const double *y, double lambda, double
 
 // Milliseconds per run of k (the best of `repeat`, each long enough to time); < 0 on failure.
 static double measure(const weft_kg_kernel *k, const float *const *in, float *out, int repeat) {
-    double t0 = now_s();
+    double t0 = weft_now_s();
     if (weft_kg_run_raw(k, in, out)) return -1;
-    double once = now_s() - t0;
+    double once = weft_now_s() - t0;
     int iters = once > 2e-3 ? 1 : once < 2e-6 ? 1000 : (int)(2e-3 / once) + 1;
     double best = INFINITY;
     for (int r = 0; r < repeat; r++) {
-        t0 = now_s();
+        t0 = weft_now_s();
         for (int i = 0; i < iters; i++) weft_kg_run_raw(k, in, out);
-        double t = (now_s() - t0) / iters;
+        double t = (weft_now_s() - t0) / iters;
         best = t < best ? t : best;
     }
     return best * 1e3;
@@ -291,9 +285,8 @@ static bool set_add(uint64_t *set, uint64_t h) {
 static uint64_t sched_hash(const weft_kg_sched *s) {
     char buf[512];
     weft_kg_sched_str(s, buf, sizeof buf);
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (const char *p = buf; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
-    for (int p = 0; p < s->n_order; p++) h = (h ^ (uint64_t)s->loop[s->order[p]].ext) * 0x100000001b3ull;
+    uint64_t h = kg_fnv(KG_FNV_SEED, buf, strlen(buf));
+    for (int p = 0; p < s->n_order; p++) h = kg_fnv(h, &s->loop[s->order[p]].ext, sizeof(int64_t));
     return h;
 }
 

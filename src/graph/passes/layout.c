@@ -44,12 +44,6 @@ static struct {
 static int n_cache;
 static pthread_mutex_t cache_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static weft_tensor *apply1(const char *op, int n, weft_tensor **in, const weft_attrs *at) {
     weft_tensor *out = NULL;
     return weft_rw_eval(weft_op_find(op), n, in, at, &out) == WEFT_OK ? out : NULL;
@@ -57,7 +51,7 @@ static weft_tensor *apply1(const char *op, int n, weft_tensor **in, const weft_a
 
 // One forward in either form; returns seconds or -1.
 static double time_once(bool nhwc, weft_tensor *x, weft_tensor *w, weft_tensor *b, const weft_attrs *at) {
-    double t0 = now_s();
+    double t0 = weft_now_s();
     weft_tensor *in[3] = {x, w, b}, *y = NULL;
     if (!nhwc) {
         y = apply1("conv2d", b ? 3 : 2, in, at);
@@ -73,7 +67,7 @@ static double time_once(bool nhwc, weft_tensor *x, weft_tensor *w, weft_tensor *
         y = yv ? apply1("copy", 1, &yv, NULL) : NULL;
         weft_tensor_free(xp), weft_tensor_free(xc), weft_tensor_free(yh), weft_tensor_free(yv);
     }
-    double dt = now_s() - t0;
+    double dt = weft_now_s() - t0;
     weft_tensor_free(y);
     return y ? dt : -1;
 }
@@ -82,9 +76,9 @@ static double time_once(bool nhwc, weft_tensor *x, weft_tensor *w, weft_tensor *
 static double time_synced(bool nhwc, weft_tensor *x, weft_tensor *w, weft_tensor *b, const weft_attrs *at) {
     weft_device d = weft_tensor_device(x);
     if (weft_device_synchronize(d) != WEFT_OK) return -1;
-    double t0 = now_s(), t = time_once(nhwc, x, w, b, at);
+    double t0 = weft_now_s(), t = time_once(nhwc, x, w, b, at);
     if (t < 0 || weft_device_synchronize(d) != WEFT_OK) return -1;
-    return now_s() - t0;
+    return weft_now_s() - t0;
 }
 
 // Measure both layouts on dummy data (best of a few runs each, alternating).

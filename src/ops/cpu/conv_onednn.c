@@ -423,12 +423,6 @@ static int choice_slot(const conv_key *k) {
     return -1;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 // Times both paths on a (writing its output each time) and leaves the
 // chosen path's result there. *onednn receives the choice.
 static weft_status measure(const conv_key *k, const weft_op_args *a, weft_conv_kernel im2col, bool *onednn) {
@@ -436,14 +430,14 @@ static weft_status measure(const conv_key *k, const weft_op_args *a, weft_conv_k
     *onednn = false;
     for (int round = 0; round < 4; round++) // round 0 warms up (primitive creation, caches)
         for (int lib = 0; lib < 2; lib++) {
-            double t0 = now_s();
+            double t0 = weft_now_s();
             if (lib == 0) {
                 weft_status st = weft_cpu_conv_widened(a, im2col);
                 if (st != WEFT_OK) return st;
             } else if (!onednn_run(k, a)) {
                 return weft_cpu_conv_widened(a, im2col);
             }
-            double dt = now_s() - t0;
+            double dt = weft_now_s() - t0;
             if (round > 0 && dt < best[lib]) best[lib] = dt;
         }
     *onednn = best[1] < 0.9 * best[0];

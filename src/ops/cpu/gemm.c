@@ -273,12 +273,6 @@ static int cache_slot(const shape_key *k) {
     return -1;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 // Times both libraries on A and B into a scratch C (M,N); returns the choice.
 static weft_gemm_backend measure(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                                  const float *B, int64_t ldb) {
@@ -287,14 +281,14 @@ static weft_gemm_backend measure(bool ta, bool tb, int64_t M, int64_t N, int64_t
     double best[2] = {1e30, 1e30};
     for (int round = 0; round < 6; round++) // round 0 warms up (oneDNN's JIT, caches)
         for (int lib = 0; lib < 2; lib++) {
-            double t0 = now_s();
+            double t0 = weft_now_s();
             if (lib == 0) openblas_gemm(WEFT_F32, ta, tb, M, N, K, 1, (const char *)A, lda, (const char *)B, ldb, 0,
                                         (char *)C, N);
             else if (!onednn_sgemm(ta, tb, M, N, K, 1, A, lda, B, ldb, 0, C, N)) {
                 free(C);
                 return WEFT_GEMM_OPENBLAS;
             }
-            double dt = now_s() - t0;
+            double dt = weft_now_s() - t0;
             if (round > 0 && dt < best[lib]) best[lib] = dt;
         }
     free(C);
