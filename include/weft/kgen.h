@@ -3,8 +3,9 @@
 // A kernel is defined once, as a tensor expression: named f32 inputs, output
 // axes and reduction axes, and one output stage out[axes] = epilogue(reduce
 // over the reduction axes of body). How its loops run is a separate schedule:
-// split, reorder, unroll, vectorize, parallel and cache_write (a local
-// accumulator tile, placed at a loop as TVM's compute_at places it). C source is
+// split, reorder, unroll, vectorize, parallel, cache_write (a local
+// accumulator tile), cache_read (operand packing), and compute_at / inline /
+// root for the intermediate stages a definition may have. C source is
 // generated from the two, compiled by the system's C compiler and loaded. An
 // auto-tuner searches a template of schedules by measuring them, guided by a
 // cost model fitted to its measurements, and keeps what it found in a log.
@@ -75,6 +76,14 @@ weft_kg_expr *weft_kg_acc(weft_kg *kg);
 // (WEFT_KG_NONE: none may exist); the epilogue (NULL: acc) maps the result.
 weft_status weft_kg_compute(weft_kg *kg, int n_axes, weft_kg_expr *const *axes, weft_kg_reduce red,
                             weft_kg_expr *body, weft_kg_expr *epilogue);
+// An intermediate stage, computed as the output is (its own output axes, the
+// unowned reduction axes its body reads, a reduction, an epilogue) and read by
+// later stages' loads through the handle it returns (WEFT_KG_MAX_INPUTS + its
+// index; -1 on error). A softmax's row max, a convolution's padded input. At
+// most 4 stages; by default each is computed whole before the output's loops
+// (weft_kg_compute_root), or where the schedule places it.
+int weft_kg_stage(weft_kg *kg, const char *name, int n_axes, weft_kg_expr *const *axes, weft_kg_reduce red,
+                  weft_kg_expr *body, weft_kg_expr *epilogue);
 // The output's shape (after weft_kg_compute); returns ndim.
 int weft_kg_out_shape(const weft_kg *kg, int64_t *sizes);
 // The definition evaluated directly in f64, in the loops' declared order (the
@@ -104,7 +113,32 @@ weft_status weft_kg_parallel(weft_kg_sched *s, weft_kg_loop l);
 // when l's body ends: the tile spans the output-axis loops inside l (at most
 // 4096 elements), and every reduction loop must be inside l.
 weft_status weft_kg_cache_write(weft_kg_sched *s, weft_kg_loop l);
-// The schedule in one line ("i.o j.o k i.i j.i(vec) cache@j.o"); buf gets at most n bytes.
+// Where a stage is computed. compute_at: at the start of each iteration of
+// loop l of the output's nest, the part of the stage the rest of that
+// iteration reads (its region, from the indices of the loads, which must be
+// affine: sums of axes times constants) into a local buffer (at most 65536
+// elements); only the output's body reads it (and its epilogue without a
+// reduction or a local tile). compute_inline: at each load that reads it (a
+// stage without a reduction). compute_root: whole, before the output's loops.
+weft_status weft_kg_compute_at(weft_kg_sched *s, int stage, weft_kg_loop l);
+weft_status weft_kg_compute_inline(weft_kg_sched *s, int stage);
+weft_status weft_kg_compute_root(weft_kg_sched *s, int stage);
+// Copies the region of an input the output's body reads inside loop l into a
+// contiguous local buffer at the start of each of l's iterations, read there in
+// its place (operand packing; the same region rules as compute_at).
+weft_status weft_kg_cache_read(weft_kg_sched *s, int input, weft_kg_loop l);
+// Replaces loop l and the loops inside it by a call to a micro-kernel
+// (TVM's tensorize). WEFT_KG_INTRIN_GEMM: C[i][j] += A[i,k] * B[k,j], a tile
+// of a local accumulator (cache_write at a loop outside l) updated from
+// strided A and B; register-blocked with AVX2/FMA for tiles of at most 6 rows
+// by 8 or 16 columns with B's rows contiguous, plain loops otherwise. Checked
+// when code is made: inside l exactly one reduction loop and two output loops
+// (the column loop innermost of the two), no tail, nothing placed there, and
+// a body that is the product of two loads, one not moving with the column
+// loop and the other not with the row loop.
+typedef enum weft_kg_intrin { WEFT_KG_INTRIN_GEMM } weft_kg_intrin;
+weft_status weft_kg_tensorize(weft_kg_sched *s, weft_kg_loop l, weft_kg_intrin intrin);
+// The schedule in one line ("i.o j.o k i.i j.i(vec) gemm@k cache@j.o read:B@k"); buf gets at most n bytes.
 const char *weft_kg_sched_str(const weft_kg_sched *s, char *buf, size_t n);
 
 // ---- code ----

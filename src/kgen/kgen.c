@@ -45,6 +45,8 @@ static bool name_free(const weft_kg *kg, const char *name, const char *what) {
         if (!strcmp(kg->in[i].name, name)) goto taken;
     for (int i = 0; i < kg->n_axis; i++)
         if (!strcmp(kg->axis[i].name, name)) goto taken;
+    for (int i = 0; i < kg->n_stage; i++)
+        if (!strcmp(kg->stage[i].name, name)) goto taken;
     return true;
 taken:
     weft_error(WEFT_ERR_ARG, "kgen '%s': the name '%s' is already used", kg->name, name);
@@ -102,17 +104,15 @@ static weft_kg_expr *new_axis(weft_kg *kg, const char *name, int64_t extent, boo
     if (extent < 1 || extent > INT32_MAX)
         return weft_error_null(WEFT_ERR_ARG, "kgen '%s': axis %s has extent %lld (1..2^31-1)", kg->name, name,
                                (long long)extent);
-    int n = 0;
-    for (int i = 0; i < kg->n_axis; i++) n += kg->axis[i].reduce == reduce;
-    if (n == WEFT_KG_MAX_AXES)
-        return weft_error_null(WEFT_ERR_ARG, "kgen '%s': more than %d %s axes", kg->name, WEFT_KG_MAX_AXES,
-                               reduce ? "reduction" : "output");
+    if (kg->n_axis == KG_MAX_AXIS)
+        return weft_error_null(WEFT_ERR_ARG, "kgen '%s': more than %d axes", kg->name, KG_MAX_AXIS);
     weft_kg_expr *e = node(kg, KG_AXIS);
     if (!e) return NULL;
     kg_axis *a = &kg->axis[kg->n_axis];
     strcpy(a->name, name);
     a->ext = extent;
     a->reduce = reduce;
+    a->stage = -1;
     e->id = kg->n_axis++;
     e->is_int = true;
     return e;
@@ -134,28 +134,44 @@ weft_kg_expr *weft_kg_const(weft_kg *kg, double v) {
     return e;
 }
 
-static weft_kg_expr *load(weft_kg *kg, int input, weft_kg_expr *const *idx, bool pad, double v) {
+const char *kg_tname(const weft_kg *kg, int t) {
+    return kg_is_stage(t) ? kg->stage[t - WEFT_KG_MAX_INPUTS].name : kg->in[t].name;
+}
+
+int kg_tdims(const weft_kg *kg, int t, const int64_t **size) {
+    if (kg_is_stage(t)) {
+        *size = kg->stage[t - WEFT_KG_MAX_INPUTS].size;
+        return kg->stage[t - WEFT_KG_MAX_INPUTS].n_out;
+    }
+    *size = kg->in[t].size;
+    return kg->in[t].ndim;
+}
+
+static weft_kg_expr *load(weft_kg *kg, int t, weft_kg_expr *const *idx, bool pad, double v) {
     if (!kg) return NULL;
-    if (input < 0 || input >= kg->n_in)
-        return weft_error_null(WEFT_ERR_ARG, "kgen '%s': load of input %d (%d inputs)", kg->name, input, kg->n_in);
-    const kg_input *in = &kg->in[input];
-    if (!idx) return weft_error_null(WEFT_ERR_ARG, "kgen '%s': load of %s without indices", kg->name, in->name);
-    for (int d = 0; d < in->ndim; d++) {
+    if ((t < 0 || t >= kg->n_in) && (t < WEFT_KG_MAX_INPUTS || t >= WEFT_KG_MAX_INPUTS + kg->n_stage))
+        return weft_error_null(WEFT_ERR_ARG, "kgen '%s': load of tensor %d (%d inputs, handles 0..; %d stages, handles "
+                               "%d..)", kg->name, t, kg->n_in, kg->n_stage, WEFT_KG_MAX_INPUTS);
+    const int64_t *size;
+    int ndim = kg_tdims(kg, t, &size);
+    const char *name = kg_tname(kg, t);
+    if (!idx) return weft_error_null(WEFT_ERR_ARG, "kgen '%s': load of %s without indices", kg->name, name);
+    for (int d = 0; d < ndim; d++) {
         if (!idx[d]) return NULL; // an earlier call failed and said why
         if (!mine(kg, idx[d], "an index")) return NULL;
         if (!idx[d]->is_int)
             return weft_error_null(WEFT_ERR_ARG, "kgen '%s': load of %s: index %d is not an integer expression of axes",
-                                   kg->name, in->name, d);
+                                   kg->name, name, d);
     }
     if (!(fabs(v) <= FLT_MAX))
-        return weft_error_null(WEFT_ERR_ARG, "kgen '%s': load of %s: pad %g is not a finite f32", kg->name, in->name, v);
+        return weft_error_null(WEFT_ERR_ARG, "kgen '%s': load of %s: pad %g is not a finite f32", kg->name, name, v);
     weft_kg_expr *e = node(kg, KG_LOAD);
     if (!e) return NULL;
-    e->id = input;
+    e->id = t;
     e->pad = pad;
     e->c = v;
-    e->n = in->ndim;
-    for (int d = 0; d < in->ndim; d++) e->a[d] = idx[d];
+    e->n = ndim;
+    for (int d = 0; d < ndim; d++) e->a[d] = idx[d];
     return e;
 }
 
@@ -219,9 +235,10 @@ static bool int_range(const weft_kg *kg, const weft_kg_expr *e, int64_t *lo, int
     }
 }
 
-// Checks an expression of the body (epi false) or the epilogue (epi true): axes
-// of this kernel, acc only in the epilogue, no reduction axis there, loads in range.
-static weft_status check_expr(const weft_kg *kg, const weft_kg_expr *e, bool epi, int depth, int64_t *budget) {
+// Checks an expression of stage st's body (epi false) or epilogue (epi true):
+// axes of that stage, acc only in the epilogue, no reduction axis there, loads in range.
+static weft_status check_expr(const weft_kg *kg, int st, const weft_kg_expr *e, bool epi, int depth,
+                              int64_t *budget) {
     if (depth > 64) return weft_error(WEFT_ERR_ARG, "kgen '%s': expression deeper than 64", kg->name);
     if (--*budget < 0)
         return weft_error(WEFT_ERR_ARG, "kgen '%s': the expressions expand to more than %d nodes (shared ones counted at "
@@ -235,62 +252,121 @@ static weft_status check_expr(const weft_kg *kg, const weft_kg_expr *e, bool epi
         if (!epi) return weft_error(WEFT_ERR_ARG, "kgen '%s': acc outside the epilogue", kg->name);
         return WEFT_OK;
     case KG_AXIS:
+        if (kg->axis[e->id].stage != st)
+            return weft_error(WEFT_ERR_ARG, "kgen '%s': axis %s in %s%s, which is not one of its axes", kg->name,
+                              kg->axis[e->id].name, st == KG_MAIN ? "the output" : "stage ",
+                              st == KG_MAIN ? "" : kg->stage[st].name);
         if (epi && kg->axis[e->id].reduce)
             return weft_error(WEFT_ERR_ARG, "kgen '%s': reduction axis %s in the epilogue", kg->name,
                               kg->axis[e->id].name);
         return WEFT_OK;
     case KG_LOAD: {
-        const kg_input *in = &kg->in[e->id];
+        const int64_t *size;
+        kg_tdims(kg, e->id, &size);
         for (int d = 0; d < e->n; d++) {
-            weft_status st = check_expr(kg, e->a[d], epi, depth + 1, budget);
-            if (st) return st;
+            weft_status s = check_expr(kg, st, e->a[d], epi, depth + 1, budget);
+            if (s) return s;
             int_range(kg, e->a[d], &lo, &hi); // (checked above, as an integer expression)
-            if (!e->pad && (lo < 0 || hi >= in->size[d]))
+            if (!e->pad && (lo < 0 || hi >= size[d]))
                 return weft_error(WEFT_ERR_ARG,
                                   "kgen '%s': load of %s: index %d ranges over [%lld, %lld], outside [0, %lld] "
                                   "(weft_kg_load_pad reads a pad value there)",
-                                  kg->name, in->name, d, (long long)lo, (long long)hi, (long long)in->size[d] - 1);
+                                  kg->name, kg_tname(kg, e->id), d, (long long)lo, (long long)hi, (long long)size[d] - 1);
         }
         return WEFT_OK;
     }
     default:
         for (int i = 0; i < e->n; i++) {
-            weft_status st = check_expr(kg, e->a[i], epi, depth + 1, budget);
-            if (st) return st;
+            weft_status s = check_expr(kg, st, e->a[i], epi, depth + 1, budget);
+            if (s) return s;
         }
         return WEFT_OK;
     }
+}
+
+// Marks the unowned reduction axes an expression reads as stage st's (at most KG_MAX_TREE nodes walked;
+// check_expr reports a larger expression).
+static void claim_reduce(weft_kg *kg, int st, const weft_kg_expr *e, int64_t *budget) {
+    if (--*budget < 0) return;
+    if (e->kind == KG_AXIS && kg->axis[e->id].reduce && kg->axis[e->id].stage < 0) kg->axis[e->id].stage = st;
+    for (int i = 0; i < e->n; i++) claim_reduce(kg, st, e->a[i], budget);
+}
+
+// Defines stage st (KG_MAIN: the output): its output axes, its reduction axes (a stage's: the unowned ones its
+// body reads; the output's: every unowned one), the checks of its expressions. On failure nothing is claimed.
+static weft_status define(weft_kg *kg, int st, const char *what, int n_axes, weft_kg_expr *const *axes,
+                          weft_kg_reduce red, weft_kg_expr *body, weft_kg_expr *epilogue, int *out_axis,
+                          int64_t *numel) {
+    if (!body) return weft_last_status() ? weft_last_status() : weft_error(WEFT_ERR_ARG, "kgen '%s': %s has no body", kg->name, what);
+    if (red < WEFT_KG_NONE || red > WEFT_KG_MAXRED) return weft_error(WEFT_ERR_ARG, "kgen '%s': %s: reduction %d", kg->name, what, (int)red);
+    int n_spatial = 0;
+    for (int i = 0; i < kg->n_axis; i++) n_spatial += !kg->axis[i].reduce && kg->axis[i].stage < 0;
+    if (n_axes < 1 || n_axes > WEFT_KG_MAX_AXES || !axes || (st == KG_MAIN && n_axes != n_spatial))
+        return weft_error(WEFT_ERR_ARG, "kgen '%s': %s needs %s (given %d)", kg->name, what,
+                          st == KG_MAIN ? "each output axis no stage took, once" : "1..8 axes", n_axes);
+    bool seen[KG_MAX_AXIS] = {0};
+    *numel = 1;
+    for (int i = 0; i < n_axes; i++) {
+        if (!axes[i]) return weft_last_status();
+        if (!mine(kg, axes[i], "an output axis")) return WEFT_ERR_ARG;
+        if (axes[i]->kind != KG_AXIS || kg->axis[axes[i]->id].reduce || seen[axes[i]->id] ||
+            kg->axis[axes[i]->id].stage >= 0)
+            return weft_error(WEFT_ERR_ARG, "kgen '%s': %s: dim %d is not a new output axis", kg->name, what, i);
+        seen[axes[i]->id] = true;
+        out_axis[i] = axes[i]->id;
+        if (__builtin_mul_overflow(*numel, kg->axis[axes[i]->id].ext, numel) || *numel > ((int64_t)1 << 40))
+            return weft_error(WEFT_ERR_ARG, "kgen '%s': %s has more than 2^40 elements", kg->name, what);
+    }
+    if (!mine(kg, body, "the body") || (epilogue && !mine(kg, epilogue, "the epilogue"))) return WEFT_ERR_ARG;
+    for (int i = 0; i < n_axes; i++) kg->axis[out_axis[i]].stage = st;
+    int64_t budget = KG_MAX_TREE;
+    if (st == KG_MAIN) {
+        for (int i = 0; i < kg->n_axis; i++)
+            if (kg->axis[i].reduce && kg->axis[i].stage < 0) kg->axis[i].stage = st;
+    } else claim_reduce(kg, st, body, &budget);
+    int n_reduce = 0;
+    for (int i = 0; i < kg->n_axis; i++) n_reduce += kg->axis[i].reduce && kg->axis[i].stage == st;
+    weft_status s = WEFT_OK;
+    if (red == WEFT_KG_NONE && n_reduce)
+        s = weft_error(WEFT_ERR_ARG, "kgen '%s': %s: %d reduction axes but no reduction", kg->name, what, n_reduce);
+    else if (n_reduce > WEFT_KG_MAX_AXES)
+        s = weft_error(WEFT_ERR_ARG, "kgen '%s': %s: more than %d reduction axes", kg->name, what, WEFT_KG_MAX_AXES);
+    budget = KG_MAX_TREE;
+    if (!s) s = check_expr(kg, st, body, false, 0, &budget);
+    if (!s && epilogue) s = check_expr(kg, st, epilogue, true, 0, &budget);
+    if (s)
+        for (int i = 0; i < kg->n_axis; i++)
+            if (kg->axis[i].stage == st) kg->axis[i].stage = -1;
+    return s;
+}
+
+int weft_kg_stage(weft_kg *kg, const char *name, int n_axes, weft_kg_expr *const *axes, weft_kg_reduce red,
+                  weft_kg_expr *body, weft_kg_expr *epilogue) {
+    if (!kg) return weft_error(WEFT_ERR_ARG, "kgen: stage of a NULL definition"), -1;
+    if (kg->defined) return weft_error(WEFT_ERR_STATE, "kgen '%s': stage after compute", kg->name), -1;
+    if (!name_free(kg, name, "stage")) return -1;
+    if (kg->n_stage == KG_MAX_STAGES)
+        return weft_error(WEFT_ERR_ARG, "kgen '%s': more than %d stages", kg->name, KG_MAX_STAGES), -1;
+    kg_stage *t = &kg->stage[kg->n_stage];
+    int64_t numel;
+    char what[48];
+    snprintf(what, sizeof what, "stage %s", name);
+    strcpy(t->name, name); // (for define's messages; the stage counts once defined)
+    if (define(kg, kg->n_stage, what, n_axes, axes, red, body, epilogue, t->out_axis, &numel)) return -1;
+    t->n_out = n_axes;
+    for (int i = 0; i < n_axes; i++) t->size[i] = kg->axis[t->out_axis[i]].ext;
+    t->red = red;
+    t->body = body;
+    t->epi = epilogue;
+    return WEFT_KG_MAX_INPUTS + kg->n_stage++;
 }
 
 weft_status weft_kg_compute(weft_kg *kg, int n_axes, weft_kg_expr *const *axes, weft_kg_reduce red,
                             weft_kg_expr *body, weft_kg_expr *epilogue) {
     if (!kg) return weft_error(WEFT_ERR_ARG, "kgen: compute of a NULL definition");
     if (kg->defined) return weft_error(WEFT_ERR_STATE, "kgen '%s': compute given twice", kg->name);
-    if (!body) return weft_last_status() ? weft_last_status() : weft_error(WEFT_ERR_ARG, "kgen '%s': no body", kg->name);
-    if (red < WEFT_KG_NONE || red > WEFT_KG_MAXRED) return weft_error(WEFT_ERR_ARG, "kgen '%s': reduction %d", kg->name, (int)red);
-    int n_spatial = 0, n_reduce = 0;
-    for (int i = 0; i < kg->n_axis; i++) kg->axis[i].reduce ? n_reduce++ : n_spatial++;
-    if (n_axes < 1 || n_axes > WEFT_KG_MAX_AXES || !axes || n_axes != n_spatial)
-        return weft_error(WEFT_ERR_ARG, "kgen '%s': the output needs each of the %d output axes once (given %d)",
-                          kg->name, n_spatial, n_axes);
-    bool seen[2 * WEFT_KG_MAX_AXES] = {0};
-    int64_t numel = 1;
-    for (int i = 0; i < n_axes; i++) {
-        if (!axes[i]) return weft_last_status();
-        if (!mine(kg, axes[i], "an output axis")) return WEFT_ERR_ARG;
-        if (axes[i]->kind != KG_AXIS || kg->axis[axes[i]->id].reduce || seen[axes[i]->id])
-            return weft_error(WEFT_ERR_ARG, "kgen '%s': output dim %d is not a new output axis", kg->name, i);
-        seen[axes[i]->id] = true;
-        kg->out_axis[i] = axes[i]->id;
-        if (__builtin_mul_overflow(numel, kg->axis[axes[i]->id].ext, &numel) || numel > ((int64_t)1 << 40))
-            return weft_error(WEFT_ERR_ARG, "kgen '%s': the output has more than 2^40 elements", kg->name);
-    }
-    if (red == WEFT_KG_NONE && n_reduce)
-        return weft_error(WEFT_ERR_ARG, "kgen '%s': %d reduction axes but no reduction", kg->name, n_reduce);
-    if (!mine(kg, body, "the body") || (epilogue && !mine(kg, epilogue, "the epilogue"))) return WEFT_ERR_ARG;
-    int64_t budget = KG_MAX_TREE;
-    weft_status st = check_expr(kg, body, false, 0, &budget);
-    if (!st && epilogue) st = check_expr(kg, epilogue, true, 0, &budget);
+    int64_t numel;
+    weft_status st = define(kg, KG_MAIN, "the output", n_axes, axes, red, body, epilogue, kg->out_axis, &numel);
     if (st) return st;
     kg->n_out = n_axes;
     kg->red = red;
@@ -319,12 +395,59 @@ int64_t kg_in_numel(const weft_kg *kg, int i) {
     return n;
 }
 
+bool kg_affine(const weft_kg_expr *e, int64_t *coef, int64_t *c0) {
+    switch (e->kind) {
+    case KG_CONST: return !__builtin_add_overflow(*c0, (int64_t)e->c, c0);
+    case KG_AXIS: return !__builtin_add_overflow(coef[e->id], 1, &coef[e->id]);
+    case KG_UN: {
+        int64_t c[KG_MAX_AXIS] = {0}, k = 0;
+        if (!kg_affine(e->a[0], c, &k)) return false;
+        bool ovf = false;
+        for (int i = 0; i < KG_MAX_AXIS; i++) ovf |= __builtin_sub_overflow(coef[i], c[i], &coef[i]);
+        return !ovf && !__builtin_sub_overflow(*c0, k, c0);
+    }
+    case KG_BIN: {
+        int64_t c[2][KG_MAX_AXIS] = {{0}}, k[2] = {0, 0};
+        bool lin[2] = {true, true};
+        for (int j = 0; j < 2; j++) {
+            if (!kg_affine(e->a[j], c[j], &k[j])) return false;
+            for (int i = 0; i < KG_MAX_AXIS; i++) lin[j] = lin[j] && c[j][i] == 0;
+        }
+        if (e->op == WEFT_KG_MUL) { // one side constant
+            if (!lin[0] && !lin[1]) return false;
+            int v = lin[0] ? 1 : 0;
+            int64_t m = k[1 - v];
+            bool ovf = false;
+            for (int i = 0; i < KG_MAX_AXIS; i++) {
+                int64_t t;
+                ovf |= __builtin_mul_overflow(c[v][i], m, &t) || __builtin_add_overflow(coef[i], t, &coef[i]);
+            }
+            int64_t t;
+            ovf |= __builtin_mul_overflow(k[v], m, &t) || __builtin_add_overflow(*c0, t, c0);
+            return !ovf;
+        }
+        bool ovf = false;
+        for (int i = 0; i < KG_MAX_AXIS; i++) {
+            if (e->op == WEFT_KG_SUB) ovf |= __builtin_sub_overflow(c[0][i], c[1][i], &c[1][i]);
+            else ovf |= __builtin_add_overflow(c[0][i], c[1][i], &c[1][i]);
+            ovf |= __builtin_add_overflow(coef[i], c[1][i], &coef[i]);
+        }
+        int64_t t;
+        if (e->op == WEFT_KG_SUB) ovf |= __builtin_sub_overflow(k[0], k[1], &t);
+        else ovf |= __builtin_add_overflow(k[0], k[1], &t);
+        return !ovf && !__builtin_add_overflow(*c0, t, c0);
+    }
+    default: return false;
+    }
+}
+
 // ---- the reference ----
 
 typedef struct ref_env {
     const weft_kg *kg;
     const float *const *in;
-    int64_t val[2 * WEFT_KG_MAX_AXES];
+    double *stage[KG_MAX_STAGES]; // the stages computed so far
+    int64_t val[KG_MAX_AXIS];
     double acc;
 } ref_env;
 
@@ -346,14 +469,15 @@ static double ref_val(const ref_env *r, const weft_kg_expr *e) {
     case KG_CONST: return e->c;
     case KG_ACC: return r->acc;
     case KG_LOAD: {
-        const kg_input *in = &r->kg->in[e->id];
+        const int64_t *size;
+        kg_tdims(r->kg, e->id, &size);
         int64_t off = 0;
         for (int d = 0; d < e->n; d++) {
             int64_t i = ref_int(r, e->a[d]);
-            if (i < 0 || i >= in->size[d]) return e->c; // only a padded load gets here (checked at compute)
-            off = off * in->size[d] + i;
+            if (i < 0 || i >= size[d]) return e->c; // only a padded load gets here (checked at compute)
+            off = off * size[d] + i;
         }
-        return r->in[e->id][off];
+        return kg_is_stage(e->id) ? r->stage[e->id - WEFT_KG_MAX_INPUTS][off] : r->in[e->id][off];
     }
     case KG_UN: {
         double a = ref_val(r, e->a[0]);
@@ -379,39 +503,59 @@ static double ref_val(const ref_env *r, const weft_kg_expr *e) {
     }
 }
 
+// One stage (st: its index, or KG_MAIN) evaluated into dst (f64) or fdst (f32), row-major over its output axes.
+static void ref_stage(ref_env *r, int st, int n_out, const int *out_axis, weft_kg_reduce red, const weft_kg_expr *body,
+                      const weft_kg_expr *epi, double *dst, float *fdst) {
+    const weft_kg *kg = r->kg;
+    int rax[WEFT_KG_MAX_AXES], n_red = 0;
+    for (int i = 0; i < kg->n_axis; i++)
+        if (kg->axis[i].reduce && kg->axis[i].stage == st) rax[n_red++] = i;
+    int64_t n = 1;
+    for (int d = 0; d < n_out; d++) n *= kg->axis[out_axis[d]].ext;
+    for (int64_t o = 0; o < n; o++) {
+        int64_t rest = o;
+        for (int d = n_out - 1; d >= 0; d--) {
+            int64_t ext = kg->axis[out_axis[d]].ext;
+            r->val[out_axis[d]] = rest % ext;
+            rest /= ext;
+        }
+        double acc = red == WEFT_KG_MAXRED ? -INFINITY : 0;
+        if (red == WEFT_KG_NONE) acc = ref_val(r, body);
+        else {
+            for (int i = 0; i < n_red; i++) r->val[rax[i]] = 0;
+            for (;;) {
+                double v = ref_val(r, body);
+                acc = red == WEFT_KG_SUM ? acc + v : fmax(acc, v);
+                int i = n_red - 1;
+                while (i >= 0 && ++r->val[rax[i]] == kg->axis[rax[i]].ext) r->val[rax[i--]] = 0;
+                if (i < 0) break;
+            }
+        }
+        r->acc = acc;
+        double v = epi ? ref_val(r, epi) : acc;
+        if (dst) dst[o] = v;
+        else fdst[o] = (float)v;
+    }
+}
+
 weft_status weft_kg_reference(const weft_kg *kg, const float *const *in, float *out) {
     if (!kg || !kg->defined) return weft_error(WEFT_ERR_STATE, "kgen: reference of an undefined kernel");
     if (!in || !out) return weft_error(WEFT_ERR_ARG, "kgen '%s': reference given NULL buffers", kg->name);
     for (int i = 0; i < kg->n_in; i++)
         if (!in[i]) return weft_error(WEFT_ERR_ARG, "kgen '%s': reference input %s is NULL", kg->name, kg->in[i].name);
     ref_env r = {.kg = kg, .in = in};
-    int red[WEFT_KG_MAX_AXES], n_red = 0;
-    for (int i = 0; i < kg->n_axis; i++)
-        if (kg->axis[i].reduce) red[n_red++] = i;
-    int64_t n = kg_out_numel(kg);
-    for (int64_t o = 0; o < n; o++) {
-        int64_t rest = o;
-        for (int d = kg->n_out - 1; d >= 0; d--) {
-            int64_t ext = kg->axis[kg->out_axis[d]].ext;
-            r.val[kg->out_axis[d]] = rest % ext;
-            rest /= ext;
-        }
-        double acc = kg->red == WEFT_KG_MAXRED ? -INFINITY : 0;
-        if (kg->red == WEFT_KG_NONE) acc = ref_val(&r, kg->body);
-        else {
-            for (int i = 0; i < n_red; i++) r.val[red[i]] = 0;
-            for (;;) {
-                double v = ref_val(&r, kg->body);
-                acc = kg->red == WEFT_KG_SUM ? acc + v : fmax(acc, v);
-                int i = n_red - 1;
-                while (i >= 0 && ++r.val[red[i]] == kg->axis[red[i]].ext) r.val[red[i--]] = 0;
-                if (i < 0) break;
-            }
-        }
-        r.acc = acc;
-        out[o] = (float)(kg->epi ? ref_val(&r, kg->epi) : acc);
+    weft_status st = WEFT_OK;
+    for (int s = 0; s < kg->n_stage && !st; s++) {
+        const kg_stage *t = &kg->stage[s];
+        int64_t n = 1;
+        for (int d = 0; d < t->n_out; d++) n *= t->size[d];
+        if (!(r.stage[s] = malloc((size_t)n * sizeof(double))))
+            st = weft_error(WEFT_ERR_OOM, "kgen '%s': reference: out of memory for stage %s", kg->name, t->name);
+        else ref_stage(&r, s, t->n_out, t->out_axis, t->red, t->body, t->epi, r.stage[s], NULL);
     }
-    return WEFT_OK;
+    if (!st) ref_stage(&r, KG_MAIN, kg->n_out, kg->out_axis, kg->red, kg->body, kg->epi, NULL, out);
+    for (int s = 0; s < kg->n_stage; s++) free(r.stage[s]);
+    return st;
 }
 
 // ---- the definition's hash ----
@@ -440,6 +584,15 @@ uint64_t kg_def_hash(const weft_kg *kg) {
         h = kg_fnv(h, kg->axis[i].name, strlen(kg->axis[i].name) + 1);
         h = kg_fnv(h, &kg->axis[i].ext, sizeof kg->axis[i].ext);
         h = kg_fnv(h, &kg->axis[i].reduce, sizeof kg->axis[i].reduce);
+        h = kg_fnv(h, &kg->axis[i].stage, sizeof kg->axis[i].stage);
+    }
+    for (int i = 0; i < kg->n_stage; i++) {
+        const kg_stage *t = &kg->stage[i];
+        h = kg_fnv(h, t->name, strlen(t->name) + 1);
+        h = kg_fnv(h, t->out_axis, (size_t)t->n_out * sizeof t->out_axis[0]);
+        h = kg_fnv(h, &t->red, sizeof t->red);
+        h = hash_expr(h, t->body);
+        h = t->epi ? hash_expr(kg_fnv(h, "|", 1), t->epi) : h;
     }
     h = kg_fnv(h, kg->out_axis, (size_t)kg->n_out * sizeof kg->out_axis[0]);
     h = kg_fnv(h, &kg->red, sizeof kg->red);

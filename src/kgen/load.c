@@ -15,7 +15,7 @@
 
 extern char **environ;
 
-typedef void (*kg_fn)(const float *const *in, float *out, int nthreads);
+typedef int (*kg_fn)(const float *const *in, float *out, int nthreads); // 0, or 1: out of memory
 
 struct weft_kg_kernel {
     void *dl;
@@ -162,8 +162,9 @@ weft_status weft_kg_run_raw(const weft_kg_kernel *k, const float *const *in, flo
     if (!k || !in || !out) return weft_error(WEFT_ERR_ARG, "kgen: run given NULL");
     for (int i = 0; i < k->n_in; i++)
         if (!in[i]) return weft_error(WEFT_ERR_ARG, "kgen '%s': input %s is NULL", k->name, k->in[i].name);
-    k->fn(in, out, weft_num_threads());
-    return WEFT_OK;
+    return k->fn(in, out, weft_num_threads())
+               ? weft_error(WEFT_ERR_OOM, "kgen '%s': out of memory for its stages' buffers", k->name)
+               : WEFT_OK;
 }
 
 // t is a contiguous f32 CPU tensor of the given shape; what names it in errors.
@@ -202,6 +203,5 @@ weft_status weft_kg_run(const weft_kg_kernel *k, int n_in, weft_tensor *const *i
         if (p < o + on && o < p + pn)
             return weft_error(WEFT_ERR_ARG, "kgen '%s': the output overlaps input %s", k->name, k->in[i].name);
     }
-    k->fn(ptr, weft_tensor_data(out), weft_num_threads());
-    return WEFT_OK;
+    return weft_kg_run_raw(k, ptr, weft_tensor_data(out));
 }

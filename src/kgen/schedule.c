@@ -15,10 +15,13 @@ weft_kg_sched *weft_kg_schedule(const weft_kg *kg) {
     if (!s) return weft_error_null(WEFT_ERR_OOM, "kgen '%s': out of memory", kg->name);
     s->kg = kg;
     s->cache_at = -1;
+    s->tensor_at = -1;
+    for (int i = 0; i < KG_MAX_STAGES; i++) s->place[i] = KG_ROOT, s->at[i] = -1;
+    for (int i = 0; i < WEFT_KG_MAX_INPUTS; i++) s->read_at[i] = -1;
     int ids[2 * WEFT_KG_MAX_AXES], n = 0;
     for (int i = 0; i < kg->n_out; i++) ids[n++] = kg->out_axis[i];
     for (int i = 0; i < kg->n_axis; i++)
-        if (kg->axis[i].reduce) ids[n++] = i;
+        if (kg->axis[i].reduce && kg->axis[i].stage == KG_MAIN) ids[n++] = i;
     for (int i = 0; i < n; i++) {
         kg_loop *l = &s->loop[i];
         snprintf(l->name, sizeof l->name, "%s", kg->axis[ids[i]].name);
@@ -81,7 +84,13 @@ weft_status weft_kg_split(weft_kg_sched *s, weft_kg_loop l, int64_t factor, weft
     x->live = false;
     x->child[0] = o;
     x->child[1] = i;
+    // what was placed at l moves to its outer loop (the same work, over a larger region)
     if (s->cache_at == l) s->cache_at = o;
+    if (s->tensor_at == l) s->tensor_at = o;
+    for (int t = 0; t < KG_MAX_STAGES; t++)
+        if (s->at[t] == l) s->at[t] = o;
+    for (int t = 0; t < WEFT_KG_MAX_INPUTS; t++)
+        if (s->read_at[t] == l) s->read_at[t] = o;
     int p = kg_pos(s, l);
     memmove(&s->order[p + 2], &s->order[p + 1], (size_t)(s->n_order - p - 1) * sizeof s->order[0]);
     s->order[p] = o;
@@ -141,6 +150,96 @@ weft_status weft_kg_cache_write(weft_kg_sched *s, weft_kg_loop l) {
     st = check_cache(s);
     if (st) s->cache_at = old;
     return st;
+}
+
+// Whether expression e reads tensor t (directly, or through an inlined stage when s is given).
+static bool reads(const weft_kg_sched *s, const weft_kg_expr *e, int t, int64_t *budget) {
+    if (--*budget < 0) return true; // (a definition's expressions expand to at most KG_MAX_TREE nodes)
+    if (e->kind == KG_LOAD && e->id == t) return true;
+    if (e->kind == KG_LOAD && kg_is_stage(e->id) && s && s->place[e->id - WEFT_KG_MAX_INPUTS] == KG_INLINE) {
+        const kg_stage *u = &s->kg->stage[e->id - WEFT_KG_MAX_INPUTS];
+        if (reads(s, u->body, t, budget) || (u->epi && reads(s, u->epi, t, budget))) return true;
+    }
+    for (int i = 0; i < e->n; i++)
+        if (reads(s, e->a[i], t, budget)) return true;
+    return false;
+}
+
+bool kg_reads(const weft_kg_sched *s, const weft_kg_expr *e, int t) {
+    int64_t budget = 4 * (int64_t)KG_MAX_TREE;
+    return e && reads(s, e, t, &budget);
+}
+
+static weft_status check_stage(const weft_kg_sched *s, int stage, const char *what) {
+    if (!s) return weft_error(WEFT_ERR_ARG, "kgen: %s on a NULL schedule", what);
+    if (stage < WEFT_KG_MAX_INPUTS || stage >= WEFT_KG_MAX_INPUTS + s->kg->n_stage)
+        return weft_error(WEFT_ERR_ARG, "kgen '%s': %s of %d, which is not a stage's handle", s->kg->name, what, stage);
+    return WEFT_OK;
+}
+
+// A stage at a loop lives in that loop's local buffer: only the output's nest and the stages at loops inside it
+// read it there; a stage computed at root or inlined cannot (region_of checks the loops when code is made).
+weft_status kg_check_local(const weft_kg_sched *s, int t) {
+    const weft_kg *kg = s->kg;
+    for (int u = 0; u < kg->n_stage; u++) {
+        const kg_stage *st = &kg->stage[u];
+        if (s->place[u] != KG_AT && (kg_reads(NULL, st->body, t) || kg_reads(NULL, st->epi, t)))
+            return weft_error(WEFT_ERR_ARG, "kgen '%s': %s is read by stage %s, %s, so it cannot live in a loop's "
+                              "local buffer", kg->name, kg_tname(kg, t), st->name,
+                              s->place[u] == KG_ROOT ? "computed at root" : "inlined");
+    }
+    return WEFT_OK;
+}
+
+weft_status weft_kg_compute_at(weft_kg_sched *s, int stage, weft_kg_loop l) {
+    weft_status st = check_stage(s, stage, "compute_at");
+    if (!st) st = check_loop(s, l, "compute_at");
+    if (st) return st;
+    s->place[stage - WEFT_KG_MAX_INPUTS] = KG_AT;
+    s->at[stage - WEFT_KG_MAX_INPUTS] = l;
+    return WEFT_OK;
+}
+
+weft_status weft_kg_compute_inline(weft_kg_sched *s, int stage) {
+    weft_status st = check_stage(s, stage, "compute_inline");
+    if (st) return st;
+    const kg_stage *t = &s->kg->stage[stage - WEFT_KG_MAX_INPUTS];
+    if (t->red != WEFT_KG_NONE)
+        return weft_error(WEFT_ERR_ARG, "kgen '%s': compute_inline of %s, a reduction (computed once per element, not "
+                          "at each read)", s->kg->name, t->name);
+    s->place[stage - WEFT_KG_MAX_INPUTS] = KG_INLINE;
+    s->at[stage - WEFT_KG_MAX_INPUTS] = -1;
+    return WEFT_OK;
+}
+
+weft_status weft_kg_compute_root(weft_kg_sched *s, int stage) {
+    weft_status st = check_stage(s, stage, "compute_root");
+    if (st) return st;
+    s->place[stage - WEFT_KG_MAX_INPUTS] = KG_ROOT;
+    s->at[stage - WEFT_KG_MAX_INPUTS] = -1;
+    return WEFT_OK;
+}
+
+weft_status weft_kg_cache_read(weft_kg_sched *s, int input, weft_kg_loop l) {
+    weft_status st = check_loop(s, l, "cache_read");
+    if (st) return st;
+    if (input < 0 || input >= s->kg->n_in)
+        return weft_error(WEFT_ERR_ARG, "kgen '%s': cache_read of %d, which is not an input (%d inputs)", s->kg->name,
+                          input, s->kg->n_in);
+    s->read_at[input] = l;
+    return WEFT_OK;
+}
+
+weft_status weft_kg_tensorize(weft_kg_sched *s, weft_kg_loop l, weft_kg_intrin intrin) {
+    weft_status st = check_loop(s, l, "tensorize");
+    if (st) return st;
+    if (intrin != WEFT_KG_INTRIN_GEMM)
+        return weft_error(WEFT_ERR_ARG, "kgen '%s': tensorize with intrinsic %d (WEFT_KG_INTRIN_GEMM only)", s->kg->name,
+                          (int)intrin);
+    if (s->kg->red != WEFT_KG_SUM)
+        return weft_error(WEFT_ERR_ARG, "kgen '%s': tensorize with the GEMM micro-kernel needs a sum", s->kg->name);
+    s->tensor_at = l;
+    return WEFT_OK;
 }
 
 bool kg_split_has_tail(const weft_kg_sched *s, int l) {
@@ -211,6 +310,25 @@ const char *weft_kg_sched_str(const weft_kg_sched *s, char *buf, size_t n) {
         if (w < 0) break;
         used += (size_t)w;
     }
-    if (s->cache_at >= 0 && used < n) snprintf(buf + used, n - used, " cache@%s", s->loop[s->cache_at].name);
+    if (s->tensor_at >= 0 && used < n) {
+        int w = snprintf(buf + used, n - used, " gemm@%s", s->loop[s->tensor_at].name);
+        used += w > 0 ? (size_t)w : 0;
+    }
+    if (s->cache_at >= 0 && used < n) {
+        int w = snprintf(buf + used, n - used, " cache@%s", s->loop[s->cache_at].name);
+        used += w > 0 ? (size_t)w : 0;
+    }
+    for (int i = 0; i < s->kg->n_in && used < n; i++)
+        if (s->read_at[i] >= 0) {
+            int w = snprintf(buf + used, n - used, " read:%s@%s", s->kg->in[i].name, s->loop[s->read_at[i]].name);
+            used += w > 0 ? (size_t)w : 0;
+        }
+    for (int i = 0; i < s->kg->n_stage && used < n; i++)
+        if (s->place[i] != KG_ROOT) {
+            int w = s->place[i] == KG_INLINE
+                        ? snprintf(buf + used, n - used, " %s(inline)", s->kg->stage[i].name)
+                        : snprintf(buf + used, n - used, " %s@%s", s->kg->stage[i].name, s->loop[s->at[i]].name);
+            used += w > 0 ? (size_t)w : 0;
+        }
     return buf;
 }

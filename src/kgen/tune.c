@@ -19,10 +19,15 @@ typedef struct kg_cfg {
     int64_t rtile;   // the first reduction axis's inner loop (1: not split)
     int rin;         // 1: that inner loop innermost; 0: outside the tile's loops
     int unroll, cw, par;
+    int pack;        // the inputs the body reads copied (cache_read): 0 no; 1 at the last outer loop; 2 at the
+                     // first reduction axis's outer loop (when split)
+    int tz;          // the reduction's inner loop and the tile's two loops as the GEMM micro-kernel (tensorize)
 } kg_cfg;
 
-#define KG_NF 16 // cost-model features
+#define KG_NF 19 // cost-model features
 #define KG_MAX_SPACE 50000
+#define KG_REFINE 4 // the second level's trials
+#define KG_SET_BITS 17 // the enumeration's set of schedules seen
 
 static uint64_t splitmix(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
@@ -33,7 +38,7 @@ static uint64_t splitmix(uint64_t *s) {
 
 static int first_reduce(const weft_kg *kg) {
     for (int i = 0; i < kg->n_axis; i++)
-        if (kg->axis[i].reduce) return i;
+        if (kg->axis[i].reduce && kg->axis[i].stage == KG_MAIN) return i;
     return -1;
 }
 
@@ -51,6 +56,7 @@ static int64_t dim_ext(const weft_kg *kg, int d) { return d >= 0 ? kg->axis[kg->
 static weft_kg_sched *apply(const weft_kg *kg, const kg_cfg *c) {
     weft_kg_sched *s = weft_kg_schedule(kg);
     if (!s) return NULL;
+    int n_loops = s->n_loops; // the default schedule's: the output axes, then the reduction axes
     weft_kg_loop outer[WEFT_KG_MAX_LOOPS], inner[WEFT_KG_MAX_LOOPS], red[WEFT_KG_MAX_LOOPS], ri = -1;
     int no = 0, ni = 0, nr = 0;
     bool ok = true;
@@ -64,7 +70,7 @@ static weft_kg_sched *apply(const weft_kg *kg, const kg_cfg *c) {
         else if (t >= ext) inner[ni++] = d;
         else if ((ok = !weft_kg_split(s, d, t, &o, &i))) outer[no++] = o, inner[ni++] = i;
     }
-    for (int l = kg->n_out; l < kg->n_axis && ok; l++) { // the reduction loops, in declaration order
+    for (int l = kg->n_out; l < n_loops && ok; l++) { // the reduction loops, in declaration order
         if (l == kg->n_out && c->rtile > 1 && c->rtile < s->loop[l].ext) {
             weft_kg_loop o, i;
             if ((ok = !weft_kg_split(s, l, c->rtile, &o, &i))) red[nr++] = o, ri = i;
@@ -86,6 +92,18 @@ static weft_kg_sched *apply(const weft_kg *kg, const kg_cfg *c) {
         if (s->loop[inner[i]].ann == KG_ANN_NONE && s->loop[inner[i]].ext <= 16) ok = !weft_kg_unroll(s, inner[i]);
     if (ok && c->cw) ok = no > 0 && !weft_kg_cache_write(s, outer[no - 1]);
     if (ok && c->par) ok = no > 0 && !weft_kg_parallel(s, order[0]);
+    if (ok && c->pack) { // every input the body reads, where its region fits a local buffer
+        weft_kg_loop at = c->pack == 1 ? (no ? outer[no - 1] : -1) : ri >= 0 ? red[0] : -1;
+        ok = at >= 0;
+        for (int t = 0; ok && t < kg->n_in; t++)
+            if (kg_reads(NULL, kg->body, t)) ok = !weft_kg_cache_read(s, t, at);
+    }
+    if (ok && c->tz) ok = ri >= 0 && !c->rin && c->cw && ni == 2 && !weft_kg_tensorize(s, ri, WEFT_KG_INTRIN_GEMM);
+    if (ok && (c->pack || c->tz)) { // (the regions fit, the micro-kernel's loops match)
+        char *src = weft_kg_source(s);
+        ok = src != NULL;
+        free(src);
+    }
     if (ok) ok = !kg_sched_check(s);
     if (!ok) {
         weft_kg_sched_free(s);
@@ -105,7 +123,7 @@ static void features(const weft_kg *kg, const kg_cfg *c, double *f) {
     double tile = lg((double)(e[0] * e[1])), ws = lg((double)(e[0] * c->rtile + c->rtile * e[1] + e[0] * e[1]) * 4);
     double fv[KG_NF] = {1, lg((double)e[1]), lg((double)e[0]), lg((double)c->rtile), c->rin, c->unroll, c->cw, c->par,
                         tile, c->cw * tile, ws, ws * ws / 10, c->rin ? 0 : lg((double)e[1]), c->unroll * tile,
-                        tile * tile / 10, c->rin * lg((double)c->rtile)};
+                        tile * tile / 10, c->rin * lg((double)c->rtile), c->pack == 1, c->pack == 2, c->tz};
     memcpy(f, fv, sizeof fv);
 }
 
@@ -214,12 +232,14 @@ static bool num(const cJSON *o, const char *name, double lo, double hi, double *
 
 // The configuration of a log entry; false if a field is missing or out of range.
 static bool entry_cfg(const cJSON *e, kg_cfg *c, double *ms) {
-    double t0, t1, r, rin, un, cw, par;
+    double t0, t1, r, rin, un, cw, par, pack = 0, tz = 0;
     if (!num(e, "tile0", 1, 1 << 30, &t0) || !num(e, "tile1", 1, 1 << 30, &t1) || !num(e, "rtile", 1, 1 << 30, &r) ||
         !num(e, "rin", 0, 1, &rin) || !num(e, "unroll", 0, 1, &un) || !num(e, "cw", 0, 1, &cw) ||
-        !num(e, "par", 0, 1, &par) || !num(e, "ms", 0, 1e12, ms))
+        !num(e, "par", 0, 1, &par) || !num(e, "ms", 0, 1e12, ms) ||
+        (cJSON_GetObjectItem(e, "pack") && !num(e, "pack", 0, 2, &pack)) || // (older logs have neither)
+        (cJSON_GetObjectItem(e, "tz") && !num(e, "tz", 0, 1, &tz)))
         return false;
-    *c = (kg_cfg){{(int64_t)t0, (int64_t)t1}, (int64_t)r, (int)rin, (int)un, (int)cw, (int)par};
+    *c = (kg_cfg){{(int64_t)t0, (int64_t)t1}, (int64_t)r, (int)rin, (int)un, (int)cw, (int)par, (int)pack, (int)tz};
     return true;
 }
 
@@ -240,6 +260,8 @@ static weft_status log_write(const char *path, cJSON *root, const weft_kg *kg, c
     cJSON_AddNumberToObject(e, "unroll", c->unroll);
     cJSON_AddNumberToObject(e, "cw", c->cw);
     cJSON_AddNumberToObject(e, "par", c->par);
+    cJSON_AddNumberToObject(e, "pack", c->pack);
+    cJSON_AddNumberToObject(e, "tz", c->tz);
     cJSON_AddNumberToObject(e, "ms", ms);
     cJSON_AddStringToObject(e, "schedule", sched);
     cJSON_AddItemToArray(entries, e);
@@ -268,11 +290,11 @@ static weft_status log_write(const char *path, cJSON *root, const weft_kg *kg, c
 
 // ---- the search ----
 
-// Adds h to a set of 2^17 slots (0 stands for empty); false if it was there.
+// Adds h to a set of 2^KG_SET_BITS slots (0 stands for empty); false if it was there.
 static bool set_add(uint64_t *set, uint64_t h) {
     h |= 1;
     for (uint64_t i = h;; i++) {
-        uint64_t *slot = &set[i & ((1u << 17) - 1)];
+        uint64_t *slot = &set[i & ((1u << KG_SET_BITS) - 1)];
         if (*slot == h) return false;
         if (!*slot) {
             *slot = h;
@@ -306,7 +328,7 @@ static int enumerate(const weft_kg *kg, kg_cfg *space) {
     int64_t rext = r >= 0 ? kg->axis[r].ext : 1;
     ropts[nr++] = 1; // not split
     for (int64_t t = 2; t <= 256 && t < rext; t *= 2) ropts[nr++] = t;
-    uint64_t *seen = calloc((size_t)1 << 17, sizeof *seen);
+    uint64_t *seen = calloc((size_t)1 << KG_SET_BITS, sizeof *seen);
     weft_kg_sched *d = weft_kg_schedule(kg);
     if (!seen || !d) {
         free(seen);
@@ -322,14 +344,92 @@ static int enumerate(const weft_kg *kg, kg_cfg *space) {
                 for (int rin = 0; rin < (c > 0 ? 2 : 1); rin++)
                     for (int un = 0; un < 2; un++)
                         for (int cw = 0; cw < 2; cw++)
-                            for (int par = 0; par < npar && n < KG_MAX_SPACE; par++) {
-                                kg_cfg cfg = {{opts[0][a], opts[1][b]}, ropts[c], rin, un, cw, par};
+                            for (int par = 0; par < npar && n < KG_MAX_SPACE - KG_REFINE; par++) {
+                                kg_cfg cfg = {{opts[0][a], opts[1][b]}, ropts[c], rin, un, cw, par, 0};
                                 weft_kg_sched *s = apply(kg, &cfg);
                                 if (s && set_add(seen, sched_hash(s))) space[n++] = cfg;
                                 weft_kg_sched_free(s);
                             }
     free(seen);
     return n;
+}
+
+// What a search has measured: the configurations, their times (NAN: not measured; < 0: failed), the cost model's
+// data, the best so far.
+typedef struct tune_state {
+    const weft_kg *kg;
+    const kg_cfg *space;
+    double *ms, *x, *y;
+    const float *const *in;
+    float *out;
+    int repeat, n_fit, tried, best_i;
+    weft_kg_tune_report *rep;
+    char why[512]; // the first build that failed, for the error if none builds
+} tune_state;
+
+// Measures the configurations pick[0..np): compiled in parallel (the compiler is most of a trial's time), then
+// run one at a time.
+static void measure_batch(tune_state *ts, const int *pick, int np) {
+    weft_kg_kernel *built[KG_REFINE] = {0};
+#pragma omp parallel for num_threads(np) schedule(dynamic)
+    for (int q = 0; q < np; q++) {
+        weft_kg_sched *s = apply(ts->kg, &ts->space[pick[q]]);
+        built[q] = s ? weft_kg_build(s) : NULL;
+        weft_kg_sched_free(s);
+        if (!built[q]) {
+#pragma omp critical(kgen_tune_why)
+            if (!ts->why[0]) snprintf(ts->why, sizeof ts->why, "%s", weft_last_error());
+        }
+    }
+    for (int q = 0; q < np; q++) {
+        int i = pick[q];
+        ts->ms[i] = built[q] ? measure(built[q], ts->in, ts->out, ts->repeat) : -1;
+        weft_kg_kernel_free(built[q]);
+        ts->tried++;
+        if (ts->ms[i] < 0) {
+            weft_clear_error();
+            continue;
+        }
+        ts->rep->measured++;
+        features(ts->kg, &ts->space[i], &ts->x[ts->n_fit * KG_NF]);
+        ts->y[ts->n_fit++] = log(ts->ms[i] > 1e-9 ? ts->ms[i] : 1e-9);
+        if (ts->best_i < 0 || ts->ms[i] < ts->ms[ts->best_i]) ts->best_i = i;
+    }
+}
+
+// The first level: batches of the cost model's best predictions plus one random pick (all random before the
+// model has data), until `limit` trials.
+static void search(tune_state *ts, int n, int limit, int batch, uint64_t *rng) {
+    while (ts->tried < limit && ts->tried < n) {
+        int pick[4], np = 0;
+        double w[KG_NF] = {0};
+        if (ts->n_fit >= batch) ridge(ts->n_fit, ts->x, ts->y, 1e-2, w);
+        for (int b = 0; b < batch && ts->tried + np < limit && ts->tried + np < n; b++) {
+            int c = -1;
+            if (ts->n_fit >= batch && b < batch - 1) {
+                double bp = INFINITY;
+                for (int i = 0; i < n; i++) {
+                    bool taken = !isnan(ts->ms[i]);
+                    for (int q = 0; q < np; q++) taken |= pick[q] == i;
+                    if (taken) continue;
+                    double f[KG_NF], p = 0;
+                    features(ts->kg, &ts->space[i], f);
+                    for (int j = 0; j < KG_NF; j++) p += w[j] * f[j];
+                    if (p < bp) bp = p, c = i;
+                }
+            }
+            for (int tries = 0; c < 0 && tries < 64 * n; tries++) {
+                int i = (int)(splitmix(rng) % (uint64_t)n);
+                bool taken = !isnan(ts->ms[i]);
+                for (int q = 0; q < np; q++) taken |= pick[q] == i;
+                if (!taken) c = i;
+            }
+            if (c < 0) break;
+            pick[np++] = c;
+        }
+        if (!np) break;
+        measure_batch(ts, pick, np);
+    }
 }
 
 weft_kg_sched *weft_kg_tune(const weft_kg *kg, const weft_kg_tune_opts *opts, weft_kg_tune_report *report) {
@@ -390,74 +490,43 @@ weft_kg_sched *weft_kg_tune(const weft_kg *kg, const weft_kg_tune_opts *opts, we
     }
     rep.candidates = n;
     for (int i = 0; i < n; i++) ms[i] = NAN; // NAN: not measured; < 0: failed
-    int best_i = -1, n_fit = 0, tried = 0;
-    char why[512] = ""; // the first build that failed, for the error if none builds
     const float *const *cin = (const float *const *)in;
+    tune_state ts = {.kg = kg, .space = space, .ms = ms, .x = x, .y = y, .in = cin, .out = out, .repeat = o.repeat,
+                     .rep = &rep, .best_i = -1};
     if (ok) {
         weft_kg_sched *d = weft_kg_schedule(kg);
         rep.default_ms = d ? measure_sched(d, cin, out, o.repeat) : -1;
         weft_kg_sched_free(d);
     }
     int batch = o.trials >= 8 ? 4 : 2;
-    while (ok && tried < o.trials && tried < n) {
-        int pick[4], np = 0;
-        double w[KG_NF] = {0};
-        if (n_fit >= batch) ridge(n_fit, x, y, 1e-2, w);
-        // the model's best predictions, then one random pick (all random before the model has data)
-        for (int b = 0; b < batch && tried + np < o.trials && tried + np < n; b++) {
-            int c = -1;
-            if (n_fit >= batch && b < batch - 1) {
-                double bp = INFINITY;
-                for (int i = 0; i < n; i++) {
-                    bool taken = !isnan(ms[i]);
-                    for (int q = 0; q < np; q++) taken |= pick[q] == i;
-                    if (taken) continue;
-                    double f[KG_NF], p = 0;
-                    features(kg, &space[i], f);
-                    for (int j = 0; j < KG_NF; j++) p += w[j] * f[j];
-                    if (p < bp) bp = p, c = i;
-                }
-            }
-            for (int tries = 0; c < 0 && tries < 64 * n; tries++) {
-                int i = (int)(splitmix(&rng) % (uint64_t)n);
-                bool taken = !isnan(ms[i]);
-                for (int q = 0; q < np; q++) taken |= pick[q] == i;
-                if (!taken) c = i;
-            }
-            if (c < 0) break;
-            pick[np++] = c;
-        }
-        if (!np) break;
-        // the batch compiles in parallel (the compiler is most of a trial's time), then runs one at a time
-        weft_kg_kernel *built[4] = {0};
-#pragma omp parallel for num_threads(np) schedule(dynamic)
-        for (int q = 0; q < np; q++) {
-            weft_kg_sched *s = apply(kg, &space[pick[q]]);
-            built[q] = s ? weft_kg_build(s) : NULL;
+    int refine = o.trials >= 12 ? KG_REFINE : 0; // the last trials go to the second level
+    if (ok) search(&ts, n, o.trials - refine, batch, &rng);
+    // the second level (Ansor's annotation after its sketch): the best two structures with their operands
+    // packed (at the last outer loop, at the reduction's outer loop) and their tiles as the GEMM micro-kernel,
+    // the first `refine` of these that the template can make
+    int second = ts.best_i;
+    for (int i = 0; i < n; i++)
+        if (ms[i] >= 0 && i != ts.best_i && (second == ts.best_i || ms[i] < ms[second])) second = i;
+    static const int variant[][2] = {{1, 0}, {1, 1}, {2, 0}, {0, 1}, {2, 1}}; // (pack, tz)
+    int pick[KG_REFINE], np = 0;
+    for (int r = 0; ok && ts.best_i >= 0 && r < (second != ts.best_i ? 2 : 1); r++)
+        for (int v = 0; v < 5 && np < refine; v++) {
+            kg_cfg c = space[r ? second : ts.best_i];
+            c.pack = variant[v][0];
+            c.tz = variant[v][1];
+            weft_kg_sched *s = apply(kg, &c);
             weft_kg_sched_free(s);
-            if (!built[q]) {
-#pragma omp critical(kgen_tune_why)
-                if (!why[0]) snprintf(why, sizeof why, "%s", weft_last_error());
-            }
+            if (!s) continue;
+            space[n] = c;
+            ms[n] = NAN;
+            pick[np++] = n++;
         }
-        for (int q = 0; q < np; q++) {
-            int i = pick[q];
-            ms[i] = built[q] ? measure(built[q], cin, out, o.repeat) : -1;
-            weft_kg_kernel_free(built[q]);
-            tried++;
-            if (ms[i] < 0) {
-                weft_clear_error();
-                continue;
-            }
-            rep.measured++;
-            features(kg, &space[i], &x[n_fit * KG_NF]);
-            y[n_fit++] = log(ms[i] > 1e-9 ? ms[i] : 1e-9);
-            if (best_i < 0 || ms[i] < ms[best_i]) best_i = i;
-        }
-    }
+    if (np) measure_batch(&ts, pick, np);
+    if (ok) search(&ts, n, o.trials, batch, &rng); // what the second level left
+    int best_i = ts.best_i;
     if (ok && best_i < 0)
         weft_error(WEFT_ERR_UNSUPPORTED, "kgen '%s': no schedule could be built and run%s%s", kg->name,
-                   why[0] ? "; the first failure: " : "", why);
+                   ts.why[0] ? "; the first failure: " : "", ts.why);
     else if (ok) {
         best = apply(kg, &space[best_i]);
         rep.best_ms = ms[best_i];

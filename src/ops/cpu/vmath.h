@@ -15,29 +15,33 @@
 // exp(x) = 2^n exp(r), n = round(x log2 e), |r| <= ln2/2, Cephes' polynomial for
 // exp(r). Inputs below -87.3 give exactly 0 (so -inf masks stay exact zeros);
 // inputs above 88 are clamped (callers pass x - max <= 0). NaN stays NaN.
-static inline float weft_vexp_f32(float x) {
-    const float lo = -87.33654f, hi = 88.0f;
-    float xc = x < lo ? lo : x;
-    xc = xc > hi ? hi : xc;
-    float j = xc * 1.44269504088896341f + 12582912.0f; // 1.5*2^23 rounds to an integer in j's low bits
-    float n = j - 12582912.0f;
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500E-4f;
-    p = p * r + 1.3981999507E-3f;
-    p = p * r + 8.3334519073E-3f;
-    p = p * r + 4.1665795894E-2f;
-    p = p * r + 1.6666665459E-1f;
-    p = p * r + 5.0000001201E-1f;
-    p = p * r * r + r + 1.0f;
-    union {
-        float f;
-        uint32_t i;
-    } u = {j}, s;
-    s.i = (u.i - 0x4B400000u + 127u) << 23; // 2^n from the integer held in j
-    float e = p * s.f;
-    return x < lo ? 0.0f : e;
+// (The body is a macro so that generated kernels (src/kgen) compile the same function from its text.)
+#define WEFT_VEXP_F32_BODY \
+{ \
+    const float lo = -87.33654f, hi = 88.0f; \
+    float xc = x < lo ? lo : x; \
+    xc = xc > hi ? hi : xc; \
+    float j = xc * 1.44269504088896341f + 12582912.0f; /* 1.5*2^23 rounds to an integer in j's low bits */ \
+    float n = j - 12582912.0f; \
+    float r = xc - n * 0.693359375f; \
+    r = r - n * -2.12194440e-4f; \
+    float p = 1.9875691500E-4f; \
+    p = p * r + 1.3981999507E-3f; \
+    p = p * r + 8.3334519073E-3f; \
+    p = p * r + 4.1665795894E-2f; \
+    p = p * r + 1.6666665459E-1f; \
+    p = p * r + 5.0000001201E-1f; \
+    p = p * r * r + r + 1.0f; \
+    union { \
+        float f; \
+        uint32_t i; \
+    } u = {j}, s; \
+    s.i = (u.i - 0x4B400000u + 127u) << 23; /* 2^n from the integer held in j */ \
+    float e = p * s.f; \
+    return x < lo ? 0.0f : e; \
 }
+static inline float weft_vexp_f32(float x) WEFT_VEXP_F32_BODY
+
 // erf for f32: Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7 in exact
 // arithmetic; evaluated in f32 up to about 6.2e-7, at small |x| where the
 // 1 - p e cancels: a few ulps of 1), odd symmetry; uses exp_f32 on
