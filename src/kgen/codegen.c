@@ -138,6 +138,7 @@ struct gen {
     int64_t tstride[WEFT_KG_MAX_LOOPS]; // a tile loop's stride in acc_
     int64_t tile;
     bool loc[KG_MAX_T];              // a local buffer L_<t> is open
+    int64_t lsum;                    // elements of the local buffers and tile open (all on the stack)
     int64_t lext[KG_MAX_T][WEFT_MAX_DIMS];
 };
 
@@ -303,8 +304,8 @@ static weft_status region_add(const gen *g, int t, int pc, const weft_kg_expr *e
             return weft_error(WEFT_ERR_ARG, "kgen '%s': the region of %s at a loop overflows", kg->name,
                               kg_tname(kg, t));
         if (r->n && memcmp(mul, r->mul, sizeof mul))
-            return weft_error(WEFT_ERR_ARG, "kgen '%s': the loads of %s move differently with the loops outside the one "
-                              "it is placed at (one region cannot serve them)", kg->name, kg_tname(kg, t));
+            return weft_error(WEFT_ERR_ARG, "kgen '%s': the loads of %s move differently with the loop it is placed at or "
+                              "those outside it (one region cannot serve them)", kg->name, kg_tname(kg, t));
         for (int d = 0; d < e->n; d++) {
             int64_t h = r->n ? r->lo[d] + r->ext[d] - 1 : hi[d];
             r->lo[d] = r->n && r->lo[d] < lo[d] ? r->lo[d] : lo[d];
@@ -391,9 +392,10 @@ static void gen_region(gen *g, int t, const int64_t *ext, const bool *inside, co
     const char *name = kg_tname(kg, t);
     const kg_stage *st = kg_is_stage(t) ? &kg->stage[t - WEFT_KG_MAX_INPUTS] : NULL;
     for (int d = 0; d < nd; d++) {
+        // (no omp simd here: GCC 12 at -O3 vectorised such a copy into a local buffer with an aligned store to
+        // an unaligned address, review 2026-11-28; the compiler vectorises these loops without it)
         if (d == 0 && !inside && g->s->n_order && at(g, 0)->ann == KG_ANN_PAR)
             sb_line(b, "#pragma omp parallel for num_threads(nt_) schedule(static)");
-        if (d == nd - 1 && (!st || st->red == WEFT_KG_NONE)) sb_line(b, "#pragma omp simd");
         sb_line(b, "for (int64_t r%d_ = 0; r%d_ < %lld; r%d_++) {", d, d, (long long)ext[d], d);
         b->ind++;
         if (!inside) sb_line(b, "const int64_t g%d_ = r%d_;", d, d);
@@ -467,6 +469,9 @@ static weft_status open_locals(gen *g, int p) {
             g->lext[t][d] = r.ext[d];
             n *= r.ext[d];
         }
+        if ((g->lsum += n) > KG_MAX_LOCAL)
+            return weft_error(WEFT_ERR_ARG, "kgen '%s': the local buffers open at loop %s hold more than %d elements "
+                              "(they live on the stack)", g->kg->name, at(g, p)->name, KG_MAX_LOCAL);
         sb_line(&g->b, "float L_%s[%lld];", name, (long long)n);
         char buf[48];
         snprintf(buf, sizeof buf, "L_%s", name);
@@ -676,7 +681,7 @@ static weft_status gen_tensorized(gen *g, int p) {
         for (int t = 0; t < kg->n_stage; t++) placed |= s->place[t] == KG_AT && s->at[t] == s->order[q];
         for (int t = 0; t < kg->n_in; t++) placed |= s->read_at[t] == s->order[q];
         if (placed)
-            return weft_error(WEFT_ERR_ARG, "kgen '%s': tensorize at %s: something is placed at loop %s inside it",
+            return weft_error(WEFT_ERR_ARG, "kgen '%s': tensorize at %s: something is placed at loop %s, at or inside it",
                               kg->name, ln, at(g, q)->name);
     }
     const weft_kg_expr *e = kg->body, *ld[2];
@@ -727,6 +732,7 @@ static weft_status gen_nest(gen *g, int p) {
     open_loop(g, p, false);
     bool was[KG_MAX_T];
     memcpy(was, g->loc, sizeof was);
+    int64_t lsum = g->lsum;
     weft_status st = WEFT_OK;
     if (g->s->order[p] == g->s->cache_at) {
         g->cache_pos = p;
@@ -734,6 +740,7 @@ static weft_status gen_nest(gen *g, int p) {
         for (int q = g->s->n_order - 1; q > p; q--)
             if (!is_red(g, q)) g->tstride[q] = t, t *= at(g, q)->ext;
         g->tile = t;
+        g->lsum += t;
         sb_line(&g->b, "float acc_[%lld];", (long long)t);
         if (g->kg->red != WEFT_KG_NONE)
             sb_line(&g->b, "for (int t_ = 0; t_ < %lld; t_++) acc_[t_] = %s;", (long long)t,
@@ -742,6 +749,7 @@ static weft_status gen_nest(gen *g, int p) {
         g->cache_pos = -1;
     } else if (!(st = open_locals(g, p))) st = gen_nest(g, p + 1);
     memcpy(g->loc, was, sizeof was);
+    g->lsum = lsum;
     close_loops(g, 1);
     return st;
 }
@@ -805,7 +813,9 @@ char *weft_kg_source(const weft_kg_sched *s) {
     // exp without a libm call, so loops that use it vectorise: weft's own (src/ops/cpu/vmath.h), with inf above
     // its clamp
     sb_line(b, "static inline float weft_vexp_f32(float x) %s", KG_STR(WEFT_VEXP_F32_BODY));
-    sb_line(b, "static inline float kg_exp(float x) { return x > 88.72283f ? INFINITY : weft_vexp_f32(x); }");
+    // (weft_vexp_f32 clamps at 88: above, e * exp(x - 1), which overflows to inf past 88.72)
+    sb_line(b, "static inline float kg_exp(float x) { return x > 88.0f ? (x > 89.0f ? INFINITY : "
+               "2.718281828f * weft_vexp_f32(x - 1.0f)) : weft_vexp_f32(x); }");
     // fmaxf / fminf (a NaN operand gives the other), as compares that vectorise instead of libm calls
     sb_line(b, "static inline float kg_max(float a, float b) { return b != b || a > b ? a : b; }");
     sb_line(b, "static inline float kg_min(float a, float b) { return b != b || a < b ? a : b; }");

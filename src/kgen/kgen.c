@@ -307,7 +307,9 @@ static weft_status define(weft_kg *kg, int st, const char *what, int n_axes, wef
     bool seen[KG_MAX_AXIS] = {0};
     *numel = 1;
     for (int i = 0; i < n_axes; i++) {
-        if (!axes[i]) return weft_last_status();
+        if (!axes[i]) // (an earlier builder call failed and said why, or the caller passed NULL)
+            return weft_last_status() ? weft_last_status()
+                                      : weft_error(WEFT_ERR_ARG, "kgen '%s': %s: dim %d is NULL", kg->name, what, i);
         if (!mine(kg, axes[i], "an output axis")) return WEFT_ERR_ARG;
         if (axes[i]->kind != KG_AXIS || kg->axis[axes[i]->id].reduce || seen[axes[i]->id] ||
             kg->axis[axes[i]->id].stage >= 0)

@@ -223,9 +223,11 @@ static cJSON *log_find(cJSON *root, const char *key) {
     return NULL;
 }
 
+// A number in [lo, hi]; an integer unless the field is "ms" (a fraction would be read as another schedule).
 static bool num(const cJSON *o, const char *name, double lo, double hi, double *v) {
     const cJSON *x = cJSON_GetObjectItem(o, name);
     if (!cJSON_IsNumber(x) || !(x->valuedouble >= lo && x->valuedouble <= hi)) return false;
+    if (strcmp(name, "ms") != 0 && x->valuedouble != floor(x->valuedouble)) return false;
     *v = x->valuedouble;
     return true;
 }
