@@ -169,22 +169,17 @@ static void emit_load(sb *b, const ectx *x, const weft_kg_expr *e) {
             emit_val(b, &in, t->epi);
             free(body.p);
         } else emit_val(b, &in, t->body);
-    } else if (x->local && x->g->loc[e->id]) {
-        sb_add(b, "L_%s[", name);
+    } else { // a local buffer (indices from its start, its extents) or the tensor
+        bool loc = x->local && x->g->loc[e->id];
+        const int64_t *ext = loc ? x->g->lext[e->id] : size;
+        sb_add(b, "%s_%s[", loc ? "L" : kg_is_stage(e->id) ? "S" : "I", name);
         int64_t stride = 1;
         for (int d = nd - 1; d >= 0; d--) {
-            sb_add(b, "(");
+            if (loc) sb_add(b, "(");
             emit_idx(b, x, e->a[d]);
-            sb_add(b, " - Ls_%s_%d) * %lld%s", name, d, (long long)stride, d ? " + " : "]");
-            stride *= x->g->lext[e->id][d];
-        }
-    } else {
-        sb_add(b, "%s_%s[", kg_is_stage(e->id) ? "S" : "I", name);
-        int64_t stride = 1;
-        for (int d = nd - 1; d >= 0; d--) {
-            emit_idx(b, x, e->a[d]);
+            if (loc) sb_add(b, " - Ls_%s_%d)", name, d);
             sb_add(b, " * %lld%s", (long long)stride, d ? " + " : "]");
-            stride *= size[d];
+            stride *= ext[d];
         }
     }
     if (e->pad) sb_add(b, " : %af)", (double)(float)e->c);
