@@ -217,7 +217,8 @@ typedef struct weft_onnx_shape {
     weft_tensor *value; // NULL, or the input's fixed value (ndim and sizes are then ignored; copied)
 } weft_onnx_shape;
 
-// Loads an ONNX model (opsets 7 to 17 of the default domain) as a weft graph:
+// Loads an ONNX model (opsets 7 to 17 of the default domain; 1 to 6 where every
+// op is one whose old versions weft reads alike, docs/graph.md) as a weft graph:
 // each graph input that is not an initializer becomes a placeholder named as
 // the input, each initializer a CONSTANT, and each node one or more ops
 // (docs/graph.md lists the ONNX ops weft reads and what they become). Every

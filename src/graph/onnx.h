@@ -15,7 +15,8 @@
 #include <onnx.pb-c.h>
 
 // The opset weft writes (ai.onnx, default domain); the importer takes
-// opsets 7 to 17 (ops whose meaning changed are read by the file's version).
+// opsets 7 to 17 (ops whose meaning changed are read by the file's version),
+// and 1 to 6 for the ops whose old versions it reads alike (onnx_import.c).
 #define WEFT_ONNX_OPSET 17
 #define WEFT_ONNX_IR_VERSION 8
 // Refuse files beyond this (the whole file is read into memory).

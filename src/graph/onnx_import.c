@@ -286,11 +286,6 @@ bool oi_attr_s_is(nctx *c, const char *name, const char *def, const char *want) 
     return strlen(want) == a->s.len && (!a->s.len || !memcmp(a->s.data, want, a->s.len));
 }
 
-// A dim index of an nd-dim value (negative from the end); -1 if out of range.
-static int axis_of(int64_t a, int nd) {
-    if (a < 0) a += nd;
-    return a < 0 || a >= nd ? -1 : (int)a;
-}
 
 // ---- shapes
 
@@ -375,19 +370,36 @@ static weft_status h_variadic(nctx *c, const char *opn) {
     return WEFT_OK;
 }
 
-// Identity, Dropout at inference (its mask output is not supported).
+// Identity, and Dropout where it keeps everything: at inference, or in training with a ratio of 0 (the mask
+// output, all true). A training Dropout that drops is random and is not read.
 static weft_status h_identity(nctx *c, const char *arg) {
     (void)arg;
-    if (wants_out(c, 1)) FAIL("Dropout's mask output is not supported");
-    if (!strcmp(c->n->op_type, "Dropout") && oi_attr_i(c, "training_mode", 0)) FAIL("training_mode is not supported");
+    bool train = !strcmp(c->n->op_type, "Dropout") && oi_attr_i(c, "training_mode", 0);
+    weft_tensor *t;
+    weft_status st;
     if (c->n_in > 2 && c->kin[2] >= 0) { // opset 12+: training_mode as an input
-        weft_tensor *t;
-        weft_status st = oi_konst_in(c, 2, &t);
-        if (st) return st;
+        if ((st = oi_konst_in(c, 2, &t))) return st;
         if (weft_tensor_dtype(t) != WEFT_BOOL || weft_tensor_numel(t) != 1) FAIL("training_mode must be one bool");
-        if (*(const uint8_t *)weft_tensor_data(t)) FAIL("training_mode is not supported");
+        train = *(const uint8_t *)weft_tensor_data(t) != 0;
     }
-    OUT0(oi_reshape(c, node_out(c, 0), c->in[0], ndim_of(c, c->in[0]), sizes_of(c, c->in[0])));
+    if (train) { // the ratio: an attribute before opset 12, an input (default 0.5) from then on
+        double ratio = oi_attr_f(c, "ratio", 0.5);
+        if (c->n_in > 1 && c->kin[1] >= 0) {
+            if ((st = oi_konst_in(c, 1, &t))) return st;
+            if (weft_tensor_numel(t) != 1) FAIL("ratio must be one value");
+            ratio = weft_tensor_item(t);
+        }
+        if (ratio != 0) FAIL("training_mode with a ratio other than 0 (a random mask) is not supported");
+    }
+    int nd = ndim_of(c, c->in[0]);
+    int64_t at[1 + WEFT_MAX_DIMS] = {nd};
+    sizes_copy(c, c->in[0], at + 1);
+    if (wants_out(c, 1)) { // the mask: true everywhere (a broadcast view of one true)
+        weft_value k = oi_scalar(c, WEFT_BOOL, 1);
+        if (!OK(k) || !OK(c->out[1] = oi_op(c, node_out(c, 1), "expand", 1, &k, at, 1 + nd, NULL, 0)))
+            return weft_last_status();
+    }
+    OUT0(oi_reshape(c, node_out(c, 0), c->in[0], nd, at + 1));
 }
 
 static weft_status h_reciprocal(nctx *c, const char *arg) {
@@ -536,7 +548,7 @@ static weft_status h_squeeze(nctx *c, const char *arg) {
         if (na < 1 || on > WEFT_MAX_DIMS) FAIL("bad axes (%d) for %d dims", na, nd);
         bool ins[WEFT_MAX_DIMS] = {false};
         for (int i = 0; i < na; i++) {
-            int a = axis_of(ax[i], on);
+            int a = oi_axis(ax[i], on);
             if (a < 0 || ins[a]) FAIL("axis %lld", (long long)ax[i]);
             ins[a] = true;
         }
@@ -544,7 +556,7 @@ static weft_status h_squeeze(nctx *c, const char *arg) {
     } else {
         bool drop[WEFT_MAX_DIMS] = {false};
         for (int i = 0; i < na; i++) {
-            int a = axis_of(ax[i], nd);
+            int a = oi_axis(ax[i], nd);
             if (a < 0 || xs[a] != 1) FAIL("axis %lld is not a dim of size 1", (long long)ax[i]);
             drop[a] = true;
         }
@@ -582,12 +594,12 @@ static weft_status h_slice(nctx *c, const char *arg) {
     if (ne != ns || (na >= 0 && na != ns) || (np >= 0 && np != ns)) FAIL("starts, ends, axes and steps differ in length");
     weft_value v = c->in[0];
     for (int i = 0; i < ns; i++) {
-        int d = axis_of(na >= 0 ? ax[i] : i, nd);
+        int d = oi_axis(na >= 0 ? ax[i] : i, nd);
         if (d < 0) FAIL("axis %lld", (long long)(na >= 0 ? ax[i] : i));
         int64_t step = np >= 0 ? sp[i] : 1, n = xs[d];
         if (step == 0) FAIL("step 0");
         for (int j = 0; j < i; j++)
-            if (axis_of(na >= 0 ? ax[j] : j, nd) == d) FAIL("axis %d sliced twice", d);
+            if (oi_axis(na >= 0 ? ax[j] : j, nd) == d) FAIL("axis %d sliced twice", d);
         if (step < -n && n > 0) step = -n; // (one element, as any step past the dim; INT64_MIN included)
         if (step < 0) { // from b down to e (exclusive): b clamped to [0, n-1], e to [-1, n-1], as ONNX says
             int64_t b = st_[i] < 0 ? (st_[i] < -n ? 0 : st_[i] + n) : st_[i] > n - 1 ? n - 1 : st_[i];
@@ -635,7 +647,7 @@ static weft_status h_expand(nctx *c, const char *arg) {
 
 static weft_status h_concat(nctx *c, const char *arg) {
     (void)arg;
-    int64_t d = axis_of(oi_attr_i(c, "axis", 0), ndim_of(c, c->in[0]));
+    int64_t d = oi_axis(oi_attr_i(c, "axis", 0), ndim_of(c, c->in[0]));
     if (d < 0) FAIL("axis %lld", (long long)oi_attr_i(c, "axis", 0));
     OUT0(oi_op(c, node_out(c, 0), "concat", c->n_in, c->in, &d, 1, NULL, 0));
 }
@@ -643,7 +655,7 @@ static weft_status h_concat(nctx *c, const char *arg) {
 // Gather along an axis: index_select with the indices flattened, viewed back to
 // data[:axis] + indices + data[axis+1:]. Known negative indices are made positive.
 // Indices known only at run: where(idx < 0, idx + n, idx), as ONNX's Gather reads them.
-static weft_value wrap_negative(nctx *c, weft_value idx, int64_t n) {
+weft_value oi_wrap_negative(nctx *c, weft_value idx, int64_t n) {
     weft_dtype dt = dtype_of(c, idx);
     weft_value zero = oi_scalar(c, dt, 0), len = oi_scalar(c, dt, (double)n);
     if (!OK(zero) || !OK(len)) return WEFT_VALUE_NONE;
@@ -655,7 +667,7 @@ static weft_value wrap_negative(nctx *c, weft_value idx, int64_t n) {
 static weft_status h_gather(nctx *c, const char *arg) {
     (void)arg;
     weft_value x = c->in[0], idx = c->in[1];
-    int nd = ndim_of(c, x), ni = ndim_of(c, idx), ax = axis_of(oi_attr_i(c, "axis", 0), nd);
+    int nd = ndim_of(c, x), ni = ndim_of(c, idx), ax = oi_axis(oi_attr_i(c, "axis", 0), nd);
     if (ax < 0) FAIL("axis %lld", (long long)oi_attr_i(c, "axis", 0));
     if (nd - 1 + ni > WEFT_MAX_DIMS) FAIL("too many dims");
     int64_t xs[WEFT_MAX_DIMS], is[WEFT_MAX_DIMS]; // copies: adding values may move the graph's
@@ -679,7 +691,7 @@ static weft_status h_gather(nctx *c, const char *arg) {
         }
         idx = oi_konst(c, NULL, t, NULL);
     } else {
-        idx = oi_reshape(c, NULL, wrap_negative(c, idx, xs[ax]), 1, &count);
+        idx = oi_reshape(c, NULL, oi_wrap_negative(c, idx, xs[ax]), 1, &count);
     }
     if (!OK(idx)) return weft_last_status();
     int64_t d = ax;
@@ -699,7 +711,7 @@ static weft_status h_softmax(nctx *c, const char *opn) {
     int64_t xs[WEFT_MAX_DIMS]; // a copy: adding values may move the graph's
     sizes_copy(c, c->in[0], xs);
     bool old = c->m->opset < 13;
-    int64_t ax = axis_of(oi_attr_i(c, "axis", old ? 1 : -1), nd);
+    int64_t ax = oi_axis(oi_attr_i(c, "axis", old ? 1 : -1), nd);
     if (ax < 0 && nd > 0) FAIL("axis %lld", (long long)oi_attr_i(c, "axis", old ? 1 : -1));
     if (!old || ax == nd - 1 || nd == 0) {
         int64_t d = nd ? ax : 0;
@@ -716,7 +728,7 @@ static weft_status h_softmax(nctx *c, const char *opn) {
 static weft_status h_layer_norm(nctx *c, const char *arg) {
     (void)arg;
     int nd = ndim_of(c, c->in[0]);
-    int ax = axis_of(oi_attr_i(c, "axis", -1), nd);
+    int ax = oi_axis(oi_attr_i(c, "axis", -1), nd);
     if (ax < 0) FAIL("axis %lld", (long long)oi_attr_i(c, "axis", -1));
     bool has_b = c->n_in > 2 && c->kin[2] >= 0;
     int64_t at[4] = {nd - ax, 1, has_b, 0};
@@ -756,9 +768,10 @@ static weft_status h_batch_norm(nctx *c, const char *arg) {
 // ReduceSum (axes an input from opset 13), ReduceMean / ReduceMax (an attribute up to opset 17).
 // ReduceSumSquare ("sum_square") and ReduceLogSum ("log_sum") are sum after x*x and before log.
 static weft_status h_reduce(nctx *c, const char *opn) {
-    bool square = !strcmp(opn, "sum_square"), logsum = !strcmp(opn, "log_sum");
+    bool square = !strcmp(opn, "sum_square") || !strcmp(opn, "l2"), logsum = !strcmp(opn, "log_sum");
+    bool l1 = !strcmp(opn, "l1"), l2 = !strcmp(opn, "l2");
     bool axes_in = !strcmp(opn, "sum") && c->m->opset >= 13; // ReduceSum's only, before opset 18
-    if (square || logsum) opn = "sum";
+    if (square || logsum || l1) opn = "sum";
     int nd = ndim_of(c, c->in[0]);
     int64_t ax[WEFT_MAX_DIMS + 1];
     int na;
@@ -766,21 +779,22 @@ static weft_status h_reduce(nctx *c, const char *opn) {
     if (st) return st;
     int64_t mask = 0;
     if (na <= 0) { // none (or an empty axes input): every dim, or nothing with noop_with_empty_axes
-        if (oi_attr_i(c, "noop_with_empty_axes", 0) && (square || logsum)) FAIL("noop_with_empty_axes");
+        if (oi_attr_i(c, "noop_with_empty_axes", 0) && (square || logsum || l1)) FAIL("noop_with_empty_axes");
         if (oi_attr_i(c, "noop_with_empty_axes", 0)) OUT0(oi_reshape(c, node_out(c, 0), c->in[0], nd, sizes_of(c, c->in[0])));
         mask = nd ? (INT64_C(1) << nd) - 1 : 0;
     }
     for (int i = 0; i < na; i++) {
-        int a = axis_of(ax[i], nd);
+        int a = oi_axis(ax[i], nd);
         if (a < 0) FAIL("axis %lld", (long long)ax[i]);
         mask |= INT64_C(1) << a;
     }
     int64_t at[3] = {mask, oi_attr_i(c, "keepdims", 1) != 0, 0};
     weft_value x = c->in[0];
     if (square && !OK(x = oi_op(c, NULL, "mul", 2, (weft_value[]){x, x}, NULL, 0, NULL, 0))) return weft_last_status();
-    weft_value y = oi_op(c, logsum ? NULL : node_out(c, 0), opn, 1, &x, at, 3, NULL, 0);
-    if (!logsum || !OK(y)) OUT0(y);
-    OUT0(oi_op(c, node_out(c, 0), "log", 1, &y, NULL, 0, NULL, 0));
+    if (l1 && !OK(x = oi_op(c, NULL, "abs", 1, &x, NULL, 0, NULL, 0))) return weft_last_status();
+    weft_value y = oi_op(c, logsum || l2 ? NULL : node_out(c, 0), opn, 1, &x, at, 3, NULL, 0);
+    if (!(logsum || l2) || !OK(y)) OUT0(y);
+    OUT0(oi_op(c, node_out(c, 0), logsum ? "log" : "sqrt", 1, &y, NULL, 0, NULL, 0));
 }
 
 // Constant: its value as a CONSTANT node.
@@ -853,7 +867,7 @@ static weft_status h_trilu(nctx *c, const char *arg) {
 // GatherElements: weft's gather (torch.gather); known negative indices wrapped.
 static weft_status h_gather_elements(nctx *c, const char *arg) {
     (void)arg;
-    int nd = ndim_of(c, c->in[0]), ax = axis_of(oi_attr_i(c, "axis", 0), nd);
+    int nd = ndim_of(c, c->in[0]), ax = oi_axis(oi_attr_i(c, "axis", 0), nd);
     if (ax < 0) FAIL("axis %lld", (long long)oi_attr_i(c, "axis", 0));
     weft_value idx = c->in[1];
     if (dtype_of(c, idx) != WEFT_I32 && dtype_of(c, idx) != WEFT_I64)
@@ -867,7 +881,7 @@ static weft_status h_gather_elements(nctx *c, const char *arg) {
         int64_t *p = weft_tensor_data(t), n = sizes_of(c, c->in[0])[ax];
         for (int64_t i = 0; i < weft_tensor_numel(t); i++) p[i] += p[i] < 0 ? n : 0;
         if (!OK(idx = oi_konst(c, NULL, t, NULL))) return weft_last_status();
-    } else if (!OK(idx = wrap_negative(c, idx, sizes_of(c, c->in[0])[ax]))) {
+    } else if (!OK(idx = oi_wrap_negative(c, idx, sizes_of(c, c->in[0])[ax]))) {
         return weft_last_status();
     }
     int64_t d = ax;
@@ -877,7 +891,7 @@ static weft_status h_gather_elements(nctx *c, const char *arg) {
 // Split: consecutive slices along an axis, sizes from the split input (opset 13) or attribute, else equal.
 static weft_status h_split(nctx *c, const char *arg) {
     (void)arg;
-    int nd = ndim_of(c, c->in[0]), ax = axis_of(oi_attr_i(c, "axis", 0), nd), no = (int)c->n->n_output, n = -1;
+    int nd = ndim_of(c, c->in[0]), ax = oi_axis(oi_attr_i(c, "axis", 0), nd), no = (int)c->n->n_output, n = -1;
     if (ax < 0) FAIL("axis %lld", (long long)oi_attr_i(c, "axis", 0));
     if (no > 8) FAIL("%d outputs", no);
     int64_t sp[8], len = sizes_of(c, c->in[0])[ax];
@@ -928,10 +942,17 @@ static weft_status h_clip(nctx *c, const char *arg) {
 
 // ArgMax / ArgMin (argmax of the negation) along one axis, the first index of the extreme.
 static weft_status h_argmax(nctx *c, const char *arg) {
-    if (oi_attr_i(c, "select_last_index", 0)) FAIL("select_last_index is not supported");
-    int nd = ndim_of(c, c->in[0]), ax = axis_of(oi_attr_i(c, "axis", 0), nd);
+    bool last = oi_attr_i(c, "select_last_index", 0) != 0;
+    int nd = ndim_of(c, c->in[0]), ax = oi_axis(oi_attr_i(c, "axis", 0), nd);
     if (ax < 0) FAIL("axis %lld", (long long)oi_attr_i(c, "axis", 0));
     weft_value v = c->in[0];
+    int64_t n = sizes_of(c, v)[ax];
+    if (last && n > 1) { // the first extreme of the axis reversed, counted from the end
+        weft_tensor *rev = oi_index_new(n);
+        if (!rev) return weft_last_status();
+        for (int64_t i = 0; i < n; i++) ((int64_t *)weft_tensor_data(rev))[i] = n - 1 - i;
+        if (!OK(v = oi_select(c, NULL, v, ax, rev))) return weft_last_status();
+    }
     if (!strcmp(arg, "argmin")) { // order reversed: -x for floats, -1 - x (= ~x, never overflowing) for integers
         weft_dtype dt = dtype_of(c, v);
         if (dt == WEFT_F32 || dt == WEFT_F64 || dt == WEFT_F16 || dt == WEFT_BF16) {
@@ -945,7 +966,10 @@ static weft_status h_argmax(nctx *c, const char *arg) {
         if (!OK(v)) return weft_last_status();
     }
     int64_t at[3] = {INT64_C(1) << ax, oi_attr_i(c, "keepdims", 1) != 0, 0};
-    OUT0(oi_op(c, node_out(c, 0), "argmax", 1, &v, at, 3, NULL, 0));
+    if (!last || n <= 1) OUT0(oi_op(c, node_out(c, 0), "argmax", 1, &v, at, 3, NULL, 0));
+    weft_value r = oi_op(c, NULL, "argmax", 1, &v, at, 3, NULL, 0), top = oi_scalar(c, WEFT_I64, (double)(n - 1));
+    if (!OK(r) || !OK(top)) return weft_last_status();
+    OUT0(oi_op(c, node_out(c, 0), "sub", 2, (weft_value[]){top, r}, NULL, 0, NULL, 0));
 }
 
 // Size: the element count, as an int64 constant.
@@ -1098,6 +1122,8 @@ static const struct {
     {"ReduceMean", h_reduce, "mean", 1},
     {"ReduceSumSquare", h_reduce, "sum_square", 1},
     {"ReduceLogSum", h_reduce, "log_sum", 1},
+    {"ReduceL1", h_reduce, "l1", 1},
+    {"ReduceL2", h_reduce, "l2", 1},
     {"ReduceMax", h_reduce, "max", 1},
     {"Constant", h_constant, NULL, 0},
     {"Shape", h_shape, NULL, 1},
@@ -1117,6 +1143,57 @@ static const struct {
     {"RNN", oi_rnn, "RNN", 3},
     {"GRU", oi_rnn, "GRU", 3},
     {"LSTM", oi_rnn, "LSTM", 3},
+    {"Elu", oi_act, "elu", 1},
+    {"Selu", oi_act, "selu", 1},
+    {"Celu", oi_act, "celu", 1},
+    {"HardSigmoid", oi_act, "hardsigmoid", 1},
+    {"HardSwish", oi_act, "hardswish", 1},
+    {"ThresholdedRelu", oi_act, "thresholdedrelu", 1},
+    {"Shrink", oi_act, "shrink", 1},
+    {"Softplus", oi_act, "softplus", 1},
+    {"Softsign", oi_act, "softsign", 1},
+    {"Tan", oi_act, "tan", 1},
+    {"Sinh", oi_act, "sinh", 1},
+    {"Cosh", oi_act, "cosh", 1},
+    {"Asinh", oi_act, "asinh", 1},
+    {"Acosh", oi_act, "acosh", 1},
+    {"Atanh", oi_act, "atanh", 1},
+    {"IsInf", oi_act, "isinf", 1},
+    {"IsNaN", oi_act, "isnan", 1},
+    {"PRelu", oi_prelu, NULL, 2},
+    {"CastLike", oi_cast_like, NULL, 2},
+    {"Hardmax", oi_hardmax, NULL, 1},
+    {"OneHot", oi_one_hot, NULL, 3},
+    {"CumSum", oi_cumsum, NULL, 2},
+    {"EyeLike", oi_eye_like, NULL, 1},
+    {"HannWindow", oi_window, "hann", 1},
+    {"HammingWindow", oi_window, "hamming", 1},
+    {"BlackmanWindow", oi_window, "blackman", 1},
+    {"MeanVarianceNormalization", oi_mvn, NULL, 1},
+    {"LRN", oi_lrn, NULL, 1},
+    {"Tile", oi_tile, NULL, 2},
+    {"DepthToSpace", oi_depth_space, "d2s", 1},
+    {"SpaceToDepth", oi_depth_space, "s2d", 1},
+    {"Einsum", oi_einsum, NULL, 1},
+    {"GatherND", oi_gather_nd, NULL, 2},
+    {"ScatterElements", oi_scatter_elements, NULL, 3},
+    {"Scatter", oi_scatter_elements, NULL, 3},
+    {"ScatterND", oi_scatter_nd, NULL, 3},
+    {"Resize", oi_resize, "resize", 1},
+    {"Upsample", oi_resize, "upsample", 1},
+};
+
+// The ops read below opset 7: those whose versions from opset 1 on differ from the one weft reads at most by
+// the dropped consumed_inputs attribute, or (Sum, Max, Min, Mean) by broadcasting where they had none. The
+// others had legacy broadcasting (Add, ...), other attributes (Pad's paddings, Cast's string type) or a training
+// default (Dropout, BatchNormalization).
+static const char *const old_ok[] = {
+    "Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Relu", "Sigmoid", "Tanh", "Elu", "Selu", "HardSigmoid",
+    "LeakyRelu", "Softplus", "Softsign", "Not", "Identity", "Flatten", "Transpose", "Shape", "Size", "Softmax",
+    "LogSoftmax", "Hardmax", "MatMul", "GlobalAveragePool", "GlobalMaxPool", "ReduceSum", "ReduceMean", "ReduceMax",
+    "ReduceMin", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "ReduceL1", "ReduceL2", "ArgMax", "ArgMin",
+    "Squeeze", "Unsqueeze", "Conv", "MaxPool", "AveragePool", "LRN", "Gather", "Clip", "Constant", "Slice", "Sum",
+    "Max", "Min", "Mean",
 };
 
 // ---------------------------------------------------------------- the model
@@ -1140,6 +1217,12 @@ static weft_status import_node(imp *m, const Onnx__NodeProto *n, int idx) {
     } else if (n->n_output > 8 || n->n_input > MAX_IN) {
         st = WEFT_ERR_UNSUPPORTED;
         snprintf(why, sizeof why, "%zu inputs, %zu outputs", n->n_input, n->n_output);
+    }
+    if (st == WEFT_OK && m->opset < 7) {
+        bool ok = false;
+        for (size_t k = 0; k < sizeof old_ok / sizeof old_ok[0]; k++) ok |= !strcmp(old_ok[k], type);
+        if (!ok) st = WEFT_ERR_UNSUPPORTED;
+        if (!ok) snprintf(why, sizeof why, "weft reads this op from opset 7 (the file's is %lld)", (long long)m->opset);
     }
     if (st == WEFT_OK) {
         size_t cap = n->n_input > MIN_IN ? n->n_input : MIN_IN;
@@ -1243,8 +1326,8 @@ static weft_status import_model(imp *m, const Onnx__ModelProto *mp, int n_shapes
         if (!o->domain || !o->domain[0] || !strcmp(o->domain, "ai.onnx")) m->opset = o->has_version ? o->version : 1;
     }
     if (m->opset < 0 && mp->has_ir_version && mp->ir_version <= 2) m->opset = 1;
-    if (m->opset < 7 || m->opset > WEFT_ONNX_OPSET)
-        return weft_error(WEFT_ERR_UNSUPPORTED, "onnx_load: %s: opset %lld of the default domain (weft reads 7 to %d)",
+    if (m->opset < 1 || m->opset > WEFT_ONNX_OPSET) // below 7, only the ops of old_ok (import_node)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "onnx_load: %s: opset %lld of the default domain (weft reads 1 to %d)",
                           m->path, (long long)m->opset, WEFT_ONNX_OPSET);
     const Onnx__GraphProto *gp = mp->graph;
     if (!gp) return weft_error(WEFT_ERR_FORMAT, "onnx_load: %s: no graph", m->path);

@@ -72,6 +72,12 @@ typedef weft_status (*handler)(nctx *c, const char *arg);
     } while (0)
 
 
+// A dim index of an nd-dim value (negative from the end); -1 if out of range.
+static inline int oi_axis(int64_t a, int nd) {
+    if (a < 0) a += nd;
+    return a < 0 || a >= nd ? -1 : (int)a;
+}
+
 // An op of the table; name NULL: a temporary. Errors already name the op; the caller adds the node.
 weft_value oi_op(nctx *c, const char *name, const char *opn, int n_in, const weft_value *in, const int64_t *ia,
                  int nia, const double *fa, int nfa);
@@ -112,6 +118,31 @@ weft_status oi_conv_t(nctx *c, const char *arg);
 weft_status oi_pool(nctx *c, const char *opn);
 weft_status oi_global_pool(nctx *c, const char *opn);
 weft_status oi_pad(nctx *c, const char *arg);
+
+// Gather's reading of indices known only at run: where(idx < 0, idx + n, idx).
+weft_value oi_wrap_negative(nctx *c, weft_value idx, int64_t n);
+// onnx_import_math.c: one-input activations and functions (arg the op's name in lower case: "elu", "tan",
+// "isinf", ...), PRelu, CastLike, Hardmax, OneHot, CumSum, EyeLike, the windows (arg "hann", "hamming",
+// "blackman"), MeanVarianceNormalization, LRN.
+weft_status oi_act(nctx *c, const char *arg);
+weft_status oi_prelu(nctx *c, const char *arg);
+weft_status oi_cast_like(nctx *c, const char *arg);
+weft_status oi_hardmax(nctx *c, const char *arg);
+weft_status oi_one_hot(nctx *c, const char *arg);
+weft_status oi_cumsum(nctx *c, const char *arg);
+weft_status oi_eye_like(nctx *c, const char *arg);
+weft_status oi_window(nctx *c, const char *arg);
+weft_status oi_mvn(nctx *c, const char *arg);
+weft_status oi_lrn(nctx *c, const char *arg);
+// onnx_import_shape.c: Tile, DepthToSpace / SpaceToDepth (arg "d2s", "s2d"), Einsum, GatherND,
+// ScatterElements and Scatter, ScatterND, Resize and Upsample (arg "resize", "upsample").
+weft_status oi_tile(nctx *c, const char *arg);
+weft_status oi_depth_space(nctx *c, const char *arg);
+weft_status oi_einsum(nctx *c, const char *arg);
+weft_status oi_gather_nd(nctx *c, const char *arg);
+weft_status oi_scatter_elements(nctx *c, const char *arg);
+weft_status oi_scatter_nd(nctx *c, const char *arg);
+weft_status oi_resize(nctx *c, const char *arg);
 
 #endif
 #endif

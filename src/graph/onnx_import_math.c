@@ -1,0 +1,309 @@
+// ONNX ops read as compositions of weft's elementwise, reduction and index ops (see onnx_import.h):
+// activations (Elu, Celu, Selu, HardSigmoid, HardSwish, ThresholdedRelu, Shrink, Softplus, Softsign, PRelu),
+// Tan and the hyperbolic functions, IsInf, IsNaN, CastLike, Hardmax, OneHot, CumSum, EyeLike, the window
+// functions, MeanVarianceNormalization and LRN. Each is a few graph ops, so each has the gradient its parts have.
+#include <math.h>
+#include <stdlib.h>
+
+#include "onnx_import.h"
+
+#ifdef WEFT_HAVE_ONNX
+
+// Ops on values that pass NONE through (the first failure's error stays set), so a formula is checked once.
+static weft_value op1(nctx *c, const char *name, const char *opn, weft_value a) {
+    return OK(a) ? oi_op(c, name, opn, 1, &a, NULL, 0, NULL, 0) : a;
+}
+static weft_value op2(nctx *c, const char *name, const char *opn, weft_value a, weft_value b) {
+    if (!OK(a) || !OK(b)) return WEFT_VALUE_NONE;
+    return oi_op(c, name, opn, 2, (weft_value[]){a, b}, NULL, 0, NULL, 0);
+}
+static weft_value opf(nctx *c, const char *name, const char *opn, weft_value a, double f) { // add_scalar, mul_scalar
+    return OK(a) ? oi_op(c, name, opn, 1, &a, NULL, 0, &f, 1) : a;
+}
+static weft_value where3(nctx *c, const char *name, weft_value m, weft_value a, weft_value b) {
+    if (!OK(m) || !OK(a) || !OK(b)) return WEFT_VALUE_NONE;
+    return oi_op(c, name, "where", 3, (weft_value[]){m, a, b}, NULL, 0, NULL, 0);
+}
+// A scalar of v's dtype.
+static weft_value like(nctx *c, weft_value v, double x) { return OK(v) ? oi_scalar_as(c, dtype_of(c, v), x) : v; }
+
+static bool is_float(weft_dtype dt) { return dt == WEFT_F32 || dt == WEFT_F64 || dt == WEFT_F16 || dt == WEFT_BF16; }
+
+// The activations and functions of one input; arg names the ONNX op in lower case.
+weft_status oi_act(nctx *c, const char *arg) {
+    weft_value x = c->in[0], y = WEFT_VALUE_NONE, zero = like(c, x, 0);
+    const char *o = node_out(c, 0);
+    if (!is_float(dtype_of(c, x))) FAIL("input of type %s (floats only)", weft_dtype_name(dtype_of(c, x)));
+    if (!strcmp(arg, "elu") || !strcmp(arg, "selu")) { // x > 0 ? x : alpha (e^x - 1), Selu's times gamma
+        bool selu = arg[0] == 's';
+        double al = oi_attr_f(c, "alpha", selu ? 1.67326319217681884765625 : 1.0);
+        weft_value e = opf(c, NULL, "mul_scalar", opf(c, NULL, "add_scalar", op1(c, NULL, "exp", x), -1), al);
+        y = where3(c, selu ? NULL : o, op2(c, NULL, "gt", x, zero), x, e);
+        if (selu) y = opf(c, o, "mul_scalar", y, oi_attr_f(c, "gamma", 1.05070102214813232421875));
+    } else if (!strcmp(arg, "celu")) { // max(0, x) + min(0, alpha (e^(x / alpha) - 1))
+        double al = oi_attr_f(c, "alpha", 1.0);
+        if (al == 0) FAIL("alpha 0");
+        weft_value e = op1(c, NULL, "exp", opf(c, NULL, "mul_scalar", x, 1.0 / al));
+        e = op2(c, NULL, "minimum", opf(c, NULL, "mul_scalar", opf(c, NULL, "add_scalar", e, -1), al), zero);
+        y = op2(c, o, "add", op1(c, NULL, "relu", x), e);
+    } else if (!strcmp(arg, "hardsigmoid") || !strcmp(arg, "hardswish")) { // max(0, min(1, alpha x + beta))
+        bool sw = !strcmp(arg, "hardswish");
+        double al = sw ? 1.0 / 6 : oi_attr_f(c, "alpha", 0.2), be = sw ? 0.5 : oi_attr_f(c, "beta", 0.5);
+        weft_value h = opf(c, NULL, "add_scalar", opf(c, NULL, "mul_scalar", x, al), be);
+        y = op2(c, sw ? NULL : o, "maximum", op2(c, NULL, "minimum", h, like(c, x, 1)), zero);
+        if (sw) y = op2(c, o, "mul", x, y);
+    } else if (!strcmp(arg, "thresholdedrelu")) { // x > alpha ? x : 0
+        y = where3(c, o, op2(c, NULL, "gt", x, like(c, x, oi_attr_f(c, "alpha", 1.0))), x, zero);
+    } else if (!strcmp(arg, "shrink")) { // x < -lambd ? x + bias : x > lambd ? x - bias : 0
+        double l = oi_attr_f(c, "lambd", 0.5), b = oi_attr_f(c, "bias", 0);
+        weft_value hi = where3(c, NULL, op2(c, NULL, "gt", x, like(c, x, l)), opf(c, NULL, "add_scalar", x, -b), zero);
+        y = where3(c, o, op2(c, NULL, "lt", x, like(c, x, -l)), opf(c, NULL, "add_scalar", x, b), hi);
+    } else if (!strcmp(arg, "softplus")) { // log(e^x + 1) as max(x, 0) + log(1 + e^-|x|): no overflow
+        weft_value t = op1(c, NULL, "exp", op1(c, NULL, "neg", op1(c, NULL, "abs", x)));
+        y = op2(c, o, "add", op1(c, NULL, "relu", x), op1(c, NULL, "log", opf(c, NULL, "add_scalar", t, 1)));
+    } else if (!strcmp(arg, "softsign")) { // x / (1 + |x|)
+        y = op2(c, o, "div", x, opf(c, NULL, "add_scalar", op1(c, NULL, "abs", x), 1));
+    } else if (!strcmp(arg, "tan")) {
+        y = op2(c, o, "div", op1(c, NULL, "sin", x), op1(c, NULL, "cos", x));
+    } else if (!strcmp(arg, "sinh") || !strcmp(arg, "cosh")) { // (e^x -+ e^-x) / 2
+        weft_value p = op1(c, NULL, "exp", x), m = op1(c, NULL, "exp", op1(c, NULL, "neg", x));
+        y = opf(c, o, "mul_scalar", op2(c, NULL, arg[0] == 's' ? "sub" : "add", p, m), 0.5);
+    } else if (!strcmp(arg, "asinh")) { // sign(x) log(|x| + sqrt(x^2 + 1)): no cancellation below 0
+        weft_value r = op1(c, NULL, "sqrt", opf(c, NULL, "add_scalar", op2(c, NULL, "mul", x, x), 1));
+        y = op2(c, o, "mul", op1(c, NULL, "sign", x), op1(c, NULL, "log", op2(c, NULL, "add", op1(c, NULL, "abs", x), r)));
+    } else if (!strcmp(arg, "acosh")) { // log(x + sqrt(x^2 - 1))
+        weft_value r = op1(c, NULL, "sqrt", opf(c, NULL, "add_scalar", op2(c, NULL, "mul", x, x), -1));
+        y = op1(c, o, "log", op2(c, NULL, "add", x, r));
+    } else if (!strcmp(arg, "atanh")) { // log((1 + x) / (1 - x)) / 2
+        weft_value q = op2(c, NULL, "div", opf(c, NULL, "add_scalar", x, 1), opf(c, NULL, "add_scalar", op1(c, NULL, "neg", x), 1));
+        y = opf(c, o, "mul_scalar", op1(c, NULL, "log", q), 0.5);
+    } else if (!strcmp(arg, "isinf")) { // |x| == inf, x == inf or x == -inf (neither: nothing is, as NaN)
+        bool neg = oi_attr_i(c, "detect_negative", 1) != 0, pos = oi_attr_i(c, "detect_positive", 1) != 0;
+        weft_value v = neg && pos ? op1(c, NULL, "abs", x) : x;
+        y = op2(c, o, "eq", v, like(c, x, pos ? INFINITY : neg ? -INFINITY : NAN));
+    } else if (!strcmp(arg, "isnan")) {
+        y = op2(c, o, "ne", x, x);
+    } else {
+        FAIL("no such function '%s'", arg);
+    }
+    OUT0(y);
+}
+
+// PRelu(x, slope): x < 0 ? slope x : x, slope broadcast to x.
+weft_status oi_prelu(nctx *c, const char *arg) {
+    (void)arg;
+    weft_value x = c->in[0];
+    OUT0(where3(c, node_out(c, 0), op2(c, NULL, "lt", x, like(c, x, 0)), op2(c, NULL, "mul", x, c->in[1]), x));
+}
+
+// CastLike(x, target): x cast to target's type.
+weft_status oi_cast_like(nctx *c, const char *arg) {
+    (void)arg;
+    int64_t dt = dtype_of(c, c->in[1]);
+    OUT0(oi_op(c, node_out(c, 0), "cast", 1, c->in, &dt, 1, NULL, 0));
+}
+
+// 0, 1, ..., n-1 as int64, shaped to lie along dim ax of nd dims (1 elsewhere).
+static weft_value iota_along(nctx *c, int64_t n, int ax, int nd) {
+    weft_tensor *t = oi_index_new(n);
+    if (!t) return WEFT_VALUE_NONE;
+    for (int64_t i = 0; i < n; i++) ((int64_t *)weft_tensor_data(t))[i] = i;
+    weft_value v = oi_konst(c, NULL, t, NULL);
+    int64_t s[WEFT_MAX_DIMS];
+    for (int d = 0; d < nd; d++) s[d] = d == ax ? n : 1;
+    return oi_reshape(c, NULL, v, nd, s);
+}
+
+// Hardmax: 1 at the first maximum along the axis, 0 elsewhere: argmax == iota. Before opset 13 the input is
+// flattened to 2-D at the axis (default 1) as Softmax's.
+weft_status oi_hardmax(nctx *c, const char *arg) {
+    (void)arg;
+    weft_value x = c->in[0];
+    int nd = ndim_of(c, x);
+    bool old = c->m->opset < 13;
+    int ax = oi_axis(oi_attr_i(c, "axis", old ? 1 : -1), nd);
+    if (ax < 0) FAIL("axis %lld", (long long)oi_attr_i(c, "axis", old ? 1 : -1));
+    int64_t xs[WEFT_MAX_DIMS], s2[2] = {1, 1};
+    sizes_copy(c, x, xs);
+    int wd = nd;
+    if (old) {
+        for (int d = 0; d < nd; d++) s2[d >= ax] *= xs[d];
+        x = oi_reshape(c, NULL, x, 2, s2), ax = 1, wd = 2;
+    }
+    int64_t at[3] = {INT64_C(1) << ax, 1, 0}, dt = dtype_of(c, c->in[0]);
+    weft_value am = OK(x) ? oi_op(c, NULL, "argmax", 1, &x, at, 3, NULL, 0) : x;
+    weft_value one = op2(c, NULL, "eq", am, iota_along(c, old ? s2[1] : xs[ax], ax, wd));
+    weft_value y = OK(one) ? oi_op(c, old ? NULL : node_out(c, 0), "cast", 1, &one, &dt, 1, NULL, 0) : one;
+    OUT0(old ? oi_reshape(c, node_out(c, 0), y, nd, xs) : y);
+}
+
+// OneHot(indices, depth, values): values[1] where the index (negatives from the end of depth) equals the
+// position along the new axis, values[0] elsewhere; out-of-range indices give a row of values[0].
+weft_status oi_one_hot(nctx *c, const char *arg) {
+    (void)arg;
+    weft_tensor *dk;
+    weft_status st = oi_konst_in(c, 1, &dk);
+    if (st) return st;
+    if (weft_tensor_numel(dk) != 1) FAIL("depth must be one value");
+    double dv = weft_tensor_item(dk);
+    if (!(dv >= 1 && dv <= (double)(INT64_C(1) << 26))) FAIL("depth %g", dv);
+    int64_t depth = (int64_t)dv, dt64 = WEFT_I64;
+    weft_value idx = c->in[0], vals = c->in[2];
+    int nd = ndim_of(c, idx), ax = oi_axis(oi_attr_i(c, "axis", -1), nd + 1);
+    if (ax < 0) FAIL("axis %lld", (long long)oi_attr_i(c, "axis", -1));
+    if (nd + 1 > WEFT_MAX_DIMS) FAIL("too many dims");
+    if (ndim_of(c, vals) != 1 || sizes_of(c, vals)[0] != 2) FAIL("values must hold 2 elements");
+    int64_t is[WEFT_MAX_DIMS], s[WEFT_MAX_DIMS];
+    sizes_copy(c, idx, is);
+    if (dtype_of(c, idx) != WEFT_I64) idx = oi_op(c, NULL, "cast", 1, &idx, &dt64, 1, NULL, 0); // floats truncate
+    if (OK(idx)) idx = oi_wrap_negative(c, idx, depth);
+    for (int d = 0, k = 0; d <= nd; d++) s[d] = d == ax ? 1 : is[k++];
+    weft_value hot = op2(c, NULL, "eq", oi_reshape(c, NULL, idx, nd + 1, s), iota_along(c, depth, ax, nd + 1));
+    weft_value off = oi_op(c, NULL, "slice", 1, &vals, (int64_t[]){0, 0, 1, 1}, 4, NULL, 0);
+    weft_value on = oi_op(c, NULL, "slice", 1, &vals, (int64_t[]){0, 1, 2, 1}, 4, NULL, 0);
+    OUT0(where3(c, node_out(c, 0), hot, oi_reshape(c, NULL, on, 0, NULL), oi_reshape(c, NULL, off, 0, NULL)));
+}
+
+// Zeros of v's dtype, of shape xs but k long along ax (a broadcast view of one zero).
+static weft_value zeros_along(nctx *c, weft_value v, int nd, const int64_t *xs, int ax, int64_t k) {
+    int64_t at[1 + WEFT_MAX_DIMS] = {nd};
+    for (int d = 0; d < nd; d++) at[1 + d] = d == ax ? k : xs[d];
+    weft_value z = like(c, v, 0);
+    return OK(z) ? oi_op(c, NULL, "expand", 1, &z, at, 1 + nd, NULL, 0) : z;
+}
+
+// v shifted by k along ax: zeros come in at the start (at the end when back).
+static weft_value shift(nctx *c, weft_value v, int ax, int nd, const int64_t *xs, int64_t k, bool back) {
+    if (k >= xs[ax]) return oi_reshape(c, NULL, zeros_along(c, v, nd, xs, ax, xs[ax]), nd, xs); // all zeros
+    int64_t sl[4] = {ax, back ? k : 0, back ? xs[ax] : xs[ax] - k, 1}, d = ax;
+    weft_value z = zeros_along(c, v, nd, xs, ax, k), part = OK(v) ? oi_op(c, NULL, "slice", 1, &v, sl, 4, NULL, 0) : v;
+    if (!OK(z) || !OK(part)) return WEFT_VALUE_NONE;
+    return oi_op(c, NULL, "concat", 2, back ? (weft_value[]){part, z} : (weft_value[]){z, part}, &d, 1, NULL, 0);
+}
+
+// CumSum(x, axis): a scan by doubling shifts (Hillis and Steele): log2(n) adds of x shifted by 1, 2, 4, ...
+// exclusive shifts the inclusive sums by one; reverse shifts the other way.
+weft_status oi_cumsum(nctx *c, const char *arg) {
+    (void)arg;
+    int64_t a;
+    int n;
+    weft_status st = oi_konst_ints(c, 1, &a, 1, &n);
+    if (st) return st;
+    if (n != 1) FAIL("axis must be one value");
+    weft_value x = c->in[0];
+    int nd = ndim_of(c, x), ax = oi_axis(a, nd);
+    if (ax < 0) FAIL("axis %lld", (long long)a);
+    int64_t xs[WEFT_MAX_DIMS];
+    sizes_copy(c, x, xs);
+    bool excl = oi_attr_i(c, "exclusive", 0) != 0, back = oi_attr_i(c, "reverse", 0) != 0;
+    weft_value y = x;
+    for (int64_t k = 1; k < xs[ax] && OK(y); k *= 2) y = op2(c, NULL, "add", y, shift(c, y, ax, nd, xs, k, back));
+    if (excl) y = shift(c, y, ax, nd, xs, 1, back);
+    OUT0(oi_reshape(c, node_out(c, 0), y, nd, xs));
+}
+
+// A tensor of the loader's making: f64 values in[0..n) of the given shape, cast to dt.
+static weft_value made(nctx *c, const char *name, weft_tensor *t, weft_dtype dt, weft_tensor **keep) {
+    if (!t) return WEFT_VALUE_NONE;
+    weft_tensor *r = weft_tensor_dtype(t) == dt ? t : weft_cast(t, dt);
+    if (r != t) weft_tensor_free(t);
+    return r ? oi_konst(c, name, r, keep) : WEFT_VALUE_NONE;
+}
+
+// EyeLike(x): ones where column - row == k, of x's 2-D shape and the dtype attribute's type (else x's).
+weft_status oi_eye_like(nctx *c, const char *arg) {
+    (void)arg;
+    if (ndim_of(c, c->in[0]) != 2) FAIL("input must be 2-D");
+    weft_dtype dt = dtype_of(c, c->in[0]);
+    if (oi_attr(c, "dtype") && !weft_onnx_dtype_from((int32_t)oi_attr_i(c, "dtype", 1), &dt))
+        FAIL("type %lld is not one weft has", (long long)oi_attr_i(c, "dtype", 1));
+    int64_t s[2], k = oi_attr_i(c, "k", 0);
+    sizes_copy(c, c->in[0], s);
+    weft_status st = oi_check_made(2, s);
+    if (st) return st;
+    weft_tensor *t = weft_tensor_zeros(2, s, WEFT_F64);
+    if (!t) return weft_error(WEFT_ERR_OOM, "no memory");
+    for (int64_t i = 0; i < s[0]; i++)
+        if (i + k >= 0 && i + k < s[1]) ((double *)weft_tensor_data(t))[i * s[1] + i + k] = 1;
+    c->out[0] = made(c, node_out(c, 0), t, dt, &c->konst0);
+    return OK(c->out[0]) ? WEFT_OK : weft_last_status();
+}
+
+// HannWindow, HammingWindow, BlackmanWindow(size): sums of cosines of 2 pi n / N (periodic, the default) or
+// 2 pi n / (N - 1) (symmetric), as known values of output_datatype (float by default).
+weft_status oi_window(nctx *c, const char *arg) {
+    int64_t n;
+    int cnt;
+    weft_status st = oi_konst_ints(c, 0, &n, 1, &cnt);
+    if (st) return st;
+    if (cnt != 1 || (st = oi_check_made(1, &n))) return cnt != 1 ? weft_error(WEFT_ERR_ARG, "size must be one value") : st;
+    weft_dtype dt;
+    if (!weft_onnx_dtype_from((int32_t)oi_attr_i(c, "output_datatype", 1), &dt))
+        FAIL("type %lld is not one weft has", (long long)oi_attr_i(c, "output_datatype", 1));
+    // a0 - a1 cos(x) + a2 cos(2x): Hann 1/2, 1/2; Hamming 25/46, 21/46 (ONNX's); Blackman 0.42, 0.5, 0.08
+    double a0 = 0.5, a1 = 0.5, a2 = 0;
+    if (!strcmp(arg, "hamming")) a0 = 25.0 / 46, a1 = 21.0 / 46;
+    if (!strcmp(arg, "blackman")) a0 = 0.42, a1 = 0.5, a2 = 0.08;
+    double den = oi_attr_i(c, "periodic", 1) ? (double)n : (double)n - 1;
+    weft_tensor *t = weft_tensor_zeros(1, &n, WEFT_F64);
+    if (!t) return weft_error(WEFT_ERR_OOM, "no memory");
+    for (int64_t i = 0; i < n; i++) {
+        double x = den > 0 ? 2 * M_PI * (double)i / den : 0;
+        ((double *)weft_tensor_data(t))[i] = a0 - a1 * cos(x) + a2 * cos(2 * x);
+    }
+    c->out[0] = made(c, node_out(c, 0), t, dt, &c->konst0);
+    return OK(c->out[0]) ? WEFT_OK : weft_last_status();
+}
+
+// MeanVarianceNormalization (axes default 0, 2, 3): (x - mean) / (sqrt(mean((x - mean)^2)) + 1e-9).
+weft_status oi_mvn(nctx *c, const char *arg) {
+    (void)arg;
+    weft_value x = c->in[0];
+    int nd = ndim_of(c, x), na;
+    const int64_t *ax = oi_attr_ints(c, "axes", &na);
+    int64_t mask = 0;
+    for (int i = 0; i < (na < 0 ? 3 : na); i++) {
+        int64_t want = na < 0 ? (int64_t[]){0, 2, 3}[i] : ax[i];
+        int a = oi_axis(want, nd);
+        if (a < 0) FAIL("axis %lld of %d dims", (long long)want, nd);
+        mask |= INT64_C(1) << a;
+    }
+    int64_t at[3] = {mask, 1, 0};
+    weft_value m = OK(x) ? oi_op(c, NULL, "mean", 1, &x, at, 3, NULL, 0) : x;
+    weft_value d = op2(c, NULL, "sub", x, m), d2 = op2(c, NULL, "mul", d, d);
+    weft_value v = OK(d2) ? oi_op(c, NULL, "mean", 1, &d2, at, 3, NULL, 0) : d2;
+    OUT0(op2(c, node_out(c, 0), "div", d, opf(c, NULL, "add_scalar", op1(c, NULL, "sqrt", v), 1e-9)));
+}
+
+// LRN over channels (dim 1): x / (bias + alpha / size * sum of x^2 over the window)^beta, the window from
+// c - floor((size - 1) / 2) to c + ceil((size - 1) / 2): slices of x^2 padded with zeros, added.
+weft_status oi_lrn(nctx *c, const char *arg) {
+    (void)arg;
+    weft_value x = c->in[0];
+    int nd = ndim_of(c, x);
+    int64_t size = oi_attr_i(c, "size", 0), xs[WEFT_MAX_DIMS];
+    if (nd < 3) FAIL("input must have at least 3 dims");
+    if (size < 1 || size > 1024) FAIL("size %lld", (long long)size);
+    sizes_copy(c, x, xs);
+    int64_t lo = (size - 1) / 2, hi = size - 1 - lo, ch = xs[1];
+    weft_value sq = op2(c, NULL, "mul", x, x), parts[3], pad = sq;
+    int np = 0;
+    if (lo) parts[np++] = zeros_along(c, x, nd, xs, 1, lo);
+    parts[np++] = sq;
+    if (hi) parts[np++] = zeros_along(c, x, nd, xs, 1, hi);
+    for (int i = 0; i < np; i++)
+        if (!OK(parts[i])) return weft_last_status();
+    int64_t one = 1;
+    if (np > 1 && !OK(pad = oi_op(c, NULL, "concat", np, parts, &one, 1, NULL, 0))) return weft_last_status();
+    weft_value sum = WEFT_VALUE_NONE;
+    for (int64_t i = 0; i < size; i++) {
+        weft_value s = oi_op(c, NULL, "slice", 1, &pad, (int64_t[]){1, i, i + ch, 1}, 4, NULL, 0);
+        sum = i ? op2(c, NULL, "add", sum, s) : s;
+        if (!OK(sum)) return weft_last_status();
+    }
+    double alpha = oi_attr_f(c, "alpha", 1e-4), beta = oi_attr_f(c, "beta", 0.75), bias = oi_attr_f(c, "bias", 1.0);
+    weft_value den = opf(c, NULL, "add_scalar", opf(c, NULL, "mul_scalar", sum, alpha / (double)size), bias);
+    OUT0(op2(c, node_out(c, 0), "mul", x, opf(c, NULL, "pow_scalar", den, -beta)));
+}
+
+#endif
