@@ -48,6 +48,12 @@ weft_tensor *weft_gelu_tanh(weft_tensor *t);
 weft_tensor *weft_silu(weft_tensor *t);
 // The Gauss error function, erf(x) = 2/sqrt(pi) int_0^x exp(-t^2) dt (ONNX's Erf, torch.erf); floats.
 weft_tensor *weft_erf(weft_tensor *t);
+// Rounding to an integral value, in the input's float dtype (torch.floor, ceil, round, trunc; round is half to
+// even). No gradient flows through them (it is zero almost everywhere).
+weft_tensor *weft_floor(weft_tensor *t);
+weft_tensor *weft_ceil(weft_tensor *t);
+weft_tensor *weft_round(weft_tensor *t);
+weft_tensor *weft_trunc(weft_tensor *t);
 weft_tensor *weft_pow_scalar(weft_tensor *t, double p);
 weft_tensor *weft_add_scalar(weft_tensor *t, double s);
 weft_tensor *weft_mul_scalar(weft_tensor *t, double s);
@@ -58,6 +64,11 @@ weft_tensor *weft_sub(weft_tensor *a, weft_tensor *b);
 weft_tensor *weft_mul(weft_tensor *a, weft_tensor *b);
 weft_tensor *weft_div(weft_tensor *a, weft_tensor *b);
 weft_tensor *weft_pow(weft_tensor *a, weft_tensor *b);
+// The remainder of a / b: fmod with the sign of a (C's fmod, torch.fmod), remainder with the sign of b (Python's %,
+// torch.remainder). Integers and floats; an integer divisor of 0 gives 0. Differentiable in both (d/db = -trunc(a/b)
+// or -floor(a/b)).
+weft_tensor *weft_fmod(weft_tensor *a, weft_tensor *b);
+weft_tensor *weft_remainder(weft_tensor *a, weft_tensor *b);
 weft_tensor *weft_maximum(weft_tensor *a, weft_tensor *b);
 weft_tensor *weft_minimum(weft_tensor *a, weft_tensor *b);
 // comparisons give WEFT_BOOL masks (not differentiable)
@@ -171,6 +182,12 @@ weft_tensor *weft_index_select(weft_tensor *t, int dim, weft_tensor *index);
 weft_tensor *weft_gather(weft_tensor *t, int dim, weft_tensor *index);
 // t + (zeros scattered-added with src at index along dim); out-of-place
 weft_tensor *weft_scatter_add(weft_tensor *t, int dim, weft_tensor *index, weft_tensor *src);
+// The k largest (largest) or smallest elements along dim, best first (torch.topk with sorted=True): *values (a
+// gather of t, so gradients flow to the picked elements) and *indices (int64), either pointer may be NULL. Ties
+// keep the lower index first; NaN counts as larger than every number. f32, f64, i32, i64.
+weft_status weft_topk(weft_tensor *t, int64_t k, int dim, bool largest, weft_tensor **values, weft_tensor **indices);
+// All of dim sorted, ascending or descending, stable (torch.sort(stable=True)): topk with k = the dim's size.
+weft_status weft_sort(weft_tensor *t, int dim, bool descending, weft_tensor **values, weft_tensor **indices);
 weft_tensor *weft_concat(int n, weft_tensor *const *ts, int dim);
 weft_tensor *weft_stack(int n, weft_tensor *const *ts, int dim);
 // Splits t along dim into pieces of the given sizes (views); fills out[n].

@@ -225,7 +225,7 @@ static const char *onnx_unary(const char *op) {
     static const char *map[][2] = {{"neg", "Neg"},   {"abs", "Abs"},       {"exp", "Exp"},   {"log", "Log"},
                                    {"sqrt", "Sqrt"}, {"sin", "Sin"},       {"cos", "Cos"},   {"tanh", "Tanh"},
                                    {"relu", "Relu"}, {"sigmoid", "Sigmoid"}, {"sign", "Sign"}, {"erf", "Erf"},
-                                   {"copy", "Identity"}};
+                                   {"copy", "Identity"}, {"floor", "Floor"}, {"ceil", "Ceil"}, {"round", "Round"}};
     for (size_t k = 0; k < sizeof map / sizeof map[0]; k++)
         if (!strcmp(map[k][0], op)) return map[k][1];
     return NULL;
@@ -283,6 +283,26 @@ static bool e_binary(em *m) {
         return true;
     }
     node1(m, onnx_binary(name), m->out[0], 2, a, b, NULL);
+    return true;
+}
+// fmod: Mod with fmod = 1 (C's fmod, any type); remainder: Mod with fmod = 0 (the divisor's sign), which ONNX
+// allows on integers only.
+static bool e_mod(em *m) {
+    bool rem = !strcmp(m->n->op->name, "remainder");
+    weft_dtype dt = (weft_dtype)in_v(m, 0)->dtype;
+    if (rem && dt != WEFT_I32 && dt != WEFT_I64 && dt != WEFT_U8)
+        return refuse(m, "%s", "remainder of floats has no ONNX form here (Mod with fmod = 0 takes integers)");
+    attr_int(m->e, add_node(m->e, "Mod", 2, (const char *[]){m->in[0], m->in[1]}, 1, &m->out[0]), "fmod", !rem);
+    return true;
+}
+// topk (the indices): TopK with K an initializer, sorted; its Values output a temporary.
+static bool e_topk(em *m) {
+    const weft_attrs *at = &m->n->attrs;
+    const char *ins[2] = {m->in[0], ints_const(m->e, tmp(m), 1, &at->i[1])}, *outs[2] = {tmp(m), m->out[0]};
+    Onnx__NodeProto *nd = add_node(m->e, "TopK", 2, ins, 2, outs);
+    attr_int(m->e, nd, "axis", at->i[0]);
+    attr_int(m->e, nd, "largest", at->i[2] != 0);
+    attr_int(m->e, nd, "sorted", 1);
     return true;
 }
 static bool e_where(em *m) { // weft's condition may be u8 (nonzero: true); ONNX's is bool
@@ -667,7 +687,8 @@ static const struct {
     {"add", e_binary},        {"sub", e_binary},        {"mul", e_binary},         {"div", e_binary},
     {"pow", e_binary},        {"maximum", e_binary},    {"minimum", e_binary},     {"eq", e_binary},
     {"lt", e_binary},         {"le", e_binary},         {"gt", e_binary},          {"ge", e_binary},
-    {"ne", e_binary},
+    {"ne", e_binary},         {"floor", e_unary},       {"ceil", e_unary},         {"round", e_unary},
+    {"fmod", e_mod},          {"remainder", e_mod},     {"topk", e_topk},
     {"where", e_where},       {"cast", e_cast},         {"matmul", e_matmul},      {"linear", e_linear},
     {"linear_gelu", e_linear}, {"gelu_linear", e_linear}, {"view", e_view},        {"expand", e_expand},
     {"permute", e_permute},   {"slice", e_slice},       {"concat", e_concat},      {"embedding", e_gather},

@@ -370,6 +370,15 @@ static weft_status h_variadic(nctx *c, const char *opn) {
     return WEFT_OK;
 }
 
+// Mod: fmod = 1 is C's fmod (the dividend's sign), fmod = 0 the divisor's sign (integers only, as ONNX says).
+static weft_status h_mod(nctx *c, const char *arg) {
+    (void)arg;
+    bool f = oi_attr_i(c, "fmod", 0) != 0;
+    weft_dtype dt = dtype_of(c, c->in[0]);
+    if (!f && (dt == WEFT_F32 || dt == WEFT_F64 || dt == WEFT_F16 || dt == WEFT_BF16)) FAIL("fmod = 0 on floats");
+    OUT0(oi_op(c, node_out(c, 0), f ? "fmod" : "remainder", 2, c->in, NULL, 0, NULL, 0));
+}
+
 // Identity, and Dropout where it keeps everything: at inference, or in training with a ratio of 0 (the mask
 // output, all true). A training Dropout that drops is random and is not read.
 static weft_status h_identity(nctx *c, const char *arg) {
@@ -1091,6 +1100,10 @@ static const struct {
     {"Relu", h_unary, "relu", 1},
     {"Sign", h_unary, "sign", 1},
     {"Erf", h_unary, "erf", 1},
+    {"Floor", h_unary, "floor", 1},
+    {"Ceil", h_unary, "ceil", 1},
+    {"Round", h_unary, "round", 1},
+    {"Mod", h_mod, NULL, 2},
     {"Reciprocal", h_reciprocal, NULL, 1},
     {"Identity", h_identity, NULL, 1},
     {"Dropout", h_identity, NULL, 1},
@@ -1171,6 +1184,7 @@ static const struct {
     {"BlackmanWindow", oi_window, "blackman", 1},
     {"MeanVarianceNormalization", oi_mvn, NULL, 1},
     {"LRN", oi_lrn, NULL, 1},
+    {"InstanceNormalization", oi_instance_norm, NULL, 3},
     {"Tile", oi_tile, NULL, 2},
     {"DepthToSpace", oi_depth_space, "d2s", 1},
     {"SpaceToDepth", oi_depth_space, "s2d", 1},
@@ -1179,6 +1193,7 @@ static const struct {
     {"ScatterElements", oi_scatter_elements, NULL, 3},
     {"Scatter", oi_scatter_elements, NULL, 3},
     {"ScatterND", oi_scatter_nd, NULL, 3},
+    {"TopK", oi_topk, NULL, 1},
     {"Resize", oi_resize, "resize", 1},
     {"Upsample", oi_resize, "upsample", 1},
 };
@@ -1193,7 +1208,7 @@ static const char *const old_ok[] = {
     "LogSoftmax", "Hardmax", "MatMul", "GlobalAveragePool", "GlobalMaxPool", "ReduceSum", "ReduceMean", "ReduceMax",
     "ReduceMin", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "ReduceL1", "ReduceL2", "ArgMax", "ArgMin",
     "Squeeze", "Unsqueeze", "Conv", "MaxPool", "AveragePool", "LRN", "Gather", "Clip", "Constant", "Slice", "Sum",
-    "Max", "Min", "Mean",
+    "Max", "Min", "Mean", "InstanceNormalization",
 };
 
 // ---------------------------------------------------------------- the model

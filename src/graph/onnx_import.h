@@ -123,7 +123,7 @@ weft_status oi_pad(nctx *c, const char *arg);
 weft_value oi_wrap_negative(nctx *c, weft_value idx, int64_t n);
 // onnx_import_math.c: one-input activations and functions (arg the op's name in lower case: "elu", "tan",
 // "isinf", ...), PRelu, CastLike, Hardmax, OneHot, CumSum, EyeLike, the windows (arg "hann", "hamming",
-// "blackman"), MeanVarianceNormalization, LRN.
+// "blackman"), MeanVarianceNormalization, LRN, InstanceNormalization.
 weft_status oi_act(nctx *c, const char *arg);
 weft_status oi_prelu(nctx *c, const char *arg);
 weft_status oi_cast_like(nctx *c, const char *arg);
@@ -134,8 +134,9 @@ weft_status oi_eye_like(nctx *c, const char *arg);
 weft_status oi_window(nctx *c, const char *arg);
 weft_status oi_mvn(nctx *c, const char *arg);
 weft_status oi_lrn(nctx *c, const char *arg);
+weft_status oi_instance_norm(nctx *c, const char *arg);
 // onnx_import_shape.c: Tile, DepthToSpace / SpaceToDepth (arg "d2s", "s2d"), Einsum, GatherND,
-// ScatterElements and Scatter, ScatterND, Resize and Upsample (arg "resize", "upsample").
+// ScatterElements and Scatter, ScatterND, TopK, Resize and Upsample (arg "resize", "upsample").
 weft_status oi_tile(nctx *c, const char *arg);
 weft_status oi_depth_space(nctx *c, const char *arg);
 weft_status oi_einsum(nctx *c, const char *arg);
@@ -143,6 +144,7 @@ weft_status oi_gather_nd(nctx *c, const char *arg);
 weft_status oi_scatter_elements(nctx *c, const char *arg);
 weft_status oi_scatter_nd(nctx *c, const char *arg);
 weft_status oi_resize(nctx *c, const char *arg);
+weft_status oi_topk(nctx *c, const char *arg);
 
 #endif
 #endif

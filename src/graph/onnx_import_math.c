@@ -1,7 +1,8 @@
 // ONNX ops read as compositions of weft's elementwise, reduction and index ops (see onnx_import.h):
 // activations (Elu, Celu, Selu, HardSigmoid, HardSwish, ThresholdedRelu, Shrink, Softplus, Softsign, PRelu),
 // Tan and the hyperbolic functions, IsInf, IsNaN, CastLike, Hardmax, OneHot, CumSum, EyeLike, the window
-// functions, MeanVarianceNormalization and LRN. Each is a few graph ops, so each has the gradient its parts have.
+// functions, MeanVarianceNormalization, LRN and InstanceNormalization. Each is a few graph ops, so each has the
+// gradient its parts have.
 #include <math.h>
 #include <stdlib.h>
 
@@ -273,6 +274,28 @@ weft_status oi_mvn(nctx *c, const char *arg) {
     weft_value d = op2(c, NULL, "sub", x, m), d2 = op2(c, NULL, "mul", d, d);
     weft_value v = OK(d2) ? oi_op(c, NULL, "mean", 1, &d2, at, 3, NULL, 0) : d2;
     OUT0(op2(c, node_out(c, 0), "div", d, opf(c, NULL, "add_scalar", op1(c, NULL, "sqrt", v), 1e-9)));
+}
+
+// InstanceNormalization(x, scale, B): each (n, c) plane normalised over the dims from 2 on with its biased variance,
+// then scale[c] x + B[c].
+weft_status oi_instance_norm(nctx *c, const char *arg) {
+    (void)arg;
+    weft_value x = c->in[0];
+    int nd = ndim_of(c, x);
+    if (nd < 3) FAIL("input must have at least 3 dims (N, C, ...)");
+    int64_t xs[WEFT_MAX_DIMS], mask = 0, cs[WEFT_MAX_DIMS];
+    sizes_copy(c, x, xs);
+    for (int d = 2; d < nd; d++) mask |= INT64_C(1) << d;
+    for (int k = 1; k < 3; k++)
+        if (ndim_of(c, c->in[k]) != 1 || sizes_of(c, c->in[k])[0] != xs[1]) FAIL("input %d must hold one value per channel", k);
+    for (int d = 0; d < nd; d++) cs[d] = d == 1 ? xs[1] : 1;
+    int64_t at[3] = {mask, 1, 0};
+    weft_value m = OK(x) ? oi_op(c, NULL, "mean", 1, &x, at, 3, NULL, 0) : x;
+    weft_value d = op2(c, NULL, "sub", x, m), d2 = op2(c, NULL, "mul", d, d);
+    weft_value v = OK(d2) ? oi_op(c, NULL, "mean", 1, &d2, at, 3, NULL, 0) : d2;
+    weft_value r = op1(c, NULL, "rsqrt", opf(c, NULL, "add_scalar", v, oi_attr_f(c, "epsilon", 1e-5)));
+    weft_value y = op2(c, NULL, "mul", op2(c, NULL, "mul", d, r), oi_reshape(c, NULL, c->in[1], nd, cs));
+    OUT0(op2(c, node_out(c, 0), "add", y, oi_reshape(c, NULL, c->in[2], nd, cs)));
 }
 
 // LRN over channels (dim 1): x / (bias + alpha / size * sum of x^2 over the window)^beta, the window from

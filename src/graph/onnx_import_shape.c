@@ -432,6 +432,32 @@ weft_status oi_scatter_elements(nctx *c, const char *arg) {
     OUT0(scatter(c, node_out(c, 0), c->in[0], ax, idx, c->in[2], add));
 }
 
+// TopK(X, K; axis, largest, sorted): weft's topk (the indices, best first, ties by the lower index: sorted or
+// not, ONNX's order), the values a gather of X at them. K: an input from opset 10, an attribute before.
+weft_status oi_topk(nctx *c, const char *arg) {
+    (void)arg;
+    int nd = ndim_of(c, c->in[0]);
+    int64_t ax = oi_axis(oi_attr_i(c, "axis", -1), nd), k;
+    if (ax < 0) FAIL("axis %lld", (long long)oi_attr_i(c, "axis", -1));
+    if (c->m->opset >= 10) {
+        int n;
+        weft_status st = oi_konst_ints(c, 1, &k, 1, &n);
+        if (st) return st;
+        if (n != 1) FAIL("K must be one value");
+    } else {
+        k = oi_attr_i(c, "k", -1);
+    }
+    if (k < 0 || k > sizes_of(c, c->in[0])[ax]) FAIL("K = %lld for a dim of %lld", (long long)k, (long long)sizes_of(c, c->in[0])[ax]);
+    int64_t at[3] = {ax, k, oi_attr_i(c, "largest", 1) != 0};
+    weft_value ix = oi_op(c, node_out(c, 1), "topk", 1, c->in, at, 3, NULL, 0);
+    if (!OK(ix)) return weft_last_status();
+    c->out[1] = ix;
+    if (wants_out(c, 0) &&
+        !OK(c->out[0] = oi_op(c, node_out(c, 0), "gather", 2, (weft_value[]){c->in[0], ix}, &ax, 1, NULL, 0)))
+        return weft_last_status();
+    return WEFT_OK;
+}
+
 // ---- Resize, Upsample
 
 enum { RS_NEAREST, RS_LINEAR, RS_CUBIC };

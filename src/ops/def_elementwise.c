@@ -233,6 +233,20 @@ static weft_status bw_div(const weft_bw_args *b) { // d/da = g/b, d/db = -g a / 
     }
     return done(b);
 }
+// fmod / remainder: a - q b with q = trunc(a / b) / floor(a / b), piecewise constant: d/da = g, d/db = -g q.
+static weft_status bw_mod(const weft_bw_args *b, bool floored) {
+    if (NEED(0)) b->gin[0] = weft_bw_unbroadcast(b, 0, weft_tensor_ref(G));
+    if (NEED(1)) {
+        weft_tensor *d = weft_div(b->in[0], b->in[1]), *q = floored ? weft_floor(d) : weft_trunc(d), *t = weft_mul(G, q);
+        b->gin[1] = weft_bw_unbroadcast(b, 1, weft_neg(t));
+        weft_tensor_free(d);
+        weft_tensor_free(q);
+        weft_tensor_free(t);
+    }
+    return done(b);
+}
+static weft_status bw_fmod(const weft_bw_args *b) { return bw_mod(b, false); }
+static weft_status bw_remainder(const weft_bw_args *b) { return bw_mod(b, true); }
 static weft_status bw_pow(const weft_bw_args *b) { // d/da = g e a^(e-1), d/de = g a^e log a
     weft_tensor *A = b->in[0], *E = b->in[1];
     if (NEED(0)) {
@@ -319,6 +333,8 @@ BINARY(sub, WEFT_EW_SUB, WEFT_DT_NUM, bw_sub, 0)
 BINARY(mul, WEFT_EW_MUL, WEFT_DT_NUM, bw_mul, WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1))
 BINARY(div, WEFT_EW_DIV, WEFT_DT_NUM, bw_div, WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1))
 BINARY(pow, WEFT_EW_POW, WEFT_DT_FLOAT, bw_pow, WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1))
+BINARY(fmod, WEFT_EW_FMOD, WEFT_DT_NUM, bw_fmod, WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1))
+BINARY(remainder, WEFT_EW_REMAINDER, WEFT_DT_NUM, bw_remainder, WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1))
 BINARY(maximum, WEFT_EW_MAXIMUM, WEFT_DT_NUM, bw_maximum, WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1))
 BINARY(minimum, WEFT_EW_MINIMUM, WEFT_DT_NUM, bw_minimum, WEFT_SAVE_IN(0) | WEFT_SAVE_IN(1))
 BINARY(relu_backward, WEFT_EW_RELU_BW, WEFT_DT_NUM, bw_relu_backward, WEFT_SAVE_IN(1))
@@ -335,6 +351,14 @@ COMPARE(ge, WEFT_EW_GE)
 // Internal: sign(x) and d/dx gelu(x); used by backward rules, zero/no gradient.
 weft_op_def weft_op_sign = {.name = "sign", .n_in = 1, .n_out = 1, .flags = WEFT_OPF_NONDIFF,
                             .variant = WEFT_EW_SIGN, .infer = infer_same, K_EW(WEFT_DT_NUM)};
+// Rounding (floats): piecewise constant, so no gradient flows (PyTorch's is zero almost everywhere).
+#define ROUNDING(nm, V) \
+    weft_op_def weft_op_##nm = {.name = #nm, .n_in = 1, .n_out = 1, .flags = WEFT_OPF_NONDIFF, .variant = (V), \
+                                .infer = infer_same, K_EW(WEFT_DT_FLOAT)};
+ROUNDING(floor, WEFT_EW_FLOOR)
+ROUNDING(ceil, WEFT_EW_CEIL)
+ROUNDING(round, WEFT_EW_ROUND)
+ROUNDING(trunc, WEFT_EW_TRUNC)
 weft_op_def weft_op_gelu_grad = {.name = "gelu_grad", .n_in = 1, .n_out = 1, .variant = WEFT_EW_GELU_GRAD,
                                  .infer = infer_same, K_EW(WEFT_DT_FLOAT)};
 
@@ -383,7 +407,7 @@ weft_op_def weft_op_copy = {.name = "copy", .n_in = 1, .n_out = 1, .infer = infe
     weft_tensor *weft_##nm(weft_tensor *t) { return weft_op_apply1(&weft_op_##nm, 1, &t, NULL); }
 U(neg) U(abs) U(exp) U(log) U(sqrt) U(rsqrt) U(sin) U(cos) U(tanh) U(sigmoid) U(relu) U(gelu) U(gelu_tanh) U(silu)
 U(erf)
-U(sign) U(gelu_grad)
+U(sign) U(gelu_grad) U(floor) U(ceil) U(round) U(trunc)
 #define S(nm) \
     weft_tensor *weft_##nm(weft_tensor *t, double s) { \
         weft_attrs at = {.f = {s}}; \
@@ -395,7 +419,7 @@ S(pow_scalar) S(add_scalar) S(mul_scalar)
         weft_tensor *in[2] = {a, b}; \
         return weft_op_apply1(&weft_op_##nm, 2, in, NULL); \
     }
-B(add) B(sub) B(mul) B(div) B(pow) B(maximum) B(minimum) B(eq) B(ne) B(lt) B(le) B(gt) B(ge) B(relu_backward) B(gelu_backward) B(gelu_tanh_backward)
+B(add) B(sub) B(mul) B(div) B(pow) B(fmod) B(remainder) B(maximum) B(minimum) B(eq) B(ne) B(lt) B(le) B(gt) B(ge) B(relu_backward) B(gelu_backward) B(gelu_tanh_backward)
 
 weft_tensor *weft_where(weft_tensor *c, weft_tensor *a, weft_tensor *b) {
     weft_tensor *in[3] = {c, a, b};

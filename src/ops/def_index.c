@@ -240,6 +240,21 @@ weft_op_def weft_op_gather = {.name = "gather", .n_in = 2, .n_out = 1, .save = W
 weft_op_def weft_op_scatter_add = {.name = "scatter_add", .n_in = 3, .n_out = 1, .save = WEFT_SAVE_IN(1),
                                    .infer = infer_scatter_add, .backward = bw_scatter_add,
                                    K_IX(weft_cpu_scatter_add, WEFT_DT_NUM)};
+// topk: attrs i[0] = dim, i[1] = k, i[2] = largest; int64 indices along dim, best first (the values are a gather).
+static weft_status infer_topk(const weft_op_args *a, weft_out_meta *o) {
+    const weft_tensor *t = a->in[0];
+    weft_status st = check_dim("topk", t, a->attrs->i[0]);
+    if (st) return st;
+    int64_t d = a->attrs->i[0], k = a->attrs->i[1];
+    if (k < 0 || k > t->sizes[d])
+        return weft_error(WEFT_ERR_ARG, "topk: k = %lld for a dim of size %lld", (long long)k, (long long)t->sizes[d]);
+    int64_t s[WEFT_MAX_DIMS];
+    for (int i = 0; i < t->ndim; i++) s[i] = i == d ? k : t->sizes[i];
+    weft_meta_set(o, t->ndim, s, WEFT_I64);
+    return WEFT_OK;
+}
+weft_op_def weft_op_topk = {.name = "topk", .n_in = 1, .n_out = 1, .flags = WEFT_OPF_NONDIFF, .infer = infer_topk,
+                            K_IX(weft_cpu_topk, WEFT_DT_NUM)};
 weft_op_def weft_op_concat = {.name = "concat", .n_in = -1, .n_out = 1, .infer = infer_concat,
                               .backward = bw_concat, K_IX(weft_cpu_concat, WEFT_DT_ALL)};
 
@@ -283,6 +298,31 @@ weft_tensor *weft_scatter_add(weft_tensor *t, int dim, weft_tensor *index, weft_
     weft_tensor *in[3] = {t, index, src};
     weft_attrs at = {.i = {d}};
     return weft_op_apply1(&weft_op_scatter_add, 3, in, &at);
+}
+
+weft_status weft_topk(weft_tensor *t, int64_t k, int dim, bool largest, weft_tensor **values, weft_tensor **indices) {
+    if (values) *values = NULL;
+    if (indices) *indices = NULL;
+    if (!t) return weft_error(WEFT_ERR_ARG, "topk: NULL input");
+    int d = norm_dim("topk", t, dim, 0);
+    if (d < 0) return weft_last_status();
+    weft_attrs at = {.i = {d, k, largest}};
+    weft_tensor *ix = weft_op_apply1(&weft_op_topk, 1, &t, &at);
+    if (!ix) return weft_last_status();
+    if (values && !(*values = weft_gather(t, d, ix))) {
+        weft_tensor_free(ix);
+        return weft_last_status();
+    }
+    if (indices) *indices = ix;
+    else weft_tensor_free(ix);
+    return WEFT_OK;
+}
+
+weft_status weft_sort(weft_tensor *t, int dim, bool descending, weft_tensor **values, weft_tensor **indices) {
+    if (!t) return weft_error(WEFT_ERR_ARG, "sort: NULL input");
+    int d = norm_dim("sort", t, dim, 0);
+    if (d < 0) return weft_last_status();
+    return weft_topk(t, t->sizes[d], d, descending, values, indices);
 }
 
 weft_tensor *weft_concat(int n, weft_tensor *const *ts, int dim) {

@@ -18,6 +18,7 @@ weft_status weft_cpu_index_select(const weft_op_args *a);
 weft_status weft_cpu_index_select_backward(const weft_op_args *a);
 weft_status weft_cpu_gather(const weft_op_args *a);
 weft_status weft_cpu_scatter_add(const weft_op_args *a);
+weft_status weft_cpu_topk(const weft_op_args *a);
 weft_status weft_cpu_concat(const weft_op_args *a);
 
 #endif

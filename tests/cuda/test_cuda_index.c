@@ -326,6 +326,43 @@ static void test_out_of_range(void) {
     for (size_t i = 0; i < sizeof objs / sizeof objs[0]; i++) weft_tensor_free(objs[i]);
 }
 
+// topk: the indices, and the values (a gather) with their backward; strided inputs, ties (integers), both orders.
+typedef struct topk_ctx {
+    int dim, largest, view;
+    int64_t k;
+} topk_ctx;
+static weft_tensor *f_topk(weft_tensor *const *in, void *ctx) {
+    topk_ctx *c = ctx;
+    weft_tensor *t = view_of(in[0], c->view), *ix = NULL;
+    weft_topk(t, c->k, c->dim, c->largest, NULL, &ix);
+    weft_tensor_free(t);
+    return ix;
+}
+static weft_tensor *f_topk_vals(weft_tensor *const *in, void *ctx) {
+    topk_ctx *c = ctx;
+    weft_tensor *t = view_of(in[0], c->view), *v = NULL;
+    weft_topk(t, c->k, c->dim, c->largest, &v, NULL);
+    weft_tensor_free(t);
+    return v;
+}
+static void test_topk(void) {
+    static const weft_dtype dts[] = {WEFT_F32, WEFT_F64, WEFT_I32, WEFT_I64};
+    const int64_t sz[3] = {5, 6, 33};
+    for (int k = 0; k < 4; k++)
+        for (int view = 0; view < 2; view++)
+            for (int dim = 0; dim < 3; dim++)
+                for (int largest = 0; largest < 2; largest++) {
+                    char what[96];
+                    int64_t st[3] = {view ? sz[1] : sz[0], view ? sz[0] : sz[1], sz[2]};
+                    weft_tensor *t = rand_t(3, st, dts[k], 40 + (uint64_t)dim);
+                    topk_ctx c = {dim, largest, view, sz[dim] > 4 ? 4 : sz[dim]};
+                    snprintf(what, sizeof what, "topk %s dim %d view %d largest %d", weft_dtype_name(dts[k]), dim, view, largest);
+                    wt_cuda_compare(what, f_topk, &c, 1, &t, 0, false);
+                    if (k < 2) wt_cuda_compare(what, f_topk_vals, &c, 1, &t, 0, true);
+                    weft_tensor_free(t);
+                }
+}
+
 int main(void) {
     WT_CUDA_OR_SKIP();
     RUN(test_embedding);
@@ -333,6 +370,7 @@ int main(void) {
     RUN(test_index_select);
     RUN(test_gather_scatter);
     RUN(test_concat);
+    RUN(test_topk);
     RUN(test_out_of_range);
     return wt_summary();
 }

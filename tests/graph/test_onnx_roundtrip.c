@@ -283,6 +283,36 @@ static void test_nn(void) {
 }
 
 // What has no ONNX form is refused, naming the node and the op; bad arguments too; nothing is written.
+// Rounding, remainders and topk (run last: the inputs of the tests above come from one random stream).
+static void test_rounding_mod(void) {
+    for (int largest = 0; largest < 2; largest++) { // topk's indices along dim 1, and the values gathered
+        B0;
+        weft_value x = ph(&b, 3, S234, WEFT_F64, 0);
+        int64_t at[3] = {1, 2, largest}, d = 1;
+        weft_value ix = weft_graph_op1(b.g, "topk", 1, &x, at, 3, NULL, 0);
+        weft_value v = weft_graph_op1(b.g, "gather", 2, (weft_value[]){x, ix}, &d, 1, NULL, 0);
+        b.out = weft_graph_op1(b.g, "add", 2, (weft_value[]){v, weft_graph_op1(b.g, "cast", 1, &ix, (int64_t[]){WEFT_F64}, 1, NULL, 0)}, NULL, 0, NULL, 0);
+        round_trip(largest ? "topk largest" : "topk smallest", &b, 0);
+    }
+    const char *unary[] = {"floor", "ceil", "round"};
+    for (int i = 0; i < 3; i++) {
+        B0;
+        weft_value x = ph(&b, 3, S234, WEFT_F64, 0), s = weft_graph_op1(b.g, "mul_scalar", 1, &x, NULL, 0, (double[]){4}, 1);
+        b.out = weft_graph_op1(b.g, unary[i], 1, &s, NULL, 0, NULL, 0);
+        round_trip(unary[i], &b, 0);
+    }
+    { // fmod on floats (Mod fmod = 1), fmod and remainder on integers (Mod fmod = 1, 0), broadcast
+        const char *mods[3] = {"fmod", "fmod", "remainder"};
+        for (int i = 0; i < 3; i++) {
+            B0;
+            weft_dtype dt = i ? WEFT_I64 : WEFT_F64;
+            weft_value in[2] = {ph(&b, 2, S34, dt, i ? 9 : 0), ph(&b, 1, S4, dt, i ? 4 : 0)};
+            b.out = weft_graph_op1(b.g, mods[i], 2, in, NULL, 0, NULL, 0);
+            round_trip(mods[i], &b, 0);
+        }
+    }
+}
+
 static void test_refusals(void) {
     built b = {.g = weft_graph_new()};
     weft_value x = ph(&b, 2, S34, WEFT_F64, 0), y = ph(&b, 2, S34, WEFT_F64, 0);
@@ -290,6 +320,10 @@ static void test_refusals(void) {
     unlink(g_path);
     CHECK(weft_onnx_save(b.g, 2, b.in, 1, &d, g_path) == WEFT_ERR_UNSUPPORTED);
     CHECK(wt_error_has("(op relu_backward)") && wt_error_has("no ONNX form"));
+    CHECK(access(g_path, F_OK) != 0);
+    weft_value r = weft_graph_op1(b.g, "remainder", 2, (weft_value[]){x, y}, NULL, 0, NULL, 0);
+    CHECK(weft_onnx_save(b.g, 2, b.in, 1, &r, g_path) == WEFT_ERR_UNSUPPORTED); // ONNX's Mod fmod = 0: integers
+    CHECK(wt_error_has("remainder of floats"));
     CHECK(access(g_path, F_OK) != 0);
     weft_value s = weft_graph_op1(b.g, "add", 2, (weft_value[]){x, y}, NULL, 0, NULL, 0);
     CHECK(weft_onnx_save(b.g, 1, b.in, 1, &s, g_path) == WEFT_ERR_ARG); // x1 is needed but not an input
@@ -314,6 +348,7 @@ int main(void) {
     RUN(test_reductions);
     RUN(test_nn);
     RUN(test_refusals);
+    RUN(test_rounding_mod);
     unlink(g_path);
     weft_generator_free(g_rng);
     return wt_summary();

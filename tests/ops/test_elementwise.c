@@ -866,6 +866,52 @@ static void test_integer(void) {
     wt_drop_all();
 }
 
+// floor, ceil, round (half to even), trunc; fmod (the dividend's sign) and remainder (the divisor's), in floats
+// and integers, against values worked out by hand; their gradients by central differences away from the jumps.
+static weft_tensor *mod_fn(weft_tensor *const *in, void *user) {
+    return user ? weft_remainder(in[0], in[1]) : weft_fmod(in[0], in[1]);
+}
+static void test_rounding_mod(void) {
+    double x[9] = {-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, -1.2, 1.7, 0};
+    double fl[9] = {-3, -2, -1, 0, 1, 2, -2, 1, 0}, ce[9] = {-2, -1, -0.0, 1, 2, 3, -1, 2, 0};
+    double ro[9] = {-2, -2, -0.0, 0, 2, 2, -1, 2, 0}, tr[9] = {-2, -1, -0.0, 0, 1, 2, -1, 1, 0};
+    for (int f = 0; f < 2; f++) {
+        weft_dtype dt = f ? WEFT_F32 : WEFT_F64;
+        weft_tensor *t = tens(x, dt, WEFT_DIMS(9));
+        wt_check_values(f ? "floor f32" : "floor f64", wt_keep(weft_floor(t)), fl, 9, 0);
+        wt_check_values(f ? "ceil f32" : "ceil f64", wt_keep(weft_ceil(t)), ce, 9, 0);
+        wt_check_values(f ? "round f32" : "round f64", wt_keep(weft_round(t)), ro, 9, 0);
+        wt_check_values(f ? "trunc f32" : "trunc f64", wt_keep(weft_trunc(t)), tr, 9, 0);
+        double a[6] = {5.5, -5.5, 5.5, -5.5, 3, -3}, b[6] = {2, 2, -2, -2, 1.5, 1.5};
+        double fm[6] = {1.5, -1.5, 1.5, -1.5, 0, 0}, rm[6] = {1.5, 0.5, -0.5, -1.5, 0, 0};
+        weft_tensor *ta = tens(a, dt, WEFT_DIMS(6)), *tb = tens(b, dt, WEFT_DIMS(6));
+        wt_check_values(f ? "fmod f32" : "fmod f64", wt_keep(weft_fmod(ta, tb)), fm, 6, 0);
+        wt_check_values(f ? "remainder f32" : "remainder f64", wt_keep(weft_remainder(ta, tb)), rm, 6, 0);
+    }
+    CHECK(weft_floor(wt_keep(weft_tensor_from_data((int32_t[]){1}, WEFT_DIMS(1), WEFT_I32))) == NULL); // floats only
+    int32_t ia[7] = {7, -7, 7, -7, 0, INT32_MIN, 5}, ib[7] = {3, 3, -3, -3, 3, -1, 0};
+    double ifm[7] = {1, -1, 1, -1, 0, 0, 0}, irm[7] = {1, 2, -2, -1, 0, 0, 0};
+    weft_tensor *ta = wt_keep(weft_tensor_from_data(ia, WEFT_DIMS(7), WEFT_I32));
+    weft_tensor *tb = wt_keep(weft_tensor_from_data(ib, WEFT_DIMS(7), WEFT_I32));
+    wt_check_values("fmod i32 (INT_MIN by -1 and by 0: 0)", wt_keep(weft_fmod(ta, tb)), ifm, 7, 0);
+    wt_check_values("remainder i32", wt_keep(weft_remainder(ta, tb)), irm, 7, 0);
+    int64_t la[3] = {-(INT64_C(1) << 60) - 5, INT64_MIN, 9}, lb[3] = {INT64_C(1) << 40, -1, -4};
+    double lfm[3] = {-5, 0, 1}, lrm[3] = {(double)((INT64_C(1) << 40) - 5), 0, -3};
+    wt_check_values("fmod i64", wt_keep(weft_fmod(wt_keep(weft_tensor_from_data(la, WEFT_DIMS(3), WEFT_I64)),
+                                                  wt_keep(weft_tensor_from_data(lb, WEFT_DIMS(3), WEFT_I64)))), lfm, 3, 0);
+    wt_check_values("remainder i64", wt_keep(weft_remainder(wt_keep(weft_tensor_from_data(la, WEFT_DIMS(3), WEFT_I64)),
+                                                            wt_keep(weft_tensor_from_data(lb, WEFT_DIMS(3), WEFT_I64)))), lrm, 3, 0);
+    // gradients (a broadcast against b), a / b kept 0.2 or more from an integer
+    double ga[6] = {5.3, -2.7, 4.1, -6.35, 0.9, 3.3}, gb[3] = {1.9, -1.3, 2.2};
+    for (int rem = 0; rem < 2; rem++) {
+        weft_tensor *in[2] = {wt_keep(wt_f64(ga, 2, (int64_t[]){2, 3}, true)), wt_keep(wt_f64(gb, 1, (int64_t[]){3}, true))};
+        weft_status st = weft_gradcheck(mod_fn, 2, in, rem ? (void *)1 : NULL, NULL);
+        if (st) fprintf(stderr, "%s grad: %s\n", rem ? "remainder" : "fmod", weft_last_error());
+        CHECK(st == WEFT_OK);
+    }
+    wt_drop_all();
+}
+
 // ---- casts ----
 static uint16_t bits16(const weft_tensor *t, int64_t i) { return ((const uint16_t *)weft_tensor_data(t))[i]; }
 
@@ -1152,6 +1198,7 @@ int main(void) {
     RUN(test_compare);
     RUN(test_where);
     RUN(test_integer);
+    RUN(test_rounding_mod);
     RUN(test_cast_round_trips);
     RUN(test_half_bits);
     RUN(test_bf16_bits);

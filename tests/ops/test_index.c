@@ -576,6 +576,105 @@ static void test_large(void) {
 }
 
 // ------------------------------------------------------------------- errors
+// ---------------------------------------------------------------- topk, sort
+static weft_tensor *topk_vals(weft_tensor *const *in, void *user) {
+    (void)user;
+    weft_tensor *v = NULL;
+    weft_topk(in[0], 3, 1, true, &v, NULL);
+    return v;
+}
+// The reference: a selection over each row's logical values (best first, ties by the lower position, NaN largest).
+static void topk_ref(const double *v, int nd, const int64_t *sz, int dim, int64_t k, bool largest, int64_t *ix) {
+    int64_t n = sz[dim], rows = 1, inner = 1, m[8], osz[8];
+    for (int d = 0; d < nd; d++) rows *= d == dim ? 1 : sz[d], inner *= d > dim ? sz[d] : 1, osz[d] = d == dim ? k : sz[d];
+    bool *taken = malloc((size_t)n + 1);
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t o = r / inner, in = r % inner;
+        memset(taken, 0, (size_t)n + 1);
+        for (int64_t t = 0; t < k; t++) {
+            int64_t best = -1;
+            double bv = 0;
+            for (int64_t j = 0; j < n; j++) {
+                unravel(o * n * inner + j * inner + in, nd, sz, m); // (o, j, in) in x's row-major order
+                double x = v[ravel(nd, sz, m)];
+                if (taken[j]) continue;
+                bool better = best < 0 || (largest ? (x > bv || (isnan(x) && !isnan(bv))) : (x < bv || (isnan(bv) && !isnan(x))));
+                if (better) best = j, bv = x;
+            }
+            taken[best] = true;
+            unravel(o * k * inner + t * inner + in, nd, osz, m);
+            ix[ravel(nd, osz, m)] = best;
+        }
+    }
+    free(taken);
+}
+
+static void test_topk(void) {
+    const int64_t sz[3] = {3, 7, 4};
+    const weft_dtype dts[4] = {WEFT_F64, WEFT_F32, WEFT_I32, WEFT_I64};
+    double v[84];
+    for (int i = 0; i < 84; i++) v[i] = (double)((i * 37) % 11) - 5; // many ties
+    v[9] = NAN, v[30] = NAN;
+    for (int di = 0; di < 4; di++)
+        for (int dim = 0; dim < 3; dim++)
+            for (int largest = 0; largest < 2; largest++)
+                for (int64_t k = 0; k <= sz[dim]; k += sz[dim] > 3 ? 3 : 1) {
+                    bool fl = di < 2;
+                    double vv[84];
+                    for (int i = 0; i < 84; i++) vv[i] = !fl && isnan(v[i]) ? 6 : v[i];
+                    weft_tensor *x64 = weft_tensor_from_data(vv, 3, sz, WEFT_F64), *x = weft_cast(x64, dts[di]);
+                    weft_tensor *xt = weft_transpose(x, 0, 2), *xs = weft_tensor_clone(xt), *back = weft_transpose(xs, 0, 2);
+                    for (int strided = 0; strided < 2; strided++) { // as given, and a transposed copy viewed back
+                        weft_tensor *val = NULL, *ix = NULL;
+                        CHECK(weft_topk(strided ? back : x, k, dim - 3, largest, &val, &ix) == WEFT_OK);
+                        int64_t osz[3] = {sz[0], sz[1], sz[2]}, want[84];
+                        osz[dim] = k;
+                        int64_t n = osz[0] * osz[1] * osz[2];
+                        topk_ref(vv, 3, sz, dim, k, largest, want);
+                        double wantd[84], wantv[84];
+                        for (int64_t i = 0; i < n; i++) {
+                            int64_t m[3];
+                            unravel(i, 3, osz, m);
+                            m[dim] = want[i];
+                            wantd[i] = (double)want[i], wantv[i] = vv[ravel(3, sz, m)];
+                        }
+                        char what[96];
+                        snprintf(what, sizeof what, "topk %s dim %d k %lld %s%s", weft_dtype_name(dts[di]), dim,
+                                 (long long)k, largest ? "largest" : "smallest", strided ? " strided" : "");
+                        CHECK(ix && weft_tensor_dtype(ix) == WEFT_I64 && weft_tensor_size(ix, dim) == k);
+                        CHECK(val && weft_tensor_dtype(val) == dts[di]);
+                        if (ix) wt_check_values(what, ix, wantd, n, 0);
+                        if (val) wt_check_values(what, val, wantv, n, 0);
+                        FREE(val, ix);
+                    }
+                    FREE(x64, x, xt, xs, back);
+                }
+    // sort: the whole dim, stable; descending puts NaN first
+    double s[6] = {2, NAN, -1, 2, 0.5, -1}, asc[6] = {-1, -1, 0.5, 2, 2, NAN}, ai[6] = {2, 5, 4, 0, 3, 1};
+    double des[6] = {NAN, 2, 2, 0.5, -1, -1}, dsi[6] = {1, 0, 3, 4, 2, 5};
+    weft_tensor *st = weft_tensor_from_data(s, 1, (int64_t[]){6}, WEFT_F64), *sv = NULL, *si = NULL;
+    CHECK(weft_sort(st, 0, false, &sv, &si) == WEFT_OK);
+    if (sv && si) wt_check_values("sort ascending", sv, asc, 6, 0), wt_check_values("sort ascending indices", si, ai, 6, 0);
+    FREE(sv, si);
+    CHECK(weft_sort(st, -1, true, &sv, &si) == WEFT_OK);
+    if (sv && si) wt_check_values("sort descending", sv, des, 6, 0), wt_check_values("sort descending indices", si, dsi, 6, 0);
+    FREE(sv, si);
+    // the values' gradient: a gather, checked by finite differences (distinct values, so no ties)
+    double g[24];
+    for (int i = 0; i < 24; i++) g[i] = (double)((i * 7) % 24) * 0.1 - 1;
+    weft_tensor *gx = wt_f64(g, 2, (int64_t[]){4, 6}, true);
+    weft_status gs = weft_gradcheck(topk_vals, 1, &gx, NULL, NULL);
+    if (gs) fprintf(stderr, "topk grad: %s\n", weft_last_error());
+    CHECK(gs == WEFT_OK);
+    // errors: k past the dim, a bad dim, a dtype without a kernel, NULL
+    CHECK(weft_topk(st, 7, 0, true, &sv, &si) != WEFT_OK && err_names("topk") && sv == NULL && si == NULL);
+    CHECK(weft_topk(st, 1, 1, true, &sv, NULL) != WEFT_OK && err_names("topk"));
+    weft_tensor *b = weft_tensor_zeros(1, (int64_t[]){3}, WEFT_BOOL);
+    CHECK(weft_topk(b, 1, 0, true, &sv, NULL) != WEFT_OK && err_names("topk"));
+    CHECK(weft_topk(NULL, 1, 0, true, &sv, NULL) != WEFT_OK);
+    FREE(st, gx, b);
+}
+
 static void test_errors(void) {
     weft_tensor *w = wt_rand64(WEFT_DIMS(5, 3), -1, 1, 90, false);
     int64_t bad[] = {1, 5, 0}, neg[] = {1, -1};
@@ -651,6 +750,7 @@ int main(void) {
     RUN(test_concat_forward);
     RUN(test_concat_grad);
     RUN(test_large);
+    RUN(test_topk);
     RUN(test_errors);
     return wt_summary();
 }

@@ -131,6 +131,11 @@ UNARY_FLOAT(silu, v / (1.0f + expf(-v)), v / (1.0 + exp(-v)))
 // erff stays within 5.4e-8 of erf and keeps erf(x) ~ 2x/sqrt(pi) for tiny x (ONNX's Erf, PyTorch's erf).
 UNARY_FLOAT(erf, erff(v), erf(v))
 UNARY_FLOAT(pow_scalar, powf(v, (float)sc), pow(v, sc))
+// Rounding to integers (floats; round: half to even, rint in the default rounding mode, as torch.round and ONNX's Round).
+UNARY_FLOAT(floor, floorf(v), floor(v))
+UNARY_FLOAT(ceil, ceilf(v), ceil(v))
+UNARY_FLOAT(round, rintf(v), rint(v))
+UNARY_FLOAT(trunc, truncf(v), trunc(v))
 UNARY_NUM(add_scalar, v + (float)sc, v + sc, v + (int64_t)sc)
 UNARY_NUM(mul_scalar, v * (float)sc, v * sc, v * (int64_t)sc)
 
@@ -154,6 +159,27 @@ BINARY_LOOP(div_f32, float, float, a / b)
 BINARY_LOOP(div_f64, double, double, a / b)
 BINARY_LOOP(div_i32, int32_t, int32_t, b ? a / b : 0)
 BINARY_LOOP(div_i64, int64_t, int64_t, b ? a / b : 0)
+// fmod: the remainder with the dividend's sign (C's fmod, torch.fmod, ONNX's Mod with fmod = 1); remainder: with the
+// divisor's sign (Python's %, torch.remainder, ONNX's Mod on integers). Integers: 0 for a divisor of 0 (as div), and
+// for -1 (where INT_MIN % -1 would trap).
+static inline float rem_f(float a, float b) {
+    float r = fmodf(a, b);
+    return r != 0 && (r < 0) != (b < 0) ? r + b : r;
+}
+static inline double rem_d(double a, double b) {
+    double r = fmod(a, b);
+    return r != 0 && (r < 0) != (b < 0) ? r + b : r;
+}
+#define IMOD(a, b) ((b) == 0 || (b) == -1 ? 0 : (a) % (b))
+#define IREM(a, b) (IMOD(a, b) != 0 && (IMOD(a, b) < 0) != ((b) < 0) ? IMOD(a, b) + (b) : IMOD(a, b))
+BINARY_LOOP(fmod_f32, float, float, fmodf(a, b))
+BINARY_LOOP(fmod_f64, double, double, fmod(a, b))
+BINARY_LOOP(fmod_i32, int32_t, int32_t, IMOD(a, b))
+BINARY_LOOP(fmod_i64, int64_t, int64_t, IMOD(a, b))
+BINARY_LOOP(remainder_f32, float, float, rem_f(a, b))
+BINARY_LOOP(remainder_f64, double, double, rem_d(a, b))
+BINARY_LOOP(remainder_i32, int32_t, int32_t, IREM(a, b))
+BINARY_LOOP(remainder_i64, int64_t, int64_t, IREM(a, b))
 BINARY_LOOP(pow_f32, float, float, powf(a, b))
 BINARY_LOOP(pow_f64, double, double, pow(a, b))
 BINARY_NUM(maximum, (a > b || a != a) ? a : b)
@@ -227,6 +253,12 @@ static const weft_loop_fn k_loops[WEFT_EW_COUNT][WEFT_NUM_DTYPES] = {
     [WEFT_EW_GELU_TANH] = {T_FLOAT(gelu_tanh)},
     [WEFT_EW_GELU_TANH_BW] = {T_FLOAT(gelu_tanh_bw)},
     [WEFT_EW_ERF] = {T_FLOAT(erf)},
+    [WEFT_EW_FLOOR] = {T_FLOAT(floor)},
+    [WEFT_EW_CEIL] = {T_FLOAT(ceil)},
+    [WEFT_EW_ROUND] = {T_FLOAT(round)},
+    [WEFT_EW_TRUNC] = {T_FLOAT(trunc)},
+    [WEFT_EW_FMOD] = {T_NUM(fmod)},
+    [WEFT_EW_REMAINDER] = {T_NUM(remainder)},
 };
 
 // One kernel for the whole family; the entry's variant says which op (WEFT_EW_*).

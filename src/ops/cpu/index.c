@@ -441,6 +441,71 @@ weft_status weft_cpu_gather(const weft_op_args *a) {
     return finish(WEFT_OK, &ol, &il, NULL, NULL, tmp);
 }
 
+// ---- topk ----
+// A stable merge sort of the positions ix[0..n) of a row (element j at p[j * sd]) into best-first order:
+// largest: greater first, NaN before every number; smallest: less first, NaN last. Ties keep their order.
+#define TOPK_SORT(T)                                                                                         \
+    static void topk_sort_##T(int64_t *ix, int64_t *tmp, int64_t n, const T *p, int64_t sd, bool largest) {  \
+        for (int64_t w = 1; w < n; w *= 2) {                                                                 \
+            for (int64_t lo = 0; lo < n; lo += 2 * w) {                                                      \
+                int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n, i = lo, j = mid, o = lo; \
+                while (i < mid && j < hi) {                                                                  \
+                    T a = p[ix[i] * sd], b = p[ix[j] * sd];                                                  \
+                    bool bfirst = largest ? (b > a || (b != b && a == a)) : (b < a || (a != a && b == b));   \
+                    tmp[o++] = bfirst ? ix[j++] : ix[i++];                                                   \
+                }                                                                                            \
+                while (i < mid) tmp[o++] = ix[i++];                                                          \
+                while (j < hi) tmp[o++] = ix[j++];                                                           \
+            }                                                                                                \
+            memcpy(ix, tmp, sizeof(int64_t) * (size_t)n);                                                    \
+        }                                                                                                    \
+    }
+TOPK_SORT(float)
+TOPK_SORT(double)
+TOPK_SORT(int32_t)
+TOPK_SORT(int64_t)
+
+// x -> out (x's shape with k along dim, int64, contiguous): each row's positions along dim, best first.
+weft_status weft_cpu_topk(const weft_op_args *a) {
+    const weft_tensor *x = a->in[0];
+    weft_tensor *out = a->out[0];
+    int dim = (int)a->attrs->i[0], nd = x->ndim;
+    int64_t k = a->attrs->i[1], n = x->sizes[dim], sd = x->strides[dim];
+    bool largest = a->attrs->i[2] != 0;
+    if (out->numel == 0) return WEFT_OK;
+    lin ol = {0}, il = {0};
+    weft_status st;
+    if ((st = lin_init(&ol, dim, x->sizes, x->strides)) ||
+        (st = lin_init(&il, nd - dim - 1, x->sizes + dim + 1, x->strides + dim + 1)))
+        return finish(st, &ol, &il, NULL, NULL, NULL);
+    int64_t rows = ol.n * il.n, inner = il.n, *o = WEFT_PTR(int64_t, out);
+    size_t esz = weft_dtype_size((weft_dtype)x->dtype);
+    const char *base = weft_tensor_ptr(x);
+    int failed = 0;
+#pragma omp parallel num_threads(weft_num_threads()) if (rows * n > WEFT_PAR_GRAIN)
+    {
+        int64_t *ix = malloc(sizeof(int64_t) * 2 * (size_t)n);
+        if (!ix) failed = 1;
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            if (!ix) continue;
+            const char *p = base + (lin_at(&ol, r / inner) + lin_at(&il, r % inner)) * (int64_t)esz;
+            for (int64_t j = 0; j < n; j++) ix[j] = j;
+            switch (x->dtype) {
+            case WEFT_F32: topk_sort_float(ix, ix + n, n, (const float *)p, sd, largest); break;
+            case WEFT_F64: topk_sort_double(ix, ix + n, n, (const double *)p, sd, largest); break;
+            case WEFT_I32: topk_sort_int32_t(ix, ix + n, n, (const int32_t *)p, sd, largest); break;
+            default: topk_sort_int64_t(ix, ix + n, n, (const int64_t *)p, sd, largest); break;
+            }
+            int64_t *dst = o + (r / inner) * k * inner + r % inner;
+            for (int64_t j = 0; j < k; j++) dst[j * inner] = ix[j];
+        }
+        free(ix);
+    }
+    if (failed) st = weft_error(WEFT_ERR_OOM, "topk: out of memory (a row of %lld)", (long long)n);
+    return finish(st, &ol, &il, NULL, NULL, NULL);
+}
+
 // t, index, src (same ndim) -> out = t with src[..i..] added at t[..index[..i..] at dim..]
 weft_status weft_cpu_scatter_add(const weft_op_args *a) {
     const weft_tensor *t = a->in[0], *ix = a->in[1], *src = a->in[2];

@@ -140,6 +140,10 @@ extern "C" cudaError_t weft_cu_ew_unary(int op, weft_cu_tensor out, weft_cu_tens
     case WEFT_CU_EW_GELU_TANH: return unary_float<WEFT_CU_EW_GELU_TANH>(out, in, sc, s);
     case WEFT_CU_EW_SILU: return unary_float<WEFT_CU_EW_SILU>(out, in, sc, s);
     case WEFT_CU_EW_ERF: return unary_float<WEFT_CU_EW_ERF>(out, in, sc, s);
+    case WEFT_CU_EW_FLOOR: return unary_float<WEFT_CU_EW_FLOOR>(out, in, sc, s);
+    case WEFT_CU_EW_CEIL: return unary_float<WEFT_CU_EW_CEIL>(out, in, sc, s);
+    case WEFT_CU_EW_ROUND: return unary_float<WEFT_CU_EW_ROUND>(out, in, sc, s);
+    case WEFT_CU_EW_TRUNC: return unary_float<WEFT_CU_EW_TRUNC>(out, in, sc, s);
     case WEFT_CU_EW_POW_SCALAR: return unary_float<WEFT_CU_EW_POW_SCALAR>(out, in, sc, s);
     case WEFT_CU_EW_ADD_SCALAR: return unary_num<WEFT_CU_EW_ADD_SCALAR>(out, in, sc, s);
     case WEFT_CU_EW_MUL_SCALAR: return unary_num<WEFT_CU_EW_MUL_SCALAR>(out, in, sc, s);
@@ -251,6 +255,8 @@ extern "C" cudaError_t weft_cu_ew_binary(int op, weft_cu_tensor out, weft_cu_ten
     case WEFT_CU_EW_SUB: return binary_num<WEFT_CU_EW_SUB>(out, a, b, s);
     case WEFT_CU_EW_MUL: return binary_num<WEFT_CU_EW_MUL>(out, a, b, s);
     case WEFT_CU_EW_DIV: return binary_num<WEFT_CU_EW_DIV>(out, a, b, s);
+    case WEFT_CU_EW_FMOD: return binary_num<WEFT_CU_EW_FMOD>(out, a, b, s);
+    case WEFT_CU_EW_REMAINDER: return binary_num<WEFT_CU_EW_REMAINDER>(out, a, b, s);
     case WEFT_CU_EW_POW: return binary_float<WEFT_CU_EW_POW>(out, a, b, s);
     case WEFT_CU_EW_MAXIMUM: return binary_num<WEFT_CU_EW_MAXIMUM>(out, a, b, s);
     case WEFT_CU_EW_MINIMUM: return binary_num<WEFT_CU_EW_MINIMUM>(out, a, b, s);

@@ -34,6 +34,16 @@ __device__ __forceinline__ float m_erf(float v) { return erff(v); }
 __device__ __forceinline__ double m_erf(double v) { return erf(v); }
 __device__ __forceinline__ float m_fabs(float v) { return fabsf(v); }
 __device__ __forceinline__ double m_fabs(double v) { return fabs(v); }
+__device__ __forceinline__ float m_floor(float v) { return floorf(v); }
+__device__ __forceinline__ double m_floor(double v) { return floor(v); }
+__device__ __forceinline__ float m_ceil(float v) { return ceilf(v); }
+__device__ __forceinline__ double m_ceil(double v) { return ceil(v); }
+__device__ __forceinline__ float m_rint(float v) { return rintf(v); }
+__device__ __forceinline__ double m_rint(double v) { return rint(v); }
+__device__ __forceinline__ float m_trunc(float v) { return truncf(v); }
+__device__ __forceinline__ double m_trunc(double v) { return trunc(v); }
+__device__ __forceinline__ float m_fmod(float a, float b) { return fmodf(a, b); }
+__device__ __forceinline__ double m_fmod(double a, double b) { return fmod(a, b); }
 __device__ __forceinline__ float m_pow(float a, float b) { return powf(a, b); }
 __device__ __forceinline__ double m_pow(double a, double b) { return pow(a, b); }
 
@@ -86,6 +96,10 @@ template <int OP, typename T> __device__ __forceinline__ T unary_op(T v, double 
     else if constexpr (OP == WEFT_CU_EW_GELU_TANH) return gelu_tanh(v);
     else if constexpr (OP == WEFT_CU_EW_SILU) return v / ((T)1 + m_exp(-v));
     else if constexpr (OP == WEFT_CU_EW_ERF) return m_erf(v);
+    else if constexpr (OP == WEFT_CU_EW_FLOOR) return m_floor(v);
+    else if constexpr (OP == WEFT_CU_EW_CEIL) return m_ceil(v);
+    else if constexpr (OP == WEFT_CU_EW_ROUND) return m_rint(v);
+    else if constexpr (OP == WEFT_CU_EW_TRUNC) return m_trunc(v);
     else if constexpr (OP == WEFT_CU_EW_POW_SCALAR) return m_pow(v, (T)sc);
     else if constexpr (OP == WEFT_CU_EW_ADD_SCALAR) {
         if constexpr (fp) return v + (T)sc;
@@ -119,6 +133,12 @@ template <int OP, typename T> __device__ __forceinline__ typename bin_out<OP, T>
     else if constexpr (OP == WEFT_CU_EW_DIV) {
         if constexpr (is_fp<T>::value) return a / b;
         else return b ? (T)(a / b) : (T)0;
+    } else if constexpr (OP == WEFT_CU_EW_FMOD || OP == WEFT_CU_EW_REMAINDER) { // as cpu/elementwise.c
+        T r;
+        if constexpr (is_fp<T>::value) r = m_fmod(a, b);
+        else r = b == 0 || b == (T)-1 ? (T)0 : (T)(a % b);
+        if constexpr (OP == WEFT_CU_EW_REMAINDER) r = r != 0 && (r < 0) != (b < 0) ? (T)(r + b) : r;
+        return r;
     } else if constexpr (OP == WEFT_CU_EW_POW) return m_pow(a, b);
     else if constexpr (OP == WEFT_CU_EW_MAXIMUM) return (a > b || is_nan(a)) ? a : b;
     else if constexpr (OP == WEFT_CU_EW_MINIMUM) return (a < b || is_nan(a)) ? a : b;

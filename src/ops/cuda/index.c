@@ -1,5 +1,5 @@
 // The index family on CUDA: embedding, index_select, gather, scatter_add,
-// their backward ops, and concat. Same semantics as cpu/index.c.
+// their backward ops, concat and topk. Same semantics as cpu/index.c.
 //
 // Index values: the index tensor is read as contiguous int64 (converted on
 // the device when it is int32 or strided) and checked against the indexed
@@ -219,12 +219,21 @@ static weft_status cu_concat(const weft_op_args *a) {
     return WEFT_OK;
 }
 
+static weft_status cu_topk(const weft_op_args *a) {
+    weft_tensor *out = a->out[0];
+    if (out->numel == 0) return WEFT_OK;
+    return weft_cu_done(weft_cu_topk(WEFT_PTR(int64_t, out), weft_cu_desc(a->in[0]), (int)a->attrs->i[0],
+                                     a->attrs->i[1], a->attrs->i[2] != 0, weft_cu_stream(out)),
+                        "topk");
+}
+
 void weft_cuda_register_index(void) {
     weft_cu_register("embedding", cu_embedding, WEFT_DT_ALL);
     weft_cu_register("embedding_backward", cu_embedding_backward_any, WEFT_DT_NUM | WEFT_DT_HALF);
     weft_cu_register("index_select", cu_index_select, WEFT_DT_ALL);
     weft_cu_register("index_select_backward", cu_index_select_backward, WEFT_DT_NUM);
     weft_cu_register("gather", cu_gather, WEFT_DT_ALL);
+    weft_cu_register("topk", cu_topk, WEFT_DT_NUM);
     weft_cu_register("scatter_add", cu_scatter_add, WEFT_DT_NUM);
     weft_cu_register("concat", cu_concat, WEFT_DT_ALL);
 }

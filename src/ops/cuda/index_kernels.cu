@@ -109,3 +109,56 @@ extern "C" cudaError_t weft_cu_index_add(weft_cu_tensor dst, weft_cu_tensor src,
     if (src.numel == 0) return cudaSuccess;
     WEFT_CU_DISPATCH_NUM(src.dtype, launch_add, dst, src, dim, limit, idx, per_elem, s)
 }
+
+// ---- topk ----
+// Does (a at i) come before (b at j) in best-first order? A total order: the value's, then the position's.
+template <typename T> __device__ __forceinline__ bool topk_before(T a, int64_t i, T b, int64_t j, bool largest) {
+    bool an = a != a, bn = b != b; // NaN (never for integers)
+    bool better = largest ? (a > b || (an && !bn)) : (a < b || (bn && !an));
+    bool worse = largest ? (b > a || (bn && !an)) : (b < a || (an && !bn));
+    return better || (!worse && i < j);
+}
+
+template <typename T>
+__global__ void topk_rows(int64_t *out, weft_cu_tensor x, int dim, int64_t k, bool largest, int64_t rows, int64_t inner) {
+    int64_t n = x.sizes[dim], sd = x.strides[dim];
+    WEFT_CU_GRID_LOOP(r, rows) {
+        int64_t base = 0, rr = r;
+        for (int d = x.ndim - 1; d >= 0; d--) { // the row's coordinates: every dim but dim, row-major
+            if (d == dim) continue;
+            base += rr % x.sizes[d] * x.strides[d];
+            rr /= x.sizes[d];
+        }
+        const T *p = (const T *)x.data + base;
+        int64_t *q = out + (r / inner) * k * inner + r % inner, pj = -1;
+        T pv = T();
+        for (int64_t t = 0; t < k; t++) {
+            int64_t bj = -1;
+            T bv = T();
+            for (int64_t j = 0; j < n; j++) {
+                T v = p[j * sd];
+                if (pj >= 0 && !topk_before(pv, pj, v, j, largest)) continue; // taken already
+                if (bj < 0 || topk_before(v, j, bv, bj, largest)) bj = j, bv = v;
+            }
+            q[t * inner] = bj;
+            pj = bj, pv = bv;
+        }
+    }
+}
+
+extern "C" cudaError_t weft_cu_topk(int64_t *out, weft_cu_tensor x, int dim, int64_t k, int largest, cudaStream_t s) {
+    int64_t rows = 1, inner = 1;
+    for (int d = 0; d < x.ndim; d++)
+        if (d != dim) rows *= x.sizes[d];
+    for (int d = dim + 1; d < x.ndim; d++) inner *= x.sizes[d];
+    if (rows == 0 || k == 0) return cudaSuccess;
+    unsigned blocks = weft_cu_blocks(rows);
+    switch (x.dtype) {
+    case WEFT_CU_F32: topk_rows<float><<<blocks, WEFT_CU_THREADS, 0, s>>>(out, x, dim, k, largest, rows, inner); break;
+    case WEFT_CU_F64: topk_rows<double><<<blocks, WEFT_CU_THREADS, 0, s>>>(out, x, dim, k, largest, rows, inner); break;
+    case WEFT_CU_I32: topk_rows<int32_t><<<blocks, WEFT_CU_THREADS, 0, s>>>(out, x, dim, k, largest, rows, inner); break;
+    case WEFT_CU_I64: topk_rows<int64_t><<<blocks, WEFT_CU_THREADS, 0, s>>>(out, x, dim, k, largest, rows, inner); break;
+    default: return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}

@@ -33,6 +33,11 @@ cudaError_t weft_cu_index_take(void *out, weft_cu_tensor src, int dim, int64_t l
 cudaError_t weft_cu_index_add(weft_cu_tensor dst, weft_cu_tensor src, int dim, int64_t limit, const int64_t *idx,
                               int per_elem, cudaStream_t s);
 
+// topk: out (contiguous: x.sizes with k along dim, int64) = each row's positions along dim, best first (largest:
+// greater first, NaN before numbers; else less first, NaN last; ties: the lower position first), as cpu/index.c.
+// One thread a row picks k times the best element after the previous pick: O(k n) a row. f32, f64, i32, i64.
+cudaError_t weft_cu_topk(int64_t *out, weft_cu_tensor x, int dim, int64_t k, int largest, cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif
