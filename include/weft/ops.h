@@ -48,6 +48,10 @@ weft_tensor *weft_gelu_tanh(weft_tensor *t);
 weft_tensor *weft_silu(weft_tensor *t);
 // The Gauss error function, erf(x) = 2/sqrt(pi) int_0^x exp(-t^2) dt (ONNX's Erf, torch.erf); floats.
 weft_tensor *weft_erf(weft_tensor *t);
+// Inverse trigonometric functions (floats; asin and acos take [-1, 1]).
+weft_tensor *weft_asin(weft_tensor *t);
+weft_tensor *weft_acos(weft_tensor *t);
+weft_tensor *weft_atan(weft_tensor *t);
 // Rounding to an integral value, in the input's float dtype (torch.floor, ceil, round, trunc; round is half to
 // even). No gradient flows through them (it is zero almost everywhere).
 weft_tensor *weft_floor(weft_tensor *t);

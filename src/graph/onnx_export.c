@@ -225,7 +225,8 @@ static const char *onnx_unary(const char *op) {
     static const char *map[][2] = {{"neg", "Neg"},   {"abs", "Abs"},       {"exp", "Exp"},   {"log", "Log"},
                                    {"sqrt", "Sqrt"}, {"sin", "Sin"},       {"cos", "Cos"},   {"tanh", "Tanh"},
                                    {"relu", "Relu"}, {"sigmoid", "Sigmoid"}, {"sign", "Sign"}, {"erf", "Erf"},
-                                   {"copy", "Identity"}, {"floor", "Floor"}, {"ceil", "Ceil"}, {"round", "Round"}};
+                                   {"copy", "Identity"}, {"floor", "Floor"}, {"ceil", "Ceil"}, {"round", "Round"},
+                                   {"asin", "Asin"}, {"acos", "Acos"}, {"atan", "Atan"}};
     for (size_t k = 0; k < sizeof map / sizeof map[0]; k++)
         if (!strcmp(map[k][0], op)) return map[k][1];
     return NULL;
@@ -688,7 +689,8 @@ static const struct {
     {"pow", e_binary},        {"maximum", e_binary},    {"minimum", e_binary},     {"eq", e_binary},
     {"lt", e_binary},         {"le", e_binary},         {"gt", e_binary},          {"ge", e_binary},
     {"ne", e_binary},         {"floor", e_unary},       {"ceil", e_unary},         {"round", e_unary},
-    {"fmod", e_mod},          {"remainder", e_mod},     {"topk", e_topk},
+    {"fmod", e_mod},          {"remainder", e_mod},     {"topk", e_topk},          {"asin", e_unary},
+    {"acos", e_unary},        {"atan", e_unary},
     {"where", e_where},       {"cast", e_cast},         {"matmul", e_matmul},      {"linear", e_linear},
     {"linear_gelu", e_linear}, {"gelu_linear", e_linear}, {"view", e_view},        {"expand", e_expand},
     {"permute", e_permute},   {"slice", e_slice},       {"concat", e_concat},      {"embedding", e_gather},

@@ -187,6 +187,19 @@ static weft_status bw_erf(const weft_bw_args *b) { // g 2/sqrt(pi) exp(-x^2)
     for (int k = 0; k < 4; k++) weft_tensor_free(ts[k]);
     return done(b);
 }
+// asin, acos: +-g / sqrt(1 - x^2); atan: g / (1 + x^2).
+static weft_status bw_arc(const weft_bw_args *b, int which) {
+    weft_tensor *x2 = weft_mul(X, X), *u = which == 2 ? weft_add_scalar(x2, 1.0) : weft_neg(x2);
+    weft_tensor *w = which == 2 ? weft_div(G, u) : NULL, *v = which == 2 ? NULL : weft_add_scalar(u, 1.0);
+    weft_tensor *r = v ? weft_rsqrt(v) : NULL, *t = r ? weft_mul(G, r) : NULL;
+    b->gin[0] = which == 2 ? weft_tensor_ref(w) : which == 1 ? weft_neg(t) : weft_tensor_ref(t);
+    weft_tensor *ts[] = {x2, u, w, v, r, t};
+    for (int k = 0; k < 6; k++) weft_tensor_free(ts[k]);
+    return done(b);
+}
+static weft_status bw_asin(const weft_bw_args *b) { return bw_arc(b, 0); }
+static weft_status bw_acos(const weft_bw_args *b) { return bw_arc(b, 1); }
+static weft_status bw_atan(const weft_bw_args *b) { return bw_arc(b, 2); }
 static weft_status bw_silu(const weft_bw_args *b) { // g s (1 + x (1 - s)), s = sigmoid(x)
     weft_tensor *s = weft_sigmoid(X), *one_m = weft_neg(s), *t1 = weft_add_scalar(one_m, 1.0);
     weft_tensor *xt = weft_mul(X, t1), *t2 = weft_add_scalar(xt, 1.0), *d = weft_mul(s, t2);
@@ -325,6 +338,9 @@ UNARY(gelu, WEFT_EW_GELU, WEFT_DT_FLOAT, bw_gelu, WEFT_SAVE_IN(0))
 UNARY(gelu_tanh, WEFT_EW_GELU_TANH, WEFT_DT_FLOAT, bw_gelu_tanh, WEFT_SAVE_IN(0))
 UNARY(silu, WEFT_EW_SILU, WEFT_DT_FLOAT, bw_silu, WEFT_SAVE_IN(0))
 UNARY(erf, WEFT_EW_ERF, WEFT_DT_FLOAT, bw_erf, WEFT_SAVE_IN(0))
+UNARY(asin, WEFT_EW_ASIN, WEFT_DT_FLOAT, bw_asin, WEFT_SAVE_IN(0))
+UNARY(acos, WEFT_EW_ACOS, WEFT_DT_FLOAT, bw_acos, WEFT_SAVE_IN(0))
+UNARY(atan, WEFT_EW_ATAN, WEFT_DT_FLOAT, bw_atan, WEFT_SAVE_IN(0))
 UNARY(pow_scalar, WEFT_EW_POW_SCALAR, WEFT_DT_FLOAT, bw_pow_scalar, WEFT_SAVE_IN(0))
 UNARY(add_scalar, WEFT_EW_ADD_SCALAR, WEFT_DT_NUM, bw_identity, 0)
 UNARY(mul_scalar, WEFT_EW_MUL_SCALAR, WEFT_DT_NUM, bw_mul_scalar, 0)
@@ -407,7 +423,7 @@ weft_op_def weft_op_copy = {.name = "copy", .n_in = 1, .n_out = 1, .infer = infe
     weft_tensor *weft_##nm(weft_tensor *t) { return weft_op_apply1(&weft_op_##nm, 1, &t, NULL); }
 U(neg) U(abs) U(exp) U(log) U(sqrt) U(rsqrt) U(sin) U(cos) U(tanh) U(sigmoid) U(relu) U(gelu) U(gelu_tanh) U(silu)
 U(erf)
-U(sign) U(gelu_grad) U(floor) U(ceil) U(round) U(trunc)
+U(sign) U(gelu_grad) U(floor) U(ceil) U(round) U(trunc) U(asin) U(acos) U(atan)
 #define S(nm) \
     weft_tensor *weft_##nm(weft_tensor *t, double s) { \
         weft_attrs at = {.f = {s}}; \

@@ -294,8 +294,8 @@ static void test_rounding_mod(void) {
         b.out = weft_graph_op1(b.g, "add", 2, (weft_value[]){v, weft_graph_op1(b.g, "cast", 1, &ix, (int64_t[]){WEFT_F64}, 1, NULL, 0)}, NULL, 0, NULL, 0);
         round_trip(largest ? "topk largest" : "topk smallest", &b, 0);
     }
-    const char *unary[] = {"floor", "ceil", "round"};
-    for (int i = 0; i < 3; i++) {
+    const char *unary[] = {"floor", "ceil", "round", "atan"};
+    for (int i = 0; i < 4; i++) {
         B0;
         weft_value x = ph(&b, 3, S234, WEFT_F64, 0), s = weft_graph_op1(b.g, "mul_scalar", 1, &x, NULL, 0, (double[]){4}, 1);
         b.out = weft_graph_op1(b.g, unary[i], 1, &s, NULL, 0, NULL, 0);

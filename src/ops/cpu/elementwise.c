@@ -136,6 +136,9 @@ UNARY_FLOAT(floor, floorf(v), floor(v))
 UNARY_FLOAT(ceil, ceilf(v), ceil(v))
 UNARY_FLOAT(round, rintf(v), rint(v))
 UNARY_FLOAT(trunc, truncf(v), trunc(v))
+UNARY_FLOAT(asin, asinf(v), asin(v))
+UNARY_FLOAT(acos, acosf(v), acos(v))
+UNARY_FLOAT(atan, atanf(v), atan(v))
 UNARY_NUM(add_scalar, v + (float)sc, v + sc, v + (int64_t)sc)
 UNARY_NUM(mul_scalar, v * (float)sc, v * sc, v * (int64_t)sc)
 
@@ -259,6 +262,9 @@ static const weft_loop_fn k_loops[WEFT_EW_COUNT][WEFT_NUM_DTYPES] = {
     [WEFT_EW_TRUNC] = {T_FLOAT(trunc)},
     [WEFT_EW_FMOD] = {T_NUM(fmod)},
     [WEFT_EW_REMAINDER] = {T_NUM(remainder)},
+    [WEFT_EW_ASIN] = {T_FLOAT(asin)},
+    [WEFT_EW_ACOS] = {T_FLOAT(acos)},
+    [WEFT_EW_ATAN] = {T_FLOAT(atan)},
 };
 
 // One kernel for the whole family; the entry's variant says which op (WEFT_EW_*).

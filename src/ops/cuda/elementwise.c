@@ -20,7 +20,7 @@ SAME(NEG) SAME(ABS) SAME(SIGN) SAME(EXP) SAME(LOG) SAME(SQRT) SAME(RSQRT) SAME(S
 SAME(SIGMOID) SAME(RELU) SAME(GELU) SAME(GELU_GRAD) SAME(SILU) SAME(POW_SCALAR) SAME(ADD_SCALAR)
 SAME(MUL_SCALAR) SAME(ADD) SAME(SUB) SAME(MUL) SAME(DIV) SAME(POW) SAME(MAXIMUM) SAME(MINIMUM) SAME(EQ)
 SAME(NE) SAME(LT) SAME(LE) SAME(GT) SAME(GE) SAME(RELU_BW) SAME(GELU_BW) SAME(GELU_TANH)
-SAME(GELU_TANH_BW) SAME(ERF) SAME(FLOOR) SAME(CEIL) SAME(ROUND) SAME(TRUNC) SAME(FMOD) SAME(REMAINDER) SAME(COUNT)
+SAME(GELU_TANH_BW) SAME(ERF) SAME(FLOOR) SAME(CEIL) SAME(ROUND) SAME(TRUNC) SAME(FMOD) SAME(REMAINDER) SAME(ASIN) SAME(ACOS) SAME(ATAN) SAME(COUNT)
 #undef SAME
 
 // Descriptors of out and the inputs read at out's shape, coalesced.
@@ -96,7 +96,7 @@ void weft_cuda_register_elementwise(void) {
     static const char *const fl[] = {"exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid",
                                      "gelu", "gelu_grad", "silu", "pow_scalar", "pow", "gelu_backward",
                                      "gelu_tanh", "gelu_tanh_backward", "erf", "floor", "ceil", "round",
-                                     "trunc"};
+                                     "trunc", "asin", "acos", "atan"};
     static const char *const cmp[] = {"eq", "ne", "lt", "le", "gt", "ge"};
     // bf16 / f16 too (f32 math in the kernels, each result rounded once), as the CPU's entries
     for (size_t i = 0; i < sizeof num / sizeof num[0]; i++)

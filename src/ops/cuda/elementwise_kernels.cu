@@ -144,6 +144,9 @@ extern "C" cudaError_t weft_cu_ew_unary(int op, weft_cu_tensor out, weft_cu_tens
     case WEFT_CU_EW_CEIL: return unary_float<WEFT_CU_EW_CEIL>(out, in, sc, s);
     case WEFT_CU_EW_ROUND: return unary_float<WEFT_CU_EW_ROUND>(out, in, sc, s);
     case WEFT_CU_EW_TRUNC: return unary_float<WEFT_CU_EW_TRUNC>(out, in, sc, s);
+    case WEFT_CU_EW_ASIN: return unary_float<WEFT_CU_EW_ASIN>(out, in, sc, s);
+    case WEFT_CU_EW_ACOS: return unary_float<WEFT_CU_EW_ACOS>(out, in, sc, s);
+    case WEFT_CU_EW_ATAN: return unary_float<WEFT_CU_EW_ATAN>(out, in, sc, s);
     case WEFT_CU_EW_POW_SCALAR: return unary_float<WEFT_CU_EW_POW_SCALAR>(out, in, sc, s);
     case WEFT_CU_EW_ADD_SCALAR: return unary_num<WEFT_CU_EW_ADD_SCALAR>(out, in, sc, s);
     case WEFT_CU_EW_MUL_SCALAR: return unary_num<WEFT_CU_EW_MUL_SCALAR>(out, in, sc, s);

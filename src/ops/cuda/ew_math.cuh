@@ -44,6 +44,12 @@ __device__ __forceinline__ float m_trunc(float v) { return truncf(v); }
 __device__ __forceinline__ double m_trunc(double v) { return trunc(v); }
 __device__ __forceinline__ float m_fmod(float a, float b) { return fmodf(a, b); }
 __device__ __forceinline__ double m_fmod(double a, double b) { return fmod(a, b); }
+__device__ __forceinline__ float m_asin(float v) { return asinf(v); }
+__device__ __forceinline__ double m_asin(double v) { return asin(v); }
+__device__ __forceinline__ float m_acos(float v) { return acosf(v); }
+__device__ __forceinline__ double m_acos(double v) { return acos(v); }
+__device__ __forceinline__ float m_atan(float v) { return atanf(v); }
+__device__ __forceinline__ double m_atan(double v) { return atan(v); }
 __device__ __forceinline__ float m_pow(float a, float b) { return powf(a, b); }
 __device__ __forceinline__ double m_pow(double a, double b) { return pow(a, b); }
 
@@ -100,6 +106,9 @@ template <int OP, typename T> __device__ __forceinline__ T unary_op(T v, double 
     else if constexpr (OP == WEFT_CU_EW_CEIL) return m_ceil(v);
     else if constexpr (OP == WEFT_CU_EW_ROUND) return m_rint(v);
     else if constexpr (OP == WEFT_CU_EW_TRUNC) return m_trunc(v);
+    else if constexpr (OP == WEFT_CU_EW_ASIN) return m_asin(v);
+    else if constexpr (OP == WEFT_CU_EW_ACOS) return m_acos(v);
+    else if constexpr (OP == WEFT_CU_EW_ATAN) return m_atan(v);
     else if constexpr (OP == WEFT_CU_EW_POW_SCALAR) return m_pow(v, (T)sc);
     else if constexpr (OP == WEFT_CU_EW_ADD_SCALAR) {
         if constexpr (fp) return v + (T)sc;
