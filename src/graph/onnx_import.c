@@ -1197,6 +1197,7 @@ static const struct {
     {"Scatter", oi_scatter_elements, NULL, 3},
     {"ScatterND", oi_scatter_nd, NULL, 3},
     {"TopK", oi_topk, NULL, 1},
+    {"GridSample", oi_grid_sample, NULL, 2},
     {"Resize", oi_resize, "resize", 1},
     {"Upsample", oi_resize, "upsample", 1},
 };

@@ -136,7 +136,7 @@ weft_status oi_mvn(nctx *c, const char *arg);
 weft_status oi_lrn(nctx *c, const char *arg);
 weft_status oi_instance_norm(nctx *c, const char *arg);
 // onnx_import_shape.c: Tile, DepthToSpace / SpaceToDepth (arg "d2s", "s2d"), Einsum, GatherND,
-// ScatterElements and Scatter, ScatterND, TopK, Resize and Upsample (arg "resize", "upsample").
+// ScatterElements and Scatter, ScatterND, TopK, GridSample, Resize and Upsample (arg "resize", "upsample").
 weft_status oi_tile(nctx *c, const char *arg);
 weft_status oi_depth_space(nctx *c, const char *arg);
 weft_status oi_einsum(nctx *c, const char *arg);
@@ -145,6 +145,7 @@ weft_status oi_scatter_elements(nctx *c, const char *arg);
 weft_status oi_scatter_nd(nctx *c, const char *arg);
 weft_status oi_resize(nctx *c, const char *arg);
 weft_status oi_topk(nctx *c, const char *arg);
+weft_status oi_grid_sample(nctx *c, const char *arg);
 
 #endif
 #endif

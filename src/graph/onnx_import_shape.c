@@ -458,6 +458,94 @@ weft_status oi_topk(nctx *c, const char *arg) {
     return WEFT_OK;
 }
 
+// ---- GridSample
+
+static weft_value gs_op(nctx *c, const char *opn, weft_value a, weft_value b) {
+    return OK(a) && OK(b) ? oi_op(c, NULL, opn, 2, (weft_value[]){a, b}, NULL, 0, NULL, 0) : WEFT_VALUE_NONE;
+}
+static weft_value gs_k(nctx *c, weft_value like, double x) { return OK(like) ? oi_scalar_as(c, dtype_of(c, like), x) : like; }
+static weft_value gs_f(nctx *c, const char *opn, weft_value a, double f) {
+    return OK(a) ? oi_op(c, NULL, opn, 1, &a, NULL, 0, &f, 1) : a;
+}
+static weft_value gs_clamp(nctx *c, weft_value v, double hi) {
+    return gs_op(c, "minimum", gs_op(c, "maximum", v, gs_k(c, v, 0)), gs_k(c, v, hi));
+}
+
+// A grid coordinate in [-1, 1] to a source pixel coordinate along a dim of n, as PyTorch's grid_sample (ONNX's
+// GridSample takes its outputs): unnormalised, then clamped (border) or reflected and clamped (reflection).
+static weft_value gs_coord(nctx *c, weft_value g, int64_t n, bool align, int pad) {
+    weft_value v = align ? gs_f(c, "mul_scalar", gs_f(c, "add_scalar", g, 1), 0.5 * (double)(n - 1))
+                         : gs_f(c, "add_scalar", gs_f(c, "mul_scalar", gs_f(c, "add_scalar", g, 1), 0.5 * (double)n), -0.5);
+    if (pad == 2 && (align ? n > 1 : n > 0)) { // reflection: a triangle wave over [lo, lo + span]
+        double lo = align ? 0 : -0.5, span = align ? (double)(n - 1) : (double)n;
+        weft_value t = oi_op(c, NULL, "abs", 1, (weft_value[]){gs_f(c, "add_scalar", v, -lo)}, NULL, 0, NULL, 0);
+        weft_value m = gs_f(c, "add_scalar", gs_op(c, "fmod", t, gs_k(c, t, 2 * span)), -span);
+        m = OK(m) ? oi_op(c, NULL, "abs", 1, &m, NULL, 0, NULL, 0) : m;
+        v = gs_f(c, "add_scalar", gs_f(c, "mul_scalar", m, -1), span + lo);
+    }
+    return pad ? gs_clamp(c, v, (double)(n - 1)) : v;
+}
+
+// GridSample(X (N,C,H,W), grid (N,Ho,Wo,2); mode bilinear or nearest, padding_mode zeros / border / reflection,
+// align_corners): each tap's pixel gathered from X viewed as (N, C, H W) at y W + x (clamped; a weight of 0 outside
+// for zeros), times its weight, summed. Gradients flow to X (the gathers) and to the grid (the bilinear weights).
+weft_status oi_grid_sample(nctx *c, const char *arg) {
+    (void)arg;
+    weft_value x = c->in[0], g = c->in[1];
+    if (ndim_of(c, x) != 4 || ndim_of(c, g) != 4) FAIL("4-D input and grid only");
+    int64_t xs[4], gs[4];
+    sizes_copy(c, x, xs);
+    sizes_copy(c, g, gs);
+    int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3], Ho = gs[1], Wo = gs[2], P = gs[1] * gs[2];
+    if (gs[0] != N || gs[3] != 2) FAIL("grid must be (N, H_out, W_out, 2)");
+    if (dtype_of(c, g) != dtype_of(c, x)) FAIL("grid and input differ in type");
+    bool nearest = oi_attr_s_is(c, "mode", "bilinear", "nearest"), align = oi_attr_i(c, "align_corners", 0) != 0;
+    if (!nearest && !oi_attr_s_is(c, "mode", "bilinear", "bilinear")) FAIL("mode (bilinear or nearest; not bicubic)");
+    int pad = oi_attr_s_is(c, "padding_mode", "zeros", "border") ? 1 : oi_attr_s_is(c, "padding_mode", "zeros", "reflection") ? 2 : 0;
+    if (!pad && !oi_attr_s_is(c, "padding_mode", "zeros", "zeros")) FAIL("padding_mode (zeros, border or reflection)");
+    if (H < 1 || W < 1) FAIL("an empty input");
+    weft_value gx = oi_reshape(c, NULL, oi_op(c, NULL, "slice", 1, &g, (int64_t[]){3, 0, 1, 1}, 4, NULL, 0), 3, gs);
+    weft_value gy = oi_reshape(c, NULL, oi_op(c, NULL, "slice", 1, &g, (int64_t[]){3, 1, 2, 1}, 4, NULL, 0), 3, gs);
+    weft_value ix = gs_coord(c, gx, W, align, pad), iy = gs_coord(c, gy, H, align, pad);
+    weft_value tx[2], ty[2], wx[2], wy[2];
+    if (nearest) {
+        tx[0] = OK(ix) ? oi_op(c, NULL, "round", 1, &ix, NULL, 0, NULL, 0) : ix;
+        ty[0] = OK(iy) ? oi_op(c, NULL, "round", 1, &iy, NULL, 0, NULL, 0) : iy;
+        wx[0] = wy[0] = gs_k(c, x, 1);
+    } else { // the corners floor and floor + 1, weighted by the distance to the other
+        tx[0] = OK(ix) ? oi_op(c, NULL, "floor", 1, &ix, NULL, 0, NULL, 0) : ix;
+        ty[0] = OK(iy) ? oi_op(c, NULL, "floor", 1, &iy, NULL, 0, NULL, 0) : iy;
+        tx[1] = gs_f(c, "add_scalar", tx[0], 1), ty[1] = gs_f(c, "add_scalar", ty[0], 1);
+        wx[1] = gs_op(c, "sub", ix, tx[0]), wy[1] = gs_op(c, "sub", iy, ty[0]);
+        wx[0] = gs_f(c, "add_scalar", gs_f(c, "mul_scalar", wx[1], -1), 1);
+        wy[0] = gs_f(c, "add_scalar", gs_f(c, "mul_scalar", wy[1], -1), 1);
+    }
+    int64_t i64 = WEFT_I64, two = 2, flat[3] = {N, C, H * W}, e[4] = {3, N, C, P}, one[3] = {N, 1, P};
+    weft_value xf = oi_reshape(c, NULL, x, 3, flat), acc = WEFT_VALUE_NONE, zero = gs_k(c, x, 0);
+    for (int a = 0; a < (nearest ? 1 : 2); a++)
+        for (int b = 0; b < (nearest ? 1 : 2); b++) {
+            weft_value w = gs_op(c, "mul", wy[a], wx[b]);
+            if (!pad) { // zeros: no weight where the tap falls outside
+                weft_value conds[4] = {gs_op(c, "ge", tx[b], zero), gs_op(c, "le", tx[b], gs_k(c, x, (double)(W - 1))),
+                                       gs_op(c, "ge", ty[a], zero), gs_op(c, "le", ty[a], gs_k(c, x, (double)(H - 1)))};
+                for (int k = 0; k < 4; k++)
+                    w = OK(w) && OK(conds[k]) && OK(zero) ? oi_op(c, NULL, "where", 3, (weft_value[]){conds[k], w, zero}, NULL, 0, NULL, 0)
+                                                          : WEFT_VALUE_NONE;
+            }
+            weft_value lin = gs_op(c, "add", gs_f(c, "mul_scalar", gs_clamp(c, ty[a], (double)(H - 1)), (double)W),
+                                   gs_clamp(c, tx[b], (double)(W - 1)));
+            lin = OK(lin) ? oi_op(c, NULL, "cast", 1, &lin, &i64, 1, NULL, 0) : lin;
+            lin = oi_reshape(c, NULL, lin, 3, one);
+            lin = OK(lin) ? oi_op(c, NULL, "expand", 1, &lin, e, 4, NULL, 0) : lin;
+            weft_value v = OK(xf) && OK(lin) ? oi_op(c, NULL, "gather", 2, (weft_value[]){xf, lin}, &two, 1, NULL, 0)
+                                             : WEFT_VALUE_NONE;
+            v = gs_op(c, "mul", v, oi_reshape(c, NULL, w, 3, one));
+            acc = OK(acc) ? gs_op(c, "add", acc, v) : v;
+            if (!OK(acc)) return weft_last_status();
+        }
+    OUT0(oi_reshape(c, node_out(c, 0), acc, 4, (int64_t[]){N, C, Ho, Wo}));
+}
+
 // ---- Resize, Upsample
 
 enum { RS_NEAREST, RS_LINEAR, RS_CUBIC };

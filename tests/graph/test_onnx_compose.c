@@ -1,7 +1,7 @@
 // ONNX ops the importer composes from weft's ops (src/graph/onnx_import_math.c, onnx_import_shape.c), in the
 // forms ONNX's own operator tests (test_onnx_import.c) leave out: Einsum with an implicit output, three operands,
 // a broadcast ellipsis and a trace; CumSum on integers, exclusive and reversed, over a length that is not a power
-// of two; GatherND with a batch dim and negative indices; and the gradient of a linear Resize. One-node models
+// of two; GatherND with a batch dim and negative indices; and the gradients of a linear Resize and of GridSample. One-node models
 // are written here with protobuf-c; every expected value is computed by plain loops in this file.
 #include <stdlib.h>
 #include <string.h>
@@ -281,6 +281,45 @@ static void test_resize_gradient(void) {
     }
     weft_tensor_free(xv), weft_tensor_free(roi), weft_tensor_free(szv);
 }
+
+// GridSample (bilinear, zeros padding) is differentiable in the input and the grid: weft_graph_gradients of
+// sum(w * y) on the loaded graph against central differences, with the grid's points away from pixel edges.
+static void test_grid_sample_gradient(void) {
+    char path[256];
+    int64_t xs[4] = {1, 2, 3, 4}, gsz[4] = {1, 2, 3, 2};
+    in_spec in[2] = {{"x", 4, {1, 2, 3, 4}, 1}, {"grid", 4, {1, 2, 3, 2}, 1}};
+    CHECK(write_model("GridSample", 16, 2, in, "mode", "bilinear", "align_corners", 0, NULL, 0, path, sizeof path));
+    weft_graph *g = weft_onnx_load(path, 0, NULL);
+    unlink(path);
+    CHECK(g != NULL);
+    if (!g) return;
+    float gv[12] = {-0.8f, -0.55f, 0.3f, 0.1f, 0.95f, 0.7f, -0.2f, 0.45f, 0.6f, -0.9f, 1.1f, 0.25f}; // one tap outside
+    weft_tensor *xv = seq(4, xs, WEFT_F32, 0.3, -1), *grid = weft_tensor_from_data(gv, 4, gsz, WEFT_F32);
+    weft_value x = weft_graph_find_value(g, "x"), gr = weft_graph_find_value(g, "grid"), y = weft_graph_find_value(g, "y");
+    weft_tensor *w = seq(4, (int64_t[]){1, 2, 2, 3}, WEFT_F32, 0.1, -0.4);
+    weft_value wv = weft_graph_constant(g, "w", w), p, l, gd[2], wrt[2] = {x, gr};
+    CHECK(weft_graph_op(g, "mul", 2, (weft_value[]){y, wv}, NULL, 0, NULL, 0, &p) == WEFT_OK);
+    CHECK(weft_graph_op(g, "sum", 1, &p, (int64_t[]){15, 0, 0}, 3, NULL, 0, &l) == WEFT_OK);
+    CHECK(weft_graph_gradients(g, l, 2, wrt, gd) == WEFT_OK);
+    weft_tensor *feeds[2] = {xv, grid}, *got[2] = {NULL, NULL}, *lt = NULL;
+    CHECK(weft_graph_run(g, 2, wrt, feeds, 2, gd, got, 0, NULL) == WEFT_OK);
+    for (int k = 0; k < 2 && got[0] && got[1]; k++)
+        for (int64_t i = 0; i < weft_tensor_numel(feeds[k]); i++) {
+            float *px = weft_tensor_data(feeds[k]), keep = px[i];
+            double f[2], h = k ? 1e-3 : 0.5; // the loss is linear in x; smooth in the grid away from pixel edges
+            for (int s = 0; s < 2; s++) {
+                px[i] = keep + (float)(s ? -h : h);
+                CHECK(weft_graph_run(g, 2, wrt, feeds, 1, &l, &lt, 0, NULL) == WEFT_OK);
+                f[s] = lt ? weft_tensor_item(lt) : 0;
+                weft_tensor_free(lt), lt = NULL;
+            }
+            px[i] = keep;
+            CHECK_NEAR(fat(got[k], i), (f[0] - f[1]) / (2 * h), k ? 5e-3 : 1e-4);
+        }
+    weft_tensor_free(got[0]), weft_tensor_free(got[1]), weft_tensor_free(w);
+    weft_tensor_free(xv), weft_tensor_free(grid);
+    weft_graph_free(g);
+}
 #endif
 
 int main(void) {
@@ -289,6 +328,7 @@ int main(void) {
     RUN(test_cumsum);
     RUN(test_gather_nd);
     RUN(test_resize_gradient);
+    RUN(test_grid_sample_gradient);
 #else
     printf("skip: built without ONNX (protobuf-c)\n");
 #endif
