@@ -1134,6 +1134,7 @@ static const struct {
     {"AveragePool", oi_pool, "avg_pool2d", 1},
     {"GlobalAveragePool", oi_global_pool, "mean", 1},
     {"GlobalMaxPool", oi_global_pool, "max", 1},
+    {"MaxUnpool", oi_max_unpool, NULL, 2},
     {"ReduceSum", h_reduce, "sum", 1},
     {"ReduceMean", h_reduce, "mean", 1},
     {"ReduceSumSquare", h_reduce, "sum_square", 1},

@@ -117,6 +117,7 @@ weft_status oi_conv(nctx *c, const char *arg);
 weft_status oi_conv_t(nctx *c, const char *arg);
 weft_status oi_pool(nctx *c, const char *opn);
 weft_status oi_global_pool(nctx *c, const char *opn);
+weft_status oi_max_unpool(nctx *c, const char *arg);
 weft_status oi_pad(nctx *c, const char *arg);
 
 // Gather's reading of indices known only at run: where(idx < 0, idx + n, idx).

@@ -325,6 +325,30 @@ weft_status oi_conv_t(nctx *c, const char *arg) {
     return finish(c, oi_op(c, name, "add", 2, (weft_value[]){y, b4}, NULL, 0, NULL, 0), nsp);
 }
 
+// MaxPool's Indices from the op's (h W + w within each (n, c) plane): ONNX's flat index over the whole input,
+// ((n C + c) H + h) W + w, or with storage_order 1 (column-major planes) (n C + c) H W + w H + h.
+static weft_status pool_indices(nctx *c, weft_value ix, const int64_t *xs, int nsp) {
+    int64_t i64 = WEFT_I64, N = xs[0], C = xs[1], H = xs[2], W = xs[3], os[4], NC = N * C;
+    sizes_copy(c, ix, os);
+    weft_value v = oi_op(c, NULL, "cast", 1, &ix, &i64, 1, NULL, 0);
+    if (OK(v) && oi_attr_i(c, "storage_order", 0)) { // h = i / W, w = i % W: w H + h
+        weft_value wv = oi_scalar(c, WEFT_I64, (double)W), hv = oi_scalar(c, WEFT_I64, (double)H);
+        weft_value h = OK(wv) ? oi_op(c, NULL, "div", 2, (weft_value[]){v, wv}, NULL, 0, NULL, 0) : wv;
+        weft_value w = OK(wv) ? oi_op(c, NULL, "fmod", 2, (weft_value[]){v, wv}, NULL, 0, NULL, 0) : wv;
+        weft_value wh = OK(w) && OK(hv) ? oi_op(c, NULL, "mul", 2, (weft_value[]){w, hv}, NULL, 0, NULL, 0) : w;
+        v = OK(wh) && OK(h) ? oi_op(c, NULL, "add", 2, (weft_value[]){wh, h}, NULL, 0, NULL, 0) : wh;
+    }
+    weft_tensor *off = oi_index_new(NC);
+    if (!off) return weft_last_status();
+    for (int64_t p = 0; p < NC; p++) ((int64_t *)weft_tensor_data(off))[p] = p * H * W;
+    weft_value ov = oi_reshape(c, NULL, oi_konst(c, NULL, off, NULL), 4, (int64_t[]){N, C, 1, 1});
+    v = OK(v) && OK(ov) ? oi_op(c, nsp == 2 ? node_out(c, 1) : NULL, "add", 2, (weft_value[]){v, ov}, NULL, 0, NULL, 0)
+                        : WEFT_VALUE_NONE;
+    if (OK(v) && nsp == 1) v = oi_reshape(c, node_out(c, 1), v, 3, (int64_t[]){os[0], os[1], os[3]});
+    c->out[1] = v;
+    return OK(v) ? WEFT_OK : weft_last_status();
+}
+
 // MaxPool / AveragePool, 1-D or 2-D. Pads the 2-D pools take (symmetric, at most half the kernel) go to the
 // op; others are applied first: -inf for max; zeros for the average, which then divides by the count of real
 // elements in each window (count_include_pad 0: the same pool over a padded mask of ones) or by the kernel's
@@ -333,7 +357,8 @@ weft_status oi_pool(nctx *c, const char *opn) {
     int nsp = spatial_dims(c, c->in[0]);
     if (nsp < 0) FAIL("1-D and 2-D pooling only");
     bool ceil_mode = oi_attr_i(c, "ceil_mode", 0) != 0;
-    if (wants_out(c, 1)) FAIL("the Indices output is not supported");
+    bool want_ix = wants_out(c, 1);
+    if (want_ix && strcmp(opn, "max_pool2d")) FAIL("only MaxPool has Indices");
     int n;
     const int64_t *ka = oi_attr_ints(c, "kernel_shape", &n);
     if (!ka || n != nsp) FAIL("kernel_shape needs %d values", nsp);
@@ -361,12 +386,21 @@ weft_status oi_pool(nctx *c, const char *opn) {
     weft_value x = as4(c, c->in[0]);
     const int64_t b4[4] = {0, 0, w.b[0], w.b[1]}, e4[4] = {0, 0, w.e[0], w.e[1]};
     if (!native && is_max && !weft_dtype_is_float(dtype_of(c, x))) FAIL("MaxPool with these pads takes floats only");
+    if (!native && want_ix) FAIL("the Indices output with pads the op does not take (unequal, or past half the kernel)");
     if (!native) x = pad_dims(c, x, 4, b4, e4, PAD_CONSTANT, fill_of(c, dtype_of(c, x), is_max ? -INFINITY : 0));
     if (!OK(x)) return weft_last_status();
     int64_t at[7] = {k[0], k[1], w.s[0], w.s[1], native ? w.b[0] : 0, native ? w.b[1] : 0, incl};
     bool divide = !native && !is_max && !incl;
     const char *name = nsp == 2 && !divide ? node_out(c, 0) : NULL;
-    weft_value y = oi_op(c, name, opn, 1, &x, at, 7, NULL, 0);
+    weft_value y, outs[WEFT_GRAPH_MAX_OUT];
+    if (want_ix) {
+        if (weft_graph_op_named(c->m->g, name, opn, 1, &x, at, 7, NULL, 0, outs) != WEFT_OK) return weft_last_status();
+        y = outs[0];
+        weft_status st2 = pool_indices(c, outs[1], xs, nsp);
+        if (st2) return st2;
+    } else {
+        y = oi_op(c, name, opn, 1, &x, at, 7, NULL, 0);
+    }
     if (divide && OK(y)) { // the windows' share of real elements, from a mask of ones padded the same way
         weft_dtype dt = dtype_of(c, c->in[0]);
         int64_t ms[4] = {1, 1, xs[2], xs[3]};
@@ -377,6 +411,51 @@ weft_status oi_pool(nctx *c, const char *opn) {
         y = OK(m) ? oi_op(c, nsp == 2 ? node_out(c, 0) : NULL, "div", 2, (weft_value[]){y, m}, NULL, 0, NULL, 0) : m;
     }
     return finish(c, y, nsp);
+}
+
+// MaxUnpool(X, I, [output_shape]): X's values at ONNX's flat indices I (MaxPool's) of a zero tensor of the shape
+// (in - 1) stride - pads + kernel per spatial dim (a scatter_add over it flattened); an output_shape past that
+// pads the result with zeros at the ends, as ONNX's reference does.
+weft_status oi_max_unpool(nctx *c, const char *arg) {
+    (void)arg;
+    int nsp = spatial_dims(c, c->in[0]), n;
+    if (nsp < 0) FAIL("1-D and 2-D unpooling only");
+    int nd = nsp + 2;
+    int64_t xs[4], os[4], want[4], total = 1;
+    sizes_copy(c, c->in[0], xs);
+    if (ndim_of(c, c->in[1]) != nd || dtype_of(c, c->in[1]) != WEFT_I64) FAIL("indices must be int64 of X's shape");
+    for (int d = 0; d < nd; d++)
+        if (sizes_of(c, c->in[1])[d] != xs[d]) FAIL("indices must have X's shape");
+    const int64_t *k = oi_attr_ints(c, "kernel_shape", &n);
+    if (!k || n != nsp) FAIL("kernel_shape needs %d values", nsp);
+    int ns, np;
+    const int64_t *s = oi_attr_ints(c, "strides", &ns), *p = oi_attr_ints(c, "pads", &np);
+    if ((s && ns != nsp) || (p && np != 2 * nsp)) FAIL("strides or pads do not fit %d spatial dims", nsp);
+    os[0] = xs[0], os[1] = xs[1];
+    for (int d = 0; d < nsp; d++) os[2 + d] = (xs[2 + d] - 1) * (s ? s[d] : 1) - (p ? p[d] + p[nsp + d] : 0) + k[d];
+    memcpy(want, os, sizeof os);
+    if (c->n_in > 2 && c->kin[2] >= 0) {
+        weft_status st = oi_konst_ints(c, 2, want, 4, &n);
+        if (st) return st;
+        if (n != nd || want[0] != xs[0] || want[1] != xs[1]) FAIL("output_shape must be (N, C, spatial...) of X's N and C");
+        for (int d = 2; d < nd; d++)
+            if (want[d] < os[d]) FAIL("output_shape smaller than the unpooled shape along dim %d", d);
+    }
+    weft_status st = oi_check_made(nd, want);
+    if (st) return st;
+    for (int d = 0; d < nd; d++) total *= os[d];
+    int64_t cnt = 1, zero = 0, at[2] = {1, total};
+    for (int d = 0; d < nd; d++) cnt *= xs[d];
+    weft_value z = oi_scalar_as(c, dtype_of(c, c->in[0]), 0);
+    z = OK(z) ? oi_op(c, NULL, "expand", 1, &z, at, 2, NULL, 0) : z;
+    weft_value ix = oi_reshape(c, NULL, c->in[1], 1, &cnt), xv = oi_reshape(c, NULL, c->in[0], 1, &cnt);
+    weft_value y = OK(z) && OK(ix) && OK(xv) ? oi_op(c, NULL, "scatter_add", 3, (weft_value[]){z, ix, xv}, &zero, 1, NULL, 0)
+                                             : WEFT_VALUE_NONE;
+    const int64_t b0[4] = {0}, e0[4] = {0, 0, want[2] - os[2], nd > 3 ? want[3] - os[3] : 0};
+    bool grow = e0[2] || e0[3];
+    y = oi_reshape(c, grow ? NULL : node_out(c, 0), y, nd, os);
+    if (grow && OK(y)) y = pad_dims(c, y, nd, b0, e0, PAD_CONSTANT, fill_of(c, dtype_of(c, y), 0));
+    OUT0(grow ? oi_reshape(c, node_out(c, 0), y, nd, want) : y);
 }
 
 weft_status oi_global_pool(nctx *c, const char *opn) {
