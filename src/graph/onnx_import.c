@@ -1199,6 +1199,7 @@ static const struct {
     {"ScatterND", oi_scatter_nd, NULL, 3},
     {"TopK", oi_topk, NULL, 1},
     {"GridSample", oi_grid_sample, NULL, 2},
+    {"If", oi_if, NULL, 1},
     {"Resize", oi_resize, "resize", 1},
     {"Upsample", oi_resize, "upsample", 1},
 };
@@ -1349,8 +1350,23 @@ static weft_status import_model(imp *m, const Onnx__ModelProto *mp, int n_shapes
     if (m->opset < 1 || m->opset > WEFT_ONNX_OPSET) // below 7, only the ops of old_ok (import_node)
         return weft_error(WEFT_ERR_UNSUPPORTED, "onnx_load: %s: opset %lld of the default domain (weft reads 1 to %d)",
                           m->path, (long long)m->opset, WEFT_ONNX_OPSET);
-    const Onnx__GraphProto *gp = mp->graph;
-    if (!gp) return weft_error(WEFT_ERR_FORMAT, "onnx_load: %s: no graph", m->path);
+    if (!mp->graph) return weft_error(WEFT_ERR_FORMAT, "onnx_load: %s: no graph", m->path);
+    return oi_import_graph(m, mp->graph, n_shapes, shapes);
+}
+
+int oi_find(const imp *m, const char *name) { return find(m, name); }
+const char *oi_tmp_name(nctx *c) { return tmp_name(c); }
+weft_status oi_bind(imp *m, const char *name, weft_value v, weft_tensor *konst) { return bind(m, name, v, konst); }
+void oi_imp_clear(imp *m) {
+    for (int k = 0; k < m->n; k++) weft_tensor_free(m->e[k].konst);
+    free(m->e);
+    free(m->slots);
+    free(m->outs);
+    m->e = NULL, m->slots = NULL, m->outs = NULL, m->n = m->cap = 0, m->n_slots = m->n_outs = 0;
+}
+
+// A graph's initializers, inputs and nodes into m (names bound before, such as a branch's outer values, stay).
+weft_status oi_import_graph(imp *m, const Onnx__GraphProto *gp, int n_shapes, const weft_onnx_shape *shapes) {
     if (gp->n_sparse_initializer)
         return weft_error(WEFT_ERR_UNSUPPORTED, "onnx_load: %s: sparse initializers are not supported", m->path);
     weft_status st;
@@ -1437,10 +1453,7 @@ weft_graph *weft_onnx_load(const char *path, int n_shapes, const weft_onnx_shape
     }
     imp m = {.path = path, .g = weft_graph_new()};
     weft_status st = m.g ? import_model(&m, mp, n_shapes, shapes) : weft_error(WEFT_ERR_OOM, "onnx_load: no memory");
-    for (int k = 0; k < m.n; k++) weft_tensor_free(m.e[k].konst);
-    free(m.e);
-    free(m.slots);
-    free(m.outs);
+    oi_imp_clear(&m);
     onnx__model_proto__free_unpacked(mp, NULL);
     if (st != WEFT_OK) {
         weft_graph_free(m.g);

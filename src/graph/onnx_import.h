@@ -120,6 +120,16 @@ weft_status oi_global_pool(nctx *c, const char *opn);
 weft_status oi_max_unpool(nctx *c, const char *arg);
 weft_status oi_pad(nctx *c, const char *arg);
 
+// The import of a model's graph, or of a subgraph (an If's branch) into its own imp with the outer values it
+// reads bound first; clearing frees what an imp holds (not its graph).
+weft_status oi_import_graph(imp *m, const Onnx__GraphProto *gp, int n_shapes, const weft_onnx_shape *shapes);
+int oi_find(const imp *m, const char *name);
+// A fresh name for an intermediate node of this ONNX node ("<first output>#k").
+const char *oi_tmp_name(nctx *c);
+weft_status oi_bind(imp *m, const char *name, weft_value v, weft_tensor *konst);
+void oi_imp_clear(imp *m);
+// onnx_import_flow.c: If, as a cond node whose branches are weft subgraphs.
+weft_status oi_if(nctx *c, const char *arg);
 // Gather's reading of indices known only at run: where(idx < 0, idx + n, idx).
 weft_value oi_wrap_negative(nctx *c, weft_value idx, int64_t n);
 // onnx_import_math.c: one-input activations and functions (arg the op's name in lower case: "elu", "tan",

@@ -1,7 +1,8 @@
 // ONNX ops the importer composes from weft's ops (src/graph/onnx_import_math.c, onnx_import_shape.c), in the
 // forms ONNX's own operator tests (test_onnx_import.c) leave out: Einsum with an implicit output, three operands,
 // a broadcast ellipsis and a trace; CumSum on integers, exclusive and reversed, over a length that is not a power
-// of two; GatherND with a batch dim and negative indices; and the gradients of a linear Resize and of GridSample. One-node models
+// of two; GatherND with a batch dim and negative indices; the gradients of a linear Resize and of GridSample; an If
+// whose branches read outer values. One-node models
 // are written here with protobuf-c; every expected value is computed by plain loops in this file.
 #include <stdlib.h>
 #include <string.h>
@@ -282,6 +283,98 @@ static void test_resize_gradient(void) {
     weft_tensor_free(xv), weft_tensor_free(roi), weft_tensor_free(szv);
 }
 
+// A value info for a graph input: name, float or bool (ONNX types 1, 9), a 1-D size or 0-d.
+typedef struct vinfo {
+    Onnx__ValueInfoProto vi;
+    Onnx__TypeProto tp;
+    Onnx__TypeProto__Tensor tt;
+    Onnx__TensorShapeProto sp;
+    Onnx__TensorShapeProto__Dimension dm, *dmp;
+} vinfo;
+static Onnx__ValueInfoProto *vinfo_init(vinfo *v, const char *name, int type, int64_t n) {
+    Onnx__ValueInfoProto vi = ONNX__VALUE_INFO_PROTO__INIT;
+    Onnx__TypeProto tp = ONNX__TYPE_PROTO__INIT;
+    Onnx__TypeProto__Tensor tt = ONNX__TYPE_PROTO__TENSOR__INIT;
+    Onnx__TensorShapeProto sp = ONNX__TENSOR_SHAPE_PROTO__INIT;
+    Onnx__TensorShapeProto__Dimension dm = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__INIT;
+    v->vi = vi, v->tp = tp, v->tt = tt, v->sp = sp, v->dm = dm, v->dmp = &v->dm;
+    v->dm.value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE, v->dm.dim_value = n;
+    v->sp.n_dim = n ? 1 : 0, v->sp.dim = &v->dmp;
+    v->tt.has_elem_type = 1, v->tt.elem_type = type, v->tt.shape = &v->sp;
+    v->tp.value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE, v->tp.tensor_type = &v->tt;
+    v->vi.name = (char *)name, v->vi.type = &v->tp;
+    return &v->vi;
+}
+
+// If(c) with then = x * x and else = (x + k) * s, where x is a graph input, k a Constant node and s an
+// initializer of the outer graph: both branches read outer values (the cond's inputs, or constants copied in). The
+// outputs and the gradient d sum(y) / dx (2x, or s) for both predicates, against loops here.
+static void test_if(void) {
+    char *x_in = "x", *k_in = "k", *s_in = "s", *c_in = "c", *y = "y", *t_out = "t", *e_mid = "m", *e_out = "e";
+    Onnx__NodeProto kn = ONNX__NODE_PROTO__INIT, ifn = ONNX__NODE_PROTO__INIT, tn = ONNX__NODE_PROTO__INIT,
+                    en1 = ONNX__NODE_PROTO__INIT, en2 = ONNX__NODE_PROTO__INIT;
+    Onnx__AttributeProto kv = ONNX__ATTRIBUTE_PROTO__INIT, th = ONNX__ATTRIBUTE_PROTO__INIT, el = ONNX__ATTRIBUTE_PROTO__INIT;
+    Onnx__TensorProto kt = ONNX__TENSOR_PROTO__INIT, st = ONNX__TENSOR_PROTO__INIT;
+    Onnx__GraphProto tg = ONNX__GRAPH_PROTO__INIT, eg = ONNX__GRAPH_PROTO__INIT, gp = ONNX__GRAPH_PROTO__INIT;
+    Onnx__ModelProto mp = ONNX__MODEL_PROTO__INIT;
+    Onnx__OperatorSetIdProto os = ONNX__OPERATOR_SET_ID_PROTO__INIT, *osp = &os;
+    vinfo vx, vc, vy, vt, ve;
+    float kvals[3] = {1, 2, 3}, svals[1] = {-0.5f};
+    int64_t three = 3, one = 1;
+    kt.n_dims = 1, kt.dims = &three, kt.has_data_type = 1, kt.data_type = 1, kt.n_float_data = 3, kt.float_data = kvals;
+    st.n_dims = 1, st.dims = &one, st.has_data_type = 1, st.data_type = 1, st.n_float_data = 1, st.float_data = svals;
+    st.name = s_in;
+    kv.name = "value", kv.has_type = 1, kv.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR, kv.t = &kt;
+    Onnx__AttributeProto *kvp = &kv, *ifa[2] = {&th, &el};
+    kn.op_type = "Constant", kn.n_output = 1, kn.output = &k_in, kn.n_attribute = 1, kn.attribute = &kvp;
+    char *tin[2] = {x_in, x_in}, *e1in[2] = {x_in, k_in}, *e2in[2] = {e_mid, s_in};
+    tn.op_type = "Mul", tn.n_input = 2, tn.input = tin, tn.n_output = 1, tn.output = &t_out;
+    en1.op_type = "Add", en1.n_input = 2, en1.input = e1in, en1.n_output = 1, en1.output = &e_mid;
+    en2.op_type = "Mul", en2.n_input = 2, en2.input = e2in, en2.n_output = 1, en2.output = &e_out;
+    Onnx__NodeProto *tnp = &tn, *enp[2] = {&en1, &en2}, *gn[2] = {&kn, &ifn};
+    Onnx__ValueInfoProto *tvo = vinfo_init(&vt, t_out, 1, 3), *evo = vinfo_init(&ve, e_out, 1, 3);
+    tg.name = "then", tg.n_node = 1, tg.node = &tnp, tg.n_output = 1, tg.output = &tvo;
+    eg.name = "else", eg.n_node = 2, eg.node = enp, eg.n_output = 1, eg.output = &evo;
+    th.name = "then_branch", th.has_type = 1, th.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH, th.g = &tg;
+    el.name = "else_branch", el.has_type = 1, el.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH, el.g = &eg;
+    ifn.op_type = "If", ifn.n_input = 1, ifn.input = &c_in, ifn.n_output = 1, ifn.output = &y, ifn.n_attribute = 2,
+    ifn.attribute = ifa;
+    Onnx__ValueInfoProto *gin[2] = {vinfo_init(&vc, c_in, 9, 0), vinfo_init(&vx, x_in, 1, 3)}, *gout = vinfo_init(&vy, y, 1, 3);
+    Onnx__TensorProto *stp = &st;
+    gp.name = "g", gp.n_node = 2, gp.node = gn, gp.n_input = 2, gp.input = gin, gp.n_output = 1, gp.output = &gout;
+    gp.n_initializer = 1, gp.initializer = &stp;
+    mp.has_ir_version = 1, mp.ir_version = 8, mp.n_opset_import = 1, mp.opset_import = &osp, mp.graph = &gp;
+    os.has_version = 1, os.version = 13, os.domain = "";
+    size_t n = onnx__model_proto__get_packed_size(&mp);
+    uint8_t *buf = malloc(n);
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/weft_onnx_compose_%d_if.onnx", (int)getpid());
+    FILE *f = buf ? fopen(path, "wb") : NULL;
+    if (f) onnx__model_proto__pack(&mp, buf), fwrite(buf, 1, n, f), fclose(f);
+    free(buf);
+    weft_graph *g = weft_onnx_load(path, 0, NULL);
+    unlink(path);
+    CHECK(g != NULL);
+    if (!g) return;
+    weft_value xv = weft_graph_find_value(g, "x"), cv = weft_graph_find_value(g, "c"), yv = weft_graph_find_value(g, "y");
+    weft_value l, gx;
+    CHECK(weft_graph_op(g, "sum", 1, &yv, (int64_t[]){1, 0, 0}, 3, NULL, 0, &l) == WEFT_OK);
+    CHECK(weft_graph_gradients(g, l, 1, &xv, &gx) == WEFT_OK);
+    float xs[3] = {0.5f, -2, 3};
+    for (int pred = 0; pred < 2; pred++) {
+        uint8_t p = (uint8_t)pred;
+        weft_tensor *xt = weft_tensor_from_data(xs, 1, (int64_t[]){3}, WEFT_F32), *ct = weft_tensor_from_data(&p, 0, NULL, WEFT_BOOL);
+        weft_tensor *outs[2] = {NULL, NULL};
+        CHECK(weft_graph_run(g, 2, (weft_value[]){xv, cv}, (weft_tensor *[]){xt, ct}, 2, (weft_value[]){yv, gx}, outs, 0, NULL) == WEFT_OK);
+        for (int i = 0; outs[0] && outs[1] && i < 3; i++) {
+            CHECK_NEAR(fat(outs[0], i), pred ? xs[i] * xs[i] : (xs[i] + kvals[i]) * svals[0], 1e-6);
+            CHECK_NEAR(fat(outs[1], i), pred ? 2 * xs[i] : svals[0], 1e-6);
+        }
+        weft_tensor_free(outs[0]), weft_tensor_free(outs[1]), weft_tensor_free(xt), weft_tensor_free(ct);
+    }
+    weft_graph_free(g);
+}
+
 // GridSample (bilinear, zeros padding) is differentiable in the input and the grid: weft_graph_gradients of
 // sum(w * y) on the loaded graph against central differences, with the grid's points away from pixel edges.
 static void test_grid_sample_gradient(void) {
@@ -329,6 +422,7 @@ int main(void) {
     RUN(test_gather_nd);
     RUN(test_resize_gradient);
     RUN(test_grid_sample_gradient);
+    RUN(test_if);
 #else
     printf("skip: built without ONNX (protobuf-c)\n");
 #endif
