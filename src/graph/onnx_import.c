@@ -1200,6 +1200,7 @@ static const struct {
     {"TopK", oi_topk, NULL, 1},
     {"GridSample", oi_grid_sample, NULL, 2},
     {"If", oi_if, NULL, 1},
+    {"Loop", oi_loop, NULL, 0},
     {"Resize", oi_resize, "resize", 1},
     {"Upsample", oi_resize, "upsample", 1},
 };

@@ -128,8 +128,10 @@ int oi_find(const imp *m, const char *name);
 const char *oi_tmp_name(nctx *c);
 weft_status oi_bind(imp *m, const char *name, weft_value v, weft_tensor *konst);
 void oi_imp_clear(imp *m);
-// onnx_import_flow.c: If, as a cond node whose branches are weft subgraphs.
+// onnx_import_flow.c: If and Loop (without scan outputs), as cond and while nodes whose branches and body are
+// weft subgraphs.
 weft_status oi_if(nctx *c, const char *arg);
+weft_status oi_loop(nctx *c, const char *arg);
 // Gather's reading of indices known only at run: where(idx < 0, idx + n, idx).
 weft_value oi_wrap_negative(nctx *c, weft_value idx, int64_t n);
 // onnx_import_math.c: one-input activations and functions (arg the op's name in lower case: "elu", "tan",

@@ -2,7 +2,7 @@
 // forms ONNX's own operator tests (test_onnx_import.c) leave out: Einsum with an implicit output, three operands,
 // a broadcast ellipsis and a trace; CumSum on integers, exclusive and reversed, over a length that is not a power
 // of two; GatherND with a batch dim and negative indices; the gradients of a linear Resize and of GridSample; an If
-// whose branches read outer values. One-node models
+// whose branches read outer values, and a Loop whose body does. One-node models
 // are written here with protobuf-c; every expected value is computed by plain loops in this file.
 #include <stdlib.h>
 #include <string.h>
@@ -375,6 +375,86 @@ static void test_if(void) {
     weft_graph_free(g);
 }
 
+// Loop(M = 5, cond = true, v = x) with body v' = v * s + float(i) + b, where s is an initializer and b a graph input
+// of the outer graph: v_5 = 32 x + sum_i 2^(4-i) (i + b); its gradients are 32 for x and 31 for b.
+static void test_loop(void) {
+    char *m_in = "M", *c_in = "cond", *x_in = "x", *b_in = "b", *s_in = "s", *y = "y";
+    char *bi = "i", *bc = "c_in", *bv = "v", *ic = "ic", *t = "t", *u = "u", *vo = "v_out", *co = "c_out";
+    Onnx__NodeProto cast = ONNX__NODE_PROTO__INIT, mul = ONNX__NODE_PROTO__INIT, add1 = ONNX__NODE_PROTO__INIT,
+                    add2 = ONNX__NODE_PROTO__INIT, idn = ONNX__NODE_PROTO__INIT, loop = ONNX__NODE_PROTO__INIT;
+    Onnx__AttributeProto to = ONNX__ATTRIBUTE_PROTO__INIT, bd = ONNX__ATTRIBUTE_PROTO__INIT, *top = &to, *bdp = &bd;
+    to.name = "to", to.has_type = 1, to.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT, to.has_i = 1, to.i = 1;
+    cast.op_type = "Cast", cast.n_input = 1, cast.input = &bi, cast.n_output = 1, cast.output = &ic, cast.n_attribute = 1,
+    cast.attribute = &top;
+    char *mi[2] = {bv, s_in}, *a1[2] = {t, ic}, *a2[2] = {u, b_in}, *li[3] = {m_in, c_in, x_in};
+    mul.op_type = "Mul", mul.n_input = 2, mul.input = mi, mul.n_output = 1, mul.output = &t;
+    add1.op_type = "Add", add1.n_input = 2, add1.input = a1, add1.n_output = 1, add1.output = &u;
+    add2.op_type = "Add", add2.n_input = 2, add2.input = a2, add2.n_output = 1, add2.output = &vo;
+    idn.op_type = "Identity", idn.n_input = 1, idn.input = &bc, idn.n_output = 1, idn.output = &co;
+    Onnx__NodeProto *bn[5] = {&cast, &mul, &add1, &add2, &idn}, *lp = &loop;
+    vinfo vi_i, vi_c, vi_v, vo_c, vo_v, g_x, g_b, g_y;
+    Onnx__ValueInfoProto *bin[3] = {vinfo_init(&vi_i, bi, 7, 0), vinfo_init(&vi_c, bc, 9, 0), vinfo_init(&vi_v, bv, 1, 2)};
+    Onnx__ValueInfoProto *bout[2] = {vinfo_init(&vo_c, co, 9, 0), vinfo_init(&vo_v, vo, 1, 2)};
+    Onnx__GraphProto body = ONNX__GRAPH_PROTO__INIT, gp = ONNX__GRAPH_PROTO__INIT;
+    body.name = "body", body.n_node = 5, body.node = bn, body.n_input = 3, body.input = bin, body.n_output = 2, body.output = bout;
+    bd.name = "body", bd.has_type = 1, bd.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH, bd.g = &body;
+    loop.op_type = "Loop", loop.n_input = 3, loop.input = li, loop.n_output = 1, loop.output = &y, loop.n_attribute = 1,
+    loop.attribute = &bdp;
+    int64_t mval = 5, one = 1;
+    int32_t cval = 1;
+    float sval = 2;
+    Onnx__TensorProto mt = ONNX__TENSOR_PROTO__INIT, ct = ONNX__TENSOR_PROTO__INIT, stt = ONNX__TENSOR_PROTO__INIT;
+    mt.name = m_in, mt.has_data_type = 1, mt.data_type = 7, mt.n_int64_data = 1, mt.int64_data = &mval;
+    ct.name = c_in, ct.has_data_type = 1, ct.data_type = 9, ct.n_int32_data = 1, ct.int32_data = &cval;
+    stt.name = s_in, stt.n_dims = 1, stt.dims = &one, stt.has_data_type = 1, stt.data_type = 1, stt.n_float_data = 1,
+    stt.float_data = &sval;
+    Onnx__TensorProto *inits[3] = {&mt, &ct, &stt};
+    Onnx__ValueInfoProto *gin[2] = {vinfo_init(&g_x, x_in, 1, 2), vinfo_init(&g_b, b_in, 1, 2)}, *gout = vinfo_init(&g_y, y, 1, 2);
+    gp.name = "g", gp.n_node = 1, gp.node = &lp, gp.n_input = 2, gp.input = gin, gp.n_output = 1, gp.output = &gout;
+    gp.n_initializer = 3, gp.initializer = inits;
+    Onnx__ModelProto mp = ONNX__MODEL_PROTO__INIT;
+    Onnx__OperatorSetIdProto os = ONNX__OPERATOR_SET_ID_PROTO__INIT, *osp = &os;
+    mp.has_ir_version = 1, mp.ir_version = 8, mp.n_opset_import = 1, mp.opset_import = &osp, mp.graph = &gp;
+    os.has_version = 1, os.version = 13, os.domain = "";
+    size_t n = onnx__model_proto__get_packed_size(&mp);
+    uint8_t *buf = malloc(n);
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/weft_onnx_compose_%d_loop.onnx", (int)getpid());
+    FILE *f = buf ? fopen(path, "wb") : NULL;
+    if (f) onnx__model_proto__pack(&mp, buf), fwrite(buf, 1, n, f), fclose(f);
+    free(buf);
+    weft_graph *g = weft_onnx_load(path, 0, NULL);
+    unlink(path);
+    CHECK(g != NULL);
+    if (!g) return;
+    weft_value xv = weft_graph_find_value(g, "x"), bv2 = weft_graph_find_value(g, "b"), yv = weft_graph_find_value(g, "y");
+    float xs[2] = {0.5f, -1}, bs[2] = {0.25f, 3};
+    weft_tensor *xt = weft_tensor_from_data(xs, 1, (int64_t[]){2}, WEFT_F32), *bt = weft_tensor_from_data(bs, 1, (int64_t[]){2}, WEFT_F32);
+    weft_tensor *out = NULL;
+    CHECK(weft_graph_run(g, 2, (weft_value[]){xv, bv2}, (weft_tensor *[]){xt, bt}, 1, &yv, &out, 0, NULL) == WEFT_OK);
+    for (int e = 0; out && e < 2; e++) {
+        double v = xs[e];
+        for (int i = 0; i < 5; i++) v = v * 2 + i + bs[e];
+        CHECK_NEAR(fat(out, e), v, 1e-6);
+    }
+    weft_tensor_free(out);
+    weft_value l, gr[2];
+    CHECK(weft_graph_op(g, "sum", 1, &yv, (int64_t[]){1, 0, 0}, 3, NULL, 0, &l) == WEFT_OK);
+    if (weft_graph_gradients(g, l, 2, (weft_value[]){xv, bv2}, gr) == WEFT_OK) {
+        weft_tensor *go[2] = {NULL, NULL};
+        CHECK(weft_graph_run(g, 2, (weft_value[]){xv, bv2}, (weft_tensor *[]){xt, bt}, 2, gr, go, 0, NULL) == WEFT_OK);
+        for (int e = 0; go[0] && go[1] && e < 2; e++) {
+            CHECK_NEAR(fat(go[0], e), 32, 1e-6);
+            CHECK_NEAR(fat(go[1], e), 31, 1e-6);
+        }
+        weft_tensor_free(go[0]), weft_tensor_free(go[1]);
+    } else {
+        CHECK(!"gradients through the loop");
+    }
+    weft_tensor_free(xt), weft_tensor_free(bt);
+    weft_graph_free(g);
+}
+
 // GridSample (bilinear, zeros padding) is differentiable in the input and the grid: weft_graph_gradients of
 // sum(w * y) on the loaded graph against central differences, with the grid's points away from pixel edges.
 static void test_grid_sample_gradient(void) {
@@ -423,6 +503,7 @@ int main(void) {
     RUN(test_resize_gradient);
     RUN(test_grid_sample_gradient);
     RUN(test_if);
+    RUN(test_loop);
 #else
     printf("skip: built without ONNX (protobuf-c)\n");
 #endif
