@@ -20,12 +20,28 @@ typedef struct in_spec {
     int type; // ONNX TensorProto.DataType: 1 float, 6 int32, 7 int64
 } in_spec;
 
+// gp as a model of the given opset (IR 8) in a temporary file named after tag; its path in path.
+static bool write_graph(Onnx__GraphProto *gp, int opset, const char *tag, char *path, size_t np) {
+    Onnx__ModelProto mp = ONNX__MODEL_PROTO__INIT;
+    Onnx__OperatorSetIdProto os = ONNX__OPERATOR_SET_ID_PROTO__INIT, *osp = &os;
+    mp.has_ir_version = 1, mp.ir_version = 8, mp.n_opset_import = 1, mp.opset_import = &osp, mp.graph = gp;
+    os.has_version = 1, os.version = opset, os.domain = "";
+    size_t n = onnx__model_proto__get_packed_size(&mp);
+    uint8_t *buf = malloc(n);
+    if (!buf) return false;
+    onnx__model_proto__pack(&mp, buf);
+    snprintf(path, np, "/tmp/weft_onnx_compose_%d_%s.onnx", (int)getpid(), tag);
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fwrite(buf, 1, n, f) == n;
+    if (f) ok &= fclose(f) == 0;
+    free(buf);
+    return ok;
+}
+
 // One node of op_type reading inputs in[0..n_in) (graph inputs) and writing "y"; attributes: one string
 // (sname = sval) and up to two ints. Written to a temporary file; its path in path.
 static bool write_model(const char *op, int opset, int n_in, const in_spec *in, const char *sname, const char *sval,
                         const char *i0, int64_t v0, const char *i1, int64_t v1, char *path, size_t np) {
-    Onnx__ModelProto mp = ONNX__MODEL_PROTO__INIT;
-    Onnx__OperatorSetIdProto os = ONNX__OPERATOR_SET_ID_PROTO__INIT, *osp = &os;
     Onnx__GraphProto gp = ONNX__GRAPH_PROTO__INIT;
     Onnx__NodeProto nd = ONNX__NODE_PROTO__INIT, *ndp = &nd;
     Onnx__AttributeProto at[3] = {ONNX__ATTRIBUTE_PROTO__INIT, ONNX__ATTRIBUTE_PROTO__INIT, ONNX__ATTRIBUTE_PROTO__INIT};
@@ -36,8 +52,6 @@ static bool write_model(const char *op, int opset, int n_in, const in_spec *in, 
     Onnx__TensorShapeProto sp[4];
     Onnx__TensorShapeProto__Dimension dm[4][4], *dmp[4][4];
     char *names[4], *out = "y";
-    mp.has_ir_version = 1, mp.ir_version = 8, mp.n_opset_import = 1, mp.opset_import = &osp, mp.graph = &gp;
-    os.has_version = 1, os.version = opset, os.domain = "";
     gp.name = "g", gp.n_node = 1, gp.node = &ndp, gp.n_input = (size_t)n_in, gp.input = vip, gp.n_output = 1, gp.output = &vop;
     for (int k = 0; k < n_in; k++) {
         Onnx__ValueInfoProto v = ONNX__VALUE_INFO_PROTO__INIT;
@@ -72,16 +86,7 @@ static bool write_model(const char *op, int opset, int n_in, const in_spec *in, 
             at[na].has_i = 1, at[na].i = iv[k], atp[na] = &at[na], na++;
         }
     nd.n_attribute = (size_t)na, nd.attribute = atp;
-    size_t n = onnx__model_proto__get_packed_size(&mp);
-    uint8_t *buf = malloc(n);
-    if (!buf) return false;
-    onnx__model_proto__pack(&mp, buf);
-    snprintf(path, np, "/tmp/weft_onnx_compose_%d_%s.onnx", (int)getpid(), op);
-    FILE *f = fopen(path, "wb");
-    bool ok = f && fwrite(buf, 1, n, f) == n;
-    if (f) ok &= fclose(f) == 0;
-    free(buf);
-    return ok;
+    return write_graph(&gp, opset, op, path, np);
 }
 
 static weft_tensor *seq(int nd, const int64_t *s, weft_dtype dt, double scale, double off) {
@@ -316,8 +321,6 @@ static void test_if(void) {
     Onnx__AttributeProto kv = ONNX__ATTRIBUTE_PROTO__INIT, th = ONNX__ATTRIBUTE_PROTO__INIT, el = ONNX__ATTRIBUTE_PROTO__INIT;
     Onnx__TensorProto kt = ONNX__TENSOR_PROTO__INIT, st = ONNX__TENSOR_PROTO__INIT;
     Onnx__GraphProto tg = ONNX__GRAPH_PROTO__INIT, eg = ONNX__GRAPH_PROTO__INIT, gp = ONNX__GRAPH_PROTO__INIT;
-    Onnx__ModelProto mp = ONNX__MODEL_PROTO__INIT;
-    Onnx__OperatorSetIdProto os = ONNX__OPERATOR_SET_ID_PROTO__INIT, *osp = &os;
     vinfo vx, vc, vy, vt, ve;
     float kvals[3] = {1, 2, 3}, svals[1] = {-0.5f};
     int64_t three = 3, one = 1;
@@ -343,15 +346,8 @@ static void test_if(void) {
     Onnx__TensorProto *stp = &st;
     gp.name = "g", gp.n_node = 2, gp.node = gn, gp.n_input = 2, gp.input = gin, gp.n_output = 1, gp.output = &gout;
     gp.n_initializer = 1, gp.initializer = &stp;
-    mp.has_ir_version = 1, mp.ir_version = 8, mp.n_opset_import = 1, mp.opset_import = &osp, mp.graph = &gp;
-    os.has_version = 1, os.version = 13, os.domain = "";
-    size_t n = onnx__model_proto__get_packed_size(&mp);
-    uint8_t *buf = malloc(n);
     char path[256];
-    snprintf(path, sizeof path, "/tmp/weft_onnx_compose_%d_if.onnx", (int)getpid());
-    FILE *f = buf ? fopen(path, "wb") : NULL;
-    if (f) onnx__model_proto__pack(&mp, buf), fwrite(buf, 1, n, f), fclose(f);
-    free(buf);
+    CHECK(write_graph(&gp, 13, "if", path, sizeof path));
     weft_graph *g = weft_onnx_load(path, 0, NULL);
     unlink(path);
     CHECK(g != NULL);
@@ -412,17 +408,8 @@ static void test_loop(void) {
     Onnx__ValueInfoProto *gin[2] = {vinfo_init(&g_x, x_in, 1, 2), vinfo_init(&g_b, b_in, 1, 2)}, *gout = vinfo_init(&g_y, y, 1, 2);
     gp.name = "g", gp.n_node = 1, gp.node = &lp, gp.n_input = 2, gp.input = gin, gp.n_output = 1, gp.output = &gout;
     gp.n_initializer = 3, gp.initializer = inits;
-    Onnx__ModelProto mp = ONNX__MODEL_PROTO__INIT;
-    Onnx__OperatorSetIdProto os = ONNX__OPERATOR_SET_ID_PROTO__INIT, *osp = &os;
-    mp.has_ir_version = 1, mp.ir_version = 8, mp.n_opset_import = 1, mp.opset_import = &osp, mp.graph = &gp;
-    os.has_version = 1, os.version = 13, os.domain = "";
-    size_t n = onnx__model_proto__get_packed_size(&mp);
-    uint8_t *buf = malloc(n);
     char path[256];
-    snprintf(path, sizeof path, "/tmp/weft_onnx_compose_%d_loop.onnx", (int)getpid());
-    FILE *f = buf ? fopen(path, "wb") : NULL;
-    if (f) onnx__model_proto__pack(&mp, buf), fwrite(buf, 1, n, f), fclose(f);
-    free(buf);
+    CHECK(write_graph(&gp, 13, "loop", path, sizeof path));
     weft_graph *g = weft_onnx_load(path, 0, NULL);
     unlink(path);
     CHECK(g != NULL);
