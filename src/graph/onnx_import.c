@@ -380,7 +380,7 @@ static weft_status h_mod(nctx *c, const char *arg) {
 }
 
 // Identity, and Dropout where it keeps everything: at inference, or in training with a ratio of 0 (the mask
-// output, all true). A training Dropout that drops is random and is not read.
+// output, all true, or all ones before opset 10). A training Dropout that drops is random and is not read.
 static weft_status h_identity(nctx *c, const char *arg) {
     (void)arg;
     bool train = !strcmp(c->n->op_type, "Dropout") && oi_attr_i(c, "training_mode", 0);
@@ -403,8 +403,8 @@ static weft_status h_identity(nctx *c, const char *arg) {
     int nd = ndim_of(c, c->in[0]);
     int64_t at[1 + WEFT_MAX_DIMS] = {nd};
     sizes_copy(c, c->in[0], at + 1);
-    if (wants_out(c, 1)) { // the mask: true everywhere (a broadcast view of one true)
-        weft_value k = oi_scalar(c, WEFT_BOOL, 1);
+    if (wants_out(c, 1)) { // the mask: true everywhere (a broadcast view of one true; ones of x's dtype before opset 10)
+        weft_value k = oi_scalar(c, c->m->opset < 10 ? dtype_of(c, c->in[0]) : WEFT_BOOL, 1);
         if (!OK(k) || !OK(c->out[1] = oi_op(c, node_out(c, 1), "expand", 1, &k, at, 1 + nd, NULL, 0)))
             return weft_last_status();
     }

@@ -30,6 +30,14 @@ static weft_value like(nctx *c, weft_value v, double x) { return OK(v) ? oi_scal
 
 static bool is_float(weft_dtype dt) { return dt == WEFT_F32 || dt == WEFT_F64 || dt == WEFT_F16 || dt == WEFT_BF16; }
 
+// log(1 + u) for u >= 0 without log's cancellation near 1 (Kahan): w = 1 + u rounded, log(w) u / (w - 1), or u
+// where w is 1. The divisor the other branch sees is never 0, so neither value nor gradient is NaN.
+static weft_value log1p_(nctx *c, weft_value u) {
+    weft_value w = opf(c, NULL, "add_scalar", u, 1), d = opf(c, NULL, "add_scalar", w, -1);
+    weft_value z = op2(c, NULL, "eq", d, like(c, u, 0)), safe = where3(c, NULL, z, like(c, u, 1), d);
+    return where3(c, NULL, z, u, op2(c, NULL, "mul", op1(c, NULL, "log", w), op2(c, NULL, "div", u, safe)));
+}
+
 // The activations and functions of one input; arg names the ONNX op in lower case.
 weft_status oi_act(nctx *c, const char *arg) {
     weft_value x = c->in[0], y = WEFT_VALUE_NONE, zero = like(c, x, 0);
@@ -66,15 +74,42 @@ weft_status oi_act(nctx *c, const char *arg) {
         y = op2(c, o, "div", x, opf(c, NULL, "add_scalar", op1(c, NULL, "abs", x), 1));
     } else if (!strcmp(arg, "tan")) {
         y = op2(c, o, "div", op1(c, NULL, "sin", x), op1(c, NULL, "cos", x));
-    } else if (!strcmp(arg, "sinh") || !strcmp(arg, "cosh")) { // (e^x -+ e^-x) / 2
-        weft_value p = op1(c, NULL, "exp", x), m = op1(c, NULL, "exp", op1(c, NULL, "neg", x));
-        y = opf(c, o, "mul_scalar", op2(c, NULL, arg[0] == 's' ? "sub" : "add", p, m), 0.5);
-    } else if (!strcmp(arg, "asinh")) { // sign(x) log(|x| + sqrt(x^2 + 1)): no cancellation below 0
-        weft_value r = op1(c, NULL, "sqrt", opf(c, NULL, "add_scalar", op2(c, NULL, "mul", x, x), 1));
-        y = op2(c, o, "mul", op1(c, NULL, "sign", x), op1(c, NULL, "log", op2(c, NULL, "add", op1(c, NULL, "abs", x), r)));
-    } else if (!strcmp(arg, "acosh")) { // log(x + sqrt(x^2 - 1))
-        weft_value r = op1(c, NULL, "sqrt", opf(c, NULL, "add_scalar", op2(c, NULL, "mul", x, x), -1));
-        y = op1(c, o, "log", op2(c, NULL, "add", x, r));
+    } else if (!strcmp(arg, "sinh") || !strcmp(arg, "cosh")) {
+        // e^(|x| - ln 2) +- e^(-|x| - ln 2): finite wherever the result is; sinh below |x| = 1 as 2t / (1 - t^2),
+        // t = tanh(x / 2), which does not cancel (its x is clamped, so the branch not taken stays finite)
+        weft_value a = op1(c, NULL, "abs", x);
+        weft_value p = op1(c, NULL, "exp", opf(c, NULL, "add_scalar", a, -M_LN2));
+        weft_value m = op1(c, NULL, "exp", opf(c, NULL, "add_scalar", op1(c, NULL, "neg", a), -M_LN2));
+        if (arg[0] == 'c') {
+            y = op2(c, o, "add", p, m);
+        } else {
+            weft_value big = op2(c, NULL, "mul", op1(c, NULL, "sign", x), op2(c, NULL, "sub", p, m));
+            weft_value xs = op2(c, NULL, "maximum", op2(c, NULL, "minimum", x, like(c, x, 1)), like(c, x, -1));
+            weft_value t = op1(c, NULL, "tanh", opf(c, NULL, "mul_scalar", xs, 0.5));
+            weft_value d = opf(c, NULL, "add_scalar", op1(c, NULL, "neg", op2(c, NULL, "mul", t, t)), 1);
+            weft_value sm = op2(c, NULL, "div", opf(c, NULL, "mul_scalar", t, 2), d);
+            y = where3(c, o, op2(c, NULL, "lt", a, like(c, x, 1)), sm, big);
+        }
+    } else if (!strcmp(arg, "asinh") || !strcmp(arg, "acosh")) {
+        // asinh |x| = log1p(a + a^2 / (1 + sqrt(a^2 + 1))), negated for x < 0; acosh x = log1p(t + sqrt(t (t + 2))),
+        // t = x - 1: neither cancels near 0 or 1. Above 2^26 both are log|x| + ln 2 to the last bit, and x^2
+        // would overflow past 1.8e19 (the other branch's x is clamped, so it stays finite).
+        bool as = arg[1] == 's';
+        weft_value neg = as ? op2(c, NULL, "lt", x, zero) : WEFT_VALUE_NONE, big = like(c, x, 67108864.0);
+        weft_value a = as ? where3(c, NULL, neg, op1(c, NULL, "neg", x), x) : x; // not abs: its slope at 0 is 0
+        weft_value lo = op2(c, NULL, "minimum", a, big), u;
+        if (as) {
+            weft_value a2 = op2(c, NULL, "mul", lo, lo);
+            weft_value r = opf(c, NULL, "add_scalar", op1(c, NULL, "sqrt", opf(c, NULL, "add_scalar", a2, 1)), 1);
+            u = op2(c, NULL, "add", lo, op2(c, NULL, "div", a2, r));
+        } else {
+            weft_value t = opf(c, NULL, "add_scalar", lo, -1);
+            u = op2(c, NULL, "add", t, op1(c, NULL, "sqrt", op2(c, NULL, "mul", t, opf(c, NULL, "add_scalar", t, 2))));
+        }
+        weft_value hi = opf(c, NULL, "add_scalar", op1(c, NULL, "log", op2(c, NULL, "maximum", a, big)), M_LN2);
+        weft_value v = where3(c, as ? NULL : o, op2(c, NULL, "gt", a, big), hi, log1p_(c, u));
+        if (as) y = where3(c, o, neg, op1(c, NULL, "neg", v), v);
+        else y = v;
     } else if (!strcmp(arg, "atanh")) { // log((1 + x) / (1 - x)) / 2
         weft_value q = op2(c, NULL, "div", opf(c, NULL, "add_scalar", x, 1), opf(c, NULL, "add_scalar", op1(c, NULL, "neg", x), 1));
         y = opf(c, o, "mul_scalar", op1(c, NULL, "log", q), 0.5);
@@ -224,7 +259,7 @@ weft_status oi_eye_like(nctx *c, const char *arg) {
     if (st) return st;
     weft_tensor *t = weft_tensor_zeros(2, s, WEFT_F64);
     if (!t) return weft_error(WEFT_ERR_OOM, "no memory");
-    for (int64_t i = 0; i < s[0]; i++)
+    for (int64_t i = 0; i < s[0] && k > -s[0] && k < s[1]; i++) // k outside those bounds: all zeros
         if (i + k >= 0 && i + k < s[1]) ((double *)weft_tensor_data(t))[i * s[1] + i + k] = 1;
     c->out[0] = made(c, node_out(c, 0), t, dt, &c->konst0);
     return OK(c->out[0]) ? WEFT_OK : weft_last_status();

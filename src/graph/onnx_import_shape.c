@@ -12,30 +12,40 @@ static weft_value permute(nctx *c, const char *name, weft_value v, int nd, const
     return OK(v) ? oi_op(c, name, "permute", 1, &v, p, nd, NULL, 0) : v;
 }
 
-// Tile(x, repeats): x viewed with a dim of 1 before each repeated dim, expanded to the repeats, copied whole.
+// Tile(x, repeats): x viewed with a dim of 1 before each repeated dim (a dim of 1 is repeated in place),
+// expanded to the repeats, copied whole. Where those dims would pass WEFT_MAX_DIMS, one repeated dim at a
+// time: x viewed as (before, 1, dim, after), expanded, copied.
 weft_status oi_tile(nctx *c, const char *arg) {
     (void)arg;
     weft_value x = c->in[0];
     int nd = ndim_of(c, x), nr, n = 0;
-    int64_t r[WEFT_MAX_DIMS], xs[WEFT_MAX_DIMS], s1[WEFT_MAX_DIMS], e[1 + WEFT_MAX_DIMS], out[WEFT_MAX_DIMS];
+    int64_t r[WEFT_MAX_DIMS], xs[WEFT_MAX_DIMS], s1[2 * WEFT_MAX_DIMS], e[1 + 2 * WEFT_MAX_DIMS], out[WEFT_MAX_DIMS];
     weft_status st = oi_konst_ints(c, 1, r, WEFT_MAX_DIMS, &nr);
     if (st) return st;
     if (nr != nd) FAIL("%d repeats for %d dims", nr, nd);
     sizes_copy(c, x, xs);
     for (int d = 0; d < nd; d++) {
-        if (r[d] < 0) FAIL("repeat %lld", (long long)r[d]);
-        if (r[d] != 1) {
-            if (n == WEFT_MAX_DIMS) FAIL("more than %d dims with their repeats", WEFT_MAX_DIMS);
-            s1[n] = 1, e[1 + n++] = r[d];
-        }
-        if (n == WEFT_MAX_DIMS) FAIL("more than %d dims with their repeats", WEFT_MAX_DIMS);
-        s1[n] = xs[d], e[1 + n++] = xs[d];
-        out[d] = r[d] * xs[d];
+        if (r[d] < 0 || __builtin_mul_overflow(r[d], xs[d], &out[d])) FAIL("repeat %lld of dim %d", (long long)r[d], d);
+        if (r[d] != 1 && xs[d] != 1) s1[n] = 1, e[1 + n++] = r[d];
+        s1[n] = xs[d], e[1 + n++] = xs[d] == 1 ? out[d] : xs[d];
     }
     if ((st = oi_check_made(nd, out))) return st;
-    e[0] = n;
-    weft_value v = oi_reshape(c, NULL, x, n, s1);
-    v = OK(v) ? oi_op(c, NULL, "expand", 1, &v, e, 1 + n, NULL, 0) : v;
+    weft_value v = x;
+    if (n <= WEFT_MAX_DIMS) {
+        e[0] = n;
+        v = oi_reshape(c, NULL, x, n, s1);
+        v = OK(v) ? oi_op(c, NULL, "expand", 1, &v, e, 1 + n, NULL, 0) : v;
+    } else {
+        for (int d = 0; d < nd && OK(v); d++) {
+            if (r[d] == 1) continue;
+            int64_t before = 1, after = 1;
+            for (int i = 0; i < nd; i++)
+                if (i < d) before *= out[i];
+                else if (i > d) after *= xs[i];
+            v = oi_reshape(c, NULL, v, 4, (int64_t[]){before, 1, xs[d], after});
+            v = OK(v) ? oi_op(c, NULL, "expand", 1, &v, (int64_t[]){4, before, r[d], xs[d], after}, 5, NULL, 0) : v;
+        }
+    }
     OUT0(oi_reshape(c, node_out(c, 0), v, nd, out));
 }
 
@@ -47,21 +57,24 @@ weft_status oi_depth_space(nctx *c, const char *arg) {
     int64_t b = oi_attr_i(c, "blocksize", 0), xs[4];
     sizes_copy(c, c->in[0], xs);
     int64_t N = xs[0], C = xs[1], H = xs[2], W = xs[3];
-    if (b < 1) FAIL("blocksize %lld", (long long)b);
-    if (to_space ? C % (b * b) : H % b || W % b)
+    int64_t bb, cbb, hb, wb;
+    if (b < 1 || __builtin_mul_overflow(b, b, &bb) || __builtin_mul_overflow(C, bb, &cbb) ||
+        __builtin_mul_overflow(H, b, &hb) || __builtin_mul_overflow(W, b, &wb))
+        FAIL("blocksize %lld", (long long)b);
+    if (to_space ? C % bb : H % b || W % b)
         FAIL("blocksize %lld does not divide the %s", (long long)b, to_space ? "channels by its square" : "height and width");
     int64_t s6[6], p[6], so[4];
     if (to_space) {
-        int64_t Cp = C / (b * b);
+        int64_t Cp = C / bb;
         bool crd = oi_attr_s_is(c, "mode", "DCR", "CRD");
         if (!crd && !oi_attr_s_is(c, "mode", "DCR", "DCR")) FAIL("mode (DCR or CRD)");
         memcpy(s6, crd ? (int64_t[]){N, Cp, b, b, H, W} : (int64_t[]){N, b, b, Cp, H, W}, sizeof s6);
         memcpy(p, crd ? (int64_t[]){0, 1, 4, 2, 5, 3} : (int64_t[]){0, 3, 4, 1, 5, 2}, sizeof p);
-        memcpy(so, (int64_t[]){N, Cp, H * b, W * b}, sizeof so);
+        memcpy(so, (int64_t[]){N, Cp, hb, wb}, sizeof so);
     } else {
         memcpy(s6, (int64_t[]){N, C, H / b, b, W / b, b}, sizeof s6);
         memcpy(p, (int64_t[]){0, 3, 5, 1, 2, 4}, sizeof p);
-        memcpy(so, (int64_t[]){N, C * b * b, H / b, W / b}, sizeof so);
+        memcpy(so, (int64_t[]){N, cbb, H / b, W / b}, sizeof so);
     }
     weft_value v = permute(c, NULL, oi_reshape(c, NULL, c->in[0], 6, s6), 6, p);
     OUT0(oi_reshape(c, node_out(c, 0), v, 4, so));
@@ -202,10 +215,11 @@ weft_status oi_einsum(nctx *c, const char *arg) {
     (void)arg;
     const Onnx__AttributeProto *at = oi_attr_t(c, "equation", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING);
     if (!at || !at->has_s || at->s.len >= 256) FAIL("needs an equation (under 256 characters)");
-    char eq[256];
-    memcpy(eq, at->s.data, at->s.len);
-    eq[at->s.len] = 0;
-    if (c->n_in > 8) FAIL("%d operands (at most 8)", c->n_in);
+    char eq[256] = {0};
+    if (at->s.len) memcpy(eq, at->s.data, at->s.len);
+    if (c->n_in < 1 || c->n_in > 8) FAIL("%d operands (1 to 8)", c->n_in);
+    for (int k = 0; k < c->n_in; k++)
+        if (c->kin[k] < 0) FAIL("operand %d is missing", k);
     ein_op op[8], out;
     int ell = 0, pos = 0, uses[EIN_LABELS] = {0};
     int64_t size[EIN_LABELS];
@@ -727,7 +741,7 @@ weft_status oi_resize(nctx *c, const char *arg) {
                                                          : ((const double *)weft_tensor_data(t))[d];
         }
         for (int d = 0; d < nd; d++) {
-            if (!(sc[d] > 0) || sc[d] * (double)xs[d] > (double)(INT64_C(1) << 26)) FAIL("scale %g for dim %d", sc[d], d);
+            if (!(sc[d] > 0) || !isfinite(sc[d]) || sc[d] * (double)xs[d] > (double)(INT64_C(1) << 26)) FAIL("scale %g for dim %d", sc[d], d);
             on[d] = (int64_t)(sc[d] * (double)xs[d]);
         }
     }

@@ -2,8 +2,10 @@
 // forms ONNX's own operator tests (test_onnx_import.c) leave out: Einsum with an implicit output, three operands,
 // a broadcast ellipsis and a trace; CumSum on integers, exclusive and reversed, over a length that is not a power
 // of two; GatherND with a batch dim and negative indices; the gradients of a linear Resize and of GridSample; an If
-// whose branches read outer values, and a Loop whose body does. One-node models
+// whose branches read outer values, and a Loop whose body does; an 8-D Tile, the hyperbolic functions and their
+// slopes where plain formulas overflow or cancel, Dropout's mask by opset, and malformed nodes refused. One-node models
 // are written here with protobuf-c; every expected value is computed by plain loops in this file.
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -16,7 +18,7 @@
 typedef struct in_spec {
     const char *name;
     int ndim;
-    int64_t sizes[4];
+    int64_t sizes[8];
     int type; // ONNX TensorProto.DataType: 1 float, 6 int32, 7 int64
 } in_spec;
 
@@ -50,7 +52,7 @@ static bool write_model(const char *op, int opset, int n_in, const in_spec *in, 
     Onnx__TypeProto tp[4];
     Onnx__TypeProto__Tensor tt[4];
     Onnx__TensorShapeProto sp[4];
-    Onnx__TensorShapeProto__Dimension dm[4][4], *dmp[4][4];
+    Onnx__TensorShapeProto__Dimension dm[4][8], *dmp[4][8];
     char *names[4], *out = "y";
     gp.name = "g", gp.n_node = 1, gp.node = &ndp, gp.n_input = (size_t)n_in, gp.input = vip, gp.n_output = 1, gp.output = &vop;
     for (int k = 0; k < n_in; k++) {
@@ -480,6 +482,140 @@ static void test_grid_sample_gradient(void) {
     weft_tensor_free(xv), weft_tensor_free(grid);
     weft_graph_free(g);
 }
+
+// Tile of an 8-D x with two dims both repeated and longer than 1 (one view would need 10 dims: tiled a dim at a
+// time), against y[i] = x[i mod size]; sinh, cosh, asinh, acosh from near 0 to where the plain formulas overflow,
+// against libm; EyeLike with k past the columns; and forms refused with an error rather than a crash.
+static void test_edges(void) {
+    char path[256];
+    int64_t n, xs[8] = {2, 2, 1, 1, 1, 1, 1, 3}, rp[8] = {2, 1, 3, 1, 1, 1, 2, 2}, os[8];
+    in_spec ti[2] = {{"x", 8, {2, 2, 1, 1, 1, 1, 1, 3}, 1}, {"r", 1, {8}, 7}};
+    weft_tensor *v[2] = {seq(8, xs, WEFT_F32, 1, -4), weft_tensor_from_data(rp, 1, (int64_t[]){8}, WEFT_I64)};
+    CHECK(write_model("Tile", 13, 2, ti, NULL, NULL, NULL, 0, NULL, 0, path, sizeof path));
+    double *y = run(path, 2, ti, v, 2, &n);
+    int64_t want = 1;
+    for (int d = 0; d < 8; d++) os[d] = xs[d] * rp[d], want *= os[d];
+    CHECK(y && n == want);
+    for (int64_t i = 0; y && n == want && i < n; i++) {
+        int64_t r = i, src = 0, stride = 1;
+        for (int d = 7; d >= 0; d--) src += (r % os[d]) % xs[d] * stride, stride *= xs[d], r /= os[d];
+        CHECK(y[i] == fat(v[0], src));
+    }
+    free(y);
+    weft_tensor_free(v[0]), weft_tensor_free(v[1]);
+
+    static const char *fn[4] = {"Sinh", "Cosh", "Asinh", "Acosh"};
+    static const float pts[4][12] = {
+        {-89, -20, -1.5f, -0.999f, -1e-4f, 0, 3e-6f, 0.25f, 1.001f, 20, 88.9f, 89.2f},
+        {-89, -20, -1.5f, -0.999f, -1e-4f, 0, 3e-6f, 0.25f, 1.001f, 20, 88.9f, 89.2f},
+        {-3e38f, -1e20f, -7e7f, -2, -0.01f, 0, 1e-5f, 0.5f, 6e7f, 1e19f, 3e19f, 3e38f},
+        {1, 1.0001f, 1.5f, 10, 1e4f, 6e7f, 7e7f, 1e19f, 3e19f, 1e30f, 2e38f, 3e38f}};
+    for (int f = 0; f < 4; f++) {
+        in_spec hi[1] = {{"x", 1, {12}, 1}};
+        v[0] = weft_tensor_from_data(pts[f], 1, (int64_t[]){12}, WEFT_F32);
+        CHECK(write_model(fn[f], 13, 1, hi, NULL, NULL, NULL, 0, NULL, 0, path, sizeof path));
+        weft_graph *g = weft_onnx_load(path, 0, NULL);
+        unlink(path);
+        CHECK(g != NULL);
+        if (!g) {
+            weft_tensor_free(v[0]);
+            continue;
+        }
+        weft_value xv = weft_graph_find_value(g, "x"), yv = weft_graph_find_value(g, "y"), l, gx;
+        CHECK(weft_graph_op(g, "sum", 1, &yv, (int64_t[]){1, 0, 0}, 3, NULL, 0, &l) == WEFT_OK);
+        CHECK(weft_graph_gradients(g, l, 1, &xv, &gx) == WEFT_OK);
+        weft_tensor *o[2] = {NULL, NULL};
+        CHECK(weft_graph_run(g, 1, &xv, v, 2, (weft_value[]){yv, gx}, o, 0, NULL) == WEFT_OK);
+        for (int i = 0; o[0] && o[1] && i < 12; i++) { // values and derivatives: cosh, sinh, 1/sqrt(x^2 -+ 1)
+            double x = pts[f][i], w = f == 0 ? sinh(x) : f == 1 ? cosh(x) : f == 2 ? asinh(x) : acosh(x);
+            double dw = f == 0 ? cosh(x) : f == 1 ? sinh(x) : 1 / sqrt(f == 2 ? x * x + 1 : (x - 1) * (x + 1));
+            double yi = fat(o[0], i), gi = fat(o[1], i);
+            CHECK(isfinite(yi) && fabs(yi - w) <= 2e-6 * fabs(w) + 1e-30);
+            if (isfinite((float)dw) && x != 1) CHECK(isfinite(gi) && fabs(gi - dw) <= 1e-4 * fabs(dw) + 1e-7);
+        }
+        weft_tensor_free(o[0]), weft_tensor_free(o[1]);
+        weft_graph_free(g);
+        weft_tensor_free(v[0]);
+    }
+
+    // EyeLike with k = INT64_MAX and INT64_MIN: all zeros
+    in_spec ey[1] = {{"x", 2, {3, 4}, 1}};
+    for (int s = 0; s < 2; s++) {
+        v[0] = seq(2, ey[0].sizes, WEFT_F32, 1, 0);
+        CHECK(write_model("EyeLike", 9, 1, ey, NULL, NULL, "k", s ? INT64_MIN : INT64_MAX, NULL, 0, path, sizeof path));
+        y = run(path, 1, ey, v, 0, &n);
+        CHECK(y && n == 12);
+        for (int i = 0; y && n == 12 && i < 12; i++) CHECK(y[i] == 0);
+        free(y);
+        weft_tensor_free(v[0]);
+    }
+
+    // refusals: a blocksize whose square overflows, Einsum with a missing operand or no equation, Tile's and
+    // Resize's sizes past int64
+    in_spec ds[1] = {{"x", 4, {1, 8, 2, 2}, 1}};
+    const char *dmode[2] = {"DepthToSpace", "SpaceToDepth"};
+    for (int k = 0; k < 2; k++) {
+        CHECK(write_model(dmode[k], 13, 1, ds, NULL, NULL, "blocksize", INT64_C(1) << 33, NULL, 0, path, sizeof path));
+        CHECK(weft_onnx_load(path, 0, NULL) == NULL && wt_error_has("blocksize"));
+        unlink(path);
+    }
+    in_spec e3[3] = {{"a", 2, {3, 4}, 1}, {"", 2, {4, 5}, 1}, {"c", 2, {5, 2}, 1}};
+    CHECK(write_model("Einsum", 12, 3, e3, "equation", "ij,jk,kl->il", NULL, 0, NULL, 0, path, sizeof path));
+    CHECK(weft_onnx_load(path, 0, NULL) == NULL);
+    unlink(path);
+    CHECK(write_model("Einsum", 12, 1, ey, "equation", "", NULL, 0, NULL, 0, path, sizeof path));
+    CHECK(weft_onnx_load(path, 0, NULL) == NULL && wt_error_has("Einsum"));
+    unlink(path);
+    int64_t big[8] = {INT64_C(1) << 62, 1, 1, 1, 1, 1, 1, 1};
+    weft_onnx_shape fx = {.name = "r", .value = weft_tensor_from_data(big, 1, (int64_t[]){8}, WEFT_I64)};
+    CHECK(write_model("Tile", 13, 2, ti, NULL, NULL, NULL, 0, NULL, 0, path, sizeof path));
+    CHECK(weft_onnx_load(path, 1, &fx) == NULL && wt_error_has("repeat"));
+    unlink(path);
+    weft_tensor_free(fx.value);
+    in_spec rs[2] = {{"x", 4, {1, 1, 0, 2}, 1}, {"s", 1, {4}, 1}};
+    float inf4[4] = {1, 1, INFINITY, 1};
+    fx = (weft_onnx_shape){.name = "s", .value = weft_tensor_from_data(inf4, 1, (int64_t[]){4}, WEFT_F32)};
+    CHECK(write_model("Resize", 10, 2, rs, NULL, NULL, NULL, 0, NULL, 0, path, sizeof path));
+    CHECK(weft_onnx_load(path, 1, &fx) == NULL && wt_error_has("scale"));
+    unlink(path);
+    weft_tensor_free(fx.value);
+}
+
+// Dropout's mask output: ones of x's type before opset 10 (Dropout-7), true from then on.
+static void test_dropout_mask(void) {
+    for (int k = 0; k < 2; k++) {
+        char *x_in = "x", *outs[2] = {"y", "mask"};
+        Onnx__NodeProto dn = ONNX__NODE_PROTO__INIT, *dnp = &dn;
+        Onnx__GraphProto gp = ONNX__GRAPH_PROTO__INIT;
+        vinfo vx, vy, vm;
+        dn.op_type = "Dropout", dn.n_input = 1, dn.input = &x_in, dn.n_output = 2, dn.output = outs;
+        Onnx__ValueInfoProto *gin = vinfo_init(&vx, x_in, 1, 3);
+        Onnx__ValueInfoProto *gout[2] = {vinfo_init(&vy, outs[0], 1, 3), vinfo_init(&vm, outs[1], k ? 9 : 1, 3)};
+        gp.name = "g", gp.n_node = 1, gp.node = &dnp, gp.n_input = 1, gp.input = &gin, gp.n_output = 2, gp.output = gout;
+        char path[256];
+        CHECK(write_graph(&gp, k ? 12 : 7, "dropout", path, sizeof path));
+        weft_graph *g = weft_onnx_load(path, 0, NULL);
+        unlink(path);
+        CHECK(g != NULL);
+        if (!g) continue;
+        float xs[3] = {0.5f, -2, 3};
+        weft_tensor *xt = weft_tensor_from_data(xs, 1, (int64_t[]){3}, WEFT_F32), *o[2] = {NULL, NULL};
+        weft_value xv = weft_graph_find_value(g, "x");
+        weft_value ov[2] = {weft_graph_find_value(g, "y"), weft_graph_find_value(g, "mask")};
+        CHECK(weft_graph_run(g, 1, &xv, &xt, 2, ov, o, 0, NULL) == WEFT_OK);
+        if (o[0] && o[1]) {
+            CHECK(weft_tensor_dtype(o[1]) == (k ? WEFT_BOOL : WEFT_F32));
+            weft_tensor *m = weft_cast(o[1], WEFT_F64);
+            for (int i = 0; m && i < 3; i++) {
+                CHECK(fat(o[0], i) == xs[i]);
+                CHECK(((const double *)weft_tensor_data(m))[i] == 1);
+            }
+            weft_tensor_free(m);
+        }
+        weft_tensor_free(o[0]), weft_tensor_free(o[1]), weft_tensor_free(xt);
+        weft_graph_free(g);
+    }
+}
 #endif
 
 int main(void) {
@@ -491,6 +627,8 @@ int main(void) {
     RUN(test_grid_sample_gradient);
     RUN(test_if);
     RUN(test_loop);
+    RUN(test_edges);
+    RUN(test_dropout_mask);
 #else
     printf("skip: built without ONNX (protobuf-c)\n");
 #endif
