@@ -6,6 +6,7 @@
 //   kgen_softmax      softmax over the rows of (4096,1024) in stages (row max, exp(x - max), row sum, the output
 //                     ex * (1 / sum)), each computed at the row loop (compute_at), GB/s (4 bytes read, 4 written per element);
 //                     peer: weft_softmax. Not tuned: the schedule is written out (stderr: the stages at root)
+//   kgen_softmax_tuned the same definition tuned (the stages' places searched too); peer: weft_softmax
 // stderr: the default schedule's speed, the schedule chosen, the search's size and time.
 // WEFT_KGEN_TRIALS sets the schedules measured per kernel (default 48).
 #include <cblas.h>
@@ -16,7 +17,7 @@
 
 typedef weft_kg_expr E;
 
-static weft_kg_sched *tune(const char *name, weft_kg *kg, double flop) {
+static weft_kg_sched *tune(const char *name, weft_kg *kg, double flop, const char *unit) {
     const char *t = getenv("WEFT_KGEN_TRIALS");
     int trials = t && atoi(t) > 0 ? atoi(t) : 48;
     weft_kg_tune_report rep;
@@ -26,9 +27,9 @@ static weft_kg_sched *tune(const char *name, weft_kg *kg, double flop) {
         fprintf(stderr, "%s: %s\n", name, weft_last_error());
         return NULL;
     }
-    fprintf(stderr, "%s: tuned in %.1f s, %d of %d schedules measured: %.1f GFLOP/s [%s]; default schedule %.2f GFLOP/s\n",
-            name, bench_now() - t0, rep.measured, rep.candidates, flop / rep.best_ms * 1e-6, rep.best,
-            flop / rep.default_ms * 1e-6);
+    fprintf(stderr, "%s: tuned in %.1f s, %d of %d schedules measured: %.1f %s [%s]; default schedule %.2f %s\n",
+            name, bench_now() - t0, rep.measured, rep.candidates, flop / rep.best_ms * 1e-6, unit, rep.best,
+            flop / rep.default_ms * 1e-6, unit);
     return s;
 }
 
@@ -76,7 +77,7 @@ static void matmul(void) {
     E *i = weft_kg_axis(kg, "i", M), *j = weft_kg_axis(kg, "j", N), *k = weft_kg_reduce_axis(kg, "k", K);
     E *body = weft_kg_bin(kg, WEFT_KG_MUL, weft_kg_load(kg, A, (E *[]){i, k}), weft_kg_load(kg, B, (E *[]){k, j}));
     double flop = 2.0 * M * N * K;
-    weft_kg_sched *s = weft_kg_compute(kg, 2, (E *[]){i, j}, WEFT_KG_SUM, body, NULL) ? NULL : tune("kgen_matmul_512", kg, flop);
+    weft_kg_sched *s = weft_kg_compute(kg, 2, (E *[]){i, j}, WEFT_KG_SUM, body, NULL) ? NULL : tune("kgen_matmul_512", kg, flop, "GFLOP/s");
     weft_kg_kernel *kern = s ? weft_kg_build(s) : NULL;
     if (!kern) {
         fprintf(stderr, "kgen_matmul_512: %s\n", weft_last_error());
@@ -110,7 +111,7 @@ static void conv(void) {
     E *body = weft_kg_bin(kg, WEFT_KG_MUL, weft_kg_load_pad(kg, X, (E *[]){n, c, iy, ix}, 0),
                           weft_kg_load(kg, Wt, (E *[]){o, c, ky, kx}));
     double flop = 2.0 * N * O * H * W * C * KS * KS;
-    weft_kg_sched *s = weft_kg_compute(kg, 4, (E *[]){n, o, y, x}, WEFT_KG_SUM, body, NULL) ? NULL : tune("kgen_conv_14", kg, flop);
+    weft_kg_sched *s = weft_kg_compute(kg, 4, (E *[]){n, o, y, x}, WEFT_KG_SUM, body, NULL) ? NULL : tune("kgen_conv_14", kg, flop, "GFLOP/s");
     weft_kg_kernel *kern = s ? weft_kg_build(s) : NULL;
     if (!kern) {
         fprintf(stderr, "kgen_conv_14: %s\n", weft_last_error());
@@ -165,6 +166,12 @@ static void softmax(void) {
         BENCH_BEST(t, 3, 3, 0.2, weft_kg_run(root, 1, &xt, out));
         fprintf(stderr, "kgen_softmax: the stages at root (their own passes over X): %.2f GB/s\n", bytes / t * 1e-9);
         race("kgen_softmax", bytes, "GB/s", kern, 1, &xt, out, softmax_peer, xt);
+        weft_kg_sched *st = tune("kgen_softmax_tuned", kg, bytes, "GB/s");
+        weft_kg_kernel *kt = st ? weft_kg_build(st) : NULL;
+        if (kt) race("kgen_softmax_tuned", bytes, "GB/s", kt, 1, &xt, out, softmax_peer, xt);
+        else fprintf(stderr, "kgen_softmax_tuned: %s\n", weft_last_error());
+        weft_kg_kernel_free(kt);
+        weft_kg_sched_free(st);
         weft_tensor_free(xt), weft_tensor_free(out);
         weft_generator_free(g);
     }

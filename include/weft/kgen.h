@@ -178,7 +178,8 @@ typedef struct weft_kg_tune_report {
 // output axis tiled (or not), the first reduction axis split, its inner loop
 // outside or inside the tile's loops, the tile unrolled or not, accumulated in
 // a local tile or in the output, the outermost loop parallel or not; the
-// innermost output loop vectorised. The first batch is drawn at random; each
+// innermost output loop vectorised; the stages at root, at the outermost or
+// the last outer loop, or there with those that do not reduce inlined. The first batch is drawn at random; each
 // later batch is the cost model's best predictions plus one random pick. The
 // cost model is a ridge regression of log(time) on the schedule's features,
 // refitted after each batch. A log entry is keyed by the definition (shapes

@@ -22,9 +22,12 @@ typedef struct kg_cfg {
     int pack;        // the inputs the body reads copied (cache_read): 0 no; 1 at the last outer loop; 2 at the
                      // first reduction axis's outer loop (when split)
     int tz;          // the reduction's inner loop and the tile's two loops as the GEMM micro-kernel (tensorize)
+    int at;          // where the stages are computed: 0 at root; 1 at the outermost loop; 2 at the last outer
+                     // loop; 3 at the last outer loop, those without a reduction inlined (compute_inline)
 } kg_cfg;
 
-#define KG_NF 19 // cost-model features
+#define KG_AT_OPTS 4
+#define KG_NF 22 // cost-model features
 #define KG_MAX_SPACE 50000
 #define KG_REFINE 4 // the second level's trials
 #define KG_SET_BITS 17 // the enumeration's set of schedules seen
@@ -99,7 +102,14 @@ static weft_kg_sched *apply(const weft_kg *kg, const kg_cfg *c) {
             if (kg_reads(NULL, kg->body, t)) ok = !weft_kg_cache_read(s, t, at);
     }
     if (ok && c->tz) ok = ri >= 0 && !c->rin && c->cw && ni == 2 && !weft_kg_tensorize(s, ri, WEFT_KG_INTRIN_GEMM);
-    if (ok && (c->pack || c->tz)) { // (the regions fit, the micro-kernel's loops match)
+    if (ok && c->at) { // the stages' places (none: only at root)
+        weft_kg_loop at = c->at == 1 ? order[0] : no ? outer[no - 1] : -1;
+        ok = kg->n_stage > 0 && at >= 0;
+        for (int u = 0; ok && u < kg->n_stage; u++)
+            ok = !(c->at == 3 && kg->stage[u].red == WEFT_KG_NONE ? weft_kg_compute_inline(s, WEFT_KG_MAX_INPUTS + u)
+                                                                  : weft_kg_compute_at(s, WEFT_KG_MAX_INPUTS + u, at));
+    }
+    if (ok && (c->pack || c->tz || c->at)) { // (the regions fit, the micro-kernel's loops match)
         char *src = weft_kg_source(s);
         ok = src != NULL;
         free(src);
@@ -123,7 +133,8 @@ static void features(const weft_kg *kg, const kg_cfg *c, double *f) {
     double tile = lg((double)(e[0] * e[1])), ws = lg((double)(e[0] * c->rtile + c->rtile * e[1] + e[0] * e[1]) * 4);
     double fv[KG_NF] = {1, lg((double)e[1]), lg((double)e[0]), lg((double)c->rtile), c->rin, c->unroll, c->cw, c->par,
                         tile, c->cw * tile, ws, ws * ws / 10, c->rin ? 0 : lg((double)e[1]), c->unroll * tile,
-                        tile * tile / 10, c->rin * lg((double)c->rtile), c->pack == 1, c->pack == 2, c->tz};
+                        tile * tile / 10, c->rin * lg((double)c->rtile), c->pack == 1, c->pack == 2, c->tz,
+                        c->at == 1, c->at == 2, c->at == 3};
     memcpy(f, fv, sizeof fv);
 }
 
@@ -234,14 +245,16 @@ static bool num(const cJSON *o, const char *name, double lo, double hi, double *
 
 // The configuration of a log entry; false if a field is missing or out of range.
 static bool entry_cfg(const cJSON *e, kg_cfg *c, double *ms) {
-    double t0, t1, r, rin, un, cw, par, pack = 0, tz = 0;
+    double t0, t1, r, rin, un, cw, par, pack = 0, tz = 0, at = 0;
     if (!num(e, "tile0", 1, 1 << 30, &t0) || !num(e, "tile1", 1, 1 << 30, &t1) || !num(e, "rtile", 1, 1 << 30, &r) ||
         !num(e, "rin", 0, 1, &rin) || !num(e, "unroll", 0, 1, &un) || !num(e, "cw", 0, 1, &cw) ||
         !num(e, "par", 0, 1, &par) || !num(e, "ms", 0, 1e12, ms) ||
         (cJSON_GetObjectItem(e, "pack") && !num(e, "pack", 0, 2, &pack)) || // (older logs have neither)
-        (cJSON_GetObjectItem(e, "tz") && !num(e, "tz", 0, 1, &tz)))
+        (cJSON_GetObjectItem(e, "tz") && !num(e, "tz", 0, 1, &tz)) ||
+        (cJSON_GetObjectItem(e, "at") && !num(e, "at", 0, KG_AT_OPTS - 1, &at)))
         return false;
-    *c = (kg_cfg){{(int64_t)t0, (int64_t)t1}, (int64_t)r, (int)rin, (int)un, (int)cw, (int)par, (int)pack, (int)tz};
+    *c = (kg_cfg){{(int64_t)t0, (int64_t)t1}, (int64_t)r, (int)rin, (int)un, (int)cw, (int)par, (int)pack, (int)tz,
+                  (int)at};
     return true;
 }
 
@@ -264,6 +277,7 @@ static weft_status log_write(const char *path, cJSON *root, const weft_kg *kg, c
     cJSON_AddNumberToObject(e, "par", c->par);
     cJSON_AddNumberToObject(e, "pack", c->pack);
     cJSON_AddNumberToObject(e, "tz", c->tz);
+    cJSON_AddNumberToObject(e, "at", c->at);
     cJSON_AddNumberToObject(e, "ms", ms);
     cJSON_AddStringToObject(e, "schedule", sched);
     cJSON_AddItemToArray(entries, e);
@@ -339,19 +353,26 @@ static int enumerate(const weft_kg *kg, kg_cfg *space) {
     }
     set_add(seen, sched_hash(d));
     weft_kg_sched_free(d);
-    int n = 0, npar = weft_num_threads() > 1 ? 2 : 1;
-    for (int a = 0; a < nopt[0]; a++)
-        for (int b = 0; b < nopt[1]; b++)
-            for (int c = 0; c < nr; c++)
-                for (int rin = 0; rin < (c > 0 ? 2 : 1); rin++)
-                    for (int un = 0; un < 2; un++)
-                        for (int cw = 0; cw < 2; cw++)
-                            for (int par = 0; par < npar && n < KG_MAX_SPACE - KG_REFINE; par++) {
-                                kg_cfg cfg = {{opts[0][a], opts[1][b]}, ropts[c], rin, un, cw, par, 0};
-                                weft_kg_sched *s = apply(kg, &cfg);
-                                if (s && set_add(seen, sched_hash(s))) space[n++] = cfg;
-                                weft_kg_sched_free(s);
-                            }
+    int n = 0, npar = weft_num_threads() > 1 ? 2 : 1, nat = kg->n_stage ? KG_AT_OPTS : 1;
+    int64_t total = (int64_t)nat * nopt[0] * nopt[1] * nr * 2 * 2 * 2 * npar;
+    for (int64_t q = 0; q < total && n < KG_MAX_SPACE - KG_REFINE; q++) { // par innermost, the stages' place outermost
+        int64_t v = q;
+        kg_cfg cfg = {.par = (int)(v % npar)};
+        v /= npar;
+        cfg.cw = (int)(v % 2), v /= 2;
+        cfg.unroll = (int)(v % 2), v /= 2;
+        cfg.rin = (int)(v % 2), v /= 2;
+        int c = (int)(v % nr);
+        v /= nr;
+        if (cfg.rin && c == 0) continue; // (an unsplit reduction has no inner loop to place)
+        cfg.rtile = ropts[c];
+        cfg.tile[1] = opts[1][v % nopt[1]], v /= nopt[1];
+        cfg.tile[0] = opts[0][v % nopt[0]], v /= nopt[0];
+        cfg.at = (int)v;
+        weft_kg_sched *s = apply(kg, &cfg);
+        if (s && set_add(seen, sched_hash(s))) space[n++] = cfg;
+        weft_kg_sched_free(s);
+    }
     free(seen);
     return n;
 }

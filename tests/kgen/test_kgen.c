@@ -804,6 +804,68 @@ static void test_tune(void) {
     free(a), free(b), free(bias), free(ref), free(out);
 }
 
+// The tuner places stages too (at root, at the outermost loop, at the last outer loop, inlined where they do not
+// reduce): a tuned softmax computes the closed form's numbers, and a log entry with its stages at the row loop comes
+// back as that schedule.
+static void test_tune_stages(void) {
+    char dir[] = "/tmp/weft-kgen-test-XXXXXX", log[128];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(log, sizeof log, "%s/tune.json", dir);
+    const int64_t R = 64, C = 96;
+    weft_kg *kg = softmax_def(R, C);
+    float *x = ints(R * C, -6, 6, 71), *ref = malloc(R * C * 4), *out = malloc(R * C * 4);
+    const float *in[] = {x};
+    CHECK(weft_kg_reference(kg, in, ref) == WEFT_OK);
+    weft_kg_tune_report rep;
+    weft_kg_sched *s = weft_kg_tune(kg, &(weft_kg_tune_opts){.trials = 8, .repeat = 1, .seed = 9, .log = log}, &rep);
+    CHECK(s && rep.measured == 8 && rep.candidates > 200);
+    weft_kg_kernel *k = s ? weft_kg_build(s) : NULL;
+    double err = 1;
+    if (k && weft_kg_run_raw(k, in, out) == WEFT_OK) {
+        err = 0;
+        for (int i = 0; i < R * C; i++) err = fmax(err, fabs((double)out[i] - ref[i]) / (fabs(ref[i]) + 1e-30));
+    }
+    CHECK(err < 1e-5);
+    weft_kg_kernel_free(k);
+    weft_kg_sched_free(s);
+    // the entry rewritten by hand: the row loop untiled, the column loop whole inside it, the stages at the row loop
+    FILE *f = fopen(log, "r");
+    char text[4096] = {0};
+    CHECK(f && fread(text, 1, sizeof text - 1, f) > 0);
+    if (f) fclose(f);
+    char *key = strstr(text, "\"key\":"), *end = key ? strchr(key + 7, ',') : NULL;
+    CHECK(key && end);
+    if (key && end) {
+        *end = 0;
+        f = fopen(log, "w");
+        fprintf(f, "{\"weft_kgen_log\": 1, \"entries\": [{%s, \"tile0\": 1, \"tile1\": %lld, \"rtile\": 1, \"rin\": 0, "
+                   "\"unroll\": 0, \"cw\": 0, \"par\": 0, \"at\": 2, \"ms\": 1}]}", key, (long long)C);
+        fclose(f);
+        weft_kg_tune_report again;
+        s = weft_kg_tune(kg, &(weft_kg_tune_opts){.trials = 0, .log = log}, &again);
+        CHECK(s && again.from_log && !strcmp(again.best, "i j(vec) mx@i sm@i"));
+        k = s ? weft_kg_build(s) : NULL;
+        memset(out, 0, R * C * 4);
+        CHECK(k && weft_kg_run_raw(k, in, out) == WEFT_OK);
+        err = 0;
+        for (int i = 0; i < R * C; i++) err = fmax(err, fabs((double)out[i] - ref[i]) / (fabs(ref[i]) + 1e-30));
+        CHECK(err < 1e-5);
+        weft_kg_kernel_free(k);
+        weft_kg_sched_free(s);
+        // a place past the template's is refused
+        f = fopen(log, "w");
+        fprintf(f, "{\"entries\": [{%s, \"tile0\": 1, \"tile1\": 1, \"rtile\": 1, \"rin\": 0, \"unroll\": 0, "
+                   "\"cw\": 0, \"par\": 0, \"at\": 4, \"ms\": 1}]}", key);
+        fclose(f);
+        CHECK(weft_kg_tune(kg, &(weft_kg_tune_opts){.trials = 0, .log = log}, NULL) == NULL &&
+              wt_error_has("is not a schedule of it"));
+    }
+    unlink(log);
+    rmdir(dir);
+    weft_kg_free(kg);
+    free(x), free(ref), free(out);
+}
+
 int main(void) {
     RUN(test_reference);
     RUN(test_errors);
@@ -817,5 +879,6 @@ int main(void) {
     RUN(test_conv2d);
     RUN(test_elementwise_and_tensors);
     RUN(test_tune);
+    RUN(test_tune_stages);
     return wt_summary();
 }
