@@ -66,7 +66,7 @@ weft_value weft_graph_variable(weft_graph *g, const char *name, weft_tensor *ini
 // shapes come from the op's own infer; a mismatch is an error naming the op
 // and the node. out receives the op's outputs (room for WEFT_GRAPH_MAX_OUT;
 // may be NULL when only the node matters).
-#define WEFT_GRAPH_MAX_OUT 4
+#define WEFT_GRAPH_MAX_OUT 16
 weft_status weft_graph_op(weft_graph *g, const char *op_name, int n_in, const weft_value *in, const int64_t *iattrs,
                           int n_iattrs, const double *fattrs, int n_fattrs, weft_value *out);
 weft_status weft_graph_op_named(weft_graph *g, const char *name, const char *op_name, int n_in, const weft_value *in,

@@ -237,14 +237,14 @@ static weft_status static_rules(weft_capture *k, const run_ctx *c) {
 static bool probe(weft_capture *k, run_ctx *c, int32_t id) {
     weft_graph *g = c->g;
     uint64_t iw = g->stats.inplace_writes;
-    weft_tensor *tmp[WEFT_MAX_OP_OUT] = {0};
+    weft_tensor *tmp[WEFT_NODE_MAX_OUT] = {0};
     char msg[256] = "";
     bool named = false; // the message names the node already
     weft_status st = weft_device_capture_begin(k->dev);
     if (st == WEFT_OK) {
         st = weft_run_exec_node(c, id, tmp);
         if (st != WEFT_OK) snprintf(msg, sizeof msg, "%s", weft_last_error()), named = true;
-        for (int j = 0; j < WEFT_MAX_OP_OUT; j++) weft_tensor_free(tmp[j]);
+        for (int j = 0; j < WEFT_NODE_MAX_OUT; j++) weft_tensor_free(tmp[j]);
         weft_status se = weft_device_capture_end(k->dev, false, NULL);
         if (st == WEFT_OK && se != WEFT_OK) st = se, snprintf(msg, sizeof msg, "%s", weft_last_error());
     } else {
@@ -260,7 +260,7 @@ static bool probe(weft_capture *k, run_ctx *c, int32_t id) {
 }
 
 static weft_status run_step(run_ctx *c, int32_t id) {
-    weft_tensor *outs[WEFT_MAX_OP_OUT] = {0};
+    weft_tensor *outs[WEFT_NODE_MAX_OUT] = {0};
     weft_status st = weft_run_exec_node(c, id, outs);
     if (st == WEFT_OK) weft_run_commit_node(c, id, outs);
     return st;
@@ -310,7 +310,7 @@ static weft_status run_probe(weft_capture *k, run_ctx *c) {
     int n_plain = 0;
     for (int s = 0; s < c->n_order && st == WEFT_OK; s++) {
         int32_t id = c->order[s];
-        weft_tensor *outs[WEFT_MAX_OP_OUT] = {0};
+        weft_tensor *outs[WEFT_NODE_MAX_OUT] = {0};
         if ((st = weft_run_exec_node(c, id, outs)) != WEFT_OK) break;
         if (!k->plain[s] && queues_work(&g->nodes[id]) && !probe(k, c, id)) k->plain[s] = 1;
         weft_run_commit_node(c, id, outs);
@@ -343,9 +343,9 @@ static weft_status recover(run_ctx *c, const seg *q, int t) {
     uint64_t iw = g->stats.inplace_writes;
     weft_status st = WEFT_OK;
     for (int u = q->first; u < t && st == WEFT_OK; u++) {
-        weft_tensor *tmp[WEFT_MAX_OP_OUT] = {0};
+        weft_tensor *tmp[WEFT_NODE_MAX_OUT] = {0};
         st = weft_run_exec_node(c, c->order[u], tmp); // the committed outputs name the same memory
-        for (int j = 0; j < WEFT_MAX_OP_OUT; j++) weft_tensor_free(tmp[j]);
+        for (int j = 0; j < WEFT_NODE_MAX_OUT; j++) weft_tensor_free(tmp[j]);
     }
     g->stats.inplace_writes = iw;
     c->defer_drops = false;
@@ -362,7 +362,7 @@ static weft_status record_segment(weft_capture *k, run_ctx *c, seg *q, bool *fai
     if (st == WEFT_OK) {
         c->defer_drops = true;
         for (; t <= q->last && st == WEFT_OK; t++) {
-            weft_tensor *outs[WEFT_MAX_OP_OUT] = {0};
+            weft_tensor *outs[WEFT_NODE_MAX_OUT] = {0};
             if ((st = weft_run_exec_node(c, c->order[t], outs)) == WEFT_OK) weft_run_commit_node(c, c->order[t], outs);
         }
         if (st != WEFT_OK) t--; // the failing step

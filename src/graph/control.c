@@ -339,7 +339,7 @@ static weft_value *as_values(const int32_t *ids, int n, weft_value *buf) {
 // the caller's schedule; its own memory plan as the caller's options say by default).
 static weft_status run_sub(weft_graph *sub, int n_feed, const int32_t *ph, weft_tensor *const *feeds, int n_fetch,
                            const int32_t *fetch, weft_tensor **out) {
-    weft_value fv[WEFT_GRAPH_MAX_OUT + 1], ft[WEFT_GRAPH_MAX_OUT + 1];
+    weft_value fv[WEFT_GRAPH_MAX_OUT + 1] = {{0}}, ft[WEFT_GRAPH_MAX_OUT + 1];
     weft_value *fvp = n_feed <= WEFT_GRAPH_MAX_OUT + 1 ? fv : malloc((size_t)n_feed * sizeof *fvp);
     if (!fvp) return weft_error(WEFT_ERR_OOM, "graph_run: out of memory");
     weft_graph_run_options opts = {.interop_threads = 1};

@@ -11,6 +11,9 @@
 
 #include "../ops/op.h"
 
+// The most outputs a node has: an op's, or a control node's (cond, while); the executor's per-node arrays.
+#define WEFT_NODE_MAX_OUT (WEFT_GRAPH_MAX_OUT > WEFT_MAX_OP_OUT ? WEFT_GRAPH_MAX_OUT : WEFT_MAX_OP_OUT)
+
 typedef struct weft_gvalue {
     int32_t node;  // producer
     int32_t index; // output index of the producer

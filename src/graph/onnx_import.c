@@ -1201,6 +1201,7 @@ static const struct {
     {"GridSample", oi_grid_sample, NULL, 2},
     {"If", oi_if, NULL, 1},
     {"Loop", oi_loop, NULL, 0},
+    {"Scan", oi_scan, NULL, 1},
     {"Resize", oi_resize, "resize", 1},
     {"Upsample", oi_resize, "upsample", 1},
 };

@@ -132,6 +132,7 @@ void oi_imp_clear(imp *m);
 // weft subgraphs.
 weft_status oi_if(nctx *c, const char *arg);
 weft_status oi_loop(nctx *c, const char *arg);
+weft_status oi_scan(nctx *c, const char *arg);
 // Gather's reading of indices known only at run: where(idx < 0, idx + n, idx).
 weft_value oi_wrap_negative(nctx *c, weft_value idx, int64_t n);
 // onnx_import_math.c: one-input activations and functions (arg the op's name in lower case: "elu", "tan",

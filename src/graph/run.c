@@ -735,7 +735,7 @@ static weft_status prepare_cached(run_ctx *c, int n_fetch, const weft_value *fet
 // after both finished: the plan kept both nodes' inputs alive through the pair.
 static weft_status exec_pair(run_ctx *c, int32_t a, int32_t b) {
     int32_t ids[2] = {a, b};
-    weft_tensor *outs[2][WEFT_MAX_OP_OUT] = {{NULL}};
+    weft_tensor *outs[2][WEFT_NODE_MAX_OUT] = {{NULL}};
     weft_status st[2] = {WEFT_OK, WEFT_OK};
     char msg[2][1024] = {"", ""};
     int nt = weft_num_threads() >= 2 ? 2 : 1;
@@ -748,7 +748,7 @@ static weft_status exec_pair(run_ctx *c, int32_t a, int32_t b) {
     }
     if (st[0] != WEFT_OK || st[1] != WEFT_OK) {
         for (int k = 0; k < 2; k++)
-            for (int j = 0; j < WEFT_MAX_OP_OUT; j++) weft_tensor_free(outs[k][j]);
+            for (int j = 0; j < WEFT_NODE_MAX_OUT; j++) weft_tensor_free(outs[k][j]);
         int k = st[0] != WEFT_OK ? 0 : 1;
         return weft_error(st[k], "%s", msg[k]);
     }
@@ -762,14 +762,14 @@ static weft_status exec_pair(run_ctx *c, int32_t a, int32_t b) {
 static void *worker(void *arg) {
     run_ctx *c = arg;
     bool prev = weft_grad_set_enabled(false); // a no-op on the caller's thread; new threads start with grad on
-    weft_tensor *outs[WEFT_MAX_OP_OUT];
+    weft_tensor *outs[WEFT_NODE_MAX_OUT];
     pthread_mutex_lock(&c->mu);
     for (;;) {
         while (c->err == WEFT_OK && c->head == c->tail && c->done < c->n_order) pthread_cond_wait(&c->cv, &c->mu);
         if (c->err != WEFT_OK || c->done == c->n_order) break;
         int32_t x = c->queue[c->head++];
         pthread_mutex_unlock(&c->mu);
-        for (int j = 0; j < WEFT_MAX_OP_OUT; j++) outs[j] = NULL;
+        for (int j = 0; j < WEFT_NODE_MAX_OUT; j++) outs[j] = NULL;
         weft_status st = weft_run_exec_node(c, x, outs);
         pthread_mutex_lock(&c->mu);
         if (st != WEFT_OK) {
@@ -947,7 +947,7 @@ static weft_status run_impl(run_ctx *c, int n_feeds, const weft_value *feed_vals
         if (st != WEFT_OK) return st;
     } else {
         g->stats.interop_threads = 1;
-        weft_tensor *outs[WEFT_MAX_OP_OUT];
+        weft_tensor *outs[WEFT_NODE_MAX_OUT];
         for (int s = 0; s < c->n_order; s++) {
             // A co-scheduled pair: two CPU threads; a device runs the two one after the other.
             if (s + 1 < c->n_order && c->co[s + 1] && c->dev.type == WEFT_CPU) {
@@ -955,7 +955,7 @@ static weft_status run_impl(run_ctx *c, int n_feeds, const weft_value *feed_vals
                 s++;
                 continue;
             }
-            for (int j = 0; j < WEFT_MAX_OP_OUT; j++) outs[j] = NULL;
+            for (int j = 0; j < WEFT_NODE_MAX_OUT; j++) outs[j] = NULL;
             st = weft_run_exec_node(c, c->order[s], outs);
             if (st != WEFT_OK) return st;
             weft_run_commit_node(c, c->order[s], outs);

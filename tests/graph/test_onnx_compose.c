@@ -290,27 +290,34 @@ static void test_resize_gradient(void) {
     weft_tensor_free(xv), weft_tensor_free(roi), weft_tensor_free(szv);
 }
 
-// A value info for a graph input: name, float or bool (ONNX types 1, 9), a 1-D size or 0-d.
+// A value info for a graph input: name, float or bool (ONNX types 1, 9), up to 4 dims (vinfo_init: a 1-D size, or
+// 0-d for 0).
 typedef struct vinfo {
     Onnx__ValueInfoProto vi;
     Onnx__TypeProto tp;
     Onnx__TypeProto__Tensor tt;
     Onnx__TensorShapeProto sp;
-    Onnx__TensorShapeProto__Dimension dm, *dmp;
+    Onnx__TensorShapeProto__Dimension dm[4], *dmp[4];
 } vinfo;
-static Onnx__ValueInfoProto *vinfo_init(vinfo *v, const char *name, int type, int64_t n) {
+static Onnx__ValueInfoProto *vinfo_dims(vinfo *v, const char *name, int type, int nd, const int64_t *sizes) {
     Onnx__ValueInfoProto vi = ONNX__VALUE_INFO_PROTO__INIT;
     Onnx__TypeProto tp = ONNX__TYPE_PROTO__INIT;
     Onnx__TypeProto__Tensor tt = ONNX__TYPE_PROTO__TENSOR__INIT;
     Onnx__TensorShapeProto sp = ONNX__TENSOR_SHAPE_PROTO__INIT;
-    Onnx__TensorShapeProto__Dimension dm = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__INIT;
-    v->vi = vi, v->tp = tp, v->tt = tt, v->sp = sp, v->dm = dm, v->dmp = &v->dm;
-    v->dm.value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE, v->dm.dim_value = n;
-    v->sp.n_dim = n ? 1 : 0, v->sp.dim = &v->dmp;
+    v->vi = vi, v->tp = tp, v->tt = tt, v->sp = sp;
+    for (int d = 0; d < nd; d++) {
+        Onnx__TensorShapeProto__Dimension dm = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__INIT;
+        v->dm[d] = dm, v->dmp[d] = &v->dm[d];
+        v->dm[d].value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE, v->dm[d].dim_value = sizes[d];
+    }
+    v->sp.n_dim = (size_t)nd, v->sp.dim = v->dmp;
     v->tt.has_elem_type = 1, v->tt.elem_type = type, v->tt.shape = &v->sp;
     v->tp.value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE, v->tp.tensor_type = &v->tt;
     v->vi.name = (char *)name, v->vi.type = &v->tp;
     return &v->vi;
+}
+static Onnx__ValueInfoProto *vinfo_init(vinfo *v, const char *name, int type, int64_t n) {
+    return vinfo_dims(v, name, type, n ? 1 : 0, &n);
 }
 
 // If(c) with then = x * x and else = (x + k) * s, where x is a graph input, k a Constant node and s an
@@ -375,8 +382,8 @@ static void test_if(void) {
 
 // Loop(M = 5, cond = true, v = x) with body v' = v * s + float(i) + b, where s is an initializer and b a graph input
 // of the outer graph: v_5 = 32 x + sum_i 2^(4-i) (i + b); its gradients are 32 for x and 31 for b.
-static void test_loop(void) {
-    char *m_in = "M", *c_in = "cond", *x_in = "x", *b_in = "b", *s_in = "s", *y = "y";
+static void loop_case(bool scan, bool m_unknown) {
+    char *m_in = "M", *c_in = "cond", *x_in = "x", *b_in = "b", *s_in = "s", *y = "y", *outs[2] = {"y", "ys"};
     char *bi = "i", *bc = "c_in", *bv = "v", *ic = "ic", *t = "t", *u = "u", *vo = "v_out", *co = "c_out";
     Onnx__NodeProto cast = ONNX__NODE_PROTO__INIT, mul = ONNX__NODE_PROTO__INIT, add1 = ONNX__NODE_PROTO__INIT,
                     add2 = ONNX__NODE_PROTO__INIT, idn = ONNX__NODE_PROTO__INIT, loop = ONNX__NODE_PROTO__INIT;
@@ -390,13 +397,13 @@ static void test_loop(void) {
     add2.op_type = "Add", add2.n_input = 2, add2.input = a2, add2.n_output = 1, add2.output = &vo;
     idn.op_type = "Identity", idn.n_input = 1, idn.input = &bc, idn.n_output = 1, idn.output = &co;
     Onnx__NodeProto *bn[5] = {&cast, &mul, &add1, &add2, &idn}, *lp = &loop;
-    vinfo vi_i, vi_c, vi_v, vo_c, vo_v, g_x, g_b, g_y;
+    vinfo vi_i, vi_c, vi_v, vo_c, vo_v, vo_u, g_m, g_x, g_b, g_y, g_ys;
     Onnx__ValueInfoProto *bin[3] = {vinfo_init(&vi_i, bi, 7, 0), vinfo_init(&vi_c, bc, 9, 0), vinfo_init(&vi_v, bv, 1, 2)};
-    Onnx__ValueInfoProto *bout[2] = {vinfo_init(&vo_c, co, 9, 0), vinfo_init(&vo_v, vo, 1, 2)};
+    Onnx__ValueInfoProto *bout[3] = {vinfo_init(&vo_c, co, 9, 0), vinfo_init(&vo_v, vo, 1, 2), vinfo_init(&vo_u, u, 1, 2)};
     Onnx__GraphProto body = ONNX__GRAPH_PROTO__INIT, gp = ONNX__GRAPH_PROTO__INIT;
-    body.name = "body", body.n_node = 5, body.node = bn, body.n_input = 3, body.input = bin, body.n_output = 2, body.output = bout;
+    body.name = "body", body.n_node = 5, body.node = bn, body.n_input = 3, body.input = bin, body.n_output = scan ? 3 : 2, body.output = bout;
     bd.name = "body", bd.has_type = 1, bd.type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH, bd.g = &body;
-    loop.op_type = "Loop", loop.n_input = 3, loop.input = li, loop.n_output = 1, loop.output = &y, loop.n_attribute = 1,
+    loop.op_type = "Loop", loop.n_input = 3, loop.input = li, loop.n_output = scan ? 2 : 1, loop.output = outs, loop.n_attribute = 1,
     loop.attribute = &bdp;
     int64_t mval = 5, one = 1;
     int32_t cval = 1;
@@ -406,14 +413,19 @@ static void test_loop(void) {
     ct.name = c_in, ct.has_data_type = 1, ct.data_type = 9, ct.n_int32_data = 1, ct.int32_data = &cval;
     stt.name = s_in, stt.n_dims = 1, stt.dims = &one, stt.has_data_type = 1, stt.data_type = 1, stt.n_float_data = 1,
     stt.float_data = &sval;
-    Onnx__TensorProto *inits[3] = {&mt, &ct, &stt};
-    Onnx__ValueInfoProto *gin[2] = {vinfo_init(&g_x, x_in, 1, 2), vinfo_init(&g_b, b_in, 1, 2)}, *gout = vinfo_init(&g_y, y, 1, 2);
-    gp.name = "g", gp.n_node = 1, gp.node = &lp, gp.n_input = 2, gp.input = gin, gp.n_output = 1, gp.output = &gout;
-    gp.n_initializer = 3, gp.initializer = inits;
+    Onnx__TensorProto *inits[3] = {&ct, &stt, &mt};
+    Onnx__ValueInfoProto *gin[3] = {vinfo_init(&g_x, x_in, 1, 2), vinfo_init(&g_b, b_in, 1, 2), vinfo_init(&g_m, m_in, 7, 0)}, *gout[2] = {vinfo_init(&g_y, y, 1, 2), vinfo_init(&g_ys, "ys", 1, 0)};
+    gp.name = "g", gp.n_node = 1, gp.node = &lp, gp.n_input = m_unknown ? 3 : 2, gp.input = gin, gp.n_output = scan ? 2 : 1, gp.output = gout;
+    gp.n_initializer = m_unknown ? 2 : 3, gp.initializer = inits; // (M a graph input: fed at run time)
     char path[256];
     CHECK(write_graph(&gp, 13, "loop", path, sizeof path));
     weft_graph *g = weft_onnx_load(path, 0, NULL);
     unlink(path);
+    if (m_unknown) { // scan outputs with M unknown at load: their length is not known
+        CHECK(g == NULL && wt_error_has("scan outputs need M known at load"));
+        weft_graph_free(g);
+        return;
+    }
     CHECK(g != NULL);
     if (!g) return;
     weft_value xv = weft_graph_find_value(g, "x"), bv2 = weft_graph_find_value(g, "b"), yv = weft_graph_find_value(g, "y");
@@ -427,14 +439,28 @@ static void test_loop(void) {
         CHECK_NEAR(fat(out, e), v, 1e-6);
     }
     weft_tensor_free(out);
-    weft_value l, gr[2];
-    CHECK(weft_graph_op(g, "sum", 1, &yv, (int64_t[]){1, 0, 0}, 3, NULL, 0, &l) == WEFT_OK);
+    weft_value ysv = scan ? weft_graph_find_value(g, "ys") : yv, l, gr[2];
+    if (scan) { // ys[i] = 2 v_i + i, v_i the value before iteration i
+        CHECK(weft_graph_value_ndim(g, ysv) == 2 && weft_graph_value_sizes(g, ysv)[0] == 5);
+        out = NULL;
+        CHECK(weft_graph_run(g, 2, (weft_value[]){xv, bv2}, (weft_tensor *[]){xt, bt}, 1, &ysv, &out, 0, NULL) == WEFT_OK);
+        for (int e = 0; out && e < 2; e++) {
+            double v = xs[e];
+            for (int i = 0; i < 5; i++) {
+                CHECK_NEAR(fat(out, i * 2 + e), v * 2 + i, 1e-6);
+                v = v * 2 + i + bs[e];
+            }
+        }
+        weft_tensor_free(out);
+    }
+    CHECK(weft_graph_op(g, "sum", 1, &ysv, (int64_t[]){scan ? 3 : 1, 0, 0}, 3, NULL, 0, &l) == WEFT_OK);
     if (weft_graph_gradients(g, l, 2, (weft_value[]){xv, bv2}, gr) == WEFT_OK) {
         weft_tensor *go[2] = {NULL, NULL};
         CHECK(weft_graph_run(g, 2, (weft_value[]){xv, bv2}, (weft_tensor *[]){xt, bt}, 2, gr, go, 0, NULL) == WEFT_OK);
         for (int e = 0; go[0] && go[1] && e < 2; e++) {
-            CHECK_NEAR(fat(go[0], e), 32, 1e-6);
-            CHECK_NEAR(fat(go[1], e), 31, 1e-6);
+            // d v_i / dx = 2^i, d v_i / db = 2^i - 1; sum(ys): sum over i < 5 of 2^(i+1) and 2 (2^i - 1)
+            CHECK_NEAR(fat(go[0], e), scan ? 62 : 32, 1e-6);
+            CHECK_NEAR(fat(go[1], e), scan ? 52 : 31, 1e-6);
         }
         weft_tensor_free(go[0]), weft_tensor_free(go[1]);
     } else {
@@ -442,6 +468,13 @@ static void test_loop(void) {
     }
     weft_tensor_free(xt), weft_tensor_free(bt);
     weft_graph_free(g);
+}
+
+// Loop(M = 5, cond = true, v = x): the final v, and (scan) the scan output of u = 2 v + i stacked over the trips
+static void test_loop(void) { loop_case(false, false); }
+static void test_loop_scan(void) {
+    loop_case(true, false);
+    loop_case(true, true);
 }
 
 // GridSample (bilinear, zeros padding) is differentiable in the input and the grid: weft_graph_gradients of
@@ -481,6 +514,87 @@ static void test_grid_sample_gradient(void) {
     weft_tensor_free(got[0]), weft_tensor_free(got[1]), weft_tensor_free(w);
     weft_tensor_free(xv), weft_tensor_free(grid);
     weft_graph_free(g);
+}
+
+// Scan(h0, X, Y) with X read along axis 1, Y along axis 0 backwards, body h' = h * w + x_t + y_t (w an outer graph
+// input the body reads), the scan output h' stacked along axis 1 backwards: O[:, 3 - t] = h_t. Outputs and the
+// gradients of sum(O) against closed forms (d sum / d a_t = sum over s >= t of w^(s - t)).
+static void scan_ints_attr(Onnx__AttributeProto *a, const char *name, int n, int64_t *v) {
+    a->name = (char *)name, a->has_type = 1, a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS, a->n_ints = (size_t)n;
+    a->ints = v;
+}
+static void test_scan(void) {
+    char *h = "h", *x = "x", *y = "y", *w = "w", *m = "m", *p = "p", *hn = "hn", *o = "o";
+    char *mi[2] = {h, w}, *pi[2] = {m, x}, *hi[2] = {p, y};
+    Onnx__NodeProto mul = ONNX__NODE_PROTO__INIT, add1 = ONNX__NODE_PROTO__INIT, add2 = ONNX__NODE_PROTO__INIT,
+                    idn = ONNX__NODE_PROTO__INIT, scan = ONNX__NODE_PROTO__INIT;
+    mul.op_type = "Mul", mul.n_input = 2, mul.input = mi, mul.n_output = 1, mul.output = &m;
+    add1.op_type = "Add", add1.n_input = 2, add1.input = pi, add1.n_output = 1, add1.output = &p;
+    add2.op_type = "Add", add2.n_input = 2, add2.input = hi, add2.n_output = 1, add2.output = &hn;
+    idn.op_type = "Identity", idn.n_input = 1, idn.input = &hn, idn.n_output = 1, idn.output = &o;
+    Onnx__NodeProto *bn[4] = {&mul, &add1, &add2, &idn}, *sp = &scan;
+    vinfo bi[3], bo[2], gi[4], go[2];
+    Onnx__ValueInfoProto *bin[3] = {vinfo_init(&bi[0], h, 1, 3), vinfo_init(&bi[1], x, 1, 3), vinfo_init(&bi[2], y, 1, 3)};
+    Onnx__ValueInfoProto *bout[2] = {vinfo_init(&bo[0], hn, 1, 3), vinfo_init(&bo[1], o, 1, 3)};
+    Onnx__GraphProto body = ONNX__GRAPH_PROTO__INIT, gp = ONNX__GRAPH_PROTO__INIT;
+    body.name = "body", body.n_node = 4, body.node = bn, body.n_input = 3, body.input = bin, body.n_output = 2, body.output = bout;
+    Onnx__AttributeProto at[6] = {ONNX__ATTRIBUTE_PROTO__INIT, ONNX__ATTRIBUTE_PROTO__INIT, ONNX__ATTRIBUTE_PROTO__INIT,
+                                  ONNX__ATTRIBUTE_PROTO__INIT, ONNX__ATTRIBUTE_PROTO__INIT, ONNX__ATTRIBUTE_PROTO__INIT};
+    Onnx__AttributeProto *atp[6] = {&at[0], &at[1], &at[2], &at[3], &at[4], &at[5]};
+    int64_t iax[2] = {1, 0}, idir[2] = {0, 1}, oax[1] = {-1}, odir[1] = {1};
+    at[0].name = "body", at[0].has_type = 1, at[0].type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH, at[0].g = &body;
+    at[1].name = "num_scan_inputs", at[1].has_type = 1, at[1].type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+    at[1].has_i = 1, at[1].i = 2;
+    scan_ints_attr(&at[2], "scan_input_axes", 2, iax);
+    scan_ints_attr(&at[3], "scan_input_directions", 2, idir);
+    scan_ints_attr(&at[4], "scan_output_axes", 1, oax);
+    scan_ints_attr(&at[5], "scan_output_directions", 1, odir);
+    char *sin[3] = {"h0", "X", "Y"}, *sout[2] = {"hf", "O"};
+    scan.op_type = "Scan", scan.n_input = 3, scan.input = sin, scan.n_output = 2, scan.output = sout;
+    scan.n_attribute = 6, scan.attribute = atp;
+    Onnx__ValueInfoProto *gin[4] = {vinfo_init(&gi[0], "h0", 1, 3), vinfo_dims(&gi[1], "X", 1, 2, (int64_t[]){3, 4}),
+                                    vinfo_dims(&gi[2], "Y", 1, 2, (int64_t[]){4, 3}), vinfo_init(&gi[3], w, 1, 3)};
+    Onnx__ValueInfoProto *gout[2] = {vinfo_init(&go[0], "hf", 1, 3), vinfo_dims(&go[1], "O", 1, 2, (int64_t[]){3, 4})};
+    gp.name = "g", gp.n_node = 1, gp.node = &sp, gp.n_input = 4, gp.input = gin, gp.n_output = 2, gp.output = gout;
+    char path[256];
+    CHECK(write_graph(&gp, 16, "scan", path, sizeof path));
+    weft_graph *g = weft_onnx_load(path, 0, NULL);
+    unlink(path);
+    CHECK(g != NULL);
+    if (!g) return;
+    float h0[3] = {0.5f, -1, 2}, X[12], Y[12], wv[3] = {0.5f, -1.5f, 1.25f};
+    for (int i = 0; i < 12; i++) X[i] = 0.25f * (float)(i % 5) - 0.5f, Y[i] = 0.125f * (float)((i * 7) % 9) - 0.25f;
+    weft_tensor *ft[4] = {weft_tensor_from_data(h0, 1, (int64_t[]){3}, WEFT_F32), weft_tensor_from_data(X, 2, (int64_t[]){3, 4}, WEFT_F32),
+                          weft_tensor_from_data(Y, 2, (int64_t[]){4, 3}, WEFT_F32), weft_tensor_from_data(wv, 1, (int64_t[]){3}, WEFT_F32)};
+    weft_value fv[4] = {weft_graph_find_value(g, "h0"), weft_graph_find_value(g, "X"), weft_graph_find_value(g, "Y"),
+                        weft_graph_find_value(g, "w")};
+    weft_value ov[2] = {weft_graph_find_value(g, "hf"), weft_graph_find_value(g, "O")}, l, gr[3];
+    CHECK(weft_graph_op(g, "sum", 1, &ov[1], (int64_t[]){3, 0, 0}, 3, NULL, 0, &l) == WEFT_OK);
+    CHECK(weft_graph_gradients(g, l, 3, fv, gr) == WEFT_OK);
+    weft_tensor *out[5] = {NULL};
+    CHECK(weft_graph_run(g, 4, fv, ft, 5, (weft_value[]){ov[0], ov[1], gr[0], gr[1], gr[2]}, out, 0, NULL) == WEFT_OK);
+    for (int e = 0; out[0] && out[1] && out[2] && out[3] && out[4] && e < 3; e++) {
+        double hh = h0[e], we = wv[e], want_h0 = 0;
+        for (int t = 0; t < 4; t++) {
+            hh = hh * we + X[e * 4 + t] + Y[(3 - t) * 3 + e];
+            CHECK_NEAR(fat(out[1], e * 4 + (3 - t)), hh, 1e-5);
+            want_h0 += pow(we, t + 1);
+            double ga = 0; // d sum(O) / d a_t, a_t = x_t + y_t
+            for (int s2 = t; s2 < 4; s2++) ga += pow(we, s2 - t);
+            CHECK_NEAR(fat(out[3], e * 4 + t), ga, 1e-5);
+            CHECK_NEAR(fat(out[4], (3 - t) * 3 + e), ga, 1e-5);
+        }
+        CHECK_NEAR(fat(out[0], e), hh, 1e-5);
+        CHECK_NEAR(fat(out[2], e), want_h0, 1e-5);
+    }
+    for (int k = 0; k < 5; k++) weft_tensor_free(out[k]);
+    for (int k = 0; k < 4; k++) weft_tensor_free(ft[k]);
+    weft_graph_free(g);
+    // scan inputs of different lengths are refused
+    vinfo_dims(&gi[2], "Y", 1, 2, (int64_t[]){5, 3});
+    CHECK(write_graph(&gp, 16, "scan", path, sizeof path));
+    CHECK(weft_onnx_load(path, 0, NULL) == NULL && wt_error_has("lengths"));
+    unlink(path);
 }
 
 // Tile of an 8-D x with two dims both repeated and longer than 1 (one view would need 10 dims: tiled a dim at a
@@ -627,6 +741,8 @@ int main(void) {
     RUN(test_grid_sample_gradient);
     RUN(test_if);
     RUN(test_loop);
+    RUN(test_loop_scan);
+    RUN(test_scan);
     RUN(test_edges);
     RUN(test_dropout_mask);
 #else
