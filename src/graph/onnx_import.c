@@ -1237,7 +1237,7 @@ static weft_status import_node(imp *m, const Onnx__NodeProto *n, int idx) {
     } else if (fn < 0) {
         st = WEFT_ERR_UNSUPPORTED;
         snprintf(why, sizeof why, "weft does not read this op");
-    } else if (n->n_output > 8 || n->n_input > MAX_IN) {
+    } else if (n->n_output > WEFT_GRAPH_MAX_OUT || n->n_input > MAX_IN) {
         st = WEFT_ERR_UNSUPPORTED;
         snprintf(why, sizeof why, "%zu inputs, %zu outputs", n->n_input, n->n_output);
     }
@@ -1280,7 +1280,7 @@ static weft_status import_node(imp *m, const Onnx__NodeProto *n, int idx) {
         }
     }
     if (st == WEFT_OK) {
-        for (int k = 0; k < 8; k++) c->out[k] = WEFT_VALUE_NONE;
+        for (int k = 0; k < WEFT_GRAPH_MAX_OUT; k++) c->out[k] = WEFT_VALUE_NONE;
         st = ops[fn].fn(c, ops[fn].arg);
         if (c->bad_attr) { // read as absent: whatever the handler made of that is not the file's model
             st = WEFT_ERR_FORMAT;

@@ -41,7 +41,7 @@ typedef struct nctx {
     int n_in;                     // inputs present (trailing empty names dropped)
     weft_value *in;               // their values (WEFT_VALUE_NONE for an empty name in the middle), at least
     int *kin;                     // MIN_IN of each; their entries (-1 for an empty name)
-    weft_value out[8];            // what the handler binds to the node's outputs
+    weft_value out[WEFT_GRAPH_MAX_OUT]; // what the handler binds to the node's outputs (If, Loop, Scan: up to 16)
     weft_tensor *konst0;          // output 0's value when the handler knows it (Constant, Shape; a reference)
     int tmp;                      // temporaries named "<first output>#<k>"
     const char *bad_attr;         // the first attribute read whose type in the file is not the op's

@@ -173,13 +173,6 @@ weft_status oi_if(nctx *c, const char *arg) {
     return st;
 }
 
-// Loop(M, cond, v...; body): a while node over the variables (i, cond, v..., the outer values the body reads and
-// the load does not know, M). The predicate graph computes cond and i < M; the body graph is ONNX's body
-// (i, cond, v -> cond', v') with i + 1 and the passed-through values added. Scan outputs (the body's outputs
-// past the loop-carried ones, stacked over the iterations) need a trip count known at load: M known, and a cond
-// that cannot end the loop early (absent or a known true, passed through by the body or a true constant). Each is
-// then one more variable, an (M, numel) buffer of zeros that iteration i adds its row to (scatter_add), viewed as
-// (M, dims...) after the loop; the body is imported once more first, to learn the rows' shapes.
 // Whether a Loop body's cond output is always true: its cond input passed through (itself, or an Identity of it), or
 // a Constant true. (The loop's initial cond is checked by the caller.)
 static bool cond_stays_true(const Onnx__GraphProto *body) {
@@ -203,26 +196,37 @@ static bool cond_stays_true(const Onnx__GraphProto *body) {
     return false;
 }
 
-// The shapes of the body's scan outputs (its outputs first, first + 1, ...): the body imported once on its own, its
-// graph dropped. Each as (M, its dims): nd counts the M, sizes[k][0] is left for it.
-static weft_status scan_shapes(nctx *c, const Onnx__GraphProto *body, int n_lead, const weft_value *lead,
-                               const names *fr, const int *fk, const scan_in *si, int first, int ns, int *nd,
-                               int64_t (*sizes)[WEFT_MAX_DIMS], weft_dtype *dt) {
-    weft_graph *g = NULL;
-    weft_value so[WEFT_GRAPH_MAX_OUT + 1];
-    weft_status st = branch(c, body, n_lead, lead, fr, fk, si, &g, so, NULL);
-    for (int k = 0; !st && k < ns; k++) {
-        weft_value v = so[first + k];
-        int r = weft_graph_value_ndim(g, v);
-        if (r < 0 || r + 1 > WEFT_MAX_DIMS) {
-            st = weft_error(WEFT_ERR_UNSUPPORTED, "scan output %d has %d dims (at most %d)", k, r, WEFT_MAX_DIMS - 1);
-            break;
-        }
-        nd[k] = r + 1, dt[k] = weft_graph_value_dtype(g, v);
-        if (r) memcpy(&sizes[k][1], weft_graph_value_sizes(g, v), sizeof(int64_t) * (size_t)r);
+// The shapes of the body's scan outputs so[0..ns) (values of the body graph bg), each as (trips, its dims): nd counts
+// the trips; their numel. Each trip copies the (trips, numel) buffer (scatter_add makes a new one), so a buffer may
+// hold at most 2^26 elements and the copies 2^36 in all.
+static weft_status scan_meta(weft_graph *bg, const weft_value *so, int ns, int64_t trips, int *nd,
+                             int64_t (*sizes)[WEFT_MAX_DIMS], int64_t *numel, weft_dtype *dt) {
+    for (int k = 0; k < ns; k++) {
+        int r = weft_graph_value_ndim(bg, so[k]);
+        if (r < 0 || r + 1 > WEFT_MAX_DIMS)
+            return weft_error(WEFT_ERR_UNSUPPORTED, "scan output %d has %d dims (at most %d)", k, r, WEFT_MAX_DIMS - 1);
+        nd[k] = r + 1, dt[k] = weft_graph_value_dtype(bg, so[k]), sizes[k][0] = trips, numel[k] = 1;
+        for (int d = 0; d < r; d++) numel[k] *= (sizes[k][1 + d] = weft_graph_value_sizes(bg, so[k])[d]);
+        double all = (double)trips * (double)numel[k];
+        if (all > (double)(INT64_C(1) << 26) || all * (double)trips > (double)(INT64_C(1) << 36))
+            return weft_error(WEFT_ERR_UNSUPPORTED, "scan output %d: %lld trips of %lld elements (each trip copies the "
+                              "buffer of them all: at most 2^26 elements, 2^36 copied)", k, (long long)trips,
+                              (long long)numel[k]);
     }
-    weft_graph_free(g);
-    return st;
+    return WEFT_OK;
+}
+
+// Zero buffers (trips, numel[k]) as constants of g, appended to vars at *n.
+static weft_status scan_buffers(weft_graph *g, int ns, int64_t trips, const int64_t *numel, const weft_dtype *dt,
+                                weft_value *vars, int *n) {
+    for (int k = 0; k < ns; k++) {
+        weft_tensor *z = weft_tensor_zeros(2, (int64_t[]){trips, numel[k]}, dt[k]);
+        weft_value v = z ? weft_graph_constant(g, NULL, z) : WEFT_VALUE_NONE;
+        weft_tensor_free(z);
+        if (!OK(v)) return weft_last_status();
+        vars[(*n)++] = v;
+    }
+    return WEFT_OK;
 }
 
 // Iteration i's row of a scan output: buf (M, numel) with row v added at position i (buf is zero there).
@@ -237,6 +241,13 @@ static weft_value scan_row(weft_graph *bg, weft_value i, weft_value buf, weft_va
     return weft_graph_op1(bg, "scatter_add", 3, (weft_value[]){buf, ix, src}, (int64_t[]){0}, 1, NULL, 0);
 }
 
+// Loop(M, cond, v...; body): a while node over the variables (i, cond, v..., the outer values the body reads and
+// the load does not know, M). The predicate graph computes cond and i < M; the body graph is ONNX's body
+// (i, cond, v -> cond', v') with i + 1 and the passed-through values added. Scan outputs (the body's outputs
+// past the loop-carried ones, stacked over the iterations) need a trip count known at load: M known, and a cond
+// that cannot end the loop early (absent or a known true, passed through by the body or a true constant). Each is
+// then one more variable, an (M, numel) buffer of zeros that iteration i adds its row to (scatter_add), viewed as
+// (M, dims...) after the loop; the rows' shapes come from the body, imported before the predicate.
 weft_status oi_loop(nctx *c, const char *arg) {
     (void)arg;
     const Onnx__AttributeProto *a = oi_attr_t(c, "body", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH);
@@ -269,7 +280,8 @@ weft_status oi_loop(nctx *c, const char *arg) {
     int *fk = st ? NULL : malloc(sizeof(int) * (size_t)(fr.n + 1));
     weft_value *vars = st ? NULL : malloc(sizeof(weft_value) * (size_t)cap), *ph = st ? NULL : malloc(sizeof(weft_value) * (size_t)cap);
     weft_value *nxt = st ? NULL : malloc(sizeof(weft_value) * (size_t)cap), *outs = st ? NULL : malloc(sizeof(weft_value) * (size_t)cap);
-    if (!st && (!fk || !vars || !ph || !nxt || !outs)) st = weft_error(WEFT_ERR_OOM, "no memory");
+    weft_value *cph = st ? NULL : malloc(sizeof(weft_value) * (size_t)cap);
+    if (!st && (!fk || !vars || !ph || !nxt || !outs || !cph)) st = weft_error(WEFT_ERR_OOM, "no memory");
     int n = 0;
     if (!st) { // i, cond, v...: the loop's own variables
         vars[n++] = oi_scalar(c, WEFT_I64, 0);
@@ -293,44 +305,36 @@ weft_status oi_loop(nctx *c, const char *arg) {
         st = weft_error(WEFT_ERR_UNSUPPORTED, "%d loop variables (the counter, cond, %d carried, %d outer values the "
                         "load does not know%s, %d scan outputs): weft's while takes at most %d", n + ns, nv,
                         n - 2 - nv - m_var, m_var ? ", M" : "", ns, WEFT_GRAPH_MAX_OUT);
+    weft_graph *cg = NULL, *bg = NULL;
+    weft_value so[WEFT_GRAPH_MAX_OUT + 1], pred = WEFT_VALUE_NONE;
+    if (!st) st = branch(c, body, 2 + nv, vars, &fr, fk, NULL, &bg, so, ph);
     int nb = n, scan_nd[WEFT_GRAPH_MAX_OUT];
     int64_t scan_sizes[WEFT_GRAPH_MAX_OUT][WEFT_MAX_DIMS], scan_numel[WEFT_GRAPH_MAX_OUT];
     weft_dtype scan_dt[WEFT_GRAPH_MAX_OUT];
-    if (!st && ns) st = scan_shapes(c, body, 2 + nv, vars, &fr, fk, NULL, 1 + nv, ns, scan_nd, scan_sizes, scan_dt);
-    for (int k = 0; !st && k < ns; k++) { // the scan buffers, after every other variable
-        scan_numel[k] = 1, scan_sizes[k][0] = trips;
-        for (int d = 1; d < scan_nd[k]; d++) scan_numel[k] *= scan_sizes[k][d];
-        weft_tensor *z = weft_tensor_zeros(2, (int64_t[]){trips, scan_numel[k]}, scan_dt[k]);
-        vars[n] = z ? weft_graph_constant(c->m->g, NULL, z) : WEFT_VALUE_NONE;
-        weft_tensor_free(z);
-        st = OK(vars[n++]) ? WEFT_OK : weft_last_status();
-    }
-    weft_graph *cg = NULL, *bg = NULL;
-    weft_value pred = WEFT_VALUE_NONE;
-    if (!st) { // the predicate: cond, and i < M
+    if (!st && ns) st = scan_meta(bg, so + 1 + nv, ns, trips, scan_nd, scan_sizes, scan_numel, scan_dt);
+    if (!st && ns) st = scan_buffers(c->m->g, ns, trips, scan_numel, scan_dt, vars, &n); // after every other variable
+    if (!st) { // the predicate: cond, and i < M (its own placeholders, in cph)
         cg = weft_graph_new();
         st = cg ? WEFT_OK : weft_error(WEFT_ERR_OOM, "no memory");
         for (int j = 0; !st && j < n; j++) {
             char nm[32];
             snprintf(nm, sizeof nm, "v%d", j);
-            ph[j] = weft_graph_placeholder(cg, nm, ndim_of(c, vars[j]), sizes_of(c, vars[j]), dtype_of(c, vars[j]));
-            if (!OK(ph[j])) st = weft_last_status();
+            cph[j] = weft_graph_placeholder(cg, nm, ndim_of(c, vars[j]), sizes_of(c, vars[j]), dtype_of(c, vars[j]));
+            if (!OK(cph[j])) st = weft_last_status();
         }
-        pred = st ? WEFT_VALUE_NONE : ph[1];
+        pred = st ? WEFT_VALUE_NONE : cph[1];
         if (!st && has_m) {
             weft_tensor *mt = mk ? weft_cast(mk, WEFT_I64) : NULL, *m0 = mt ? weft_reshape(mt, 0, NULL) : NULL;
-            weft_value mv = m_var ? ph[im] : m0 ? weft_graph_constant(cg, "M", m0) : WEFT_VALUE_NONE;
+            weft_value mv = m_var ? cph[im] : m0 ? weft_graph_constant(cg, "M", m0) : WEFT_VALUE_NONE;
             weft_tensor_free(mt), weft_tensor_free(m0);
-            weft_value lt = OK(mv) ? weft_graph_op1(cg, "lt", 2, (weft_value[]){ph[0], mv}, NULL, 0, NULL, 0) : mv;
+            weft_value lt = OK(mv) ? weft_graph_op1(cg, "lt", 2, (weft_value[]){cph[0], mv}, NULL, 0, NULL, 0) : mv;
             weft_tensor *f = weft_tensor_zeros(0, NULL, WEFT_BOOL);
             weft_value no = f ? weft_graph_constant(cg, "false", f) : WEFT_VALUE_NONE;
             weft_tensor_free(f);
-            pred = OK(lt) && OK(no) ? weft_graph_op1(cg, "where", 3, (weft_value[]){lt, ph[1], no}, NULL, 0, NULL, 0) : WEFT_VALUE_NONE;
+            pred = OK(lt) && OK(no) ? weft_graph_op1(cg, "where", 3, (weft_value[]){lt, cph[1], no}, NULL, 0, NULL, 0) : WEFT_VALUE_NONE;
             if (!OK(pred)) st = weft_last_status();
         }
     }
-    weft_value so[WEFT_GRAPH_MAX_OUT + 1];
-    if (!st) st = branch(c, body, 2 + nv, vars, &fr, fk, NULL, &bg, so, ph);
     if (!st) { // the next variables: i + 1, cond' (one bool), v', the outer values and M as they are
         weft_tensor *t1 = weft_tensor_full(0, NULL, WEFT_I64, 1);
         weft_value one = t1 ? weft_graph_constant(bg, "loop#one", t1) : WEFT_VALUE_NONE;
@@ -357,7 +361,7 @@ weft_status oi_loop(nctx *c, const char *arg) {
     for (int j = 0; !st && j < ns; j++) // (M, numel) as (M, the row's dims)
         if (wants_out(c, nv + j) && !OK(c->out[nv + j] = oi_reshape(c, node_out(c, nv + j), outs[nb + j], scan_nd[j], scan_sizes[j])))
             st = weft_last_status();
-    free(fr.v), free(fk), free(vars), free(ph), free(nxt), free(outs);
+    free(fr.v), free(fk), free(vars), free(ph), free(nxt), free(outs), free(cph);
     return st;
 }
 
@@ -407,7 +411,8 @@ weft_status oi_scan(nctx *c, const char *arg) {
     int *fk = st ? NULL : malloc(sizeof(int) * (size_t)(fr.n + 1));
     weft_value *vars = st ? NULL : malloc(sizeof(weft_value) * (size_t)cap), *ph = st ? NULL : malloc(sizeof(weft_value) * (size_t)cap);
     weft_value *nxt = st ? NULL : malloc(sizeof(weft_value) * (size_t)cap), *outs = st ? NULL : malloc(sizeof(weft_value) * (size_t)cap);
-    if (!st && (!fk || !vars || !ph || !nxt || !outs)) st = weft_error(WEFT_ERR_OOM, "no memory");
+    weft_value *cph = st ? NULL : malloc(sizeof(weft_value) * (size_t)cap);
+    if (!st && (!fk || !vars || !ph || !nxt || !outs || !cph)) st = weft_error(WEFT_ERR_OOM, "no memory");
     int n = 0;
     if (!st) {
         vars[n++] = oi_scalar(c, WEFT_I64, 0);
@@ -421,39 +426,31 @@ weft_status oi_scan(nctx *c, const char *arg) {
     if (!st && n + K > WEFT_GRAPH_MAX_OUT)
         st = weft_error(WEFT_ERR_UNSUPPORTED, "%d loop variables with the outer values the body reads (at most %d)",
                         n + K, WEFT_GRAPH_MAX_OUT);
-    int nb = n, o_nd[WEFT_GRAPH_MAX_OUT];
-    int64_t o_sizes[WEFT_GRAPH_MAX_OUT][WEFT_MAX_DIMS], o_numel[WEFT_GRAPH_MAX_OUT];
-    weft_dtype o_dt[WEFT_GRAPH_MAX_OUT];
-    if (!st && K) st = scan_shapes(c, body, 1 + N + ns_in, vars, &fr, fk, &si, N, K, o_nd, o_sizes, o_dt);
-    for (int k = 0; !st && k < K; k++) {
-        o_numel[k] = 1, o_sizes[k][0] = T;
-        for (int d = 1; d < o_nd[k]; d++) o_numel[k] *= o_sizes[k][d];
-        weft_tensor *z = weft_tensor_zeros(2, (int64_t[]){T, o_numel[k]}, o_dt[k]);
-        vars[n] = z ? weft_graph_constant(c->m->g, NULL, z) : WEFT_VALUE_NONE;
-        weft_tensor_free(z);
-        st = OK(vars[n++]) ? WEFT_OK : weft_last_status();
-    }
     for (int j = 0; !st && j < n; j++)
         if (!OK(vars[j])) st = weft_last_status();
     weft_graph *cg = NULL, *bg = NULL;
-    weft_value pred = WEFT_VALUE_NONE;
-    if (!st) { // t < T
+    weft_value so[WEFT_GRAPH_MAX_OUT + 1], pred = WEFT_VALUE_NONE;
+    if (!st) st = branch(c, body, 1 + N + ns_in, vars, &fr, fk, &si, &bg, so, ph);
+    int nb = n, o_nd[WEFT_GRAPH_MAX_OUT];
+    int64_t o_sizes[WEFT_GRAPH_MAX_OUT][WEFT_MAX_DIMS], o_numel[WEFT_GRAPH_MAX_OUT];
+    weft_dtype o_dt[WEFT_GRAPH_MAX_OUT];
+    if (!st && K) st = scan_meta(bg, so + N, K, T, o_nd, o_sizes, o_numel, o_dt);
+    if (!st && K) st = scan_buffers(c->m->g, K, T, o_numel, o_dt, vars, &n);
+    if (!st) { // t < T (its own placeholders, in cph)
         cg = weft_graph_new();
         st = cg ? WEFT_OK : weft_error(WEFT_ERR_OOM, "no memory");
         for (int j = 0; !st && j < n; j++) {
             char nm[32];
             snprintf(nm, sizeof nm, "v%d", j);
-            ph[j] = weft_graph_placeholder(cg, nm, ndim_of(c, vars[j]), sizes_of(c, vars[j]), dtype_of(c, vars[j]));
-            if (!OK(ph[j])) st = weft_last_status();
+            cph[j] = weft_graph_placeholder(cg, nm, ndim_of(c, vars[j]), sizes_of(c, vars[j]), dtype_of(c, vars[j]));
+            if (!OK(cph[j])) st = weft_last_status();
         }
         weft_tensor *tt = st ? NULL : weft_tensor_full(0, NULL, WEFT_I64, (double)T);
         weft_value tv = tt ? weft_graph_constant(cg, "T", tt) : WEFT_VALUE_NONE;
         weft_tensor_free(tt);
-        pred = OK(tv) ? weft_graph_op1(cg, "lt", 2, (weft_value[]){ph[0], tv}, NULL, 0, NULL, 0) : tv;
+        pred = OK(tv) ? weft_graph_op1(cg, "lt", 2, (weft_value[]){cph[0], tv}, NULL, 0, NULL, 0) : tv;
         if (!st && !OK(pred)) st = weft_last_status();
     }
-    weft_value so[WEFT_GRAPH_MAX_OUT + 1];
-    if (!st) st = branch(c, body, 1 + N + ns_in, vars, &fr, fk, &si, &bg, so, ph);
     if (!st) { // t + 1, the states', the scan inputs and the outer values as they are, each buffer with its row
         weft_tensor *t1 = weft_tensor_full(0, NULL, WEFT_I64, 1);
         weft_value one = t1 ? weft_graph_constant(bg, "scan#one", t1) : WEFT_VALUE_NONE;
@@ -495,7 +492,7 @@ weft_status oi_scan(nctx *c, const char *arg) {
         }
         if (!OK(c->out[N + k] = v)) st = weft_last_status();
     }
-    free(fr.v), free(fk), free(vars), free(ph), free(nxt), free(outs);
+    free(fr.v), free(fk), free(vars), free(ph), free(nxt), free(outs), free(cph);
     return st;
 }
 

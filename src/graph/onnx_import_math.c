@@ -94,8 +94,10 @@ weft_status oi_act(nctx *c, const char *arg) {
         // asinh |x| = log1p(a + a^2 / (1 + sqrt(a^2 + 1))), negated for x < 0; acosh x = log1p(t + sqrt(t (t + 2))),
         // t = x - 1: neither cancels near 0 or 1. Above 2^26 both are log|x| + ln 2 to the last bit, and x^2
         // would overflow past 1.8e19 (the other branch's x is clamped, so it stays finite).
+        // (f16: from 128, where 1 / 4x^2 is below its precision; x^2 there overflows past 256)
         bool as = arg[1] == 's';
-        weft_value neg = as ? op2(c, NULL, "lt", x, zero) : WEFT_VALUE_NONE, big = like(c, x, 67108864.0);
+        double lim = dtype_of(c, x) == WEFT_F16 ? 128.0 : 67108864.0;
+        weft_value neg = as ? op2(c, NULL, "lt", x, zero) : WEFT_VALUE_NONE, big = like(c, x, lim);
         weft_value a = as ? where3(c, NULL, neg, op1(c, NULL, "neg", x), x) : x; // not abs: its slope at 0 is 0
         weft_value lo = op2(c, NULL, "minimum", a, big), u;
         if (as) {

@@ -952,10 +952,15 @@ static weft_status load_control(const loader *L, const cJSON *o, weft_node_kind 
     }
     for (int k = 0; k < n_in; k++)
         vin[k] = (weft_value){in[k]};
+    // (a gradient loop's body has m + f outputs, up to twice the others; it is passed sout[1] itself)
+    if (nso[0] > WEFT_GRAPH_MAX_OUT || nso[1] > (jw ? 2 * WEFT_GRAPH_MAX_OUT : WEFT_GRAPH_MAX_OUT)) {
+        s = lfail(L, WEFT_ERR_FORMAT, "subgraphs with %d and %d outputs (at most %d)", nso[0], nso[1], WEFT_GRAPH_MAX_OUT);
+        goto done;
+    }
     weft_value o0[WEFT_GRAPH_MAX_OUT], o1[WEFT_GRAPH_MAX_OUT], outs[WEFT_GRAPH_MAX_OUT];
     for (int k = 0; k < nso[0]; k++)
         o0[k] = (weft_value){sout[0][k]};
-    for (int k = 0; k < nso[1]; k++)
+    for (int k = 0; !jw && k < nso[1]; k++)
         o1[k] = (weft_value){sout[1][k]};
     s = cond  ? weft_graph_cond(L->g, L->name, vin[0], n_data, vin + 1, sub[0], o0, sub[1], o1, n_out, outs)
         : jw  ? weft_control_while_grad(L->g, L->name, sub[0], sout[0][0], sub[1], sout[1], (int)(n_in - wg_f),

@@ -1,8 +1,8 @@
 // libFuzzer's driver for a harness's fuzz_one (fuzz.h): `make fuzz` links
 // each tests/fuzz/fuzz_<name>.c with this file and -fsanitize=fuzzer.
-#include <stdlib.h>
+#include "fuzz.h" // first: it defines _GNU_SOURCE (memfd_create)
 
-#include "fuzz.h"
+#include <stdlib.h>
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -595,6 +595,12 @@ static void test_scan(void) {
     CHECK(write_graph(&gp, 16, "scan", path, sizeof path));
     CHECK(weft_onnx_load(path, 0, NULL) == NULL && wt_error_has("lengths"));
     unlink(path);
+    // 200,000 trips: each copies the (T, 3) buffer, 1.2e11 elements in all (over 2^36): refused at load
+    vinfo_dims(&gi[1], "X", 1, 2, (int64_t[]){3, 200000});
+    vinfo_dims(&gi[2], "Y", 1, 2, (int64_t[]){200000, 3});
+    CHECK(write_graph(&gp, 16, "scan", path, sizeof path));
+    CHECK(weft_onnx_load(path, 0, NULL) == NULL && wt_error_has("2^36 copied"));
+    unlink(path);
 }
 
 // Tile of an 8-D x with two dims both repeated and longer than 1 (one view would need 10 dims: tiled a dim at a
@@ -649,6 +655,24 @@ static void test_edges(void) {
         }
         weft_tensor_free(o[0]), weft_tensor_free(o[1]);
         weft_graph_free(g);
+        weft_tensor_free(v[0]);
+    }
+
+    // in f16 (max 65504), where x^2 overflows from 256 on
+    static const float hp[2][4] = {{-300, 0.5f, 200, 60000}, {1.5f, 200, 300, 60000}};
+    for (int f = 0; f < 2; f++) {
+        in_spec hi[1] = {{"x", 1, {4}, 10}};
+        weft_tensor *x32 = weft_tensor_from_data(hp[f], 1, (int64_t[]){4}, WEFT_F32);
+        v[0] = weft_cast(x32, WEFT_F16);
+        weft_tensor_free(x32);
+        CHECK(write_model(f ? "Acosh" : "Asinh", 13, 1, hi, NULL, NULL, NULL, 0, NULL, 0, path, sizeof path));
+        y = run(path, 1, hi, v, 0, &n);
+        CHECK(y && n == 4);
+        for (int i = 0; y && n == 4 && i < 4; i++) {
+            double w = f ? acosh(hp[f][i]) : asinh(hp[f][i]);
+            CHECK(isfinite(y[i]) && fabs(y[i] - w) <= 2e-3 * fabs(w));
+        }
+        free(y);
         weft_tensor_free(v[0]);
     }
 

@@ -272,6 +272,48 @@ static void test_while_gradient_roundtrip(void) {
     weft_graph_free(g);
 }
 
+// ---- a gradient loop with more variables than a forward loop may have (m + f = 18 > WEFT_GRAPH_MAX_OUT) ----
+// (i, x_1..x_8) -> while i < 3: (i + 1, 1.5 x_k + i); y = sum_k x_k,out^2; dy/dx_k,0 = 2 x_k,out 1.5^iters. Its
+// body has 18 outputs; loading it once wrote them into an array of 16 (review).
+static void test_while_gradient_wide(void) {
+    enum { NX = 8 }; // (run_ids fetches at most 16 values)
+    weft_graph *g = weft_graph_new(), *cg = weft_graph_new(), *bg = weft_graph_new();
+    weft_value in[1 + NX], bo[1 + NX], o[1 + NX], gx[NX], bp[1 + NX], cp = WEFT_VALUE_NONE;
+    for (int k = 0; k <= NX; k++) {
+        char nm[16];
+        snprintf(nm, sizeof nm, k ? "x%d" : "i", k);
+        int nd = k ? 1 : 0;
+        in[k] = weft_graph_placeholder(g, nm, nd, (int64_t[]){1}, WEFT_F64);
+        weft_value c = weft_graph_placeholder(cg, nm, nd, (int64_t[]){1}, WEFT_F64);
+        if (!k) cp = c;
+        bp[k] = weft_graph_placeholder(bg, nm, nd, (int64_t[]){1}, WEFT_F64);
+    }
+    weft_value pr = op2(cg, "lt", cp, cst(cg, 3));
+    bo[0] = scal(bg, "add_scalar", bp[0], 1.0);
+    for (int k = 1; k <= NX; k++) bo[k] = op2(bg, "add", scal(bg, "mul_scalar", bp[k], 1.5), bp[0]);
+    CHECK(weft_graph_while_loop(g, "wide", cg, pr, bg, bo, 1 + NX, in, o, 0) == WEFT_OK);
+    weft_value y = sum_all(g, op2(g, "mul", o[1], o[1]));
+    for (int k = 2; k <= NX; k++) y = op2(g, "add", y, sum_all(g, op2(g, "mul", o[k], o[k])));
+    CHECK(weft_graph_gradients(g, y, NX, in + 1, gx) == WEFT_OK);
+    int32_t ids[2 * NX];
+    for (int k = 0; k < NX; k++) ids[k] = o[1 + k].id, ids[NX + k] = gx[k].id;
+    weft_graph *h = roundtrip(g, "while_grad_wide.wgraph", "2");
+    if (h) {
+        check_same_run("wide while gradient", g, h, true, 2 * NX, ids);
+        int n = 0;
+        double *r = run_ids(h, true, 2 * NX, ids, &n), iv;
+        wt_vals(&iv, 1, -1, 1, 100); // the feed of i, the first placeholder
+        int iters = 0;
+        for (double i = iv; i < 3; i += 1) iters++;
+        CHECK(r && n == 2 * NX && iters >= 3);
+        for (int k = 0; r && n == 2 * NX && k < NX; k++)
+            CHECK_NEAR(r[NX + k], 2 * r[k] * pow(1.5, iters), 1e-9 * fabs(r[k]) + 1e-9);
+        free(r);
+    }
+    weft_graph_free(h);
+    weft_graph_free(g);
+}
+
 // ---- a variable shared by the parent and both branches ----
 // then: out = a * v (v traced from the parent's variable tensor);
 // else: out = assign_add(v, a) (writes the parent's variable).
@@ -636,6 +678,7 @@ int main(int argc, char **argv) {
     RUN(test_cond_gradient_roundtrip);
     RUN(test_while_roundtrip);
     RUN(test_while_gradient_roundtrip);
+    RUN(test_while_gradient_wide);
     RUN(test_shared_variable);
     RUN(test_fused_step_roundtrip);
     RUN(test_fresh_process);
