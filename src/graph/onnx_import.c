@@ -774,7 +774,7 @@ static weft_status h_batch_norm(nctx *c, const char *arg) {
     return WEFT_OK;
 }
 
-// ReduceSum (axes an input from opset 13), ReduceMean / ReduceMax (an attribute up to opset 17).
+// ReduceSum (axes an input from opset 13), ReduceMean / ReduceMax / ReduceProd (an attribute up to opset 17).
 // ReduceSumSquare ("sum_square") and ReduceLogSum ("log_sum") are sum after x*x and before log.
 static weft_status h_reduce(nctx *c, const char *opn) {
     bool square = !strcmp(opn, "sum_square") || !strcmp(opn, "l2"), logsum = !strcmp(opn, "log_sum");
@@ -799,6 +799,14 @@ static weft_status h_reduce(nctx *c, const char *opn) {
     }
     int64_t at[3] = {mask, oi_attr_i(c, "keepdims", 1) != 0, 0};
     weft_value x = c->in[0];
+    if (!strcmp(opn, "prod")) { // composed (onnx_import_math.c): the output's shape here
+        int64_t os[WEFT_MAX_DIMS];
+        int on = 0;
+        for (int d = 0; d < nd; d++)
+            if (!(mask >> d & 1)) os[on++] = sizes_of(c, x)[d];
+            else if (at[1]) os[on++] = 1;
+        OUT0(oi_prod(c, node_out(c, 0), x, mask, on, os));
+    }
     if (square && !OK(x = oi_op(c, NULL, "mul", 2, (weft_value[]){x, x}, NULL, 0, NULL, 0))) return weft_last_status();
     if (l1 && !OK(x = oi_op(c, NULL, "abs", 1, &x, NULL, 0, NULL, 0))) return weft_last_status();
     weft_value y = oi_op(c, logsum || l2 ? NULL : node_out(c, 0), opn, 1, &x, at, 3, NULL, 0);
@@ -1136,6 +1144,7 @@ static const struct {
     {"GlobalMaxPool", oi_global_pool, "max", 1},
     {"MaxUnpool", oi_max_unpool, NULL, 2},
     {"ReduceSum", h_reduce, "sum", 1},
+    {"ReduceProd", h_reduce, "prod", 1},
     {"ReduceMean", h_reduce, "mean", 1},
     {"ReduceSumSquare", h_reduce, "sum_square", 1},
     {"ReduceLogSum", h_reduce, "log_sum", 1},
@@ -1214,7 +1223,7 @@ static const char *const old_ok[] = {
     "Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Relu", "Sigmoid", "Tanh", "Elu", "Selu", "HardSigmoid",
     "LeakyRelu", "Softplus", "Softsign", "Not", "Identity", "Flatten", "Transpose", "Shape", "Size", "Softmax",
     "LogSoftmax", "Hardmax", "MatMul", "GlobalAveragePool", "GlobalMaxPool", "ReduceSum", "ReduceMean", "ReduceMax",
-    "ReduceMin", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "ReduceL1", "ReduceL2", "ArgMax", "ArgMin",
+    "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp", "ReduceL1", "ReduceL2", "ArgMax", "ArgMin",
     "Squeeze", "Unsqueeze", "Conv", "MaxPool", "AveragePool", "LRN", "Gather", "Clip", "Constant", "Slice", "Sum",
     "Max", "Min", "Mean", "InstanceNormalization",
 };

@@ -219,6 +219,41 @@ static weft_value shift(nctx *c, weft_value v, int ax, int nd, const int64_t *xs
     return oi_op(c, NULL, "concat", 2, back ? (weft_value[]){part, z} : (weft_value[]){z, part}, &d, 1, NULL, 0);
 }
 
+// The product over the dims in mask of x (ReduceProd): those dims moved last and flattened, (K, R), then halved
+// log2(R) times, the first half times the second (an odd column carried), as (K) viewed as out_nd / out (the kept
+// dims, and 1s for the reduced ones with keepdims). Products of the parts only: exact gradients, zeros included.
+weft_value oi_prod(nctx *c, const char *name, weft_value x, int64_t mask, int out_nd, const int64_t *out) {
+    int nd = ndim_of(c, x);
+    int64_t xs[WEFT_MAX_DIMS], p[WEFT_MAX_DIMS], K = 1, R = 1;
+    sizes_copy(c, x, xs);
+    int np = 0;
+    for (int d = 0; d < nd; d++)
+        if (!(mask >> d & 1)) p[np++] = d, K *= xs[d];
+    for (int d = 0; d < nd; d++)
+        if (mask >> d & 1) p[np++] = d, R *= xs[d];
+    if (R == 0) { // the empty product: ones
+        weft_value one = like(c, x, 1);
+        int64_t at[1 + WEFT_MAX_DIMS] = {out_nd};
+        if (out_nd) memcpy(at + 1, out, sizeof(int64_t) * (size_t)out_nd);
+        weft_value e = OK(one) ? oi_op(c, NULL, "expand", 1, &one, at, 1 + out_nd, NULL, 0) : one;
+        return oi_reshape(c, name, e, out_nd, out);
+    }
+    weft_value v = nd ? oi_op(c, NULL, "permute", 1, &x, p, nd, NULL, 0) : x;
+    v = oi_reshape(c, NULL, v, 2, (int64_t[]){K, R});
+    for (int64_t r = R; r > 1 && OK(v); r = r / 2 + (r & 1)) {
+        int64_t h = r / 2, d = 1;
+        weft_value a = oi_op(c, NULL, "slice", 1, &v, (int64_t[]){1, 0, h, 1}, 4, NULL, 0);
+        weft_value b = OK(a) ? oi_op(c, NULL, "slice", 1, &v, (int64_t[]){1, h, 2 * h, 1}, 4, NULL, 0) : a;
+        weft_value m = op2(c, NULL, "mul", a, b);
+        if (r & 1) {
+            weft_value last = OK(m) ? oi_op(c, NULL, "slice", 1, &v, (int64_t[]){1, 2 * h, r, 1}, 4, NULL, 0) : m;
+            m = OK(last) ? oi_op(c, NULL, "concat", 2, (weft_value[]){m, last}, &d, 1, NULL, 0) : last;
+        }
+        v = m;
+    }
+    return oi_reshape(c, name, v, out_nd, out);
+}
+
 // CumSum(x, axis): a scan by doubling shifts (Hillis and Steele): log2(n) adds of x shifted by 1, 2, 4, ...
 // exclusive shifts the inclusive sums by one; reverse shifts the other way.
 weft_status oi_cumsum(nctx *c, const char *arg) {

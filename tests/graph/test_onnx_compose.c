@@ -603,6 +603,54 @@ static void test_scan(void) {
     unlink(path);
 }
 
+// ReduceProd over every dim (keepdims 0) of a (3, 5) x: its value, and its gradient (the product of the others) with
+// no zero, one zero (only that element's is not 0) and two zeros (all 0); on int32, the exact product.
+static void test_reduce_prod(void) {
+    char path[256];
+    in_spec in[1] = {{"x", 2, {3, 5}, 1}};
+    for (int zeros = 0; zeros < 3; zeros++) {
+        float xs[15];
+        for (int i = 0; i < 15; i++) xs[i] = (i % 2 ? -1.0f : 1.0f) * (0.75f + 0.0625f * (float)i);
+        if (zeros >= 1) xs[7] = 0;
+        if (zeros >= 2) xs[12] = 0;
+        CHECK(write_model("ReduceProd", 13, 1, in, NULL, NULL, "keepdims", 0, NULL, 0, path, sizeof path));
+        weft_graph *g = weft_onnx_load(path, 0, NULL);
+        unlink(path);
+        CHECK(g != NULL);
+        if (!g) continue;
+        weft_value xv = weft_graph_find_value(g, "x"), yv = weft_graph_find_value(g, "y"), gx;
+        CHECK(weft_graph_value_ndim(g, yv) == 0);
+        CHECK(weft_graph_gradients(g, yv, 1, &xv, &gx) == WEFT_OK);
+        weft_tensor *xt = weft_tensor_from_data(xs, 2, (int64_t[]){3, 5}, WEFT_F32), *o[2] = {NULL, NULL};
+        CHECK(weft_graph_run(g, 1, &xv, &xt, 2, (weft_value[]){yv, gx}, o, 0, NULL) == WEFT_OK);
+        if (o[0] && o[1]) {
+            double all = 1;
+            for (int i = 0; i < 15; i++) all *= xs[i];
+            CHECK_NEAR(fat(o[0], 0), all, 1e-6 * fabs(all) + 1e-30);
+            for (int i = 0; i < 15; i++) {
+                double others = 1;
+                for (int j = 0; j < 15; j++)
+                    if (j != i) others *= xs[j];
+                CHECK_NEAR(fat(o[1], i), others, 1e-5 * fabs(others) + 1e-30);
+            }
+        }
+        weft_tensor_free(o[0]), weft_tensor_free(o[1]), weft_tensor_free(xt);
+        weft_graph_free(g);
+    }
+    in_spec ii[1] = {{"x", 2, {3, 5}, 6}};
+    int64_t n;
+    static const int32_t iv[15] = {1, -1, 2, 1, -2, 3, 1, 1, -1, 2, 1, 1, -3, 1, 2}; // product 144: no overflow
+    weft_tensor *v[1] = {weft_tensor_from_data(iv, 2, (int64_t[]){3, 5}, WEFT_I32)};
+    CHECK(write_model("ReduceProd", 13, 1, ii, NULL, NULL, "keepdims", 1, NULL, 0, path, sizeof path));
+    double *y = run(path, 1, ii, v, 0, &n);
+    CHECK(y && n == 1);
+    int64_t want = 1;
+    for (int i = 0; i < 15; i++) want *= iv[i];
+    if (y && n == 1) CHECK(y[0] == (double)want && want == 144);
+    free(y);
+    weft_tensor_free(v[0]);
+}
+
 // Tile of an 8-D x with two dims both repeated and longer than 1 (one view would need 10 dims: tiled a dim at a
 // time), against y[i] = x[i mod size]; sinh, cosh, asinh, acosh from near 0 to where the plain formulas overflow,
 // against libm; EyeLike with k past the columns; and forms refused with an error rather than a crash.
@@ -767,6 +815,7 @@ int main(void) {
     RUN(test_loop);
     RUN(test_loop_scan);
     RUN(test_scan);
+    RUN(test_reduce_prod);
     RUN(test_edges);
     RUN(test_dropout_mask);
 #else
