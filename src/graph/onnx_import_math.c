@@ -401,4 +401,73 @@ weft_status oi_lrn(nctx *c, const char *arg) {
     OUT0(op2(c, node_out(c, 0), "mul", x, opf(c, NULL, "pow_scalar", den, -beta)));
 }
 
+
+// ---- quantization (uint8; weft has no int8)
+
+static weft_value cast_to(nctx *c, weft_value v, weft_dtype dt) {
+    int64_t d = dt;
+    return OK(v) ? (dtype_of(c, v) == dt ? v : oi_op(c, NULL, "cast", 1, &v, &d, 1, NULL, 0)) : v;
+}
+
+// round(v) + zp (zp of v's dtype; NONE: 0), saturated to [0, 255], as uint8 (round: half to even, as ONNX's).
+static weft_value quant_u8(nctx *c, const char *name, weft_value v, weft_value zp) {
+    v = op1(c, NULL, "round", v);
+    if (OK(zp)) v = op2(c, NULL, "add", v, zp);
+    v = op2(c, NULL, "minimum", op2(c, NULL, "maximum", v, like(c, v, 0)), like(c, v, 255));
+    int64_t d = WEFT_U8;
+    return OK(v) ? oi_op(c, name, "cast", 1, &v, &d, 1, NULL, 0) : v;
+}
+
+// A per-axis scale or zero point (1-D, C long) viewed to broadcast against an nd-dim x along ax; 0-d as it is.
+static weft_value along(nctx *c, weft_value v, int nd, int ax) {
+    if (!OK(v) || ndim_of(c, v) == 0) return v;
+    int64_t s[WEFT_MAX_DIMS];
+    for (int d = 0; d < nd; d++) s[d] = d == ax ? sizes_of(c, v)[0] : 1;
+    return oi_reshape(c, NULL, v, nd, s);
+}
+
+// QuantizeLinear(x, scale, [zero_point]): saturate(round(x / scale) + zero_point) as uint8;
+// DequantizeLinear(x, scale, [zero_point]): (x - zero_point) * scale. Per tensor (0-d or one-element scale) or per
+// axis (a 1-D scale along `axis`, opset 13). The zero point's type must be uint8 (absent: uint8, 0).
+weft_status oi_quant(nctx *c, const char *arg) {
+    bool q = !strcmp(arg, "q");
+    weft_value x = c->in[0], s = c->in[1], zp = c->n_in > 2 && c->kin[2] >= 0 ? c->in[2] : WEFT_VALUE_NONE;
+    int nd = ndim_of(c, x), ax = oi_axis(oi_attr_i(c, "axis", 1), nd);
+    if (OK(zp) && dtype_of(c, zp) != WEFT_U8) FAIL("zero point of type %s (uint8 only)", weft_dtype_name(dtype_of(c, zp)));
+    if (q ? !is_float(dtype_of(c, x)) : dtype_of(c, x) != WEFT_U8) FAIL("input of type %s", weft_dtype_name(dtype_of(c, x)));
+    if (!is_float(dtype_of(c, s))) FAIL("scale of type %s", weft_dtype_name(dtype_of(c, s)));
+    int sn = ndim_of(c, s);
+    bool per_axis = sn == 1 && sizes_of(c, s)[0] != 1;
+    if (sn > 1 || (per_axis && (ax < 0 || sizes_of(c, s)[0] != sizes_of(c, x)[ax])))
+        FAIL("scale must be one value, or one per element of axis %d", ax);
+    if (OK(zp) && (ndim_of(c, zp) != sn || (sn && sizes_of(c, zp)[0] != sizes_of(c, s)[0])))
+        FAIL("zero point and scale differ in shape");
+    if (per_axis) s = along(c, s, nd, ax), zp = along(c, zp, nd, ax);
+    else if (sn) s = oi_reshape(c, NULL, s, 0, NULL), zp = OK(zp) ? oi_reshape(c, NULL, zp, 0, NULL) : zp;
+    weft_dtype ft = dtype_of(c, s);
+    weft_value z = OK(zp) ? cast_to(c, zp, ft) : WEFT_VALUE_NONE;
+    if (q) OUT0(quant_u8(c, node_out(c, 0), op2(c, NULL, "div", cast_to(c, x, ft), s), z));
+    weft_value d = cast_to(c, x, ft);
+    if (OK(z)) d = op2(c, NULL, "sub", d, z);
+    OUT0(op2(c, node_out(c, 0), "mul", d, s));
+}
+
+// DynamicQuantizeLinear(x) -> (y, scale, zero_point): scale = (max(0, max x) - min(0, min x)) / 255, zero_point =
+// saturate(round(-min(0, min x) / scale)), y = saturate(round(x / scale) + zero_point), all uint8 but the scale.
+weft_status oi_dyn_quant(nctx *c, const char *arg) {
+    (void)arg;
+    weft_value x = c->in[0];
+    if (dtype_of(c, x) != WEFT_F32) FAIL("input of type %s (float only)", weft_dtype_name(dtype_of(c, x)));
+    int nd = ndim_of(c, x);
+    int64_t at[3] = {nd ? (INT64_C(1) << nd) - 1 : 0, 0, 0};
+    weft_value mx = OK(x) ? oi_op(c, NULL, "max", 1, &x, at, 3, NULL, 0) : x, mn = oi_op(c, NULL, "min", 1, &x, at, 3, NULL, 0);
+    mx = op2(c, NULL, "maximum", mx, like(c, x, 0)), mn = op2(c, NULL, "minimum", mn, like(c, x, 0));
+    weft_value s = opf(c, wants_out(c, 1) ? node_out(c, 1) : NULL, "mul_scalar", op2(c, NULL, "sub", mx, mn), 1.0 / 255);
+    weft_value zf = op2(c, NULL, "div", op1(c, NULL, "neg", mn), s);
+    weft_value zp = quant_u8(c, wants_out(c, 2) ? node_out(c, 2) : NULL, zf, WEFT_VALUE_NONE);
+    c->out[1] = s, c->out[2] = zp;
+    if (!OK(s) || !OK(zp)) return weft_last_status();
+    OUT0(quant_u8(c, node_out(c, 0), op2(c, NULL, "div", x, s), cast_to(c, zp, WEFT_F32)));
+}
+
 #endif

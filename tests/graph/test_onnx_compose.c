@@ -651,6 +651,45 @@ static void test_reduce_prod(void) {
     weft_tensor_free(v[0]);
 }
 
+// QuantizeLinear to uint8: ties round to even, both ends saturate, with and without a zero point; DequantizeLinear
+// back; a zero point of another type is refused.
+static void test_quantize(void) {
+    char path[256];
+    int64_t n;
+    static const float xs[7] = {-300, -0.5f, 0.5f, 1.5f, 2.5f, 254.5f, 300};
+    static const double want[2][7] = {{0, 0, 0, 2, 2, 254, 255}, {0, 10, 10, 12, 12, 255, 255}};
+    float one = 1;
+    uint8_t ten = 10;
+    for (int z = 0; z < 2; z++) {
+        in_spec in[3] = {{"x", 1, {7}, 1}, {"s", 0, {0}, 1}, {"zp", 0, {0}, 2}};
+        weft_tensor *v[3] = {weft_tensor_from_data(xs, 1, (int64_t[]){7}, WEFT_F32), weft_tensor_from_data(&one, 0, NULL, WEFT_F32),
+                             weft_tensor_from_data(&ten, 0, NULL, WEFT_U8)};
+        CHECK(write_model("QuantizeLinear", 13, 2 + z, in, NULL, NULL, NULL, 0, NULL, 0, path, sizeof path));
+        double *y = run(path, 2 + z, in, v, 0, &n);
+        CHECK(y && n == 7);
+        for (int i = 0; y && n == 7 && i < 7; i++) CHECK(y[i] == want[z][i]);
+        free(y);
+        for (int k = 0; k < 3; k++) weft_tensor_free(v[k]);
+    }
+    // DequantizeLinear: (q - 10) * 0.5
+    uint8_t qs[4] = {0, 10, 11, 255};
+    float half = 0.5f;
+    in_spec dq[3] = {{"x", 1, {4}, 2}, {"s", 0, {0}, 1}, {"zp", 0, {0}, 2}};
+    weft_tensor *d[3] = {weft_tensor_from_data(qs, 1, (int64_t[]){4}, WEFT_U8), weft_tensor_from_data(&half, 0, NULL, WEFT_F32),
+                         weft_tensor_from_data(&ten, 0, NULL, WEFT_U8)};
+    CHECK(write_model("DequantizeLinear", 13, 3, dq, NULL, NULL, NULL, 0, NULL, 0, path, sizeof path));
+    double *y = run(path, 3, dq, d, 0, &n);
+    CHECK(y && n == 4);
+    for (int i = 0; y && n == 4 && i < 4; i++) CHECK(y[i] == (qs[i] - 10.0) * 0.5);
+    free(y);
+    for (int k = 0; k < 3; k++) weft_tensor_free(d[k]);
+    // a float zero point is refused (uint8 only)
+    in_spec bad[3] = {{"x", 1, {7}, 1}, {"s", 0, {0}, 1}, {"zp", 0, {0}, 1}};
+    CHECK(write_model("QuantizeLinear", 13, 3, bad, NULL, NULL, NULL, 0, NULL, 0, path, sizeof path));
+    CHECK(weft_onnx_load(path, 0, NULL) == NULL && wt_error_has("uint8 only"));
+    unlink(path);
+}
+
 // Tile of an 8-D x with two dims both repeated and longer than 1 (one view would need 10 dims: tiled a dim at a
 // time), against y[i] = x[i mod size]; sinh, cosh, asinh, acosh from near 0 to where the plain formulas overflow,
 // against libm; EyeLike with k past the columns; and forms refused with an error rather than a crash.
@@ -816,6 +855,7 @@ int main(void) {
     RUN(test_loop_scan);
     RUN(test_scan);
     RUN(test_reduce_prod);
+    RUN(test_quantize);
     RUN(test_edges);
     RUN(test_dropout_mask);
 #else
