@@ -760,4 +760,40 @@ weft_status oi_resize(nctx *c, const char *arg) {
     OUT0(oi_reshape(c, node_out(c, 0), v, nd, on));
 }
 
+
+// ReverseSequence(x, sequence_lens; batch_axis, time_axis): along time, the first len[b] elements of batch b
+// reversed, the rest kept: a gather with index t < len[b] ? len[b] - 1 - t : t, built from the lengths at run time
+// (so it has the gather's gradient) and broadcast over x's other dims.
+weft_status oi_reverse_sequence(nctx *c, const char *arg) {
+    (void)arg;
+    weft_value x = c->in[0], len = c->in[1];
+    int nd = ndim_of(c, x);
+    int ba = oi_axis(oi_attr_i(c, "batch_axis", 1), nd), ta = oi_axis(oi_attr_i(c, "time_axis", 0), nd);
+    if (nd < 2 || ba < 0 || ta < 0 || ba == ta || ba > 1 || ta > 1) FAIL("batch_axis and time_axis must be 0 and 1, either way");
+    int64_t xs[WEFT_MAX_DIMS];
+    sizes_copy(c, x, xs);
+    int64_t B = xs[ba], T = xs[ta];
+    if (ndim_of(c, len) != 1 || sizes_of(c, len)[0] != B || (dtype_of(c, len) != WEFT_I64 && dtype_of(c, len) != WEFT_I32))
+        FAIL("sequence_lens must hold one integer per batch element (%lld)", (long long)B);
+    int64_t s2[WEFT_MAX_DIMS], e[1 + WEFT_MAX_DIMS] = {nd};
+    for (int d = 0; d < nd; d++) s2[d] = d == ba ? B : 1, e[1 + d] = xs[d];
+    weft_tensor *tt = weft_tensor_empty(nd, (int64_t[]){ta ? 1 : T, ta ? T : 1, 1, 1, 1, 1, 1, 1}, WEFT_I64);
+    if (!tt) return weft_last_status();
+    for (int64_t t = 0; t < T; t++) ((int64_t *)weft_tensor_data(tt))[t] = t;
+    weft_value tv = oi_konst(c, NULL, tt, NULL); // (takes tt)
+    int64_t d = WEFT_I64;
+    weft_value l = oi_op(c, NULL, "cast", 1, &len, &d, 1, NULL, 0);
+    l = oi_reshape(c, NULL, l, nd, s2);
+    weft_value in = OK(l) && OK(tv) ? oi_op(c, NULL, "lt", 2, (weft_value[]){tv, l}, NULL, 0, NULL, 0) : WEFT_VALUE_NONE;
+    weft_value one = oi_scalar(c, WEFT_I64, 1);
+    weft_value rv = OK(l) && OK(one) ? oi_op(c, NULL, "sub", 2, (weft_value[]){l, one}, NULL, 0, NULL, 0) : WEFT_VALUE_NONE;
+    rv = OK(rv) && OK(tv) ? oi_op(c, NULL, "sub", 2, (weft_value[]){rv, tv}, NULL, 0, NULL, 0) : WEFT_VALUE_NONE;
+    weft_value ix = OK(in) && OK(rv) ? oi_op(c, NULL, "where", 3, (weft_value[]){in, rv, tv}, NULL, 0, NULL, 0) : WEFT_VALUE_NONE;
+    ix = OK(ix) ? oi_op(c, NULL, "expand", 1, &ix, e, 1 + nd, NULL, 0) : ix;
+    ix = OK(ix) ? oi_op(c, NULL, "copy", 1, &ix, NULL, 0, NULL, 0) : ix;
+    int64_t dim = ta;
+    if (!OK(ix)) return weft_last_status();
+    OUT0(oi_op(c, node_out(c, 0), "gather", 2, (weft_value[]){x, ix}, &dim, 1, NULL, 0));
+}
+
 #endif

@@ -690,6 +690,39 @@ static void test_quantize(void) {
     unlink(path);
 }
 
+// ReverseSequence of a (T 5, B 3, F 2) x, lengths fed at run time (5, 0, 3): y[t, b] = x[len_b - 1 - t, b] for t <
+// len_b, else x[t, b]; the gradient of sum(y * W) is W read through the same map (the map is its own inverse).
+static void test_reverse_sequence(void) {
+    char path[256];
+    in_spec in[2] = {{"x", 3, {5, 3, 2}, 1}, {"lens", 1, {3}, 7}};
+    CHECK(write_model("ReverseSequence", 10, 2, in, NULL, NULL, "batch_axis", 1, "time_axis", 0, path, sizeof path));
+    weft_graph *g = weft_onnx_load(path, 0, NULL);
+    unlink(path);
+    CHECK(g != NULL);
+    if (!g) return;
+    float xs[30], ws[30];
+    for (int i = 0; i < 30; i++) xs[i] = (float)i, ws[i] = 0.5f + 0.25f * (float)((i * 7) % 11);
+    int64_t lens[3] = {5, 0, 3};
+    weft_tensor *xt = weft_tensor_from_data(xs, 3, (int64_t[]){5, 3, 2}, WEFT_F32), *lt = weft_tensor_from_data(lens, 1, (int64_t[]){3}, WEFT_I64);
+    weft_tensor *wt = weft_tensor_from_data(ws, 3, (int64_t[]){5, 3, 2}, WEFT_F32);
+    weft_value xv = weft_graph_find_value(g, "x"), lv = weft_graph_find_value(g, "lens"), yv = weft_graph_find_value(g, "y");
+    weft_value wv = weft_graph_constant(g, "W", wt), p, l, gx;
+    CHECK(weft_graph_op(g, "mul", 2, (weft_value[]){yv, wv}, NULL, 0, NULL, 0, &p) == WEFT_OK);
+    CHECK(weft_graph_op(g, "sum", 1, &p, (int64_t[]){7, 0, 0}, 3, NULL, 0, &l) == WEFT_OK);
+    CHECK(weft_graph_gradients(g, l, 1, &xv, &gx) == WEFT_OK);
+    weft_tensor *o[2] = {NULL, NULL};
+    CHECK(weft_graph_run(g, 2, (weft_value[]){xv, lv}, (weft_tensor *[]){xt, lt}, 2, (weft_value[]){yv, gx}, o, 0, NULL) == WEFT_OK);
+    for (int t = 0; o[0] && o[1] && t < 5; t++)
+        for (int b = 0; b < 3; b++)
+            for (int f = 0; f < 2; f++) {
+                int src = t < lens[b] ? (int)lens[b] - 1 - t : t, at = (t * 3 + b) * 2 + f, from = (src * 3 + b) * 2 + f;
+                CHECK(fat(o[0], at) == xs[from]);
+                CHECK(fat(o[1], at) == ws[from]);
+            }
+    weft_tensor_free(o[0]), weft_tensor_free(o[1]), weft_tensor_free(xt), weft_tensor_free(lt), weft_tensor_free(wt);
+    weft_graph_free(g);
+}
+
 // Tile of an 8-D x with two dims both repeated and longer than 1 (one view would need 10 dims: tiled a dim at a
 // time), against y[i] = x[i mod size]; sinh, cosh, asinh, acosh from near 0 to where the plain formulas overflow,
 // against libm; EyeLike with k past the columns; and forms refused with an error rather than a crash.
@@ -856,6 +889,7 @@ int main(void) {
     RUN(test_scan);
     RUN(test_reduce_prod);
     RUN(test_quantize);
+    RUN(test_reverse_sequence);
     RUN(test_edges);
     RUN(test_dropout_mask);
 #else
