@@ -312,6 +312,14 @@ static weft_status h_unary(nctx *c, const char *opn) { OUT0(oi_op(c, node_out(c,
 static weft_status h_binary(nctx *c, const char *opn) {
     if (c->n_in != 2) FAIL("takes 2 inputs, has %d", c->n_in);
     weft_value in[2] = {c->in[0], c->in[1]};
+    weft_dtype bt = dtype_of(c, in[0]);
+    if (!strcmp(opn, "pow") && (bt == WEFT_I32 || bt == WEFT_I64 || bt == WEFT_U8)) {
+        // an integer base: pow in f64 (exact for results below 2^53), truncated back to the base's type, as numpy's
+        int64_t f = WEFT_F64, b = bt;
+        weft_value p[2] = {oi_op(c, NULL, "cast", 1, &in[0], &f, 1, NULL, 0), oi_op(c, NULL, "cast", 1, &in[1], &f, 1, NULL, 0)};
+        weft_value r = OK(p[0]) && OK(p[1]) ? oi_op(c, NULL, "pow", 2, p, NULL, 0, NULL, 0) : WEFT_VALUE_NONE;
+        OUT0(OK(r) ? oi_op(c, node_out(c, 0), "cast", 1, &r, &b, 1, NULL, 0) : r);
+    }
     if (!strcmp(opn, "pow") && dtype_of(c, in[1]) != dtype_of(c, in[0])) { // ONNX lets the exponent's type differ
         int64_t dt = dtype_of(c, in[0]);
         in[1] = oi_op(c, NULL, "cast", 1, &in[1], &dt, 1, NULL, 0);

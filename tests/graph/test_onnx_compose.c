@@ -723,6 +723,40 @@ static void test_reverse_sequence(void) {
     weft_graph_free(g);
 }
 
+// Pow with an integer base and exponent fed at run time (int32, int64), and an int32 base with a float exponent
+// (truncated, as numpy's astype): against plain loops.
+static void test_pow_int(void) {
+    char path[256];
+    int64_t n;
+    static const int32_t b32[5] = {2, -3, 5, 7, 0}, e32[5] = {10, 3, 0, 2, 4};
+    static const int64_t b64[3] = {3, -2, 10}, e64[3] = {33, 51, 15}; // 3^33, -2^51, 10^15: below 2^53
+    static const float ef[5] = {0.5f, 2, 1.5f, 0, 3};
+    for (int k = 0; k < 3; k++) {
+        int len = k == 1 ? 3 : 5, tb = k == 1 ? 7 : 6, te = k == 0 ? 6 : k == 1 ? 7 : 1;
+        in_spec in[2] = {{"x", 1, {len}, tb}, {"e", 1, {len}, te}};
+        weft_dtype db = k == 1 ? WEFT_I64 : WEFT_I32, de = k == 0 ? WEFT_I32 : k == 1 ? WEFT_I64 : WEFT_F32;
+        const void *bp = k == 1 ? (const void *)b64 : b32, *ep = k == 0 ? (const void *)e32 : k == 1 ? (const void *)e64 : ef;
+        weft_tensor *v[2] = {weft_tensor_from_data(bp, 1, (int64_t[]){len}, db), weft_tensor_from_data(ep, 1, (int64_t[]){len}, de)};
+        CHECK(write_model("Pow", 13, 2, in, NULL, NULL, NULL, 0, NULL, 0, path, sizeof path));
+        double *y = run(path, 2, in, v, 0, &n);
+        CHECK(y && n == len);
+        for (int i = 0; y && n == len && i < len; i++) {
+            double want;
+            if (k == 1) {
+                int64_t r = 1;
+                for (int j = 0; j < e64[i]; j++) r *= b64[i];
+                want = (double)r;
+            } else {
+                want = k == 0 ? 1 : trunc(pow(b32[i], ef[i]));
+                for (int j = 0; k == 0 && j < e32[i]; j++) want *= b32[i];
+            }
+            CHECK(y[i] == want);
+        }
+        free(y);
+        weft_tensor_free(v[0]), weft_tensor_free(v[1]);
+    }
+}
+
 // Tile of an 8-D x with two dims both repeated and longer than 1 (one view would need 10 dims: tiled a dim at a
 // time), against y[i] = x[i mod size]; sinh, cosh, asinh, acosh from near 0 to where the plain formulas overflow,
 // against libm; EyeLike with k past the columns; and forms refused with an error rather than a crash.
@@ -890,6 +924,7 @@ int main(void) {
     RUN(test_reduce_prod);
     RUN(test_quantize);
     RUN(test_reverse_sequence);
+    RUN(test_pow_int);
     RUN(test_edges);
     RUN(test_dropout_mask);
 #else
