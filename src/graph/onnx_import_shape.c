@@ -796,4 +796,43 @@ weft_status oi_reverse_sequence(nctx *c, const char *arg) {
     OUT0(oi_op(c, node_out(c, 0), "gather", 2, (weft_value[]){x, ix}, &dim, 1, NULL, 0));
 }
 
+
+// Compress(x, condition; axis): the slices of x along axis (x flattened without one) where condition is true, the
+// condition known at load (weft's shapes are static): an index_select of those positions. A condition shorter
+// than the dim leaves the rest out; a longer one is refused.
+weft_status oi_compress(nctx *c, const char *arg) {
+    (void)arg;
+    weft_tensor *ct;
+    weft_status st = oi_konst_in(c, 1, &ct);
+    if (st) return st;
+    if (weft_tensor_ndim(ct) != 1) FAIL("condition must be 1-D");
+    weft_value x = c->in[0];
+    int nd = ndim_of(c, x);
+    bool flat = !oi_attr(c, "axis");
+    int ax = flat ? 0 : oi_axis(oi_attr_i(c, "axis", 0), nd);
+    if (ax < 0) FAIL("axis %lld of %d dims", (long long)oi_attr_i(c, "axis", 0), nd);
+    if (flat) {
+        int64_t numel = 1;
+        for (int d = 0; d < nd; d++) numel *= sizes_of(c, x)[d];
+        x = oi_reshape(c, NULL, x, 1, &numel);
+        if (!OK(x)) return weft_last_status();
+    }
+    int64_t len = weft_tensor_numel(ct), dim = sizes_of(c, x)[ax], k = 0;
+    if (len > dim) FAIL("condition of %lld for a dim of %lld", (long long)len, (long long)dim);
+    weft_tensor *c64 = weft_cast(ct, WEFT_F64);
+    weft_tensor *ix = c64 ? oi_index_new(len) : NULL;
+    if (!ix) {
+        weft_tensor_free(c64);
+        return weft_last_status();
+    }
+    for (int64_t i = 0; i < len; i++)
+        if (((const double *)weft_tensor_data(c64))[i] != 0) ((int64_t *)weft_tensor_data(ix))[k++] = i;
+    weft_tensor_free(c64);
+    weft_tensor *used = weft_tensor_empty(1, &k, WEFT_I64);
+    if (used && k) memcpy(weft_tensor_data(used), weft_tensor_data(ix), sizeof(int64_t) * (size_t)k);
+    weft_tensor_free(ix);
+    if (!used) return weft_last_status();
+    OUT0(oi_select(c, node_out(c, 0), x, ax, used));
+}
+
 #endif

@@ -757,6 +757,40 @@ static void test_pow_int(void) {
     }
 }
 
+// Compress with a condition known at load: along axis 1 with a condition shorter than the dim, with no axis (x
+// flattened), all false (an empty result), and a condition longer than the dim refused.
+static void test_compress(void) {
+    char path[256];
+    int64_t n;
+    static const uint8_t c1[3] = {1, 0, 1}, cf[12] = {0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1}, c0[3] = {0, 0, 0}, c5[5] = {1, 1, 1, 1, 1};
+    const uint8_t *conds[4] = {c1, cf, c0, c5};
+    const int len[4] = {3, 12, 3, 5}, axis[4] = {1, -1, 0, 1};
+    for (int k = 0; k < 4; k++) {
+        in_spec in[2] = {{"x", 2, {3, 4}, 1}, {"cond", 1, {len[k]}, 9}};
+        weft_tensor *v[2] = {seq(2, in[0].sizes, WEFT_F32, 1, 0), weft_tensor_from_data(conds[k], 1, (int64_t[]){len[k]}, WEFT_BOOL)};
+        CHECK(write_model("Compress", 11, 2, in, NULL, NULL, axis[k] >= 0 ? "axis" : NULL, axis[k], NULL, 0, path, sizeof path));
+        if (k == 3) {
+            weft_onnx_shape fx = {.name = "cond", .value = v[1]};
+            CHECK(weft_onnx_load(path, 1, &fx) == NULL && wt_error_has("condition of 5"));
+            unlink(path);
+        } else {
+            double *y = run(path, 2, in, v, 2, &n);
+            const float *x = weft_tensor_data(v[0]);
+            int m = 0;
+            if (k == 0)
+                for (int r = 0; y && r < 3; r++)
+                    for (int j = 0; j < 3; j++)
+                        if (c1[j]) CHECK(y[m++] == x[r * 4 + j]);
+            if (k == 1)
+                for (int i = 0; y && i < 12; i++)
+                    if (cf[i]) CHECK(y[m++] == x[i]);
+            CHECK(y && n == m && n == (k == 0 ? 6 : k == 1 ? 3 : 0));
+            free(y);
+        }
+        weft_tensor_free(v[0]), weft_tensor_free(v[1]);
+    }
+}
+
 // Tile of an 8-D x with two dims both repeated and longer than 1 (one view would need 10 dims: tiled a dim at a
 // time), against y[i] = x[i mod size]; sinh, cosh, asinh, acosh from near 0 to where the plain formulas overflow,
 // against libm; EyeLike with k past the columns; and forms refused with an error rather than a crash.
@@ -925,6 +959,7 @@ int main(void) {
     RUN(test_quantize);
     RUN(test_reverse_sequence);
     RUN(test_pow_int);
+    RUN(test_compress);
     RUN(test_edges);
     RUN(test_dropout_mask);
 #else
