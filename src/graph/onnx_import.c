@@ -770,8 +770,10 @@ static weft_status h_layer_norm(nctx *c, const char *arg) {
 
 static weft_status h_batch_norm(nctx *c, const char *arg) {
     (void)arg;
-    if (oi_attr_i(c, "training_mode", 0) || wants_out(c, 1)) FAIL("training mode is not supported (inference only)");
     if (c->n_in != 5) FAIL("takes 5 inputs");
+    if (oi_attr_i(c, "training_mode", 0) && c->m->opset >= 14) return oi_batch_norm_train(c, arg);
+    if (oi_attr_i(c, "training_mode", 0) || wants_out(c, 1))
+        FAIL("training mode before opset 14 (its outputs were others) is not supported");
     int64_t at[5] = {1, 1, 1, 1, 0};
     // ONNX's momentum weighs the running statistics, weft's (PyTorch's) the batch's (unused at inference)
     double f[2] = {1.0 - oi_attr_f(c, "momentum", 0.9), oi_attr_f(c, "epsilon", 1e-5)};

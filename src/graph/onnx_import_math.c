@@ -470,4 +470,32 @@ weft_status oi_dyn_quant(nctx *c, const char *arg) {
     OUT0(quant_u8(c, node_out(c, 0), op2(c, NULL, "div", x, s), cast_to(c, zp, WEFT_F32)));
 }
 
+
+// BatchNormalization in training mode (opset 14 on): y = (x - m) / sqrt(v + epsilon) * scale + B with the batch's
+// mean m and biased variance v over every dim but 1, and the running statistics out: mean * momentum + m (1 -
+// momentum), var * momentum + v (1 - momentum). Composed, so gradients flow to x, scale and B.
+weft_status oi_batch_norm_train(nctx *c, const char *arg) {
+    (void)arg;
+    weft_value x = c->in[0];
+    int nd = ndim_of(c, x);
+    if (nd < 2 || !is_float(dtype_of(c, x))) FAIL("input must be float with at least 2 dims");
+    int64_t C = sizes_of(c, x)[1], s[WEFT_MAX_DIMS], at[3] = {((INT64_C(1) << nd) - 1) & ~INT64_C(2), 1, 0};
+    for (int k = 1; k < 5; k++)
+        if (ndim_of(c, c->in[k]) != 1 || sizes_of(c, c->in[k])[0] != C) FAIL("input %d must have %lld values", k, (long long)C);
+    for (int d = 0; d < nd; d++) s[d] = d == 1 ? C : 1;
+    double mom = oi_attr_f(c, "momentum", 0.9), eps = oi_attr_f(c, "epsilon", 1e-5);
+    weft_value m = oi_op(c, NULL, "mean", 1, &x, at, 3, NULL, 0), d = op2(c, NULL, "sub", x, m);
+    weft_value dd = op2(c, NULL, "mul", d, d), v = OK(dd) ? oi_op(c, NULL, "mean", 1, &dd, at, 3, NULL, 0) : dd;
+    weft_value sd = op1(c, NULL, "sqrt", opf(c, NULL, "add_scalar", v, eps));
+    weft_value y = op2(c, NULL, "mul", op2(c, NULL, "div", d, sd), oi_reshape(c, NULL, c->in[1], nd, s));
+    c->out[0] = op2(c, node_out(c, 0), "add", y, oi_reshape(c, NULL, c->in[2], nd, s));
+    for (int k = 1; k < 3 && OK(c->out[0]); k++) {
+        if (!wants_out(c, k)) continue;
+        weft_value b = oi_reshape(c, NULL, k == 1 ? m : v, 1, &C);
+        c->out[k] = op2(c, node_out(c, k), "add", opf(c, NULL, "mul_scalar", c->in[2 + k], mom), opf(c, NULL, "mul_scalar", b, 1 - mom));
+        if (!OK(c->out[k])) return weft_last_status();
+    }
+    return OK(c->out[0]) ? WEFT_OK : weft_last_status();
+}
+
 #endif

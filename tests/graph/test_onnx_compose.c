@@ -48,12 +48,12 @@ static bool write_model(const char *op, int opset, int n_in, const in_spec *in, 
     Onnx__NodeProto nd = ONNX__NODE_PROTO__INIT, *ndp = &nd;
     Onnx__AttributeProto at[3] = {ONNX__ATTRIBUTE_PROTO__INIT, ONNX__ATTRIBUTE_PROTO__INIT, ONNX__ATTRIBUTE_PROTO__INIT};
     Onnx__AttributeProto *atp[3];
-    Onnx__ValueInfoProto vi[5], vo = ONNX__VALUE_INFO_PROTO__INIT, *vip[4], *vop = &vo;
-    Onnx__TypeProto tp[4];
-    Onnx__TypeProto__Tensor tt[4];
-    Onnx__TensorShapeProto sp[4];
-    Onnx__TensorShapeProto__Dimension dm[4][8], *dmp[4][8];
-    char *names[4], *out = "y";
+    Onnx__ValueInfoProto vi[5], vo = ONNX__VALUE_INFO_PROTO__INIT, *vip[5], *vop = &vo; // (at most 5 inputs)
+    Onnx__TypeProto tp[5];
+    Onnx__TypeProto__Tensor tt[5];
+    Onnx__TensorShapeProto sp[5];
+    Onnx__TensorShapeProto__Dimension dm[5][8], *dmp[5][8];
+    char *names[5], *out = "y";
     gp.name = "g", gp.n_node = 1, gp.node = &ndp, gp.n_input = (size_t)n_in, gp.input = vip, gp.n_output = 1, gp.output = &vop;
     for (int k = 0; k < n_in; k++) {
         Onnx__ValueInfoProto v = ONNX__VALUE_INFO_PROTO__INIT;
@@ -105,10 +105,10 @@ static weft_tensor *seq(int nd, const int64_t *s, weft_dtype dt, double scale, d
 // Loads the model at path with the inputs fixed to vals (integer index inputs) or fed (the rest), runs it and
 // returns y as f64 values (n of them), or NULL.
 static double *run(const char *path, int n_in, const in_spec *in, weft_tensor **vals, int fixed_mask, int64_t *n) {
-    weft_onnx_shape fix[4] = {{0}};
+    weft_onnx_shape fix[5] = {{0}};
     int nf = 0, nfeed = 0;
-    weft_value fv[4];
-    weft_tensor *feeds[4];
+    weft_value fv[5];
+    weft_tensor *feeds[5];
     for (int k = 0; k < n_in; k++)
         if (fixed_mask >> k & 1) fix[nf++] = (weft_onnx_shape){.name = in[k].name, .value = vals[k]};
     weft_graph *g = weft_onnx_load(path, nf, fix);
@@ -791,6 +791,69 @@ static void test_compress(void) {
     }
 }
 
+// BatchNormalization in training mode on f64 (4, 3, 2): y against the batch statistics computed here, and the
+// gradients of sum(y * W) for x and scale against central differences of that same closed form.
+static double bn_loss(const double *x, const double *sc, const double *b, const double *w, double eps, double *y) {
+    double l = 0;
+    for (int ch = 0; ch < 3; ch++) {
+        double m = 0, v = 0;
+        for (int n = 0; n < 4; n++)
+            for (int k = 0; k < 2; k++) m += x[(n * 3 + ch) * 2 + k] / 8;
+        for (int n = 0; n < 4; n++)
+            for (int k = 0; k < 2; k++) v += (x[(n * 3 + ch) * 2 + k] - m) * (x[(n * 3 + ch) * 2 + k] - m) / 8;
+        for (int n = 0; n < 4; n++)
+            for (int k = 0; k < 2; k++) {
+                int i = (n * 3 + ch) * 2 + k;
+                double yi = (x[i] - m) / sqrt(v + eps) * sc[ch] + b[ch];
+                if (y) y[i] = yi;
+                l += yi * w[i];
+            }
+    }
+    return l;
+}
+static void test_batch_norm_training(void) {
+    char path[256];
+    in_spec in[5] = {{"x", 3, {4, 3, 2}, 11}, {"scale", 1, {3}, 11}, {"B", 1, {3}, 11}, {"mean", 1, {3}, 11}, {"var", 1, {3}, 11}};
+    CHECK(write_model("BatchNormalization", 15, 5, in, NULL, NULL, "training_mode", 1, NULL, 0, path, sizeof path));
+    weft_graph *g = weft_onnx_load(path, 0, NULL);
+    unlink(path);
+    CHECK(g != NULL);
+    if (!g) return;
+    double x[24], sc[3] = {1.5, -0.5, 2}, b[3] = {0.25, 1, -1}, rm[3] = {0, 1, 2}, rv[3] = {1, 2, 3}, w[24], y[24];
+    wt_vals(x, 24, -2, 2, 91), wt_vals(w, 24, -1, 1, 92);
+    weft_tensor *t[5] = {weft_tensor_from_data(x, 3, (int64_t[]){4, 3, 2}, WEFT_F64), weft_tensor_from_data(sc, 1, (int64_t[]){3}, WEFT_F64),
+                         weft_tensor_from_data(b, 1, (int64_t[]){3}, WEFT_F64), weft_tensor_from_data(rm, 1, (int64_t[]){3}, WEFT_F64),
+                         weft_tensor_from_data(rv, 1, (int64_t[]){3}, WEFT_F64)};
+    weft_tensor *wt = weft_tensor_from_data(w, 3, (int64_t[]){4, 3, 2}, WEFT_F64);
+    weft_value fv[5], yv = weft_graph_find_value(g, "y"), p, l, gr[2];
+    for (int k = 0; k < 5; k++) fv[k] = weft_graph_find_value(g, in[k].name);
+    CHECK(weft_graph_op(g, "mul", 2, (weft_value[]){yv, weft_graph_constant(g, "W", wt)}, NULL, 0, NULL, 0, &p) == WEFT_OK);
+    CHECK(weft_graph_op(g, "sum", 1, &p, (int64_t[]){7, 0, 0}, 3, NULL, 0, &l) == WEFT_OK);
+    CHECK(weft_graph_gradients(g, l, 2, fv, gr) == WEFT_OK);
+    weft_tensor *o[3] = {NULL, NULL, NULL};
+    CHECK(weft_graph_run(g, 5, fv, t, 3, (weft_value[]){yv, gr[0], gr[1]}, o, 0, NULL) == WEFT_OK);
+    bn_loss(x, sc, b, w, 1e-5, y);
+    for (int i = 0; o[0] && o[1] && o[2] && i < 24; i++) {
+        CHECK_NEAR(((const double *)weft_tensor_data(o[0]))[i], y[i], 1e-12);
+        double h = 1e-6, xp[24], xm[24];
+        memcpy(xp, x, sizeof x), memcpy(xm, x, sizeof x);
+        xp[i] += h, xm[i] -= h;
+        double fd = (bn_loss(xp, sc, b, w, 1e-5, NULL) - bn_loss(xm, sc, b, w, 1e-5, NULL)) / (2 * h);
+        CHECK_NEAR(((const double *)weft_tensor_data(o[1]))[i], fd, 1e-6);
+    }
+    for (int ch = 0; o[2] && ch < 3; ch++) {
+        double h = 1e-6, sp[3], sm[3];
+        memcpy(sp, sc, sizeof sc), memcpy(sm, sc, sizeof sc);
+        sp[ch] += h, sm[ch] -= h;
+        double fd = (bn_loss(x, sp, b, w, 1e-5, NULL) - bn_loss(x, sm, b, w, 1e-5, NULL)) / (2 * h);
+        CHECK_NEAR(((const double *)weft_tensor_data(o[2]))[ch], fd, 1e-6);
+    }
+    for (int k = 0; k < 3; k++) weft_tensor_free(o[k]);
+    for (int k = 0; k < 5; k++) weft_tensor_free(t[k]);
+    weft_tensor_free(wt);
+    weft_graph_free(g);
+}
+
 // Tile of an 8-D x with two dims both repeated and longer than 1 (one view would need 10 dims: tiled a dim at a
 // time), against y[i] = x[i mod size]; sinh, cosh, asinh, acosh from near 0 to where the plain formulas overflow,
 // against libm; EyeLike with k past the columns; and forms refused with an error rather than a crash.
@@ -960,6 +1023,7 @@ int main(void) {
     RUN(test_reverse_sequence);
     RUN(test_pow_int);
     RUN(test_compress);
+    RUN(test_batch_norm_training);
     RUN(test_edges);
     RUN(test_dropout_mask);
 #else
