@@ -1160,6 +1160,7 @@ static const struct {
     {"DynamicQuantizeLinear", oi_dyn_quant, NULL, 1},
     {"ReverseSequence", oi_reverse_sequence, NULL, 2},
     {"Compress", oi_compress, NULL, 2},
+    {"DFT", oi_dft, NULL, 1},
     {"ReduceMean", h_reduce, "mean", 1},
     {"ReduceSumSquare", h_reduce, "sum_square", 1},
     {"ReduceLogSum", h_reduce, "log_sum", 1},

@@ -498,4 +498,96 @@ weft_status oi_batch_norm_train(nctx *c, const char *arg) {
     return OK(c->out[0]) ? WEFT_OK : weft_last_status();
 }
 
+
+// DFT (opset 17): x (batch, signal dims..., 1 or 2: real or complex) along `axis`, cut or zero-padded to
+// dft_length (known at load), onesided (the first N/2 + 1 bins), inverse (e^{+i}, / N). The signal axis moved last
+// and flattened to (M, N), then two products with the (N, K) cosine and sine tables known at load:
+// forward (a + ib)(cos - i sin) = (a cos + b sin) + i(b cos - a sin); the result (..., K, 2). Gradients flow.
+weft_status oi_dft(nctx *c, const char *arg) {
+    (void)arg;
+    weft_value x = c->in[0];
+    int nd = ndim_of(c, x);
+    weft_dtype dt = dtype_of(c, x);
+    if (nd < 2 || !is_float(dt)) FAIL("input must be float, (batch, signal..., 1 or 2)");
+    int64_t xs[WEFT_MAX_DIMS], ch;
+    sizes_copy(c, x, xs);
+    ch = xs[nd - 1];
+    int ax = oi_axis(oi_attr_i(c, "axis", 1), nd - 1);
+    bool inv = oi_attr_i(c, "inverse", 0) != 0, one = oi_attr_i(c, "onesided", 0) != 0;
+    if ((ch != 1 && ch != 2) || ax < 1) FAIL("the last dim must be 1 or 2 and axis a signal dim");
+    if (one && (inv || ch == 2)) FAIL("onesided of a complex input or an inverse");
+    int64_t L = xs[ax], N = L;
+    if (c->n_in > 1 && c->kin[1] >= 0) {
+        int64_t v;
+        int n;
+        weft_status st = oi_konst_ints(c, 1, &v, 1, &n);
+        if (st) return st;
+        if (n != 1 || v < 1 || v > (1 << 20)) FAIL("dft_length must be one value, 1 to 2^20");
+        N = v;
+    }
+    int64_t K = one ? N / 2 + 1 : N, d1 = nd - 1;
+    if ((double)N * (double)K > (double)(INT64_C(1) << 24)) FAIL("tables of %lld x %lld", (long long)N, (long long)K);
+    // the real and imaginary parts, (..., signal) without the last dim, cut or padded to N along ax
+    weft_value part[2] = {WEFT_VALUE_NONE, WEFT_VALUE_NONE};
+    int64_t ps[WEFT_MAX_DIMS];
+    memcpy(ps, xs, sizeof(int64_t) * (size_t)d1);
+    for (int k = 0; k < (int)ch; k++) {
+        weft_value v = oi_op(c, NULL, "slice", 1, &x, (int64_t[]){nd - 1, k, k + 1, 1}, 4, NULL, 0);
+        v = oi_reshape(c, NULL, v, (int)d1, ps);
+        if (N < L) v = OK(v) ? oi_op(c, NULL, "slice", 1, &v, (int64_t[]){ax, 0, N, 1}, 4, NULL, 0) : v;
+        if (N > L && OK(v)) {
+            int64_t at[1 + WEFT_MAX_DIMS] = {d1}, dax = ax;
+            for (int d = 0; d < d1; d++) at[1 + d] = d == ax ? N - L : xs[d];
+            weft_value z = like(c, x, 0);
+            z = OK(z) ? oi_op(c, NULL, "expand", 1, &z, at, 1 + d1, NULL, 0) : z;
+            v = OK(z) ? oi_op(c, NULL, "concat", 2, (weft_value[]){v, z}, &dax, 1, NULL, 0) : z;
+        }
+        part[k] = v;
+    }
+    // signal last: permute, (M, N)
+    int64_t p[WEFT_MAX_DIMS], ip[WEFT_MAX_DIMS], M = 1, qs[WEFT_MAX_DIMS];
+    int np = 0;
+    for (int d = 0; d < d1; d++)
+        if (d != ax) p[np++] = d, M *= xs[d];
+    p[np++] = ax;
+    for (int d = 0; d < d1; d++) ip[p[d]] = d, qs[d] = d == d1 - 1 ? K : xs[p[d]];
+    for (int k = 0; k < (int)ch; k++) {
+        weft_value v = oi_op(c, NULL, "permute", 1, &part[k], p, d1, NULL, 0);
+        part[k] = oi_reshape(c, NULL, v, 2, (int64_t[]){M, N});
+    }
+    weft_tensor *tc = weft_tensor_empty(2, (int64_t[]){N, K}, WEFT_F64), *ts = weft_tensor_empty(2, (int64_t[]){N, K}, WEFT_F64);
+    if (!tc || !ts) {
+        weft_tensor_free(tc), weft_tensor_free(ts);
+        return weft_last_status();
+    }
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++) {
+            double th = 2 * M_PI * (double)((n * k) % N) / (double)N;
+            ((double *)weft_tensor_data(tc))[n * K + k] = cos(th) / (inv ? (double)N : 1);
+            ((double *)weft_tensor_data(ts))[n * K + k] = sin(th) / (inv ? (double)N : 1) * (inv ? -1 : 1);
+        }
+    weft_tensor *tc2 = weft_cast(tc, dt), *ts2 = weft_cast(ts, dt);
+    weft_tensor_free(tc), weft_tensor_free(ts);
+    weft_value cv = oi_konst(c, NULL, tc2, NULL), sv = oi_konst(c, NULL, ts2, NULL);
+    // re = a cos + b sin', im = b cos - a sin' (sin' = sin forward, -sin inverse: the tables hold it)
+    weft_value re = op2(c, NULL, "matmul", part[0], cv), im = op1(c, NULL, "neg", op2(c, NULL, "matmul", part[0], sv));
+    if (ch == 2) {
+        re = op2(c, NULL, "add", re, op2(c, NULL, "matmul", part[1], sv));
+        im = op2(c, NULL, "add", im, op2(c, NULL, "matmul", part[1], cv));
+    }
+    // back: (..., K) in the input's order, then (..., 2)
+    weft_value out[2] = {re, im};
+    int64_t os[WEFT_MAX_DIMS + 1];
+    for (int d = 0; d < d1; d++) os[d] = d == ax ? K : xs[d];
+    os[d1] = 1;
+    for (int k = 0; k < 2; k++) {
+        weft_value v = oi_reshape(c, NULL, out[k], (int)d1, qs);
+        v = OK(v) ? oi_op(c, NULL, "permute", 1, &v, ip, d1, NULL, 0) : v;
+        out[k] = oi_reshape(c, NULL, v, (int)d1 + 1, os);
+    }
+    int64_t last = d1;
+    if (!OK(out[0]) || !OK(out[1])) return weft_last_status();
+    OUT0(oi_op(c, node_out(c, 0), "concat", 2, out, &last, 1, NULL, 0));
+}
+
 #endif

@@ -854,6 +854,72 @@ static void test_batch_norm_training(void) {
     weft_graph_free(g);
 }
 
+// DFT on f64: a real (2, 5, 1) signal zero-padded to 8, onesided (5 bins), against the sum written out, and the
+// gradient of sum(Y * W) against central differences of that sum; a complex (1, 6, 2) signal's inverse.
+static double dft_naive(const double *x, int L, int N, int ch, bool inv, int k, int part) { // bin k, re or im
+    double re = 0, im = 0;
+    for (int n = 0; n < L && n < N; n++) {
+        double th = 2 * M_PI * (double)((long)n * k % N) / N * (inv ? 1 : -1), a = x[n * ch], b = ch == 2 ? x[n * ch + 1] : 0;
+        re += a * cos(th) - b * sin(th), im += a * sin(th) + b * cos(th);
+    }
+    return (part ? im : re) / (inv ? N : 1);
+}
+static double dft_loss(const double *x, const double *w) {
+    double l = 0;
+    for (int b = 0; b < 2; b++)
+        for (int k = 0; k < 5; k++)
+            for (int q = 0; q < 2; q++) l += dft_naive(x + b * 5, 5, 8, 1, false, k, q) * w[(b * 5 + k) * 2 + q];
+    return l;
+}
+static void test_dft(void) {
+    char path[256];
+    in_spec in[2] = {{"x", 3, {2, 5, 1}, 11}, {"len", 0, {0}, 7}};
+    CHECK(write_model("DFT", 17, 2, in, NULL, NULL, "onesided", 1, "axis", 1, path, sizeof path));
+    int64_t eight = 8;
+    weft_tensor *lt = weft_tensor_from_data(&eight, 0, NULL, WEFT_I64);
+    weft_onnx_shape fx = {.name = "len", .value = lt};
+    weft_graph *g = weft_onnx_load(path, 1, &fx);
+    unlink(path);
+    CHECK(g != NULL);
+    double x[10], w[20];
+    wt_vals(x, 10, -1, 1, 93), wt_vals(w, 20, -1, 1, 94);
+    if (g) {
+        weft_tensor *xt = weft_tensor_from_data(x, 3, (int64_t[]){2, 5, 1}, WEFT_F64), *wt = weft_tensor_from_data(w, 3, (int64_t[]){2, 5, 2}, WEFT_F64);
+        weft_value xv = weft_graph_find_value(g, "x"), yv = weft_graph_find_value(g, "y"), p, l, gx;
+        CHECK(weft_graph_value_ndim(g, yv) == 3 && weft_graph_value_sizes(g, yv)[1] == 5 && weft_graph_value_sizes(g, yv)[2] == 2);
+        CHECK(weft_graph_op(g, "mul", 2, (weft_value[]){yv, weft_graph_constant(g, "W", wt)}, NULL, 0, NULL, 0, &p) == WEFT_OK);
+        CHECK(weft_graph_op(g, "sum", 1, &p, (int64_t[]){7, 0, 0}, 3, NULL, 0, &l) == WEFT_OK);
+        CHECK(weft_graph_gradients(g, l, 1, &xv, &gx) == WEFT_OK);
+        weft_tensor *o[2] = {NULL, NULL};
+        CHECK(weft_graph_run(g, 1, &xv, &xt, 2, (weft_value[]){yv, gx}, o, 0, NULL) == WEFT_OK);
+        for (int b = 0; o[0] && b < 2; b++)
+            for (int k = 0; k < 5; k++)
+                for (int q = 0; q < 2; q++)
+                    CHECK_NEAR(((const double *)weft_tensor_data(o[0]))[(b * 5 + k) * 2 + q], dft_naive(x + b * 5, 5, 8, 1, false, k, q), 1e-12);
+        for (int i = 0; o[1] && i < 10; i++) {
+            double xp[10], xm[10], h = 1e-6;
+            memcpy(xp, x, sizeof x), memcpy(xm, x, sizeof x);
+            xp[i] += h, xm[i] -= h;
+            CHECK_NEAR(((const double *)weft_tensor_data(o[1]))[i], (dft_loss(xp, w) - dft_loss(xm, w)) / (2 * h), 1e-6);
+        }
+        weft_tensor_free(o[0]), weft_tensor_free(o[1]), weft_tensor_free(xt), weft_tensor_free(wt);
+        weft_graph_free(g);
+    }
+    weft_tensor_free(lt);
+    in_spec ci[1] = {{"x", 3, {1, 6, 2}, 11}};
+    double z[12];
+    wt_vals(z, 12, -1, 1, 95);
+    weft_tensor *v[1] = {weft_tensor_from_data(z, 3, (int64_t[]){1, 6, 2}, WEFT_F64)};
+    CHECK(write_model("DFT", 17, 1, ci, NULL, NULL, "inverse", 1, "axis", 1, path, sizeof path));
+    int64_t n;
+    double *y = run(path, 1, ci, v, 0, &n);
+    CHECK(y && n == 12);
+    for (int k = 0; y && n == 12 && k < 6; k++)
+        for (int q = 0; q < 2; q++) CHECK_NEAR(y[k * 2 + q], dft_naive(z, 6, 6, 2, true, k, q), 1e-12);
+    free(y);
+    weft_tensor_free(v[0]);
+}
+
 // Tile of an 8-D x with two dims both repeated and longer than 1 (one view would need 10 dims: tiled a dim at a
 // time), against y[i] = x[i mod size]; sinh, cosh, asinh, acosh from near 0 to where the plain formulas overflow,
 // against libm; EyeLike with k past the columns; and forms refused with an error rather than a crash.
@@ -1024,6 +1090,7 @@ int main(void) {
     RUN(test_pow_int);
     RUN(test_compress);
     RUN(test_batch_norm_training);
+    RUN(test_dft);
     RUN(test_edges);
     RUN(test_dropout_mask);
 #else
