@@ -1161,6 +1161,7 @@ static const struct {
     {"ReverseSequence", oi_reverse_sequence, NULL, 2},
     {"Compress", oi_compress, NULL, 2},
     {"DFT", oi_dft, NULL, 1},
+    {"STFT", oi_stft, NULL, 2},
     {"ReduceMean", h_reduce, "mean", 1},
     {"ReduceSumSquare", h_reduce, "sum_square", 1},
     {"ReduceLogSum", h_reduce, "log_sum", 1},

@@ -149,6 +149,7 @@ weft_status oi_reverse_sequence(nctx *c, const char *arg);
 weft_status oi_compress(nctx *c, const char *arg);
 weft_status oi_batch_norm_train(nctx *c, const char *arg);
 weft_status oi_dft(nctx *c, const char *arg);
+weft_status oi_stft(nctx *c, const char *arg);
 weft_status oi_dyn_quant(nctx *c, const char *arg);
 weft_value oi_prod(nctx *c, const char *name, weft_value x, int64_t mask, int out_nd, const int64_t *out);
 weft_status oi_eye_like(nctx *c, const char *arg);

@@ -503,20 +503,15 @@ weft_status oi_batch_norm_train(nctx *c, const char *arg) {
 // dft_length (known at load), onesided (the first N/2 + 1 bins), inverse (e^{+i}, / N). The signal axis moved last
 // and flattened to (M, N), then two products with the (N, K) cosine and sine tables known at load:
 // forward (a + ib)(cos - i sin) = (a cos + b sin) + i(b cos - a sin); the result (..., K, 2). Gradients flow.
+static weft_status dft_core(nctx *c, const char *name, weft_value x, int ax, int64_t N, bool one, bool inv);
+
 weft_status oi_dft(nctx *c, const char *arg) {
     (void)arg;
     weft_value x = c->in[0];
     int nd = ndim_of(c, x);
-    weft_dtype dt = dtype_of(c, x);
-    if (nd < 2 || !is_float(dt)) FAIL("input must be float, (batch, signal..., 1 or 2)");
-    int64_t xs[WEFT_MAX_DIMS], ch;
-    sizes_copy(c, x, xs);
-    ch = xs[nd - 1];
     int ax = oi_axis(oi_attr_i(c, "axis", 1), nd - 1);
     bool inv = oi_attr_i(c, "inverse", 0) != 0, one = oi_attr_i(c, "onesided", 0) != 0;
-    if ((ch != 1 && ch != 2) || ax < 1) FAIL("the last dim must be 1 or 2 and axis a signal dim");
-    if (one && (inv || ch == 2)) FAIL("onesided of a complex input or an inverse");
-    int64_t L = xs[ax], N = L;
+    int64_t N = nd >= 2 && ax >= 0 ? sizes_of(c, x)[ax] : 0;
     if (c->n_in > 1 && c->kin[1] >= 0) {
         int64_t v;
         int n;
@@ -525,6 +520,21 @@ weft_status oi_dft(nctx *c, const char *arg) {
         if (n != 1 || v < 1 || v > (1 << 20)) FAIL("dft_length must be one value, 1 to 2^20");
         N = v;
     }
+    return dft_core(c, node_out(c, 0), x, ax, N, one, inv);
+}
+
+// The DFT of x (batch, signal dims..., 1 or 2) along ax, cut or zero-padded to N, into c->out[0] named name.
+static weft_status dft_core(nctx *c, const char *name, weft_value x, int ax, int64_t N, bool one, bool inv) {
+    int nd = ndim_of(c, x);
+    weft_dtype dt = dtype_of(c, x);
+    if (nd < 2 || !is_float(dt)) FAIL("input must be float, (batch, signal..., 1 or 2)");
+    int64_t xs[WEFT_MAX_DIMS], ch;
+    sizes_copy(c, x, xs);
+    ch = xs[nd - 1];
+    if ((ch != 1 && ch != 2) || ax < 1 || ax >= nd - 1) FAIL("the last dim must be 1 or 2 and axis a signal dim");
+    if (one && (inv || ch == 2)) FAIL("onesided of a complex input or an inverse");
+    if (N < 1) FAIL("a signal of length %lld", (long long)N);
+    int64_t L = xs[ax];
     int64_t K = one ? N / 2 + 1 : N, d1 = nd - 1;
     if ((double)N * (double)K > (double)(INT64_C(1) << 24)) FAIL("tables of %lld x %lld", (long long)N, (long long)K);
     // the real and imaginary parts, (..., signal) without the last dim, cut or padded to N along ax
@@ -587,7 +597,37 @@ weft_status oi_dft(nctx *c, const char *arg) {
     }
     int64_t last = d1;
     if (!OK(out[0]) || !OK(out[1])) return weft_last_status();
-    OUT0(oi_op(c, node_out(c, 0), "concat", 2, out, &last, 1, NULL, 0));
+    OUT0(oi_op(c, name, "concat", 2, out, &last, 1, NULL, 0));
+}
+
+// STFT (opset 17): signal (batch, length, 1 or 2), frame_step and frame_length known at load, an optional window:
+// frames (batch, frames, frame_length, ch) gathered by index_select with indices known at load, times the window,
+// then the DFT of each frame along dim 2 (onesided by default).
+weft_status oi_stft(nctx *c, const char *arg) {
+    (void)arg;
+    weft_value x = c->in[0];
+    if (ndim_of(c, x) != 3) FAIL("signal must be (batch, length, 1 or 2)");
+    int64_t B = sizes_of(c, x)[0], L = sizes_of(c, x)[1], ch = sizes_of(c, x)[2], step, fl = -1;
+    int n;
+    weft_status st = oi_konst_ints(c, 1, &step, 1, &n);
+    if (st) return st;
+    bool has_w = c->n_in > 2 && c->kin[2] >= 0;
+    if (c->n_in > 3 && c->kin[3] >= 0 && (st = oi_konst_ints(c, 3, &fl, 1, &n))) return st;
+    if (has_w && (ndim_of(c, c->in[2]) != 1 || (fl >= 0 && sizes_of(c, c->in[2])[0] != fl)))
+        FAIL("window must be 1-D, frame_length long");
+    if (fl < 0) fl = has_w ? sizes_of(c, c->in[2])[0] : -1;
+    if (fl < 1 || fl > L || step < 1) FAIL("frame_length %lld and frame_step %lld for a signal of %lld", (long long)fl,
+                                          (long long)step, (long long)L);
+    int64_t nf = (L - fl) / step + 1;
+    weft_tensor *ix = oi_index_new(nf * fl);
+    if (!ix) return weft_last_status();
+    for (int64_t f = 0; f < nf; f++)
+        for (int64_t j = 0; j < fl; j++) ((int64_t *)weft_tensor_data(ix))[f * fl + j] = f * step + j;
+    weft_value v = oi_select(c, NULL, x, 1, ix);
+    v = oi_reshape(c, NULL, v, 4, (int64_t[]){B, nf, fl, ch});
+    if (has_w) v = op2(c, NULL, "mul", v, oi_reshape(c, NULL, cast_to(c, c->in[2], dtype_of(c, x)), 4, (int64_t[]){1, 1, fl, 1}));
+    if (!OK(v)) return weft_last_status();
+    return dft_core(c, node_out(c, 0), v, 2, fl, oi_attr_i(c, "onesided", 1) != 0, false);
 }
 
 #endif

@@ -920,6 +920,29 @@ static void test_dft(void) {
     weft_tensor_free(v[0]);
 }
 
+// STFT of a (1, 10, 1) f64 signal, frame_step 3, a window fed at run time, frame_length 4: 3 frames of 3 bins
+// (onesided), each the DFT of the windowed frame written out.
+static void test_stft(void) {
+    char path[256];
+    in_spec in[4] = {{"x", 3, {1, 10, 1}, 11}, {"step", 0, {0}, 7}, {"win", 1, {4}, 11}, {"len", 0, {0}, 7}};
+    double x[10], win[4] = {0.25, 1, 0.75, 0.5};
+    int64_t step = 3, fl = 4, n;
+    wt_vals(x, 10, -1, 1, 96);
+    weft_tensor *v[4] = {weft_tensor_from_data(x, 3, (int64_t[]){1, 10, 1}, WEFT_F64), weft_tensor_from_data(&step, 0, NULL, WEFT_I64),
+                         weft_tensor_from_data(win, 1, (int64_t[]){4}, WEFT_F64), weft_tensor_from_data(&fl, 0, NULL, WEFT_I64)};
+    CHECK(write_model("STFT", 17, 4, in, NULL, NULL, NULL, 0, NULL, 0, path, sizeof path));
+    double *y = run(path, 4, in, v, 2 | 8, &n);
+    CHECK(y && n == 3 * 3 * 2);
+    for (int f = 0; y && n == 18 && f < 3; f++) {
+        double fr[4];
+        for (int j = 0; j < 4; j++) fr[j] = x[f * 3 + j] * win[j];
+        for (int k = 0; k < 3; k++)
+            for (int q = 0; q < 2; q++) CHECK_NEAR(y[(f * 3 + k) * 2 + q], dft_naive(fr, 4, 4, 1, false, k, q), 1e-12);
+    }
+    free(y);
+    for (int k = 0; k < 4; k++) weft_tensor_free(v[k]);
+}
+
 // Tile of an 8-D x with two dims both repeated and longer than 1 (one view would need 10 dims: tiled a dim at a
 // time), against y[i] = x[i mod size]; sinh, cosh, asinh, acosh from near 0 to where the plain formulas overflow,
 // against libm; EyeLike with k past the columns; and forms refused with an error rather than a crash.
@@ -1091,6 +1114,7 @@ int main(void) {
     RUN(test_compress);
     RUN(test_batch_norm_training);
     RUN(test_dft);
+    RUN(test_stft);
     RUN(test_edges);
     RUN(test_dropout_mask);
 #else
