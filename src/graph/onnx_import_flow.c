@@ -173,6 +173,18 @@ weft_status oi_if(nctx *c, const char *arg) {
     return st;
 }
 
+// A while node's predicate graph (*cg, the caller's to free either way) with a placeholder per loop variable, in cph.
+static weft_status pred_graph(nctx *c, int n, const weft_value *vars, weft_graph **cg, weft_value *cph) {
+    if (!(*cg = weft_graph_new())) return weft_error(WEFT_ERR_OOM, "no memory");
+    for (int j = 0; j < n; j++) {
+        char nm[32];
+        snprintf(nm, sizeof nm, "v%d", j);
+        cph[j] = weft_graph_placeholder(*cg, nm, ndim_of(c, vars[j]), sizes_of(c, vars[j]), dtype_of(c, vars[j]));
+        if (!OK(cph[j])) return weft_last_status();
+    }
+    return WEFT_OK;
+}
+
 // Whether a Loop body's cond output is always true: its cond input passed through (itself, or an Identity of it), or
 // a Constant true. (The loop's initial cond is checked by the caller.)
 static bool cond_stays_true(const Onnx__GraphProto *body) {
@@ -314,14 +326,7 @@ weft_status oi_loop(nctx *c, const char *arg) {
     if (!st && ns) st = scan_meta(bg, so + 1 + nv, ns, trips, scan_nd, scan_sizes, scan_numel, scan_dt);
     if (!st && ns) st = scan_buffers(c->m->g, ns, trips, scan_numel, scan_dt, vars, &n); // after every other variable
     if (!st) { // the predicate: cond, and i < M (its own placeholders, in cph)
-        cg = weft_graph_new();
-        st = cg ? WEFT_OK : weft_error(WEFT_ERR_OOM, "no memory");
-        for (int j = 0; !st && j < n; j++) {
-            char nm[32];
-            snprintf(nm, sizeof nm, "v%d", j);
-            cph[j] = weft_graph_placeholder(cg, nm, ndim_of(c, vars[j]), sizes_of(c, vars[j]), dtype_of(c, vars[j]));
-            if (!OK(cph[j])) st = weft_last_status();
-        }
+        st = pred_graph(c, n, vars, &cg, cph);
         pred = st ? WEFT_VALUE_NONE : cph[1];
         if (!st && has_m) {
             weft_tensor *mt = mk ? weft_cast(mk, WEFT_I64) : NULL, *m0 = mt ? weft_reshape(mt, 0, NULL) : NULL;
@@ -437,14 +442,7 @@ weft_status oi_scan(nctx *c, const char *arg) {
     if (!st && K) st = scan_meta(bg, so + N, K, T, o_nd, o_sizes, o_numel, o_dt);
     if (!st && K) st = scan_buffers(c->m->g, K, T, o_numel, o_dt, vars, &n);
     if (!st) { // t < T (its own placeholders, in cph)
-        cg = weft_graph_new();
-        st = cg ? WEFT_OK : weft_error(WEFT_ERR_OOM, "no memory");
-        for (int j = 0; !st && j < n; j++) {
-            char nm[32];
-            snprintf(nm, sizeof nm, "v%d", j);
-            cph[j] = weft_graph_placeholder(cg, nm, ndim_of(c, vars[j]), sizes_of(c, vars[j]), dtype_of(c, vars[j]));
-            if (!OK(cph[j])) st = weft_last_status();
-        }
+        st = pred_graph(c, n, vars, &cg, cph);
         weft_tensor *tt = st ? NULL : weft_tensor_full(0, NULL, WEFT_I64, (double)T);
         weft_value tv = tt ? weft_graph_constant(cg, "T", tt) : WEFT_VALUE_NONE;
         weft_tensor_free(tt);

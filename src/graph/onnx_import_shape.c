@@ -820,17 +820,13 @@ weft_status oi_compress(nctx *c, const char *arg) {
     int64_t len = weft_tensor_numel(ct), dim = sizes_of(c, x)[ax], k = 0;
     if (len > dim) FAIL("condition of %lld for a dim of %lld", (long long)len, (long long)dim);
     weft_tensor *c64 = weft_cast(ct, WEFT_F64);
-    weft_tensor *ix = c64 ? oi_index_new(len) : NULL;
-    if (!ix) {
-        weft_tensor_free(c64);
-        return weft_last_status();
-    }
-    for (int64_t i = 0; i < len; i++)
-        if (((const double *)weft_tensor_data(c64))[i] != 0) ((int64_t *)weft_tensor_data(ix))[k++] = i;
-    weft_tensor_free(c64);
+    if (!c64) return weft_last_status();
+    const double *cv = weft_tensor_data(c64);
+    for (int64_t i = 0; i < len; i++) k += cv[i] != 0;
     weft_tensor *used = weft_tensor_empty(1, &k, WEFT_I64);
-    if (used && k) memcpy(weft_tensor_data(used), weft_tensor_data(ix), sizeof(int64_t) * (size_t)k);
-    weft_tensor_free(ix);
+    for (int64_t i = 0, j = 0; used && i < len; i++)
+        if (cv[i] != 0) ((int64_t *)weft_tensor_data(used))[j++] = i;
+    weft_tensor_free(c64);
     if (!used) return weft_last_status();
     OUT0(oi_select(c, node_out(c, 0), x, ax, used));
 }
